@@ -1,0 +1,163 @@
+/* tandem — hybrid CPU-GPU inference for GGUF language models.
+ *
+ * The one public header. Conventions (docs/ARCHITECTURE.md):
+ *   - every symbol starts with tnd_; handles are opaque;
+ *   - tnd_x_new / tnd_x_free pairs; *_free(NULL) is a no-op;
+ *   - a function that can fail returns tnd_status and leaves a message that
+ *     tnd_last_error() returns on the same thread; outputs are written only on
+ *     success; the library never exits the process.
+ */
+#ifndef TANDEM_H
+#define TANDEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TND_VERSION "0.1.0"
+
+typedef enum tnd_status {
+    TND_OK = 0,
+    TND_ERR_IO,          /* open/read/write/mmap failed */
+    TND_ERR_FORMAT,      /* malformed input file or data */
+    TND_ERR_UNSUPPORTED, /* valid, but not supported (architecture, type, ...) */
+    TND_ERR_NOMEM,       /* an allocation failed or a budget is too small */
+    TND_ERR_ARG,         /* bad argument from the caller */
+    TND_ERR_LIMIT,       /* a configured limit was hit (context length, ...) */
+    TND_ERR_BACKEND,     /* the CUDA runtime or another backend failed */
+    TND_ERR_INTERNAL,    /* a bug in tandem */
+} tnd_status;
+
+/* Message of the last failure on this thread ("" if none). Valid until the
+ * next failing call on this thread. */
+const char *tnd_last_error(void);
+/* Short stable name of a status, e.g. "format". */
+const char *tnd_status_name(tnd_status st);
+
+/* ---- GGUF files ---------------------------------------------------------- */
+
+typedef struct tnd_gguf tnd_gguf;
+
+/* Opens and validates a GGUF v2/v3 file (mmapped, read-only). On failure the
+ * message names the file, the violated rule and the byte offset. */
+tnd_status tnd_gguf_open(const char *path, tnd_gguf **out);
+void tnd_gguf_free(tnd_gguf *g);
+
+/* ---- tokenizer ----------------------------------------------------------- */
+
+typedef struct tnd_tokenizer tnd_tokenizer;
+
+/* Builds the tokenizer described by a GGUF's tokenizer.* metadata (works on
+ * vocab-only files). */
+tnd_status tnd_tokenizer_new(const tnd_gguf *g, tnd_tokenizer **out);
+void tnd_tokenizer_free(tnd_tokenizer *t);
+
+/* Tokenizes len bytes of text. add_special: prepend BOS / append EOS as the
+ * vocab's flags say. parse_special: recognise special/control token texts
+ * (e.g. "<|im_start|>") in the input. *ids is malloc'd; caller frees. */
+tnd_status tnd_tokenize(const tnd_tokenizer *t, const char *text, size_t len,
+                        bool add_special, bool parse_special,
+                        int32_t **ids, size_t *n_ids);
+/* Bytes of one token's text as it appears in output (byte tokens decoded,
+ * SPM's U+2581 as space, BPE byte-level mapping undone). Control tokens give
+ * "" unless render_special. Returns the byte count; buf may be short (the
+ * count is still returned, nothing beyond cap written). */
+size_t tnd_token_to_piece(const tnd_tokenizer *t, int32_t id, bool render_special,
+                          char *buf, size_t cap);
+int32_t tnd_tokenizer_n_vocab(const tnd_tokenizer *t);
+int32_t tnd_tokenizer_bos(const tnd_tokenizer *t); /* -1 if none */
+int32_t tnd_tokenizer_eos(const tnd_tokenizer *t); /* -1 if none */
+/* True for end-of-generation tokens (EOS, EOT, <|im_end|>, <end_of_turn>...). */
+bool tnd_tokenizer_is_eog(const tnd_tokenizer *t, int32_t id);
+/* Looks up the id of an exact token text; -1 if absent. */
+int32_t tnd_tokenizer_find(const tnd_tokenizer *t, const char *text);
+
+/* ---- models and contexts ------------------------------------------------- */
+
+typedef struct tnd_model tnd_model;
+typedef struct tnd_ctx tnd_ctx;
+
+typedef struct tnd_model_params {
+    int n_threads;           /* CPU threads; 0 = physical cores */
+    bool verbose;
+} tnd_model_params;
+
+typedef struct tnd_ctx_params {
+    int n_ctx;               /* context length in tokens; 0 = min(model, 4096) */
+    int n_batch;             /* prefill chunk size (tokens per round); 0 = 512 */
+} tnd_ctx_params;
+
+tnd_model_params tnd_model_default_params(void);
+tnd_ctx_params tnd_ctx_default_params(void);
+
+/* Loads a model: validates the GGUF, checks the architecture and tensor
+ * shapes, builds the tokenizer. Weights stay mmapped. */
+tnd_status tnd_model_load(const char *path, const tnd_model_params *p, tnd_model **out);
+void tnd_model_free(tnd_model *m);
+const tnd_tokenizer *tnd_model_tokenizer(const tnd_model *m);
+int32_t tnd_model_n_vocab(const tnd_model *m);
+int32_t tnd_model_n_ctx_train(const tnd_model *m);
+/* The chat template text stored in the GGUF, or NULL. */
+const char *tnd_model_chat_template(const tnd_model *m);
+/* One-line description, e.g. "llama 135M Q4_1, 30 layers". */
+const char *tnd_model_desc(const tnd_model *m);
+
+tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
+void tnd_ctx_free(tnd_ctx *c);
+/* Number of tokens in the KV cache. */
+int tnd_ctx_n_past(const tnd_ctx *c);
+/* Drops the KV cache past n tokens (n <= n_past). */
+tnd_status tnd_ctx_truncate(tnd_ctx *c, int n);
+/* Appends n tokens (prefill in chunks of n_batch) and writes the logits of the
+ * last one (n_vocab floats) to logits (may be NULL). Fails with TND_ERR_LIMIT
+ * when the context would overflow, leaving the cache unchanged. */
+tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits);
+
+/* ---- sampling ------------------------------------------------------------ */
+
+typedef struct tnd_sampler tnd_sampler;
+
+typedef struct tnd_sampler_params {
+    float temp;              /* <= 0: greedy */
+    int top_k;               /* 0: off */
+    float top_p;             /* 1: off */
+    float min_p;             /* 0: off */
+    float repeat_penalty;    /* 1: off */
+    int repeat_last_n;       /* tokens considered by the penalty */
+    uint64_t seed;
+} tnd_sampler_params;
+
+tnd_sampler_params tnd_sampler_default_params(void);
+tnd_status tnd_sampler_new(const tnd_sampler_params *p, tnd_sampler **out);
+void tnd_sampler_free(tnd_sampler *s);
+/* Picks a token from logits (modified in place); remembers it for the
+ * repetition penalty. */
+int32_t tnd_sampler_sample(tnd_sampler *s, float *logits, int32_t n_vocab);
+/* Feeds a token the sampler did not pick (the prompt), for the penalty. */
+void tnd_sampler_accept(tnd_sampler *s, int32_t tok);
+
+/* ---- chat templates ------------------------------------------------------ */
+
+typedef struct tnd_chat_msg {
+    const char *role;        /* "system", "user", "assistant" */
+    const char *content;
+} tnd_chat_msg;
+
+/* Renders messages with the named template ("chatml", "llama3", "gemma", ...)
+ * or, if name is NULL, the one detected from the GGUF template text (tmpl may
+ * be NULL: then chatml). add_assistant: end with the assistant's turn opened.
+ * *out is malloc'd. Unknown name: TND_ERR_ARG listing the known ones. */
+tnd_status tnd_chat_render(const char *name, const char *tmpl,
+                           const tnd_chat_msg *msgs, int n_msgs,
+                           bool add_assistant, char **out);
+/* Name of the template detected from GGUF template text. */
+const char *tnd_chat_detect(const char *tmpl);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The test command (README): builds tandem twice (release, and ASan+UBSan)
+# and runs every test in both; then a short libFuzzer run of each fuzz target.
+# Needs: cmake, a C compiler, clang (fuzzing), python3 with numpy and gguf
+# (scripts/setup.sh installs all of them), and the default model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+scripts/fetch-default-model.sh
+
+echo "== release build and tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs" --timeout 1500
+
+echo "== ASan+UBSan build and tests"
+cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DTND_SANITIZE=ON -DCMAKE_C_FLAGS=-O1 >/dev/null
+cmake --build build-san -j"$jobs"
+TND_SANITIZED=1 ctest --test-dir build-san --output-on-failure -j"$jobs" --timeout 1500
+
+if command -v clang >/dev/null; then
+  echo "== fuzz (short run)"
+  cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DTND_FUZZ=ON -DCMAKE_C_FLAGS=-O1 >/dev/null
+  cmake --build build-fuzz -j"$jobs"
+  for f in build-fuzz/fuzz_*; do
+    [ -x "$f" ] || continue
+    n=$(basename "$f")
+    corpus=$(mktemp -d)
+    cp -r fuzz/corpus/"${n#fuzz_}"/. "$corpus"/ 2>/dev/null || true
+    "$f" -max_total_time="${TND_FUZZ_SECONDS:-60}" -max_len=65536 -rss_limit_mb=2048 "$corpus" 2>&1 | tail -3
+    rm -rf "$corpus"
+  done
+fi
+echo "all tests passed"

@@ -1,0 +1,217 @@
+/* Block formats of GGUF tensors, shared by C and CUDA.
+ *
+ * Layouts are bit-exact with GGUF/GGML (a format fact, see docs/ARCHITECTURE.md).
+ * A row of n elements of a block type is n / block_size consecutive blocks.
+ * Half floats are stored as raw uint16_t so the same structs compile in C and
+ * in nvcc; every size is checked below.
+ *
+ * Reference functions (quant/ref_*.c) are scalar, portable and the definition
+ * of correctness: every SIMD and CUDA kernel is tested against them.
+ */
+#ifndef TND_QUANT_H
+#define TND_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+#define TND_STATIC_ASSERT(c, m) static_assert(c, m)
+extern "C" {
+#else
+#define TND_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+
+/* GGML type ids as stored in GGUF tensor infos. */
+typedef enum tnd_type {
+    TND_TYPE_F32 = 0,
+    TND_TYPE_F16 = 1,
+    TND_TYPE_Q4_0 = 2,
+    TND_TYPE_Q4_1 = 3,
+    TND_TYPE_Q5_0 = 6,
+    TND_TYPE_Q5_1 = 7,
+    TND_TYPE_Q8_0 = 8,
+    TND_TYPE_Q8_1 = 9,
+    TND_TYPE_Q2_K = 10,
+    TND_TYPE_Q3_K = 11,
+    TND_TYPE_Q4_K = 12,
+    TND_TYPE_Q5_K = 13,
+    TND_TYPE_Q6_K = 14,
+    TND_TYPE_Q8_K = 15,
+    TND_TYPE_IQ2_XXS = 16,
+    TND_TYPE_IQ2_XS = 17,
+    TND_TYPE_IQ3_XXS = 18,
+    TND_TYPE_IQ1_S = 19,
+    TND_TYPE_IQ4_NL = 20,
+    TND_TYPE_IQ3_S = 21,
+    TND_TYPE_IQ2_S = 22,
+    TND_TYPE_IQ4_XS = 23,
+    TND_TYPE_I8 = 24,
+    TND_TYPE_I16 = 25,
+    TND_TYPE_I32 = 26,
+    TND_TYPE_I64 = 27,
+    TND_TYPE_F64 = 28,
+    TND_TYPE_IQ1_M = 29,
+    TND_TYPE_BF16 = 30,
+    TND_TYPE_TQ1_0 = 34,
+    TND_TYPE_TQ2_0 = 35,
+    TND_TYPE_MXFP4 = 39,
+    TND_TYPE_COUNT = 40,
+} tnd_type;
+
+#define TND_QK4_0 32
+#define TND_QK4_1 32
+#define TND_QK5_0 32
+#define TND_QK5_1 32
+#define TND_QK8_0 32
+#define TND_QK8_1 32
+#define TND_QK_K 256
+#define TND_K_SCALE_SIZE 12
+#define TND_QK_MXFP4 32
+
+typedef struct { uint16_t d; uint8_t qs[TND_QK4_0 / 2]; } block_q4_0;
+typedef struct { uint16_t d, m; uint8_t qs[TND_QK4_1 / 2]; } block_q4_1;
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[TND_QK5_0 / 2]; } block_q5_0;
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[TND_QK5_1 / 2]; } block_q5_1;
+typedef struct { uint16_t d; int8_t qs[TND_QK8_0]; } block_q8_0;
+/* Activation format for Q4_1/Q5_1 dots: s = d * sum(qs). */
+typedef struct { uint16_t d, s; int8_t qs[TND_QK8_1]; } block_q8_1;
+
+typedef struct {
+    uint8_t scales[TND_QK_K / 16]; /* 4-bit scale | 4-bit min per 16 values */
+    uint8_t qs[TND_QK_K / 4];      /* 2-bit quants */
+    uint16_t d, dmin;
+} block_q2_K;
+typedef struct {
+    uint8_t hmask[TND_QK_K / 8];   /* high bit of the 3-bit quants */
+    uint8_t qs[TND_QK_K / 4];      /* low 2 bits */
+    uint8_t scales[12];            /* 16 6-bit scales */
+    uint16_t d;
+} block_q3_K;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[TND_K_SCALE_SIZE]; /* 8 6-bit scales and 8 6-bit mins */
+    uint8_t qs[TND_QK_K / 2];
+} block_q4_K;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[TND_K_SCALE_SIZE];
+    uint8_t qh[TND_QK_K / 8];
+    uint8_t qs[TND_QK_K / 2];
+} block_q5_K;
+typedef struct {
+    uint8_t ql[TND_QK_K / 2];      /* low 4 bits */
+    uint8_t qh[TND_QK_K / 4];      /* high 2 bits */
+    int8_t scales[TND_QK_K / 16];  /* 8-bit scales per 16 values */
+    uint16_t d;
+} block_q6_K;
+/* Activation format for K-quant dots. bsums: sums of each 16 quants. */
+typedef struct {
+    float d;
+    int8_t qs[TND_QK_K];
+    int16_t bsums[TND_QK_K / 16];
+} block_q8_K;
+/* MXFP4 (OCP microscaling): E8M0 shared exponent, 32 E2M1 values. */
+typedef struct { uint8_t e; uint8_t qs[TND_QK_MXFP4 / 2]; } block_mxfp4;
+
+TND_STATIC_ASSERT(sizeof(block_q4_0) == 18, "block_q4_0 size");
+TND_STATIC_ASSERT(sizeof(block_q4_1) == 20, "block_q4_1 size");
+TND_STATIC_ASSERT(sizeof(block_q5_0) == 22, "block_q5_0 size");
+TND_STATIC_ASSERT(sizeof(block_q5_1) == 24, "block_q5_1 size");
+TND_STATIC_ASSERT(sizeof(block_q8_0) == 34, "block_q8_0 size");
+TND_STATIC_ASSERT(sizeof(block_q8_1) == 36, "block_q8_1 size");
+TND_STATIC_ASSERT(sizeof(block_q2_K) == 84, "block_q2_K size");
+TND_STATIC_ASSERT(sizeof(block_q3_K) == 110, "block_q3_K size");
+TND_STATIC_ASSERT(sizeof(block_q4_K) == 144, "block_q4_K size");
+TND_STATIC_ASSERT(sizeof(block_q5_K) == 176, "block_q5_K size");
+TND_STATIC_ASSERT(sizeof(block_q6_K) == 210, "block_q6_K size");
+TND_STATIC_ASSERT(sizeof(block_q8_K) == 292, "block_q8_K size");
+TND_STATIC_ASSERT(sizeof(block_mxfp4) == 17, "block_mxfp4 size");
+
+/* ---- half / bfloat16 conversion (portable, exact, round-to-nearest-even) -- */
+
+static inline float tnd_fp32_from_bits(uint32_t b) { float f; memcpy(&f, &b, 4); return f; }
+static inline uint32_t tnd_fp32_to_bits(float f) { uint32_t b; memcpy(&b, &f, 4); return b; }
+
+static inline float tnd_fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) {
+        if (man == 0) return tnd_fp32_from_bits(sign);
+        /* subnormal: value = man * 2^-24 */
+        float f = (float)man * 5.9604644775390625e-8f;
+        return sign ? -f : f;
+    }
+    if (exp == 31) return tnd_fp32_from_bits(sign | 0x7f800000u | (man << 13));
+    return tnd_fp32_from_bits(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+static inline uint16_t tnd_fp32_to_fp16(float f) {
+    uint32_t x = tnd_fp32_to_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or nan */
+        return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to >= 65520: inf */
+    if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (ax < 0x33000000u) return (uint16_t)sign; /* < 2^-25 rounds to 0 */
+        uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
+        uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t v = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (v & 1))) v++;
+        return (uint16_t)(sign | v);
+    }
+    uint32_t v = ((ax >> 13) - (112u << 10));
+    uint32_t rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (v & 1))) v++;
+    return (uint16_t)(sign | v);
+}
+
+static inline float tnd_bf16_to_fp32(uint16_t h) { return tnd_fp32_from_bits((uint32_t)h << 16); }
+
+static inline uint16_t tnd_fp32_to_bf16(float f) {
+    uint32_t x = tnd_fp32_to_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+/* ---- type traits ---------------------------------------------------------- */
+
+/* Dequantizes k values (k a multiple of block_size) from blocks x into y. */
+typedef void (*tnd_to_float_fn)(const void *x, float *y, int64_t k);
+/* Quantizes k floats into blocks (reference rounding rules of the format). */
+typedef void (*tnd_from_float_fn)(const float *x, void *y, int64_t k);
+/* Dot product of n weights (blocks x) with n activations already quantized
+ * to the type's vec_dot_type (blocks y). Returns the float result. */
+typedef float (*tnd_vec_dot_fn)(int64_t n, const void *x, const void *y);
+
+typedef struct tnd_type_traits {
+    const char *name;          /* "Q4_K" as GGUF tools print it */
+    int64_t block_size;        /* elements per block */
+    size_t type_size;          /* bytes per block */
+    bool is_quantized;
+    bool supported;            /* tandem can dequantize and compute with it */
+    tnd_type vec_dot_type;     /* activation format of the integer dot path */
+    tnd_to_float_fn to_float;
+    tnd_from_float_fn from_float;
+    tnd_vec_dot_fn vec_dot;    /* scalar reference integer/float dot */
+} tnd_type_traits;
+
+/* Traits of type t, or NULL if t is not a known GGML type id. Sizes are
+ * filled for every known id (so files can be validated), functions only for
+ * supported types. */
+const tnd_type_traits *tnd_type_traits_get(int t);
+/* Name of a type id ("Q4_K"), "?" if unknown. */
+const char *tnd_type_name(int t);
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block. */
+size_t tnd_row_size(tnd_type t, int64_t n);
+
+/* Reference: dot of n weights (type t, blocks) with a float vector, by
+ * dequantizing then an f32 dot with double accumulation. For tests. */
+double tnd_ref_dot_f32(tnd_type t, int64_t n, const void *w, const float *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

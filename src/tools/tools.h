@@ -1,0 +1,37 @@
+/* The tandem command: one file per subcommand (cmd_NAME in NAME.c). Each
+ * returns the process exit status: 0 ok, 1 failure, 2 bad usage. */
+#ifndef TND_TOOLS_H
+#define TND_TOOLS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Weak, so a subcommand whose file is not built yet is reported as missing
+ * instead of breaking the link. */
+#define TND_CMD(name) int cmd_##name(int argc, char **argv) __attribute__((weak))
+TND_CMD(info);
+TND_CMD(tokenize);
+TND_CMD(run);
+TND_CMD(chat);
+TND_CMD(bench);
+TND_CMD(synth);
+TND_CMD(profile);
+TND_CMD(plan);
+TND_CMD(serve);
+#undef TND_CMD
+
+/* Path of the default model (SmolLM2-135M-Instruct Q4_1): $TANDEM_MODEL if
+ * set, else models/ under the current directory, else under the source tree
+ * this binary was built from. Returns NULL (message printed) if none exists. */
+const char *tools_default_model(void);
+
+/* Parses "123", "4k", "512M", "6G", "6GiB" into bytes; false if malformed. */
+bool tools_parse_size(const char *s, uint64_t *out);
+/* Parses a whole decimal integer in [lo, hi]; false if malformed or out of range. */
+bool tools_parse_int(const char *s, long lo, long hi, long *out);
+bool tools_parse_float(const char *s, double *out);
+
+/* Prints "tandem: error: <msg>" for the last library failure. */
+void tools_print_error(const char *what);
+
+#endif

@@ -1,0 +1,128 @@
+/* Error messages, logging, allocation and timing shared by every module. */
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Thread_local char g_err[1024];
+
+const char *tnd_last_error(void) { return g_err; }
+
+void tnd_clear_error(void) { g_err[0] = 0; }
+
+tnd_status tnd_fail(tnd_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+tnd_status tnd_fail_wrap(tnd_status st, const char *fmt, ...) {
+    char old[sizeof g_err];
+    memcpy(old, g_err, sizeof old);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof g_err)
+        snprintf(g_err + n, sizeof g_err - (size_t)n, "%s", old);
+    return st;
+}
+
+const char *tnd_status_name(tnd_status st) {
+    switch (st) {
+    case TND_OK: return "ok";
+    case TND_ERR_IO: return "io";
+    case TND_ERR_FORMAT: return "format";
+    case TND_ERR_UNSUPPORTED: return "unsupported";
+    case TND_ERR_NOMEM: return "out of memory";
+    case TND_ERR_ARG: return "bad argument";
+    case TND_ERR_LIMIT: return "limit";
+    case TND_ERR_BACKEND: return "backend";
+    case TND_ERR_INTERNAL: return "internal";
+    }
+    return "unknown";
+}
+
+static int g_log_level = -1;
+
+int tnd_log_level(void) {
+    if (g_log_level < 0) {
+        const char *e = getenv("TND_LOG");
+        g_log_level = e ? atoi(e) : TND_LOG_WARN;
+    }
+    return g_log_level;
+}
+
+void tnd_log_set_level(int level) { g_log_level = level; }
+
+void tnd_log(int level, const char *fmt, ...) {
+    if (level > tnd_log_level()) return;
+    static const char *tag[] = {"error", "warning", "info", "debug"};
+    fprintf(stderr, "tandem: %s: ", tag[level < 0 ? 0 : level > 3 ? 3 : level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void *tnd_malloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) tnd_fail(TND_ERR_NOMEM, "out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *tnd_calloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) tnd_fail(TND_ERR_NOMEM, "out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *tnd_aligned_alloc(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? (n + 63) & ~(size_t)63 : 64) != 0) {
+        tnd_fail(TND_ERR_NOMEM, "out of memory allocating %zu aligned bytes", n);
+        return NULL;
+    }
+    return p;
+}
+
+void tnd_aligned_free(void *p) { free(p); }
+
+double tnd_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int tnd_physical_cores(void) {
+    /* Count distinct (physical id, core id) pairs; SMT siblings share one. */
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    int n = 0;
+    if (f) {
+        char line[256];
+        int phys = 0, seen_pairs[1024][2], n_pairs = 0;
+        while (fgets(line, sizeof line, f)) {
+            if (!strncmp(line, "physical id", 11)) phys = atoi(strchr(line, ':') + 1);
+            else if (!strncmp(line, "core id", 7)) {
+                int core = atoi(strchr(line, ':') + 1), dup = 0;
+                for (int i = 0; i < n_pairs; i++)
+                    if (seen_pairs[i][0] == phys && seen_pairs[i][1] == core) dup = 1;
+                if (!dup && n_pairs < 1024) {
+                    seen_pairs[n_pairs][0] = phys;
+                    seen_pairs[n_pairs][1] = core;
+                    n_pairs++;
+                }
+            }
+        }
+        fclose(f);
+        n = n_pairs;
+    }
+    if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}

@@ -1,0 +1,49 @@
+/* Shared helpers: error reporting, logging, checked arithmetic, timing. */
+#ifndef TND_UTIL_H
+#define TND_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tandem.h"
+
+/* Records a formatted message for tnd_last_error() and returns st, so a
+ * failing path reads `return tnd_fail(TND_ERR_FORMAT, "%s: ...", path);`. */
+tnd_status tnd_fail(tnd_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes the current message with more context ("loading x: " + old). */
+tnd_status tnd_fail_wrap(tnd_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tnd_clear_error(void);
+
+/* Log levels; messages go to stderr. TND_LOG env var or tnd_log_set_level. */
+enum { TND_LOG_ERROR = 0, TND_LOG_WARN = 1, TND_LOG_INFO = 2, TND_LOG_DEBUG = 3 };
+void tnd_log_set_level(int level);
+int tnd_log_level(void);
+void tnd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define TND_WARN(...) tnd_log(TND_LOG_WARN, __VA_ARGS__)
+#define TND_INFO(...) tnd_log(TND_LOG_INFO, __VA_ARGS__)
+#define TND_DEBUG(...) tnd_log(TND_LOG_DEBUG, __VA_ARGS__)
+
+/* Checked arithmetic: return false on overflow (result then unspecified). */
+static inline bool tnd_mul_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_mul_overflow(a, b, r); }
+static inline bool tnd_add_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_add_overflow(a, b, r); }
+
+/* Allocation that reports failure through tnd_fail (returns NULL). */
+void *tnd_malloc(size_t n);
+void *tnd_calloc(size_t n, size_t size);
+/* 64-byte aligned allocation for SIMD buffers; free with tnd_aligned_free. */
+void *tnd_aligned_alloc(size_t n);
+void tnd_aligned_free(void *p);
+
+/* Monotonic time in seconds. */
+double tnd_time_s(void);
+
+/* Number of physical cores (falls back to logical CPUs). */
+int tnd_physical_cores(void);
+
+#define TND_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define TND_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TND_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif
