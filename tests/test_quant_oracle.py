@@ -166,6 +166,13 @@ def test_inputs(bs, nblocks):
     e = rng.standard_normal(bs).astype(np.float32); e[3] = 4.0; e[9] = -4.0; edges.append(e)  # +/- equal extremes
     e = rng.standard_normal(bs).astype(np.float32) * 1e-6; edges.append(e)  # subnormal half scales
     e = rng.standard_normal(bs).astype(np.float32) * 1e3; edges.append(e)
+    # exact rounding ties: scales of 1 (Q4_0 d = -8/-8, Q8_0 d = 127/127,
+    # Q4_1 / Q5_1 d = 15/15, 31/31) with values at k + 0.5
+    e = (np.arange(bs) % 16 - 8 + 0.5).astype(np.float32); e[0] = -8; edges.append(e)
+    e = (np.arange(bs) % 32 - 16 + 0.5).astype(np.float32); e[0] = -16; edges.append(e)
+    e = ((np.arange(bs) * 7) % 254 - 126.5).astype(np.float32); e[0] = 127; edges.append(e)
+    e = (np.arange(bs) % 15 + 0.5).astype(np.float32); e[0] = 0; e[1] = 15; edges.append(e)
+    e = (np.arange(bs) % 31 + 0.5).astype(np.float32); e[0] = 0; e[1] = 31; edges.append(e)
     e = np.abs(rng.standard_normal(bs)).astype(np.float32) + 2.0; edges.append(e)  # all positive
     e = -np.abs(rng.standard_normal(bs)).astype(np.float32) - 2.0; edges.append(e)  # all negative
     return np.concatenate([x, np.stack(edges)]).astype(np.float32)
