@@ -76,7 +76,13 @@ def main():
                 if cand and os.path.exists(cand):
                     gguf = cand
                 else:
-                    print("%-32s skipped: no .gguf%s" % (vocab, " (run scripts/make_vocab_gguf.py to make %s)" % sub if sub else ""))
+                    how = ""
+                    if sub == "vocab-deepseek-r1-distill-qwen-7b.gguf":
+                        how = " (scripts/make_vocab_gguf.py makes models/%s)" % sub
+                    elif sub:
+                        how = (" (needs models/%s: scripts/make_vocab_gguf.py --from MODEL.gguf -o models/%s"
+                               " with a model of that family)" % (sub, sub))
+                    print("%-32s skipped: no .gguf%s" % (vocab, how))
                     continue
             cases, expected = load_cases(os.path.join(vdir, name), os.path.join(vdir, vocab + ".out"))
             ok = rt_ok = rt_n = 0
