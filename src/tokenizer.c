@@ -1057,9 +1057,11 @@ tnd_status tnd_tokenizer_new(const tnd_gguf *g, tnd_tokenizer **out) {
     t->eom = get_id(g, "tokenizer.ggml.eom_token_id", nv);
     t->unk = get_id(g, "tokenizer.ggml.unknown_token_id", nv);
     t->pad = get_id(g, "tokenizer.ggml.padding_token_id", nv);
-    if (kind == TOK_SPM && t->unk < 0) {
-        for (int32_t i = 0; i < nv && t->unk < 0; i++)
-            if (t->type[i] == TT_UNKNOWN) t->unk = i;
+    if (kind == TOK_SPM) {
+        /* sentencepiece's fixed ids when the file names none: <unk> 0, <s> 1, </s> 2. */
+        if (t->unk < 0 && !gguf_find(g, "tokenizer.ggml.unknown_token_id") && nv > 0) t->unk = 0;
+        if (t->bos < 0 && !gguf_find(g, "tokenizer.ggml.bos_token_id") && nv > 1) t->bos = 1;
+        if (t->eos < 0 && !gguf_find(g, "tokenizer.ggml.eos_token_id") && nv > 2) t->eos = 2;
     }
     /* Defaults of the families when the flags are absent: sentencepiece
      * models start with BOS and a space; GPT-2 style ones do neither. */
