@@ -50,12 +50,6 @@ TGTI float hmax_ps(__m256 v) {
 
 TGTI float h2f(uint16_t h) { return _cvtsh_ss(h); } /* exact, like tnd_fp16_to_fp32 */
 
-/* int32 dot of 32 signed bytes w and 32 signed bytes a, in 8 lanes. */
-TGTI __m256i dot_ss(__m256i w, __m256i a) {
-    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
 /* int32 dot of 32 unsigned bytes w (<= 127 so pairs cannot saturate) and 32
  * signed bytes a, in 8 lanes. */
 TGTI __m256i dot_us(__m256i w, __m256i a) {
