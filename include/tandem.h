@@ -91,9 +91,17 @@ typedef struct tnd_model_params {
     bool verbose;
 } tnd_model_params;
 
+typedef enum tnd_device {
+    TND_DEVICE_CPU = 0,      /* everything on the CPU */
+    TND_DEVICE_CUDA = 1,     /* everything on the GPU (the model must fit the budget) */
+} tnd_device;
+
 typedef struct tnd_ctx_params {
     int n_ctx;               /* context length in tokens; 0 = min(model, 4096) */
     int n_batch;             /* prefill chunk size (tokens per round); 0 = 512 */
+    tnd_device device;
+    uint64_t vram_budget;    /* bytes the GPU may hold in all (weights, KV
+                                cache, scratch); 0 = driver's free memory less a margin */
 } tnd_ctx_params;
 
 tnd_model_params tnd_model_default_params(void);
@@ -113,6 +121,13 @@ const char *tnd_model_desc(const tnd_model *m);
 
 tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
 void tnd_ctx_free(tnd_ctx *c);
+/* Parses a --vram-budget value: bytes ("6G", "4523M", "123456") or a
+ * percentage of the model's weight bytes ("50%"). */
+tnd_status tnd_parse_budget(const char *s, const tnd_model *m, uint64_t *out);
+/* Bytes of the model's weights (all tensors). */
+uint64_t tnd_model_weight_bytes(const tnd_model *m);
+/* Context length (tokens the KV cache holds). */
+int tnd_ctx_n_ctx(const tnd_ctx *c);
 /* Number of tokens in the KV cache. */
 int tnd_ctx_n_past(const tnd_ctx *c);
 /* Drops the KV cache past n tokens (n <= n_past). */

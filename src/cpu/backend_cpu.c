@@ -1,0 +1,322 @@
+/* The CPU backend (backend.h): ops run synchronously on the calling thread
+ * with the pool's threads; "device" memory is host memory. It is the
+ * reference the CUDA backend is compared with, and the engine's CPU path. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu/matmul.h"
+#include "cpu/ops.h"
+#include "util.h"
+
+typedef struct cpu_ctx {
+    tnd_pool *pool;
+    uint64_t budget, used, peak;
+    /* MATMUL_ID scratch (gathered inputs/outputs of one expert), grown on demand */
+    float *gx, *gy;
+    int32_t *gidx;
+    size_t g_cap_x, g_cap_y, g_cap_i;
+} cpu_ctx;
+
+struct tnd_stream { int unused; };
+struct tnd_event { double t; };
+
+static cpu_ctx *C(tnd_backend *b) { return (cpu_ctx *)b->ctx; }
+
+/* Allocations carry their size in a 64-byte header so frees can be counted. */
+static tnd_status cpu_buf_alloc(tnd_backend *b, size_t size, void **out) {
+    cpu_ctx *c = C(b);
+    if (c->budget && c->used + size > c->budget)
+        return tnd_fail(TND_ERR_NOMEM, "cpu: allocating %zu bytes would exceed the budget (%llu of %llu in use)", size,
+                        (unsigned long long)c->used, (unsigned long long)c->budget);
+    char *p = tnd_aligned_alloc(size + 64);
+    if (!p) return TND_ERR_NOMEM;
+    *(size_t *)p = size;
+    c->used += size;
+    if (c->used > c->peak) c->peak = c->used;
+    *out = p + 64;
+    return TND_OK;
+}
+
+static void cpu_buf_free(tnd_backend *b, void *ptr) {
+    if (!ptr) return;
+    char *p = (char *)ptr - 64;
+    C(b)->used -= *(size_t *)p;
+    tnd_aligned_free(p);
+}
+
+static void cpu_mem_info(tnd_backend *b, tnd_mem_info *out) {
+    cpu_ctx *c = C(b);
+    memset(out, 0, sizeof *out);
+    out->budget = c->budget;
+    out->used = c->used;
+    out->peak = c->peak;
+}
+
+static tnd_status cpu_stream_new(tnd_backend *b, tnd_stream **out) {
+    (void)b;
+    *out = tnd_calloc(1, sizeof **out);
+    return *out ? TND_OK : TND_ERR_NOMEM;
+}
+static void cpu_stream_free(tnd_backend *b, tnd_stream *s) { (void)b, free(s); }
+static tnd_status cpu_stream_sync(tnd_backend *b, tnd_stream *s) { return (void)b, (void)s, TND_OK; }
+static tnd_status cpu_event_new(tnd_backend *b, tnd_event **out) {
+    (void)b;
+    *out = tnd_calloc(1, sizeof **out);
+    return *out ? TND_OK : TND_ERR_NOMEM;
+}
+static void cpu_event_free(tnd_backend *b, tnd_event *e) { (void)b, free(e); }
+static tnd_status cpu_event_record(tnd_backend *b, tnd_event *e, tnd_stream *s) {
+    (void)b, (void)s;
+    e->t = tnd_time_s();
+    return TND_OK;
+}
+static tnd_status cpu_stream_wait(tnd_backend *b, tnd_stream *s, tnd_event *e) { return (void)b, (void)s, (void)e, TND_OK; }
+static tnd_status cpu_event_sync(tnd_backend *b, tnd_event *e) { return (void)b, (void)e, TND_OK; }
+static tnd_status cpu_event_elapsed(tnd_backend *b, tnd_event *s, tnd_event *e, float *ms) {
+    (void)b;
+    *ms = (float)((e->t - s->t) * 1e3);
+    return TND_OK;
+}
+static tnd_status cpu_copy(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s) {
+    (void)b, (void)s;
+    if (n) memmove(dst, src, n);
+    return TND_OK;
+}
+static tnd_status cpu_memset(tnd_backend *b, void *dst, int v, size_t n, tnd_stream *s) {
+    (void)b, (void)s;
+    memset(dst, v, n);
+    return TND_OK;
+}
+
+static bool grow(void **p, size_t *cap, size_t need) {
+    if (need <= *cap) return true;
+    void *q = tnd_aligned_alloc(need);
+    if (!q) return false;
+    tnd_aligned_free(*p);
+    *p = q;
+    *cap = need;
+    return true;
+}
+
+/* Expert matmul: (token, slot) pairs grouped by expert, so each expert's
+ * weights are streamed once for all the tokens that chose it. */
+static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
+    const tnd_tensor *W = &op->in[0], *X = &op->in[1], *I = &op->in[2];
+    int64_t n_in = W->ne[0], n_out = W->ne[1], n_exp = W->ne[2];
+    int64_t n_used = I->ne[0], n_tok = I->ne[1], n_x = X->ne[1];
+    const int32_t *ids = I->data;
+    const float *x = X->data;
+    float *y = op->out[0].data;
+    size_t w_slice = tnd_row_size(W->type, n_in) * (size_t)n_out;
+    int64_t pairs = n_used * n_tok;
+    if (!grow((void **)&c->gidx, &c->g_cap_i, sizeof(int32_t) * (size_t)pairs) ||
+        !grow((void **)&c->gx, &c->g_cap_x, sizeof(float) * (size_t)(pairs * n_in)) ||
+        !grow((void **)&c->gy, &c->g_cap_y, sizeof(float) * (size_t)(pairs * n_out)))
+        return TND_ERR_NOMEM;
+    for (int64_t i = 0; i < pairs; i++)
+        if (ids[i] < 0 || ids[i] >= n_exp)
+            return tnd_fail(TND_ERR_ARG, "matmul_id: expert id %d out of range [0, %lld)", ids[i], (long long)n_exp);
+    for (int64_t e = 0; e < n_exp; e++) {
+        int64_t n = 0;
+        for (int64_t i = 0; i < pairs; i++)
+            if (ids[i] == e) c->gidx[n++] = (int32_t)i;
+        if (!n) continue;
+        for (int64_t r = 0; r < n; r++) {
+            int64_t t = c->gidx[r] / n_used, u = c->gidx[r] % n_used;
+            const float *src = x + (t * n_x + (n_x == 1 ? 0 : u)) * n_in;
+            memcpy(c->gx + r * n_in, src, sizeof(float) * (size_t)n_in);
+        }
+        tnd_cpu_matmul(c->pool, W->type, (const char *)W->data + (size_t)e * w_slice, n_in, n_out, c->gx, n, c->gy);
+        for (int64_t r = 0; r < n; r++)
+            memcpy(y + (int64_t)c->gidx[r] * n_out, c->gy + r * n_out, sizeof(float) * (size_t)n_out);
+    }
+    return TND_OK;
+}
+
+static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
+    (void)s;
+    cpu_ctx *c = C(b);
+    const tnd_tensor *in = op->in;
+    const tnd_tensor *out = op->out;
+    switch (op->kind) {
+    case TND_OP_MATMUL:
+        tnd_cpu_matmul(c->pool, in[0].type, in[0].data, in[0].ne[0], in[0].ne[1], in[1].data,
+                       tnd_tensor_nelem(&in[1]) / in[1].ne[0], out[0].data);
+        return TND_OK;
+    case TND_OP_MATMUL_ID:
+        return run_matmul_id(c, op);
+    case TND_OP_GET_ROWS: {
+        const int32_t *ids = in[1].data;
+        int64_t n = in[0].ne[0], rows = in[0].ne[1], k = tnd_tensor_nelem(&in[1]);
+        for (int64_t i = 0; i < k; i++) {
+            if (ids[i] < 0 || ids[i] >= rows) return tnd_fail(TND_ERR_ARG, "get_rows: id %d out of range", ids[i]);
+            tnd_cpu_get_row(in[0].type, in[0].data, n, ids[i], (float *)out[0].data + i * n);
+        }
+        return TND_OK;
+    }
+    case TND_OP_RMS_NORM: {
+        int64_t n = in[0].ne[0], rows = tnd_tensor_nelem(&in[0]) / n;
+        for (int64_t r = 0; r < rows; r++)
+            tnd_cpu_rmsnorm((const float *)in[0].data + r * n, in[1].data, (float *)out[0].data + r * n, n,
+                            op->p.norm.eps);
+        return TND_OK;
+    }
+    case TND_OP_ROPE: {
+        int hd = (int)in[0].ne[0], nh = (int)in[0].ne[1];
+        int64_t nt = in[0].ne[2];
+        const int32_t *pos = in[1].data;
+        if (out[0].data != in[0].data) memcpy(out[0].data, in[0].data, tnd_tensor_nbytes(&in[0]));
+        for (int64_t t = 0; t < nt; t++)
+            tnd_cpu_rope((float *)out[0].data + t * hd * nh, nh, hd, op->p.rope.n_rot, pos[t], op->p.rope.freq_base,
+                         op->p.rope.freq_scale, op->p.rope.mode == TND_ROPE_NEOX);
+        return TND_OK;
+    }
+    case TND_OP_ATTN: {
+        tnd_attn_args a = {
+            .q = in[0].data, .k = in[1].data, .v = in[2].data, .out = out[0].data,
+            .n_tok = (int)in[0].ne[2], .pos0 = op->p.attn.pos0, .n_head = op->p.attn.n_head,
+            .n_kv_head = op->p.attn.n_head_kv, .head_dim = op->p.attn.head_dim,
+            .window = op->p.attn.window, .scale = op->p.attn.scale, .softcap = op->p.attn.softcap,
+        };
+        tnd_cpu_attn(c->pool, &a);
+        return TND_OK;
+    }
+    case TND_OP_SOFTMAX: {
+        int64_t n = in[0].ne[0], rows = tnd_tensor_nelem(&in[0]) / n;
+        float sc = op->p.scale.s != 0 ? op->p.scale.s : 1.0f;
+        for (int64_t r = 0; r < rows; r++) {
+            float *y = (float *)out[0].data + r * n;
+            const float *x = (const float *)in[0].data + r * n;
+            for (int64_t i = 0; i < n; i++) y[i] = x[i] * sc;
+            tnd_cpu_softmax(y, n);
+        }
+        return TND_OK;
+    }
+    case TND_OP_SILU_MUL:
+        tnd_cpu_silu_mul(in[0].data, in[1].data, out[0].data, tnd_tensor_nelem(&in[0]));
+        return TND_OK;
+    case TND_OP_GELU_MUL:
+        tnd_cpu_gelu_mul(in[0].data, in[1].data, out[0].data, tnd_tensor_nelem(&in[0]));
+        return TND_OK;
+    case TND_OP_ADD: {
+        int64_t n = tnd_tensor_nelem(&in[0]), m = tnd_tensor_nelem(&in[1]);
+        const float *a = in[0].data, *bb = in[1].data;
+        float *y = out[0].data;
+        for (int64_t i = 0; i < n; i++) y[i] = a[i] + bb[m == n ? i : i % m];
+        return TND_OK;
+    }
+    case TND_OP_SCALE: {
+        int64_t n = tnd_tensor_nelem(&in[0]);
+        for (int64_t i = 0; i < n; i++) ((float *)out[0].data)[i] = ((const float *)in[0].data)[i] * op->p.scale.s;
+        return TND_OK;
+    }
+    case TND_OP_CPY: {
+        int64_t n = tnd_tensor_nelem(&in[0]);
+        if (in[0].type == out[0].type) memmove(out[0].data, in[0].data, tnd_tensor_nbytes(&in[0]));
+        else if (in[0].type == TND_TYPE_F32 && out[0].type == TND_TYPE_F16) tnd_cpu_f32_to_f16(in[0].data, out[0].data, n);
+        else if (in[0].type == TND_TYPE_F16 && out[0].type == TND_TYPE_F32)
+            for (int64_t i = 0; i < n; i++) ((float *)out[0].data)[i] = tnd_fp16_to_fp32(((const uint16_t *)in[0].data)[i]);
+        else return tnd_fail(TND_ERR_UNSUPPORTED, "cpy: %s -> %s", tnd_type_name(in[0].type), tnd_type_name(out[0].type));
+        return TND_OK;
+    }
+    case TND_OP_MOE_ROUTE: {
+        int ne = (int)in[0].ne[0], k = op->p.route.n_used;
+        int64_t nt = tnd_tensor_nelem(&in[0]) / ne;
+        float *p = malloc(sizeof(float) * (size_t)ne);
+        if (!p) return TND_ERR_NOMEM;
+        for (int64_t t = 0; t < nt; t++) {
+            memcpy(p, (const float *)in[0].data + t * ne, sizeof(float) * (size_t)ne);
+            int *sel = (int32_t *)out[1].data + t * k;
+            float *w = (float *)out[0].data + t * k;
+            if (op->p.route.mode == TND_ROUTE_SOFTMAX_TOPK) {
+                tnd_cpu_softmax(p, ne);
+                tnd_cpu_topk(p, ne, k, sel);
+                double sum = 0;
+                for (int j = 0; j < k; j++) sum += w[j] = p[sel[j]];
+                if (op->p.route.norm && sum > 0)
+                    for (int j = 0; j < k; j++) w[j] = (float)(w[j] / sum);
+            } else {
+                tnd_cpu_topk(p, ne, k, sel);
+                for (int j = 0; j < k; j++) w[j] = p[sel[j]];
+                tnd_cpu_softmax(w, k);
+            }
+        }
+        free(p);
+        return TND_OK;
+    }
+    case TND_OP_MOE_SUM: {
+        int64_t n = in[0].ne[0], k = in[0].ne[1], nt = in[0].ne[2];
+        const float *y = in[0].data, *w = in[1].data;
+        float *o = out[0].data;
+        for (int64_t t = 0; t < nt; t++) {
+            float *dst = o + t * n;
+            memset(dst, 0, sizeof(float) * (size_t)n);
+            for (int64_t u = 0; u < k; u++) {
+                const float *src = y + (t * k + u) * n;
+                float wu = w[t * k + u];
+                for (int64_t i = 0; i < n; i++) dst[i] += wu * src[i];
+            }
+        }
+        return TND_OK;
+    }
+    case TND_OP_NONE:
+        return TND_OK;
+    case TND_OP_COUNT:
+        break;
+    }
+    return tnd_fail(TND_ERR_UNSUPPORTED, "cpu: op %s is not supported", tnd_op_name(op->kind));
+}
+
+static void cpu_free(tnd_backend *b) {
+    if (!b) return;
+    cpu_ctx *c = C(b);
+    tnd_aligned_free(c->gx);
+    tnd_aligned_free(c->gy);
+    tnd_aligned_free(c->gidx);
+    free(c);
+    free(b);
+}
+
+static const tnd_backend_iface cpu_iface = {
+    .name = "cpu",
+    .free = cpu_free,
+    .buf_alloc = cpu_buf_alloc,
+    .buf_free = cpu_buf_free,
+    .mem_info = cpu_mem_info,
+    .host_alloc = NULL,
+    .host_free = NULL,
+    .stream_new = cpu_stream_new,
+    .stream_free = cpu_stream_free,
+    .stream_sync = cpu_stream_sync,
+    .event_new = cpu_event_new,
+    .event_free = cpu_event_free,
+    .event_record = cpu_event_record,
+    .stream_wait = cpu_stream_wait,
+    .event_sync = cpu_event_sync,
+    .event_elapsed = cpu_event_elapsed,
+    .copy_h2d = cpu_copy,
+    .copy_d2h = cpu_copy,
+    .copy_d2d = cpu_copy,
+    .copy_mapped = cpu_copy,
+    .memset = cpu_memset,
+    .op_supported = NULL,
+    .op_run = cpu_op_run,
+};
+
+tnd_status tnd_backend_cpu_new(struct tnd_pool *pool, uint64_t budget, tnd_backend **out) {
+    tnd_backend *b = tnd_calloc(1, sizeof *b);
+    cpu_ctx *c = tnd_calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        return TND_ERR_NOMEM;
+    }
+    c->pool = pool;
+    c->budget = budget;
+    b->iface = &cpu_iface;
+    b->ctx = c;
+    *out = b;
+    return TND_OK;
+}

@@ -1,0 +1,326 @@
+/* Loading a model: hyperparameters from GGUF metadata, every tensor bound to
+ * its role and its shape checked, tokenizer built. Weights stay mmapped. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "util.h"
+
+tnd_model_params tnd_model_default_params(void) {
+    tnd_model_params p = {.n_threads = 0, .verbose = false};
+    return p;
+}
+
+/* Reads "<arch>.<key>" as an int; required keys fail with a message. */
+static bool hp_int(const tnd_gguf *g, const char *arch, const char *key, bool required, int *out) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    int64_t v;
+    tnd_clear_error();
+    if (!gguf_get_i64(g, full, &v)) {
+        if (*tnd_last_error()) return false;  /* present, wrong type */
+        if (!required) return true;
+        tnd_fail(TND_ERR_FORMAT, "%s: missing hyperparameter '%s'", gguf_path(g), full);
+        return false;
+    }
+    if (v < 0 || v > (1 << 30)) {
+        tnd_fail(TND_ERR_FORMAT, "%s: hyperparameter '%s' = %lld is out of range", gguf_path(g), full, (long long)v);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+static bool hp_float(const tnd_gguf *g, const char *arch, const char *key, float *out) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    tnd_clear_error();
+    float v;
+    if (!gguf_get_f32(g, full, &v)) return !*tnd_last_error();
+    if (!isfinite(v)) {
+        tnd_fail(TND_ERR_FORMAT, "%s: hyperparameter '%s' is not finite", gguf_path(g), full);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static tnd_status read_hparams(tnd_model *m) {
+    const tnd_gguf *g = m->gguf;
+    const char *a = m->arch->name;
+    tnd_hparams *hp = &m->hp;
+    memset(hp, 0, sizeof *hp);
+    if (!hp_int(g, a, "block_count", true, &hp->n_layer) ||
+        !hp_int(g, a, "embedding_length", true, &hp->n_embd) ||
+        !hp_int(g, a, "attention.head_count", true, &hp->n_head))
+        return TND_ERR_FORMAT;
+    hp->n_ctx_train = 4096;
+    hp->n_head_kv = hp->n_head;
+    if (!hp_int(g, a, "context_length", false, &hp->n_ctx_train) ||
+        !hp_int(g, a, "attention.head_count_kv", false, &hp->n_head_kv) ||
+        !hp_int(g, a, "feed_forward_length", !m->arch->moe, &hp->n_ff))
+        return TND_ERR_FORMAT;
+    if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
+        hp->n_head % hp->n_head_kv != 0)
+        return tnd_fail(TND_ERR_FORMAT, "%s: inconsistent hyperparameters (layers %d, embd %d, heads %d/%d)",
+                        gguf_path(g), hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    int vlen = 0;
+    if (!hp_int(g, a, "attention.key_length", false, &hp->head_dim) ||
+        !hp_int(g, a, "attention.value_length", false, &vlen))
+        return TND_ERR_FORMAT;
+    if (vlen && vlen != hp->head_dim)
+        return tnd_fail(TND_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d is not supported",
+                        gguf_path(g), hp->head_dim, vlen);
+    if (hp->head_dim <= 0 || hp->head_dim % 2)
+        return tnd_fail(TND_ERR_FORMAT, "%s: bad head dimension %d", gguf_path(g), hp->head_dim);
+    hp->n_rot = hp->head_dim;
+    if (!hp_int(g, a, "rope.dimension_count", false, &hp->n_rot)) return TND_ERR_FORMAT;
+    if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return tnd_fail(TND_ERR_FORMAT, "%s: bad rope dimension %d", gguf_path(g), hp->n_rot);
+    hp->eps = 1e-6f;
+    hp->rope_base = 10000.0f;
+    hp->rope_scale = 1.0f;
+    if (!hp_float(g, a, "attention.layer_norm_rms_epsilon", &hp->eps) ||
+        !hp_float(g, a, "rope.freq_base", &hp->rope_base))
+        return TND_ERR_FORMAT;
+    float factor = 0;
+    if (!hp_float(g, a, "rope.scaling.factor", &factor)) return TND_ERR_FORMAT;
+    {
+        char key[128];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+        char *t = gguf_get_cstr(g, key);
+        if (t && !strcmp(t, "linear") && factor > 0) hp->rope_scale = 1.0f / factor;
+        else if (t && strcmp(t, "none") && strcmp(t, "linear")) {
+            TND_WARN("%s: rope scaling '%s' is not supported; ignoring it (long contexts may degrade)",
+                     gguf_path(g), t);
+        }
+        free(t);
+    }
+    if (m->arch->moe) {
+        if (!hp_int(g, a, "expert_count", true, &hp->n_expert) ||
+            !hp_int(g, a, "expert_used_count", true, &hp->n_expert_used) ||
+            !hp_int(g, a, "expert_feed_forward_length", true, &hp->n_ff_exp))
+            return TND_ERR_FORMAT;
+        if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
+            return tnd_fail(TND_ERR_FORMAT, "%s: bad expert counts (%d used of %d)", gguf_path(g),
+                            hp->n_expert_used, hp->n_expert);
+        hp->expert_norm = true; /* qwen3moe normalizes the top-k weights */
+        char key[128];
+        snprintf(key, sizeof key, "%s.expert_weights_norm", a);
+        bool b;
+        if (gguf_get_bool(g, key, &b)) hp->expert_norm = b;
+    }
+    if (m->arch->swa) {
+        hp->swa_period = 6;
+        hp->rope_base_local = 10000.0f;
+        if (!hp_int(g, a, "attention.sliding_window", false, &hp->swa_window)) return TND_ERR_FORMAT;
+    }
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    return TND_OK;
+}
+
+/* Binds a tensor to a role. ne must match {n_in, n_out, n_expert} (trailing
+ * 1s omitted for 1-D weights: n_out = 0 means a vector of n_in). */
+static tnd_status bind(tnd_model *m, tnd_weight *w, const char *name, int64_t n_in, int64_t n_out,
+                       int64_t n_expert, bool required) {
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    memset(w, 0, sizeof *w);
+    w->id = -1;
+    if (!t) {
+        if (!required) return TND_OK;
+        return tnd_fail(TND_ERR_FORMAT, "%s: missing tensor '%s' (architecture %s)", gguf_path(m->gguf),
+                        name, m->arch->name);
+    }
+    int64_t want[3] = {n_in, n_out ? n_out : 1, n_expert ? n_expert : 1};
+    bool ok = t->n_dims <= 3 || t->ne[3] == 1;
+    for (int d = 0; d < 3; d++) ok = ok && t->ne[d] == want[d];
+    if (!ok)
+        return tnd_fail(TND_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                        gguf_path(m->gguf), name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                        (long long)want[0], (long long)want[1], (long long)want[2]);
+    const tnd_type_traits *tr = tnd_type_traits_get(t->type);
+    if (!tr || !tr->supported)
+        return tnd_fail(TND_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which tandem cannot compute with yet",
+                        gguf_path(m->gguf), name, tnd_type_name(t->type));
+    if (!n_out && t->type != TND_TYPE_F32)
+        return tnd_fail(TND_ERR_UNSUPPORTED, "%s: vector '%s' has type %s; only F32 norms/biases are supported",
+                        gguf_path(m->gguf), name, tnd_type_name(t->type));
+    w->t = t;
+    w->type = t->type;
+    w->data = t->data;
+    w->n_in = n_in;
+    w->n_out = n_out ? n_out : 1;
+    w->n_expert = n_expert ? n_expert : 1;
+    m->weight_bytes += t->nbytes;
+    if (m->n_slices % 64 == 0) {
+        tnd_weight **s = realloc(m->slices, sizeof *s * (size_t)(m->n_slices + 64));
+        if (!s) return tnd_fail(TND_ERR_NOMEM, "out of memory");
+        m->slices = s;
+    }
+    w->id = m->n_slices;
+    m->slices[m->n_slices++] = w;
+    return TND_OK;
+}
+
+static tnd_status bind_layer(tnd_model *m, int il) {
+    const tnd_hparams *hp = &m->hp;
+    tnd_layer *L = &m->layers[il];
+    const tnd_arch *A = m->arch;
+    int64_t E = hp->n_embd, q = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+    char n[128];
+    tnd_status st;
+#define B(field, role, in, out, ne, req)                                   \
+    snprintf(n, sizeof n, "blk.%d.%s", il, role);                          \
+    if ((st = bind(m, &L->field, n, in, out, ne, req)) != TND_OK) return st;
+    B(attn_norm, "attn_norm.weight", E, 0, 0, true);
+    B(wq, "attn_q.weight", E, q, 0, true);
+    B(wk, "attn_k.weight", E, kv, 0, true);
+    B(wv, "attn_v.weight", E, kv, 0, true);
+    B(wo, "attn_output.weight", q, E, 0, true);
+    B(bq, "attn_q.bias", q, 0, 0, A->qkv_bias);
+    B(bk, "attn_k.bias", kv, 0, 0, A->qkv_bias);
+    B(bv, "attn_v.bias", kv, 0, 0, A->qkv_bias);
+    B(q_norm, "attn_q_norm.weight", hp->head_dim, 0, 0, A->qk_norm);
+    B(k_norm, "attn_k_norm.weight", hp->head_dim, 0, 0, A->qk_norm);
+    B(attn_post_norm, "post_attention_norm.weight", E, 0, 0, A->post_norms);
+    B(ffn_norm, "ffn_norm.weight", E, 0, 0, true);
+    B(ffn_post_norm, "post_ffw_norm.weight", E, 0, 0, A->post_norms);
+    if (A->moe) {
+        B(router, "ffn_gate_inp.weight", E, hp->n_expert, 0, true);
+        B(gate_exps, "ffn_gate_exps.weight", E, hp->n_ff_exp, hp->n_expert, true);
+        B(up_exps, "ffn_up_exps.weight", E, hp->n_ff_exp, hp->n_expert, true);
+        B(down_exps, "ffn_down_exps.weight", hp->n_ff_exp, E, hp->n_expert, true);
+        if (L->router.type != TND_TYPE_F32 && L->router.type != TND_TYPE_F16 && L->router.type != TND_TYPE_BF16)
+            TND_DEBUG("router of layer %d is quantized (%s)", il, tnd_type_name(L->router.type));
+    } else {
+        B(ffn_gate, "ffn_gate.weight", E, hp->n_ff, 0, true);
+        B(ffn_up, "ffn_up.weight", E, hp->n_ff, 0, true);
+        B(ffn_down, "ffn_down.weight", hp->n_ff, E, 0, true);
+    }
+#undef B
+    L->swa = A->swa && hp->swa_window > 0 && hp->swa_period > 0 && (il + 1) % hp->swa_period != 0;
+    return TND_OK;
+}
+
+static tnd_status load_tensors(tnd_model *m) {
+    const tnd_hparams *hp = &m->hp;
+    const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!te) return tnd_fail(TND_ERR_FORMAT, "%s: missing tensor 'token_embd.weight'", gguf_path(m->gguf));
+    m->hp.n_vocab = (int)te->ne[1];
+    tnd_status st;
+    if ((st = bind(m, &m->tok_embd, "token_embd.weight", hp->n_embd, te->ne[1], 0, true)) ||
+        (st = bind(m, &m->output_norm, "output_norm.weight", hp->n_embd, 0, 0, true)) ||
+        (st = bind(m, &m->output, "output.weight", hp->n_embd, te->ne[1], 0, false)))
+        return st;
+    if (!m->output.t) {
+        m->output = m->tok_embd; /* tied embeddings (SmolLM2, gemma): same slice */
+        m->hp_tied = true;
+    }
+    m->layers = tnd_calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return TND_ERR_NOMEM;
+    for (int il = 0; il < hp->n_layer; il++)
+        if ((st = bind_layer(m, il)) != TND_OK) return st;
+    return TND_OK;
+}
+
+static void describe(tnd_model *m) {
+    char *name = gguf_get_cstr(m->gguf, "general.name");
+    double params = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+        params += (double)t->ne[0] * (double)t->ne[1] * (double)t->ne[2] * (double)t->ne[3];
+    }
+    snprintf(m->desc, sizeof m->desc, "%s (%s, %.0fM params, %.0f MiB, %d layers)", name ? name : "model",
+             m->arch->name, params / 1e6, (double)m->weight_bytes / (1 << 20), m->hp.n_layer);
+    free(name);
+}
+
+tnd_status tnd_model_load(const char *path, const tnd_model_params *p, tnd_model **out) {
+    tnd_model_params dp = tnd_model_default_params();
+    if (!p) p = &dp;
+    tnd_model *m = tnd_calloc(1, sizeof *m);
+    if (!m) return TND_ERR_NOMEM;
+    tnd_status st = tnd_gguf_open(path, &m->gguf);
+    if (st) goto fail;
+    char *arch = gguf_get_cstr(m->gguf, "general.architecture");
+    if (!arch) {
+        st = tnd_fail(TND_ERR_FORMAT, "%s: no general.architecture key (is this a model file?)", path);
+        goto fail;
+    }
+    m->arch = tnd_arch_find(arch);
+    if (!m->arch) {
+        st = tnd_fail(TND_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)", path, arch,
+                      tnd_arch_list());
+        free(arch);
+        goto fail;
+    }
+    free(arch);
+    if ((st = read_hparams(m)) || (st = load_tensors(m))) goto fail;
+    if ((st = tnd_tokenizer_new(m->gguf, &m->tok))) {
+        tnd_fail_wrap(st, "%s: tokenizer: ", path);
+        goto fail;
+    }
+    if (tnd_tokenizer_n_vocab(m->tok) != m->hp.n_vocab)
+        TND_WARN("%s: tokenizer has %d tokens, embeddings %d rows", path, tnd_tokenizer_n_vocab(m->tok),
+                 m->hp.n_vocab);
+    m->chat_template = gguf_get_cstr(m->gguf, "tokenizer.chat_template");
+    m->n_threads = p->n_threads > 0 ? p->n_threads : tnd_physical_cores();
+    m->pool = tnd_pool_new(m->n_threads);
+    if (!m->pool) {
+        st = TND_ERR_NOMEM;
+        goto fail;
+    }
+    describe(m);
+    *out = m;
+    return TND_OK;
+fail:
+    tnd_model_free(m);
+    return st;
+}
+
+void tnd_model_free(tnd_model *m) {
+    if (!m) return;
+    tnd_pool_free(m->pool);
+    tnd_tokenizer_free(m->tok);
+    free(m->chat_template);
+    free(m->layers);
+    free(m->slices);
+    tnd_gguf_free(m->gguf);
+    free(m);
+}
+
+const tnd_tokenizer *tnd_model_tokenizer(const tnd_model *m) { return m->tok; }
+int32_t tnd_model_n_vocab(const tnd_model *m) { return m->hp.n_vocab; }
+int32_t tnd_model_n_ctx_train(const tnd_model *m) { return m->hp.n_ctx_train; }
+const char *tnd_model_chat_template(const tnd_model *m) { return m->chat_template; }
+const char *tnd_model_desc(const tnd_model *m) { return m->desc; }
+uint64_t tnd_model_weight_bytes(const tnd_model *m) { return m->weight_bytes; }
+
+tnd_status tnd_parse_budget(const char *s, const tnd_model *m, uint64_t *out) {
+    size_t n = s ? strlen(s) : 0;
+    if (n > 1 && s[n - 1] == '%') {
+        char *end;
+        double pct = strtod(s, &end);
+        if (end != s + n - 1 || !(pct > 0) || pct > 1000)
+            return tnd_fail(TND_ERR_ARG, "bad budget '%s' (want e.g. 50%% or 6G)", s);
+        *out = (uint64_t)((double)m->weight_bytes * pct / 100.0);
+        return TND_OK;
+    }
+    char *end;
+    double v = s && *s ? strtod(s, &end) : -1;
+    if (!s || !*s || v < 0 || !isfinite(v)) return tnd_fail(TND_ERR_ARG, "bad budget '%s' (want e.g. 50%% or 6G)", s ? s : "");
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (mul > 1 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
+    if (*end) return tnd_fail(TND_ERR_ARG, "bad budget '%s' (want e.g. 50%% or 6G)", s);
+    *out = (uint64_t)(v * mul);
+    return TND_OK;
+}

@@ -1,0 +1,121 @@
+/* Model and context behaviour on the default model: chunked prefill equals
+ * one-token-at-a-time evaluation, truncation rewinds exactly, limits and bad
+ * inputs fail cleanly. Skips (77) when the default model is absent. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tandem.h"
+
+static int failures;
+#define CHECK(c, ...)                                                   \
+    do {                                                                \
+        if (!(c)) {                                                     \
+            failures++;                                                 \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);        \
+            fprintf(stderr, __VA_ARGS__);                               \
+            fputc('\n', stderr);                                        \
+        }                                                               \
+    } while (0)
+
+static float max_abs_diff(const float *a, const float *b, int n) {
+    float m = 0;
+    for (int i = 0; i < n; i++) m = fmaxf(m, fabsf(a[i] - b[i]));
+    return m;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+int main(void) {
+    char path[4096];
+    const char *src = getenv("TND_SRC");
+    snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");
+    if (access(path, R_OK) != 0) {
+        printf("skipped: %s missing\n", path);
+        return 77;
+    }
+    tnd_model_params mp = tnd_model_default_params();
+    mp.n_threads = 2;
+    tnd_model *m;
+    if (tnd_model_load(path, &mp, &m)) {
+        fprintf(stderr, "load: %s\n", tnd_last_error());
+        return 1;
+    }
+    int nv = tnd_model_n_vocab(m);
+    const tnd_tokenizer *tok = tnd_model_tokenizer(m);
+    const char *text = "The quick brown fox jumps over the lazy dog. Paris is the capital of";
+    int32_t *ids;
+    size_t n;
+    CHECK(tnd_tokenize(tok, text, strlen(text), true, false, &ids, &n) == TND_OK && n > 8, "tokenize");
+
+    /* Prefill in chunks of 5 vs one token at a time vs all at once: same
+     * arithmetic per token (the matmul quantizes each token's activations
+     * independently), so logits agree to float rounding of accumulation order. */
+    float *a = malloc(sizeof(float) * nv), *b = malloc(sizeof(float) * nv), *c1 = malloc(sizeof(float) * nv);
+    tnd_ctx_params cp = tnd_ctx_default_params();
+    cp.n_ctx = 128;
+    tnd_ctx *whole, *chunked, *single;
+    CHECK(tnd_ctx_new(m, &cp, &whole) == TND_OK, "ctx");
+    cp.n_batch = 5;
+    CHECK(tnd_ctx_new(m, &cp, &chunked) == TND_OK, "ctx");
+    cp.n_batch = 1;
+    CHECK(tnd_ctx_new(m, &cp, &single) == TND_OK, "ctx");
+    CHECK(tnd_ctx_eval(whole, ids, (int)n, a) == TND_OK, "eval whole: %s", tnd_last_error());
+    CHECK(tnd_ctx_eval(chunked, ids, (int)n, b) == TND_OK, "eval chunked");
+    for (size_t i = 0; i < n; i++) CHECK(tnd_ctx_eval(single, &ids[i], 1, c1) == TND_OK, "eval single");
+    float d1 = max_abs_diff(a, b, nv), d2 = max_abs_diff(a, c1, nv);
+    CHECK(d1 < 1e-3f && d2 < 1e-3f, "chunked prefill differs: %g %g", d1, d2);
+    CHECK(argmax(a, nv) == argmax(b, nv) && argmax(a, nv) == argmax(c1, nv), "argmax differs");
+    CHECK(tnd_ctx_n_past(whole) == (int)n, "n_past %d != %zu", tnd_ctx_n_past(whole), n);
+
+    /* Truncate and re-evaluate the last token: identical logits. */
+    CHECK(tnd_ctx_truncate(whole, (int)n - 1) == TND_OK, "truncate");
+    CHECK(tnd_ctx_eval(whole, &ids[n - 1], 1, b) == TND_OK, "re-eval");
+    CHECK(max_abs_diff(a, b, nv) < 1e-3f, "truncate + re-eval differs: %g", max_abs_diff(a, b, nv));
+    CHECK(tnd_ctx_truncate(whole, (int)n + 5) == TND_ERR_ARG, "truncate beyond n_past must fail");
+
+    /* Context limit: fails cleanly and leaves the cache unchanged. */
+    int32_t many[200];
+    for (int i = 0; i < 200; i++) many[i] = ids[i % n];
+    int before = tnd_ctx_n_past(whole);
+    CHECK(tnd_ctx_eval(whole, many, 200, NULL) == TND_ERR_LIMIT, "overflow must fail with LIMIT");
+    CHECK(strstr(tnd_last_error(), "context") != NULL, "message: %s", tnd_last_error());
+    CHECK(tnd_ctx_n_past(whole) == before, "failed eval changed the cache");
+
+    /* Bad token ids and empty input. */
+    int32_t bad = nv;
+    CHECK(tnd_ctx_eval(whole, &bad, 1, NULL) == TND_ERR_ARG, "id == n_vocab must fail");
+    bad = -1;
+    CHECK(tnd_ctx_eval(whole, &bad, 1, NULL) == TND_ERR_ARG, "negative id must fail");
+    CHECK(tnd_ctx_eval(whole, ids, 0, NULL) == TND_ERR_ARG, "no tokens must fail");
+
+    /* A context longer than the model was trained for is refused. */
+    tnd_ctx *huge;
+    cp.n_ctx = tnd_model_n_ctx_train(m) + 1;
+    CHECK(tnd_ctx_new(m, &cp, &huge) == TND_ERR_LIMIT, "n_ctx > training context must fail");
+
+    /* Loading garbage fails with a message naming the file. */
+    tnd_model *bad_m;
+    char junk[4096];
+    snprintf(junk, sizeof junk, "%s/CMakeLists.txt", src ? src : ".");
+    CHECK(tnd_model_load(junk, &mp, &bad_m) != TND_OK, "loading a non-GGUF must fail");
+    CHECK(strstr(tnd_last_error(), "CMakeLists.txt") != NULL, "message should name the file: %s", tnd_last_error());
+
+    tnd_ctx_free(whole);
+    tnd_ctx_free(chunked);
+    tnd_ctx_free(single);
+    tnd_model_free(m);
+    free(ids);
+    free(a);
+    free(b);
+    free(c1);
+    printf("%d failed\n", failures);
+    return failures ? 1 : 0;
+}
