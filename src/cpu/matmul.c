@@ -273,7 +273,10 @@ void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_i
     };
     if (k->mm[wt].act == tr->vec_dot_type) {
         j.fn = k->mm[wt].fn;
-        if (n_tok >= TND_GEMM_MIN_TOK && n_in % TND_CHUNK == 0) j.gemm = k->mm[wt].gemm;
+        /* The prefill kernel also serves small n_tok for formats without a
+         * matvec kernel: its repack costs a few passes over the row, still
+         * far less than the scalar path. */
+        if ((n_tok >= TND_GEMM_MIN_TOK || !j.fn) && n_in % TND_CHUNK == 0) j.gemm = k->mm[wt].gemm;
     }
     j.act = tr->vec_dot_type;
     size_t aux_bytes = j.gemm ? (size_t)(n_in / TND_CHUNK) * (size_t)n_tok * sizeof(tnd_act_aux) : 0;

@@ -622,6 +622,40 @@ TGTI void gemm_tile(int64_t nc, const uint8_t *q, const float *dv, const float *
     }
 }
 
+
+/* Small n_tok for formats without a dedicated matvec kernel: each row is
+ * unpacked once (vectorized) into u, d, m, then dotted 32 elements at a time
+ * with up to 4 tokens; the int32 lanes 0-3 hold the first 16-chunk's partial
+ * sums and lanes 4-7 the second's, so per-chunk scales apply lane-wise and the
+ * integer offset is removed exactly from one lane of each half. */
+TGTI void row_unpacked(int64_t n, const uint8_t *u, const float *dv, const float *mv, const char *xq, size_t x_row,
+                       const tnd_act_aux *aux, int64_t naux, int nt, float *y, int64_t ys, const int AB,
+                       const int AH, const int CPB, const int OFF, const int MIN) {
+    __m256 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t c = 0; c < n / TND_CHUNK; c += 2) {
+        __m256i uv = _mm256_loadu_si256((const __m256i *)(u + TND_CHUNK * c));
+        __m256 d = _mm256_set_m128(_mm_set1_ps(dv[c + 1]), _mm_set1_ps(dv[c]));
+        __m256 m = MIN ? _mm256_set_m128(_mm_set1_ps(mv[c + 1]), _mm_set1_ps(mv[c])) : d;
+        int64_t off_a = (c / CPB) * AB + AH + (c % CPB) * TND_CHUNK; /* c even: 32 contiguous bytes */
+        for (int t = 0; t < nt; t++) {
+            const tnd_act_aux *x = aux + t * naux + c;
+            __m256i av = _mm256_loadu_si256((const __m256i *)(xq + t * x_row + off_a));
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(uv, av), ones);
+            if (OFF) p = _mm256_sub_epi32(p, _mm256_setr_epi32(OFF * x[0].sa, 0, 0, 0, OFF * x[1].sa, 0, 0, 0));
+            __m256 da = _mm256_set_m128(_mm_set1_ps(x[1].da), _mm_set1_ps(x[0].da));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(d, da), acc[t]);
+            if (MIN) {
+                /* the min term once per chunk: lane 0 of each half */
+                __m256 dsa = _mm256_setr_ps(x[0].dsa, 0, 0, 0, x[1].dsa, 0, 0, 0);
+                acc[t] = _mm256_fnmadd_ps(m, dsa, acc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(acc[t]);
+}
+
 #define GEMM(NAME, UNPACK, ACT, OFF, SIX, SGN, MIN)                                                         \
     TGT static void NAME(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,  \
                          const tnd_act_aux *aux, int64_t nt, float *y, int64_t ys) {                           \
@@ -636,6 +670,21 @@ TGTI void gemm_tile(int64_t nc, const uint8_t *q, const float *dv, const float *
         }                                                                                                   \
         uint8_t *q = buf, *tmp = buf + gq + 2 * gf;                                                         \
         float *d = (float *)(buf + gq), *m = (float *)(buf + gq + gf);                                      \
+        if (nt < TND_GEMM_MIN_TOK && !(SGN)) {                                                              \
+            for (int64_t r = 0; r < nr; r++) {                                                              \
+                memset(m, 0, (size_t)nc * sizeof(float));                                                   \
+                UNPACK((const char *)W + (size_t)r * w_row, n_in, tmp, d, m);                               \
+                for (int64_t t = 0; t < nt; t += 4) {                                                       \
+                    int k = nt - t < 4 ? (int)(nt - t) : 4;                                                 \
+                    const char *xt = (const char *)xq + t * x_row;                                          \
+                    if (k == 4) row_unpacked(n_in, tmp, d, m, xt, x_row, aux + t * nc, nc, 4, y + t * ys + r, ys, ACT, OFF, MIN); \
+                    else if (k == 3) row_unpacked(n_in, tmp, d, m, xt, x_row, aux + t * nc, nc, 3, y + t * ys + r, ys, ACT, OFF, MIN); \
+                    else if (k == 2) row_unpacked(n_in, tmp, d, m, xt, x_row, aux + t * nc, nc, 2, y + t * ys + r, ys, ACT, OFF, MIN); \
+                    else row_unpacked(n_in, tmp, d, m, xt, x_row, aux + t * nc, nc, 1, y + t * ys + r, ys, ACT, OFF, MIN); \
+                }                                                                                           \
+            }                                                                                               \
+            return;                                                                                         \
+        }                                                                                                   \
         for (int64_t r0 = 0; r0 < nr; r0 += 8) {                                                            \
             int rows = nr - r0 < 8 ? (int)(nr - r0) : 8;                                                    \
             repack8(UNPACK, (const char *)W + (size_t)r0 * w_row, w_row, rows, n_in, tmp, q, d, m);         \
