@@ -716,6 +716,73 @@ GEMM(gemm_q4_K, unpack_q4_K, ACT_Q8_K, 0, 0, 0, 1)
 GEMM(gemm_q5_K, unpack_q5_K, ACT_Q8_K, 0, 0, 0, 1)
 GEMM(gemm_q6_K, unpack_q6_K, ACT_Q8_K, 32, 1, 0, 0)
 
+
+/* ---- float weights (F32, F16, BF16) x F32 activations -----------------------
+ * Tiles of 2 rows x up to 4 tokens: each converted weight vector serves 4
+ * tokens, each activation vector 2 rows. Tail elements (n_in % 8) in scalar. */
+
+TGTI __m256 load8_f32(const void *p) { return _mm256_loadu_ps((const float *)p); }
+TGTI __m256 load8_f16(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+TGTI __m256 load8_bf16(const void *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+TGTI float get_f32(const void *p, int64_t i) { return ((const float *)p)[i]; }
+TGTI float get_f16(const void *p, int64_t i) { return h2f(((const uint16_t *)p)[i]); }
+TGTI float get_bf16(const void *p, int64_t i) { return tnd_bf16_to_fp32(((const uint16_t *)p)[i]); }
+
+#define FLOAT_KERNEL(NAME, LOAD8, GET, ES)                                                                   \
+    TGTI void NAME##_tile(int64_t n, const char *w0, const char *w1, int nrow, const float *x, int64_t xs,   \
+                          int nt, float *y, int64_t ys) {                                                    \
+        __m256 acc[2][4];                                                                                    \
+        for (int r = 0; r < 2; r++)                                                                          \
+            for (int t = 0; t < 4; t++) acc[r][t] = _mm256_setzero_ps();                                     \
+        int64_t i = 0;                                                                                       \
+        for (; i + 8 <= n; i += 8) {                                                                         \
+            __m256 a = LOAD8(w0 + i * ES), b = nrow > 1 ? LOAD8(w1 + i * ES) : a;                            \
+            for (int t = 0; t < nt; t++) {                                                                   \
+                __m256 xv = _mm256_loadu_ps(x + t * xs + i);                                                 \
+                acc[0][t] = _mm256_fmadd_ps(a, xv, acc[0][t]);                                               \
+                if (nrow > 1) acc[1][t] = _mm256_fmadd_ps(b, xv, acc[1][t]);                                 \
+            }                                                                                                \
+        }                                                                                                    \
+        for (int t = 0; t < nt; t++)                                                                         \
+            for (int r = 0; r < nrow; r++) {                                                                 \
+                float s = hsum_ps(acc[r][t]);                                                                \
+                const char *w = r ? w1 : w0;                                                                 \
+                for (int64_t k = i; k < n; k++) s += GET(w, k) * x[t * xs + k];                              \
+                y[t * ys + r] = s;                                                                           \
+            }                                                                                                \
+    }                                                                                                        \
+    TGT static void NAME(int64_t n, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,    \
+                         int64_t nt, float *y, int64_t ys) {                                                 \
+        const float *x = xq;                                                                                 \
+        int64_t xs = (int64_t)(x_row / sizeof(float));                                                       \
+        for (int64_t r = 0; r < nr; r += 2) {                                                                \
+            const char *w0 = (const char *)W + (size_t)r * w_row, *w1 = w0 + w_row;                          \
+            int nrow = nr - r > 1 ? 2 : 1;                                                                   \
+            for (int64_t t = 0; t < nt; t += 4) {                                                            \
+                int k = nt - t < 4 ? (int)(nt - t) : 4;                                                      \
+                float *yt = y + t * ys + r;                                                                  \
+                const float *xt = x + t * xs;                                                                \
+                if (nrow == 2) {                                                                             \
+                    if (k == 4) NAME##_tile(n, w0, w1, 2, xt, xs, 4, yt, ys);                                \
+                    else if (k == 3) NAME##_tile(n, w0, w1, 2, xt, xs, 3, yt, ys);                           \
+                    else if (k == 2) NAME##_tile(n, w0, w1, 2, xt, xs, 2, yt, ys);                           \
+                    else NAME##_tile(n, w0, w1, 2, xt, xs, 1, yt, ys);                                       \
+                } else {                                                                                     \
+                    if (k == 4) NAME##_tile(n, w0, w0, 1, xt, xs, 4, yt, ys);                                \
+                    else if (k == 3) NAME##_tile(n, w0, w0, 1, xt, xs, 3, yt, ys);                           \
+                    else if (k == 2) NAME##_tile(n, w0, w0, 1, xt, xs, 2, yt, ys);                           \
+                    else NAME##_tile(n, w0, w0, 1, xt, xs, 1, yt, ys);                                       \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
+FLOAT_KERNEL(mm_f32, load8_f32, get_f32, 4)
+FLOAT_KERNEL(mm_f16, load8_f16, get_f16, 2)
+FLOAT_KERNEL(mm_bf16, load8_bf16, get_bf16, 2)
+
 void tnd_cpu_kernels_avx2(tnd_cpu_kernels *k) {
     k->quant[TND_TYPE_Q8_0] = quant_q8_0;
     k->quant[TND_TYPE_Q8_1] = quant_q8_1;
@@ -731,4 +798,7 @@ void tnd_cpu_kernels_avx2(tnd_cpu_kernels *k) {
     k->mm[TND_TYPE_Q4_K] = (tnd_mm_entry){mm_q4_K, TND_TYPE_Q8_K, gemm_q4_K};
     k->mm[TND_TYPE_Q5_K] = (tnd_mm_entry){NULL, TND_TYPE_Q8_K, gemm_q5_K};
     k->mm[TND_TYPE_Q6_K] = (tnd_mm_entry){mm_q6_K, TND_TYPE_Q8_K, gemm_q6_K};
+    k->mm[TND_TYPE_F32] = (tnd_mm_entry){mm_f32, TND_TYPE_F32, NULL};
+    k->mm[TND_TYPE_F16] = (tnd_mm_entry){mm_f16, TND_TYPE_F32, NULL};
+    k->mm[TND_TYPE_BF16] = (tnd_mm_entry){mm_bf16, TND_TYPE_F32, NULL};
 }
