@@ -46,6 +46,13 @@ typedef struct merge_ent {
     int32_t res;    /* id of the merged token */
 } merge_ent;
 
+/* A slot of the text -> id table; the hash's high bits are kept so that most
+ * probes that miss never touch the token text. */
+typedef struct hslot {
+    int32_t id;   /* -1: empty */
+    uint32_t tag;
+} hslot;
+
 struct tnd_tokenizer {
     tok_kind kind;
     tok_pre pre;
@@ -55,7 +62,7 @@ struct tnd_tokenizer {
     float *scores;      /* n_vocab; 0 when the vocab has none */
     uint8_t *type;      /* n_vocab TT_* */
     uint8_t *eog;       /* n_vocab flags */
-    int32_t *htab;      /* open addressing text -> id, -1 empty */
+    hslot *htab;        /* open addressing text -> id */
     uint64_t hmask;
     merge_ent *mtab;    /* BPE merges */
     uint64_t mmask;
@@ -114,9 +121,12 @@ static inline const char *tok_text(const tnd_tokenizer *t, int32_t id, size_t *n
 }
 
 static int32_t lookup(const tnd_tokenizer *t, const char *s, size_t n) {
-    for (uint64_t i = hash_bytes(s, n) & t->hmask;; i = (i + 1) & t->hmask) {
-        int32_t id = t->htab[i];
+    uint64_t h = hash_bytes(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint64_t i = h & t->hmask;; i = (i + 1) & t->hmask) {
+        int32_t id = t->htab[i].id;
         if (id < 0) return -1;
+        if (t->htab[i].tag != tag) continue;
         size_t tn;
         const char *ts = tok_text(t, id, &tn);
         if (tn == n && !memcmp(ts, s, n)) return id;
@@ -991,7 +1001,7 @@ tnd_status tnd_tokenizer_new(const tnd_gguf *g, tnd_tokenizer **out) {
         goto fail;
     }
     t->hmask = hcap - 1;
-    memset(t->htab, 0xff, hcap * sizeof *t->htab);
+    for (uint64_t i = 0; i < hcap; i++) t->htab[i].id = -1;
     uint32_t at = 0;
     for (int32_t i = 0; i < nv; i++) {
         gguf_str s = toks->v.arr.strs[i];
@@ -1011,11 +1021,13 @@ tnd_status tnd_tokenizer_new(const tnd_gguf *g, tnd_tokenizer **out) {
     for (int32_t i = 0; i < nv; i++) {
         size_t n;
         const char *s = tok_text(t, i, &n);
-        uint64_t h = hash_bytes(s, n) & t->hmask;
+        uint64_t hv = hash_bytes(s, n), h = hv & t->hmask;
+        uint32_t tag = (uint32_t)(hv >> 32);
         bool dup = false;
         for (;; h = (h + 1) & t->hmask) {
-            int32_t id = t->htab[h];
+            int32_t id = t->htab[h].id;
             if (id < 0) break;
+            if (t->htab[h].tag != tag) continue;
             size_t tn;
             const char *ts = tok_text(t, id, &tn);
             if (tn == n && !memcmp(ts, s, n)) {
@@ -1023,7 +1035,7 @@ tnd_status tnd_tokenizer_new(const tnd_gguf *g, tnd_tokenizer **out) {
                 break;
             }
         }
-        if (!dup) t->htab[h] = i;
+        if (!dup) t->htab[h] = (hslot){i, tag};
     }
 
     for (int b = 0; b < 256; b++) {
