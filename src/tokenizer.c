@@ -456,6 +456,65 @@ static size_t m_deepseek3(const uint32_t *cp, size_t i, size_t end) {
     return space_tail(cp, i, end);
 }
 
+/* GPT-4o (o200k, also Llama 4) and Tekken (Mistral):
+ *   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+C?
+ *  |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*C?
+ *  |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * with C = (?i:'s|'t|'re|'ve|'m|'ll|'d) for GPT-4o; Tekken has no C and
+ * single digits. U (upper-ish) and W (lower-ish) share Lm, Lo and marks,
+ * which is why U*W+ needs the backtracking below. */
+static bool c_upperish(uint32_t c) {
+    enum uni_cat k = uni_category(c);
+    return k == UNI_Lu || k == UNI_Lt || k == UNI_Lm || k == UNI_Lo || (k >= UNI_Mn && k <= UNI_Me);
+}
+static bool c_lowerish(uint32_t c) {
+    enum uni_cat k = uni_category(c);
+    return (k >= UNI_Ll && k <= UNI_Lo && k != UNI_Lt) || (k >= UNI_Mn && k <= UNI_Me);
+}
+static bool c_slash_crlf(uint32_t c) { return c == '\r' || c == '\n' || c == '/'; }
+
+/* U*W+ at s: the longest U* that still leaves a W, then W+ greedily. */
+static size_t seq_u_star_w_plus(const uint32_t *cp, size_t s, size_t end) {
+    size_t a = s + run_of(cp, s, end, c_upperish);
+    size_t w = run_of(cp, a, end, c_lowerish);
+    if (w) return a + w - s;
+    for (size_t m = a; m > s; m--)
+        if (c_lowerish(cp[m - 1])) return m - s;
+    return 0;
+}
+
+/* U+W* at s. */
+static size_t seq_u_plus_w_star(const uint32_t *cp, size_t s, size_t end) {
+    size_t u = run_of(cp, s, end, c_upperish);
+    return u ? u + run_of(cp, s + u, end, c_lowerish) : 0;
+}
+
+static size_t gpt4o_like(const uint32_t *cp, size_t i, size_t end, bool contractions, size_t max_digits) {
+    uint32_t c = cp[i];
+    bool pfx = !uni_is_letter(c) && !uni_is_number(c) && !c_crlf(c) && i + 1 < end;
+    size_t (*const alts[2])(const uint32_t *, size_t, size_t) = {seq_u_star_w_plus, seq_u_plus_w_star};
+    for (int a = 0; a < 2; a++) {
+        size_t k = 0;
+        if (pfx && (k = alts[a](cp, i + 1, end))) k++;
+        else k = alts[a](cp, i, end);
+        if (k) {
+            if (contractions && i + k < end) k += contraction(cp, i + k, end, true);
+            return k;
+        }
+    }
+    size_t k;
+    if ((k = run_of(cp, i, end, c_number))) return k < max_digits ? k : max_digits;
+    if ((k = opt_lead_run(cp, i, end, c_other, false))) return k + run_of(cp, i + k, end, c_slash_crlf);
+    if ((k = run_of(cp, i, end, c_space))) {
+        for (size_t j = i + k; j > i; j--)
+            if (c_crlf(cp[j - 1])) return j - i;
+    }
+    return space_tail(cp, i, end);
+}
+
+static size_t m_gpt4o(const uint32_t *cp, size_t i, size_t end) { return gpt4o_like(cp, i, end, true, 3); }
+static size_t m_tekken(const uint32_t *cp, size_t i, size_t end) { return gpt4o_like(cp, i, end, false, 1); }
+
 #define MAX_STAGES 6
 static const match_fn pre_stages[TOK_PRE_COUNT][MAX_STAGES] = {
     [TOK_PRE_GPT2] = {m_gpt2},
@@ -466,6 +525,8 @@ static const match_fn pre_stages[TOK_PRE_COUNT][MAX_STAGES] = {
     [TOK_PRE_DEEPSEEK_CODER] = {m_crlf, m_sp_letters, m_sp_punct, m_cjk, m_digit},
     [TOK_PRE_DEEPSEEK3] = {m_digits3, m_cjk_kana, m_deepseek3},
     [TOK_PRE_FALCON] = {m_falcon_punct, m_gpt2, m_ascii3},
+    [TOK_PRE_GPT4O] = {m_gpt4o},
+    [TOK_PRE_TEKKEN] = {m_tekken},
 };
 
 static const struct {
@@ -477,7 +538,7 @@ static const struct {
     {"phi-2", TOK_PRE_GPT2}, {"roberta-bpe", TOK_PRE_GPT2},
     {"llama-bpe", TOK_PRE_LLAMA3}, {"llama3", TOK_PRE_LLAMA3}, {"llama-v3", TOK_PRE_LLAMA3},
     {"dbrx", TOK_PRE_LLAMA3}, {"smaug-bpe", TOK_PRE_LLAMA3}, {"chatglm-bpe", TOK_PRE_LLAMA3},
-    {"falcon3", TOK_PRE_LLAMA3}, {"pixtral", TOK_PRE_LLAMA3},
+    {"falcon3", TOK_PRE_LLAMA3},
     {"qwen2", TOK_PRE_QWEN2}, {"deepseek-r1-qwen", TOK_PRE_QWEN2}, {"stablelm2", TOK_PRE_QWEN2},
     {"megrez", TOK_PRE_QWEN2}, {"hunyuan", TOK_PRE_QWEN2},
     {"starcoder", TOK_PRE_STARCODER}, {"smollm", TOK_PRE_STARCODER}, {"refact", TOK_PRE_STARCODER},
@@ -487,6 +548,8 @@ static const struct {
     {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER},
     {"deepseek-v3", TOK_PRE_DEEPSEEK3},
     {"falcon", TOK_PRE_FALCON},
+    {"gpt-4o", TOK_PRE_GPT4O}, {"llama4", TOK_PRE_GPT4O},
+    {"tekken", TOK_PRE_TEKKEN}, {"pixtral", TOK_PRE_TEKKEN},
 };
 
 int tok_pre_from_name(const char *name) {
@@ -1059,7 +1122,9 @@ tnd_status tnd_tokenizer_new(const tnd_gguf *g, tnd_tokenizer **out) {
         }
         free(pre);
         t->pre = (tok_pre)p;
-        t->ignore_merges = t->pre == TOK_PRE_LLAMA3;
+        /* Vocabs converted from tiktoken take a piece that is a whole token
+         * as it is (Hugging Face's ignore_merges). */
+        t->ignore_merges = t->pre == TOK_PRE_LLAMA3 || t->pre == TOK_PRE_GPT4O || t->pre == TOK_PRE_TEKKEN;
         if ((st = load_merges(t, g)) != TND_OK) goto fail;
     }
 

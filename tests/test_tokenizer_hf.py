@@ -29,6 +29,13 @@ LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[
 QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
+GPT4O = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+         r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+         r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+          r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+          r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
 
 def split(pattern):
     return {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
@@ -44,6 +51,8 @@ PRE = {
     "llama-bpe": {"type": "Sequence", "pretokenizers": [split(LLAMA3), byte_level(False)]},
     "qwen2": {"type": "Sequence", "pretokenizers": [split(QWEN2), byte_level(False)]},
     "deepseek-r1-qwen": {"type": "Sequence", "pretokenizers": [split(QWEN2), byte_level(False)]},
+    "gpt-4o": {"type": "Sequence", "pretokenizers": [split(GPT4O), byte_level(False)]},
+    "tekken": {"type": "Sequence", "pretokenizers": [split(TEKKEN), byte_level(False)]},
     "deepseek-coder": {"type": "Sequence", "pretokenizers": [
         split(r"[\r\n]"), split(r"\s?\p{L}+"), split(r"\s?\p{P}+"),
         split("[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"), split(r"\p{N}"), byte_level(False)]},
@@ -54,7 +63,7 @@ ALPHABET = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") * 3 + l
             ["123", "2024", "99999", "3.14"] + [" "] * 12 + ["\n"] * 3 + ["\t", "\r", "\r\n", "\u00a0", "\u3000", "\u2009"] +
             list("'''\".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`") +
             ["'s", "'S", "'ll", "'Re", "'ve", "'d", "'M", "'t"] +
-            list("éüßÄøçñÅ") + list("ĳǅΩωЖж") + list("中文字语言한국어日本語ひらがなカタカナ") +
+            list("éüßÄøçñÅ") + list("ĳǅΩωЖжʰ") + ["ΑΒΓ", "HELLO", "CamelCase", "ALLcaps", "a\u0301b", "\u02b0x"] + list("中文字语言한국어日本語ひらがなカタカナ") +
             ["\u0301", "\u0663", "\u00bd", "\u2160", "\u0e01", "\u17a2", "\u1780"] +
             ["😀", "🦙", "✅", "👍🏽", "😶\u200d🌫\ufe0f", "\u200b", "\ufeff", "\u2581"] +
             list("！（）：，。、～「」‘’“”…"))
@@ -86,7 +95,7 @@ def hf_tokenizer(kvs, pre_name):
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                  "ignore_merges": pre_name == "llama-bpe",
+                  "ignore_merges": pre_name in ("llama-bpe", "gpt-4o", "tekken"),
                   "vocab": {t: i for i, t in reversed(list(enumerate(toks)))}, "merges": merges},
     }
     return Tokenizer.from_str(json.dumps(spec))
@@ -108,7 +117,7 @@ def main():
     if not os.path.isdir(vocab_dir):
         vocab_dir = "/work/shared/testdata/vocab"
     sources = [
-        (os.path.join(SRC, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"), ["smollm", "gpt-2", "llama-bpe", "qwen2", "deepseek-coder"]),
+        (os.path.join(SRC, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"), ["smollm", "gpt-2", "llama-bpe", "qwen2", "deepseek-coder", "gpt-4o", "tekken"]),
         (os.path.join(vocab_dir, "ggml-vocab-gpt-2.gguf"), ["gpt-2"]),
         (os.path.join(SRC, "models", "vocab-deepseek-r1-distill-qwen-7b.gguf"), ["deepseek-r1-qwen"]),
     ]
