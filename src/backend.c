@@ -56,4 +56,9 @@ tnd_status tnd_backend_cuda_new(const tnd_cuda_params *p, tnd_backend **out) {
     (void)out;
     return tnd_fail(TND_ERR_UNSUPPORTED, "this tandem was built without CUDA");
 }
+
+void *tnd_cuda_stream_handle(tnd_stream *s) {
+    (void)s;
+    return NULL;
+}
 #endif

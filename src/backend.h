@@ -252,6 +252,10 @@ int tnd_cuda_device_count(void);
  * without CUDA; TND_ERR_BACKEND if the device cannot be opened. */
 tnd_status tnd_backend_cuda_new(const tnd_cuda_params *p, tnd_backend **out);
 
+/* The cudaStream_t of a CUDA backend stream, for calling src/cuda/cuda_ops.h
+ * directly (tests, benches); NULL when built without CUDA. */
+void *tnd_cuda_stream_handle(tnd_stream *s);
+
 /* ---- helpers over any backend -------------------------------------------- */
 
 /* Frees b (NULL: no-op). */

@@ -46,6 +46,13 @@ typedef struct merge_ent {
     int32_t res;    /* id of the merged token */
 } merge_ent;
 
+/* A slot of the text -> id table; the hash's high bits are kept so that most
+ * probes that miss never touch the token text. */
+typedef struct hslot {
+    int32_t id;   /* -1: empty */
+    uint32_t tag;
+} hslot;
+
 struct tnd_tokenizer {
     tok_kind kind;
     tok_pre pre;
@@ -55,7 +62,7 @@ struct tnd_tokenizer {
     float *scores;      /* n_vocab; 0 when the vocab has none */
     uint8_t *type;      /* n_vocab TT_* */
     uint8_t *eog;       /* n_vocab flags */
-    int32_t *htab;      /* open addressing text -> id, -1 empty */
+    hslot *htab;        /* open addressing text -> id */
     uint64_t hmask;
     merge_ent *mtab;    /* BPE merges */
     uint64_t mmask;
@@ -114,9 +121,12 @@ static inline const char *tok_text(const tnd_tokenizer *t, int32_t id, size_t *n
 }
 
 static int32_t lookup(const tnd_tokenizer *t, const char *s, size_t n) {
-    for (uint64_t i = hash_bytes(s, n) & t->hmask;; i = (i + 1) & t->hmask) {
-        int32_t id = t->htab[i];
+    uint64_t h = hash_bytes(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint64_t i = h & t->hmask;; i = (i + 1) & t->hmask) {
+        int32_t id = t->htab[i].id;
         if (id < 0) return -1;
+        if (t->htab[i].tag != tag) continue;
         size_t tn;
         const char *ts = tok_text(t, id, &tn);
         if (tn == n && !memcmp(ts, s, n)) return id;
@@ -446,6 +456,65 @@ static size_t m_deepseek3(const uint32_t *cp, size_t i, size_t end) {
     return space_tail(cp, i, end);
 }
 
+/* GPT-4o (o200k, also Llama 4) and Tekken (Mistral):
+ *   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+C?
+ *  |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*C?
+ *  |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * with C = (?i:'s|'t|'re|'ve|'m|'ll|'d) for GPT-4o; Tekken has no C and
+ * single digits. U (upper-ish) and W (lower-ish) share Lm, Lo and marks,
+ * which is why U*W+ needs the backtracking below. */
+static bool c_upperish(uint32_t c) {
+    enum uni_cat k = uni_category(c);
+    return k == UNI_Lu || k == UNI_Lt || k == UNI_Lm || k == UNI_Lo || (k >= UNI_Mn && k <= UNI_Me);
+}
+static bool c_lowerish(uint32_t c) {
+    enum uni_cat k = uni_category(c);
+    return (k >= UNI_Ll && k <= UNI_Lo && k != UNI_Lt) || (k >= UNI_Mn && k <= UNI_Me);
+}
+static bool c_slash_crlf(uint32_t c) { return c == '\r' || c == '\n' || c == '/'; }
+
+/* U*W+ at s: the longest U* that still leaves a W, then W+ greedily. */
+static size_t seq_u_star_w_plus(const uint32_t *cp, size_t s, size_t end) {
+    size_t a = s + run_of(cp, s, end, c_upperish);
+    size_t w = run_of(cp, a, end, c_lowerish);
+    if (w) return a + w - s;
+    for (size_t m = a; m > s; m--)
+        if (c_lowerish(cp[m - 1])) return m - s;
+    return 0;
+}
+
+/* U+W* at s. */
+static size_t seq_u_plus_w_star(const uint32_t *cp, size_t s, size_t end) {
+    size_t u = run_of(cp, s, end, c_upperish);
+    return u ? u + run_of(cp, s + u, end, c_lowerish) : 0;
+}
+
+static size_t gpt4o_like(const uint32_t *cp, size_t i, size_t end, bool contractions, size_t max_digits) {
+    uint32_t c = cp[i];
+    bool pfx = !uni_is_letter(c) && !uni_is_number(c) && !c_crlf(c) && i + 1 < end;
+    size_t (*const alts[2])(const uint32_t *, size_t, size_t) = {seq_u_star_w_plus, seq_u_plus_w_star};
+    for (int a = 0; a < 2; a++) {
+        size_t k = 0;
+        if (pfx && (k = alts[a](cp, i + 1, end))) k++;
+        else k = alts[a](cp, i, end);
+        if (k) {
+            if (contractions && i + k < end) k += contraction(cp, i + k, end, true);
+            return k;
+        }
+    }
+    size_t k;
+    if ((k = run_of(cp, i, end, c_number))) return k < max_digits ? k : max_digits;
+    if ((k = opt_lead_run(cp, i, end, c_other, false))) return k + run_of(cp, i + k, end, c_slash_crlf);
+    if ((k = run_of(cp, i, end, c_space))) {
+        for (size_t j = i + k; j > i; j--)
+            if (c_crlf(cp[j - 1])) return j - i;
+    }
+    return space_tail(cp, i, end);
+}
+
+static size_t m_gpt4o(const uint32_t *cp, size_t i, size_t end) { return gpt4o_like(cp, i, end, true, 3); }
+static size_t m_tekken(const uint32_t *cp, size_t i, size_t end) { return gpt4o_like(cp, i, end, false, 1); }
+
 #define MAX_STAGES 6
 static const match_fn pre_stages[TOK_PRE_COUNT][MAX_STAGES] = {
     [TOK_PRE_GPT2] = {m_gpt2},
@@ -456,6 +525,8 @@ static const match_fn pre_stages[TOK_PRE_COUNT][MAX_STAGES] = {
     [TOK_PRE_DEEPSEEK_CODER] = {m_crlf, m_sp_letters, m_sp_punct, m_cjk, m_digit},
     [TOK_PRE_DEEPSEEK3] = {m_digits3, m_cjk_kana, m_deepseek3},
     [TOK_PRE_FALCON] = {m_falcon_punct, m_gpt2, m_ascii3},
+    [TOK_PRE_GPT4O] = {m_gpt4o},
+    [TOK_PRE_TEKKEN] = {m_tekken},
 };
 
 static const struct {
@@ -467,7 +538,7 @@ static const struct {
     {"phi-2", TOK_PRE_GPT2}, {"roberta-bpe", TOK_PRE_GPT2},
     {"llama-bpe", TOK_PRE_LLAMA3}, {"llama3", TOK_PRE_LLAMA3}, {"llama-v3", TOK_PRE_LLAMA3},
     {"dbrx", TOK_PRE_LLAMA3}, {"smaug-bpe", TOK_PRE_LLAMA3}, {"chatglm-bpe", TOK_PRE_LLAMA3},
-    {"falcon3", TOK_PRE_LLAMA3}, {"pixtral", TOK_PRE_LLAMA3},
+    {"falcon3", TOK_PRE_LLAMA3},
     {"qwen2", TOK_PRE_QWEN2}, {"deepseek-r1-qwen", TOK_PRE_QWEN2}, {"stablelm2", TOK_PRE_QWEN2},
     {"megrez", TOK_PRE_QWEN2}, {"hunyuan", TOK_PRE_QWEN2},
     {"starcoder", TOK_PRE_STARCODER}, {"smollm", TOK_PRE_STARCODER}, {"refact", TOK_PRE_STARCODER},
@@ -477,6 +548,8 @@ static const struct {
     {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER},
     {"deepseek-v3", TOK_PRE_DEEPSEEK3},
     {"falcon", TOK_PRE_FALCON},
+    {"gpt-4o", TOK_PRE_GPT4O}, {"llama4", TOK_PRE_GPT4O},
+    {"tekken", TOK_PRE_TEKKEN}, {"pixtral", TOK_PRE_TEKKEN},
 };
 
 int tok_pre_from_name(const char *name) {
@@ -991,7 +1064,7 @@ tnd_status tnd_tokenizer_new(const tnd_gguf *g, tnd_tokenizer **out) {
         goto fail;
     }
     t->hmask = hcap - 1;
-    memset(t->htab, 0xff, hcap * sizeof *t->htab);
+    for (uint64_t i = 0; i < hcap; i++) t->htab[i].id = -1;
     uint32_t at = 0;
     for (int32_t i = 0; i < nv; i++) {
         gguf_str s = toks->v.arr.strs[i];
@@ -1011,11 +1084,13 @@ tnd_status tnd_tokenizer_new(const tnd_gguf *g, tnd_tokenizer **out) {
     for (int32_t i = 0; i < nv; i++) {
         size_t n;
         const char *s = tok_text(t, i, &n);
-        uint64_t h = hash_bytes(s, n) & t->hmask;
+        uint64_t hv = hash_bytes(s, n), h = hv & t->hmask;
+        uint32_t tag = (uint32_t)(hv >> 32);
         bool dup = false;
         for (;; h = (h + 1) & t->hmask) {
-            int32_t id = t->htab[h];
+            int32_t id = t->htab[h].id;
             if (id < 0) break;
+            if (t->htab[h].tag != tag) continue;
             size_t tn;
             const char *ts = tok_text(t, id, &tn);
             if (tn == n && !memcmp(ts, s, n)) {
@@ -1023,7 +1098,7 @@ tnd_status tnd_tokenizer_new(const tnd_gguf *g, tnd_tokenizer **out) {
                 break;
             }
         }
-        if (!dup) t->htab[h] = i;
+        if (!dup) t->htab[h] = (hslot){i, tag};
     }
 
     for (int b = 0; b < 256; b++) {
@@ -1047,7 +1122,9 @@ tnd_status tnd_tokenizer_new(const tnd_gguf *g, tnd_tokenizer **out) {
         }
         free(pre);
         t->pre = (tok_pre)p;
-        t->ignore_merges = t->pre == TOK_PRE_LLAMA3;
+        /* Vocabs converted from tiktoken take a piece that is a whole token
+         * as it is (Hugging Face's ignore_merges). */
+        t->ignore_merges = t->pre == TOK_PRE_LLAMA3 || t->pre == TOK_PRE_GPT4O || t->pre == TOK_PRE_TEKKEN;
         if ((st = load_merges(t, g)) != TND_OK) goto fail;
     }
 

@@ -16,6 +16,8 @@ typedef enum tok_pre {
     TOK_PRE_DEEPSEEK_CODER,
     TOK_PRE_DEEPSEEK3,      /* deepseek-v3 */
     TOK_PRE_FALCON,
+    TOK_PRE_GPT4O,          /* gpt-4o, llama4 */
+    TOK_PRE_TEKKEN,         /* tekken, pixtral */
     TOK_PRE_COUNT
 } tok_pre;
 

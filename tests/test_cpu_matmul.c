@@ -11,8 +11,9 @@
  *     over blocks is done in another order (and with FMA), so results may
  *     differ by the rounding of a sum of m terms: |err| <= 2 m eps S with
  *     S = sum |w_i a_i| (dequantized, in double) and m the number of float
- *     additions (blocks; n/8 lanes for float types, whose reference sums in
- *     double). We allow (m + 16) * eps * S. A wrong quant, scale or block
+ *     additions (n/16: the prefill kernels sum per 16-element chunk; n/8
+ *     lanes for float types, whose reference sums in double). We allow
+ *     (m + 16) * eps * S. A wrong quant, scale or block
  *     index moves the result by about one term, far more than that.
  */
 #include <float.h>
@@ -84,8 +85,17 @@ static void reference(tnd_type wt, const void *W, int64_t n_in, int64_t n_out, c
     free(ad);
 }
 
+/* extreme: constant rows and tokens (+-1), which drive every quant to the end
+ * of its range and every activation to +-127, the case where 16-bit partial
+ * sums in a kernel would overflow. */
+static void test_shape_x(tnd_pool *pool, tnd_cpu_isa_id isa, tnd_type wt, int64_t n_in, int64_t n_out,
+                         int64_t n_tok, bool extreme);
 static void test_shape(tnd_pool *pool, tnd_cpu_isa_id isa, tnd_type wt, int64_t n_in, int64_t n_out,
                        int64_t n_tok) {
+    test_shape_x(pool, isa, wt, n_in, n_out, n_tok, false);
+}
+static void test_shape_x(tnd_pool *pool, tnd_cpu_isa_id isa, tnd_type wt, int64_t n_in, int64_t n_out,
+                         int64_t n_tok, bool extreme) {
     const tnd_type_traits *tr = tnd_type_traits_get(wt);
     size_t wrow = tnd_row_size(wt, n_in);
     void *W = malloc(wrow * (size_t)n_out);
@@ -93,17 +103,24 @@ static void test_shape(tnd_pool *pool, tnd_cpu_isa_id isa, tnd_type wt, int64_t 
     for (int64_t r = 0; r < n_out; r++) {
         /* Row scales vary so blocks have different d. */
         float sc = 0.05f + 0.1f * (float)(r % 7);
-        for (int64_t i = 0; i < n_in; i++) wf[i] = frand() * sc * (1.0f + (float)((i / 32) % 3));
+        for (int64_t i = 0; i < n_in; i++)
+            wf[i] = extreme ? (r % 4 == 0 ? -1.0f : r % 4 == 1 ? 1.0f : r % 4 == 2 ? ((i / 16) % 2 ? 1.0f : -1.0f) : -0.5f)
+                            : frand() * sc * (1.0f + (float)((i / 32) % 3));
         tr->from_float(wf, (char *)W + r * wrow, n_in);
     }
     float *x = malloc((size_t)(n_in * n_tok) * sizeof(float));
     fill_x(x, n_in * n_tok);
+    if (extreme)
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t i = 0; i < n_in; i++) x[t * n_in + i] = t % 3 == 0 ? 1.0f : t % 3 == 1 ? -1.0f : (i % 2 ? 3.0f : -3.0f);
     float *yr = malloc((size_t)(n_out * n_tok) * sizeof(float));
     double *S = malloc((size_t)(n_out * n_tok) * sizeof(double));
     float *y = malloc((size_t)(n_out * n_tok) * sizeof(float));
     reference(wt, W, n_in, n_out, x, n_tok, yr, S);
 
-    int64_t m = tr->vec_dot_type == TND_TYPE_F32 ? n_in / 8 : n_in / tnd_type_traits_get(tr->vec_dot_type)->block_size;
+    /* float additions: per 16-element chunk in the prefill kernels (n_tok >=
+     * 8), per block otherwise; float types: per 8-lane step */
+    int64_t m = tr->vec_dot_type == TND_TYPE_F32 ? n_in / 8 : n_in / 16;
     for (int pass = 0; pass < 2; pass++) {
         /* pass 0: all rows; pass 1: a row range, other entries untouched */
         int64_t r0 = pass ? n_out / 3 : 0, r1 = pass ? n_out - n_out / 4 : n_out;
@@ -210,6 +227,9 @@ int main(int argc, char **argv) {
             /* One larger shape with many tokens: exercises full register
              * tiles and several row tiles per thread. */
             test_shape(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 515 : bs * (bs == 256 ? 3 : 9), 70, 33);
+            /* Extremes, through the matvec and the prefill paths. */
+            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 2 : 8), 9, 3, true);
+            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 2 : 8), 9, 12, true);
             /* NULL pool. */
             test_shape(NULL, (tnd_cpu_isa_id)isa, wt, bs == 1 ? 65 : bs * 2, 19, 4);
             printf("  %-5s %ld outputs checked\n", tr->name, g_checked - before);

@@ -790,6 +790,21 @@ static void test_real_files(void) {
     }
 }
 
+/* The reader's size table agrees with the quant module's traits. */
+static void test_type_table(void) {
+    for (int t = -1; t <= TND_TYPE_COUNT + 1; t++) {
+        int64_t bs = 0;
+        size_t ts = 0;
+        bool known = gguf_type_size(t, &bs, &ts);
+        const tnd_type_traits *tr = tnd_type_traits_get(t);
+        CHECK(known == (tr != NULL));
+        if (known && tr) {
+            CHECK(tr->block_size == bs && tr->type_size == ts);
+            CHECK(!strcmp(tr->name, gguf_type_name(t)));
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--write-sample")) {
         tnd_status st = write_sample(argv[2], 32);
@@ -802,6 +817,7 @@ int main(int argc, char **argv) {
         perror("mkdtemp");
         return 1;
     }
+    test_type_table();
     test_round_trip();
     test_writer_failures();
     test_truncation();

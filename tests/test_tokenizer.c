@@ -136,6 +136,12 @@ static void test_pre(void) {
     SPLIT(TOK_PRE_STARCODER, "x2024 y", "x|2|0|2|4| y");
     /* falcon: punctuation runs, gpt2, then groups of three ASCII digits */
     SPLIT(TOK_PRE_FALCON, "ab, 12345", "ab|,| |123|45");
+    /* gpt-4o: case-shaped words with an optional contraction; tekken: no
+     * contraction, single digits */
+    SPLIT(TOK_PRE_GPT4O, "HELLOworld CamelCase", "HELLOworld| Camel|Case");
+    SPLIT(TOK_PRE_GPT4O, "helloWORLD I'M 12345/", "hello|WORLD| I'M| |123|45|/");
+    SPLIT(TOK_PRE_GPT4O, "a ?!/\nb", "a| ?!/\n|b");
+    SPLIT(TOK_PRE_TEKKEN, "I'M 12", "I|'M| |1|2");
     /* deepseek-coder: [\r\n], \s?\p{L}+, \s?\p{P}+, CJK, \p{N} */
     SPLIT(TOK_PRE_DEEPSEEK_CODER, "a\nb 12, x", "a|\n|b| |1|2|,| x");
 }

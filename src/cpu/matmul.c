@@ -111,25 +111,28 @@ static void mm_generic(tnd_vec_dot_fn dot, int64_t n_in, const void *W, size_t w
     }
 }
 
-/* ---- activation scratch ---------------------------------------------------- */
+/* ---- per-thread buffers ------------------------------------------------------ */
 
-/* One growing buffer per calling thread: matmuls may run at once from several
- * threads (e.g. SimGPU streams), each with its own pool or none. */
-typedef struct scratch { void *p; size_t n; } scratch;
+/* Growing buffers per thread: matmuls may run at once from several threads
+ * (e.g. SimGPU streams), each with its own pool or none; pool workers keep
+ * their kernel buffers between calls. Freed when the thread exits. */
+#define N_SLOTS 2
+typedef struct scratch { void *p[N_SLOTS]; size_t n[N_SLOTS]; } scratch;
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
 static bool g_scratch_ok;
 
 static void scratch_free(void *v) {
     scratch *s = v;
-    if (s) tnd_aligned_free(s->p);
+    if (!s) return;
+    for (int i = 0; i < N_SLOTS; i++) tnd_aligned_free(s->p[i]);
     free(s);
 }
 static void scratch_init(void) { g_scratch_ok = pthread_key_create(&g_scratch_key, scratch_free) == 0; }
 
-static void *scratch_get(size_t n) {
+void *tnd_cpu_tls_buf(int slot, size_t n) {
     pthread_once(&g_scratch_once, scratch_init);
-    if (!g_scratch_ok) return NULL;
+    if (!g_scratch_ok || slot < 0 || slot >= N_SLOTS) return NULL;
     scratch *s = pthread_getspecific(g_scratch_key);
     if (!s) {
         s = calloc(1, sizeof *s);
@@ -139,14 +142,14 @@ static void *scratch_get(size_t n) {
             return NULL;
         }
     }
-    if (s->n < n) {
-        tnd_aligned_free(s->p);
-        s->n = 0;
-        s->p = tnd_aligned_alloc(n + n / 4);
-        if (!s->p) return NULL;
-        s->n = n + n / 4;
+    if (s->n[slot] < n) {
+        tnd_aligned_free(s->p[slot]);
+        s->n[slot] = 0;
+        s->p[slot] = tnd_aligned_alloc(n + n / 4);
+        if (!s->p[slot]) return NULL;
+        s->n[slot] = n + n / 4;
     }
-    return s->p;
+    return s->p[slot];
 }
 
 /* ---- the driver ------------------------------------------------------------ */
@@ -168,8 +171,46 @@ typedef struct mm_job {
     /* kernel */
     tnd_mm_kernel fn;
     tnd_vec_dot_fn dot; /* generic path when fn is NULL */
+    tnd_gemm_kernel gemm; /* prefill path, or NULL */
+    tnd_type act;
+    tnd_act_aux *aux;   /* n_tok x n_in/16, when gemm */
     float *y;
 } mm_job;
+
+#define TND_ALIGN64(n) (((n) + 63) & ~(size_t)63)
+
+/* Scale and quant sums of each 16-chunk of one token's activations. */
+static void act_aux(tnd_type act, const char *xq, int64_t n_in, tnd_act_aux *aux) {
+    for (int64_t c = 0; c < n_in / TND_CHUNK; c++) {
+        float da;
+        int32_t sa = 0;
+        if (act == TND_TYPE_Q8_K) {
+            const block_q8_K *b = (const block_q8_K *)xq + c / (TND_QK_K / TND_CHUNK);
+            da = b->d;
+            sa = b->bsums[c % (TND_QK_K / TND_CHUNK)];
+        } else {
+            /* Q8_0 and Q8_1 differ only in the header before qs */
+            const int8_t *qs;
+            if (act == TND_TYPE_Q8_1) {
+                /* Q4_1/Q5_1 use the block's stored (half-rounded) d * sum as
+                 * the reference does: on the block's first chunk, 0 on the
+                 * second. */
+                const block_q8_1 *b = (const block_q8_1 *)xq + c / 2;
+                da = tnd_fp16_to_fp32(b->d);
+                qs = b->qs + (c % 2) * TND_CHUNK;
+                for (int i = 0; i < TND_CHUNK; i++) sa += qs[i];
+                aux[c] = (tnd_act_aux){.da = da, .dsa = c % 2 ? 0.0f : tnd_fp16_to_fp32(b->s), .sa = sa};
+                continue;
+            } else {
+                const block_q8_0 *b = (const block_q8_0 *)xq + c / 2;
+                da = tnd_fp16_to_fp32(b->d);
+                qs = b->qs + (c % 2) * TND_CHUNK;
+            }
+            for (int i = 0; i < TND_CHUNK; i++) sa += qs[i];
+        }
+        aux[c] = (tnd_act_aux){.da = da, .dsa = da * (float)sa, .sa = sa};
+    }
+}
 
 /* Rows handed to threads in multiples of this, so a thread's share of y
  * starts on a cache line (no false sharing) and kernels get full tiles. */
@@ -186,6 +227,14 @@ static void mm_task(void *arg, int ith, int nth) {
                      n * j->act_bs);
             b0 += n;
         }
+        if (j->gemm) {
+            /* Quantization was shared by blocks, aux is shared by tokens: wait
+             * until every block is written. */
+            tnd_pool_barrier(j->pool);
+            int64_t t0 = j->n_tok * ith / nth, t1 = j->n_tok * (ith + 1) / nth;
+            for (int64_t t = t0; t < t1; t++) act_aux(j->act, j->xq + (size_t)t * j->x_row, j->n_in,
+                                                     j->aux + t * (j->n_in / TND_CHUNK));
+        }
         tnd_pool_barrier(j->pool);
     }
     int64_t nr = j->r1 - j->r0, ng = (nr + ROW_GRAIN - 1) / ROW_GRAIN;
@@ -194,7 +243,9 @@ static void mm_task(void *arg, int ith, int nth) {
     if (a >= b) return;
     const char *w = j->W + (size_t)a * j->w_row;
     float *y = j->y + a;
-    if (j->fn) j->fn(j->n_in, w, j->w_row, b - a, j->xq, j->x_row, j->n_tok, y, j->n_out);
+    if (j->gemm)
+        j->gemm(j->n_in, w, j->w_row, b - a, j->xq, j->x_row, j->aux, j->n_tok, y, j->n_out);
+    else if (j->fn) j->fn(j->n_in, w, j->w_row, b - a, j->xq, j->x_row, j->n_tok, y, j->n_out);
     else mm_generic(j->dot, j->n_in, w, j->w_row, b - a, j->xq, j->x_row, j->n_tok, y, j->n_out);
 }
 
@@ -220,7 +271,15 @@ void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_i
         .pool = pool, .W = W, .w_row = w_row, .n_in = n_in, .n_out = n_out, .r0 = r0, .r1 = r1,
         .x = x, .n_tok = n_tok, .y = y, .dot = tr->vec_dot,
     };
-    if (k->mm[wt].fn && k->mm[wt].act == tr->vec_dot_type) j.fn = k->mm[wt].fn;
+    if (k->mm[wt].act == tr->vec_dot_type) {
+        j.fn = k->mm[wt].fn;
+        /* The prefill kernel also serves small n_tok for formats without a
+         * matvec kernel: its repack costs a few passes over the row, still
+         * far less than the scalar path. */
+        if ((n_tok >= TND_GEMM_MIN_TOK || !j.fn) && n_in % TND_CHUNK == 0) j.gemm = k->mm[wt].gemm;
+    }
+    j.act = tr->vec_dot_type;
+    size_t aux_bytes = j.gemm ? (size_t)(n_in / TND_CHUNK) * (size_t)n_tok * sizeof(tnd_act_aux) : 0;
     if (tr->vec_dot_type == TND_TYPE_F32) {
         j.xq = (char *)x;
         j.x_row = (size_t)n_in * sizeof(float);
@@ -229,7 +288,8 @@ void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_i
         j.act_bs = at->block_size;
         j.act_ts = at->type_size;
         j.x_row = tnd_row_size(tr->vec_dot_type, n_in);
-        j.xq = scratch_get(j.x_row * (size_t)n_tok);
+        j.xq = tnd_cpu_tls_buf(0, TND_ALIGN64(j.x_row * (size_t)n_tok) + aux_bytes);
+        if (j.xq) j.aux = (tnd_act_aux *)(j.xq + TND_ALIGN64(j.x_row * (size_t)n_tok));
         if (!j.xq) {
             TND_WARN("tnd_cpu_matmul: out of memory for activations");
             for (int64_t t = 0; t < n_tok; t++)

@@ -21,9 +21,28 @@ typedef void (*tnd_mm_kernel)(int64_t n_in, const void *W, size_t w_row, int64_t
  * must produce exactly what the type's reference from_float produces. */
 typedef void (*tnd_act_quant_fn)(const float *x, void *y, int64_t k);
 
+/* Per token and per 16-element chunk of the quantized activations, what the
+ * prefill kernels need besides the int8 values: the chunk's scale, the sum of
+ * its quants, and their product. Computed once per call by the driver. */
+typedef struct tnd_act_aux {
+    float da;  /* scale of the activation block holding the chunk */
+    float dsa; /* da * sa */
+    int32_t sa; /* sum of the chunk's 16 quants */
+    int32_t pad;
+} tnd_act_aux;
+
+#define TND_CHUNK 16
+
+/* Prefill kernel: like tnd_mm_kernel, plus aux (nt rows of n_in/16 entries,
+ * x_aux entries apart). Used when nt >= TND_GEMM_MIN_TOK. */
+typedef void (*tnd_gemm_kernel)(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,
+                                size_t x_row, const tnd_act_aux *aux, int64_t nt, float *y, int64_t y_stride);
+#define TND_GEMM_MIN_TOK 8
+
 typedef struct tnd_mm_entry {
-    tnd_mm_kernel fn; /* NULL: no kernel at this ISA */
-    tnd_type act;     /* activation type fn expects */
+    tnd_mm_kernel fn;     /* NULL: no kernel at this ISA (generic path) */
+    tnd_type act;         /* activation type fn and gemm expect */
+    tnd_gemm_kernel gemm; /* NULL: fn (or generic) for every nt */
 } tnd_mm_entry;
 
 typedef struct tnd_cpu_kernels {
@@ -34,6 +53,10 @@ typedef struct tnd_cpu_kernels {
 /* Fill in the entries each ISA implements (entries left alone stay generic). */
 void tnd_cpu_kernels_avx2(tnd_cpu_kernels *k);
 void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k);
+
+/* A per-thread buffer of at least n bytes (64-byte aligned), kept between
+ * calls; slot 0 is the driver's, slot 1 the kernels'. NULL if out of memory. */
+void *tnd_cpu_tls_buf(int slot, size_t n);
 
 /* Highest ISA this CPU (and OS) supports. */
 tnd_cpu_isa_id tnd_cpu_isa_best(void);

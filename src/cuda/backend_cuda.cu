@@ -681,6 +681,8 @@ static const tnd_backend_iface cu_iface = {
     cu_op_run,
 };
 
+extern "C" void *tnd_cuda_stream_handle(tnd_stream *s) { return s ? (void *)s->s : NULL; }
+
 extern "C" int tnd_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -363,7 +363,8 @@ int cmd_info(int argc, char **argv) {
             const gguf_kv *kv = gguf_kv_at(g, i);
             fprintf(f, "  %4lld  ", (long long)i);
             put_escaped(f, kv->key.ptr, kv->key.len, false, 60);
-            fprintf(f, " (%s) = ", gguf_vtype_name(kv->type));
+            if (kv->type == GGUF_ARRAY) fprintf(f, " (array of %s) = ", gguf_vtype_name(kv->v.arr.type));
+            else fprintf(f, " (%s) = ", gguf_vtype_name(kv->type));
             put_value_text(f, kv);
             fputc('\n', f);
         }

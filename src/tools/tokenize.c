@@ -8,7 +8,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tandem tokenize [-m FILE] (-p TEXT | -f TEXTFILE) [--bos] [--special] [--pieces | --detok]\n\n"
+            "usage: tandem tokenize [-m FILE] (-p TEXT | -f TEXTFILE) [--bos] [--special] [--pieces | --detok | --cases]\n\n"
             "Prints the token ids of the exact bytes of TEXT or TEXTFILE (nothing stripped)\n"
             "on one line, separated by spaces. Works on vocab-only GGUF files.\n\n"
             "  -m FILE      GGUF model or vocab (default: the default model)\n"
@@ -17,7 +17,9 @@ static void usage(FILE *f) {
             "  --bos        add BOS/EOS as the vocab's flags say (default: none)\n"
             "  --special    recognise control-token texts such as <|im_start|> in the input\n"
             "  --pieces     also print each token's text, one per line, after the ids\n"
-            "  --detok      after the ids line, write the detokenized bytes (no newline added)\n");
+            "  --detok      after the ids line, write the detokenized bytes (no newline added)\n"
+            "  --cases      the text holds cases separated by lines '__ggml_vocab_test__' (the\n"
+            "               vocab test format): print one line of ids per case\n");
 }
 
 /* Reads a whole file (or stdin for "-"); *out malloc'd. */
@@ -54,9 +56,32 @@ static bool read_all(const char *path, char **out, size_t *n_out) {
     return true;
 }
 
+/* --cases: each case ends with "\n__ggml_vocab_test__\n" (the last one may
+ * end without it). */
+static int print_cases(const tnd_tokenizer *t, const char *text, size_t len, bool bos, bool special) {
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    const size_t sl = sizeof sep - 1;
+    size_t at = 0;
+    while (at < len) {
+        const char *e = memmem(text + at, len - at, sep, sl);
+        size_t n_text = e ? (size_t)(e - (text + at)) : len - at;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (tnd_tokenize(t, text + at, n_text, bos, special, &ids, &n) != TND_OK) {
+            tools_print_error("tokenize");
+            return 1;
+        }
+        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+        printf("\n");
+        free(ids);
+        at += n_text + (e ? sl : 0);
+    }
+    return fflush(stdout) ? 1 : 0;
+}
+
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL;
-    bool bos = false, special = false, pieces = false, detok = false;
+    bool bos = false, special = false, pieces = false, detok = false, cases = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -76,6 +101,8 @@ int cmd_tokenize(int argc, char **argv) {
             pieces = true;
         } else if (!strcmp(a, "--detok")) {
             detok = true;
+        } else if (!strcmp(a, "--cases")) {
+            cases = true;
         } else {
             fprintf(stderr, "tandem tokenize: unknown or incomplete option '%s'\n", a);
             usage(stderr);
@@ -107,6 +134,10 @@ int cmd_tokenize(int argc, char **argv) {
     }
     if (tnd_tokenizer_new(g, &t) != TND_OK) {
         tools_print_error(NULL);
+        goto done;
+    }
+    if (cases) {
+        rc = print_cases(t, file ? buf : text, len, bos, special);
         goto done;
     }
     if (tnd_tokenize(t, file ? buf : text, len, bos, special, &ids, &n) != TND_OK) {

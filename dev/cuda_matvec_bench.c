@@ -1,0 +1,237 @@
+/* Decode matvec on the GPU: validate against the scalar reference, then time
+ * every launch variant on the shapes of 8B/14B models, next to the device's
+ * own copy bandwidth measured in the same run.
+ *
+ *   build/dev_cuda_matvec_bench [reps]
+ *
+ * Each shape's weights are replicated until the set exceeds 4x the L2 cache
+ * and the timed loop cycles through the copies, so every launch reads W from
+ * HBM. GB/s counts the bytes of W plus x and y; "of copy" is that over the
+ * device-to-device copy rate (bytes read + written), the practical HBM peak.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "quant/quant.h"
+#include "util.h"
+#ifdef TND_HAVE_CUDA
+#include "cuda/cuda_ops.h"
+#endif
+
+#ifndef TND_HAVE_CUDA
+int main(void) {
+    printf("cuda_matvec_bench: built without CUDA\n");
+    return 0;
+}
+#else
+
+static tnd_backend *B;
+static tnd_stream *S;
+static tnd_event *E0, *E1;
+
+#define CK(call)                                                                                    \
+    do {                                                                                            \
+        if ((call) != TND_OK) {                                                                     \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, tnd_last_error());        \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+static uint64_t rs = 88172645463325252ull;
+static uint64_t rnd(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return rs;
+}
+static float unif(float lo, float hi) { return lo + (hi - lo) * (float)((rnd() >> 11) * (1.0 / 9007199254740992.0)); }
+static void put_f16(uint8_t *p, float v) {
+    uint16_t h = tnd_fp32_to_fp16(v);
+    memcpy(p, &h, 2);
+}
+
+static uint8_t *make_w(tnd_type t, int64_t n_in, int64_t n_out, size_t *bytes) {
+    size_t n = tnd_row_size(t, n_in) * (size_t)n_out;
+    uint8_t *w = malloc(n);
+    if (!w) exit(1);
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint64_t r = rnd();
+        memcpy(w + i, &r, 8);
+    }
+    for (size_t i = n & ~(size_t)7; i < n; i++) w[i] = (uint8_t)rnd();
+    size_t ts = tnd_type_traits_get(t)->type_size;
+    for (size_t b = 0; b < n / ts; b++) {
+        uint8_t *p = w + b * ts;
+        float d = unif(0.0002f, 0.002f), m = unif(0.0001f, 0.001f);
+        switch (t) {
+        case TND_TYPE_Q4_0: case TND_TYPE_Q8_0: put_f16(p, d); break;
+        case TND_TYPE_Q4_K: put_f16(p, d); put_f16(p + 2, m); break;
+        case TND_TYPE_Q6_K: put_f16(p + 208, d); break;
+        default: break;
+        }
+    }
+    *bytes = n;
+    return w;
+}
+
+static float time_ms(void) {
+    float ms = 0;
+    CK(B->iface->event_sync(B, E1));
+    CK(B->iface->event_elapsed(B, E0, E1, &ms));
+    return ms;
+}
+
+static double copy_bandwidth(void) {
+    const size_t n = 1ull << 30;
+    void *a, *b;
+    CK(B->iface->buf_alloc(B, n, &a));
+    CK(B->iface->buf_alloc(B, n, &b));
+    CK(B->iface->memset(B, a, 1, n, S));
+    CK(B->iface->copy_d2d(B, b, a, n, S)); /* warm-up */
+    const int reps = 10;
+    CK(B->iface->event_record(B, E0, S));
+    for (int i = 0; i < reps; i++) CK(B->iface->copy_d2d(B, b, a, n, S));
+    CK(B->iface->event_record(B, E1, S));
+    double ms = time_ms();
+    B->iface->buf_free(B, a);
+    B->iface->buf_free(B, b);
+    return 2.0 * n * reps / (ms * 1e-3) / 1e9; /* read + write */
+}
+
+int main(int argc, char **argv) {
+    int reps = argc > 1 ? atoi(argv[1]) : 50;
+    if (reps < 1) reps = 50;
+    if (tnd_cuda_device_count() <= 0) {
+        printf("cuda_matvec_bench: no CUDA device\n");
+        return 0;
+    }
+    tnd_cuda_params p = {0, 0};
+    CK(tnd_backend_cuda_new(&p, &B));
+    CK(B->iface->stream_new(B, &S));
+    CK(B->iface->event_new(B, &E0));
+    CK(B->iface->event_new(B, &E1));
+    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
+
+    double bw = copy_bandwidth();
+    printf("device-to-device copy: %.0f GB/s (read + write)\n\n", bw);
+    printf("| type | n_in x n_out | MiB | variant | us | GB/s | of copy |\n|---|---|---|---|---|---|---|\n");
+
+    static const tnd_type types[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K, TND_TYPE_Q8_0, TND_TYPE_Q4_0};
+    static const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {5120, 17408}, {14336, 4096}};
+    int failures = 0;
+    char summary[64][160];
+    int n_summary = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            tnd_type t = types[ti];
+            int64_t n_in = shapes[si][0], n_out = shapes[si][1];
+            size_t wb;
+            uint8_t *w = make_w(t, n_in, n_out, &wb);
+            const int n_tok_max = 8;
+            float *x = malloc((size_t)(n_in * n_tok_max) * 4), *y = malloc((size_t)(n_out * n_tok_max) * 4);
+            for (int64_t i = 0; i < n_in * n_tok_max; i++) x[i] = unif(-1, 1);
+            size_t ncopies = (size_t)((200ull << 20) / wb + 1);
+            void **dw = calloc(ncopies, sizeof *dw);
+            void *dx, *dy;
+            CK(B->iface->buf_alloc(B, wb, &dw[0]));
+            CK(B->iface->copy_h2d(B, dw[0], w, wb, S));
+            for (size_t c = 1; c < ncopies; c++) {
+                CK(B->iface->buf_alloc(B, wb, &dw[c]));
+                CK(B->iface->copy_d2d(B, dw[c], dw[0], wb, S));
+            }
+            CK(B->iface->buf_alloc(B, (size_t)(n_in * n_tok_max) * 4, &dx));
+            CK(B->iface->buf_alloc(B, (size_t)(n_out * n_tok_max) * 4, &dy));
+            CK(B->iface->copy_h2d(B, dx, x, (size_t)(n_in * n_tok_max) * 4, S));
+            CK(B->iface->stream_sync(B, S));
+
+            /* variants: -1 = the default launch; then rows/block x threads */
+            static const int VR[] = {-1, 1, 1, 1, 2, 2, 2, 4, 4, 4};
+            static const int VT[] = {0, 64, 128, 256, 64, 128, 256, 64, 128, 256};
+            double def_gbs = 0, best_gbs = 0;
+            char best_var[32] = "";
+            for (size_t v = 0; v < sizeof VR / sizeof VR[0]; v++) {
+                int e;
+#define LAUNCH(c)                                                                                         \
+    (VR[v] < 0 ? tnd_cu_matvec(t, dw[c], n_in, n_out, dx, 1, dy, cs)                                       \
+               : tnd_cu_matvec_cfg(t, dw[c], n_in, n_out, dx, dy, VR[v], VT[v], cs))
+                CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
+                e = LAUNCH(0);
+                if (e) {
+                    printf("launch failed: %s\n", tnd_cu_error_string(e));
+                    return 1;
+                }
+                CK(B->iface->copy_d2h(B, y, dy, (size_t)n_out * 4, S));
+                CK(B->iface->stream_sync(B, S));
+                /* validate 97 rows spread over the matrix (tolerance as in test_cuda_ops) */
+                int bad = 0;
+                for (int k = 0; k < 97; k++) {
+                    int64_t r = (int64_t)k * (n_out - 1) / 96;
+                    const uint8_t *row = w + tnd_row_size(t, n_in) * (size_t)r;
+                    double ref = tnd_ref_dot_f32(t, n_in, row, x), sc = 0;
+                    float wf[256];
+                    for (int64_t i = 0; i < n_in; i += 256) {
+                        tnd_type_traits_get(t)->to_float(row + tnd_row_size(t, i), wf, 256);
+                        for (int j = 0; j < 256; j++) sc += fabs((double)wf[j] * x[i + j]);
+                    }
+                    if (!(fabs(y[r] - ref) <= 2e-4 * sc + 1e-6)) {
+                        if (!bad) printf("MISMATCH row %lld: got %g want %g\n", (long long)r, y[r], ref);
+                        bad++;
+                    }
+                }
+                if (bad) failures++;
+                for (int i = 0; i < 3; i++) LAUNCH(i % ncopies);
+                CK(B->iface->event_record(B, E0, S));
+                for (int i = 0; i < reps; i++) LAUNCH(i % ncopies);
+                CK(B->iface->event_record(B, E1, S));
+                double us = time_ms() * 1e3 / reps;
+                double bytes = (double)wb + n_in * 4.0 + n_out * 4.0;
+                double gbs = bytes / (us * 1e-6) / 1e9;
+                char var[32];
+                if (VR[v] < 0) snprintf(var, sizeof var, "default");
+                else snprintf(var, sizeof var, "R%d T%d", VR[v], VT[v]);
+                printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% |\n", tnd_type_name(t), (long long)n_in,
+                       (long long)n_out, wb / 1048576.0, var, bad ? " MISMATCH" : "", us, gbs, 100.0 * gbs / bw);
+                if (VR[v] < 0) def_gbs = gbs;
+                if (gbs > best_gbs) {
+                    best_gbs = gbs;
+                    snprintf(best_var, sizeof best_var, "%s", var);
+                }
+#undef LAUNCH
+            }
+            if (n_summary < 64)
+                snprintf(summary[n_summary++], sizeof summary[0],
+                         "%-5s %5lldx%-5lld default %5.0f GB/s (%3.0f%%)  best %-8s %5.0f GB/s (%3.0f%%)",
+                         tnd_type_name(t), (long long)n_in, (long long)n_out, def_gbs, 100 * def_gbs / bw, best_var,
+                         best_gbs, 100 * best_gbs / bw);
+            /* batched decode: 4 and 8 tokens through the default path */
+            for (int nt = 4; nt <= 8; nt += 4) {
+                for (int i = 0; i < 3; i++) tnd_cu_matvec(t, dw[i % ncopies], n_in, n_out, dx, nt, dy, cs);
+                CK(B->iface->event_record(B, E0, S));
+                for (int i = 0; i < reps; i++) tnd_cu_matvec(t, dw[i % ncopies], n_in, n_out, dx, nt, dy, cs);
+                CK(B->iface->event_record(B, E1, S));
+                double us = time_ms() * 1e3 / reps;
+                double gbs = ((double)wb + nt * (n_in + n_out) * 4.0) / (us * 1e-6) / 1e9;
+                printf("| %s | %lldx%lld | %.1f | n_tok=%d | %.1f | %.0f | %.0f%% |\n", tnd_type_name(t),
+                       (long long)n_in, (long long)n_out, wb / 1048576.0, nt, us, gbs, 100.0 * gbs / bw);
+            }
+            for (size_t c = 0; c < ncopies; c++) B->iface->buf_free(B, dw[c]);
+            B->iface->buf_free(B, dx);
+            B->iface->buf_free(B, dy);
+            free(dw);
+            free(w);
+            free(x);
+            free(y);
+        }
+    B->iface->event_free(B, E0);
+    B->iface->event_free(B, E1);
+    B->iface->stream_free(B, S);
+    tnd_backend_free(B);
+    printf("\nsummary (copy bandwidth %.0f GB/s):\n", bw);
+    for (int i = 0; i < n_summary; i++) printf("  %s\n", summary[i]);
+    printf("validation: %s\n", failures ? "FAILED" : "all variants match the reference");
+    return failures ? 1 : 0;
+}
+#endif

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# GPU checks, run on the device machine from the repo root (one command):
+#   scripts/device-test.sh
+# Builds with nvcc (Release, sm_90), runs tests/test_cuda_ops, the rest of
+# ctest, the matvec bench, and (time permitting) test_cuda_ops under
+# compute-sanitizer memcheck. Full logs go to $OUT (or build-device/logs);
+# the output ends with a summary. Exit status: 0 if the CUDA test and the
+# bench's validation passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
+logs=${OUT:-build-device/logs}
+mkdir -p "$logs"
+export PATH=/usr/local/cuda/bin:$PATH
+jobs=$(nproc)
+
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.max.sm --format=csv >"$logs/gpu.txt" 2>&1
+cat "$logs/gpu.txt"
+
+echo "== configure + build ($jobs jobs)"
+if ! cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$logs/configure.log" 2>&1; then
+  tail -40 "$logs/configure.log"; echo "SUMMARY: configure failed"; exit 1
+fi
+if ! cmake --build build-device -j"$jobs" >"$logs/build.log" 2>&1; then
+  grep -E "error|Error" "$logs/build.log" | head -40; echo "SUMMARY: build failed"; exit 1
+fi
+[ -x build-device/test_cuda_ops ] || { echo "SUMMARY: test_cuda_ops was not built"; exit 1; }
+echo "built in $(elapsed) s"
+
+echo "== test_cuda_ops"
+timeout 300 build-device/test_cuda_ops >"$logs/test_cuda_ops.log" 2>&1
+rc_cuda=$?
+grep -E "^FAIL" "$logs/test_cuda_ops.log" | head -80
+grep -vE "^(ok|FAIL) " "$logs/test_cuda_ops.log" | tail -20
+echo "test_cuda_ops exit $rc_cuda after $(elapsed) s"
+
+echo "== matvec bench"
+timeout 240 build-device/dev_cuda_matvec_bench >"$logs/bench.log" 2>&1
+rc_bench=$?
+sed -n '/^summary/,$p' "$logs/bench.log"
+[ $rc_bench -eq 0 ] || { grep -E "MISMATCH|failed" "$logs/bench.log" | head -20; tail -5 "$logs/bench.log"; }
+echo "bench exit $rc_bench after $(elapsed) s"
+
+echo "== rest of ctest (python oracles need the gguf package and models/, absent on a bare device)"
+(cd build-device && timeout 150 ctest -E test_cuda_ops -j"$jobs" --timeout 120) >"$logs/ctest.log" 2>&1
+rc_ctest=$?
+grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|Skipped" "$logs/ctest.log" | head -20
+
+rc_san=skipped
+left=$(( 480 - $(elapsed) ))
+if command -v compute-sanitizer >/dev/null && [ $left -gt 90 ]; then
+  echo "== compute-sanitizer memcheck on test_cuda_ops (up to $((left - 30)) s)"
+  timeout $((left - 30)) compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 build-device/test_cuda_ops >"$logs/sanitizer.log" 2>&1
+  rc_san=$?
+  grep -E "ERROR SUMMARY|Invalid|out of bounds|passed, " "$logs/sanitizer.log" | head -30
+  [ $rc_san -eq 124 ] && rc_san="timed out (partial log)"
+fi
+
+{
+  echo "SUMMARY after $(elapsed) s:"
+  echo "  test_cuda_ops: exit $rc_cuda ($(grep -E '^[0-9]+ passed, [0-9]+ failed' "$logs/test_cuda_ops.log" | tail -1))"
+  echo "  matvec bench:  exit $rc_bench; $(grep -E '^validation' "$logs/bench.log" | tail -1)"
+  echo "  other ctest:   exit $rc_ctest"
+  echo "  sanitizer:     $rc_san"
+} | tee "$logs/summary.txt"
+[ $rc_cuda -eq 0 ] && [ $rc_bench -eq 0 ]

@@ -1,0 +1,1023 @@
+/* Every CUDA op against a scalar reference, on odd shapes (rows and columns
+ * that are not multiples of the block, warp or tile sizes; n_tok 1, 3, 17,
+ * 64; odd context lengths; GQA ratios 1, 3, 4), through the backend
+ * interface (op_run) and, for the matvec launch variants, the kernels' own
+ * entry points. Block formats are referenced by quant/ (to_float,
+ * tnd_ref_dot_f32); norms, RoPE, attention, activations and routing by the
+ * double-precision references below. Outputs are poisoned (all bits set:
+ * NaN) before every run, so an element a kernel forgets to write fails.
+ *
+ * Tolerances are per op and stated where they are checked, as
+ * |got - ref| <= atol + rtol * scale with the scale named there.
+ *
+ * Also: copies (H2D/D2H/D2D, the SM copy over mapped pinned memory), events
+ * ordering two streams, and the VRAM budget (allocation refused past it, and
+ * the device's free memory shrinking by no more than the budget).
+ *
+ * Prints one line per check and "N passed, N failed". Exits 77 (skipped)
+ * when built without CUDA or when no GPU is present.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "quant/quant.h"
+#include "util.h"
+#ifdef TND_HAVE_CUDA
+#include "cuda/cuda_ops.h"
+#endif
+
+#ifndef TND_HAVE_CUDA
+int main(void) {
+    printf("test_cuda_ops: skipped (built without CUDA)\n");
+    return 77;
+}
+#else
+
+static int g_pass, g_fail;
+static tnd_backend *B;
+static tnd_stream *S;
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd_u64(void) {
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+static float rnd_unif(float lo, float hi) { return lo + (hi - lo) * (float)((rnd_u64() >> 11) * (1.0 / 9007199254740992.0)); }
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+#define CHECK_ST(call)                                                                          \
+    do {                                                                                        \
+        tnd_status st_ = (call);                                                                \
+        if (st_ != TND_OK) {                                                                    \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, tnd_last_error()); \
+            exit(1);                                                                            \
+        }                                                                                       \
+    } while (0)
+
+static void *dev_alloc(size_t n) {
+    void *p = NULL;
+    CHECK_ST(B->iface->buf_alloc(B, n, &p));
+    return p;
+}
+static void *dev_upload(const void *h, size_t n) {
+    void *p = dev_alloc(n);
+    CHECK_ST(B->iface->copy_h2d(B, p, h, n, S));
+    CHECK_ST(B->iface->stream_sync(B, S));
+    return p;
+}
+static void dev_download(void *h, const void *d, size_t n) {
+    CHECK_ST(B->iface->copy_d2h(B, h, d, n, S));
+    CHECK_ST(B->iface->stream_sync(B, S));
+}
+static void dev_poison(void *d, size_t n) {
+    CHECK_ST(B->iface->memset(B, d, 0xff, n, S));
+}
+static void dev_free(void *d) { B->iface->buf_free(B, d); }
+
+static tnd_tensor tens(void *data, tnd_type t, int64_t n0, int64_t n1, int64_t n2) {
+    tnd_tensor x;
+    memset(&x, 0, sizeof x);
+    x.data = data;
+    x.type = t;
+    x.ne[0] = n0;
+    x.ne[1] = n1;
+    x.ne[2] = n2;
+    x.ne[3] = 1;
+    return x;
+}
+
+/* Runs op and waits; a failure is reported against `what` and returns false. */
+static bool run_op(const tnd_op *op, const char *what) {
+    tnd_status st = B->iface->op_run(B, op, S);
+    if (st == TND_OK) st = B->iface->stream_sync(B, S);
+    if (st != TND_OK) {
+        printf("FAIL %s: op_run: %s\n", what, tnd_last_error());
+        g_fail++;
+        return false;
+    }
+    return true;
+}
+
+/* Compares n values: |got - ref| <= atol + rtol * scale[i] (scale NULL: |ref|).
+ * Prints one line; NaN anywhere fails. */
+static bool compare(const char *what, const float *got, const double *ref, const double *scale, int64_t n, double rtol,
+                    double atol) {
+    double worst = 0;
+    int64_t bad = -1, nbad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double sc = scale ? scale[i] : fabs(ref[i]);
+        double tol = atol + rtol * sc;
+        double err = fabs((double)got[i] - ref[i]);
+        if (!(err <= tol)) { /* NaN fails too */
+            if (bad < 0) bad = i;
+            nbad++;
+        }
+        if (err / (tol > 0 ? tol : 1) > worst) worst = err / (tol > 0 ? tol : 1);
+    }
+    if (bad >= 0) {
+        double sc = scale ? scale[bad] : fabs(ref[bad]);
+        printf("FAIL %s: %lld of %lld wrong; first at [%lld]: got %.9g want %.9g (tol %.3g)\n", what, (long long)nbad,
+               (long long)n, (long long)bad, got[bad], ref[bad], atol + rtol * sc);
+        g_fail++;
+        return false;
+    }
+    printf("ok   %s (worst err/tol %.3f)\n", what, worst);
+    g_pass++;
+    return true;
+}
+
+static void report(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(bool ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (ok) g_pass++;
+    else g_fail++;
+}
+
+/* ---- random weights in any block format -------------------------------------- */
+
+static void put_f16(uint8_t *p, float v) {
+    uint16_t h = tnd_fp32_to_fp16(v);
+    memcpy(p, &h, 2);
+}
+
+/* Random blocks: random quant bits, then sane scales (so values stay within
+ * f16 range for the cuBLAS path and no scale is a NaN pattern). */
+static void *make_weights(tnd_type t, int64_t n_in, int64_t rows, size_t *bytes) {
+    size_t rs = tnd_row_size(t, n_in);
+    size_t n = rs * (size_t)rows;
+    uint8_t *w = (uint8_t *)xmalloc(n);
+    *bytes = n;
+    if (t == TND_TYPE_F32 || t == TND_TYPE_F16 || t == TND_TYPE_BF16) {
+        for (int64_t i = 0; i < n_in * rows; i++) {
+            float v = rnd_unif(-1, 1);
+            if (t == TND_TYPE_F32) memcpy(w + 4 * i, &v, 4);
+            else {
+                uint16_t h = t == TND_TYPE_F16 ? tnd_fp32_to_fp16(v) : tnd_fp32_to_bf16(v);
+                memcpy(w + 2 * i, &h, 2);
+            }
+        }
+        return w;
+    }
+    for (size_t i = 0; i < n; i++) w[i] = (uint8_t)(rnd_u64() >> 24);
+    const tnd_type_traits *tr = tnd_type_traits_get(t);
+    size_t ts = tr->type_size, nb = n / ts;
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *p = w + b * ts;
+        float d = rnd_unif(0.002f, 0.02f), m = rnd_unif(0.0005f, 0.01f);
+        switch (t) {
+        case TND_TYPE_Q4_0: case TND_TYPE_Q5_0: case TND_TYPE_Q8_0: put_f16(p, rnd_u64() & 1 ? d : -d); break;
+        case TND_TYPE_Q4_1: case TND_TYPE_Q5_1: put_f16(p, d); put_f16(p + 2, rnd_u64() & 1 ? m : -m); break;
+        case TND_TYPE_Q2_K: put_f16(p + 80, d); put_f16(p + 82, m); break;
+        case TND_TYPE_Q3_K: put_f16(p + 108, d * 0.1f); break;
+        case TND_TYPE_Q4_K: case TND_TYPE_Q5_K: put_f16(p, d * 0.1f); put_f16(p + 2, m * 0.1f); break;
+        case TND_TYPE_Q6_K: put_f16(p + 208, d * 0.05f); break;
+        case TND_TYPE_MXFP4: p[0] = (uint8_t)(119 + rnd_u64() % 6); break;
+        default: break;
+        }
+    }
+    return w;
+}
+
+static const tnd_type ALL_TYPES[] = {TND_TYPE_F32, TND_TYPE_F16, TND_TYPE_BF16, TND_TYPE_Q4_0, TND_TYPE_Q4_1,
+                                     TND_TYPE_Q5_0, TND_TYPE_Q5_1, TND_TYPE_Q8_0, TND_TYPE_Q2_K, TND_TYPE_Q3_K,
+                                     TND_TYPE_Q4_K, TND_TYPE_Q5_K, TND_TYPE_Q6_K, TND_TYPE_MXFP4};
+
+/* Reference y[t][r] and the error scale sum_k |w_rk x_tk| (doubles). */
+static void ref_matmul(tnd_type t, const void *W, int64_t n_in, int64_t n_out, const float *x, int64_t n_tok,
+                       double *y, double *scale, double *xmax) {
+    const tnd_type_traits *tr = tnd_type_traits_get(t);
+    size_t rs = tnd_row_size(t, n_in);
+    float *wf = (float *)xmalloc((size_t)n_in * sizeof(float));
+    *xmax = 0;
+    for (int64_t i = 0; i < n_in * n_tok; i++) *xmax = fmax(*xmax, fabs(x[i]));
+    for (int64_t r = 0; r < n_out; r++) {
+        const uint8_t *row = (const uint8_t *)W + rs * r;
+        tr->to_float(row, wf, n_in);
+        for (int64_t k = 0; k < n_tok; k++) {
+            const float *xt = x + k * n_in;
+            double s = 0;
+            for (int64_t i = 0; i < n_in; i++) s += fabs((double)wf[i] * xt[i]);
+            y[k * n_out + r] = tnd_ref_dot_f32(t, n_in, row, xt);
+            scale[k * n_out + r] = s;
+        }
+    }
+    free(wf);
+}
+
+/* ---- matmul / matvec ------------------------------------------------------------ */
+
+static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) {
+    size_t wb;
+    void *W = make_weights(t, n_in, n_out, &wb);
+    float *x = (float *)xmalloc((size_t)(n_in * n_tok) * 4);
+    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd_unif(-1, 1);
+    double *ref = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
+    double xmax;
+    ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
+    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
+    float *dy = (float *)dev_alloc((size_t)(n_out * n_tok) * 4);
+    dev_poison(dy, (size_t)(n_out * n_tok) * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_MATMUL;
+    op.in[0] = tens(dW, t, n_in, n_out, 1);
+    op.in[1] = tens(dx, TND_TYPE_F32, n_in, n_tok, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n_out, n_tok, 1);
+    char what[160];
+    bool f16path = n_tok > 8;
+    snprintf(what, sizeof what, "matmul %-5s n_in=%lld n_out=%lld n_tok=%lld (%s)", tnd_type_name(t), (long long)n_in,
+             (long long)n_out, (long long)n_tok, f16path ? "f16 cuBLAS" : "matvec f32");
+    if (run_op(&op, what)) {
+        float *y = (float *)xmalloc((size_t)(n_out * n_tok) * 4);
+        dev_download(y, dy, (size_t)(n_out * n_tok) * 4);
+        /* matvec: weights decoded to f32 exactly, f32 accumulation of n_in
+         * products split as a*sum(q x) + b*sum(x) per 16 values; the offset
+         * terms can cancel, so allow 2e-4 of sum|w x| (f32 epsilon 6e-8 times
+         * the ~100 sequential adds per thread times a cancellation factor of
+         * ~10, with margin). cuBLAS: x and W each rounded to f16 (relative
+         * 2^-11), so each product is off by up to ~1e-3 relative: 2e-3 of
+         * sum|w x|, plus f16 subnormal flushing of tiny weights: n_in * 6e-8
+         * * max|x|. */
+        double rtol = f16path ? 2e-3 : 2e-4;
+        double atol = f16path ? (double)n_in * 6e-8 * xmax : 1e-6;
+        compare(what, y, ref, sc, n_out * n_tok, rtol, atol);
+        free(y);
+    }
+    dev_free(dW);
+    dev_free(dx);
+    dev_free(dy);
+    free(W);
+    free(x);
+    free(ref);
+    free(sc);
+}
+
+/* The launch variants of the single-token matvec (rows per block x threads). */
+static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
+    size_t wb;
+    void *W = make_weights(t, n_in, n_out, &wb);
+    float *x = (float *)xmalloc((size_t)n_in * 4);
+    for (int64_t i = 0; i < n_in; i++) x[i] = rnd_unif(-1, 1);
+    double *ref = (double *)xmalloc((size_t)n_out * 8), *sc = (double *)xmalloc((size_t)n_out * 8), xmax;
+    ref_matmul(t, W, n_in, n_out, x, 1, ref, sc, &xmax);
+    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)n_in * 4);
+    float *dy = (float *)dev_alloc((size_t)n_out * 4), *y = (float *)xmalloc((size_t)n_out * 4);
+    static const int R[] = {1, 2, 4}, T[] = {32, 96, 128, 256};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = 0; j < 4; j++) {
+            char what[160];
+            snprintf(what, sizeof what, "matvec_cfg %-5s n_in=%lld n_out=%lld rows/block=%d threads=%d",
+                     tnd_type_name(t), (long long)n_in, (long long)n_out, R[i], T[j]);
+            dev_poison(dy, (size_t)n_out * 4);
+            int e = tnd_cu_matvec_cfg(t, dW, n_in, n_out, (const float *)dx, dy, R[i], T[j],
+                                      (tnd_cu_stream)tnd_cuda_stream_handle(S));
+            tnd_status st = B->iface->stream_sync(B, S);
+            if (e || st) {
+                report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
+                continue;
+            }
+            dev_download(y, dy, (size_t)n_out * 4);
+            compare(what, y, ref, sc, n_out, 2e-4, 1e-6); /* as test_matmul's matvec */
+        }
+    dev_free(dW);
+    dev_free(dx);
+    dev_free(dy);
+    free(W);
+    free(x);
+    free(y);
+    free(ref);
+    free(sc);
+}
+
+/* ---- expert matmul -------------------------------------------------------------- */
+
+static void test_matmul_id(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_exp, int64_t n_tok, int n_used) {
+    size_t wb;
+    void *W = make_weights(t, n_in, n_out * n_exp, &wb);
+    size_t rs = tnd_row_size(t, n_in);
+    float *x = (float *)xmalloc((size_t)(n_in * n_tok) * 4);
+    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd_unif(-1, 1);
+    int32_t *ids = (int32_t *)xmalloc((size_t)(n_tok * n_used) * 4);
+    for (int64_t i = 0; i < n_tok * n_used; i++) ids[i] = (int32_t)(rnd_u64() % (uint64_t)n_exp);
+    int64_t ny = n_out * n_used * n_tok;
+    double *ref = (double *)xmalloc((size_t)ny * 8), *sc = (double *)xmalloc((size_t)ny * 8), xmax = 0;
+    double *tmp = (double *)xmalloc((size_t)n_out * 8), *tsc = (double *)xmalloc((size_t)n_out * 8);
+    for (int64_t k = 0; k < n_tok; k++)
+        for (int u = 0; u < n_used; u++) {
+            double xm;
+            const uint8_t *we = (const uint8_t *)W + rs * (size_t)n_out * (size_t)ids[k * n_used + u];
+            ref_matmul(t, we, n_in, n_out, x + k * n_in, 1, tmp, tsc, &xm);
+            xmax = fmax(xmax, xm);
+            memcpy(ref + (k * n_used + u) * n_out, tmp, (size_t)n_out * 8);
+            memcpy(sc + (k * n_used + u) * n_out, tsc, (size_t)n_out * 8);
+        }
+    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
+    void *dids = dev_upload(ids, (size_t)(n_tok * n_used) * 4);
+    float *dy = (float *)dev_alloc((size_t)ny * 4);
+    dev_poison(dy, (size_t)ny * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_MATMUL_ID;
+    op.in[0] = tens(dW, t, n_in, n_out, n_exp);
+    op.in[1] = tens(dx, TND_TYPE_F32, n_in, n_tok, 1);
+    op.in[2] = tens(dids, TND_TYPE_I32, n_used, n_tok, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n_out, n_used, n_tok);
+    bool f16path = n_tok > 8;
+    char what[160];
+    snprintf(what, sizeof what, "matmul_id %-5s n_in=%lld n_out=%lld experts=%lld n_tok=%lld used=%d (%s)",
+             tnd_type_name(t), (long long)n_in, (long long)n_out, (long long)n_exp, (long long)n_tok, n_used,
+             f16path ? "grouped f16 cuBLAS" : "matvec_id f32");
+    if (run_op(&op, what)) {
+        float *y = (float *)xmalloc((size_t)ny * 4);
+        dev_download(y, dy, (size_t)ny * 4);
+        /* same tolerances as test_matmul, per path */
+        compare(what, y, ref, sc, ny, f16path ? 2e-3 : 2e-4, f16path ? (double)n_in * 6e-8 * xmax : 1e-6);
+        free(y);
+    }
+    dev_free(dW);
+    dev_free(dx);
+    dev_free(dids);
+    dev_free(dy);
+    free(W);
+    free(x);
+    free(ids);
+    free(ref);
+    free(sc);
+    free(tmp);
+    free(tsc);
+}
+
+/* ---- get_rows ------------------------------------------------------------------------- */
+
+static void test_get_rows(tnd_type t, int64_t n, int64_t n_rows, int64_t n_ids) {
+    size_t wb;
+    void *T = make_weights(t, n, n_rows, &wb);
+    int32_t *ids = (int32_t *)xmalloc((size_t)n_ids * 4);
+    for (int64_t i = 0; i < n_ids; i++) ids[i] = i == 0 ? (int32_t)(n_rows - 1) : (int32_t)(rnd_u64() % (uint64_t)n_rows);
+    double *ref = (double *)xmalloc((size_t)(n * n_ids) * 8), *sc = (double *)xmalloc((size_t)(n * n_ids) * 8);
+    float *row = (float *)xmalloc((size_t)n * 4);
+    const tnd_type_traits *tr = tnd_type_traits_get(t);
+    size_t rs = tnd_row_size(t, n);
+    for (int64_t i = 0; i < n_ids; i++) {
+        tr->to_float((const uint8_t *)T + rs * (size_t)ids[i], row, n);
+        double mx = 0;
+        for (int64_t k = 0; k < n; k++) mx = fmax(mx, fabs(row[k]));
+        for (int64_t k = 0; k < n; k++) {
+            ref[i * n + k] = row[k];
+            sc[i * n + k] = mx;
+        }
+    }
+    void *dT = dev_upload(T, wb), *dids = dev_upload(ids, (size_t)n_ids * 4);
+    float *dy = (float *)dev_alloc((size_t)(n * n_ids) * 4);
+    dev_poison(dy, (size_t)(n * n_ids) * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_GET_ROWS;
+    op.in[0] = tens(dT, t, n, n_rows, 1);
+    op.in[1] = tens(dids, TND_TYPE_I32, n_ids, 1, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n, n_ids, 1);
+    char what[160];
+    snprintf(what, sizeof what, "get_rows %-5s n=%lld rows=%lld ids=%lld", tnd_type_name(t), (long long)n,
+             (long long)n_rows, (long long)n_ids);
+    if (run_op(&op, what)) {
+        float *y = (float *)xmalloc((size_t)(n * n_ids) * 4);
+        dev_download(y, dy, (size_t)(n * n_ids) * 4);
+        /* the same a*q + b in f32 as the reference; a fused multiply-add may
+         * round once instead of twice: a few ulp of the row's largest value */
+        compare(what, y, ref, sc, n * n_ids, 5e-7, 0);
+        free(y);
+    }
+    dev_free(dT);
+    dev_free(dids);
+    dev_free(dy);
+    free(T);
+    free(ids);
+    free(ref);
+    free(sc);
+    free(row);
+}
+
+/* ---- norms ------------------------------------------------------------------------------- */
+
+static void test_rms_norm(int64_t n, int64_t rows, bool weight, bool inplace) {
+    float *x = (float *)xmalloc((size_t)(n * rows) * 4), *w = (float *)xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n * rows; i++) x[i] = rnd_unif(-2, 2);
+    for (int64_t i = 0; i < n; i++) w[i] = rnd_unif(0.5f, 1.5f);
+    double *ref = (double *)xmalloc((size_t)(n * rows) * 8);
+    const float eps = 1e-6f;
+    for (int64_t r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++) ss += (double)x[r * n + i] * x[r * n + i];
+        double inv = 1.0 / sqrt(ss / n + eps);
+        for (int64_t i = 0; i < n; i++) ref[r * n + i] = x[r * n + i] * inv * (weight ? w[i] : 1.0);
+    }
+    float *dx = (float *)dev_upload(x, (size_t)(n * rows) * 4), *dw = (float *)dev_upload(w, (size_t)n * 4);
+    float *dy = inplace ? dx : (float *)dev_alloc((size_t)(n * rows) * 4);
+    if (!inplace) dev_poison(dy, (size_t)(n * rows) * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_RMS_NORM;
+    op.in[0] = tens(dx, TND_TYPE_F32, n, rows, 1);
+    op.in[1] = tens(weight ? dw : NULL, TND_TYPE_F32, n, 1, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n, rows, 1);
+    op.p.norm.eps = eps;
+    char what[160];
+    snprintf(what, sizeof what, "rms_norm n=%lld rows=%lld%s%s", (long long)n, (long long)rows, weight ? " weight" : "",
+             inplace ? " in-place" : "");
+    if (run_op(&op, what)) {
+        float *y = (float *)xmalloc((size_t)(n * rows) * 4);
+        dev_download(y, dy, (size_t)(n * rows) * 4);
+        /* f32 sum of n squares (relative error ~ n/threads * 6e-8 + tree),
+         * rsqrtf (~2 ulp): 2e-5 relative */
+        compare(what, y, ref, NULL, n * rows, 2e-5, 1e-7);
+        free(y);
+    }
+    dev_free(dx);
+    dev_free(dw);
+    if (!inplace) dev_free(dy);
+    free(x);
+    free(w);
+    free(ref);
+}
+
+/* ---- rope ---------------------------------------------------------------------------------- */
+
+static void test_rope(int64_t n_tok, int n_head, int hd, int n_rot, int mode, float base) {
+    int64_t n = n_tok * n_head * hd;
+    float *x = (float *)xmalloc((size_t)n * 4);
+    int32_t *pos = (int32_t *)xmalloc((size_t)n_tok * 4);
+    for (int64_t i = 0; i < n; i++) x[i] = rnd_unif(-1, 1);
+    for (int64_t t = 0; t < n_tok; t++) pos[t] = t == 0 ? 0 : (int32_t)(rnd_u64() % 100000);
+    double *ref = (double *)xmalloc((size_t)n * 8);
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_head; h++) {
+            const float *xr = x + (t * n_head + h) * hd;
+            double *yr = ref + (t * n_head + h) * hd;
+            for (int i = 0; i < hd; i++) yr[i] = xr[i];
+            for (int i = 0; i < n_rot / 2; i++) {
+                int i0 = mode == TND_ROPE_NEOX ? i : 2 * i, i1 = mode == TND_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
+                double th = pos[t] * pow(base, -2.0 * i / n_rot);
+                yr[i0] = xr[i0] * cos(th) - xr[i1] * sin(th);
+                yr[i1] = xr[i0] * sin(th) + xr[i1] * cos(th);
+            }
+        }
+    float *dx = (float *)dev_upload(x, (size_t)n * 4), *dy = (float *)dev_alloc((size_t)n * 4);
+    void *dpos = dev_upload(pos, (size_t)n_tok * 4);
+    dev_poison(dy, (size_t)n * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_ROPE;
+    op.in[0] = tens(dx, TND_TYPE_F32, hd, n_head, n_tok);
+    op.in[1] = tens(dpos, TND_TYPE_I32, n_tok, 1, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, hd, n_head, n_tok);
+    op.p.rope.n_rot = n_rot;
+    op.p.rope.mode = mode;
+    op.p.rope.freq_base = base;
+    op.p.rope.freq_scale = 1.0f;
+    char what[160];
+    snprintf(what, sizeof what, "rope %s n_tok=%lld heads=%d head_dim=%d n_rot=%d base=%g",
+             mode == TND_ROPE_NEOX ? "neox  " : "normal", (long long)n_tok, n_head, hd, n_rot, base);
+    if (run_op(&op, what)) {
+        float *y = (float *)xmalloc((size_t)n * 4);
+        dev_download(y, dy, (size_t)n * 4);
+        /* angles and sin/cos in double on both sides, outputs rounded to
+         * f32 (|x| <= 1 so 1 ulp <= 1.2e-7): 3e-7 absolute */
+        compare(what, y, ref, NULL, n, 0, 3e-7);
+        free(y);
+    }
+    dev_free(dx);
+    dev_free(dy);
+    dev_free(dpos);
+    free(x);
+    free(pos);
+    free(ref);
+}
+
+/* ---- attention ----------------------------------------------------------------------------- */
+
+static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0) {
+    int64_t n_ctx = pos0 + n_tok + 3; /* 3 rows past the last query: NaN, never to be read */
+    int64_t row = (int64_t)n_kv * hd;
+    int64_t nq = n_tok * n_head * hd;
+    float *q = (float *)xmalloc((size_t)nq * 4);
+    uint16_t *K = (uint16_t *)xmalloc((size_t)(n_ctx * row) * 2), *V = (uint16_t *)xmalloc((size_t)(n_ctx * row) * 2);
+    for (int64_t i = 0; i < nq; i++) q[i] = rnd_unif(-1, 1);
+    for (int64_t i = 0; i < n_ctx * row; i++) {
+        bool dead = i >= (pos0 + n_tok) * row;
+        K[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(rnd_unif(-1, 1));
+        V[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(rnd_unif(-1, 1));
+    }
+    float scale = 1.0f / sqrtf((float)hd);
+    double *ref = (double *)xmalloc((size_t)nq * 8);
+    double *p = (double *)xmalloc((size_t)(pos0 + n_tok) * 8);
+    double vmax = 0;
+    for (int64_t i = 0; i < (pos0 + n_tok) * row; i++) vmax = fmax(vmax, fabs(tnd_fp16_to_fp32(V[i])));
+    int ratio = n_head / n_kv;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_head; h++) {
+            int g = h / ratio;
+            int64_t nvis = pos0 + t + 1;
+            const float *qh = q + (t * n_head + h) * hd;
+            double m = -INFINITY, l = 0;
+            for (int64_t j = 0; j < nvis; j++) {
+                double s = 0;
+                for (int d = 0; d < hd; d++) s += (double)qh[d] * tnd_fp16_to_fp32(K[j * row + g * hd + d]);
+                p[j] = s * scale;
+                m = fmax(m, p[j]);
+            }
+            for (int64_t j = 0; j < nvis; j++) l += p[j] = exp(p[j] - m);
+            for (int d = 0; d < hd; d++) {
+                double a = 0;
+                for (int64_t j = 0; j < nvis; j++) a += p[j] * tnd_fp16_to_fp32(V[j * row + g * hd + d]);
+                ref[(t * n_head + h) * hd + d] = a / l;
+            }
+        }
+    float *dq = (float *)dev_upload(q, (size_t)nq * 4), *dout = (float *)dev_alloc((size_t)nq * 4);
+    void *dK = dev_upload(K, (size_t)(n_ctx * row) * 2), *dV = dev_upload(V, (size_t)(n_ctx * row) * 2);
+    dev_poison(dout, (size_t)nq * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_ATTN;
+    op.in[0] = tens(dq, TND_TYPE_F32, hd, n_head, n_tok);
+    op.in[1] = tens(dK, TND_TYPE_F16, row, n_ctx, 1);
+    op.in[2] = tens(dV, TND_TYPE_F16, row, n_ctx, 1);
+    op.out[0] = tens(dout, TND_TYPE_F32, hd, n_head, n_tok);
+    op.p.attn.n_head = n_head;
+    op.p.attn.n_head_kv = n_kv;
+    op.p.attn.head_dim = hd;
+    op.p.attn.pos0 = (int32_t)pos0;
+    op.p.attn.scale = scale;
+    char what[160];
+    snprintf(what, sizeof what, "attn n_tok=%lld heads=%d kv_heads=%d (gqa %d) head_dim=%d pos0=%lld n_ctx=%lld",
+             (long long)n_tok, n_head, n_kv, ratio, hd, (long long)pos0, (long long)n_ctx);
+    if (run_op(&op, what)) {
+        float *y = (float *)xmalloc((size_t)nq * 4);
+        dev_download(y, dout, (size_t)nq * 4);
+        /* outputs are convex combinations of V; f32 scores and the fast
+         * exp (a few ulp) perturb each weight by ~1e-6 relative: 1e-4 *
+         * max|V| is 10x that, and any indexing or masking error is O(0.1) */
+        double *sc = (double *)xmalloc((size_t)nq * 8);
+        for (int64_t i = 0; i < nq; i++) sc[i] = vmax;
+        compare(what, y, ref, sc, nq, 1e-4, 0);
+        free(sc);
+        free(y);
+    }
+    dev_free(dq);
+    dev_free(dout);
+    dev_free(dK);
+    dev_free(dV);
+    free(q);
+    free(K);
+    free(V);
+    free(ref);
+    free(p);
+}
+
+/* ---- softmax and element-wise ops ------------------------------------------------------ */
+
+static void test_softmax(int64_t n, int64_t rows, float scale) {
+    float *x = (float *)xmalloc((size_t)(n * rows) * 4);
+    for (int64_t i = 0; i < n * rows; i++) x[i] = rnd_unif(-5, 5);
+    double *ref = (double *)xmalloc((size_t)(n * rows) * 8);
+    for (int64_t r = 0; r < rows; r++) {
+        double m = -INFINITY, s = 0;
+        for (int64_t i = 0; i < n; i++) m = fmax(m, (double)x[r * n + i] * scale);
+        for (int64_t i = 0; i < n; i++) s += ref[r * n + i] = exp((double)x[r * n + i] * scale - m);
+        for (int64_t i = 0; i < n; i++) ref[r * n + i] /= s;
+    }
+    float *dx = (float *)dev_upload(x, (size_t)(n * rows) * 4), *dy = (float *)dev_alloc((size_t)(n * rows) * 4);
+    dev_poison(dy, (size_t)(n * rows) * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_SOFTMAX;
+    op.in[0] = tens(dx, TND_TYPE_F32, n, rows, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n, rows, 1);
+    op.p.scale.s = scale;
+    char what[128];
+    snprintf(what, sizeof what, "softmax n=%lld rows=%lld scale=%g", (long long)n, (long long)rows, scale);
+    if (run_op(&op, what)) {
+        float *y = (float *)xmalloc((size_t)(n * rows) * 4);
+        dev_download(y, dy, (size_t)(n * rows) * 4);
+        /* fast exp: 2 + 1.2|arg| ulp with |arg| <= 7: ~1.3e-6; sums in f32 */
+        compare(what, y, ref, NULL, n * rows, 1e-5, 1e-9);
+        free(y);
+    }
+    dev_free(dx);
+    dev_free(dy);
+    free(x);
+    free(ref);
+}
+
+static void test_elementwise(int64_t n) {
+    float *a = (float *)xmalloc((size_t)n * 4), *b = (float *)xmalloc((size_t)n * 4), *y = (float *)xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) {
+        a[i] = rnd_unif(-8, 8);
+        b[i] = rnd_unif(-2, 2);
+    }
+    double *ref = (double *)xmalloc((size_t)n * 8), *sc = (double *)xmalloc((size_t)n * 8);
+    float *da = (float *)dev_upload(a, (size_t)n * 4), *db = (float *)dev_upload(b, (size_t)n * 4);
+    float *dy = (float *)dev_alloc((size_t)n * 4);
+    static const tnd_op_kind kinds[] = {TND_OP_SILU_MUL, TND_OP_GELU_MUL, TND_OP_ADD, TND_OP_SCALE};
+    for (size_t k = 0; k < TND_ARRAY_LEN(kinds); k++) {
+        const float s = 0.37f;
+        for (int64_t i = 0; i < n; i++) {
+            double g = a[i], u = b[i];
+            switch (kinds[k]) {
+            case TND_OP_SILU_MUL: ref[i] = g / (1 + exp(-g)) * u; sc[i] = fabs(ref[i]); break;
+            case TND_OP_GELU_MUL:
+                ref[i] = 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+                sc[i] = fabs(g * u); /* 1 + tanh cancels for g << 0: errors scale with |g u| */
+                break;
+            case TND_OP_ADD: ref[i] = (float)(a[i] + b[i]); sc[i] = 0; break;
+            default: ref[i] = (float)(a[i] * s); sc[i] = 0; break;
+            }
+        }
+        dev_poison(dy, (size_t)n * 4);
+        tnd_op op;
+        memset(&op, 0, sizeof op);
+        op.kind = kinds[k];
+        op.in[0] = tens(da, TND_TYPE_F32, n, 1, 1);
+        op.in[1] = tens(kinds[k] == TND_OP_SCALE ? NULL : db, TND_TYPE_F32, n, 1, 1);
+        op.out[0] = tens(dy, TND_TYPE_F32, n, 1, 1);
+        op.p.scale.s = s;
+        char what[128];
+        snprintf(what, sizeof what, "%s n=%lld", tnd_op_name(kinds[k]), (long long)n);
+        if (!run_op(&op, what)) continue;
+        dev_download(y, dy, (size_t)n * 4);
+        /* add and scale round once in f32 on both sides: exact. silu: fast
+         * exp (<= 12 ulp for |g| <= 8) and division (2 ulp): 5e-6 relative.
+         * gelu: tanhf (2 ulp of 1) times 0.5|g u|: 1e-6 of |g u|. */
+        double rtol = kinds[k] == TND_OP_SILU_MUL ? 5e-6 : kinds[k] == TND_OP_GELU_MUL ? 1e-6 : 0;
+        compare(what, y, ref, sc, n, rtol, 0);
+    }
+    dev_free(da);
+    dev_free(db);
+    dev_free(dy);
+    free(a);
+    free(b);
+    free(y);
+    free(ref);
+    free(sc);
+}
+
+static void test_cpy(int64_t n) {
+    float *x = (float *)xmalloc((size_t)n * 4);
+    static const float special[] = {0.0f, -0.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f, 3e-8f, 1e-4f, -2.5e-6f, INFINITY, -INFINITY, NAN};
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (size_t)i < TND_ARRAY_LEN(special) ? special[i] : rnd_unif(-3, 3) * (float)pow(10, (double)(rnd_u64() % 9) - 4);
+    float *dx = (float *)dev_upload(x, (size_t)n * 4);
+    uint16_t *dh = (uint16_t *)dev_alloc((size_t)n * 2);
+    float *dy = (float *)dev_alloc((size_t)n * 4);
+    dev_poison(dh, (size_t)n * 2);
+    dev_poison(dy, (size_t)n * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_CPY;
+    op.in[0] = tens(dx, TND_TYPE_F32, n, 1, 1);
+    op.out[0] = tens(dh, TND_TYPE_F16, n, 1, 1);
+    char what[96];
+    snprintf(what, sizeof what, "cpy f32->f16->f32 n=%lld", (long long)n);
+    if (!run_op(&op, what)) goto out;
+    op.in[0] = tens(dh, TND_TYPE_F16, n, 1, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n, 1, 1);
+    if (!run_op(&op, what)) goto out;
+    {
+        uint16_t *h = (uint16_t *)xmalloc((size_t)n * 2);
+        float *y = (float *)xmalloc((size_t)n * 4);
+        dev_download(h, dh, (size_t)n * 2);
+        dev_download(y, dy, (size_t)n * 4);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++) {
+            uint16_t want = tnd_fp32_to_fp16(x[i]);
+            bool nan_ok = isnan(x[i]) && (h[i] & 0x7c00) == 0x7c00 && (h[i] & 0x3ff) && isnan(y[i]);
+            /* f16 bits must match quant.h's round-to-nearest-even exactly,
+             * and f16 -> f32 is exact */
+            if (!nan_ok && (h[i] != want || tnd_fp32_to_bits(y[i]) != tnd_fp32_to_bits(tnd_fp16_to_fp32(want)))) bad = i;
+        }
+        if (bad >= 0)
+            report(false, "%s: at [%lld] x=%.9g: f16 0x%04x want 0x%04x, back %.9g", what, (long long)bad, x[bad], h[bad],
+                   tnd_fp32_to_fp16(x[bad]), y[bad]);
+        else
+            report(true, "%s (bit-exact, specials included)", what);
+        free(h);
+        free(y);
+    }
+out:
+    dev_free(dx);
+    dev_free(dh);
+    dev_free(dy);
+    free(x);
+}
+
+/* ---- MoE routing --------------------------------------------------------------------------- */
+
+static void test_route(int64_t n_tok, int n_exp, int n_used, int mode, bool norm) {
+    float *l = (float *)xmalloc((size_t)(n_tok * n_exp) * 4);
+    for (int64_t i = 0; i < n_tok * n_exp; i++) l[i] = rnd_unif(-4, 4);
+    int32_t *rid = (int32_t *)xmalloc((size_t)(n_tok * n_used) * 4);
+    double *rw = (double *)xmalloc((size_t)(n_tok * n_used) * 8);
+    bool *taken = (bool *)xmalloc((size_t)n_exp);
+    for (int64_t t = 0; t < n_tok; t++) {
+        const float *lt = l + t * n_exp;
+        memset(taken, 0, (size_t)n_exp);
+        double m = -INFINITY, tot = 0, sel = 0;
+        for (int e = 0; e < n_exp; e++) m = fmax(m, lt[e]);
+        for (int e = 0; e < n_exp; e++) tot += exp(lt[e] - m);
+        for (int k = 0; k < n_used; k++) {
+            int best = -1;
+            for (int e = 0; e < n_exp; e++)
+                if (!taken[e] && (best < 0 || lt[e] > lt[best])) best = e;
+            taken[best] = true;
+            rid[t * n_used + k] = best;
+            double w = mode == TND_ROUTE_SOFTMAX_TOPK ? exp(lt[best] - m) / tot : exp(lt[best] - lt[rid[t * n_used]]);
+            rw[t * n_used + k] = w;
+            sel += w;
+        }
+        if (mode == TND_ROUTE_TOPK_SOFTMAX || norm)
+            for (int k = 0; k < n_used; k++) rw[t * n_used + k] /= sel;
+    }
+    float *dl = (float *)dev_upload(l, (size_t)(n_tok * n_exp) * 4), *dw = (float *)dev_alloc((size_t)(n_tok * n_used) * 4);
+    int32_t *di = (int32_t *)dev_alloc((size_t)(n_tok * n_used) * 4);
+    dev_poison(dw, (size_t)(n_tok * n_used) * 4);
+    dev_poison(di, (size_t)(n_tok * n_used) * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_MOE_ROUTE;
+    op.in[0] = tens(dl, TND_TYPE_F32, n_exp, n_tok, 1);
+    op.out[0] = tens(dw, TND_TYPE_F32, n_used, n_tok, 1);
+    op.out[1] = tens(di, TND_TYPE_I32, n_used, n_tok, 1);
+    op.p.route.n_used = n_used;
+    op.p.route.mode = mode;
+    op.p.route.norm = norm;
+    char what[128];
+    snprintf(what, sizeof what, "moe_route %s%s n_tok=%lld experts=%d used=%d",
+             mode == TND_ROUTE_SOFTMAX_TOPK ? "softmax-topk" : "topk-softmax", norm ? "+norm" : "", (long long)n_tok, n_exp,
+             n_used);
+    if (run_op(&op, what)) {
+        float *w = (float *)xmalloc((size_t)(n_tok * n_used) * 4);
+        int32_t *id = (int32_t *)xmalloc((size_t)(n_tok * n_used) * 4);
+        dev_download(w, dw, (size_t)(n_tok * n_used) * 4);
+        dev_download(id, di, (size_t)(n_tok * n_used) * 4);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n_tok * n_used && bad < 0; i++)
+            if (id[i] != rid[i]) bad = i;
+        if (bad >= 0) {
+            report(false, "%s: ids differ at [%lld]: got %d want %d", what, (long long)bad, id[bad], rid[bad]);
+        } else {
+            /* fast exp over |arg| <= 8 (~12 ulp) and f32 sums: 1e-5 relative */
+            compare(what, w, rw, NULL, n_tok * n_used, 1e-5, 1e-9);
+        }
+        free(w);
+        free(id);
+    }
+    dev_free(dl);
+    dev_free(dw);
+    dev_free(di);
+    free(l);
+    free(rid);
+    free(rw);
+    free(taken);
+}
+
+/* ---- copies, mapped memory, events ---------------------------------------------------------- */
+
+static void test_copies(void) {
+    const size_t n = 1000003;
+    void *host = NULL, *hdev = NULL;
+    tnd_status st = B->iface->host_alloc(B, n + 64, &host, &hdev);
+    if (st) {
+        report(false, "host_alloc of %zu bytes: %s", n + 64, tnd_last_error());
+        return;
+    }
+    uint8_t *h = (uint8_t *)host;
+    for (size_t i = 0; i < n + 64; i++) h[i] = (uint8_t)(i * 131 + 7);
+    uint8_t *d = (uint8_t *)dev_alloc(n + 64), *d2 = (uint8_t *)dev_alloc(n + 64);
+    uint8_t *back = (uint8_t *)xmalloc(n + 64);
+    /* mapped host -> device through the SM copy, unaligned source */
+    dev_poison(d, n + 64);
+    CHECK_ST(B->iface->copy_mapped(B, d, (uint8_t *)hdev + 3, n, S));
+    dev_download(back, d, n);
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+        if (back[i] != h[i + 3]) bad = i;
+    report(bad == n, "copy_mapped host->device n=%zu unaligned (first mismatch %zu)", n, bad);
+    /* device -> device (copy engine), then device -> mapped host, aligned */
+    CHECK_ST(B->iface->copy_d2d(B, d2, d, n, S));
+    memset(h, 0, n + 64);
+    CHECK_ST(B->iface->copy_mapped(B, (uint8_t *)hdev + 16, d2, n, S));
+    CHECK_ST(B->iface->stream_sync(B, S));
+    bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+        if (h[16 + i] != (uint8_t)((i + 3) * 131 + 7)) bad = i;
+    bool edges = h[15] == 0 && h[16 + n] == 0;
+    report(bad == n && edges, "copy_d2d + copy_mapped device->host n=%zu (first mismatch %zu, bounds %s)", n, bad,
+           edges ? "kept" : "overwritten");
+    dev_free(d);
+    dev_free(d2);
+    free(back);
+    B->iface->host_free(B, host);
+}
+
+static void test_events(void) {
+    const size_t n = 64u << 20;
+    tnd_stream *s2 = NULL;
+    tnd_event *e0 = NULL, *e1 = NULL;
+    CHECK_ST(B->iface->stream_new(B, &s2));
+    CHECK_ST(B->iface->event_new(B, &e0));
+    CHECK_ST(B->iface->event_new(B, &e1));
+    uint8_t *a = (uint8_t *)dev_alloc(n), *b = (uint8_t *)dev_alloc(n);
+    CHECK_ST(B->iface->memset(B, a, 0x22, n, S));
+    CHECK_ST(B->iface->memset(B, b, 0x00, n, S));
+    CHECK_ST(B->iface->stream_sync(B, S));
+    /* S: overwrite a (several passes, so it takes a while); s2 must wait for it */
+    CHECK_ST(B->iface->event_record(B, e0, S));
+    for (int i = 0; i < 8; i++) CHECK_ST(B->iface->memset(B, a, 0x11, n, S));
+    CHECK_ST(B->iface->event_record(B, e1, S));
+    CHECK_ST(B->iface->stream_wait(B, s2, e1));
+    CHECK_ST(B->iface->copy_d2d(B, b, a, n, s2));
+    CHECK_ST(B->iface->stream_sync(B, s2));
+    uint8_t *hb = (uint8_t *)xmalloc(n);
+    CHECK_ST(B->iface->copy_d2h(B, hb, b, n, s2));
+    CHECK_ST(B->iface->stream_sync(B, s2));
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+        if (hb[i] != 0x11) bad = i;
+    report(bad == n, "stream_wait orders a copy on a second stream after an event (first stale byte %zu)", bad);
+    CHECK_ST(B->iface->event_sync(B, e1));
+    float ms = -1;
+    {
+        tnd_status st = B->iface->event_elapsed(B, e0, e1, &ms);
+        /* 8 x 64 MiB written at a few TB/s: well above 0.01 ms, below 1 s */
+        report(st == TND_OK && ms > 0.01f && ms < 1000.0f, "event_elapsed over 512 MiB of memset: %.3f ms (%s)", ms,
+               st ? tnd_last_error() : "ok");
+    }
+    free(hb);
+    dev_free(a);
+    dev_free(b);
+    B->iface->event_free(B, e0);
+    B->iface->event_free(B, e1);
+    B->iface->stream_free(B, s2);
+}
+
+/* ---- VRAM budget ----------------------------------------------------------------------------- */
+
+static void test_budget(void) {
+    const uint64_t budget = 256ull << 20, chunk = 24ull << 20;
+    tnd_cuda_params p = {0, budget};
+    tnd_backend *b2 = NULL;
+    CHECK_ST(tnd_backend_cuda_new(&p, &b2));
+    tnd_mem_info m0, m1, m2;
+    CHECK_ST(B->iface->stream_sync(B, S));
+    b2->iface->mem_info(b2, &m0); /* the context exists already: its overhead is in m0 */
+    void *ptrs[64];
+    int n = 0;
+    tnd_status st = TND_OK;
+    while (n < 64 && (st = b2->iface->buf_alloc(b2, chunk, &ptrs[n])) == TND_OK) n++;
+    const char *msg = tnd_last_error();
+    bool refused = st == TND_ERR_NOMEM && strstr(msg, "budget") != NULL;
+    b2->iface->mem_info(b2, &m1);
+    int64_t grown = (int64_t)m0.dev_free - (int64_t)m1.dev_free;
+    /* 24 MiB chunks (2 MiB pages): exactly floor(256/24) = 10 fit */
+    int want = (int)(budget / chunk);
+    report(refused && n == want, "budget %llu MiB: %d allocations of %llu MiB before refusal (want %d): \"%s\"",
+           (unsigned long long)(budget >> 20), n, (unsigned long long)(chunk >> 20), want, refused ? msg : "not refused");
+    report(m1.used <= budget && m1.used == (uint64_t)n * chunk, "budget accounting: used %llu bytes, %d x chunk = %llu",
+           (unsigned long long)m1.used, n, (unsigned long long)((uint64_t)n * chunk));
+    /* the device's own count: no more than the budget (plus one 2 MiB page
+     * of allocator slack), and at least what was handed out */
+    report(grown <= (int64_t)(budget + (2u << 20)) && grown >= (int64_t)((uint64_t)n * chunk),
+           "cudaMemGetInfo: device memory grew by %.1f MiB for %.1f MiB allocated (budget %.1f MiB)", grown / 1048576.0,
+           (double)((uint64_t)n * chunk) / 1048576.0, budget / 1048576.0);
+    for (int i = 0; i < n; i++) b2->iface->buf_free(b2, ptrs[i]);
+    b2->iface->mem_info(b2, &m2);
+    void *again = NULL;
+    st = b2->iface->buf_alloc(b2, chunk * (uint64_t)want, &again);
+    report(m2.used == 0 && st == TND_OK, "budget released on free: used %llu after freeing, one %llu MiB allocation %s",
+           (unsigned long long)m2.used, (unsigned long long)((chunk * want) >> 20), st ? tnd_last_error() : "ok");
+    b2->iface->buf_free(b2, again);
+    tnd_backend_free(b2);
+}
+
+/* ---- driver ------------------------------------------------------------------------------- */
+
+/* Row length per type for the odd shapes: 3 blocks of 256, 13 blocks of 32,
+ * or 417 (not a multiple of anything) for the float types. */
+static int64_t odd_n_in(tnd_type t) {
+    const tnd_type_traits *tr = tnd_type_traits_get(t);
+    return tr->block_size == 256 ? 768 : tr->block_size == 32 ? 416 : 417;
+}
+static int64_t big_n_in(tnd_type t) {
+    const tnd_type_traits *tr = tnd_type_traits_get(t);
+    return tr->block_size == 256 ? 256 * 23 : tr->block_size == 32 ? 32 * 171 : 5001;
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    int ndev = tnd_cuda_device_count();
+    if (ndev <= 0) {
+        printf("test_cuda_ops: skipped (no CUDA device)\n");
+        return 77;
+    }
+    tnd_cuda_params p = {0, 0};
+    CHECK_ST(tnd_backend_cuda_new(&p, &B));
+    CHECK_ST(B->iface->stream_new(B, &S));
+
+    static const int64_t toks[] = {1, 3, 8, 17, 64};
+    for (size_t i = 0; i < TND_ARRAY_LEN(ALL_TYPES); i++) {
+        tnd_type t = ALL_TYPES[i];
+        for (size_t k = 0; k < TND_ARRAY_LEN(toks); k++) test_matmul(t, odd_n_in(t), 37, toks[k]);
+        test_matmul(t, big_n_in(t), 129, 1);
+        test_matmul(t, big_n_in(t), 67, 5);
+        test_matmul(t, odd_n_in(t), 4099, 1); /* many blocks, the 2-rows-per-block launch */
+        test_get_rows(t, odd_n_in(t), 37, 9);
+    }
+    test_matmul(TND_TYPE_Q4_K, 256 * 20, 300, 33); /* cuBLAS with several row chunks would need n_out > 4096 */
+    test_matmul(TND_TYPE_Q8_0, 4096, 4133, 19);    /* two row chunks of the f16 path */
+    test_matvec_cfg(TND_TYPE_Q4_K, 256 * 9, 67);
+    test_matvec_cfg(TND_TYPE_Q6_K, 256 * 9, 67);
+    test_matvec_cfg(TND_TYPE_Q8_0, 32 * 41, 67);
+    test_matvec_cfg(TND_TYPE_Q4_0, 32 * 41, 67);
+    test_matvec_cfg(TND_TYPE_F16, 417, 67);
+
+    static const tnd_type id_types[] = {TND_TYPE_Q4_K, TND_TYPE_Q8_0, TND_TYPE_MXFP4, TND_TYPE_F16};
+    for (size_t i = 0; i < TND_ARRAY_LEN(id_types); i++) {
+        tnd_type t = id_types[i];
+        int64_t n_in = t == TND_TYPE_F16 ? 417 : 512;
+        test_matmul_id(t, n_in, 45, 5, 1, 2);
+        test_matmul_id(t, n_in, 45, 5, 3, 2);
+        test_matmul_id(t, n_in, 45, 7, 17, 3);
+    }
+    test_get_rows(TND_TYPE_Q4_K, 2048, 1000, 64);
+
+    for (size_t k = 0; k < TND_ARRAY_LEN(toks); k++) test_rms_norm(4099, toks[k], true, false);
+    test_rms_norm(128, 17 * 5, true, false); /* per-head q/k norm */
+    test_rms_norm(64, 3 * 7, true, true);
+    test_rms_norm(1000, 3, false, false);
+
+    static const int64_t rtoks[] = {1, 3, 17, 64};
+    for (size_t k = 0; k < TND_ARRAY_LEN(rtoks); k++) {
+        test_rope(rtoks[k], 5, 128, 128, TND_ROPE_NORMAL, 10000.0f);
+        test_rope(rtoks[k], 5, 128, 128, TND_ROPE_NEOX, 1000000.0f);
+    }
+    test_rope(17, 3, 64, 32, TND_ROPE_NORMAL, 10000.0f);
+    test_rope(17, 3, 64, 32, TND_ROPE_NEOX, 10000.0f);
+    test_rope(3, 3, 80, 80, TND_ROPE_NEOX, 500000.0f);
+
+    test_attn(1, 4, 4, 64, 0);      /* first token, ratio 1 */
+    test_attn(1, 6, 2, 128, 300);   /* decode, ratio 3 */
+    test_attn(1, 8, 2, 128, 1000);  /* decode, ratio 4, several key splits */
+    test_attn(1, 32, 8, 128, 4100); /* decode, llama-8B-like heads, long context */
+    test_attn(3, 6, 2, 64, 37);
+    test_attn(17, 8, 2, 128, 5);
+    test_attn(17, 12, 3, 80, 131);  /* head_dim not a power of two */
+    test_attn(64, 4, 4, 64, 200);
+    test_attn(64, 12, 4, 128, 0);   /* prefill from empty, ratio 3 */
+    test_attn(3, 16, 1, 256, 50);   /* ratio 16, head_dim 256 */
+
+    test_softmax(1001, 3, 0.7f);
+    test_softmax(7, 17, 1.0f);
+    test_elementwise(100003);
+    test_cpy(100003);
+
+    for (size_t k = 0; k < TND_ARRAY_LEN(rtoks); k++) {
+        test_route(rtoks[k], 8, 2, TND_ROUTE_SOFTMAX_TOPK, false);
+        test_route(rtoks[k], 128, 8, TND_ROUTE_SOFTMAX_TOPK, true);
+    }
+    test_route(17, 60, 4, TND_ROUTE_SOFTMAX_TOPK, true);
+    test_route(17, 257, 8, TND_ROUTE_TOPK_SOFTMAX, false);
+    test_route(3, 32, 4, TND_ROUTE_TOPK_SOFTMAX, false);
+    test_route(3, 512, 32, TND_ROUTE_SOFTMAX_TOPK, false);
+
+    test_copies();
+    test_events();
+    test_budget();
+
+    B->iface->stream_free(B, S);
+    tnd_backend_free(B);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
+#endif
