@@ -61,8 +61,10 @@ typedef enum tnd_op_kind {
      * y[t][r] = sum_k W[r][k] * x[t][k]. */
     TND_OP_MATMUL,
     /* Expert matmul. in[0] W: {n_in, n_out, n_expert}; in[1] x: f32
-     * {n_in, n_tok}; in[2] ids: i32 {n_used, n_tok}; out[0] y: f32
-     * {n_out, n_used, n_tok}: y[t][u] = W[ids[t][u]] x[t]. */
+     * {n_in, n_x, n_tok} with n_x = 1 (every slot reads x[t]) or n_used
+     * (slot u reads x[t][u], as the down projection does); in[2] ids: i32
+     * {n_used, n_tok}; out[0] y: f32 {n_out, n_used, n_tok}:
+     * y[t][u] = W[ids[t][u]] x[t][n_x == 1 ? 0 : u]. */
     TND_OP_MATMUL_ID,
     /* Embedding lookup. in[0] table: any supported type {n, n_rows};
      * in[1] ids: i32 {n_ids}; out[0]: f32 {n, n_ids}. */
@@ -83,7 +85,9 @@ typedef enum tnd_op_kind {
      * in[2] V f16 same; out[0] f32 {head_dim, n_head, n_tok}. Query t is at
      * position p.attn.pos0 + t and sees cache rows 0..pos0+t (the chunk's own
      * K/V must already be stored). q head h reads kv head h / (n_head /
-     * n_head_kv). Scores are scaled by p.attn.scale. */
+     * n_head_kv). Scores are scaled by p.attn.scale, then soft-capped
+     * (c*tanh(s/c)) if p.attn.softcap > 0. p.attn.window > 0: query at pos
+     * sees only rows > pos - window (sliding-window layers). */
     TND_OP_ATTN,
     /* Softmax over rows of ne[0] of (x * p.scale.s). in[0], out[0] f32. */
     TND_OP_SOFTMAX,
@@ -91,7 +95,8 @@ typedef enum tnd_op_kind {
     TND_OP_SILU_MUL,
     /* out = gelu_tanh(in[0]) * in[1]. */
     TND_OP_GELU_MUL,
-    /* out = in[0] + in[1], f32. */
+    /* out = in[0] + in[1], f32. in[1] has the same element count, or is one
+     * row {ne[0]} broadcast over every row of in[0] (bias add). */
     TND_OP_ADD,
     /* out = in[0] * p.scale.s, f32. */
     TND_OP_SCALE,
@@ -105,6 +110,10 @@ typedef enum tnd_op_kind {
      * renormalize them to sum 1 if p.route.norm. mode TOPK_SOFTMAX: top
      * n_used logits, softmax over those. Ids are in descending weight order. */
     TND_OP_MOE_ROUTE,
+    /* Weighted sum of expert outputs. in[0] y f32 {n, n_used, n_tok};
+     * in[1] weights f32 {n_used, n_tok}; out[0] f32 {n, n_tok}:
+     * out[t] = sum_u w[t][u] * y[t][u]. */
+    TND_OP_MOE_SUM,
     TND_OP_COUNT
 } tnd_op_kind;
 
@@ -122,7 +131,7 @@ typedef struct tnd_op {
     union {
         struct { float eps; } norm;
         struct { int32_t n_rot, mode; float freq_base, freq_scale; } rope;
-        struct { int32_t n_head, n_head_kv, head_dim, pos0; float scale; } attn;
+        struct { int32_t n_head, n_head_kv, head_dim, pos0; float scale; int32_t window; float softcap; } attn;
         struct { float s; } scale;   /* SOFTMAX (0 is taken as 1) and SCALE */
         struct { int32_t n_used, mode; bool norm; } route;
     } p;
@@ -219,6 +228,15 @@ struct tnd_backend {
     const tnd_backend_iface *iface;
     void *ctx; /* the implementation's state */
 };
+
+/* ---- CPU backend --------------------------------------------------------- */
+
+struct tnd_pool;
+/* The CPU backend: ops run synchronously on the caller with pool's threads
+ * (pool may be NULL: one thread); streams and events are trivial; device
+ * memory is host memory, so host pointers (mmapped weights) work directly.
+ * budget 0 = unlimited. */
+tnd_status tnd_backend_cpu_new(struct tnd_pool *pool, uint64_t budget, tnd_backend **out);
 
 /* ---- CUDA backend -------------------------------------------------------- */
 

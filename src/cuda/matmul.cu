@@ -156,7 +156,7 @@ extern "C" size_t tnd_cu_matmul_id_scratch(int64_t n_in, int64_t n_out, int64_t 
 }
 
 extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
-                                int64_t n_expert, const float *x, int64_t n_tok, const int32_t *ids_host,
+                                int64_t n_expert, const float *x, bool x_per_slot, int64_t n_tok, const int32_t *ids_host,
                                 int n_used, float *y, void *scratch, size_t scratch_size, tnd_cu_stream stream) {
     if (!blas || !W || !x || !y || !ids_host || !scratch || n_tok < 1 || n_used < 1 || n_expert < 1)
         return cudaErrorInvalidValue;
@@ -191,7 +191,7 @@ extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64
         int32_t e = ids_host[i];
         int64_t b = (e < 0 || e >= n_expert) ? n_expert : e;
         int32_t at = fill[b]++;
-        tok[at] = (int32_t)(i / n_used);
+        tok[at] = (int32_t)(x_per_slot ? i : i / n_used); /* the x row this pair reads */
         pair[at] = (int32_t)i;
     }
     free(fill);
