@@ -313,12 +313,13 @@ static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
 
 /* ---- expert matmul -------------------------------------------------------------- */
 
-static void test_matmul_id(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_exp, int64_t n_tok, int n_used) {
+static void test_matmul_id(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_exp, int64_t n_tok, int n_used, bool per_slot) {
     size_t wb;
     void *W = make_weights(t, n_in, n_out * n_exp, &wb);
     size_t rs = tnd_row_size(t, n_in);
-    float *x = (float *)xmalloc((size_t)(n_in * n_tok) * 4);
-    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd_unif(-1, 1);
+    int64_t n_x = per_slot ? n_used : 1; /* x rows per token */
+    float *x = (float *)xmalloc((size_t)(n_in * n_x * n_tok) * 4);
+    for (int64_t i = 0; i < n_in * n_x * n_tok; i++) x[i] = rnd_unif(-1, 1);
     int32_t *ids = (int32_t *)xmalloc((size_t)(n_tok * n_used) * 4);
     for (int64_t i = 0; i < n_tok * n_used; i++) ids[i] = (int32_t)(rnd_u64() % (uint64_t)n_exp);
     int64_t ny = n_out * n_used * n_tok;
@@ -328,12 +329,12 @@ static void test_matmul_id(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_ex
         for (int u = 0; u < n_used; u++) {
             double xm;
             const uint8_t *we = (const uint8_t *)W + rs * (size_t)n_out * (size_t)ids[k * n_used + u];
-            ref_matmul(t, we, n_in, n_out, x + k * n_in, 1, tmp, tsc, &xm);
+            ref_matmul(t, we, n_in, n_out, x + (k * n_x + (per_slot ? u : 0)) * n_in, 1, tmp, tsc, &xm);
             xmax = fmax(xmax, xm);
             memcpy(ref + (k * n_used + u) * n_out, tmp, (size_t)n_out * 8);
             memcpy(sc + (k * n_used + u) * n_out, tsc, (size_t)n_out * 8);
         }
-    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
+    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_x * n_tok) * 4);
     void *dids = dev_upload(ids, (size_t)(n_tok * n_used) * 4);
     float *dy = (float *)dev_alloc((size_t)ny * 4);
     dev_poison(dy, (size_t)ny * 4);
@@ -341,14 +342,14 @@ static void test_matmul_id(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_ex
     memset(&op, 0, sizeof op);
     op.kind = TND_OP_MATMUL_ID;
     op.in[0] = tens(dW, t, n_in, n_out, n_exp);
-    op.in[1] = tens(dx, TND_TYPE_F32, n_in, n_tok, 1);
+    op.in[1] = tens(dx, TND_TYPE_F32, n_in, n_x, n_tok);
     op.in[2] = tens(dids, TND_TYPE_I32, n_used, n_tok, 1);
     op.out[0] = tens(dy, TND_TYPE_F32, n_out, n_used, n_tok);
     bool f16path = n_tok > 8;
     char what[160];
-    snprintf(what, sizeof what, "matmul_id %-5s n_in=%lld n_out=%lld experts=%lld n_tok=%lld used=%d (%s)",
+    snprintf(what, sizeof what, "matmul_id %-5s n_in=%lld n_out=%lld experts=%lld n_tok=%lld used=%d x %s (%s)",
              tnd_type_name(t), (long long)n_in, (long long)n_out, (long long)n_exp, (long long)n_tok, n_used,
-             f16path ? "grouped f16 cuBLAS" : "matvec_id f32");
+             per_slot ? "per slot" : "shared", f16path ? "grouped f16 cuBLAS" : "matvec_id f32");
     if (run_op(&op, what)) {
         float *y = (float *)xmalloc((size_t)ny * 4);
         dev_download(y, dy, (size_t)ny * 4);
@@ -517,7 +518,7 @@ static void test_rope(int64_t n_tok, int n_head, int hd, int n_rot, int mode, fl
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
-static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0) {
+static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0, float softcap, int window) {
     int64_t n_ctx = pos0 + n_tok + 3; /* 3 rows past the last query: NaN, never to be read */
     int64_t row = (int64_t)n_kv * hd;
     int64_t nq = n_tok * n_head * hd;
@@ -539,18 +540,21 @@ static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0)
         for (int h = 0; h < n_head; h++) {
             int g = h / ratio;
             int64_t nvis = pos0 + t + 1;
+            int64_t lo = window > 0 && nvis - window > 0 ? nvis - window : 0; /* rows > pos - window */
             const float *qh = q + (t * n_head + h) * hd;
             double m = -INFINITY, l = 0;
-            for (int64_t j = 0; j < nvis; j++) {
+            for (int64_t j = lo; j < nvis; j++) {
                 double s = 0;
                 for (int d = 0; d < hd; d++) s += (double)qh[d] * tnd_fp16_to_fp32(K[j * row + g * hd + d]);
-                p[j] = s * scale;
+                s *= scale;
+                if (softcap > 0) s = softcap * tanh(s / softcap);
+                p[j] = s;
                 m = fmax(m, p[j]);
             }
-            for (int64_t j = 0; j < nvis; j++) l += p[j] = exp(p[j] - m);
+            for (int64_t j = lo; j < nvis; j++) l += p[j] = exp(p[j] - m);
             for (int d = 0; d < hd; d++) {
                 double a = 0;
-                for (int64_t j = 0; j < nvis; j++) a += p[j] * tnd_fp16_to_fp32(V[j * row + g * hd + d]);
+                for (int64_t j = lo; j < nvis; j++) a += p[j] * tnd_fp16_to_fp32(V[j * row + g * hd + d]);
                 ref[(t * n_head + h) * hd + d] = a / l;
             }
         }
@@ -569,9 +573,11 @@ static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0)
     op.p.attn.head_dim = hd;
     op.p.attn.pos0 = (int32_t)pos0;
     op.p.attn.scale = scale;
-    char what[160];
-    snprintf(what, sizeof what, "attn n_tok=%lld heads=%d kv_heads=%d (gqa %d) head_dim=%d pos0=%lld n_ctx=%lld",
-             (long long)n_tok, n_head, n_kv, ratio, hd, (long long)pos0, (long long)n_ctx);
+    op.p.attn.softcap = softcap;
+    op.p.attn.window = window;
+    char what[200];
+    snprintf(what, sizeof what, "attn n_tok=%lld heads=%d kv_heads=%d (gqa %d) head_dim=%d pos0=%lld n_ctx=%lld softcap=%g window=%d",
+             (long long)n_tok, n_head, n_kv, ratio, hd, (long long)pos0, (long long)n_ctx, softcap, window);
     if (run_op(&op, what)) {
         float *y = (float *)xmalloc((size_t)nq * 4);
         dev_download(y, dout, (size_t)nq * 4);
@@ -677,6 +683,63 @@ static void test_elementwise(int64_t n) {
     dev_free(dy);
     free(a);
     free(b);
+    free(y);
+    free(ref);
+    free(sc);
+}
+
+/* ADD with a one-row in[1] (bias broadcast) and MOE_SUM. */
+static void test_bias_and_moe_sum(int64_t n, int64_t rows, int n_used) {
+    float *a = (float *)xmalloc((size_t)(n * rows * n_used) * 4), *b = (float *)xmalloc((size_t)n * 4);
+    float *w = (float *)xmalloc((size_t)(rows * n_used) * 4), *y = (float *)xmalloc((size_t)(n * rows) * 4);
+    double *ref = (double *)xmalloc((size_t)(n * rows) * 8), *sc = (double *)xmalloc((size_t)(n * rows) * 8);
+    for (int64_t i = 0; i < n * rows * n_used; i++) a[i] = rnd_unif(-2, 2);
+    for (int64_t i = 0; i < n; i++) b[i] = rnd_unif(-1, 1);
+    for (int64_t i = 0; i < rows * n_used; i++) w[i] = rnd_unif(0, 1);
+    float *da = (float *)dev_upload(a, (size_t)(n * rows * n_used) * 4), *db = (float *)dev_upload(b, (size_t)n * 4);
+    float *dw = (float *)dev_upload(w, (size_t)(rows * n_used) * 4), *dy = (float *)dev_alloc((size_t)(n * rows) * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_ADD;
+    op.in[0] = tens(da, TND_TYPE_F32, n, rows, 1);
+    op.in[1] = tens(db, TND_TYPE_F32, n, 1, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n, rows, 1);
+    char what[128];
+    snprintf(what, sizeof what, "add bias broadcast n=%lld rows=%lld", (long long)n, (long long)rows);
+    dev_poison(dy, (size_t)(n * rows) * 4);
+    if (run_op(&op, what)) {
+        for (int64_t i = 0; i < n * rows; i++) ref[i] = (float)(a[i] + b[i % n]);
+        dev_download(y, dy, (size_t)(n * rows) * 4);
+        compare(what, y, ref, NULL, n * rows, 0, 0); /* one f32 rounding on both sides: exact */
+    }
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_MOE_SUM;
+    op.in[0] = tens(da, TND_TYPE_F32, n, n_used, rows);
+    op.in[1] = tens(dw, TND_TYPE_F32, n_used, rows, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n, rows, 1);
+    snprintf(what, sizeof what, "moe_sum n=%lld n_tok=%lld used=%d", (long long)n, (long long)rows, n_used);
+    dev_poison(dy, (size_t)(n * rows) * 4);
+    if (run_op(&op, what)) {
+        for (int64_t t = 0; t < rows; t++)
+            for (int64_t i = 0; i < n; i++) {
+                double s = 0, m = 0;
+                for (int u = 0; u < n_used; u++) {
+                    s += (double)w[t * n_used + u] * a[(t * n_used + u) * n + i];
+                    m += fabs((double)w[t * n_used + u] * a[(t * n_used + u) * n + i]);
+                }
+                ref[t * n + i] = s;
+                sc[t * n + i] = m;
+            }
+        dev_download(y, dy, (size_t)(n * rows) * 4);
+        compare(what, y, ref, sc, n * rows, 1e-6, 0); /* n_used f32 fmas: a few ulp of sum|w y| */
+    }
+    dev_free(da);
+    dev_free(db);
+    dev_free(dw);
+    dev_free(dy);
+    free(a);
+    free(b);
+    free(w);
     free(y);
     free(ref);
     free(sc);
@@ -966,9 +1029,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < TND_ARRAY_LEN(id_types); i++) {
         tnd_type t = id_types[i];
         int64_t n_in = t == TND_TYPE_F16 ? 417 : 512;
-        test_matmul_id(t, n_in, 45, 5, 1, 2);
-        test_matmul_id(t, n_in, 45, 5, 3, 2);
-        test_matmul_id(t, n_in, 45, 7, 17, 3);
+        test_matmul_id(t, n_in, 45, 5, 1, 2, false);
+        test_matmul_id(t, n_in, 45, 5, 3, 2, false);
+        test_matmul_id(t, n_in, 45, 7, 17, 3, false);
+        test_matmul_id(t, n_in, 45, 5, 3, 2, true);
+        test_matmul_id(t, n_in, 45, 7, 17, 3, true);
     }
     test_get_rows(TND_TYPE_Q4_K, 2048, 1000, 64);
 
@@ -986,21 +1051,26 @@ int main(int argc, char **argv) {
     test_rope(17, 3, 64, 32, TND_ROPE_NEOX, 10000.0f);
     test_rope(3, 3, 80, 80, TND_ROPE_NEOX, 500000.0f);
 
-    test_attn(1, 4, 4, 64, 0);      /* first token, ratio 1 */
-    test_attn(1, 6, 2, 128, 300);   /* decode, ratio 3 */
-    test_attn(1, 8, 2, 128, 1000);  /* decode, ratio 4, several key splits */
-    test_attn(1, 32, 8, 128, 4100); /* decode, llama-8B-like heads, long context */
-    test_attn(3, 6, 2, 64, 37);
-    test_attn(17, 8, 2, 128, 5);
-    test_attn(17, 12, 3, 80, 131);  /* head_dim not a power of two */
-    test_attn(64, 4, 4, 64, 200);
-    test_attn(64, 12, 4, 128, 0);   /* prefill from empty, ratio 3 */
-    test_attn(3, 16, 1, 256, 50);   /* ratio 16, head_dim 256 */
+    test_attn(1, 4, 4, 64, 0, 0, 0);      /* first token, ratio 1 */
+    test_attn(1, 6, 2, 128, 300, 0, 0);   /* decode, ratio 3 */
+    test_attn(1, 8, 2, 128, 1000, 0, 0);  /* decode, ratio 4, several key splits */
+    test_attn(1, 32, 8, 128, 4100, 0, 0); /* decode, llama-8B-like heads, long context */
+    test_attn(3, 6, 2, 64, 37, 0, 0);
+    test_attn(17, 8, 2, 128, 5, 0, 0);
+    test_attn(17, 12, 3, 80, 131, 0, 0);  /* head_dim not a power of two */
+    test_attn(64, 4, 4, 64, 200, 0, 0);
+    test_attn(64, 12, 4, 128, 0, 0, 0);   /* prefill from empty, ratio 3 */
+    test_attn(3, 16, 1, 256, 50, 0, 0);   /* ratio 16, head_dim 256 */
+    test_attn(1, 8, 4, 128, 1000, 50.0f, 0);  /* gemma-style soft-capping */
+    test_attn(1, 8, 4, 128, 1000, 0, 300);    /* sliding window, decode */
+    test_attn(17, 6, 2, 64, 200, 30.0f, 64);  /* both, prefill chunk crossing the window edge */
 
     test_softmax(1001, 3, 0.7f);
     test_softmax(7, 17, 1.0f);
     test_elementwise(100003);
     test_cpy(100003);
+    test_bias_and_moe_sum(1001, 17, 8);
+    test_bias_and_moe_sum(4096, 3, 1);
 
     for (size_t k = 0; k < TND_ARRAY_LEN(rtoks); k++) {
         test_route(rtoks[k], 8, 2, TND_ROUTE_SOFTMAX_TOPK, false);

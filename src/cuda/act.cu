@@ -29,6 +29,20 @@ __global__ void k_gelu_mul(const float *g, const float *u, float *y, int64_t n) 
 __global__ void k_add(const float *a, const float *b, float *y, int64_t n) {
     GRID_STRIDE(i, n) y[i] = a[i] + b[i];
 }
+__global__ void k_add_bcast(const float *a, const float *b, float *y, int64_t n, int64_t nb) {
+    GRID_STRIDE(i, n) y[i] = a[i] + b[i % nb];
+}
+__global__ void k_moe_sum(const float *__restrict__ y, const float *__restrict__ w, float *__restrict__ out, int64_t n,
+                          int n_used, int64_t n_tok) {
+    GRID_STRIDE(i, n * n_tok) {
+        int64_t t = i / n, k = i - t * n;
+        const float *yt = y + t * n_used * n + k;
+        const float *wt = w + t * n_used;
+        float s = 0.f;
+        for (int u = 0; u < n_used; u++) s = fmaf(wt[u], yt[(int64_t)u * n], s);
+        out[i] = s;
+    }
+}
 __global__ void k_scale(const float *x, float s, float *y, int64_t n) {
     GRID_STRIDE(i, n) y[i] = x[i] * s;
 }
@@ -82,6 +96,19 @@ extern "C" int tnd_cu_gelu_mul(const float *g, const float *u, float *y, int64_t
 extern "C" int tnd_cu_add(const float *a, const float *b, float *y, int64_t n, tnd_cu_stream stream) {
     EW_CHECK(a && b && y);
     k_add<<<ew_grid(n), 256, 0, (cudaStream_t)stream>>>(a, b, y, n);
+    return (int)cudaGetLastError();
+}
+extern "C" int tnd_cu_add_bcast(const float *a, const float *b, float *y, int64_t n, int64_t nb,
+                                tnd_cu_stream stream) {
+    EW_CHECK(a && b && y && nb > 0 && n % nb == 0);
+    k_add_bcast<<<ew_grid(n), 256, 0, (cudaStream_t)stream>>>(a, b, y, n, nb);
+    return (int)cudaGetLastError();
+}
+extern "C" int tnd_cu_moe_sum(const float *y, const float *w, float *out, int64_t n, int n_used, int64_t n_tok,
+                              tnd_cu_stream stream) {
+    if (!y || !w || !out || n < 1 || n_used < 1 || n_tok < 0) return cudaErrorInvalidValue;
+    if (n_tok == 0) return 0;
+    k_moe_sum<<<ew_grid(n * n_tok), 256, 0, (cudaStream_t)stream>>>(y, w, out, n, n_used, n_tok);
     return (int)cudaGetLastError();
 }
 extern "C" int tnd_cu_scale(const float *x, float s, float *y, int64_t n, tnd_cu_stream stream) {

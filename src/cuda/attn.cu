@@ -23,8 +23,8 @@
 
 __global__ void __launch_bounds__(AT_THREADS)
 k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *__restrict__ V,
-       float *__restrict__ part, int n_head, int n_head_kv, int hd, int64_t pos0, float scale, int n_split,
-       int64_t per_split) {
+       float *__restrict__ part, int n_head, int n_head_kv, int hd, int64_t pos0, float scale, float softcap,
+       int64_t window, int n_split, int64_t per_split) {
     extern __shared__ float smem[];
     const int ratio = n_head / n_head_kv;
     const int c = blockIdx.x, g = blockIdx.y;
@@ -47,8 +47,10 @@ k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *
 #pragma unroll
     for (int k = 0; k < AT_MAXO; k++) acc[k] = 0.f;
     const int64_t n_vis = pos0 + t + 1;
-    const int64_t k0 = (int64_t)c * per_split;
-    const int64_t k1 = k0 + per_split < n_vis ? k0 + per_split : n_vis;
+    /* sliding window: position p sees rows > p - window */
+    const int64_t lo = window > 0 && n_vis - window > 0 ? n_vis - window : 0;
+    const int64_t k0 = (int64_t)c * per_split > lo ? (int64_t)c * per_split : lo;
+    const int64_t k1 = (int64_t)c * per_split + per_split < n_vis ? (int64_t)c * per_split + per_split : n_vis;
     __syncthreads();
 
     for (int64_t kt = k0; kt < k1; kt += AT_C) {
@@ -70,7 +72,9 @@ k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *
                     if (d < hd) s = fmaf(qs[hh * hd + d], kv[u], s);
                 }
                 s = warp_sum(s);
-                if (lane == 0) sc[hh * AT_C + j] = s * scale;
+                s *= scale;
+                if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+                if (lane == 0) sc[hh * AT_C + j] = s;
             }
         }
         __syncthreads();
@@ -163,8 +167,8 @@ extern "C" size_t tnd_cu_attn_scratch(int64_t n_tok, int n_head, int head_dim, i
 }
 
 extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok,
-                           int n_head, int n_head_kv, int head_dim, int64_t pos0, float scale, void *scratch,
-                           size_t scratch_size, tnd_cu_stream stream) {
+                           int n_head, int n_head_kv, int head_dim, int64_t pos0, float scale, float softcap,
+                           int64_t window, void *scratch, size_t scratch_size, tnd_cu_stream stream) {
     if (!q || !K || !V || !o || !scratch || n_tok < 1 || n_tok > 65535 || n_head < 1 || n_head_kv < 1 ||
         n_head % n_head_kv || n_head / n_head_kv > AT_MAX_RATIO || head_dim < 1 || head_dim > 256 || pos0 < 0 ||
         n_head_kv > 65535)
@@ -180,7 +184,7 @@ extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V,
     dim3 grid((unsigned)ns, (unsigned)n_head_kv, (unsigned)n_tok);
     float *part = (float *)scratch;
     k_attn<<<grid, AT_THREADS, smem, st>>>(q, (const __half *)K, (const __half *)V, part, n_head, n_head_kv,
-                                           head_dim, pos0, scale, ns, per);
+                                           head_dim, pos0, scale, softcap, window, ns, per);
     int e = (int)cudaGetLastError();
     if (e) return e;
     int threads = head_dim >= 128 ? 128 : (head_dim + 31) / 32 * 32;

@@ -453,8 +453,11 @@ static tnd_status cu_op_supported(tnd_backend *b, const tnd_op *op) {
         } else {
             const tnd_tensor *ids = &op->in[2];
             if (ids->type != TND_TYPE_I32 || !ids->data) ARG_FAIL("cuda matmul_id: ids must be i32");
-            if (ids->ne[1] > 1 ? ids->ne[1] != rows_of(x) : rows_of(x) != 1) ARG_FAIL("cuda matmul_id: ids/x token mismatch");
-            if (o->ne[0] != ne(a, 1) || ne(o, 1) != ne(ids, 0) || ne(o, 2) != rows_of(x))
+            int64_t n_used = ne(ids, 0), n_tok = rows_of(ids);
+            /* x: {n_in, n_x, n_tok}, n_x = 1 (shared) or n_used (per slot) */
+            if (rows_of(x) != n_tok && rows_of(x) != n_tok * n_used)
+                ARG_FAIL("cuda matmul_id: x has %lld rows, want n_tok (%lld) or n_tok*n_used", (long long)rows_of(x), (long long)n_tok);
+            if (o->ne[0] != ne(a, 1) || ne(o, 1) != n_used || rows_of(o) != n_used * n_tok)
                 ARG_FAIL("cuda matmul_id: y must be {n_out, n_used, n_tok}");
         }
         return TND_OK;
@@ -495,9 +498,21 @@ static tnd_status cu_op_supported(tnd_backend *b, const tnd_op *op) {
     case TND_OP_SCALE:
         if (!is_f32(a) || !is_f32(o) || tnd_tensor_nelem(a) != tnd_tensor_nelem(o)) ARG_FAIL("cuda %s: f32 in/out of one size", nm);
         return TND_OK;
+    case TND_OP_ADD:
+        if (!is_f32(a) || !is_f32(&op->in[1]) || !is_f32(o) || !op->in[1].data || tnd_tensor_nelem(a) != tnd_tensor_nelem(o) ||
+            (tnd_tensor_nelem(&op->in[1]) != tnd_tensor_nelem(o) && tnd_tensor_nelem(&op->in[1]) != a->ne[0]))
+            ARG_FAIL("cuda add: f32; in[1] like in[0] or one row of ne[0]");
+        return TND_OK;
+    case TND_OP_MOE_SUM: {
+        const tnd_tensor *w = &op->in[1];
+        if (!is_f32(a) || !is_f32(w) || !is_f32(o) || !w->data) ARG_FAIL("cuda moe_sum: f32 tensors");
+        if (w->ne[0] != ne(a, 1) || rows_of(w) != ne(a, 2) * ne(a, 3) || o->ne[0] != a->ne[0] ||
+            tnd_tensor_nelem(o) != a->ne[0] * rows_of(w))
+            ARG_FAIL("cuda moe_sum: y {n, n_used, n_tok}, w {n_used, n_tok}, out {n, n_tok}");
+        return TND_OK;
+    }
     case TND_OP_SILU_MUL:
     case TND_OP_GELU_MUL:
-    case TND_OP_ADD:
         if (!is_f32(a) || !is_f32(&op->in[1]) || !is_f32(o) || !op->in[1].data ||
             tnd_tensor_nelem(a) != tnd_tensor_nelem(o) || tnd_tensor_nelem(&op->in[1]) != tnd_tensor_nelem(o))
             ARG_FAIL("cuda %s: three f32 tensors of one size", nm);
@@ -544,11 +559,12 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         break;
     }
     case TND_OP_MATMUL_ID: {
-        int64_t n_in = a->ne[0], n_out = ne(a, 1), n_exp = ne(a, 2), n_tok = rows_of(&op->in[1]);
+        int64_t n_in = a->ne[0], n_out = ne(a, 1), n_exp = ne(a, 2), n_tok = rows_of(&op->in[2]);
         int n_used = (int)ne(&op->in[2], 0);
+        bool per_slot = n_used > 1 && rows_of(&op->in[1]) == n_tok * n_used;
         const float *x = (const float *)op->in[1].data;
         if (n_tok <= CU_MATVEC_MAX_TOK) {
-            e = tnd_cu_matvec_id(a->type, a->data, n_in, n_out, n_exp, x, n_tok, (const int32_t *)op->in[2].data,
+            e = tnd_cu_matvec_id(a->type, a->data, n_in, n_out, n_exp, x, per_slot, n_tok, (const int32_t *)op->in[2].data,
                                  n_used, (float *)o->data, cs);
         } else {
             /* grouping needs the routing on the host: the planner waits for it
@@ -567,7 +583,7 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
                 free(ids);
                 return st;
             }
-            e = tnd_cu_matmul_id(s->blas, a->type, a->data, n_in, n_out, n_exp, x, n_tok, ids, n_used,
+            e = tnd_cu_matmul_id(s->blas, a->type, a->data, n_in, n_out, n_exp, x, per_slot, n_tok, ids, n_used,
                                  (float *)o->data, s->scratch, s->scratch_size, cs);
             free(ids);
         }
@@ -592,7 +608,8 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         if ((st = ensure_scratch(c, s, need))) return st;
         e = tnd_cu_attn((const float *)a->data, (const uint16_t *)op->in[1].data, (const uint16_t *)op->in[2].data,
                         (float *)o->data, n_tok, op->p.attn.n_head, op->p.attn.n_head_kv, op->p.attn.head_dim,
-                        op->p.attn.pos0, op->p.attn.scale, s->scratch, s->scratch_size, cs);
+                        op->p.attn.pos0, op->p.attn.scale, op->p.attn.softcap, op->p.attn.window, s->scratch,
+                        s->scratch_size, cs);
         break;
     }
     case TND_OP_SOFTMAX:
@@ -606,7 +623,12 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         e = tnd_cu_gelu_mul((const float *)a->data, (const float *)op->in[1].data, (float *)o->data, tnd_tensor_nelem(o), cs);
         break;
     case TND_OP_ADD:
-        e = tnd_cu_add((const float *)a->data, (const float *)op->in[1].data, (float *)o->data, tnd_tensor_nelem(o), cs);
+        e = tnd_cu_add_bcast((const float *)a->data, (const float *)op->in[1].data, (float *)o->data, tnd_tensor_nelem(o),
+                             tnd_tensor_nelem(&op->in[1]), cs);
+        break;
+    case TND_OP_MOE_SUM:
+        e = tnd_cu_moe_sum((const float *)a->data, (const float *)op->in[1].data, (float *)o->data, a->ne[0],
+                           (int)ne(a, 1), rows_of(&op->in[1]), cs);
         break;
     case TND_OP_SCALE:
         e = tnd_cu_scale((const float *)a->data, op->p.scale.s, (float *)o->data, tnd_tensor_nelem(o), cs);

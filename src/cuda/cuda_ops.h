@@ -47,11 +47,12 @@ int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_out, const fl
 int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
                       int rows_per_block, int threads, tnd_cu_stream stream);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
- * y[t][u][r] = sum_k W[ids[t][u]][r][k] * x[t][k]. An id outside
- * [0, n_expert) yields NaN outputs (never a wild read). */
+ * y[t][u][r] = sum_k W[ids[t][u]][r][k] * xs[k], xs = x[t] (x [n_tok][n_in])
+ * or, if x_per_slot, x[t][u] (x [n_tok][n_used][n_in], the down projection).
+ * An id outside [0, n_expert) yields NaN outputs (never a wild read). */
 int tnd_cu_matvec_id(int type, const void *W, int64_t n_in, int64_t n_out, int64_t n_expert,
-                     const float *x, int64_t n_tok, const int32_t *ids, int n_used, float *y,
-                     tnd_cu_stream stream);
+                     const float *x, bool x_per_slot, int64_t n_tok, const int32_t *ids, int n_used,
+                     float *y, tnd_cu_stream stream);
 
 /* ---- matmul.cu: prefill products ------------------------------------------
  * Same product for any n_tok: x is converted to f16, W is decoded to f16 in
@@ -75,7 +76,7 @@ int tnd_cu_dequant_f16(int type, const void *W, int64_t n_in, int64_t r0, int64_
  * least tnd_cu_matmul_id_scratch() bytes. Synchronizes nothing. */
 size_t tnd_cu_matmul_id_scratch(int64_t n_in, int64_t n_out, int64_t n_tok, int n_used);
 int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
-                     int64_t n_expert, const float *x, int64_t n_tok, const int32_t *ids_host,
+                     int64_t n_expert, const float *x, bool x_per_slot, int64_t n_tok, const int32_t *ids_host,
                      int n_used, float *y, void *scratch, size_t scratch_size, tnd_cu_stream stream);
 
 /* ---- getrows.cu ------------------------------------------------------------
@@ -101,13 +102,14 @@ int tnd_cu_rope(const float *x, float *y, const int32_t *pos, int64_t n_tok, int
 /* ---- attn.cu ---------------------------------------------------------------
  * Causal attention of n_tok queries over an f16 KV cache (one sequence).
  * q, o: f32 [n_tok][n_head][head_dim]; K, V: f16 bits [n_ctx][n_head_kv *
- * head_dim]. Query t (position pos0 + t) attends to rows 0..pos0+t; q head h
- * uses kv head h / (n_head / n_head_kv). Split over the keys in chunks, then
+ * head_dim]. Query t (position pos0 + t) attends to rows 0..pos0+t (only
+ * rows > pos0+t-window if window > 0); q head h uses kv head h / (n_head /
+ * n_head_kv). Scores are scaled, then soft-capped (c*tanh(s/c)) if softcap > 0. Split over the keys in chunks, then
  * a combine pass. head_dim <= 256, n_head a multiple of n_head_kv. */
 size_t tnd_cu_attn_scratch(int64_t n_tok, int n_head, int head_dim, int64_t n_kv_max);
 int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok, int n_head,
-                int n_head_kv, int head_dim, int64_t pos0, float scale, void *scratch, size_t scratch_size,
-                tnd_cu_stream stream);
+                int n_head_kv, int head_dim, int64_t pos0, float scale, float softcap, int64_t window,
+                void *scratch, size_t scratch_size, tnd_cu_stream stream);
 
 /* ---- act.cu ----------------------------------------------------------------
  * Element-wise, n elements, outputs may alias inputs. */
@@ -115,6 +117,12 @@ int tnd_cu_silu_mul(const float *g, const float *u, float *y, int64_t n, tnd_cu_
 int tnd_cu_gelu_mul(const float *g, const float *u, float *y, int64_t n, tnd_cu_stream stream);
 int tnd_cu_add(const float *a, const float *b, float *y, int64_t n, tnd_cu_stream stream);
 int tnd_cu_scale(const float *x, float s, float *y, int64_t n, tnd_cu_stream stream);
+/* y[i] = a[i] + b[i % nb]: nb = n is a plain add, nb = row length a bias
+ * broadcast over rows. */
+int tnd_cu_add_bcast(const float *a, const float *b, float *y, int64_t n, int64_t nb, tnd_cu_stream stream);
+/* out[t][i] = sum_u w[t][u] * y[t][u][i]; y f32 [n_tok][n_used][n]. */
+int tnd_cu_moe_sum(const float *y, const float *w, float *out, int64_t n, int n_used, int64_t n_tok,
+                   tnd_cu_stream stream);
 /* Softmax over rows of n of x*scale. */
 int tnd_cu_softmax(const float *x, float *y, int64_t n, int64_t rows, float scale, tnd_cu_stream stream);
 /* Conversions (f16 as raw bits, round to nearest even). */

@@ -72,6 +72,17 @@ extern "C" size_t tnd_cu_matmul_scratch(int64_t n_in, int64_t n_out, int64_t n_t
     return align256((size_t)n_tok * n_in * 2) + align256((size_t)chunk_rows * n_in * 2);
 }
 
+/* Binds h to st. cublasSetStream also resets the handle's workspace to
+ * cuBLAS's own pool (memory outside the backend's budget), so it is called
+ * only when the stream really changes: the backend gives each stream its own
+ * handle, bound once, with a workspace from the budget. */
+static int bind_stream(cublasHandle_t h, cudaStream_t st) {
+    cudaStream_t cur = NULL;
+    if (cublasGetStream(h, &cur) == CUBLAS_STATUS_SUCCESS && cur == st) return 0;
+    cublasStatus_t cs = cublasSetStream(h, st);
+    return cs == CUBLAS_STATUS_SUCCESS ? 0 : 1000 + (int)cs;
+}
+
 /* y (ldc = ldy) = Wh (rows x n_in) * xh^T, on f16 inputs. */
 static int gemm_f16(cublasHandle_t h, const __half *Wh, int64_t rows, int64_t n_in, const __half *xh,
                     int64_t n_tok, float *y, int64_t ldy) {
@@ -94,12 +105,13 @@ extern "C" int tnd_cu_matmul(tnd_cu_blas blas, int type, const void *W, int64_t 
     if (scratch_size < tnd_cu_matmul_scratch(n_in, n_out, n_tok, chunk_rows)) return cudaErrorInvalidValue;
     cudaStream_t st = (cudaStream_t)stream;
     cublasHandle_t h = (cublasHandle_t)blas;
-    if (cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS) return 1000 + (int)CUBLAS_STATUS_NOT_INITIALIZED;
+    int e = bind_stream(h, st);
+    if (e) return e;
     __half *xh = (__half *)scratch;
     __half *wh = (__half *)((char *)scratch + align256((size_t)n_tok * n_in * 2));
     int64_t nx = n_tok * n_in;
     k_f32_to_f16_rows<<<tnd_cu_blocks(nx, 256), 256, 0, st>>>(x, xh, nx);
-    int e = (int)cudaGetLastError();
+    e = (int)cudaGetLastError();
     if (e) return e;
     for (int64_t r0 = 0; r0 < n_out; r0 += chunk_rows) {
         int64_t r1 = r0 + chunk_rows < n_out ? r0 + chunk_rows : n_out;
@@ -144,7 +156,7 @@ extern "C" size_t tnd_cu_matmul_id_scratch(int64_t n_in, int64_t n_out, int64_t 
 }
 
 extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
-                                int64_t n_expert, const float *x, int64_t n_tok, const int32_t *ids_host,
+                                int64_t n_expert, const float *x, bool x_per_slot, int64_t n_tok, const int32_t *ids_host,
                                 int n_used, float *y, void *scratch, size_t scratch_size, tnd_cu_stream stream) {
     if (!blas || !W || !x || !y || !ids_host || !scratch || n_tok < 1 || n_used < 1 || n_expert < 1)
         return cudaErrorInvalidValue;
@@ -179,7 +191,7 @@ extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64
         int32_t e = ids_host[i];
         int64_t b = (e < 0 || e >= n_expert) ? n_expert : e;
         int32_t at = fill[b]++;
-        tok[at] = (int32_t)(i / n_used);
+        tok[at] = (int32_t)(x_per_slot ? i : i / n_used); /* the x row this pair reads */
         pair[at] = (int32_t)i;
     }
     free(fill);
@@ -200,7 +212,7 @@ extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64
      * it before returning, so freeing it afterwards is safe. */
     e = (int)cudaMemcpyAsync(d_tok, order, (size_t)pairs * sizeof(int32_t), cudaMemcpyHostToDevice, st);
     if (!e) e = (int)cudaMemcpyAsync(d_pair, pair, (size_t)pairs * sizeof(int32_t), cudaMemcpyHostToDevice, st);
-    if (!e && cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS) e = 1000 + (int)CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!e) e = bind_stream(h, st);
     if (!e) {
         k_gather_f16<<<tnd_cu_blocks(pairs * n_in, 256), 256, 0, st>>>(x, d_tok, n_in, pairs, xg);
         e = (int)cudaGetLastError();

@@ -64,7 +64,7 @@ __device__ __forceinline__ void block_reduce_n(float (&acc)[N], float (*red)[N])
 template <int TY, int R>
 __global__ void k_matvec1(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n_in, int64_t n_out,
                           const float *__restrict__ x, float *__restrict__ y, const int32_t *__restrict__ ids,
-                          int n_used, int64_t n_expert) {
+                          int n_used, int64_t n_expert, int x_per_slot) {
     __shared__ float red[MV_MAX_WARPS][R];
     const int64_t r0 = (int64_t)blockIdx.x * R;
     bool bad = false;
@@ -73,7 +73,7 @@ __global__ void k_matvec1(const uint8_t *__restrict__ W, size_t row_bytes, int64
         int32_t e = ids[pair];
         bad = e < 0 || e >= n_expert;
         W += (bad ? 0 : (size_t)e) * (size_t)n_out * row_bytes;
-        x += t * n_in;
+        x += (x_per_slot ? pair : t) * n_in;
         y += pair * n_out;
     }
     const int64_t nsub = (n_in + 31) / 32;
@@ -167,13 +167,13 @@ static int mv_threads(int64_t nsub) {
 
 template <int TY>
 static void launch1(int R, int threads, const void *W, size_t rb, int64_t n_in, int64_t n_out, const float *x,
-                    float *y, const int32_t *ids, int n_used, int64_t n_expert, unsigned gy, cudaStream_t st) {
+                    float *y, const int32_t *ids, int n_used, int64_t n_expert, int xps, unsigned gy, cudaStream_t st) {
     dim3 grid(tnd_cu_blocks(n_out, R), gy);
     const uint8_t *w8 = (const uint8_t *)W;
     switch (R) {
-    case 1: k_matvec1<TY, 1><<<grid, threads, 0, st>>>(w8, rb, n_in, n_out, x, y, ids, n_used, n_expert); break;
-    case 2: k_matvec1<TY, 2><<<grid, threads, 0, st>>>(w8, rb, n_in, n_out, x, y, ids, n_used, n_expert); break;
-    default: k_matvec1<TY, 4><<<grid, threads, 0, st>>>(w8, rb, n_in, n_out, x, y, ids, n_used, n_expert); break;
+    case 1: k_matvec1<TY, 1><<<grid, threads, 0, st>>>(w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps); break;
+    case 2: k_matvec1<TY, 2><<<grid, threads, 0, st>>>(w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps); break;
+    default: k_matvec1<TY, 4><<<grid, threads, 0, st>>>(w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps); break;
     }
 }
 
@@ -188,10 +188,10 @@ static void launchT(int n_tok, int threads, const void *W, size_t rb, int64_t n_
 }
 
 static int dispatch1(int type, int R, int threads, const void *W, int64_t n_in, int64_t n_out, const float *x,
-                     float *y, const int32_t *ids, int n_used, int64_t n_expert, unsigned gy, cudaStream_t st) {
+                     float *y, const int32_t *ids, int n_used, int64_t n_expert, int xps, unsigned gy, cudaStream_t st) {
     size_t rb = tnd_cu_row_bytes(type, n_in);
     switch (type) {
-#define X(t) case t: launch1<t>(R, threads, W, rb, n_in, n_out, x, y, ids, n_used, n_expert, gy, st); break;
+#define X(t) case t: launch1<t>(R, threads, W, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, gy, st); break;
         TND_CU_TYPE_CASES(X)
 #undef X
     default: return cudaErrorInvalidValue;
@@ -211,7 +211,7 @@ extern "C" int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_ou
     cudaStream_t st = (cudaStream_t)stream;
     int64_t nsub = (n_in + 31) / 32;
     int threads = mv_threads(nsub);
-    if (n_tok == 1) return dispatch1(type, mv_rows(n_out), threads, W, n_in, n_out, x, y, NULL, 1, 0, 1, st);
+    if (n_tok == 1) return dispatch1(type, mv_rows(n_out), threads, W, n_in, n_out, x, y, NULL, 1, 0, 0, 1, st);
     size_t rb = tnd_cu_row_bytes(type, n_in);
     switch (type) {
 #define X(t) case t: launchT<t>(n_tok, threads, W, rb, n_in, n_out, x, y, st); break;
@@ -228,12 +228,12 @@ extern "C" int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t 
     if (e) return e;
     if (!x || !y || (rows_per_block != 1 && rows_per_block != 2 && rows_per_block != 4)) return cudaErrorInvalidValue;
     if (threads < 32 || threads > 32 * MV_MAX_WARPS || threads % 32) return cudaErrorInvalidValue;
-    return dispatch1(type, rows_per_block, threads, W, n_in, n_out, x, y, NULL, 1, 0, 1, (cudaStream_t)stream);
+    return dispatch1(type, rows_per_block, threads, W, n_in, n_out, x, y, NULL, 1, 0, 0, 1, (cudaStream_t)stream);
 }
 
 extern "C" int tnd_cu_matvec_id(int type, const void *W, int64_t n_in, int64_t n_out, int64_t n_expert,
-                                const float *x, int64_t n_tok, const int32_t *ids, int n_used, float *y,
-                                tnd_cu_stream stream) {
+                                const float *x, bool x_per_slot, int64_t n_tok, const int32_t *ids, int n_used,
+                                float *y, tnd_cu_stream stream) {
     int e = check_w(type, W, n_in, n_out);
     if (e) return e;
     if (!x || !y || !ids || n_expert < 1 || n_tok < 1 || n_used < 1) return cudaErrorInvalidValue;
@@ -241,5 +241,5 @@ extern "C" int tnd_cu_matvec_id(int type, const void *W, int64_t n_in, int64_t n
     if (pairs > 65535) return cudaErrorInvalidValue; /* grid.y limit */
     int64_t nsub = (n_in + 31) / 32;
     return dispatch1(type, mv_rows(n_out), mv_threads(nsub), W, n_in, n_out, x, y, ids, n_used, n_expert,
-                     (unsigned)pairs, (cudaStream_t)stream);
+                     x_per_slot ? 1 : 0, (unsigned)pairs, (cudaStream_t)stream);
 }
