@@ -964,7 +964,7 @@ static tnd_status build_specials(tnd_tokenizer *t) {
 static bool is_eog_text(const char *s, size_t n) {
     static const char *const names[] = {
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-        "<EOT>", "<|end_of_text|>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+        "<EOT>", "<|end_of_text|>", "<\xef\xbd\x9c\x65nd\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
         "<|return|>", "<|call|>",
     };
     for (size_t i = 0; i < TND_ARRAY_LEN(names); i++)

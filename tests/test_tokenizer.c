@@ -215,7 +215,7 @@ static void bos_extra(gguf_writer *w) {
 
 static void test_bpe_synthetic(void) {
     /* Byte-level: 'a' 'b' 'c' stand for themselves, Ġ for space. */
-    const char *toks[] = {"a", "b", "c", "ab", "bc", "<s>", "</s>", "\xc4\xa0", "\xc4\xa0" "a", "<x>"};
+    const char *toks[] = {"a", "b", "c", "ab", "bc", "<s>", "</s>", "\xc4\xa0", "\xc4\xa0\x61", "<x>"};
     const int32_t types[] = {1, 1, 1, 1, 1, 3, 3, 1, 1, 4};
     const char *m1[] = {"b c", "a b", "\xc4\xa0 a"};
     const char *m2[] = {"a b", "b c", "\xc4\xa0 a"};
@@ -262,7 +262,7 @@ static void test_bpe_synthetic(void) {
 
 static void test_spm_synthetic(void) {
     /* ▁ = U+2581. Scores decide the merge order. */
-    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "<0x0A>", "<0x41>"};
+    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81\x61", "<0x0A>", "<0x41>"};
     const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 6, 6};
     const float s1[] = {0, 0, 0, -1, -2, -2, -3, -5, 0, 0};
     const float s2[] = {0, 0, 0, -1, -2, -2, -5, -3, 0, 0};
@@ -345,12 +345,13 @@ static void test_smollm(const char *src) {
      * detokenize back to it. */
     const char *texts[] = {
         "<|im_start|>user",
-        "Hello, y'all! How are you \xf0\x9f\x98\x81 ?\xe6\x88\x91\xe6\x83\xb3\xe5\x9c\xa8" "apple\xe5\xb7\xa5\xe4\xbd\x9c" "1314151" "\xe5\xa4\xa9\xef\xbd\x9e",
+        ("Hello, y'all! How are you \xf0\x9f\x98\x81 ?\xe6\x88\x91\xe6\x83\xb3\xe5\x9c\xa8"
+         "apple\xe5\xb7\xa5\xe4\xbd\x9c" "1314151" "\xe5\xa4\xa9\xef\xbd\x9e"),
         "    def f(x):\n\treturn x**2  # \xce\xbb\n\n\n",
         "\xf0\x9f\xa6\x99\xf0\x9f\xa6\x99 3.14159 caf\xc3\xa9 \xd0\xbd\xd0\xb5\xd1\x89\xd0\xbe",
         /* Invalid UTF-8 survives too: every byte that can occur in UTF-8
          * has a token (SmolLM2 has none for C0, C1, F5..FF). */
-        "a\x80" "b\xe2\x82 \xc3(",
+        ("a\x80" "b\xe2\x82 \xc3("),
     };
     for (size_t k = 0; k < TND_ARRAY_LEN(texts); k++) {
         int32_t *ids = NULL;
