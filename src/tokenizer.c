@@ -758,9 +758,13 @@ tnd_status tnd_tokenize(const tnd_tokenizer *t, const char *text, size_t len, bo
     ivec out = {0};
     tnd_status st = TND_OK;
     if (add_special && t->add_bos && t->bos >= 0) ivec_push(&out, t->bos);
-    /* SPM's space prefix goes on raw text at the start or after a special
-     * token, as sentencepiece treats each such fragment as a new sentence. */
-    bool prev_special = true;
+    /* SPM's space prefix (a) starts the text, as sentencepiece's dummy
+     * prefix does, even when a user-defined token comes first; (b) starts
+     * the raw text after each control token, as Hugging Face's Llama
+     * tokenizer and llama.cpp do (a chat template's "<s>[INST]" gives
+     * "<s>", "▁[INST]"). User-defined tokens are part of the text and
+     * start nothing. */
+    bool prefix = t->add_space_prefix;
     size_t frag = 0;
     for (size_t i = 0; i < len && st == TND_OK;) {
         size_t n = 0;
@@ -769,16 +773,15 @@ tnd_status tnd_tokenize(const tnd_tokenizer *t, const char *text, size_t len, bo
             i++;
             continue;
         }
-        if (frag < i) {
-            st = encode_raw(t, text + frag, i - frag, t->add_space_prefix && prev_special, &out);
-            prev_special = false;
+        if (frag < i || (prefix && i == 0 && t->kind == TOK_SPM)) {
+            st = encode_raw(t, text + frag, i - frag, prefix, &out);
         }
         ivec_push(&out, id);
-        prev_special = true;
+        prefix = t->add_space_prefix && t->type[id] == TT_CONTROL;
         i += n;
         frag = i;
     }
-    if (st == TND_OK && frag < len) st = encode_raw(t, text + frag, len - frag, t->add_space_prefix && prev_special, &out);
+    if (st == TND_OK && frag < len) st = encode_raw(t, text + frag, len - frag, prefix, &out);
     if (st == TND_OK && add_special && t->add_eos && t->eos >= 0) ivec_push(&out, t->eos);
     if (st == TND_OK && out.oom) st = tnd_fail(TND_ERR_NOMEM, "tokenize: out of memory");
     if (st != TND_OK) {
