@@ -33,7 +33,7 @@ static tnd_tokenizer *build(const char *model, const char *pre) {
     FUZZ_ASSERT(w);
     gguf_set_str(w, "general.architecture", "llama");
     gguf_set_str(w, "tokenizer.ggml.model", model);
-    enum { N = 256 + 8 };
+    enum { N = 256 + 9 };
     static char store[N][16];
     gguf_str toks[N];
     float scores[N];
@@ -46,9 +46,12 @@ static tnd_tokenizer *build(const char *model, const char *pre) {
         types[n] = spm ? 6 : 1;
         scores[n] = 0;
     }
-    static const char *const extra[] = {"<s>", "</s>", "<|x|>", "\xc4\xa0t", "th", "the", "\xe2\x96\x81t", "he"};
-    static const int32_t extra_types[] = {3, 3, 4, 1, 1, 1, 1, 1};
-    for (int i = 0; i < 8; i++, n++) {
+    /* SPM vocabs always hold U+2581 itself: as byte pieces it would not
+     * detokenize to a space. */
+    static const char *const extra[] = {"<s>", "</s>", "<|x|>", "\xc4\xa0t", "th", "the", "\xe2\x96\x81t", "he",
+                                        "\xe2\x96\x81"};
+    static const int32_t extra_types[] = {3, 3, 4, 1, 1, 1, 1, 1, 1};
+    for (int i = 0; i < 9; i++, n++) {
         toks[n] = (gguf_str){strlen(extra[i]), extra[i]};
         types[n] = extra_types[i];
         scores[n] = (float)-i;
