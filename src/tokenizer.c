@@ -913,8 +913,11 @@ static const gguf_kv *get_arr(const tnd_gguf *g, const char *key, gguf_vtype et,
     if (!kv) return NULL;
     if (kv->type != GGUF_ARRAY || kv->v.arr.type != et || (n != UINT64_MAX && kv->v.arr.n != n)) {
         *bad = true;
-        tnd_fail(TND_ERR_FORMAT, "%s: %s must be an array of %" PRIu64 " %s", gguf_path(g), key, n,
-                 gguf_vtype_name(et));
+        if (n == UINT64_MAX)
+            tnd_fail(TND_ERR_FORMAT, "%s: %s must be an array of %s", gguf_path(g), key, gguf_vtype_name(et));
+        else
+            tnd_fail(TND_ERR_FORMAT, "%s: %s must be an array of %" PRIu64 " %s (one per token)", gguf_path(g),
+                     key, n, gguf_vtype_name(et));
         return NULL;
     }
     return kv;
