@@ -287,6 +287,19 @@ static void test_spm_synthetic(void) {
     tnd_tokenizer_free(t);
 }
 
+/* A piece with U+2581 inside ("a▁") makes merges cross word starts, so
+ * words may not be merged one by one. */
+static void test_spm_cross_word(void) {
+    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81\x61", "a\xe2\x96\x81"};
+    const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1};
+    const float sc[] = {0, 0, 0, -3, -3, -3, -1, -0.5f};
+    tnd_tokenizer *t = NULL;
+    CHECK(make_tok("llama", NULL, toks, 8, sc, types, NULL, 0, NULL, &t) == TND_OK);
+    if (!t) return;
+    IDS(t, "a b", false, false, 3, 7, 5); /* "a▁" outscores "▁a" */
+    tnd_tokenizer_free(t);
+}
+
 static void test_errors(void) {
     const char *toks[] = {"a"};
     tnd_tokenizer *t = NULL;
@@ -404,6 +417,7 @@ int main(void) {
     test_pre();
     test_bpe_synthetic();
     test_spm_synthetic();
+    test_spm_cross_word();
     test_errors();
     test_smollm(src ? src : ".");
     unlink(g_tmp);
