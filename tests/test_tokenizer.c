@@ -38,6 +38,14 @@ static void test_unicode(void) {
     CHECK(uni_category(0x1f999) == UNI_So); /* 🦙 */
     CHECK(uni_category(0x10ffff) == UNI_Cn);
     CHECK(uni_category(UNI_INVALID) == UNI_Cn);
+    /* The lookup lands in the right run at every run's edges. */
+    CHECK(uni_n_runs > 1000 && (uni_runs[0] >> 5) == 0);
+    for (uint32_t r = 1; r < uni_n_runs; r++) {
+        uint32_t start = uni_runs[r] >> 5;
+        CHECK(start > (uni_runs[r - 1] >> 5));
+        CHECK(uni_category(start) == (enum uni_cat)(uni_runs[r] & 31));
+        CHECK(uni_category(start - 1) == (enum uni_cat)(uni_runs[r - 1] & 31));
+    }
     CHECK(uni_is_space(' ') && uni_is_space('\t') && uni_is_space(0x3000) && uni_is_space(0x85));
     CHECK(!uni_is_space(0x200b)); /* zero width space is not White_Space */
     CHECK(uni_is_letter(0x4e2d) && !uni_is_letter('1') && uni_is_number(0xbd));
