@@ -10,6 +10,7 @@ from a real model of that family under models/ when one is present
 Also checks that detokenizing the ids gives back the text (`tandem tokenize
 --pieces` prints each piece) where the vocab can represent every byte.
 """
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -121,11 +122,17 @@ def main():
             cases, expected = load_cases(os.path.join(vdir, name), os.path.join(vdir, vocab + ".out"))
             ok = rt_ok = rt_n = 0
             spm = is_spm(gguf)
-            for k, text in enumerate(cases):
-                path = os.path.join(tmp, "case.txt")
+            def run_case(k):
+                path = os.path.join(tmp, "case%d.txt" % k)
                 with open(path, "wb") as f:
-                    f.write(text)
-                r = subprocess.run([bin_, "tokenize", "-m", gguf, "-f", path, "--detok"], capture_output=True)
+                    f.write(cases[k])
+                return subprocess.run([bin_, "tokenize", "-m", gguf, "-f", path, "--detok"], capture_output=True)
+
+            # One process per case, as a user would run it; a few at a time.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as ex:
+                results = list(ex.map(run_case, range(len(cases))))
+            for k, text in enumerate(cases):
+                r = results[k]
                 if r.returncode != 0:
                     print("  %s case %d: exit %d: %s" % (vocab, k, r.returncode, r.stderr.decode(errors="replace").strip()))
                     failures += 1
