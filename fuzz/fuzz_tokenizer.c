@@ -107,10 +107,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_ASSERT(at + k <= cap);
         at += k;
     }
-    /* Control tokens render as "", so compare only when none can appear. */
+    /* Control tokens render as "", so compare only when none can appear; a
+     * literal U+2581 in SPM input comes back as a space, as in sentencepiece. */
     if (!special) {
-        if (is_spm) FUZZ_ASSERT(len == 0 ? at == 0 : (at == len + 1 && back[0] == ' ' && !memcmp(back + 1, text, len)));
-        else FUZZ_ASSERT(at == len && !memcmp(back, text, len));
+        if (is_spm && !memmem(text, len, "\xe2\x96\x81", 3)) FUZZ_ASSERT(len == 0 ? at == 0 : (at == len + 1 && back[0] == ' ' && !memcmp(back + 1, text, len)));
+        else if (!is_spm) FUZZ_ASSERT(at == len && !memcmp(back, text, len));
     }
     size_t c = tnd_utf8_complete(text, len);
     FUZZ_ASSERT(c <= len && len - c <= 3);
