@@ -86,11 +86,13 @@ static inline float rng_normal(uint64_t *s) {
 
 /* ---- block generators --------------------------------------------------------- */
 
-/* Per-tensor constants of a random K-quant: d centred so the weights have the
- * wanted std (see the Q4_K and Q6_K value formulas below). */
+/* Per-tensor constants of a random K-quant, tabulated so a block costs little
+ * more than its random bytes: 16 variants of the super-block scale d (within
+ * +-10%, as real blocks vary), and for Q4_K the matching dmin and, per
+ * variant and 6-bit scale, the min that centres the sub-block on zero. */
 typedef struct qparams {
-    float d;     /* super-block scale (fp16-representable) */
-    float dmin;  /* Q4_K: min scale */
+    uint16_t d[16], dmin[16];   /* fp16 */
+    uint8_t m[16][64];          /* Q4_K: min for (variant, scale) */
 } qparams;
 
 /* Q4_K: w = d * sc_j * q - dmin * m_j, q uniform in 0..15 (std 4.61), sc_j in
@@ -109,15 +111,21 @@ static float fp16_round(float x) {
     return r > 0 ? r : 5.9604644775390625e-8f; /* smallest subnormal: never a zero scale */
 }
 
-static qparams qparams_for(tnd_type t, double std) {
-    qparams p = {0, 0};
-    if (t == TND_TYPE_Q4_K) {
-        p.d = fp16_round((float)(std / (Q4K_SPREAD * (Q4K_SC_LO + Q4K_SC_SPAN / 2))));
-        p.dmin = fp16_round(p.d * 7.5f * 40.0f / 48.0f); /* m_j ~ 1.2 sc_j <= 57 */
-    } else {
-        p.d = fp16_round((float)(std / (Q6K_SPREAD * (Q6K_SC_LO + Q6K_SC_SPAN / 2))));
+static void qparams_init(qparams *p, tnd_type t, double std) {
+    memset(p, 0, sizeof *p);
+    double centre = t == TND_TYPE_Q4_K ? Q4K_SPREAD * (Q4K_SC_LO + Q4K_SC_SPAN / 2)
+                                       : Q6K_SPREAD * (Q6K_SC_LO + Q6K_SC_SPAN / 2);
+    for (int v = 0; v < 16; v++) {
+        float d = fp16_round((float)(std / centre * (0.9 + 0.2 * v / 15.0)));
+        p->d[v] = tnd_fp32_to_fp16(d);
+        if (t != TND_TYPE_Q4_K) continue;
+        float dmin = fp16_round(d * 7.5f * 40.0f / 48.0f); /* m ~ 1.2 sc <= 57 */
+        p->dmin[v] = tnd_fp32_to_fp16(dmin);
+        for (int sc = 0; sc < 64; sc++) {
+            long m = lrintf((float)sc * 7.5f * d / dmin);
+            p->m[v][sc] = (uint8_t)(m < 0 ? 0 : m > 63 ? 63 : m);
+        }
     }
-    return p;
 }
 
 static void fill_random_bytes(uint64_t *s, uint8_t *dst, size_t n) {
@@ -142,29 +150,26 @@ static void pack_q4k_scales(const uint8_t *sc, const uint8_t *mn, uint8_t *out) 
 }
 
 static void gen_q4k_random(uint64_t *s, const qparams *p, block_q4_K *b) {
-    float d = fp16_round(p->d * (0.9f + 0.2f * (float)rng_unit(s)));
-    float dmin = fp16_round(p->dmin * d / p->d);
-    uint8_t sc[8], mn[8];
     uint64_t r = splitmix(s);
+    int v = (int)(r >> 60);
+    uint8_t sc[8], mn[8];
     for (int j = 0; j < 8; j++) {
         sc[j] = (uint8_t)(Q4K_SC_LO + ((r >> (4 * j)) & (Q4K_SC_SPAN - 1)));
-        long m = lrintf((float)sc[j] * 7.5f * d / dmin);
-        mn[j] = (uint8_t)(m < 0 ? 0 : m > 63 ? 63 : m);
+        mn[j] = p->m[v][sc[j]];
     }
-    b->d = tnd_fp32_to_fp16(d);
-    b->dmin = tnd_fp32_to_fp16(dmin);
+    b->d = p->d[v];
+    b->dmin = p->dmin[v];
     pack_q4k_scales(sc, mn, b->scales);
     fill_random_bytes(s, b->qs, sizeof b->qs);
 }
 
 static void gen_q6k_random(uint64_t *s, const qparams *p, block_q6_K *b) {
-    float d = fp16_round(p->d * (0.9f + 0.2f * (float)rng_unit(s)));
     uint64_t r = splitmix(s), r2 = splitmix(s);
     for (int j = 0; j < 16; j++) {
         int mag = Q6K_SC_LO + (int)((r >> (4 * j)) & (Q6K_SC_SPAN / 2 - 1)) * 2 + (int)((r2 >> j) & 1);
         b->scales[j] = (int8_t)((r2 >> (16 + j)) & 1 ? -mag : mag);
     }
-    b->d = tnd_fp32_to_fp16(d);
+    b->d = p->d[r2 >> 60];
     fill_random_bytes(s, b->ql, sizeof b->ql);
     fill_random_bytes(s, b->qh, sizeof b->qh);
 }
@@ -576,7 +581,7 @@ static tnd_status synth_build(synth *S) {
             t->kind = GEN_EMBD_TOPIC;
         } else {
             t->kind = GEN_QUANT_RANDOM;
-            t->qp = qparams_for(t->info.type, role_std(sh, &t->info));
+            qparams_init(&t->qp, t->info.type, role_std(sh, &t->info));
         }
         /* Pieces: ~1 MiB, but smaller for small tensors' sake of nothing; the
          * structured embedding is slower per byte, so its pieces are smaller. */
