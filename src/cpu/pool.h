@@ -18,5 +18,9 @@ int tnd_pool_size(const tnd_pool *p);
 /* Runs fn(arg, ith, nth) on every thread and returns when all are done.
  * p may be NULL: runs fn(arg, 0, 1) on the caller. Not reentrant. */
 void tnd_pool_run(tnd_pool *p, tnd_task_fn fn, void *arg);
+/* Inside a task run by tnd_pool_run: returns once all nth threads of the run
+ * have called it (every thread must call it the same number of times).
+ * p NULL or of one thread: returns at once. */
+void tnd_pool_barrier(tnd_pool *p);
 
 #endif

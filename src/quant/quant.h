@@ -211,6 +211,93 @@ size_t tnd_row_size(tnd_type t, int64_t n);
  * dequantizing then an f32 dot with double accumulation. For tests. */
 double tnd_ref_dot_f32(tnd_type t, int64_t n, const void *w, const float *x);
 
+
+/* ---- reference kernels (quant/ref_*.c), callable directly ----------------
+ * to_float / from_float / vec_dot of each supported type, with the contracts
+ * of tnd_to_float_fn, tnd_from_float_fn and tnd_vec_dot_fn above. vec_dot of
+ * a quantized type takes activations in its vec_dot_type (q8_0 / q8_1 / q8_K);
+ * F32, F16 and BF16 take F32 activations and accumulate in double.
+ *
+ * Integer dot paths (what SIMD kernels reproduce): per block, an int32 sum of
+ * products of the quants (sumi), then, accumulating sequentially in float:
+ *   Q4_0, Q5_0, Q8_0:  acc += (dw * da) * sumi                (q signed: q4-8, q5-16)
+ *   MXFP4:             acc += (e8m0_half(e) * da) * sumi      (sumi over the doubled E2M1 table)
+ *   Q4_1, Q5_1:        acc += (dw * da) * sumi + mw * sa      (q unsigned; sa = q8_1.s)
+ *   Q8_1 x Q8_1:       acc += (dw * da) * sumi
+ *   Q2_K, Q4_K, Q5_K:  acc += (da * d) * isum - (da * dmin) * msum
+ *                      isum = sum_g sc_g * sumi_g, msum = sum_g m_g * bsums of g
+ *   Q3_K, Q6_K:        acc += (da * d) * isum, isum = sum_g sc_g * sumi_g (sc, q signed)
+ *   Q8_K x Q8_K:       acc += (dw * da) * sumi
+ * Activation quantizers round half away from zero (roundf):
+ *   q8_0 / q8_1: d = amax / 127, q = roundf(x * (1 / d)), s = fp16(d * sum q)
+ *   q8_K:        d = amax / 127 (f32), q = roundf(x * (127 / amax)), bsums
+ * Weight quantizers of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 are bit-exact with
+ * gguf-py's; K-quant quantizers pick scales that cover each group's range
+ * (so |x - dequant(x)| <= step / 2), not ggml's search. */
+#define TND_REF_DECL(t)                                               \
+    void tnd_ref_to_float_##t(const void *x, float *y, int64_t k);     \
+    void tnd_ref_from_float_##t(const float *x, void *y, int64_t k);
+TND_REF_DECL(f32)
+TND_REF_DECL(f16)
+TND_REF_DECL(bf16)
+TND_REF_DECL(q4_0)
+TND_REF_DECL(q4_1)
+TND_REF_DECL(q5_0)
+TND_REF_DECL(q5_1)
+TND_REF_DECL(q8_0)
+TND_REF_DECL(q8_1)
+TND_REF_DECL(q2_K)
+TND_REF_DECL(q3_K)
+TND_REF_DECL(q4_K)
+TND_REF_DECL(q5_K)
+TND_REF_DECL(q6_K)
+TND_REF_DECL(q8_K)
+TND_REF_DECL(mxfp4)
+#undef TND_REF_DECL
+
+float tnd_ref_vec_dot_f32_f32(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_f16_f32(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_bf16_f32(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q4_0_q8_0(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q4_1_q8_1(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q5_0_q8_0(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q5_1_q8_1(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q8_0_q8_0(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q8_1_q8_1(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q2_K_q8_K(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q3_K_q8_K(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q4_K_q8_K(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q5_K_q8_K(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q6_K_q8_K(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_q8_K_q8_K(int64_t n, const void *x, const void *y);
+float tnd_ref_vec_dot_mxfp4_q8_0(int64_t n, const void *x, const void *y);
+
+/* MXFP4 E2M1 values doubled (so they are integers), indexed by the nibble. */
+extern const int8_t tnd_mxfp4_values2[16];
+/* E8M0 exponent e as a float scale for the doubled values: 2^(e - 128),
+ * exact for every e (e < 2 gives a subnormal). */
+static inline float tnd_e8m0_to_fp32_half(uint8_t e) {
+    return tnd_fp32_from_bits(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+/* Unpacks the 6-bit scale and min of group j (0..7) of Q4_K / Q5_K scales. */
+static inline void tnd_get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+/* Unpacks the 16 6-bit Q3_K scales as signed values (stored - 32). */
+static inline void tnd_get_scales_q3_K(const uint8_t *s, int8_t out[16]) {
+    for (int i = 0; i < 16; i++) {
+        int lo = i < 8 ? (s[i] & 0xF) : (s[i - 8] >> 4);
+        int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+        out[i] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,265 @@
+/* Matvec (decode) throughput of the CPU kernels, in GB/s of weights read,
+ * next to this machine's read bandwidth measured in the same run.
+ *
+ * Build (CMake builds it as build/dev_matvec_bw), or by hand:
+ *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude dev/matvec_bw.c build/libtandem.a -lpthread -lm -o matvec_bw
+ * Run:
+ *   build/dev_matvec_bw [-t 1,2] [-f Q4_0,Q8_0,...] [-s 4096x4096,...] [-r REPS] [-m MB] [--isa avx2]
+ *
+ * Shapes are n_in x n_out (ne0 x ne1 of the GGUF tensor): 4096x14336 is an
+ * FFN up projection of an 8B model, 14336x4096 its down projection.
+ *
+ * Method: the read bandwidth is a streaming sum over a buffer much larger
+ * than the last-level cache (-m MB, default 1024), with 1 thread and with the
+ * pool. Each matvec (one token, activation quantization included) runs over a
+ * rotation of copies of the weight matrix totalling >= that size too, so
+ * every call reads its weights from DRAM, as in a real decode step where the
+ * other layers evicted them. Before timing, the kernel's output is checked
+ * against the scalar reference (vec_dot of the type) on the first copy. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/matmul.h"
+#include "cpu/matmul_impl.h"
+#include "cpu/pool.h"
+#include "util.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* ---- read bandwidth ------------------------------------------------------------ */
+
+typedef struct bw_job {
+    const uint8_t *buf;
+    size_t n;
+    uint64_t sums[512];
+} bw_job;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint8_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t t[4];
+    _mm256_storeu_si256((__m256i *)t, a0);
+    return t[0] + t[1] + t[2] + t[3];
+}
+#endif
+
+static uint64_t sum_scalar(const uint8_t *p, size_t n) {
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    const uint64_t *q = (const uint64_t *)p;
+    for (size_t i = 0; i + 4 <= n / 8; i += 4) a0 += q[i], a1 += q[i + 1], a2 += q[i + 2], a3 += q[i + 3];
+    return a0 + a1 + a2 + a3;
+}
+
+static void bw_task(void *arg, int ith, int nth) {
+    bw_job *j = arg;
+    /* contiguous 4 KiB-aligned share per thread */
+    size_t pages = j->n / 4096, p0 = pages * ith / nth, p1 = pages * (ith + 1) / nth;
+    const uint8_t *p = j->buf + p0 * 4096;
+    size_t n = (p1 - p0) * 4096;
+#if defined(__x86_64__)
+    j->sums[ith] = tnd_cpu_isa_best() >= TND_ISA_AVX2 ? sum_avx2(p, n) : sum_scalar(p, n);
+#else
+    j->sums[ith] = sum_scalar(p, n);
+#endif
+}
+
+/* Best of reps, GB/s. */
+static double measure_bw(tnd_pool *pool, const uint8_t *buf, size_t n, int reps) {
+    bw_job j = {.buf = buf, .n = n};
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = tnd_time_s();
+        tnd_pool_run(pool, bw_task, &j);
+        best = fmin(best, tnd_time_s() - t0);
+    }
+    return (double)n / best / 1e9;
+}
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static uint64_t g_rng = 88172645463325252ull;
+static float frand(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / (1 << 23))) - 1.0f;
+}
+
+static int parse_type(const char *s) {
+    for (int t = 0; t < TND_TYPE_COUNT; t++) {
+        const tnd_type_traits *tr = tnd_type_traits_get(t);
+        if (tr && tr->supported && !strcmp(tr->name, s)) return t;
+    }
+    return -1;
+}
+
+/* Fills W (n_out rows) with properly quantized random rows: 64 distinct rows
+ * quantized by the reference, repeated (quantizing 100M values would take
+ * longer than the benchmark). */
+static void fill_weights(tnd_type wt, void *W, int64_t n_in, int64_t n_out) {
+    const tnd_type_traits *tr = tnd_type_traits_get(wt);
+    size_t rs = tnd_row_size(wt, n_in);
+    float *f = malloc((size_t)n_in * sizeof(float));
+    int64_t distinct = n_out < 64 ? n_out : 64;
+    for (int64_t r = 0; r < distinct; r++) {
+        for (int64_t i = 0; i < n_in; i++) f[i] = frand() * (0.02f + 0.01f * (float)(r % 5));
+        tr->from_float(f, (char *)W + r * rs, n_in);
+    }
+    for (int64_t r = distinct; r < n_out; r++) memcpy((char *)W + r * rs, (char *)W + (r % distinct) * rs, rs);
+    free(f);
+}
+
+/* Max |kernel - reference| / S over all rows (S = sum |w a|), via vec_dot. */
+static double validate(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_in, int64_t n_out, const float *x) {
+    const tnd_type_traits *tr = tnd_type_traits_get(wt), *at = tnd_type_traits_get(tr->vec_dot_type);
+    size_t rs = tnd_row_size(wt, n_in);
+    float *y = malloc((size_t)n_out * sizeof(float));
+    tnd_cpu_matmul(pool, wt, W, n_in, n_out, x, 1, y);
+    void *xq = malloc(tnd_row_size(tr->vec_dot_type, n_in));
+    at->from_float(x, xq, n_in);
+    float *wd = malloc((size_t)n_in * sizeof(float)), *ad = malloc((size_t)n_in * sizeof(float));
+    at->to_float(xq, ad, n_in);
+    double worst = 0;
+    int64_t step = n_out > 512 ? n_out / 512 : 1; /* a sample of rows keeps this quick */
+    for (int64_t r = 0; r < n_out; r += step) {
+        const void *w = (const char *)W + r * rs;
+        float ref = tr->vec_dot(n_in, w, xq);
+        tr->to_float(w, wd, n_in);
+        double S = 1e-30;
+        for (int64_t i = 0; i < n_in; i++) S += fabs((double)wd[i] * ad[i]);
+        double e = fabs((double)y[r] - ref) / S;
+        if (!(e <= worst)) worst = e; /* NaN sticks */
+    }
+    free(y);
+    free(xq);
+    free(wd);
+    free(ad);
+    return worst;
+}
+
+typedef struct shape { int64_t n_in, n_out; } shape;
+
+/* Process CPU time: on a shared machine, wall time / CPU time shows how much
+ * of the run other processes took. */
+static double cpu_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    const char *threads_arg = NULL, *types_arg = "Q4_0,Q4_1,Q8_0,Q4_K,Q6_K", *shapes_arg = "4096x4096,4096x14336,5120x17408,14336x4096";
+    int reps = 50;
+    double mb = 1024;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) threads_arg = argv[++i];
+        else if (!strcmp(argv[i], "-f") && i + 1 < argc) types_arg = argv[++i];
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc) shapes_arg = argv[++i];
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc) mb = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            const char *s = argv[++i];
+            tnd_cpu_isa_id id = !strcmp(s, "scalar") ? TND_ISA_SCALAR : !strcmp(s, "avx2") ? TND_ISA_AVX2 : TND_ISA_AVX512;
+            if (!tnd_cpu_isa_force(id)) fprintf(stderr, "ISA %s not available here\n", s);
+        } else {
+            fprintf(stderr, "usage: %s [-t 1,N] [-f TYPES] [-s NINxNOUT,...] [-r REPS] [-m MB] [--isa scalar|avx2|avx512]\n", argv[0]);
+            return 2;
+        }
+    }
+    int nthreads[8], n_nt = 0;
+    if (threads_arg) {
+        char *s = strdup(threads_arg);
+        for (char *tok = strtok(s, ","); tok && n_nt < 8; tok = strtok(NULL, ",")) nthreads[n_nt++] = atoi(tok);
+        free(s);
+    } else {
+        nthreads[n_nt++] = 1;
+        if (tnd_physical_cores() > 1) nthreads[n_nt++] = tnd_physical_cores();
+    }
+    shape shapes[16];
+    int n_sh = 0;
+    {
+        char *s = strdup(shapes_arg);
+        for (char *tok = strtok(s, ","); tok && n_sh < 16; tok = strtok(NULL, ",")) {
+            long long a, b;
+            if (sscanf(tok, "%lldx%lld", &a, &b) == 2) shapes[n_sh++] = (shape){a, b};
+        }
+        free(s);
+    }
+    int types[32], n_ty = 0;
+    {
+        char *s = strdup(types_arg);
+        for (char *tok = strtok(s, ","); tok && n_ty < 32; tok = strtok(NULL, ",")) {
+            int t = parse_type(tok);
+            if (t < 0) fprintf(stderr, "unknown type %s\n", tok);
+            else types[n_ty++] = t;
+        }
+        free(s);
+    }
+
+    size_t bw_bytes = (size_t)(mb * 1024 * 1024) & ~(size_t)4095;
+    uint8_t *bwbuf = tnd_aligned_alloc(bw_bytes);
+    if (!bwbuf) return 1;
+    memset(bwbuf, 1, bw_bytes);
+    printf("# ISA %s; read-bandwidth buffer %.0f MiB; %d reps\n", tnd_cpu_isa(), mb, reps);
+    printf("| format | shape (n_in x n_out) | threads | MiB | us/token | cpu us/thread | GB/s | read BW GB/s | fraction | max err/S |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int ti = 0; ti < n_nt; ti++) {
+        tnd_pool *pool = tnd_pool_new(nthreads[ti]);
+        double bw = measure_bw(pool, bwbuf, bw_bytes, 5);
+        for (int yi = 0; yi < n_ty; yi++) {
+            tnd_type wt = (tnd_type)types[yi];
+            for (int si = 0; si < n_sh; si++) {
+                int64_t n_in = shapes[si].n_in, n_out = shapes[si].n_out;
+                size_t rs = tnd_row_size(wt, n_in), wbytes = rs * (size_t)n_out;
+                if (!rs) {
+                    printf("| %s | %lldx%lld | - | n_in not a multiple of the block |\n", tnd_type_name(wt),
+                           (long long)n_in, (long long)n_out);
+                    continue;
+                }
+                int copies = (int)((double)bw_bytes / (double)wbytes) + 1;
+                if (copies < 2) copies = 2;
+                uint8_t *W = tnd_aligned_alloc(wbytes * (size_t)copies);
+                float *x = malloc((size_t)n_in * sizeof(float)), *y = malloc((size_t)n_out * sizeof(float));
+                if (!W || !x || !y) {
+                    fprintf(stderr, "out of memory\n");
+                    return 1;
+                }
+                fill_weights(wt, W, n_in, n_out);
+                for (int c = 1; c < copies; c++) memcpy(W + (size_t)c * wbytes, W, wbytes);
+                for (int64_t i = 0; i < n_in; i++) x[i] = frand();
+                double err = validate(pool, wt, W, n_in, n_out, x);
+                /* warm-up pass over every copy (page faults, pool wake) */
+                for (int c = 0; c < copies; c++) tnd_cpu_matmul(pool, wt, W + (size_t)c * wbytes, n_in, n_out, x, 1, y);
+                int calls = reps;
+                double t0 = tnd_time_s(), c0 = cpu_time_s();
+                for (int k = 0; k < calls; k++)
+                    tnd_cpu_matmul(pool, wt, W + (size_t)(k % copies) * wbytes, n_in, n_out, x, 1, y);
+                double dt = (tnd_time_s() - t0) / calls, ct = (cpu_time_s() - c0) / calls / nthreads[ti];
+                double gbs = (double)wbytes / dt / 1e9;
+                printf("| %s | %lldx%lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.0f%% | %.1e%s |\n", tnd_type_name(wt),
+                       (long long)n_in, (long long)n_out, nthreads[ti], (double)wbytes / (1 << 20), dt * 1e6, ct * 1e6, gbs, bw,
+                       100.0 * gbs / bw, err, err <= 1e-4 ? "" : " INVALID");
+                fflush(stdout);
+                tnd_aligned_free(W);
+                free(x);
+                free(y);
+            }
+        }
+        tnd_pool_free(pool);
+    }
+    tnd_aligned_free(bwbuf);
+    return 0;
+}
