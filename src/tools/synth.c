@@ -256,6 +256,7 @@ struct synth {
     double *topic_cdf;       /* [n_topics] Zipf(skew) cumulative */
     float *bias;             /* [n_layer][n_expert] popularity logit */
     int *topic_of;           /* [n_layer][n_expert] */
+    float *router;           /* [n_layer][n_expert][n_embd], built up front (small) */
     /* the pipeline: pieces generated ahead of the writer into a ring */
     uint64_t n_pieces;
     int ring;                /* slots */
@@ -291,9 +292,12 @@ static tnd_status moe_setup(synth *S) {
     S->topic_cdf = tnd_malloc(sizeof(double) * (size_t)K);
     S->bias = tnd_malloc(sizeof(float) * (size_t)L * (size_t)NE);
     S->topic_of = tnd_malloc(sizeof(int) * (size_t)L * (size_t)NE);
+    S->router = tnd_malloc(sizeof(float) * (size_t)L * (size_t)NE * (size_t)E);
+    double *w = tnd_malloc(sizeof(double) * (size_t)E);
     int *perm = tnd_malloc(sizeof(int) * (size_t)NE);
-    if (!S->dirs || !S->topic_cdf || !S->bias || !S->topic_of || !perm) {
+    if (!S->dirs || !S->topic_cdf || !S->bias || !S->topic_of || !S->router || !w || !perm) {
         free(perm);
+        free(w);
         return TND_ERR_NOMEM;
     }
     for (int k = 0; k <= K; k++) {
@@ -304,6 +308,18 @@ static tnd_status moe_setup(synth *S) {
             v[i] = rng_normal(&s);
             n2 += (double)v[i] * v[i];
         }
+        (void)n2;
+        /* Gram-Schmidt against the earlier directions: u and the topics are
+         * exactly orthonormal, so the router noise can be made orthogonal to
+         * all of them (below). */
+        for (int j = 0; j < k; j++) {
+            const float *o = S->dirs + (size_t)j * E;
+            double dot = 0;
+            for (int i = 0; i < E; i++) dot += (double)v[i] * o[i];
+            for (int i = 0; i < E; i++) v[i] -= (float)(dot * o[i]);
+        }
+        n2 = 0;
+        for (int i = 0; i < E; i++) n2 += (double)v[i] * v[i];
         float inv = (float)(1.0 / sqrt(n2));
         for (int i = 0; i < E; i++) v[i] *= inv;
     }
@@ -333,7 +349,30 @@ static tnd_status moe_setup(synth *S) {
             }
         }
     }
+    /* Router rows (see the file comment). The noise part is orthogonal to u
+     * and the topics: otherwise its projection on u, which every token
+     * carries, would be a random per-expert bias, i.e. popularity skew even
+     * at --moe-skew 0. */
+    double ku = 1.0 / (A_U * sqrt((double)E)), kt = S->corr * TOPIC_GAIN / (A_T * sqrt((double)E));
+    double kn = ROUTER_NOISE / sqrt((double)E);
+    for (int l = 0; l < L; l++) {
+        for (int e = 0; e < NE; e++) {
+            uint64_t s = rng_for(S->seed, 0x7007 + (uint64_t)l, (uint64_t)e);
+            for (int i = 0; i < E; i++) w[i] = rng_normal(&s);
+            for (int k = 0; k <= K; k++) {
+                const float *o = S->dirs + (size_t)k * E;
+                double dot = 0;
+                for (int i = 0; i < E; i++) dot += w[i] * o[i];
+                for (int i = 0; i < E; i++) w[i] -= dot * o[i];
+            }
+            const float *u = S->dirs, *tk = S->dirs + (size_t)(1 + S->topic_of[(size_t)l * NE + e]) * E;
+            float *r = S->router + ((size_t)l * NE + e) * E;
+            double b = S->bias[(size_t)l * NE + e];
+            for (int i = 0; i < E; i++) r[i] = (float)(b * ku * u[i] + kt * tk[i] + kn * w[i]);
+        }
+    }
     free(perm);
+    free(w);
     return TND_OK;
 }
 
@@ -357,19 +396,8 @@ static void gen_units(const stensor *t, uint64_t u0, uint64_t n, uint8_t *out) {
         }
         break;
     case GEN_ROUTER: {
-        /* element (col, e) of layer l: see the file comment. */
-        int E = sh->n_embd, NE = sh->n_expert, l = t->info.layer;
-        double ku = 1.0 / (A_U * sqrt((double)E)), kt = S->corr * TOPIC_GAIN / (A_T * sqrt((double)E));
-        float kn = (float)(ROUTER_NOISE / sqrt((double)E));
-        for (uint64_t i = 0; i < n; i++) {
-            uint64_t idx = u0 + i;
-            int col = (int)(idx % (uint64_t)E), e = (int)(idx / (uint64_t)E);
-            (void)NE;
-            const float *u = S->dirs, *tk = S->dirs + (size_t)(1 + S->topic_of[(size_t)l * NE + e]) * E;
-            uint64_t s = rng_for(S->seed, (uint64_t)t->index + 1, idx);
-            float v = (float)(S->bias[(size_t)l * NE + e] * ku * u[col] + kt * tk[col]) + kn * rng_normal(&s);
-            memcpy(out + 4 * i, &v, 4);
-        }
+        size_t per_layer = (size_t)sh->n_expert * (size_t)sh->n_embd;
+        memcpy(out, S->router + (size_t)t->info.layer * per_layer + u0, 4 * n);
         break;
     }
     case GEN_EMBD_TOPIC: {
@@ -603,6 +631,7 @@ static void synth_free(synth *S) {
     free(S->topic_cdf);
     free(S->bias);
     free(S->topic_of);
+    free(S->router);
 }
 
 /* ---- metadata and vocabulary ------------------------------------------------- */
