@@ -204,15 +204,19 @@ static void quantize_q4k(const float *x, block_q4_K *b) {
     pack_q4k_scales(sc, mn, b->scales);
     /* Values 64c+l (l < 32) are the low nibbles of qs[32c+l] (sub-block 2c),
      * values 64c+32+l the high nibbles (sub-block 2c+1). */
+    float inv[8], off[8];
+    for (int j = 0; j < 8; j++) {
+        float step = d * sc[j];
+        inv[j] = step > 0 ? 1.0f / step : 0;
+        off[j] = dmin * mn[j];
+    }
     for (int c = 0; c < 4; c++) {
         for (int l = 0; l < 32; l++) {
             int q[2];
             for (int h = 0; h < 2; h++) {
                 int j = 2 * c + h;
-                float step = d * sc[j];
-                float v = step > 0 ? (x[64 * c + 32 * h + l] + dmin * mn[j]) / step : 0;
-                long qi = lrintf(v);
-                q[h] = (int)(qi < 0 ? 0 : qi > 15 ? 15 : qi);
+                float v = (x[64 * c + 32 * h + l] + off[j]) * inv[j] + 0.5f;
+                q[h] = v <= 0 ? 0 : v >= 15 ? 15 : (int)v; /* round half up of a value >= 0 */
             }
             b->qs[32 * c + l] = (uint8_t)(q[0] | (q[1] << 4));
         }
@@ -807,6 +811,19 @@ static tnd_status set_metadata(gguf_writer *w, const synth *S, const char *vocab
     return vocab ? set_vocab_from(w, vocab, sh->n_vocab) : set_default_vocab(w, sh->n_vocab);
 }
 
+/* "8.19B" / "26.2M"; "4.91 GiB" / "20.3 MiB", into buf. */
+static const char *fmt_params(uint64_t n, char *buf, size_t cap) {
+    if (n >= 1000000000ull) snprintf(buf, cap, "%.2fB", (double)n / 1e9);
+    else snprintf(buf, cap, "%.1fM", (double)n / 1e6);
+    return buf;
+}
+
+static const char *fmt_bytes(uint64_t n, char *buf, size_t cap) {
+    if (n >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)n / (1 << 30));
+    else snprintf(buf, cap, "%.1f MiB", (double)n / (1 << 20));
+    return buf;
+}
+
 /* ---- progress ----------------------------------------------------------------- */
 
 static void on_progress(void *user, uint64_t done, uint64_t total) {
@@ -820,7 +837,7 @@ static void on_progress(void *user, uint64_t done, uint64_t total) {
     double eta = rate > 0 ? (double)(total - done) / rate : 0;
     fprintf(stderr, "\rsynth: %s  %.2f / %.2f GiB  %3.0f%%  %.2f GiB/s  ETA %.0f s   ", S->shape.name,
             (double)done / gib, (double)total / gib, total ? 100.0 * (double)done / (double)total : 100.0,
-            rate / gib, eta);
+            rate / gib, done < total ? eta : 0.0);
     if (done >= total) fputc('\n', stderr);
     fflush(stderr);
 }
@@ -870,9 +887,11 @@ static void print_list(bool json) {
                    i ? "," : "", s->name, s->arch, s->test_only ? "true" : "false", p, tnd_shape_n_tensors(s), b,
                    s->n_vocab, s->n_embd, s->n_layer, s->n_head, s->n_head_kv, s->head_dim, s->n_ff, s->n_expert,
                    s->n_expert_used, s->n_ff_exp, s->n_ctx_train, (double)s->rope_base, (double)s->eps);
-        else
-            printf("%-16s %-9s %7.2fB %8" PRId64 " %6.2f GiB  %s\n", s->name, s->arch, (double)p / 1e9,
-                   tnd_shape_n_tensors(s), (double)b / (1 << 30), s->desc);
+        else {
+            char pb[32], bb[32];
+            printf("%-16s %-9s %8s %8" PRId64 " %10s  %s\n", s->name, s->arch, fmt_params(p, pb, sizeof pb),
+                   tnd_shape_n_tensors(s), fmt_bytes(b, bb, sizeof bb), s->desc);
+        }
     }
     if (json) printf("\n]\n");
 }
@@ -896,8 +915,11 @@ static void print_dry_run(const tnd_shape *s, bool json) {
                    gguf_type_name(t.type), t.ne[0], t.ne[1], t.ne[2], t.nbytes);
     }
     if (json) printf("\n]}\n");
-    else printf("%s: %" PRId64 " tensors, %.3fB params, %.2f GiB of tensor data\n", s->name, n, (double)p / 1e9,
-                (double)b / (1 << 30));
+    else {
+        char pb[32], bb[32];
+        printf("%s: %" PRId64 " tensors, %s params, %s of tensor data\n", s->name, n, fmt_params(p, pb, sizeof pb),
+               fmt_bytes(b, bb, sizeof bb));
+    }
 }
 
 /* Free bytes on the file system that will hold path. */
@@ -1021,7 +1043,6 @@ int cmd_synth(int argc, char **argv) {
         goto done;
     }
     S.t0 = S.last_report = tnd_time_s();
-    S.last_report -= 1.0;
     st = gguf_writer_write(w, out, on_progress, &S);
     double el = tnd_time_s() - S.t0;
     if (st) {
@@ -1031,8 +1052,9 @@ int cmd_synth(int argc, char **argv) {
     }
     struct stat fs;
     uint64_t size = stat(out, &fs) == 0 ? (uint64_t)fs.st_size : data_bytes;
-    fprintf(stderr, "synth: wrote %s: %s, %" PRId64 " tensors, %.3fB params, %.2f GiB in %.1f s (%.2f GiB/s, %d threads)\n",
-            out, S.shape.name, S.n_t, (double)n_params / 1e9, (double)size / (1 << 30), el,
+    char pb[32], bb[32];
+    fprintf(stderr, "synth: wrote %s: %s, %" PRId64 " tensors, %s params, %s in %.1f s (%.2f GiB/s, %d threads)\n",
+            out, S.shape.name, S.n_t, fmt_params(n_params, pb, sizeof pb), fmt_bytes(size, bb, sizeof bb), el,
             el > 0 ? (double)size / (1 << 30) / el : 0.0, S.n_threads);
     rc = 0;
 done:
