@@ -429,19 +429,88 @@ TGTI void row_unpacked(int64_t n, const uint8_t *u, const float *dv, const float
     for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(acc[t]);
 }
 
-#define GEMM(NAME, UNPACK, ACT, OFF, SIX, SGN, MIN)                                                         \
+
+/* As gemm_tile, two 16-chunks per step for formats whose scale and min are
+ * per 32 elements (so the float step is shared): BITS 4 sums all eight
+ * vpmaddubsw results in int16 (16 * 15 * 127 = 30480 fits), BITS 5 two halves. */
+TGTI void gemm_tile_pair(int64_t nc, const uint8_t *q, const float *dv, const float *mv, const char *xq, size_t x_row,
+                         const tnd_act_aux *aux, int64_t naux, int nt, float *y, int64_t ys, int rows,
+                         const int AB, const int AH, const int CPB, const int OFF, const int MIN, const int BITS) {
+    __m256 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t c = 0; c < nc; c += 2) {
+        const uint8_t *qc = q + 128 * c;
+        __m256i w[8];
+        for (int k = 0; k < 8; k++) w[k] = _mm256_load_si256((const __m256i *)(qc + 32 * k));
+        __m256 d = _mm256_load_ps(dv + 8 * c);
+        __m256 m = MIN ? _mm256_load_ps(mv + 8 * c) : d;
+        int64_t off_a = (c / CPB) * AB + AH + (c % CPB) * TND_CHUNK; /* 32 contiguous bytes */
+        for (int t = 0; t < nt; t++) {
+            const int8_t *a = (const int8_t *)(xq + t * x_row + off_a);
+            const tnd_act_aux *x = aux + t * naux + c;
+            __m256i s;
+#if X86_VNNI
+            __m256i s0 = OFF ? _mm256_set1_epi32(-OFF * (x[0].sa + x[1].sa)) : _mm256_setzero_si256();
+            __m256i s1 = _mm256_setzero_si256();
+            for (int k = 0; k < 8; k += 2) {
+                s0 = _mm256_dpbusd_epi32(s0, w[k], _mm256_set1_epi32(load_i32(a + 4 * k)));
+                s1 = _mm256_dpbusd_epi32(s1, w[k + 1], _mm256_set1_epi32(load_i32(a + 4 * k + 4)));
+            }
+            s = _mm256_add_epi32(s0, s1);
+            (void)ones, (void)BITS;
+#else
+            __m256i p[8];
+            for (int k = 0; k < 8; k++) p[k] = _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(load_i32(a + 4 * k)));
+            __m256i lo = _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+            __m256i hi = _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
+            if (BITS == 4) s = _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones);
+            else s = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+            if (OFF) s = _mm256_sub_epi32(s, _mm256_set1_epi32(OFF * (x[0].sa + x[1].sa)));
+#endif
+            /* both chunks lie in one activation block: one da */
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(x[0].da)), acc[t]);
+            if (MIN) acc[t] = _mm256_fnmadd_ps(m, _mm256_set1_ps(x[0].dsa + x[1].dsa), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        if (rows == 8) _mm256_storeu_ps(y + t * ys, acc[t]);
+        else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, acc[t]);
+            memcpy(y + t * ys, tmp, (size_t)rows * sizeof(float));
+        }
+    }
+}
+
+/* One tile through the pair or the single-chunk kernel (PAIR: 0, 4 or 5);
+ * the activation layout comes as three arguments (AB, AH, CPB). */
+#define TILE(NT_, AB_, AH_, CPB_, OFF_, SIX_, SGN_, MIN_, PAIR_)                                                                                        \
+    do {                                                                                                      \
+        if (PAIR_)                                                                                            \
+            gemm_tile_pair(nc, qg, dg, mg, (const char *)xq + t * x_row, x_row, aux + t * nc, nc, NT_,        \
+                           yg + t * ys, ys, rows, AB_, AH_, CPB_, OFF_, MIN_, PAIR_);                                       \
+        else                                                                                                  \
+            gemm_tile(nc, qg, dg, mg, (const char *)xq + t * x_row, x_row, aux + t * nc, nc, NT_,             \
+                      yg + t * ys, ys, rows, AB_, AH_, CPB_, OFF_, SIX_, SGN_, MIN_);                                        \
+    } while (0)
+
+/* Most 8-row groups repacked at once. */
+#define SG_MAX 4
+
+#define GEMM(NAME, UNPACK, ACT, OFF, SIX, SGN, MIN, PAIR)                                                         \
     TGT static void NAME(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,  \
                          const tnd_act_aux *aux, int64_t nt, float *y, int64_t ys) {                           \
         int64_t nc = n_in / TND_CHUNK;                                                                      \
         /* group buffer: quants, d, m; then the unpack scratch */                                           \
         size_t gq = (size_t)nc * 128, gf = (size_t)nc * 8 * sizeof(float);                                  \
-        uint8_t *buf = tnd_cpu_tls_buf(1, gq + 2 * gf + (size_t)n_in + 2 * (size_t)nc * sizeof(float) + 64); \
+        uint8_t *buf = tnd_cpu_tls_buf(1, SG_MAX * (gq + 2 * gf) + (size_t)n_in + 2 * (size_t)nc * sizeof(float) + 64); \
         if (!buf) {                                                                                         \
             for (int64_t t = 0; t < nt; t++)                                                                \
                 for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;                                       \
             return;                                                                                         \
         }                                                                                                   \
-        uint8_t *q = buf, *tmp = buf + gq + 2 * gf;                                                         \
+        uint8_t *gbuf = buf, *tmp = buf + SG_MAX * (gq + 2 * gf);                                           \
         float *d = (float *)(buf + gq), *m = (float *)(buf + gq + gf);                                      \
         if (nt < TND_GEMM_MIN_TOK && !(SGN)) {                                                              \
             for (int64_t r = 0; r < nr; r++) {                                                              \
@@ -458,36 +527,54 @@ TGTI void row_unpacked(int64_t n, const uint8_t *u, const float *dv, const float
             }                                                                                               \
             return;                                                                                         \
         }                                                                                                   \
-        for (int64_t r0 = 0; r0 < nr; r0 += 8) {                                                            \
-            int rows = nr - r0 < 8 ? (int)(nr - r0) : 8;                                                    \
-            repack8(UNPACK, (const char *)W + (size_t)r0 * w_row, w_row, rows, n_in, tmp, q, d, m);         \
-            int64_t t = 0;                                                                                  \
-            for (; t + 4 <= nt; t += 4)                                                                     \
-                gemm_tile(nc, q, d, m, (const char *)xq + t * x_row, x_row, aux + t * nc, nc, 4,            \
-                          y + t * ys + r0, ys, rows, ACT, OFF, SIX, SGN, MIN);                              \
-            switch (nt - t) {                                                                               \
-            case 3: gemm_tile(nc, q, d, m, (const char *)xq + t * x_row, x_row, aux + t * nc, nc, 3,        \
-                              y + t * ys + r0, ys, rows, ACT, OFF, SIX, SGN, MIN); break;                   \
-            case 2: gemm_tile(nc, q, d, m, (const char *)xq + t * x_row, x_row, aux + t * nc, nc, 2,        \
-                              y + t * ys + r0, ys, rows, ACT, OFF, SIX, SGN, MIN); break;                   \
-            case 1: gemm_tile(nc, q, d, m, (const char *)xq + t * x_row, x_row, aux + t * nc, nc, 1,        \
-                              y + t * ys + r0, ys, rows, ACT, OFF, SIX, SGN, MIN); break;                   \
-            default: break;                                                                                 \
+        /* Cache blocking: sg groups (8 rows each) repacked at once, sized to \
+         * stay in L2 with a block of tb tokens' activations, so each       \
+         * activation is fetched from L3 once per 8*sg rows. */             \
+        size_t gbytes = gq + 2 * gf;                                                                        \
+        int64_t sg = (int64_t)(262144 / gbytes);                                                            \
+        sg = sg < 1 ? 1 : sg > SG_MAX ? SG_MAX : sg;                                                        \
+        int64_t tb = (int64_t)(262144 / (x_row + (size_t)nc * sizeof(tnd_act_aux))) & ~(int64_t)3;          \
+        tb = tb < 4 ? 4 : tb > 64 ? 64 : tb;                                                                \
+        for (int64_t r0 = 0; r0 < nr; r0 += 8 * sg) {                                                       \
+            int64_t ng = (nr - r0 + 7) / 8;                                                                 \
+            ng = ng > sg ? sg : ng;                                                                         \
+            for (int64_t g = 0; g < ng; g++) {                                                              \
+                int rows = nr - r0 - 8 * g < 8 ? (int)(nr - r0 - 8 * g) : 8;                               \
+                uint8_t *qg = gbuf + g * gbytes;                                                            \
+                repack8(UNPACK, (const char *)W + (size_t)(r0 + 8 * g) * w_row, w_row, rows, n_in, tmp, qg, \
+                        (float *)(qg + gq), (float *)(qg + gq + gf));                                       \
+            }                                                                                               \
+            for (int64_t t0 = 0; t0 < nt; t0 += tb) {                                                       \
+                int64_t te = t0 + tb < nt ? t0 + tb : nt;                                                   \
+                for (int64_t g = 0; g < ng; g++) {                                                          \
+                    int rows = nr - r0 - 8 * g < 8 ? (int)(nr - r0 - 8 * g) : 8;                           \
+                    const uint8_t *qg = gbuf + g * gbytes;                                                  \
+                    const float *dg = (const float *)(qg + gq), *mg = (const float *)(qg + gq + gf);        \
+                    float *yg = y + r0 + 8 * g;                                                             \
+                    int64_t t = t0;                                                                         \
+                    for (; t + 4 <= te; t += 4) TILE(4, ACT, OFF, SIX, SGN, MIN, PAIR);                                                    \
+                    switch (te - t) {                                                                       \
+                    case 3: TILE(3, ACT, OFF, SIX, SGN, MIN, PAIR); break;                                                                 \
+                    case 2: TILE(2, ACT, OFF, SIX, SGN, MIN, PAIR); break;                                                                 \
+                    case 1: TILE(1, ACT, OFF, SIX, SGN, MIN, PAIR); break;                                                                 \
+                    default: break;                                                                         \
+                    }                                                                                       \
+                }                                                                                           \
             }                                                                                               \
         }                                                                                                   \
     }
 
-GEMM(gemm_q4_0, unpack_q4_0, ACT_Q8_0, 8, 0, 0, 0)
-GEMM(gemm_q4_1, unpack_q4_1, ACT_Q8_1, 0, 0, 0, 1)
-GEMM(gemm_q5_0, unpack_q5_0, ACT_Q8_0, 16, 0, 0, 0)
-GEMM(gemm_q5_1, unpack_q5_1, ACT_Q8_1, 0, 0, 0, 1)
-GEMM(gemm_q8_0, unpack_q8_0, ACT_Q8_0, 0, 0, 1, 0)
-GEMM(gemm_mxfp4, unpack_mxfp4, ACT_Q8_0, 12, 0, 0, 0)
-GEMM(gemm_q2_K, unpack_q2_K, ACT_Q8_K, 0, 0, 0, 1)
-GEMM(gemm_q3_K, unpack_q3_K, ACT_Q8_K, 4, 0, 0, 0)
-GEMM(gemm_q4_K, unpack_q4_K, ACT_Q8_K, 0, 0, 0, 1)
-GEMM(gemm_q5_K, unpack_q5_K, ACT_Q8_K, 0, 0, 0, 1)
-GEMM(gemm_q6_K, unpack_q6_K, ACT_Q8_K, 32, 1, 0, 0)
+GEMM(gemm_q4_0, unpack_q4_0, ACT_Q8_0, 8, 0, 0, 0, 4)
+GEMM(gemm_q4_1, unpack_q4_1, ACT_Q8_1, 0, 0, 0, 1, 4)
+GEMM(gemm_q5_0, unpack_q5_0, ACT_Q8_0, 16, 0, 0, 0, 5)
+GEMM(gemm_q5_1, unpack_q5_1, ACT_Q8_1, 0, 0, 0, 1, 5)
+GEMM(gemm_q8_0, unpack_q8_0, ACT_Q8_0, 0, 0, 1, 0, 0)
+GEMM(gemm_mxfp4, unpack_mxfp4, ACT_Q8_0, 12, 0, 0, 0, 5)
+GEMM(gemm_q2_K, unpack_q2_K, ACT_Q8_K, 0, 0, 0, 1, 0)
+GEMM(gemm_q3_K, unpack_q3_K, ACT_Q8_K, 4, 0, 0, 0, 0)
+GEMM(gemm_q4_K, unpack_q4_K, ACT_Q8_K, 0, 0, 0, 1, 4)
+GEMM(gemm_q5_K, unpack_q5_K, ACT_Q8_K, 0, 0, 0, 1, 5)
+GEMM(gemm_q6_K, unpack_q6_K, ACT_Q8_K, 32, 1, 0, 0, 0)
 
 
 
