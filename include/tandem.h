@@ -75,6 +75,11 @@ int32_t tnd_tokenizer_eos(const tnd_tokenizer *t); /* -1 if none */
 bool tnd_tokenizer_is_eog(const tnd_tokenizer *t, int32_t id);
 /* Looks up the id of an exact token text; -1 if absent. */
 int32_t tnd_tokenizer_find(const tnd_tokenizer *t, const char *text);
+/* Streaming detokenization: the length of the longest prefix of buf[0..len)
+ * that does not end inside a UTF-8 sequence more bytes could still complete;
+ * print that much now and keep the rest (at most 3 bytes) for the next piece.
+ * Invalid bytes count as complete. */
+size_t tnd_utf8_complete(const char *buf, size_t len);
 
 /* ---- models and contexts ------------------------------------------------- */
 

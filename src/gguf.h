@@ -103,6 +103,23 @@ bool gguf_str_eq(gguf_str s, const char *c);
 /* Name of a value type ("uint32", "string", ...). */
 const char *gguf_vtype_name(gguf_vtype t);
 
+/* Block size (elements) and bytes per block of a GGML type id; false if the
+ * id is unknown. Independent of which kernels are built. */
+bool gguf_type_size(int type, int64_t *block_size, size_t *type_size);
+/* Name of a GGML type id ("Q4_K"), "?" if unknown. */
+const char *gguf_type_name(int type);
+/* Exact byte size of a tensor; false if the type is unknown, n_dims is not
+ * 1..4, a dim is <= 0, ne[0] is not a multiple of the block size, or a count
+ * overflows int64. */
+bool gguf_tensor_bytes(int type, uint32_t n_dims, const int64_t *ne, uint64_t *nbytes);
+/* Bytes of one element of a scalar value type; 0 for STRING and ARRAY. */
+size_t gguf_vtype_size(gguf_vtype t);
+/* Element i of a non-string array (data may be unaligned: use these rather
+ * than casting). _i64: integer and bool elements (uint64 above INT64_MAX
+ * fails); _f64: any numeric element. False if out of range or not numeric. */
+bool gguf_arr_i64(const gguf_kv *kv, uint64_t i, int64_t *out);
+bool gguf_arr_f64(const gguf_kv *kv, uint64_t i, double *out);
+
 /* Opens from memory instead of a file (fuzzing, tests). The buffer must stay
  * alive until tnd_gguf_free. name is used in messages. */
 tnd_status gguf_open_memory(const void *data, size_t size, const char *name, tnd_gguf **out);

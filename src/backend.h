@@ -1,0 +1,250 @@
+/* The backend interface (DESIGN.md §2, §5): what the CPU, CUDA and SimGPU
+ * backends implement, and the only way the executor reaches a device.
+ *
+ * A backend is a table of function pointers (tnd_backend_iface) plus a
+ * context. Every slot is commented; slots marked OPTIONAL may be NULL and the
+ * tnd_backend_* wrappers below then fall back or report TND_ERR_UNSUPPORTED.
+ *
+ * Memory kinds:
+ *   - device buffers: memory the backend computes on (VRAM for CUDA, a private
+ *     heap for SimGPU, plain host memory for CPU). Every allocation, scratch
+ *     included, counts against the backend's budget from the first one on; an
+ *     allocation beyond it fails with TND_ERR_NOMEM and a message that gives
+ *     the request, the budget and what is in use.
+ *   - pinned host buffers: page-locked host memory that the device can also
+ *     read directly (mapped). They do not count against the device budget.
+ *
+ * Ordering: work is queued on streams and runs in order per stream; events
+ * order streams against each other without device-wide syncs. Pointers passed
+ * to copies and ops must stay valid until the stream has passed them.
+ *
+ * Ops: one generic descriptor (tnd_op) names the op kind, its input and output
+ * tensors (pointers in the backend's address space, types, shapes) and its
+ * parameters. Each op kind's contract is stated at its enum value below;
+ * the CPU backend is the reference every other backend is tested against.
+ */
+#ifndef TND_BACKEND_H
+#define TND_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant/quant.h"
+#include "tandem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tnd_backend tnd_backend;
+typedef struct tnd_stream tnd_stream; /* opaque, owned by a backend */
+typedef struct tnd_event tnd_event;   /* opaque, owned by a backend */
+
+/* ---- tensors and ops ----------------------------------------------------- */
+
+#define TND_MAX_DIMS 4
+
+/* A tensor as an op sees it: contiguous, ne[0] the fastest dimension (GGUF
+ * order). Rows of block types hold ne[0]/block_size blocks. data is a pointer
+ * in the backend's address space (device pointer for CUDA). Unused dims = 1. */
+typedef struct tnd_tensor {
+    void *data;
+    tnd_type type;
+    int64_t ne[TND_MAX_DIMS];
+} tnd_tensor;
+
+typedef enum tnd_op_kind {
+    TND_OP_NONE = 0,
+    /* y = W x.  in[0] W: any supported type, ne = {n_in, n_out};
+     * in[1] x: f32 {n_in, n_tok}; out[0] y: f32 {n_out, n_tok}.
+     * y[t][r] = sum_k W[r][k] * x[t][k]. */
+    TND_OP_MATMUL,
+    /* Expert matmul. in[0] W: {n_in, n_out, n_expert}; in[1] x: f32
+     * {n_in, n_tok}; in[2] ids: i32 {n_used, n_tok}; out[0] y: f32
+     * {n_out, n_used, n_tok}: y[t][u] = W[ids[t][u]] x[t]. */
+    TND_OP_MATMUL_ID,
+    /* Embedding lookup. in[0] table: any supported type {n, n_rows};
+     * in[1] ids: i32 {n_ids}; out[0]: f32 {n, n_ids}. */
+    TND_OP_GET_ROWS,
+    /* RMSNorm over rows of ne[0]: y = x / sqrt(mean(x^2) + eps) * w.
+     * in[0] x f32 {n, rows...}; in[1] w f32 {n} (data NULL: no weight);
+     * out[0] f32 like x. Per-head norm (qwen3 q/k): view x as {head_dim,
+     * n_head * n_tok} with w {head_dim}. out may alias in[0]. */
+    TND_OP_RMS_NORM,
+    /* Rotary embedding. in[0] x f32 {head_dim, n_head, n_tok}; in[1] pos
+     * i32 {n_tok}; out[0] like x (may alias). The first p.rope.n_rot dims
+     * of each head rotate, the rest are copied. mode NORMAL rotates pairs
+     * (2i, 2i+1), NEOX pairs (i, i + n_rot/2); angle = pos * freq_scale *
+     * freq_base^(-2i/n_rot). */
+    TND_OP_ROPE,
+    /* Causal attention over an f16 KV cache, for one sequence. in[0] q f32
+     * {head_dim, n_head, n_tok}; in[1] K f16 {n_head_kv * head_dim, n_ctx};
+     * in[2] V f16 same; out[0] f32 {head_dim, n_head, n_tok}. Query t is at
+     * position p.attn.pos0 + t and sees cache rows 0..pos0+t (the chunk's own
+     * K/V must already be stored). q head h reads kv head h / (n_head /
+     * n_head_kv). Scores are scaled by p.attn.scale. */
+    TND_OP_ATTN,
+    /* Softmax over rows of ne[0] of (x * p.scale.s). in[0], out[0] f32. */
+    TND_OP_SOFTMAX,
+    /* out = silu(in[0]) * in[1], all f32, same element count. */
+    TND_OP_SILU_MUL,
+    /* out = gelu_tanh(in[0]) * in[1]. */
+    TND_OP_GELU_MUL,
+    /* out = in[0] + in[1], f32. */
+    TND_OP_ADD,
+    /* out = in[0] * p.scale.s, f32. */
+    TND_OP_SCALE,
+    /* out = in[0] converted: f32->f32, f32->f16, f16->f32, f16->f16.
+     * Element counts must match. Storing K/V into the cache is a CPY whose
+     * out points at row pos0 of the cache. */
+    TND_OP_CPY,
+    /* MoE router. in[0] logits f32 {n_expert, n_tok}; out[0] weights f32
+     * {n_used, n_tok}; out[1] ids i32 {n_used, n_tok}. mode SOFTMAX_TOPK:
+     * softmax over all experts, keep the top n_used (ties: lower id first),
+     * renormalize them to sum 1 if p.route.norm. mode TOPK_SOFTMAX: top
+     * n_used logits, softmax over those. Ids are in descending weight order. */
+    TND_OP_MOE_ROUTE,
+    TND_OP_COUNT
+} tnd_op_kind;
+
+enum { TND_ROPE_NORMAL = 0, TND_ROPE_NEOX = 2 };
+enum { TND_ROUTE_SOFTMAX_TOPK = 0, TND_ROUTE_TOPK_SOFTMAX = 1 };
+
+#define TND_OP_MAX_IN 4
+#define TND_OP_MAX_OUT 2
+
+/* One op. Zero-initialize, then fill what the kind needs. */
+typedef struct tnd_op {
+    tnd_op_kind kind;
+    tnd_tensor in[TND_OP_MAX_IN];
+    tnd_tensor out[TND_OP_MAX_OUT];
+    union {
+        struct { float eps; } norm;
+        struct { int32_t n_rot, mode; float freq_base, freq_scale; } rope;
+        struct { int32_t n_head, n_head_kv, head_dim, pos0; float scale; } attn;
+        struct { float s; } scale;   /* SOFTMAX (0 is taken as 1) and SCALE */
+        struct { int32_t n_used, mode; bool norm; } route;
+    } p;
+} tnd_op;
+
+/* Name of an op kind ("matmul"), for messages and traces. */
+const char *tnd_op_name(tnd_op_kind k);
+
+/* ---- the backend table --------------------------------------------------- */
+
+typedef struct tnd_mem_info {
+    uint64_t budget;      /* bytes this backend may allocate in all */
+    uint64_t used;        /* bytes allocated now through this backend */
+    uint64_t peak;        /* highest `used` so far */
+    uint64_t dev_free;    /* device's free memory as the driver reports it (0 if n/a) */
+    uint64_t dev_total;   /* device's total memory (0 if n/a) */
+} tnd_mem_info;
+
+typedef struct tnd_backend_iface {
+    const char *name; /* "cpu", "cuda", "sim" */
+
+    /* Releases everything the backend allocated, then the backend. */
+    void (*free)(tnd_backend *b);
+
+    /* -- device memory -- */
+    /* Allocates size bytes of device memory (256-byte aligned). Fails with
+     * TND_ERR_NOMEM if used + size would exceed the budget or the device is
+     * out of memory; *out is written only on success. */
+    tnd_status (*buf_alloc)(tnd_backend *b, size_t size, void **out);
+    /* Frees a buf_alloc pointer (NULL: no-op). Waits for queued work first. */
+    void (*buf_free)(tnd_backend *b, void *ptr);
+    /* Fills *out with the budget, usage and the device's view of memory. */
+    void (*mem_info)(tnd_backend *b, tnd_mem_info *out);
+
+    /* -- pinned host memory -- OPTIONAL (NULL: the backend reads host memory
+     * directly, as the CPU backend does). Allocates size bytes of page-locked
+     * host memory mapped into the device: *host is the CPU address, *dev the
+     * address kernels use (may equal *host). If one pinned region of that size
+     * cannot be had, it is pinned in pieces over one contiguous range; if that
+     * fails too, TND_ERR_NOMEM says how much could be pinned. */
+    tnd_status (*host_alloc)(tnd_backend *b, size_t size, void **host, void **dev);
+    /* OPTIONAL with host_alloc. Frees a host_alloc region by its host pointer. */
+    void (*host_free)(tnd_backend *b, void *host);
+
+    /* -- streams -- */
+    /* Creates an in-order queue of work (non-blocking w.r.t. other streams). */
+    tnd_status (*stream_new)(tnd_backend *b, tnd_stream **out);
+    /* Waits for the stream's work, then frees it (NULL: no-op). */
+    void (*stream_free)(tnd_backend *b, tnd_stream *s);
+    /* Blocks the calling thread until everything queued on s is done;
+     * reports an asynchronous failure of that work as TND_ERR_BACKEND. */
+    tnd_status (*stream_sync)(tnd_backend *b, tnd_stream *s);
+
+    /* -- events -- */
+    /* Creates an event with timing enabled. */
+    tnd_status (*event_new)(tnd_backend *b, tnd_event **out);
+    void (*event_free)(tnd_backend *b, tnd_event *e);
+    /* Marks the point of s's queue reached so far. */
+    tnd_status (*event_record)(tnd_backend *b, tnd_event *e, tnd_stream *s);
+    /* Makes later work on s wait until e's point is passed (no host wait). */
+    tnd_status (*stream_wait)(tnd_backend *b, tnd_stream *s, tnd_event *e);
+    /* Blocks the calling thread until e's point is passed. */
+    tnd_status (*event_sync)(tnd_backend *b, tnd_event *e);
+    /* OPTIONAL. Milliseconds between two recorded, completed events. */
+    tnd_status (*event_elapsed)(tnd_backend *b, tnd_event *start, tnd_event *end, float *ms);
+
+    /* -- copies (asynchronous on s; host pointers should be pinned for the
+     * copy to overlap, pageable ones work but may serialize) -- */
+    tnd_status (*copy_h2d)(tnd_backend *b, void *dst_dev, const void *src_host, size_t n, tnd_stream *s);
+    tnd_status (*copy_d2h)(tnd_backend *b, void *dst_host, const void *src_dev, size_t n, tnd_stream *s);
+    tnd_status (*copy_d2d)(tnd_backend *b, void *dst_dev, const void *src_dev, size_t n, tnd_stream *s);
+    /* OPTIONAL. Copies n bytes between device memory and mapped pinned host
+     * memory (either side may be the mapped one, given by its dev address)
+     * with a compute kernel instead of the copy engine, so a small activation
+     * copy never queues behind a large weight copy (DESIGN.md §5).
+     * NULL: the wrappers use copy_d2d. */
+    tnd_status (*copy_mapped)(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s);
+    /* OPTIONAL. Sets n bytes of device memory to the byte value v. */
+    tnd_status (*memset)(tnd_backend *b, void *dst_dev, int v, size_t n, tnd_stream *s);
+
+    /* -- ops -- */
+    /* OPTIONAL. TND_OK if op_run can run this op (kinds, types, shapes);
+     * otherwise TND_ERR_UNSUPPORTED or TND_ERR_ARG with the reason. NULL:
+     * the backend runs every op. */
+    tnd_status (*op_supported)(tnd_backend *b, const tnd_op *op);
+    /* Queues op on s. Validates shapes and types first (TND_ERR_ARG /
+     * TND_ERR_UNSUPPORTED, nothing queued). Scratch memory the op needs is
+     * the stream's own (so ops on different streams never share it) and is
+     * counted against the budget. */
+    tnd_status (*op_run)(tnd_backend *b, const tnd_op *op, tnd_stream *s);
+} tnd_backend_iface;
+
+struct tnd_backend {
+    const tnd_backend_iface *iface;
+    void *ctx; /* the implementation's state */
+};
+
+/* ---- CUDA backend -------------------------------------------------------- */
+
+typedef struct tnd_cuda_params {
+    int device;            /* CUDA device index */
+    uint64_t vram_budget;  /* bytes; 0 = the device's free memory at start less 512 MiB */
+} tnd_cuda_params;
+
+/* Number of usable CUDA devices; 0 when built without CUDA, when there is no
+ * driver or no device. Never fails. */
+int tnd_cuda_device_count(void);
+/* Creates the CUDA backend on p->device. TND_ERR_UNSUPPORTED when built
+ * without CUDA; TND_ERR_BACKEND if the device cannot be opened. */
+tnd_status tnd_backend_cuda_new(const tnd_cuda_params *p, tnd_backend **out);
+
+/* ---- helpers over any backend -------------------------------------------- */
+
+/* Frees b (NULL: no-op). */
+void tnd_backend_free(tnd_backend *b);
+/* Bytes of a contiguous tensor (ne[0] a multiple of the block size);
+ * 0 if the shape is invalid. */
+size_t tnd_tensor_nbytes(const tnd_tensor *t);
+/* Number of elements of t. */
+int64_t tnd_tensor_nelem(const tnd_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

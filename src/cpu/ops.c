@@ -1,0 +1,139 @@
+/* Scalar CPU versions of the weightless ops (see ops.h). These are both the
+ * reference and, for now, the engine's implementation; matmuls dominate the
+ * time, and these are vectorized by the compiler where it can. */
+#include "cpu/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/quant.h"
+#include "util.h"
+
+void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / (double)n + eps));
+    if (w)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * inv * w[i];
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * inv;
+}
+
+void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
+                  float freq_base, float freq_scale, bool neox) {
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        double theta = (double)pos * freq_scale * pow((double)freq_base, -2.0 * i / n_rot);
+        float c = (float)cos(theta), s = (float)sin(theta);
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (int64_t)h * head_dim;
+            int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+typedef struct {
+    const tnd_attn_args *a;
+} attn_task;
+
+static void attn_worker(void *arg, int ith, int nth) {
+    const tnd_attn_args *a = ((attn_task *)arg)->a;
+    int hd = a->head_dim, n_kv = a->n_kv_head, group = a->n_head / a->n_kv_head;
+    int64_t kv_stride = (int64_t)n_kv * hd;
+    int n_pos_max = a->pos0 + a->n_tok;
+    float *scores = malloc(sizeof(float) * (size_t)n_pos_max + sizeof(float) * (size_t)hd);
+    if (!scores) return; /* cannot happen in practice; output stays unwritten */
+    float *acc = scores + n_pos_max;
+    int total = a->n_tok * a->n_head;
+    for (int job = ith; job < total; job += nth) {
+        int t = job / a->n_head, h = job % a->n_head, kvh = h / group;
+        int pos = a->pos0 + t;
+        int lo = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+        const float *q = a->q + (int64_t)t * a->n_head * hd + (int64_t)h * hd;
+        float mx = -INFINITY;
+        for (int p = lo; p <= pos; p++) {
+            const uint16_t *k = a->k + (int64_t)p * kv_stride + (int64_t)kvh * hd;
+            float s = 0;
+            for (int d = 0; d < hd; d++) s += q[d] * tnd_fp16_to_fp32(k[d]);
+            s *= a->scale;
+            if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
+            scores[p] = s;
+            if (s > mx) mx = s;
+        }
+        double sum = 0;
+        for (int p = lo; p <= pos; p++) {
+            scores[p] = expf(scores[p] - mx);
+            sum += scores[p];
+        }
+        memset(acc, 0, sizeof(float) * (size_t)hd);
+        for (int p = lo; p <= pos; p++) {
+            const uint16_t *v = a->v + (int64_t)p * kv_stride + (int64_t)kvh * hd;
+            float w = scores[p];
+            for (int d = 0; d < hd; d++) acc[d] += w * tnd_fp16_to_fp32(v[d]);
+        }
+        float inv = (float)(1.0 / sum);
+        float *o = a->out + (int64_t)t * a->n_head * hd + (int64_t)h * hd;
+        for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+    }
+    free(scores);
+}
+
+void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a) {
+    attn_task t = {a};
+    tnd_pool_run(pool, attn_worker, &t);
+}
+
+void tnd_cpu_silu_mul(const float *g, const float *u, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void tnd_cpu_gelu_mul(const float *g, const float *u, float *out, int64_t n) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
+    }
+}
+
+void tnd_cpu_add(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void tnd_cpu_add_bias(float *y, const float *b, int64_t n_rows, int64_t n) {
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t i = 0; i < n; i++) y[r * n + i] += b[i];
+}
+
+void tnd_cpu_softmax(float *x, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void tnd_cpu_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = tnd_fp32_to_fp16(x[i]);
+}
+
+void tnd_cpu_topk(const float *x, int n, int k, int *idx) {
+    /* Insertion into a sorted list of k: k is small (experts per token). */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        int p = m;
+        while (p > 0 && x[idx[p - 1]] < x[i]) p--;
+        if (p >= k) continue;
+        int end = m < k ? m : k - 1;
+        for (int j = end; j > p; j--) idx[j] = idx[j - 1];
+        idx[p] = i;
+        if (m < k) m++;
+    }
+}

@@ -1,0 +1,61 @@
+/* Weightless ops of the forward pass on the CPU: norms, RoPE, attention over
+ * the f16 KV cache, activations. f32 activations, row-major [token][feature].
+ *
+ * KV cache layout (shared with the CUDA backend): per layer, K and V are each
+ * [n_ctx][n_kv_head * head_dim] f16 (raw uint16_t), position-major, so a
+ * round appends whole rows and attention streams rows in order.
+ */
+#ifndef TND_CPU_OPS_H
+#define TND_CPU_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cpu/pool.h"
+
+/* y[i] = x[i] / rms(x) * (w ? w[i] : 1), for one row of n; y may alias x. */
+void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
+
+/* Applies rotary embedding in place to n_heads heads of head_dim floats (one
+ * token) at position pos; only the first n_rot dims of each head rotate.
+ * neox: pairs (i, i + n_rot/2) (qwen2/3, gemma); else adjacent pairs (2i, 2i+1)
+ * (llama as stored in GGUF). theta_i = pos * freq_scale * base^(-2i/n_rot). */
+void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
+                  float freq_base, float freq_scale, bool neox);
+
+typedef struct tnd_attn_args {
+    const float *q;        /* [n_tok][n_head * head_dim] */
+    const uint16_t *k;     /* [n_ctx][n_kv_head * head_dim] f16, this layer */
+    const uint16_t *v;     /* same layout */
+    float *out;            /* [n_tok][n_head * head_dim] */
+    int n_tok;             /* query tokens, at positions pos0 .. pos0+n_tok-1 */
+    int pos0;
+    int n_head, n_kv_head, head_dim;
+    int window;            /* sliding window: attend to positions > pos - window; 0 = full */
+    float scale;           /* usually 1/sqrt(head_dim) */
+    float softcap;         /* tanh soft-capping of scores; 0 = off */
+} tnd_attn_args;
+
+/* Causal multi-head attention with GQA (head h reads kv head h / (n_head /
+ * n_kv_head)); the cache must already hold rows up to pos0 + n_tok - 1.
+ * Parallel over (token, head) pairs. */
+void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a);
+
+/* out[i] = silu(g[i]) * u[i];  out may alias g. */
+void tnd_cpu_silu_mul(const float *g, const float *u, float *out, int64_t n);
+/* out[i] = gelu_tanh(g[i]) * u[i];  out may alias g. */
+void tnd_cpu_gelu_mul(const float *g, const float *u, float *out, int64_t n);
+/* y[i] += x[i] */
+void tnd_cpu_add(float *y, const float *x, int64_t n);
+/* y[i] += b[i] for each of n_rows rows of n (bias add). */
+void tnd_cpu_add_bias(float *y, const float *b, int64_t n_rows, int64_t n);
+/* In-place softmax over n values. */
+void tnd_cpu_softmax(float *x, int64_t n);
+/* f32 -> f16 row conversion (KV cache writes). */
+void tnd_cpu_f32_to_f16(const float *x, uint16_t *y, int64_t n);
+
+/* Indices of the k largest of x[0..n) in descending order of value (ties: lower
+ * index first). k <= n. */
+void tnd_cpu_topk(const float *x, int n, int k, int *idx);
+
+#endif

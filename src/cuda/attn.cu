@@ -1,0 +1,189 @@
+/* Causal attention over an f16 KV cache: split-K over the keys ("flash
+ * decoding") plus a combine pass; serves decode (n_tok = 1) and prefill
+ * chunks alike.
+ *
+ * A block owns one kv head, one query token and one key range; it computes
+ * all the q heads of that kv head's GQA group together, so each K/V row is
+ * read once per group instead of once per q head. Keys are taken in tiles of
+ * AT_C with an online softmax (running max m, running sum l, rescaled
+ * accumulators), so shared memory does not grow with the context. Each block
+ * writes (m, l, acc[head_dim]) per q head; the combine pass merges the
+ * ranges: o = sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M).
+ * The key range is split only as far as needed to fill the GPU (decode has
+ * few (head, token) pairs, prefill many).
+ */
+#include "cuda/common.cuh"
+#include "cuda/cuda_ops.h"
+
+#define AT_C 128        /* keys per tile */
+#define AT_THREADS 128
+#define AT_MAXO 32      /* outputs per thread: ratio * head_dim <= 32 * 128 */
+#define AT_MAX_RATIO 16
+#define AT_TARGET_BLOCKS 264
+
+__global__ void __launch_bounds__(AT_THREADS)
+k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *__restrict__ V,
+       float *__restrict__ part, int n_head, int n_head_kv, int hd, int64_t pos0, float scale, int n_split,
+       int64_t per_split) {
+    extern __shared__ float smem[];
+    const int ratio = n_head / n_head_kv;
+    const int c = blockIdx.x, g = blockIdx.y;
+    const int64_t t = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = AT_THREADS / 32;
+    float *qs = smem;                 /* [ratio][hd] */
+    float *sc = qs + ratio * hd;      /* [ratio][AT_C] scores, then probabilities */
+    float *mh = sc + ratio * AT_C;    /* [ratio] running max */
+    float *lh = mh + ratio;           /* [ratio] running sum */
+    float *corr = lh + ratio;         /* [ratio] rescale of this tile */
+    const int64_t kv_stride = (int64_t)n_head_kv * hd;
+    const int nout = ratio * hd;
+
+    for (int i = tid; i < nout; i += AT_THREADS) qs[i] = q[(t * n_head + (int64_t)g * ratio) * hd + i];
+    if (tid < ratio) {
+        mh[tid] = -INFINITY;
+        lh[tid] = 0.f;
+    }
+    float acc[AT_MAXO];
+#pragma unroll
+    for (int k = 0; k < AT_MAXO; k++) acc[k] = 0.f;
+    const int64_t n_vis = pos0 + t + 1;
+    const int64_t k0 = (int64_t)c * per_split;
+    const int64_t k1 = k0 + per_split < n_vis ? k0 + per_split : n_vis;
+    __syncthreads();
+
+    for (int64_t kt = k0; kt < k1; kt += AT_C) {
+        const int nk = (int)(k1 - kt < AT_C ? k1 - kt : AT_C);
+        /* scores: a warp per key, lanes over head_dim, all heads of the group */
+        for (int j = warp; j < nk; j += nw) {
+            const __half *kr = K + (kt + j) * kv_stride + (int64_t)g * hd;
+            float kv[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                int d = lane + 32 * u;
+                kv[u] = d < hd ? __half2float(kr[d]) : 0.f;
+            }
+            for (int hh = 0; hh < ratio; hh++) {
+                float s = 0.f;
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    int d = lane + 32 * u;
+                    if (d < hd) s = fmaf(qs[hh * hd + d], kv[u], s);
+                }
+                s = warp_sum(s);
+                if (lane == 0) sc[hh * AT_C + j] = s * scale;
+            }
+        }
+        __syncthreads();
+        /* online softmax update: a warp per head */
+        for (int hh = warp; hh < ratio; hh += nw) {
+            float m = -INFINITY;
+            for (int j = lane; j < nk; j += 32) m = fmaxf(m, sc[hh * AT_C + j]);
+            m = warp_max(m);
+            float mo = mh[hh], mn = fmaxf(mo, m);
+            float sum = 0.f;
+            for (int j = lane; j < nk; j += 32) {
+                float p = expf(sc[hh * AT_C + j] - mn);
+                sc[hh * AT_C + j] = p;
+                sum += p;
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                float cr = expf(mo - mn); /* mo = -inf on the first tile: 0 */
+                corr[hh] = cr;
+                lh[hh] = lh[hh] * cr + sum;
+                mh[hh] = mn;
+            }
+        }
+        __syncthreads();
+        /* P V: a thread per (head, dim) output, V rows read coalesced */
+#pragma unroll
+        for (int k = 0; k < AT_MAXO; k++) {
+            int o = tid + k * AT_THREADS;
+            if (o < nout) {
+                int hh = o / hd, d = o - hh * hd;
+                float a = acc[k] * corr[hh];
+                const __half *vp = V + kt * kv_stride + (int64_t)g * hd + d;
+                const float *pp = sc + hh * AT_C;
+                for (int j = 0; j < nk; j++) a = fmaf(pp[j], __half2float(vp[j * kv_stride]), a);
+                acc[k] = a;
+            }
+        }
+        __syncthreads(); /* sc and corr are rewritten by the next tile */
+    }
+    const int stride = hd + 2;
+#pragma unroll
+    for (int k = 0; k < AT_MAXO; k++) {
+        int o = tid + k * AT_THREADS;
+        if (o < nout) {
+            int hh = o / hd, d = o - hh * hd;
+            int64_t h = (int64_t)g * ratio + hh;
+            part[((t * n_head + h) * n_split + c) * stride + 2 + d] = acc[k];
+        }
+    }
+    if (tid < ratio) {
+        int64_t h = (int64_t)g * ratio + tid;
+        float *b = part + ((t * n_head + h) * n_split + c) * stride;
+        b[0] = mh[tid];
+        b[1] = lh[tid];
+    }
+}
+
+__global__ void k_attn_combine(const float *__restrict__ part, float *__restrict__ o, int hd, int n_split) {
+    const int64_t th = blockIdx.x; /* token * n_head + head */
+    const int stride = hd + 2;
+    const float *p = part + th * n_split * stride;
+    float M = -INFINITY;
+    for (int c = 0; c < n_split; c++) M = fmaxf(M, p[c * stride]);
+    float L = 0.f;
+    for (int c = 0; c < n_split; c++) L += p[c * stride + 1] * expf(p[c * stride] - M);
+    float inv = 1.0f / L;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.f;
+        for (int c = 0; c < n_split; c++) a = fmaf(p[c * stride + 2 + d], expf(p[c * stride] - M), a);
+        o[th * hd + d] = a * inv;
+    }
+}
+
+static int attn_splits(int64_t n_tok, int n_head_kv, int64_t n_kv_max, int64_t *per_split) {
+    int64_t base = n_tok * n_head_kv;
+    int64_t ns = (AT_TARGET_BLOCKS + base - 1) / base;
+    int64_t tiles = (n_kv_max + AT_C - 1) / AT_C;
+    if (ns > tiles) ns = tiles;
+    if (ns < 1) ns = 1;
+    int64_t per = (n_kv_max + ns - 1) / ns;
+    per = (per + AT_C - 1) / AT_C * AT_C; /* whole tiles per split */
+    *per_split = per;
+    return (int)((n_kv_max + per - 1) / per);
+}
+
+extern "C" size_t tnd_cu_attn_scratch(int64_t n_tok, int n_head, int head_dim, int64_t n_kv_max) {
+    int64_t per;
+    int ns = attn_splits(n_tok, 1, n_kv_max, &per); /* n_head_kv = 1 gives the most splits */
+    return (size_t)n_tok * n_head * ns * (head_dim + 2) * sizeof(float);
+}
+
+extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok,
+                           int n_head, int n_head_kv, int head_dim, int64_t pos0, float scale, void *scratch,
+                           size_t scratch_size, tnd_cu_stream stream) {
+    if (!q || !K || !V || !o || !scratch || n_tok < 1 || n_tok > 65535 || n_head < 1 || n_head_kv < 1 ||
+        n_head % n_head_kv || n_head / n_head_kv > AT_MAX_RATIO || head_dim < 1 || head_dim > 256 || pos0 < 0 ||
+        n_head_kv > 65535)
+        return cudaErrorInvalidValue;
+    int ratio = n_head / n_head_kv;
+    if (ratio * head_dim > AT_MAXO * AT_THREADS) return cudaErrorInvalidValue;
+    int64_t n_kv_max = pos0 + n_tok, per;
+    int ns = attn_splits(n_tok, n_head_kv, n_kv_max, &per);
+    size_t need = (size_t)n_tok * n_head * ns * (head_dim + 2) * sizeof(float);
+    if (scratch_size < need) return cudaErrorInvalidValue;
+    size_t smem = (size_t)ratio * (head_dim + AT_C + 3) * sizeof(float);
+    cudaStream_t st = (cudaStream_t)stream;
+    dim3 grid((unsigned)ns, (unsigned)n_head_kv, (unsigned)n_tok);
+    float *part = (float *)scratch;
+    k_attn<<<grid, AT_THREADS, smem, st>>>(q, (const __half *)K, (const __half *)V, part, n_head, n_head_kv,
+                                           head_dim, pos0, scale, ns, per);
+    int e = (int)cudaGetLastError();
+    if (e) return e;
+    int threads = head_dim >= 128 ? 128 : (head_dim + 31) / 32 * 32;
+    k_attn_combine<<<(unsigned)(n_tok * n_head), threads, 0, st>>>(part, o, head_dim, ns);
+    return (int)cudaGetLastError();
+}

@@ -1,0 +1,722 @@
+/* The CUDA implementation of backend.h.
+ *
+ * Budget: every device allocation made through the backend (buffers, each
+ * stream's scratch, each stream's cuBLAS workspace) is added to a running
+ * total under a mutex and refused beyond the budget, so the budget holds from
+ * the first allocation on. Sizes are counted as the driver hands them out
+ * (large allocations in 2 MiB pages), so the count is never below what the
+ * device really gives away.
+ *
+ * Each stream owns its scratch and its cuBLAS handle (a handle is bound to
+ * one stream at a time and its workspace must not be shared by concurrent
+ * GEMMs), so ops on different streams never touch each other's memory.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "backend.h"
+#include "cuda/cuda_ops.h"
+extern "C" {
+#include "util.h"
+}
+
+#define CU_DEFAULT_RESERVE (512ull << 20)
+#define CU_BLAS_WORKSPACE (32ull << 20)
+#define CU_PIN_PIECE (256ull << 20)
+#define CU_MATVEC_MAX_TOK 8
+
+struct cu_alloc {
+    void *ptr;
+    uint64_t counted;
+};
+struct cu_host {
+    void *host, *dev;
+    size_t size;
+    bool registered; /* mmap + cudaHostRegister pieces instead of cudaHostAlloc */
+    size_t n_pieces;
+};
+
+typedef struct cu_ctx {
+    int device;
+    uint64_t budget, used, peak;
+    pthread_mutex_t mu;
+    struct cu_alloc *allocs;
+    size_t n_allocs, cap_allocs;
+    struct cu_host *hosts;
+    size_t n_hosts, cap_hosts;
+} cu_ctx;
+
+struct tnd_stream {
+    cudaStream_t s;
+    void *scratch;
+    size_t scratch_size;
+    cublasHandle_t blas;
+    void *blas_ws;
+};
+struct tnd_event {
+    cudaEvent_t e;
+};
+
+static cu_ctx *ctx_of(tnd_backend *b) { return (cu_ctx *)b->ctx; }
+
+static tnd_status cu_err(cudaError_t e, const char *what) {
+    cudaGetLastError(); /* clear a sticky-free error so the next call starts clean */
+    return tnd_fail(TND_ERR_BACKEND, "cuda: %s: %s (%d)", what, cudaGetErrorString(e), (int)e);
+}
+
+static uint64_t counted_size(size_t n) {
+    /* the driver maps large allocations in 2 MiB pages */
+    if (n >= (1u << 20)) return ((uint64_t)n + (2u << 20) - 1) & ~((uint64_t)(2u << 20) - 1);
+    return ((uint64_t)n + 511) & ~(uint64_t)511;
+}
+
+static bool set_device(cu_ctx *c) { return cudaSetDevice(c->device) == cudaSuccess; }
+
+/* ---- device memory -------------------------------------------------------- */
+
+static tnd_status cu_alloc_raw(cu_ctx *c, size_t size, void **out, const char *what) {
+    if (size == 0) size = 1;
+    uint64_t cnt = counted_size(size);
+    pthread_mutex_lock(&c->mu);
+    if (c->used + cnt > c->budget) {
+        uint64_t used = c->used, budget = c->budget;
+        pthread_mutex_unlock(&c->mu);
+        return tnd_fail(TND_ERR_NOMEM,
+                        "cuda: %s of %.1f MiB refused: the VRAM budget is %.1f MiB and %.1f MiB are in use",
+                        what, cnt / 1048576.0, budget / 1048576.0, used / 1048576.0);
+    }
+    if (c->n_allocs == c->cap_allocs) {
+        size_t cap = c->cap_allocs ? 2 * c->cap_allocs : 64;
+        void *p = realloc(c->allocs, cap * sizeof *c->allocs);
+        if (!p) {
+            pthread_mutex_unlock(&c->mu);
+            return tnd_fail(TND_ERR_NOMEM, "cuda: out of host memory");
+        }
+        c->allocs = (struct cu_alloc *)p;
+        c->cap_allocs = cap;
+    }
+    c->used += cnt; /* reserve before the (slow) cudaMalloc, outside the lock */
+    pthread_mutex_unlock(&c->mu);
+    void *p = NULL;
+    set_device(c);
+    cudaError_t e = cudaMalloc(&p, size);
+    pthread_mutex_lock(&c->mu);
+    if (e != cudaSuccess) {
+        c->used -= cnt;
+        pthread_mutex_unlock(&c->mu);
+        cudaGetLastError();
+        return tnd_fail(TND_ERR_NOMEM, "cuda: %s of %.1f MiB failed on the device: %s", what, size / 1048576.0,
+                        cudaGetErrorString(e));
+    }
+    if (c->n_allocs == c->cap_allocs) { /* another thread filled the slot we checked */
+        size_t cap = 2 * c->cap_allocs;
+        void *q = realloc(c->allocs, cap * sizeof *c->allocs);
+        if (!q) {
+            c->used -= cnt;
+            pthread_mutex_unlock(&c->mu);
+            cudaFree(p);
+            return tnd_fail(TND_ERR_NOMEM, "cuda: out of host memory");
+        }
+        c->allocs = (struct cu_alloc *)q;
+        c->cap_allocs = cap;
+    }
+    c->allocs[c->n_allocs].ptr = p;
+    c->allocs[c->n_allocs].counted = cnt;
+    c->n_allocs++;
+    if (c->used > c->peak) c->peak = c->used;
+    pthread_mutex_unlock(&c->mu);
+    *out = p;
+    return TND_OK;
+}
+
+static void cu_free_raw(cu_ctx *c, void *ptr) {
+    if (!ptr) return;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->n_allocs; i++) {
+        if (c->allocs[i].ptr == ptr) {
+            c->used -= c->allocs[i].counted;
+            c->allocs[i] = c->allocs[--c->n_allocs];
+            pthread_mutex_unlock(&c->mu);
+            set_device(c);
+            cudaFree(ptr); /* waits for the device's queued work */
+            return;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    TND_WARN("cuda: buf_free of a pointer this backend did not allocate (%p)", ptr);
+}
+
+static tnd_status cu_buf_alloc(tnd_backend *b, size_t size, void **out) {
+    return cu_alloc_raw(ctx_of(b), size, out, "buffer allocation");
+}
+static void cu_buf_free(tnd_backend *b, void *ptr) { cu_free_raw(ctx_of(b), ptr); }
+
+static void cu_mem_info(tnd_backend *b, tnd_mem_info *out) {
+    cu_ctx *c = ctx_of(b);
+    pthread_mutex_lock(&c->mu);
+    out->budget = c->budget;
+    out->used = c->used;
+    out->peak = c->peak;
+    pthread_mutex_unlock(&c->mu);
+    size_t fr = 0, tot = 0;
+    set_device(c);
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        cudaGetLastError();
+        fr = tot = 0;
+    }
+    out->dev_free = fr;
+    out->dev_total = tot;
+}
+
+/* ---- pinned host memory ----------------------------------------------------- */
+
+static tnd_status host_push(cu_ctx *c, struct cu_host h) {
+    pthread_mutex_lock(&c->mu);
+    if (c->n_hosts == c->cap_hosts) {
+        size_t cap = c->cap_hosts ? 2 * c->cap_hosts : 16;
+        void *p = realloc(c->hosts, cap * sizeof *c->hosts);
+        if (!p) {
+            pthread_mutex_unlock(&c->mu);
+            return tnd_fail(TND_ERR_NOMEM, "cuda: out of host memory");
+        }
+        c->hosts = (struct cu_host *)p;
+        c->cap_hosts = cap;
+    }
+    c->hosts[c->n_hosts++] = h;
+    pthread_mutex_unlock(&c->mu);
+    return TND_OK;
+}
+
+static void unregister_pieces(void *host, size_t n_pieces) {
+    for (size_t i = 0; i < n_pieces; i++) cudaHostUnregister((char *)host + i * CU_PIN_PIECE);
+}
+
+static tnd_status cu_host_alloc(tnd_backend *b, size_t size, void **host, void **dev) {
+    cu_ctx *c = ctx_of(b);
+    if (size == 0) size = 1;
+    set_device(c);
+    void *h = NULL, *d = NULL;
+    cudaError_t e = cudaHostAlloc(&h, size, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e == cudaSuccess) {
+        e = cudaHostGetDevicePointer(&d, h, 0);
+        if (e != cudaSuccess) {
+            cudaFreeHost(h);
+            return cu_err(e, "cudaHostGetDevicePointer");
+        }
+        struct cu_host rec = {h, d, size, false, 0};
+        tnd_status st = host_push(c, rec);
+        if (st) cudaFreeHost(h);
+        else {
+            *host = h;
+            *dev = d;
+        }
+        return st;
+    }
+    cudaGetLastError();
+    /* One pinned region of this size was refused (some drivers cap a single
+     * pinning): pin a contiguous mapping in pieces. With unified addressing a
+     * registered piece's device address is its host address, so the pieces
+     * form one device range; anything else is reported. */
+    size_t n_pieces = (size + CU_PIN_PIECE - 1) / CU_PIN_PIECE;
+    size_t span = n_pieces * CU_PIN_PIECE;
+    void *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return tnd_fail(TND_ERR_NOMEM, "cuda: pinning %.1f MiB failed (%s) and so did mapping it in pieces",
+                        size / 1048576.0, cudaGetErrorString(e));
+    for (size_t i = 0; i < n_pieces; i++) {
+        char *p = (char *)m + i * CU_PIN_PIECE;
+        void *pd = NULL;
+        cudaError_t e2 = cudaHostRegister(p, CU_PIN_PIECE, cudaHostRegisterMapped | cudaHostRegisterPortable);
+        if (e2 == cudaSuccess) e2 = cudaHostGetDevicePointer(&pd, p, 0);
+        if (e2 != cudaSuccess || pd != (void *)p) {
+            cudaGetLastError();
+            unregister_pieces(m, i + (e2 == cudaSuccess ? 1 : 0));
+            munmap(m, span);
+            return tnd_fail(TND_ERR_NOMEM,
+                            "cuda: pinning %.1f MiB failed (%s); pinning it in %zu pieces of %llu MiB stopped at "
+                            "piece %zu (%.1f MiB pinned): %s",
+                            size / 1048576.0, cudaGetErrorString(e), n_pieces, CU_PIN_PIECE >> 20, i,
+                            (double)(i * CU_PIN_PIECE) / 1048576.0,
+                            e2 != cudaSuccess ? cudaGetErrorString(e2) : "device address differs from host address");
+        }
+    }
+    struct cu_host rec = {m, m, span, true, n_pieces};
+    tnd_status st = host_push(c, rec);
+    if (st) {
+        unregister_pieces(m, n_pieces);
+        munmap(m, span);
+        return st;
+    }
+    *host = m;
+    *dev = m;
+    return TND_OK;
+}
+
+static void cu_host_free(tnd_backend *b, void *host) {
+    if (!host) return;
+    cu_ctx *c = ctx_of(b);
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->n_hosts; i++) {
+        if (c->hosts[i].host == host) {
+            struct cu_host h = c->hosts[i];
+            c->hosts[i] = c->hosts[--c->n_hosts];
+            pthread_mutex_unlock(&c->mu);
+            set_device(c);
+            if (h.registered) {
+                cudaDeviceSynchronize(); /* unmapping memory the device may still read */
+                unregister_pieces(h.host, h.n_pieces);
+                munmap(h.host, h.size);
+            } else {
+                cudaFreeHost(h.host);
+            }
+            return;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    TND_WARN("cuda: host_free of a pointer this backend did not allocate (%p)", host);
+}
+
+/* ---- streams and events ------------------------------------------------------ */
+
+static tnd_status cu_stream_new(tnd_backend *b, tnd_stream **out) {
+    cu_ctx *c = ctx_of(b);
+    tnd_stream *s = (tnd_stream *)calloc(1, sizeof *s);
+    if (!s) return tnd_fail(TND_ERR_NOMEM, "cuda: out of host memory");
+    set_device(c);
+    cudaError_t e = cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        free(s);
+        return cu_err(e, "cudaStreamCreate");
+    }
+    *out = s;
+    return TND_OK;
+}
+
+static void cu_stream_free(tnd_backend *b, tnd_stream *s) {
+    if (!s) return;
+    cu_ctx *c = ctx_of(b);
+    set_device(c);
+    cudaStreamSynchronize(s->s);
+    if (s->blas) cublasDestroy(s->blas);
+    cu_free_raw(c, s->blas_ws);
+    cu_free_raw(c, s->scratch);
+    cudaStreamDestroy(s->s);
+    free(s);
+}
+
+static tnd_status cu_stream_sync(tnd_backend *b, tnd_stream *s) {
+    set_device(ctx_of(b));
+    cudaError_t e = cudaStreamSynchronize(s->s);
+    return e == cudaSuccess ? TND_OK : cu_err(e, "work on the stream failed");
+}
+
+static tnd_status cu_event_new(tnd_backend *b, tnd_event **out) {
+    set_device(ctx_of(b));
+    tnd_event *ev = (tnd_event *)calloc(1, sizeof *ev);
+    if (!ev) return tnd_fail(TND_ERR_NOMEM, "cuda: out of host memory");
+    cudaError_t e = cudaEventCreate(&ev->e);
+    if (e != cudaSuccess) {
+        free(ev);
+        return cu_err(e, "cudaEventCreate");
+    }
+    *out = ev;
+    return TND_OK;
+}
+static void cu_event_free(tnd_backend *b, tnd_event *ev) {
+    (void)b;
+    if (!ev) return;
+    cudaEventDestroy(ev->e);
+    free(ev);
+}
+static tnd_status cu_event_record(tnd_backend *b, tnd_event *ev, tnd_stream *s) {
+    (void)b;
+    cudaError_t e = cudaEventRecord(ev->e, s->s);
+    return e == cudaSuccess ? TND_OK : cu_err(e, "cudaEventRecord");
+}
+static tnd_status cu_stream_wait(tnd_backend *b, tnd_stream *s, tnd_event *ev) {
+    (void)b;
+    cudaError_t e = cudaStreamWaitEvent(s->s, ev->e, 0);
+    return e == cudaSuccess ? TND_OK : cu_err(e, "cudaStreamWaitEvent");
+}
+static tnd_status cu_event_sync(tnd_backend *b, tnd_event *ev) {
+    (void)b;
+    cudaError_t e = cudaEventSynchronize(ev->e);
+    return e == cudaSuccess ? TND_OK : cu_err(e, "cudaEventSynchronize");
+}
+static tnd_status cu_event_elapsed(tnd_backend *b, tnd_event *a, tnd_event *z, float *ms) {
+    (void)b;
+    cudaError_t e = cudaEventElapsedTime(ms, a->e, z->e);
+    return e == cudaSuccess ? TND_OK : cu_err(e, "cudaEventElapsedTime");
+}
+
+/* ---- copies ------------------------------------------------------------------- */
+
+static tnd_status cu_copy(void *dst, const void *src, size_t n, cudaMemcpyKind k, tnd_stream *s, const char *what) {
+    if (n == 0) return TND_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, k, s->s);
+    return e == cudaSuccess ? TND_OK : cu_err(e, what);
+}
+static tnd_status cu_copy_h2d(tnd_backend *b, void *d, const void *h, size_t n, tnd_stream *s) {
+    (void)b;
+    return cu_copy(d, h, n, cudaMemcpyHostToDevice, s, "copy host to device");
+}
+static tnd_status cu_copy_d2h(tnd_backend *b, void *h, const void *d, size_t n, tnd_stream *s) {
+    (void)b;
+    return cu_copy(h, d, n, cudaMemcpyDeviceToHost, s, "copy device to host");
+}
+static tnd_status cu_copy_d2d(tnd_backend *b, void *d, const void *s2, size_t n, tnd_stream *s) {
+    (void)b;
+    return cu_copy(d, s2, n, cudaMemcpyDeviceToDevice, s, "copy device to device");
+}
+static tnd_status cu_copy_mapped(tnd_backend *b, void *d, const void *src, size_t n, tnd_stream *s) {
+    (void)b;
+    int e = tnd_cu_copy_sm(d, src, n, s->s);
+    return e ? cu_err((cudaError_t)e, "SM copy") : TND_OK;
+}
+static tnd_status cu_memset(tnd_backend *b, void *d, int v, size_t n, tnd_stream *s) {
+    (void)b;
+    cudaError_t e = cudaMemsetAsync(d, v, n, s->s);
+    return e == cudaSuccess ? TND_OK : cu_err(e, "cudaMemsetAsync");
+}
+
+/* ---- ops ------------------------------------------------------------------------ */
+
+static tnd_status ensure_scratch(cu_ctx *c, tnd_stream *s, size_t need) {
+    if (s->scratch_size >= need) return TND_OK;
+    set_device(c);
+    cudaStreamSynchronize(s->s); /* queued ops may still use the old scratch */
+    cu_free_raw(c, s->scratch);
+    s->scratch = NULL;
+    s->scratch_size = 0;
+    size_t n = need + need / 4; /* some headroom so growing shapes don't reallocate each time */
+    tnd_status st = cu_alloc_raw(c, n, &s->scratch, "op scratch");
+    if (st) {
+        st = cu_alloc_raw(c, need, &s->scratch, "op scratch");
+        if (st) return st;
+        n = need;
+    }
+    s->scratch_size = n;
+    return TND_OK;
+}
+
+static tnd_status ensure_blas(cu_ctx *c, tnd_stream *s) {
+    if (s->blas) return TND_OK;
+    set_device(c);
+    tnd_status st = cu_alloc_raw(c, CU_BLAS_WORKSPACE, &s->blas_ws, "cuBLAS workspace");
+    if (st) return st;
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        cu_free_raw(c, s->blas_ws);
+        s->blas_ws = NULL;
+        return tnd_fail(TND_ERR_BACKEND, "cuda: cublasCreate failed");
+    }
+    /* our own workspace, so cuBLAS allocates nothing outside the budget */
+    if (cublasSetStream(h, s->s) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(h, s->blas_ws, CU_BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+        cublasDestroy(h);
+        cu_free_raw(c, s->blas_ws);
+        s->blas_ws = NULL;
+        return tnd_fail(TND_ERR_BACKEND, "cuda: setting the cuBLAS stream/workspace failed");
+    }
+    s->blas = h;
+    return TND_OK;
+}
+
+static bool is_f32(const tnd_tensor *t) { return t->type == TND_TYPE_F32; }
+static int64_t ne(const tnd_tensor *t, int i) { return t->ne[i] > 0 ? t->ne[i] : 1; }
+static int64_t rows_of(const tnd_tensor *t) { return ne(t, 1) * ne(t, 2) * ne(t, 3); }
+
+#define ARG_FAIL(...) return tnd_fail(TND_ERR_ARG, __VA_ARGS__)
+
+static tnd_status cu_op_supported(tnd_backend *b, const tnd_op *op) {
+    (void)b;
+    const tnd_tensor *a = &op->in[0], *o = &op->out[0];
+    const char *nm = tnd_op_name(op->kind);
+    if (!a->data || !o->data) ARG_FAIL("cuda %s: missing input or output data", nm);
+    switch (op->kind) {
+    case TND_OP_MATMUL:
+    case TND_OP_MATMUL_ID: {
+        const tnd_tensor *x = &op->in[1];
+        if (!tnd_cu_type_supported(a->type))
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda %s: weight type %s is not supported", nm, tnd_type_name(a->type));
+        if (!is_f32(x) || !is_f32(o) || !x->data) ARG_FAIL("cuda %s: x and y must be f32", nm);
+        if (tnd_cu_row_size(a->type, a->ne[0]) == 0)
+            ARG_FAIL("cuda %s: n_in %lld is not a multiple of %s's block", nm, (long long)a->ne[0], tnd_type_name(a->type));
+        if ((uintptr_t)a->data & 15) ARG_FAIL("cuda %s: weights must be 16-byte aligned", nm);
+        if (x->ne[0] != a->ne[0]) ARG_FAIL("cuda %s: x has %lld columns, W %lld", nm, (long long)x->ne[0], (long long)a->ne[0]);
+        if (op->kind == TND_OP_MATMUL) {
+            if (o->ne[0] != ne(a, 1) || rows_of(o) != rows_of(x)) ARG_FAIL("cuda matmul: y shape mismatch");
+        } else {
+            const tnd_tensor *ids = &op->in[2];
+            if (ids->type != TND_TYPE_I32 || !ids->data) ARG_FAIL("cuda matmul_id: ids must be i32");
+            if (ids->ne[1] > 1 ? ids->ne[1] != rows_of(x) : rows_of(x) != 1) ARG_FAIL("cuda matmul_id: ids/x token mismatch");
+            if (o->ne[0] != ne(a, 1) || ne(o, 1) != ne(ids, 0) || ne(o, 2) != rows_of(x))
+                ARG_FAIL("cuda matmul_id: y must be {n_out, n_used, n_tok}");
+        }
+        return TND_OK;
+    }
+    case TND_OP_GET_ROWS:
+        if (!tnd_cu_type_supported(a->type))
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda get_rows: type %s is not supported", tnd_type_name(a->type));
+        if (op->in[1].type != TND_TYPE_I32 || !op->in[1].data || !is_f32(o)) ARG_FAIL("cuda get_rows: ids i32, out f32");
+        if (o->ne[0] != a->ne[0] || rows_of(o) != tnd_tensor_nelem(&op->in[1])) ARG_FAIL("cuda get_rows: out shape");
+        if (tnd_cu_row_size(a->type, a->ne[0]) == 0 || ((uintptr_t)a->data & 15)) ARG_FAIL("cuda get_rows: table layout");
+        return TND_OK;
+    case TND_OP_RMS_NORM:
+        if (!is_f32(a) || !is_f32(o) || tnd_tensor_nelem(a) != tnd_tensor_nelem(o)) ARG_FAIL("cuda rms_norm: f32 in/out of one size");
+        if (op->in[1].data && (!is_f32(&op->in[1]) || tnd_tensor_nelem(&op->in[1]) != a->ne[0]))
+            ARG_FAIL("cuda rms_norm: weight must be f32 of ne[0] values");
+        return TND_OK;
+    case TND_OP_ROPE:
+        if (!is_f32(a) || !is_f32(o) || tnd_tensor_nelem(a) != tnd_tensor_nelem(o)) ARG_FAIL("cuda rope: f32 in/out of one size");
+        if (op->in[1].type != TND_TYPE_I32 || !op->in[1].data || tnd_tensor_nelem(&op->in[1]) != ne(a, 2) * ne(a, 3))
+            ARG_FAIL("cuda rope: pos must be i32 with one entry per token");
+        if (op->p.rope.n_rot < 2 || op->p.rope.n_rot > a->ne[0] || (op->p.rope.n_rot & 1)) ARG_FAIL("cuda rope: bad n_rot");
+        if (op->p.rope.mode != TND_ROPE_NORMAL && op->p.rope.mode != TND_ROPE_NEOX) ARG_FAIL("cuda rope: bad mode");
+        return TND_OK;
+    case TND_OP_ATTN: {
+        const tnd_tensor *k = &op->in[1], *v = &op->in[2];
+        int hd = op->p.attn.head_dim, nh = op->p.attn.n_head, nkv = op->p.attn.n_head_kv;
+        if (!is_f32(a) || !is_f32(o) || k->type != TND_TYPE_F16 || v->type != TND_TYPE_F16 || !k->data || !v->data)
+            ARG_FAIL("cuda attn: q/out f32, K/V f16");
+        if (hd < 1 || hd > 256 || nh < 1 || nkv < 1 || nh % nkv || nh / nkv > 16)
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda attn: head_dim %d, %d heads, %d kv heads not supported", hd, nh, nkv);
+        if (a->ne[0] != hd || a->ne[1] != nh || tnd_tensor_nelem(a) != tnd_tensor_nelem(o)) ARG_FAIL("cuda attn: q shape");
+        if (k->ne[0] != (int64_t)nkv * hd || v->ne[0] != k->ne[0]) ARG_FAIL("cuda attn: cache row must be n_head_kv*head_dim");
+        if (op->p.attn.pos0 < 0 || op->p.attn.pos0 + ne(a, 2) > ne(k, 1) || ne(v, 1) < ne(k, 1))
+            return tnd_fail(TND_ERR_LIMIT, "cuda attn: positions past the cache");
+        return TND_OK;
+    }
+    case TND_OP_SOFTMAX:
+    case TND_OP_SCALE:
+        if (!is_f32(a) || !is_f32(o) || tnd_tensor_nelem(a) != tnd_tensor_nelem(o)) ARG_FAIL("cuda %s: f32 in/out of one size", nm);
+        return TND_OK;
+    case TND_OP_SILU_MUL:
+    case TND_OP_GELU_MUL:
+    case TND_OP_ADD:
+        if (!is_f32(a) || !is_f32(&op->in[1]) || !is_f32(o) || !op->in[1].data ||
+            tnd_tensor_nelem(a) != tnd_tensor_nelem(o) || tnd_tensor_nelem(&op->in[1]) != tnd_tensor_nelem(o))
+            ARG_FAIL("cuda %s: three f32 tensors of one size", nm);
+        return TND_OK;
+    case TND_OP_CPY:
+        if ((a->type != TND_TYPE_F32 && a->type != TND_TYPE_F16) || (o->type != TND_TYPE_F32 && o->type != TND_TYPE_F16))
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda cpy: %s -> %s", tnd_type_name(a->type), tnd_type_name(o->type));
+        if (tnd_tensor_nelem(a) != tnd_tensor_nelem(o)) ARG_FAIL("cuda cpy: element counts differ");
+        return TND_OK;
+    case TND_OP_MOE_ROUTE: {
+        const tnd_tensor *ids = &op->out[1];
+        int nu = op->p.route.n_used;
+        if (!is_f32(a) || !is_f32(o) || ids->type != TND_TYPE_I32 || !ids->data) ARG_FAIL("cuda moe_route: types");
+        if (a->ne[0] > 512 || nu < 1 || nu > 32 || nu > a->ne[0])
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda moe_route: %lld experts, %d used", (long long)a->ne[0], nu);
+        if (o->ne[0] != nu || ids->ne[0] != nu || rows_of(o) != rows_of(a) || rows_of(ids) != rows_of(a))
+            ARG_FAIL("cuda moe_route: outputs must be {n_used, n_tok}");
+        return TND_OK;
+    }
+    default:
+        return tnd_fail(TND_ERR_UNSUPPORTED, "cuda: op %s not implemented", nm);
+    }
+}
+
+static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
+    cu_ctx *c = ctx_of(b);
+    tnd_status st = cu_op_supported(b, op);
+    if (st) return st;
+    const tnd_tensor *a = &op->in[0], *o = &op->out[0];
+    cudaStream_t cs = s->s;
+    set_device(c);
+    int e = 0;
+    switch (op->kind) {
+    case TND_OP_MATMUL: {
+        int64_t n_in = a->ne[0], n_out = ne(a, 1), n_tok = rows_of(&op->in[1]);
+        if (n_tok <= CU_MATVEC_MAX_TOK) {
+            e = tnd_cu_matvec(a->type, a->data, n_in, n_out, (const float *)op->in[1].data, (int)n_tok, (float *)o->data, cs);
+        } else {
+            size_t need = tnd_cu_matmul_scratch(n_in, n_out, n_tok, 0);
+            if ((st = ensure_scratch(c, s, need)) || (st = ensure_blas(c, s))) return st;
+            e = tnd_cu_matmul(s->blas, a->type, a->data, n_in, n_out, (const float *)op->in[1].data, n_tok,
+                              (float *)o->data, s->scratch, s->scratch_size, 0, cs);
+        }
+        break;
+    }
+    case TND_OP_MATMUL_ID: {
+        int64_t n_in = a->ne[0], n_out = ne(a, 1), n_exp = ne(a, 2), n_tok = rows_of(&op->in[1]);
+        int n_used = (int)ne(&op->in[2], 0);
+        const float *x = (const float *)op->in[1].data;
+        if (n_tok <= CU_MATVEC_MAX_TOK) {
+            e = tnd_cu_matvec_id(a->type, a->data, n_in, n_out, n_exp, x, n_tok, (const int32_t *)op->in[2].data,
+                                 n_used, (float *)o->data, cs);
+        } else {
+            /* grouping needs the routing on the host: the planner waits for it
+             * anyway (an expert's copy starts once routing has chosen it) */
+            size_t nids = (size_t)n_tok * n_used;
+            int32_t *ids = (int32_t *)malloc(nids * sizeof(int32_t));
+            if (!ids) return tnd_fail(TND_ERR_NOMEM, "cuda matmul_id: out of host memory");
+            cudaError_t ce = cudaMemcpyAsync(ids, op->in[2].data, nids * 4, cudaMemcpyDeviceToHost, cs);
+            if (ce == cudaSuccess) ce = cudaStreamSynchronize(cs);
+            if (ce != cudaSuccess) {
+                free(ids);
+                return cu_err(ce, "matmul_id: reading the routing");
+            }
+            size_t need = tnd_cu_matmul_id_scratch(n_in, n_out, n_tok, n_used);
+            if ((st = ensure_scratch(c, s, need)) || (st = ensure_blas(c, s))) {
+                free(ids);
+                return st;
+            }
+            e = tnd_cu_matmul_id(s->blas, a->type, a->data, n_in, n_out, n_exp, x, n_tok, ids, n_used,
+                                 (float *)o->data, s->scratch, s->scratch_size, cs);
+            free(ids);
+        }
+        break;
+    }
+    case TND_OP_GET_ROWS:
+        e = tnd_cu_get_rows(a->type, a->data, a->ne[0], rows_of(a), (const int32_t *)op->in[1].data,
+                            tnd_tensor_nelem(&op->in[1]), (float *)o->data, cs);
+        break;
+    case TND_OP_RMS_NORM:
+        e = tnd_cu_rms_norm((const float *)a->data, (const float *)op->in[1].data, (float *)o->data, a->ne[0],
+                            rows_of(a), op->p.norm.eps, cs);
+        break;
+    case TND_OP_ROPE:
+        e = tnd_cu_rope((const float *)a->data, (float *)o->data, (const int32_t *)op->in[1].data, ne(a, 2) * ne(a, 3),
+                        (int)ne(a, 1), (int)a->ne[0], op->p.rope.n_rot, op->p.rope.mode, op->p.rope.freq_base,
+                        op->p.rope.freq_scale == 0 ? 1.0f : op->p.rope.freq_scale, cs);
+        break;
+    case TND_OP_ATTN: {
+        int64_t n_tok = ne(a, 2) * ne(a, 3);
+        size_t need = tnd_cu_attn_scratch(n_tok, op->p.attn.n_head, op->p.attn.head_dim, op->p.attn.pos0 + n_tok);
+        if ((st = ensure_scratch(c, s, need))) return st;
+        e = tnd_cu_attn((const float *)a->data, (const uint16_t *)op->in[1].data, (const uint16_t *)op->in[2].data,
+                        (float *)o->data, n_tok, op->p.attn.n_head, op->p.attn.n_head_kv, op->p.attn.head_dim,
+                        op->p.attn.pos0, op->p.attn.scale, s->scratch, s->scratch_size, cs);
+        break;
+    }
+    case TND_OP_SOFTMAX:
+        e = tnd_cu_softmax((const float *)a->data, (float *)o->data, a->ne[0], rows_of(a),
+                           op->p.scale.s == 0 ? 1.0f : op->p.scale.s, cs);
+        break;
+    case TND_OP_SILU_MUL:
+        e = tnd_cu_silu_mul((const float *)a->data, (const float *)op->in[1].data, (float *)o->data, tnd_tensor_nelem(o), cs);
+        break;
+    case TND_OP_GELU_MUL:
+        e = tnd_cu_gelu_mul((const float *)a->data, (const float *)op->in[1].data, (float *)o->data, tnd_tensor_nelem(o), cs);
+        break;
+    case TND_OP_ADD:
+        e = tnd_cu_add((const float *)a->data, (const float *)op->in[1].data, (float *)o->data, tnd_tensor_nelem(o), cs);
+        break;
+    case TND_OP_SCALE:
+        e = tnd_cu_scale((const float *)a->data, op->p.scale.s, (float *)o->data, tnd_tensor_nelem(o), cs);
+        break;
+    case TND_OP_CPY: {
+        int64_t n = tnd_tensor_nelem(o);
+        if (a->type == o->type) e = (int)cudaMemcpyAsync(o->data, a->data, (size_t)n * (a->type == TND_TYPE_F32 ? 4 : 2), cudaMemcpyDeviceToDevice, cs);
+        else if (a->type == TND_TYPE_F32) e = tnd_cu_f32_to_f16((const float *)a->data, (uint16_t *)o->data, n, cs);
+        else e = tnd_cu_f16_to_f32((const uint16_t *)a->data, (float *)o->data, n, cs);
+        break;
+    }
+    case TND_OP_MOE_ROUTE:
+        e = tnd_cu_moe_route((const float *)a->data, rows_of(a), (int)a->ne[0], op->p.route.n_used, op->p.route.mode,
+                             op->p.route.norm, (float *)o->data, (int32_t *)op->out[1].data, cs);
+        break;
+    default:
+        return tnd_fail(TND_ERR_UNSUPPORTED, "cuda: op %s not implemented", tnd_op_name(op->kind));
+    }
+    if (e >= 1000) return tnd_fail(TND_ERR_BACKEND, "cuda %s: cuBLAS status %d", tnd_op_name(op->kind), e - 1000);
+    if (e) {
+        cudaGetLastError();
+        return tnd_fail(TND_ERR_BACKEND, "cuda %s: %s (%d)", tnd_op_name(op->kind), cudaGetErrorString((cudaError_t)e), e);
+    }
+    return TND_OK;
+}
+
+/* ---- lifetime --------------------------------------------------------------------- */
+
+static void cu_free(tnd_backend *b) {
+    cu_ctx *c = ctx_of(b);
+    set_device(c);
+    cudaDeviceSynchronize();
+    for (size_t i = 0; i < c->n_allocs; i++) cudaFree(c->allocs[i].ptr);
+    for (size_t i = 0; i < c->n_hosts; i++) {
+        if (c->hosts[i].registered) {
+            unregister_pieces(c->hosts[i].host, c->hosts[i].n_pieces);
+            munmap(c->hosts[i].host, c->hosts[i].size);
+        } else {
+            cudaFreeHost(c->hosts[i].host);
+        }
+    }
+    free(c->allocs);
+    free(c->hosts);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    free(b);
+}
+
+static const tnd_backend_iface cu_iface = {
+    "cuda",
+    cu_free,
+    cu_buf_alloc,
+    cu_buf_free,
+    cu_mem_info,
+    cu_host_alloc,
+    cu_host_free,
+    cu_stream_new,
+    cu_stream_free,
+    cu_stream_sync,
+    cu_event_new,
+    cu_event_free,
+    cu_event_record,
+    cu_stream_wait,
+    cu_event_sync,
+    cu_event_elapsed,
+    cu_copy_h2d,
+    cu_copy_d2h,
+    cu_copy_d2d,
+    cu_copy_mapped,
+    cu_memset,
+    cu_op_supported,
+    cu_op_run,
+};
+
+extern "C" int tnd_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" tnd_status tnd_backend_cuda_new(const tnd_cuda_params *p, tnd_backend **out) {
+    int dev = p ? p->device : 0;
+    int n = tnd_cuda_device_count();
+    if (n <= 0) return tnd_fail(TND_ERR_BACKEND, "cuda: no CUDA device is available");
+    if (dev < 0 || dev >= n) return tnd_fail(TND_ERR_ARG, "cuda: device %d does not exist (%d found)", dev, n);
+    cudaError_t e = cudaSetDevice(dev);
+    if (e == cudaSuccess) e = cudaFree(0); /* creates the context now, so its memory predates the budget */
+    if (e != cudaSuccess) return cu_err(e, "opening the device");
+    cudaSetDeviceFlags(cudaDeviceMapHost); /* harmless if the context exists: mapping is on by default with UVA */
+    cudaGetLastError();
+    size_t fr = 0, tot = 0;
+    e = cudaMemGetInfo(&fr, &tot);
+    if (e != cudaSuccess) return cu_err(e, "cudaMemGetInfo");
+    uint64_t budget = p ? p->vram_budget : 0;
+    if (budget == 0) budget = fr > CU_DEFAULT_RESERVE ? fr - CU_DEFAULT_RESERVE : 0;
+    cu_ctx *c = (cu_ctx *)calloc(1, sizeof *c);
+    tnd_backend *b = (tnd_backend *)calloc(1, sizeof *b);
+    if (!c || !b) {
+        free(c);
+        free(b);
+        return tnd_fail(TND_ERR_NOMEM, "cuda: out of host memory");
+    }
+    c->device = dev;
+    c->budget = budget;
+    pthread_mutex_init(&c->mu, NULL);
+    b->iface = &cu_iface;
+    b->ctx = c;
+    *out = b;
+    return TND_OK;
+}

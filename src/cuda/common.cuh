@@ -1,0 +1,404 @@
+/* Device-side helpers shared by the CUDA op files: block-format decoding into
+ * a common "32 values = a*q + b" form, half conversions, reductions.
+ *
+ * Every supported block format is read 32 values at a time (a "sub"): sub s
+ * of a row covers elements [32s, 32s+32). Quant formats have blocks of 32 or
+ * 256 values, so a sub never straddles a block. A sub decodes to 32 numbers q
+ * and two (scale a, offset b) pairs, one per half: value_i = a[i/16]*q_i +
+ * b[i/16]. Matvec, dequantize-to-f16 and get_rows all read formats through
+ * load_sub<TYPE>(), so one decoder per format serves them all. Layouts are
+ * the GGUF ones (quant/quant.h); the comments give the element mapping.
+ */
+#ifndef TND_CUDA_COMMON_CUH
+#define TND_CUDA_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "quant/quant.h"
+
+#define TND_SUB 32
+
+struct sub32 {
+    float q[TND_SUB];
+    float a0, b0, a1, b1; /* halves 0..15 and 16..31 */
+};
+
+__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ uint16_t ldu16(const uint8_t *p) { return __ldg((const unsigned short *)p); }
+__device__ __forceinline__ uint32_t ldu8(const uint8_t *p) { return __ldg(p); }
+
+/* N 32-bit words from a 2-byte aligned address. */
+template <int N>
+__device__ __forceinline__ void ld_words_a2(const uint8_t *p, uint32_t (&w)[N]) {
+    const unsigned short *q = (const unsigned short *)p;
+#pragma unroll
+    for (int i = 0; i < N; i++) w[i] = (uint32_t)__ldg(q + 2 * i) | ((uint32_t)__ldg(q + 2 * i + 1) << 16);
+}
+/* N 32-bit words from a 4-byte aligned address. */
+template <int N>
+__device__ __forceinline__ void ld_words_a4(const uint8_t *p, uint32_t (&w)[N]) {
+    const unsigned int *q = (const unsigned int *)p;
+#pragma unroll
+    for (int i = 0; i < N; i++) w[i] = __ldg(q + i);
+}
+/* 8 words (32 bytes) from a 16-byte aligned address, two 16-byte loads. */
+__device__ __forceinline__ void ld_words_a16x2(const uint8_t *p, uint32_t (&w)[8]) {
+    const uint4 *q = (const uint4 *)p;
+    uint4 u0 = __ldg(q), u1 = __ldg(q + 1);
+    w[0] = u0.x; w[1] = u0.y; w[2] = u0.z; w[3] = u0.w;
+    w[4] = u1.x; w[5] = u1.y; w[6] = u1.z; w[7] = u1.w;
+}
+__device__ __forceinline__ uint32_t byte_of(const uint32_t *w, int i) { return (w[i >> 2] >> (8 * (i & 3))) & 0xffu; }
+
+/* 6-bit scale and min j (0..7) of Q4_K/Q5_K from the 12 packed bytes. */
+__device__ __forceinline__ void kscale_min(const uint8_t *sc, int j, float *s, float *m) {
+    if (j < 4) {
+        *s = (float)(ldu8(sc + j) & 63);
+        *m = (float)(ldu8(sc + j + 4) & 63);
+    } else {
+        *s = (float)((ldu8(sc + j + 4) & 0xF) | ((ldu8(sc + j - 4) >> 6) << 4));
+        *m = (float)((ldu8(sc + j + 4) >> 4) | ((ldu8(sc + j) >> 6) << 4));
+    }
+}
+
+/* Signed 6-bit scale k (0..15) of Q3_K, already minus 32. */
+__device__ __forceinline__ float q3k_scale(const uint8_t *sc, int k) {
+    uint32_t lo = k < 8 ? (ldu8(sc + k) & 0xF) : (ldu8(sc + k - 8) >> 4);
+    uint32_t hi = (ldu8(sc + 8 + (k & 3)) >> (2 * (k >> 2))) & 3;
+    return (float)((int)(lo | (hi << 4)) - 32);
+}
+
+/* E2M1 code (4 bits) as a signed integer of twice its value. */
+__device__ __forceinline__ float e2m1x2(uint32_t c) {
+    uint32_t m = c & 7;
+    int v = m < 4 ? (int)m : (m < 6 ? (int)(2 * m - 4) : (int)(4 * m - 16));
+    return (float)((c & 8) ? -v : v);
+}
+/* 2^(e-128) for an E8M0 exponent e (half the block scale, pairs with e2m1x2). */
+__device__ __forceinline__ float e8m0_half(uint32_t e) {
+    return e < 2 ? __uint_as_float(0x00200000u << e) : __uint_as_float((e - 1) << 23);
+}
+
+/* Loads sub s of a row (row = first byte of the row; n_in = row length in
+ * elements, used only by the float formats whose last sub may be partial:
+ * missing values read as 0). Row bases must be 16-byte aligned. */
+template <int TY> __device__ __forceinline__ void load_sub(const uint8_t *row, int64_t s, int64_t n_in, sub32 &o);
+
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_F32>(const uint8_t *row, int64_t s, int64_t n_in, sub32 &o) {
+    const float *p = (const float *)row + s * 32;
+    int64_t left = n_in - s * 32;
+    if (left >= 32 && ((uintptr_t)p & 15) == 0) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float4 v = __ldg((const float4 *)p + i);
+            o.q[4 * i] = v.x; o.q[4 * i + 1] = v.y; o.q[4 * i + 2] = v.z; o.q[4 * i + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) o.q[i] = i < left ? __ldg(p + i) : 0.0f;
+    }
+    o.a0 = o.a1 = 1.0f; o.b0 = o.b1 = 0.0f;
+}
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_F16>(const uint8_t *row, int64_t s, int64_t n_in, sub32 &o) {
+    const unsigned short *p = (const unsigned short *)row + s * 32;
+    int64_t left = n_in - s * 32;
+    if (left >= 32 && ((uintptr_t)p & 15) == 0) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint4 v = __ldg((const uint4 *)p + i);
+            uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                o.q[8 * i + 2 * j] = h2f((uint16_t)(w[j] & 0xffff));
+                o.q[8 * i + 2 * j + 1] = h2f((uint16_t)(w[j] >> 16));
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) o.q[i] = i < left ? h2f(__ldg(p + i)) : 0.0f;
+    }
+    o.a0 = o.a1 = 1.0f; o.b0 = o.b1 = 0.0f;
+}
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_BF16>(const uint8_t *row, int64_t s, int64_t n_in, sub32 &o) {
+    const unsigned short *p = (const unsigned short *)row + s * 32;
+    int64_t left = n_in - s * 32;
+    if (left >= 32 && ((uintptr_t)p & 15) == 0) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint4 v = __ldg((const uint4 *)p + i);
+            uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                o.q[8 * i + 2 * j] = bf2f((uint16_t)(w[j] & 0xffff));
+                o.q[8 * i + 2 * j + 1] = bf2f((uint16_t)(w[j] >> 16));
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) o.q[i] = i < left ? bf2f(__ldg(p + i)) : 0.0f;
+    }
+    o.a0 = o.a1 = 1.0f; o.b0 = o.b1 = 0.0f;
+}
+
+/* Q4_0 (18 B): d, qs[16]; value i<16 = d*((qs[i]&15)-8), i>=16 = d*((qs[i-16]>>4)-8). */
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_Q4_0>(const uint8_t *row, int64_t s, int64_t, sub32 &o) {
+    const uint8_t *b = row + s * 18;
+    float d = h2f(ldu16(b));
+    uint32_t w[4];
+    ld_words_a2<4>(b + 2, w);
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        uint32_t c = byte_of(w, i);
+        o.q[i] = (float)(c & 15);
+        o.q[i + 16] = (float)(c >> 4);
+    }
+    o.a0 = o.a1 = d;
+    o.b0 = o.b1 = -8.0f * d;
+}
+/* Q4_1 (20 B): d, m, qs[16]; value = d*nibble + m (nibble order as Q4_0). */
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_Q4_1>(const uint8_t *row, int64_t s, int64_t, sub32 &o) {
+    const uint8_t *b = row + s * 20;
+    uint32_t w[5];
+    ld_words_a4<5>(b, w);
+    float d = h2f((uint16_t)(w[0] & 0xffff)), m = h2f((uint16_t)(w[0] >> 16));
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        uint32_t c = byte_of(w + 1, i);
+        o.q[i] = (float)(c & 15);
+        o.q[i + 16] = (float)(c >> 4);
+    }
+    o.a0 = o.a1 = d;
+    o.b0 = o.b1 = m;
+}
+/* Q5_0 (22 B): d, qh (32 bits, bit i = high bit of value i), qs[16];
+ * value = d*((nibble | high<<4) - 16). */
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_Q5_0>(const uint8_t *row, int64_t s, int64_t, sub32 &o) {
+    const uint8_t *b = row + s * 22;
+    float d = h2f(ldu16(b));
+    uint32_t hw[1], w[4];
+    ld_words_a2<1>(b + 2, hw);
+    ld_words_a2<4>(b + 6, w);
+    uint32_t qh = hw[0];
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        uint32_t c = byte_of(w, i);
+        o.q[i] = (float)((c & 15) | (((qh >> i) & 1) << 4));
+        o.q[i + 16] = (float)((c >> 4) | (((qh >> (i + 16)) & 1) << 4));
+    }
+    o.a0 = o.a1 = d;
+    o.b0 = o.b1 = -16.0f * d;
+}
+/* Q5_1 (24 B): d, m, qh, qs[16]; value = d*(nibble | high<<4) + m. */
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_Q5_1>(const uint8_t *row, int64_t s, int64_t, sub32 &o) {
+    const uint8_t *b = row + s * 24;
+    uint32_t w[6];
+    ld_words_a4<6>(b, w);
+    float d = h2f((uint16_t)(w[0] & 0xffff)), m = h2f((uint16_t)(w[0] >> 16));
+    uint32_t qh = w[1];
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        uint32_t c = byte_of(w + 2, i);
+        o.q[i] = (float)((c & 15) | (((qh >> i) & 1) << 4));
+        o.q[i + 16] = (float)((c >> 4) | (((qh >> (i + 16)) & 1) << 4));
+    }
+    o.a0 = o.a1 = d;
+    o.b0 = o.b1 = m;
+}
+/* Q8_0 (34 B): d, qs[32] int8; value = d*qs[i]. */
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_Q8_0>(const uint8_t *row, int64_t s, int64_t, sub32 &o) {
+    const uint8_t *b = row + s * 34;
+    float d = h2f(ldu16(b));
+    uint32_t w[8];
+    ld_words_a2<8>(b + 2, w);
+#pragma unroll
+    for (int i = 0; i < 32; i++) o.q[i] = (float)(int8_t)byte_of(w, i);
+    o.a0 = o.a1 = d;
+    o.b0 = o.b1 = 0.0f;
+}
+/* MXFP4 (17 B): e (E8M0), qs[16] E2M1 codes, nibble order as Q4_0;
+ * value = e2m1(code) * 2^(e-127). */
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_MXFP4>(const uint8_t *row, int64_t s, int64_t, sub32 &o) {
+    const uint8_t *b = row + s * 17;
+    float d = e8m0_half(ldu8(b));
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        uint32_t c = ldu8(b + 1 + i);
+        o.q[i] = e2m1x2(c & 15);
+        o.q[i + 16] = e2m1x2(c >> 4);
+    }
+    o.a0 = o.a1 = d;
+    o.b0 = o.b1 = 0.0f;
+}
+/* Q2_K (84 B): scales[16] @0, qs[64] @16, d @80, dmin @82. Sub s = 4n+j:
+ * byte l of qs[32n..], bits 2j..2j+1; scale byte 2s (+1 for the second
+ * half): value = d*(sc&15)*q - dmin*(sc>>4). */
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_Q2_K>(const uint8_t *row, int64_t s, int64_t, sub32 &o) {
+    const uint8_t *b = row + (s >> 3) * 84;
+    int sb = (int)(s & 7), n = sb >> 2, j = sb & 3;
+    uint32_t w[8], hd[1];
+    ld_words_a4<8>(b + 16 + 32 * n, w);
+    ld_words_a4<1>(b + 80, hd);
+    float d = h2f((uint16_t)(hd[0] & 0xffff)), dmin = h2f((uint16_t)(hd[0] >> 16));
+    uint32_t sc0 = ldu8(b + 2 * sb), sc1 = ldu8(b + 2 * sb + 1);
+#pragma unroll
+    for (int i = 0; i < 32; i++) o.q[i] = (float)((byte_of(w, i) >> (2 * j)) & 3);
+    o.a0 = d * (float)(sc0 & 15); o.b0 = -dmin * (float)(sc0 >> 4);
+    o.a1 = d * (float)(sc1 & 15); o.b1 = -dmin * (float)(sc1 >> 4);
+}
+/* Q3_K (110 B): hmask[32] @0, qs[64] @32, scales[12] @96, d @108. Sub s =
+ * 4n+j: low bits = bits 2j.. of qs[32n+l], high bit = bit s of hmask[l]
+ * (clear means -4); scale 2s (+1), 6-bit signed (-32). */
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_Q3_K>(const uint8_t *row, int64_t s, int64_t, sub32 &o) {
+    const uint8_t *b = row + (s >> 3) * 110;
+    int sb = (int)(s & 7), n = sb >> 2, j = sb & 3;
+    uint32_t w[8], hm[8];
+    ld_words_a2<8>(b + 32 + 32 * n, w);
+    ld_words_a2<8>(b, hm);
+    float d = h2f(ldu16(b + 108));
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        int lo = (int)((byte_of(w, i) >> (2 * j)) & 3);
+        int hi = (int)((byte_of(hm, i) >> sb) & 1);
+        o.q[i] = (float)(lo - (hi ? 0 : 4));
+    }
+    o.a0 = d * q3k_scale(b + 96, 2 * sb);
+    o.a1 = d * q3k_scale(b + 96, 2 * sb + 1);
+    o.b0 = o.b1 = 0.0f;
+}
+/* Q4_K (144 B): d @0, dmin @2, scales[12] @4, qs[128] @16. Sub s: bytes
+ * qs[32*(s/2)..], low nibbles for even s, high for odd; scale/min s. */
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_Q4_K>(const uint8_t *row, int64_t s, int64_t, sub32 &o) {
+    const uint8_t *b = row + (s >> 3) * 144;
+    int sb = (int)(s & 7);
+    uint32_t w[8];
+    ld_words_a16x2(b + 16 + 32 * (sb >> 1), w);
+    uint32_t hd = __ldg((const unsigned int *)b);
+    float d = h2f((uint16_t)(hd & 0xffff)), dmin = h2f((uint16_t)(hd >> 16));
+    float sc, m;
+    kscale_min(b + 4, sb, &sc, &m);
+    int sh = 4 * (sb & 1);
+#pragma unroll
+    for (int i = 0; i < 32; i++) o.q[i] = (float)((byte_of(w, i) >> sh) & 15);
+    o.a0 = o.a1 = d * sc;
+    o.b0 = o.b1 = -dmin * m;
+}
+/* Q5_K (176 B): d, dmin, scales[12], qh[32] @16, qs[128] @48. As Q4_K plus
+ * bit s of qh[l] as the fifth bit. */
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_Q5_K>(const uint8_t *row, int64_t s, int64_t, sub32 &o) {
+    const uint8_t *b = row + (s >> 3) * 176;
+    int sb = (int)(s & 7);
+    uint32_t w[8], h[8];
+    ld_words_a16x2(b + 48 + 32 * (sb >> 1), w);
+    ld_words_a16x2(b + 16, h);
+    uint32_t hd = __ldg((const unsigned int *)b);
+    float d = h2f((uint16_t)(hd & 0xffff)), dmin = h2f((uint16_t)(hd >> 16));
+    float sc, m;
+    kscale_min(b + 4, sb, &sc, &m);
+    int sh = 4 * (sb & 1);
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        o.q[i] = (float)(((byte_of(w, i) >> sh) & 15) | (((byte_of(h, i) >> sb) & 1) << 4));
+    o.a0 = o.a1 = d * sc;
+    o.b0 = o.b1 = -dmin * m;
+}
+/* Q6_K (210 B): ql[128] @0, qh[64] @128, scales[16] int8 @192, d @208.
+ * Sub s = 4n+j: low 4 bits from ql[64n + 32*(j&1) + l] (high nibble if
+ * j >= 2), high 2 bits = bits 2j.. of qh[32n+l]; value = d*sc*(q-32) with
+ * scale 8n+2j (+1 for the second half) = 2s (+1). */
+template <> __device__ __forceinline__ void load_sub<TND_TYPE_Q6_K>(const uint8_t *row, int64_t s, int64_t, sub32 &o) {
+    const uint8_t *b = row + (s >> 3) * 210;
+    int sb = (int)(s & 7), n = sb >> 2, j = sb & 3;
+    uint32_t w[8], h[8];
+    ld_words_a2<8>(b + 64 * n + 32 * (j & 1), w);
+    ld_words_a2<8>(b + 128 + 32 * n, h);
+    float d = h2f(ldu16(b + 208));
+    int sl = 4 * (j >> 1);
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        o.q[i] = (float)((int)(((byte_of(w, i) >> sl) & 15) | (((byte_of(h, i) >> (2 * j)) & 3) << 4)) - 32);
+    o.a0 = d * (float)(int8_t)ldu8(b + 192 + 2 * sb);
+    o.a1 = d * (float)(int8_t)ldu8(b + 192 + 2 * sb + 1);
+    o.b0 = o.b1 = 0.0f;
+}
+
+/* Calls F.template operator()<TYPE>() for a runtime type; returns false for
+ * a type without a decoder. */
+#define TND_CU_TYPE_CASES(X)   \
+    X(TND_TYPE_F32)            \
+    X(TND_TYPE_F16)            \
+    X(TND_TYPE_BF16)           \
+    X(TND_TYPE_Q4_0)           \
+    X(TND_TYPE_Q4_1)           \
+    X(TND_TYPE_Q5_0)           \
+    X(TND_TYPE_Q5_1)           \
+    X(TND_TYPE_Q8_0)           \
+    X(TND_TYPE_Q2_K)           \
+    X(TND_TYPE_Q3_K)           \
+    X(TND_TYPE_Q4_K)           \
+    X(TND_TYPE_Q5_K)           \
+    X(TND_TYPE_Q6_K)           \
+    X(TND_TYPE_MXFP4)
+
+/* Bytes of one row of n elements of a decodable type, 0 if not decodable
+ * or n is not a multiple of the block size. */
+static inline size_t tnd_cu_row_bytes(int t, int64_t n) {
+    int64_t bs = 32;
+    size_t ts;
+    switch (t) {
+    case TND_TYPE_F32: return (size_t)n * 4;
+    case TND_TYPE_F16:
+    case TND_TYPE_BF16: return (size_t)n * 2;
+    case TND_TYPE_Q4_0: ts = 18; break;
+    case TND_TYPE_Q4_1: ts = 20; break;
+    case TND_TYPE_Q5_0: ts = 22; break;
+    case TND_TYPE_Q5_1: ts = 24; break;
+    case TND_TYPE_Q8_0: ts = 34; break;
+    case TND_TYPE_MXFP4: ts = 17; break;
+    case TND_TYPE_Q2_K: ts = 84; bs = 256; break;
+    case TND_TYPE_Q3_K: ts = 110; bs = 256; break;
+    case TND_TYPE_Q4_K: ts = 144; bs = 256; break;
+    case TND_TYPE_Q5_K: ts = 176; bs = 256; break;
+    case TND_TYPE_Q6_K: ts = 210; bs = 256; break;
+    default: return 0;
+    }
+    if (n % bs) return 0;
+    return (size_t)(n / bs) * ts;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread
+ * gets the result. sh: 32 floats of shared memory. */
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* sh may still be read from a previous call */
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+static inline unsigned tnd_cu_blocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+
+#endif

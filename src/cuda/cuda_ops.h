@@ -1,0 +1,139 @@
+/* CUDA kernels' C entry points (one file per op family under src/cuda).
+ *
+ * Every pointer is a device pointer (or a mapped host pointer's device
+ * address) unless its name ends in _host. Every function queues work on
+ * `stream` and returns 0 on success or a cudaError_t value (as int) for a bad
+ * launch; invalid arguments return cudaErrorInvalidValue (1) with nothing
+ * queued. Shapes are in elements; rows are contiguous. Usable from C: the
+ * stream and cuBLAS handle types are the runtime's own, named by their
+ * struct tags. The backend (backend_cuda.cu) validates ops and calls these;
+ * the tests call them directly too.
+ */
+#ifndef TND_CUDA_OPS_H
+#define TND_CUDA_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;
+struct cublasContext;
+typedef struct CUstream_st *tnd_cu_stream;   /* == cudaStream_t */
+typedef struct cublasContext *tnd_cu_blas;   /* == cublasHandle_t */
+
+/* Text of a cudaError_t value. */
+const char *tnd_cu_error_string(int err);
+
+/* ---- matvec.cu: decode products --------------------------------------------
+ * y[t][r] = sum_k W[r][k] * x[t][k] for t < n_tok, r < n_out.
+ * W: n_out rows of n_in elements of type `type` (int, a tnd_type), 16-byte
+ * aligned; x: f32 [n_tok][n_in]; y: f32 [n_tok][n_out]. Full f32 accuracy
+ * (weights decoded to f32, f32 accumulation). */
+
+/* True if matvec / dequantize / get_rows can read this type. */
+bool tnd_cu_type_supported(int type);
+/* Bytes of a row of n elements of a readable type; 0 if n is not a multiple
+ * of its block or the type is not readable. */
+size_t tnd_cu_row_size(int type, int64_t n);
+/* n_tok 1..8 (rows of W are read once for all tokens). */
+int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
+                  float *y, tnd_cu_stream stream);
+/* n_tok == 1 with an explicit launch shape: rows_per_block 1, 2 or 4;
+ * threads 32..256, a multiple of 32 (for the bench's variants). */
+int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
+                      int rows_per_block, int threads, tnd_cu_stream stream);
+/* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
+ * y[t][u][r] = sum_k W[ids[t][u]][r][k] * x[t][k]. An id outside
+ * [0, n_expert) yields NaN outputs (never a wild read). */
+int tnd_cu_matvec_id(int type, const void *W, int64_t n_in, int64_t n_out, int64_t n_expert,
+                     const float *x, int64_t n_tok, const int32_t *ids, int n_used, float *y,
+                     tnd_cu_stream stream);
+
+/* ---- matmul.cu: prefill products ------------------------------------------
+ * Same product for any n_tok: x is converted to f16, W is decoded to f16 in
+ * chunks of rows, cuBLAS multiplies (f16 in, f32 accumulate and out). */
+
+/* Scratch bytes tnd_cu_matmul needs for this shape with chunks of
+ * chunk_rows rows (0: the default, 4096). */
+size_t tnd_cu_matmul_scratch(int64_t n_in, int64_t n_out, int64_t n_tok, int64_t chunk_rows);
+/* scratch: at least tnd_cu_matmul_scratch(..., chunk_rows) bytes, 256-byte
+ * aligned; blas bound to `stream` by this call. Returns 1 (invalid value) for
+ * bad arguments, a cuBLAS status + 1000 if cuBLAS fails. */
+int tnd_cu_matmul(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
+                  const float *x, int64_t n_tok, float *y, void *scratch, size_t scratch_size,
+                  int64_t chunk_rows, tnd_cu_stream stream);
+/* Decodes rows [r0, r1) of W into out (f16 bits, [r1-r0][n_in]). */
+int tnd_cu_dequant_f16(int type, const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out,
+                       tnd_cu_stream stream);
+/* Expert matmul for larger batches: groups the (token, slot) pairs by expert
+ * on the host (ids_host: the routing result, already on the host), then one
+ * f16 GEMM per used expert. Same contract as tnd_cu_matvec_id; scratch at
+ * least tnd_cu_matmul_id_scratch() bytes. Synchronizes nothing. */
+size_t tnd_cu_matmul_id_scratch(int64_t n_in, int64_t n_out, int64_t n_tok, int n_used);
+int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
+                     int64_t n_expert, const float *x, int64_t n_tok, const int32_t *ids_host,
+                     int n_used, float *y, void *scratch, size_t scratch_size, tnd_cu_stream stream);
+
+/* ---- getrows.cu ------------------------------------------------------------
+ * out[i][k] = float(table[ids[i]][k]); table rows of n elements. Bad ids give
+ * NaN rows. */
+int tnd_cu_get_rows(int type, const void *table, int64_t n, int64_t n_rows, const int32_t *ids,
+                    int64_t n_ids, float *out, tnd_cu_stream stream);
+
+/* ---- norm.cu ---------------------------------------------------------------
+ * y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w over rows of n (w NULL: 1).
+ * y may equal x. Per-head norm: rows = n_tok * n_head, n = head_dim. */
+int tnd_cu_rms_norm(const float *x, const float *w, float *y, int64_t n, int64_t rows, float eps,
+                    tnd_cu_stream stream);
+
+/* ---- rope.cu ---------------------------------------------------------------
+ * x, y: f32 [n_tok][n_head][head_dim] (y may equal x); pos: int32 [n_tok].
+ * mode 0 (normal): pairs (2i, 2i+1); mode 2 (NeoX): pairs (i, i+n_rot/2);
+ * angle = pos * freq_scale * freq_base^(-2i/n_rot), i < n_rot/2; dims past
+ * n_rot are copied. n_rot even, <= head_dim. */
+int tnd_cu_rope(const float *x, float *y, const int32_t *pos, int64_t n_tok, int n_head, int head_dim,
+                int n_rot, int mode, float freq_base, float freq_scale, tnd_cu_stream stream);
+
+/* ---- attn.cu ---------------------------------------------------------------
+ * Causal attention of n_tok queries over an f16 KV cache (one sequence).
+ * q, o: f32 [n_tok][n_head][head_dim]; K, V: f16 bits [n_ctx][n_head_kv *
+ * head_dim]. Query t (position pos0 + t) attends to rows 0..pos0+t; q head h
+ * uses kv head h / (n_head / n_head_kv). Split over the keys in chunks, then
+ * a combine pass. head_dim <= 256, n_head a multiple of n_head_kv. */
+size_t tnd_cu_attn_scratch(int64_t n_tok, int n_head, int head_dim, int64_t n_kv_max);
+int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok, int n_head,
+                int n_head_kv, int head_dim, int64_t pos0, float scale, void *scratch, size_t scratch_size,
+                tnd_cu_stream stream);
+
+/* ---- act.cu ----------------------------------------------------------------
+ * Element-wise, n elements, outputs may alias inputs. */
+int tnd_cu_silu_mul(const float *g, const float *u, float *y, int64_t n, tnd_cu_stream stream);
+int tnd_cu_gelu_mul(const float *g, const float *u, float *y, int64_t n, tnd_cu_stream stream);
+int tnd_cu_add(const float *a, const float *b, float *y, int64_t n, tnd_cu_stream stream);
+int tnd_cu_scale(const float *x, float s, float *y, int64_t n, tnd_cu_stream stream);
+/* Softmax over rows of n of x*scale. */
+int tnd_cu_softmax(const float *x, float *y, int64_t n, int64_t rows, float scale, tnd_cu_stream stream);
+/* Conversions (f16 as raw bits, round to nearest even). */
+int tnd_cu_f32_to_f16(const float *x, uint16_t *y, int64_t n, tnd_cu_stream stream);
+int tnd_cu_f16_to_f32(const uint16_t *x, float *y, int64_t n, tnd_cu_stream stream);
+/* Copies n bytes with SM threads (not the copy engine): for activations to
+ * or from mapped pinned host memory (DESIGN.md §5). Any alignment. */
+int tnd_cu_copy_sm(void *dst, const void *src, size_t n, tnd_cu_stream stream);
+
+/* ---- moe.cu ----------------------------------------------------------------
+ * Router: logits f32 [n_tok][n_expert] -> weights f32 [n_tok][n_used], ids
+ * int32 [n_tok][n_used] in descending order (ties: lower id first).
+ * mode 0: softmax over all, top n_used, renormalized if norm; mode 1: top
+ * n_used logits, softmax over them. n_expert <= 512, n_used <= n_expert,
+ * n_used <= 32. */
+int tnd_cu_moe_route(const float *logits, int64_t n_tok, int n_expert, int n_used, int mode, bool norm,
+                     float *weights, int32_t *ids, tnd_cu_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

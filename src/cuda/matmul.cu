@@ -1,0 +1,227 @@
+/* Prefill products: W decoded to f16 in row chunks, x converted to f16 once,
+ * cuBLAS GemmEx with f32 accumulation and f32 output.
+ *
+ * Chunking bounds the scratch to chunk_rows x n_in halves whatever the size
+ * of W; each chunk's GEMM writes its own rows of y directly (ldc = n_out), so
+ * no gather pass is needed. The decode kernel is the matvec's decoder
+ * (common.cuh), one thread per 32-value sub.
+ */
+#include <cublas_v2.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/common.cuh"
+#include "cuda/cuda_ops.h"
+
+#define MM_DEFAULT_CHUNK 4096
+
+template <int TY>
+__global__ void k_dequant_f16(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n_in, int64_t r0,
+                              int64_t nrows, __half *__restrict__ out) {
+    const int64_t nsub = (n_in + 31) / 32;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= nrows * nsub) return;
+    int64_t r = idx / nsub, s = idx % nsub;
+    sub32 w;
+    load_sub<TY>(W + (size_t)(r0 + r) * row_bytes, s, n_in, w);
+    __half *o = out + r * n_in + s * 32;
+    int64_t left = n_in - s * 32;
+    if (left >= 32 && (((uintptr_t)o) & 3) == 0) {
+#pragma unroll
+        for (int i = 0; i < 16; i += 2) {
+            ((__half2 *)o)[i / 2] = __floats2half2_rn(w.a0 * w.q[i] + w.b0, w.a0 * w.q[i + 1] + w.b0);
+            ((__half2 *)o)[8 + i / 2] = __floats2half2_rn(w.a1 * w.q[16 + i] + w.b1, w.a1 * w.q[17 + i] + w.b1);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            if (i < left) o[i] = __float2half_rn(i < 16 ? w.a0 * w.q[i] + w.b0 : w.a1 * w.q[i] + w.b1);
+    }
+}
+
+__global__ void k_f32_to_f16_rows(const float *__restrict__ x, __half *__restrict__ y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2half_rn(x[i]);
+}
+
+extern "C" int tnd_cu_dequant_f16(int type, const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out,
+                                  tnd_cu_stream stream) {
+    if (!tnd_cu_type_supported(type) || !W || !out || n_in <= 0 || r0 < 0 || r1 <= r0) return cudaErrorInvalidValue;
+    size_t rb = tnd_cu_row_bytes(type, n_in);
+    if (!rb) return cudaErrorInvalidValue;
+    if ((uintptr_t)W & 15) return cudaErrorMisalignedAddress;
+    int64_t nsub = (n_in + 31) / 32, total = (r1 - r0) * nsub;
+    unsigned grid = tnd_cu_blocks(total, 256);
+    cudaStream_t st = (cudaStream_t)stream;
+    const uint8_t *w8 = (const uint8_t *)W;
+    __half *o = (__half *)out;
+    switch (type) {
+#define X(t) case t: k_dequant_f16<t><<<grid, 256, 0, st>>>(w8, rb, n_in, r0, r1 - r0, o); break;
+        TND_CU_TYPE_CASES(X)
+#undef X
+    default: return cudaErrorInvalidValue;
+    }
+    return (int)cudaGetLastError();
+}
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+extern "C" size_t tnd_cu_matmul_scratch(int64_t n_in, int64_t n_out, int64_t n_tok, int64_t chunk_rows) {
+    if (chunk_rows <= 0) chunk_rows = MM_DEFAULT_CHUNK;
+    if (chunk_rows > n_out) chunk_rows = n_out;
+    return align256((size_t)n_tok * n_in * 2) + align256((size_t)chunk_rows * n_in * 2);
+}
+
+/* y (ldc = ldy) = Wh (rows x n_in) * xh^T, on f16 inputs. */
+static int gemm_f16(cublasHandle_t h, const __half *Wh, int64_t rows, int64_t n_in, const __half *xh,
+                    int64_t n_tok, float *y, int64_t ldy) {
+    const float one = 1.0f, zero = 0.0f;
+    /* Column-major view: Wh is (n_in x rows) with ld n_in, so op(A) = A^T is
+     * rows x n_in; xh is (n_in x n_tok); y is (rows x n_tok) with ld ldy. */
+    cublasStatus_t cs = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n_tok, (int)n_in, &one, Wh,
+                                     CUDA_R_16F, (int)n_in, xh, CUDA_R_16F, (int)n_in, &zero, y, CUDA_R_32F,
+                                     (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return cs == CUBLAS_STATUS_SUCCESS ? 0 : 1000 + (int)cs;
+}
+
+extern "C" int tnd_cu_matmul(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
+                             const float *x, int64_t n_tok, float *y, void *scratch, size_t scratch_size,
+                             int64_t chunk_rows, tnd_cu_stream stream) {
+    if (!blas || !x || !y || !scratch || n_tok < 1 || n_out < 1 || n_in < 1) return cudaErrorInvalidValue;
+    if (n_in > 0x7fffffff || n_out > 0x7fffffff || n_tok > 0x7fffffff) return cudaErrorInvalidValue;
+    if (chunk_rows <= 0) chunk_rows = MM_DEFAULT_CHUNK;
+    if (chunk_rows > n_out) chunk_rows = n_out;
+    if (scratch_size < tnd_cu_matmul_scratch(n_in, n_out, n_tok, chunk_rows)) return cudaErrorInvalidValue;
+    cudaStream_t st = (cudaStream_t)stream;
+    cublasHandle_t h = (cublasHandle_t)blas;
+    if (cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS) return 1000 + (int)CUBLAS_STATUS_NOT_INITIALIZED;
+    __half *xh = (__half *)scratch;
+    __half *wh = (__half *)((char *)scratch + align256((size_t)n_tok * n_in * 2));
+    int64_t nx = n_tok * n_in;
+    k_f32_to_f16_rows<<<tnd_cu_blocks(nx, 256), 256, 0, st>>>(x, xh, nx);
+    int e = (int)cudaGetLastError();
+    if (e) return e;
+    for (int64_t r0 = 0; r0 < n_out; r0 += chunk_rows) {
+        int64_t r1 = r0 + chunk_rows < n_out ? r0 + chunk_rows : n_out;
+        e = tnd_cu_dequant_f16(type, W, n_in, r0, r1, (uint16_t *)wh, stream);
+        if (e) return e;
+        e = gemm_f16(h, wh, r1 - r0, n_in, xh, n_tok, y + r0, n_out);
+        if (e) return e;
+    }
+    return 0;
+}
+
+/* ---- expert matmul, grouped by expert ----------------------------------- */
+
+/* xg[i] = x[tok[i]] as f16. */
+__global__ void k_gather_f16(const float *__restrict__ x, const int32_t *__restrict__ tok, int64_t n_in,
+                             int64_t n_rows, __half *__restrict__ xg) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_rows * n_in) return;
+    int64_t r = i / n_in, k = i % n_in;
+    xg[i] = __float2half_rn(x[(int64_t)tok[r] * n_in + k]);
+}
+/* y[pair[i]] = yg[i] (rows of n_out). */
+__global__ void k_scatter_rows(const float *__restrict__ yg, const int32_t *__restrict__ pair, int64_t n_out,
+                               int64_t n_rows, float *__restrict__ y) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_rows * n_out) return;
+    int64_t r = i / n_out, k = i % n_out;
+    y[(int64_t)pair[r] * n_out + k] = yg[i];
+}
+__global__ void k_fill_nan(float *y, const int32_t *pair, int64_t n_out, int64_t n_rows) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_rows * n_out) return;
+    y[(int64_t)pair[i / n_out] * n_out + i % n_out] = __int_as_float(0x7fc00000);
+}
+
+/* Scratch: [pairs] int32 token list, [pairs] int32 pair list (uploaded),
+ * xg f16 [pairs][n_in], yg f32 [pairs][n_out], wh f16 [n_out][n_in]. */
+extern "C" size_t tnd_cu_matmul_id_scratch(int64_t n_in, int64_t n_out, int64_t n_tok, int n_used) {
+    size_t pairs = (size_t)n_tok * (size_t)n_used;
+    return 2 * align256(pairs * 4) + align256(pairs * n_in * 2) + align256(pairs * n_out * 4) +
+           align256((size_t)n_out * n_in * 2);
+}
+
+extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
+                                int64_t n_expert, const float *x, int64_t n_tok, const int32_t *ids_host,
+                                int n_used, float *y, void *scratch, size_t scratch_size, tnd_cu_stream stream) {
+    if (!blas || !W || !x || !y || !ids_host || !scratch || n_tok < 1 || n_used < 1 || n_expert < 1)
+        return cudaErrorInvalidValue;
+    size_t rb = tnd_cu_row_bytes(type, n_in);
+    if (!tnd_cu_type_supported(type) || !rb) return cudaErrorInvalidValue;
+    if (scratch_size < tnd_cu_matmul_id_scratch(n_in, n_out, n_tok, n_used)) return cudaErrorInvalidValue;
+    int64_t pairs = n_tok * n_used;
+    /* Counting sort of the pairs by expert (invalid ids last, as expert
+     * n_expert), on the host: the ids are there already. */
+    int32_t *cnt = (int32_t *)calloc((size_t)n_expert + 2, sizeof(int32_t));
+    int32_t *order = (int32_t *)malloc((size_t)pairs * 2 * sizeof(int32_t));
+    if (!cnt || !order) {
+        free(cnt);
+        free(order);
+        return cudaErrorMemoryAllocation;
+    }
+    for (int64_t i = 0; i < pairs; i++) {
+        int32_t e = ids_host[i];
+        cnt[(e < 0 || e >= n_expert) ? n_expert + 1 : e + 1]++;
+    }
+    for (int64_t e = 0; e <= n_expert; e++) cnt[e + 1] += cnt[e];
+    /* cnt[e] is now the first slot of expert e; cnt[n_expert] the first bad one */
+    int32_t *tok = order, *pair = order + pairs;
+    int32_t *fill = (int32_t *)malloc(((size_t)n_expert + 1) * sizeof(int32_t));
+    if (!fill) {
+        free(cnt);
+        free(order);
+        return cudaErrorMemoryAllocation;
+    }
+    memcpy(fill, cnt, ((size_t)n_expert + 1) * sizeof(int32_t));
+    for (int64_t i = 0; i < pairs; i++) {
+        int32_t e = ids_host[i];
+        int64_t b = (e < 0 || e >= n_expert) ? n_expert : e;
+        int32_t at = fill[b]++;
+        tok[at] = (int32_t)(i / n_used);
+        pair[at] = (int32_t)i;
+    }
+    free(fill);
+    char *sp = (char *)scratch;
+    int32_t *d_tok = (int32_t *)sp;
+    sp += align256((size_t)pairs * 4);
+    int32_t *d_pair = (int32_t *)sp;
+    sp += align256((size_t)pairs * 4);
+    __half *xg = (__half *)sp;
+    sp += align256((size_t)pairs * n_in * 2);
+    float *yg = (float *)sp;
+    sp += align256((size_t)pairs * n_out * 4);
+    __half *wh = (__half *)sp;
+    cudaStream_t st = (cudaStream_t)stream;
+    cublasHandle_t h = (cublasHandle_t)blas;
+    int e = 0;
+    /* The upload reads order[] from pageable memory: cudaMemcpyAsync stages
+     * it before returning, so freeing it afterwards is safe. */
+    e = (int)cudaMemcpyAsync(d_tok, order, (size_t)pairs * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+    if (!e) e = (int)cudaMemcpyAsync(d_pair, pair, (size_t)pairs * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+    if (!e && cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS) e = 1000 + (int)CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!e) {
+        k_gather_f16<<<tnd_cu_blocks(pairs * n_in, 256), 256, 0, st>>>(x, d_tok, n_in, pairs, xg);
+        e = (int)cudaGetLastError();
+    }
+    for (int64_t ex = 0; !e && ex < n_expert; ex++) {
+        int64_t b = cnt[ex], n = cnt[ex + 1] - cnt[ex];
+        if (n == 0) continue;
+        const uint8_t *we = (const uint8_t *)W + (size_t)ex * (size_t)n_out * rb;
+        e = tnd_cu_dequant_f16(type, we, n_in, 0, n_out, (uint16_t *)wh, stream);
+        if (!e) e = gemm_f16(h, wh, n_out, n_in, xg + b * n_in, n, yg + b * n_out, n_out);
+    }
+    int64_t good = cnt[n_expert], nbad = pairs - good;
+    if (!e && good > 0) {
+        k_scatter_rows<<<tnd_cu_blocks(good * n_out, 256), 256, 0, st>>>(yg, d_pair, n_out, good, y);
+        e = (int)cudaGetLastError();
+    }
+    if (!e && nbad > 0) {
+        k_fill_nan<<<tnd_cu_blocks(nbad * n_out, 256), 256, 0, st>>>(y, d_pair + good, n_out, nbad);
+        e = (int)cudaGetLastError();
+    }
+    free(cnt);
+    free(order);
+    return e;
+}

@@ -1,0 +1,83 @@
+/* MoE router: softmax + top-k (with optional renormalization), or top-k +
+ * softmax over the chosen. One warp per token; each lane holds up to 16
+ * logits (n_expert <= 512). Experts are ranked by logit (the same order as by
+ * probability, without the ties that rounding exp() can create); equal
+ * logits rank the lower id first. The expert products themselves are
+ * tnd_cu_matvec_id (decode) and tnd_cu_matmul_id (grouped by expert). */
+#include "cuda/common.cuh"
+#include "cuda/cuda_ops.h"
+
+#define MOE_PER_LANE 16
+
+__global__ void k_moe_route(const float *__restrict__ logits, int64_t n_tok, int n_expert, int n_used, int mode,
+                            bool norm, float *__restrict__ weights, int32_t *__restrict__ ids) {
+    const int lane = threadIdx.x & 31;
+    const int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= n_tok) return; /* whole warps leave together */
+    const float *l = logits + t * n_expert;
+    float v[MOE_PER_LANE];
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < MOE_PER_LANE; i++) {
+        int e = lane + 32 * i;
+        v[i] = e < n_expert ? l[e] : -INFINITY;
+        m = fmaxf(m, v[i]);
+    }
+    m = warp_max(m);
+    float total = 0.f; /* softmax denominator over all experts (mode 0) */
+#pragma unroll
+    for (int i = 0; i < MOE_PER_LANE; i++)
+        if (lane + 32 * i < n_expert) total += expf(v[i] - m);
+    total = warp_sum(total);
+    uint32_t taken = 0;
+    float my_w = 0.f, sel_sum = 0.f;
+    int32_t my_id = 0;
+    float first = 0.f;
+    for (int k = 0; k < n_used; k++) {
+        float bv = -INFINITY;
+        int be = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < MOE_PER_LANE; i++) {
+            int e = lane + 32 * i;
+            if (e < n_expert && !(taken >> i & 1) && (v[i] > bv || be == 0x7fffffff)) {
+                bv = v[i];
+                be = e;
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (ov > bv || (ov == bv && oe < be)) {
+                bv = ov;
+                be = oe;
+            }
+        }
+        if ((be & 31) == lane) taken |= 1u << (be >> 5);
+        if (k == 0) first = bv;
+        float w = mode == 0 ? expf(bv - m) / total : expf(bv - first); /* mode 1: relative to the top logit */
+        sel_sum += w;
+        if (lane == k) {
+            my_w = w;
+            my_id = be;
+        }
+    }
+    if (lane < n_used) {
+        float w = my_w;
+        if (mode == 1 || norm) w = w / sel_sum;
+        weights[t * n_used + lane] = w;
+        ids[t * n_used + lane] = my_id;
+    }
+}
+
+extern "C" int tnd_cu_moe_route(const float *logits, int64_t n_tok, int n_expert, int n_used, int mode, bool norm,
+                                float *weights, int32_t *ids, tnd_cu_stream stream) {
+    if (!logits || !weights || !ids || n_tok < 0 || n_expert < 1 || n_expert > 32 * MOE_PER_LANE || n_used < 1 ||
+        n_used > n_expert || n_used > 32 || (mode != 0 && mode != 1))
+        return cudaErrorInvalidValue;
+    if (n_tok == 0) return 0;
+    const int warps = 4;
+    k_moe_route<<<tnd_cu_blocks(n_tok, warps), 32 * warps, 0, (cudaStream_t)stream>>>(logits, n_tok, n_expert,
+                                                                                      n_used, mode, norm, weights, ids);
+    return (int)cudaGetLastError();
+}
