@@ -118,63 +118,85 @@ TGT static void quant_q8_K(const float *x, void *vy, int64_t k) {
         }                                                                                              \
     }
 
+/* The 32-element formats do little work per block, so one accumulator per
+ * token would make the FMA latency the limit; blocks alternate between two
+ * accumulator sets. */
+
 /* Q4_0 x Q8_0: w = q - 8. */
+TGTI void blk_q4_0(const block_q4_0 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc) {
+    __m256i q = _mm256_sub_epi8(unpack_nibbles(w[i].qs), _mm256_set1_epi8(8));
+    __m256i aq = _mm256_sign_epi8(q, q);
+    float dw = h2f(w[i].d);
+    for (int t = 0; t < nt; t++) {
+        const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;
+        __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(av, q)), _mm256_set1_epi16(1));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(a->d)), acc[t]);
+    }
+}
 TGTI void row_q4_0(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
     const block_q4_0 *w = vw;
-    __m256 acc[NT_MAX];
-    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        __m256i q = _mm256_sub_epi8(unpack_nibbles(w[i].qs), _mm256_set1_epi8(8));
-        __m256i aq = _mm256_sign_epi8(q, q);
-        float dw = h2f(w[i].d);
-        for (int t = 0; t < nt; t++) {
-            const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;
-            __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
-            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(av, q)), _mm256_set1_epi16(1));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(a->d)), acc[t]);
-        }
+    __m256 acc0[NT_MAX], acc1[NT_MAX];
+    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    int64_t i = 0, nb = n / 32;
+    for (; i + 2 <= nb; i += 2) {
+        blk_q4_0(w, i, xq, xs, nt, acc0);
+        blk_q4_0(w, i + 1, xq, xs, nt, acc1);
     }
-    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(acc[t]);
+    if (i < nb) blk_q4_0(w, i, xq, xs, nt, acc0);
+    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));
 }
 ROW_LOOP(mm_q4_0, row_q4_0)
 
 /* Q4_1 x Q8_1: w = d q + m; the m part is m * s of the activation block. */
+TGTI void blk_q4_1(const block_q4_1 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc, float *accm) {
+    __m256i q = unpack_nibbles(w[i].qs);
+    float dw = h2f(w[i].d), mw = h2f(w[i].m);
+    for (int t = 0; t < nt; t++) {
+        const block_q8_1 *a = (const block_q8_1 *)(xq + t * xs) + i;
+        __m256i p = dot_us(q, _mm256_loadu_si256((const __m256i *)a->qs));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(a->d)), acc[t]);
+        accm[t] += mw * h2f(a->s);
+    }
+}
 TGTI void row_q4_1(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
     const block_q4_1 *w = vw;
-    __m256 acc[NT_MAX];
-    float accm[NT_MAX];
-    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps(), accm[t] = 0.0f;
-    for (int64_t i = 0; i < n / 32; i++) {
-        __m256i q = unpack_nibbles(w[i].qs);
-        float dw = h2f(w[i].d), mw = h2f(w[i].m);
-        for (int t = 0; t < nt; t++) {
-            const block_q8_1 *a = (const block_q8_1 *)(xq + t * xs) + i;
-            __m256i p = dot_us(q, _mm256_loadu_si256((const __m256i *)a->qs));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(a->d)), acc[t]);
-            accm[t] += mw * h2f(a->s);
-        }
+    __m256 acc0[NT_MAX], acc1[NT_MAX];
+    float accm0[NT_MAX], accm1[NT_MAX];
+    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps(), accm0[t] = accm1[t] = 0.0f;
+    int64_t i = 0, nb = n / 32;
+    for (; i + 2 <= nb; i += 2) {
+        blk_q4_1(w, i, xq, xs, nt, acc0, accm0);
+        blk_q4_1(w, i + 1, xq, xs, nt, acc1, accm1);
     }
-    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(acc[t]) + accm[t];
+    if (i < nb) blk_q4_1(w, i, xq, xs, nt, acc0, accm0);
+    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t])) + (accm0[t] + accm1[t]);
 }
 ROW_LOOP(mm_q4_1, row_q4_1)
 
 /* Q8_0 x Q8_0. */
+TGTI void blk_q8_0(const block_q8_0 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc) {
+    __m256i q = _mm256_loadu_si256((const __m256i *)w[i].qs);
+    __m256i aq = _mm256_sign_epi8(q, q);
+    float dw = h2f(w[i].d);
+    for (int t = 0; t < nt; t++) {
+        const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;
+        __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(av, q)), _mm256_set1_epi16(1));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(a->d)), acc[t]);
+    }
+}
 TGTI void row_q8_0(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
     const block_q8_0 *w = vw;
-    __m256 acc[NT_MAX];
-    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        __m256i q = _mm256_loadu_si256((const __m256i *)w[i].qs);
-        __m256i aq = _mm256_sign_epi8(q, q);
-        float dw = h2f(w[i].d);
-        for (int t = 0; t < nt; t++) {
-            const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;
-            __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
-            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(av, q)), _mm256_set1_epi16(1));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(a->d)), acc[t]);
-        }
+    __m256 acc0[NT_MAX], acc1[NT_MAX];
+    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    int64_t i = 0, nb = n / 32;
+    for (; i + 2 <= nb; i += 2) {
+        blk_q8_0(w, i, xq, xs, nt, acc0);
+        blk_q8_0(w, i + 1, xq, xs, nt, acc1);
     }
-    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(acc[t]);
+    if (i < nb) blk_q8_0(w, i, xq, xs, nt, acc0);
+    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));
 }
 ROW_LOOP(mm_q8_0, row_q8_0)
 
