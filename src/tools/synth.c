@@ -307,12 +307,7 @@ static tnd_status moe_setup(synth *S) {
     for (int k = 0; k <= K; k++) {
         uint64_t s = rng_for(S->seed, 0xd1a5, (uint64_t)k);
         float *v = S->dirs + (size_t)k * E;
-        double n2 = 0;
-        for (int i = 0; i < E; i++) {
-            v[i] = rng_normal(&s);
-            n2 += (double)v[i] * v[i];
-        }
-        (void)n2;
+        for (int i = 0; i < E; i++) v[i] = rng_normal(&s);
         /* Gram-Schmidt against the earlier directions: u and the topics are
          * exactly orthonormal, so the router noise can be made orthogonal to
          * all of them (below). */
@@ -322,7 +317,7 @@ static tnd_status moe_setup(synth *S) {
             for (int i = 0; i < E; i++) dot += (double)v[i] * o[i];
             for (int i = 0; i < E; i++) v[i] -= (float)(dot * o[i]);
         }
-        n2 = 0;
+        double n2 = 0;
         for (int i = 0; i < E; i++) n2 += (double)v[i] * v[i];
         float inv = (float)(1.0 / sqrt(n2));
         for (int i = 0; i < E; i++) v[i] *= inv;
@@ -1022,8 +1017,9 @@ int cmd_synth(int argc, char **argv) {
     uint64_t need = data_bytes + (uint64_t)tnd_shape_n_tensors(&S.shape) * (GGUF_DEFAULT_ALIGNMENT + 128) +
                     (uint64_t)S.shape.n_vocab * 96 + (32u << 20);
     if (free_bytes(out, &avail) && avail < need) {
-        fprintf(stderr, "tandem: error: not enough disk space for %s: need about %.2f GiB, %.2f GiB free\n", out,
-                (double)need / (1 << 30), (double)avail / (1 << 30));
+        char nb[32], ab[32];
+        fprintf(stderr, "tandem: error: not enough disk space for %s: need about %s, %s free\n", out,
+                fmt_bytes(need, nb, sizeof nb), fmt_bytes(avail, ab, sizeof ab));
         return 1;
     }
     tnd_status st;
