@@ -237,6 +237,12 @@ struct tnd_pool;
  * memory is host memory, so host pointers (mmapped weights) work directly.
  * budget 0 = unlimited. */
 tnd_status tnd_backend_cpu_new(struct tnd_pool *pool, uint64_t budget, tnd_backend **out);
+/* Matmuls of CPU backend b: on = activations quantized to Q8 (integer dot
+ * path, faster prefill, ~1 logit of noise); off (the default) = f32
+ * activations, exact and the same for chunked prefill and decode. The env
+ * var TND_CPU_INT8=1, read by tnd_backend_cpu_new, sets the initial value.
+ * No effect on other backends. */
+void tnd_backend_cpu_set_int8(tnd_backend *b, bool on);
 
 /* ---- CUDA backend -------------------------------------------------------- */
 

@@ -7,11 +7,16 @@
 
 #include "backend.h"
 #include "cpu/matmul.h"
+#include "cpu/matmul_f32.h"
 #include "cpu/ops.h"
 #include "util.h"
 
 typedef struct cpu_ctx {
     tnd_pool *pool;
+    /* Matmuls quantize activations to Q8 (cpu/matmul.h, the integer path:
+     * faster prefill, ~1 logit of noise) instead of the default f32
+     * activations (cpu/matmul_f32.h: exact, decode and prefill identical). */
+    bool int8_act;
     uint64_t budget, used, peak;
     /* MATMUL_ID scratch (gathered inputs/outputs of one expert), grown on demand */
     float *gx, *gy;
@@ -90,6 +95,13 @@ static tnd_status cpu_memset(tnd_backend *b, void *dst, int v, size_t n, tnd_str
     return TND_OK;
 }
 
+/* y = W x with the activation path the backend was set to. */
+static void cpu_matmul(const cpu_ctx *c, tnd_type wt, const void *W, int64_t n_in, int64_t n_out, const float *x,
+                       int64_t n_tok, float *y) {
+    if (c->int8_act) tnd_cpu_matmul(c->pool, wt, W, n_in, n_out, x, n_tok, y);
+    else tnd_cpu_matmul_f32(c->pool, wt, W, n_in, n_out, x, n_tok, y);
+}
+
 static bool grow(void **p, size_t *cap, size_t need) {
     if (need <= *cap) return true;
     void *q = tnd_aligned_alloc(need);
@@ -128,7 +140,7 @@ static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
             const float *src = x + (t * n_x + (n_x == 1 ? 0 : u)) * n_in;
             memcpy(c->gx + r * n_in, src, sizeof(float) * (size_t)n_in);
         }
-        tnd_cpu_matmul(c->pool, W->type, (const char *)W->data + (size_t)e * w_slice, n_in, n_out, c->gx, n, c->gy);
+        cpu_matmul(c, W->type, (const char *)W->data + (size_t)e * w_slice, n_in, n_out, c->gx, n, c->gy);
         for (int64_t r = 0; r < n; r++)
             memcpy(y + (int64_t)c->gidx[r] * n_out, c->gy + r * n_out, sizeof(float) * (size_t)n_out);
     }
@@ -142,8 +154,8 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     const tnd_tensor *out = op->out;
     switch (op->kind) {
     case TND_OP_MATMUL:
-        tnd_cpu_matmul(c->pool, in[0].type, in[0].data, in[0].ne[0], in[0].ne[1], in[1].data,
-                       tnd_tensor_nelem(&in[1]) / in[1].ne[0], out[0].data);
+        cpu_matmul(c, in[0].type, in[0].data, in[0].ne[0], in[0].ne[1], in[1].data,
+                   tnd_tensor_nelem(&in[1]) / in[1].ne[0], out[0].data);
         return TND_OK;
     case TND_OP_MATMUL_ID:
         return run_matmul_id(c, op);
@@ -315,8 +327,14 @@ tnd_status tnd_backend_cpu_new(struct tnd_pool *pool, uint64_t budget, tnd_backe
     }
     c->pool = pool;
     c->budget = budget;
+    const char *e = getenv("TND_CPU_INT8");
+    c->int8_act = e && *e && strcmp(e, "0") != 0;
     b->iface = &cpu_iface;
     b->ctx = c;
     *out = b;
     return TND_OK;
+}
+
+void tnd_backend_cpu_set_int8(tnd_backend *b, bool on) {
+    if (b && b->iface == &cpu_iface) C(b)->int8_act = on;
 }
