@@ -38,6 +38,7 @@ extern "C" {
 #endif
 
 typedef struct tnd_backend tnd_backend;
+
 typedef struct tnd_stream tnd_stream; /* opaque, owned by a backend */
 typedef struct tnd_event tnd_event;   /* opaque, owned by a backend */
 
@@ -157,7 +158,9 @@ typedef struct tnd_backend_iface {
     void (*free)(tnd_backend *b);
 
     /* -- device memory -- */
-    /* Allocates size bytes of device memory (256-byte aligned). Fails with
+    /* Allocates size bytes of device memory (256-byte aligned), readable up
+     * to the next multiple of 16 bytes (kernels may read aligned words that
+     * straddle the requested end). Fails with
      * TND_ERR_NOMEM if used + size would exceed the budget or the device is
      * out of memory; *out is written only on success. */
     tnd_status (*buf_alloc)(tnd_backend *b, size_t size, void **out);

@@ -80,6 +80,10 @@ static bool set_device(cu_ctx *c) { return cudaSetDevice(c->device) == cudaSucce
 
 static tnd_status cu_alloc_raw(cu_ctx *c, size_t size, void **out, const char *what) {
     if (size == 0) size = 1;
+    /* backend.h: buffers are readable up to the next 16-byte boundary. The
+     * decoders read 2-byte-aligned blocks with aligned 4- and 16-byte loads,
+     * which can reach past the last row's end but never past that boundary. */
+    size = (size + 15) & ~(size_t)15;
     uint64_t cnt = counted_size(size);
     pthread_mutex_lock(&c->mu);
     if (c->used + cnt > c->budget) {
