@@ -406,6 +406,11 @@ class SimpleTokenizer:
         self.tokens = list(_field(reader, "tokenizer.ggml.tokens"))
         self.index = {t: i for i, t in enumerate(self.tokens)}
         self.bos = _field(reader, "tokenizer.ggml.bos_token_id")
+        # Control (3) and user-defined (4) tokens are matched as whole strings
+        # in the text, longest first, before the normal tokenizer runs.
+        types = _field(reader, "tokenizer.ggml.token_type")
+        self.specials = sorted((t for t, ty in zip(self.tokens, types or []) if ty in (3, 4) and len(t) > 1),
+                               key=len, reverse=True)
         add_bos = _field(reader, "tokenizer.ggml.add_bos_token")
         self.add_bos = bool(add_bos) if add_bos is not None else (self.model == "llama")
         if self.model == "gpt2":
@@ -452,6 +457,19 @@ class SimpleTokenizer:
 
     def encode(self, text):
         ids = [self.bos] if self.add_bos and self.bos is not None else []
+        if self.specials:
+            import re
+            pat = re.compile("(" + "|".join(re.escape(t) for t in self.specials) + ")")
+            for i, part in enumerate(pat.split(text)):
+                if i % 2:
+                    ids.append(self.index[part])
+                elif part:
+                    ids += self._encode_plain(part)
+            return ids
+        return ids + self._encode_plain(text)
+
+    def _encode_plain(self, text):
+        ids = []
         if self.model == "gpt2":
             import regex
             pat = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
