@@ -50,6 +50,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -72,6 +73,81 @@ PROMPTS = [
     "def fibonacci(n):\n",
 ]
 
+# Other architectures, checked when their files are there (gitignored).
+EXTRA_MODELS = [
+    (os.path.join(SRC, "models", "gemma-3-270m-q4_k_m.gguf"),
+     ["The capital of France is", "Question: What is the capital of France?\nAnswer:"], 16),
+]
+
+
+def check_model(tbin, model, prompts, n_gen, base, tmp, failures, near_ties):
+    """Runs every prompt through tandem and the reference; appends to
+    failures / near_ties. Case numbers start at base."""
+    t0 = time.time()
+    ref = ref_model.RefModel(model, kv_f16=True)
+    print(f"{os.path.basename(model)}: reference loaded in {time.time() - t0:.1f} s")
+    for j, text in enumerate(prompts):
+        pi = base + j
+        dump = os.path.join(tmp, f"p{pi}.bin")
+        cmd = [tbin, "run", "-m", model, "-p", text, "-n", str(n_gen), "--temp", "0", "--dump", dump]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            failures.append(f"prompt {pi}: tandem run failed ({r.returncode}): {r.stderr[-500:]}")
+            continue
+        n_vocab, prompt, gen, got = ref_model.read_dump(dump)
+        tag = f"prompt {pi} {text!r}"
+        if n_vocab != ref.n_vocab:
+            failures.append(f"{tag}: dump n_vocab {n_vocab} != {ref.n_vocab}")
+            continue
+        if not prompt or not gen:
+            failures.append(f"{tag}: empty prompt or generation in dump")
+            continue
+        # A greedy dump must pick each token from its own row.
+        for i, t in enumerate(gen):
+            if int(np.argmax(got[i])) != t:
+                failures.append(f"{tag}: gen[{i}]={t} is not the argmax of dump row {i}")
+                break
+
+        # 1. logits, teacher-forced on tandem's tokens
+        ref.reset()
+        rows = ref.eval(prompt + gen[:-1], all_logits=True)[len(prompt) - 1:]
+        stats = ref_model.row_stats(rows, got, TIE)
+        rel = np.array([s["rel_max"] for s in stats])
+        corr = np.array([s["corr"] for s in stats])
+        dstd = np.array([s["diff_std"] for s in stats])
+        print(f"{tag}: {len(prompt)} prompt ids, {len(gen)} generated; "
+              f"max|d|/std max {rel.max():.4f} mean {rel.mean():.4f}; corr min {corr.min():.6f}; "
+              f"diff std mean {dstd.mean():.4f}")
+        for s in stats:
+            if s["rel_max"] > REL_MAX:
+                failures.append(f"{tag} row {s['row']}: max|diff|/std {s['rel_max']:.3f} > {REL_MAX}")
+            if not s["corr"] >= CORR_MIN:
+                failures.append(f"{tag} row {s['row']}: correlation {s['corr']:.5f} < {CORR_MIN}")
+            if s["ref_top"] != s["got_top"]:
+                if s["near_tie"]:
+                    near_ties.append(f"{tag} row {s['row']}: top-1 {s['got_top']} vs reference "
+                                     f"{s['ref_top']}, margin {s['margin']:.3f} < {TIE}")
+                else:
+                    failures.append(f"{tag} row {s['row']}: top-1 {s['got_top']} vs reference "
+                                    f"{s['ref_top']}, margin {s['margin']:.3f} >= {TIE}")
+        if rel.mean() > REL_MEAN:
+            failures.append(f"{tag}: mean max|diff|/std {rel.mean():.3f} > {REL_MEAN}")
+
+        # 2. greedy continuation
+        rgen, rrows = ref.greedy(prompt, len(gen))
+        div = next((i for i, (a, b) in enumerate(zip(rgen, gen)) if a != b), None)
+        if div is None:
+            print(f"{tag}: greedy continuation identical ({len(gen)} tokens)")
+        else:
+            margin = float(rrows[div][rgen[div]] - rrows[div][gen[div]])
+            msg = (f"{tag}: greedy diverges at step {div}: tandem {gen[div]}, reference {rgen[div]}, "
+                   f"reference margin {margin:.3f}")
+            if margin < TIE:
+                near_ties.append(msg + f" < {TIE} (near-tie)")
+                print("NEAR-TIE " + msg)
+            else:
+                failures.append(msg + f" >= {TIE}")
+
 
 def skip(msg):
     print(f"SKIP: {msg}")
@@ -89,79 +165,25 @@ def main():
     if "not available" in probe.stderr or "unknown command" in probe.stderr:
         skip("this tandem has no `run` yet")
 
-    ref = ref_model.RefModel(model, kv_f16=True)
     print(f"mode: {'int8 activations' if INT8 else 'f32 activations'}; REL_MAX {REL_MAX} REL_MEAN {REL_MEAN} "
           f"CORR_MIN {CORR_MIN} TIE {TIE}")
     failures = []
     near_ties = []
+    n_cases = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for pi, text in enumerate(PROMPTS):
-            dump = os.path.join(tmp, f"p{pi}.bin")
-            cmd = [tbin, "run", "-m", model, "-p", text, "-n", str(N_GEN), "--temp", "0", "--dump", dump]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            if r.returncode != 0:
-                failures.append(f"prompt {pi}: tandem run failed ({r.returncode}): {r.stderr[-500:]}")
+        for path, prompts, n_gen in [(model, PROMPTS, N_GEN)] + EXTRA_MODELS:
+            if not os.path.exists(path):
+                print(f"{path} not found: skipped (scripts/fetch-gemma3-270m.sh fetches Gemma 3 270M)")
                 continue
-            n_vocab, prompt, gen, got = ref_model.read_dump(dump)
-            tag = f"prompt {pi} {text!r}"
-            if n_vocab != ref.n_vocab:
-                failures.append(f"{tag}: dump n_vocab {n_vocab} != {ref.n_vocab}")
-                continue
-            if not prompt or not gen:
-                failures.append(f"{tag}: empty prompt or generation in dump")
-                continue
-            # A greedy dump must pick each token from its own row.
-            for i, t in enumerate(gen):
-                if int(np.argmax(got[i])) != t:
-                    failures.append(f"{tag}: gen[{i}]={t} is not the argmax of dump row {i}")
-                    break
-
-            # 1. logits, teacher-forced on tandem's tokens
-            ref.reset()
-            rows = ref.eval(prompt + gen[:-1], all_logits=True)[len(prompt) - 1:]
-            stats = ref_model.row_stats(rows, got, TIE)
-            rel = np.array([s["rel_max"] for s in stats])
-            corr = np.array([s["corr"] for s in stats])
-            dstd = np.array([s["diff_std"] for s in stats])
-            print(f"{tag}: {len(prompt)} prompt ids, {len(gen)} generated; "
-                  f"max|d|/std max {rel.max():.4f} mean {rel.mean():.4f}; corr min {corr.min():.6f}; "
-                  f"diff std mean {dstd.mean():.4f}")
-            for s in stats:
-                if s["rel_max"] > REL_MAX:
-                    failures.append(f"{tag} row {s['row']}: max|diff|/std {s['rel_max']:.3f} > {REL_MAX}")
-                if not s["corr"] >= CORR_MIN:
-                    failures.append(f"{tag} row {s['row']}: correlation {s['corr']:.5f} < {CORR_MIN}")
-                if s["ref_top"] != s["got_top"]:
-                    if s["near_tie"]:
-                        near_ties.append(f"{tag} row {s['row']}: top-1 {s['got_top']} vs reference "
-                                         f"{s['ref_top']}, margin {s['margin']:.3f} < {TIE}")
-                    else:
-                        failures.append(f"{tag} row {s['row']}: top-1 {s['got_top']} vs reference "
-                                        f"{s['ref_top']}, margin {s['margin']:.3f} >= {TIE}")
-            if rel.mean() > REL_MEAN:
-                failures.append(f"{tag}: mean max|diff|/std {rel.mean():.3f} > {REL_MEAN}")
-
-            # 2. greedy continuation
-            rgen, rrows = ref.greedy(prompt, len(gen))
-            div = next((i for i, (a, b) in enumerate(zip(rgen, gen)) if a != b), None)
-            if div is None:
-                print(f"{tag}: greedy continuation identical ({len(gen)} tokens)")
-            else:
-                margin = float(rrows[div][rgen[div]] - rrows[div][gen[div]])
-                msg = (f"{tag}: greedy diverges at step {div}: tandem {gen[div]}, reference {rgen[div]}, "
-                       f"reference margin {margin:.3f}")
-                if margin < TIE:
-                    near_ties.append(msg + f" < {TIE} (near-tie)")
-                    print("NEAR-TIE " + msg)
-                else:
-                    failures.append(msg + f" >= {TIE}")
+            check_model(tbin, path, prompts, n_gen, n_cases, tmp, failures, near_ties)
+            n_cases += len(prompts)
 
     for m in near_ties:
         print("note:", m)
     for f in failures[:40]:
         print("FAIL:", f)
     n_bad = len({f.split(" ", 2)[1] for f in failures})
-    print(f"{len(PROMPTS) - n_bad} passed, {n_bad} failed")
+    print(f"{n_cases - n_bad} passed, {n_bad} failed")
     return 1 if failures else 0
 
 
