@@ -62,7 +62,7 @@ def _field(reader, key, default=None):
 class RefModel:
     """A GGUF model held as dequantized numpy arrays plus a KV cache."""
 
-    def __init__(self, path, dtype=np.float32, n_layers=None, verbose=False, act_q8=False):
+    def __init__(self, path, dtype=np.float32, n_layers=None, verbose=False, act_q8=False, kv_f16=False):
         if gguf is None:
             raise RuntimeError("the PyPI package 'gguf' is required")
         self.dtype = dtype
@@ -71,6 +71,8 @@ class RefModel:
         # Q8_K: 256 values, float d) — to measure how far that alone moves
         # the logits, which is what tandem's tolerance is based on.
         self.act_q8 = act_q8
+        # kv_f16: store K and V rounded to float16, like an f16 KV cache.
+        self.kv_f16 = kv_f16
         self.act_block = {}   # weight name -> activation block size (0: float)
         r = gguf.GGUFReader(path)
         self.reader = r
@@ -304,6 +306,9 @@ class RefModel:
             base = self.rope_base_swa if local else self.rope_base
             q = self._rope(q, pos, base)
             k = self._rope(k, pos, base)
+            if self.kv_f16:
+                k = k.astype(np.float16).astype(self.dtype)
+                v = v.astype(np.float16).astype(self.dtype)
             self.k_cache[il][:, pos0:pos0 + T] = k.transpose(1, 0, 2)
             self.v_cache[il][:, pos0:pos0 + T] = v.transpose(1, 0, 2)
             K = self.k_cache[il][:, :S]                              # (Hkv, S, Dk)
@@ -406,6 +411,11 @@ class SimpleTokenizer:
         self.tokens = list(_field(reader, "tokenizer.ggml.tokens"))
         self.index = {t: i for i, t in enumerate(self.tokens)}
         self.bos = _field(reader, "tokenizer.ggml.bos_token_id")
+        # Control (3) and user-defined (4) tokens are matched as whole strings
+        # in the text, longest first, before the normal tokenizer runs.
+        types = _field(reader, "tokenizer.ggml.token_type")
+        self.specials = sorted((t for t, ty in zip(self.tokens, types or []) if ty in (3, 4) and len(t) > 1),
+                               key=len, reverse=True)
         add_bos = _field(reader, "tokenizer.ggml.add_bos_token")
         self.add_bos = bool(add_bos) if add_bos is not None else (self.model == "llama")
         if self.model == "gpt2":
@@ -452,6 +462,19 @@ class SimpleTokenizer:
 
     def encode(self, text):
         ids = [self.bos] if self.add_bos and self.bos is not None else []
+        if self.specials:
+            import re
+            pat = re.compile("(" + "|".join(re.escape(t) for t in self.specials) + ")")
+            for i, part in enumerate(pat.split(text)):
+                if i % 2:
+                    ids.append(self.index[part])
+                elif part:
+                    ids += self._encode_plain(part)
+            return ids
+        return ids + self._encode_plain(text)
+
+    def _encode_plain(self, text):
+        ids = []
         if self.model == "gpt2":
             import regex
             pat = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
@@ -543,13 +566,14 @@ def main(argv=None):
     ap.add_argument("--compare", metavar="DUMP",
                     help="read a `tandem run --dump` file, run the reference on its prompt "
                          "and generated ids, and print per-row differences")
+    ap.add_argument("--kv-f16", action="store_true", help="round the KV cache to float16")
     ap.add_argument("--act-q8", action="store_true",
                     help="round matmul inputs to 8-bit blocks like an integer-dot engine")
     ap.add_argument("-v", "--verbose", action="store_true", help="print top-5 per step and the text")
     a = ap.parse_args(argv)
     if a.compare is None and (a.ids is None) == (a.prompt is None):
         ap.error("give exactly one of --ids or --prompt (or --compare DUMP)")
-    m = RefModel(a.model, np.float64 if a.f64 else np.float32, a.layers, a.verbose, a.act_q8)
+    m = RefModel(a.model, np.float64 if a.f64 else np.float32, a.layers, a.verbose, a.act_q8, a.kv_f16)
     if a.compare is not None:
         n_vocab, prompt, gen, got = read_dump(a.compare)
         if n_vocab != m.n_vocab:
