@@ -173,7 +173,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for path, prompts, n_gen in [(model, PROMPTS, N_GEN)] + EXTRA_MODELS:
             if not os.path.exists(path):
-                print(f"{path} not found: skipped (scripts/fetch-gemma3-270m.sh fetches Gemma 3 270M)")
+                print(f"{path} not found: skipped (scripts/fetch-gemma3.sh fetches Gemma 3 270M)")
                 continue
             check_model(tbin, path, prompts, n_gen, n_cases, tmp, failures, near_ties)
             n_cases += len(prompts)
