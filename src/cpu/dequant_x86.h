@@ -1,16 +1,21 @@
-/* Block unpacking shared by dequant_avx2.c and dequant_avx512.c: every
- * format is turned into 32 integer quants at a time (one __m256i of int8, in
- * element order) plus its scales, and the including file's emit_* functions
- * convert, scale and store them at its vector width.
+/* x86 building blocks shared by the AVX2 and AVX-512 dequantizers
+ * (dequant_avx2.c, dequant_avx512.c) and the fused matvec kernels of
+ * matmul_f32_avx2.c / matmul_f32_avx512.c, so both compute the very same
+ * floats (the decode/prefill bit-identity of matmul_f32.h rests on it).
  *
- * The includer defines, before including this file:
- *   TGT, TGTI   target attributes (function, forced-inline helper)
- *   DQ(name)    the name of a dequantizer in that file
- *   emit_mul(y, q, s0, s1):           y[0,16) = s0 * q, y[16,32) = s1 * q
- *   emit_add(y, q, d, m):             y[0,32) = d * q + m
- *   emit_sub(y, q, d0, m0, d1, m1):   y[0,16) = d0 * q - m0, y[16,32) = d1 * q - m1
- * each product and sum rounded separately, as in quant/ref_*.c.
- * Formats and bit positions: see quant/quant.h and quant/ref_kquants.c. */
+ * Each format is described by two primitives (formats and bit positions:
+ * quant/quant.h, quant/ref_kquants.c):
+ *   FMT_prep(block, &s): the block's scales per 16 elements, s.d[g] (and
+ *                        s.m[g]), computed with the reference's float ops;
+ *   FMT_q(block, c):     the 32 integer quants of chunk c (elements 32c..
+ *                        32c+31) as int8 in element order;
+ * and a kind: y = d * q (DQ_MUL), d * q + m (DQ_ADD) or d * q - m (DQ_SUB),
+ * each operation rounded separately as in quant/ref_*.c (no FMA).
+ *
+ * The includer defines TGT and TGTI (target attributes of a function and of
+ * a forced-inline helper) and DQ_WIDTH (8: AVX2, 16: AVX-512): dq_emit()
+ * then produces a chunk as DQ_NV vectors dq_vec. With DQ_DEFINE_DEQUANT it
+ * also gets the dequantizers DQ(fmt) (DQ(name) defined by the includer). */
 #ifndef TND_CPU_DEQUANT_X86_H
 #define TND_CPU_DEQUANT_X86_H
 
@@ -18,6 +23,12 @@
 #include <string.h>
 
 #include "quant/quant.h"
+
+enum { DQ_MUL, DQ_ADD, DQ_SUB };
+
+typedef struct dq_sc { float d[16], m[16]; } dq_sc;
+
+/* ---- integer unpacking --------------------------------------------------- */
 
 /* 16 bytes of packed nibbles -> 32 quants: the low nibbles (elements 0..15)
  * then the high ones (16..31). */
@@ -41,7 +52,7 @@ TGTI __m256i dq_bit4(const uint8_t *qh) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-/* Bits (c, c+2) style extraction: (v >> s) & mask on every byte. */
+/* (v >> s) & mask on every byte. */
 TGTI __m256i dq_bits(__m256i v, int s, int mask) {
     return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(s)), _mm256_set1_epi8((char)mask));
 }
@@ -51,128 +62,191 @@ TGTI __m256i dq_load32(const void *p) { return _mm256_loadu_si256((const __m256i
 /* F16C conversion: exact, like tnd_fp16_to_fp32 (NaNs aside). */
 TGTI float dq_h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-/* ---- 32-element blocks -------------------------------------------------- */
+/* ---- formats: prep + q ------------------------------------------------------ */
 
-TGT static void DQ(q4_0)(const void *vx, float *y, int64_t k) {
-    const block_q4_0 *x = vx;
-    for (int64_t i = 0; i < k / 32; i++, y += 32) {
-        float d = dq_h2f(x[i].d);
-        emit_mul(y, _mm256_sub_epi8(dq_nibbles(x[i].qs), _mm256_set1_epi8(8)), d, d);
-    }
+TGTI void q4_0_prep(const void *vb, dq_sc *s) { s->d[0] = s->d[1] = dq_h2f(((const block_q4_0 *)vb)->d); }
+TGTI __m256i q4_0_q(const void *vb, int c) {
+    (void)c;
+    return _mm256_sub_epi8(dq_nibbles(((const block_q4_0 *)vb)->qs), _mm256_set1_epi8(8));
 }
 
-TGT static void DQ(q4_1)(const void *vx, float *y, int64_t k) {
-    const block_q4_1 *x = vx;
-    for (int64_t i = 0; i < k / 32; i++, y += 32) emit_add(y, dq_nibbles(x[i].qs), dq_h2f(x[i].d), dq_h2f(x[i].m));
+TGTI void q4_1_prep(const void *vb, dq_sc *s) {
+    const block_q4_1 *b = vb;
+    s->d[0] = s->d[1] = dq_h2f(b->d);
+    s->m[0] = s->m[1] = dq_h2f(b->m);
+}
+TGTI __m256i q4_1_q(const void *vb, int c) { return (void)c, dq_nibbles(((const block_q4_1 *)vb)->qs); }
+
+TGTI void q5_0_prep(const void *vb, dq_sc *s) { s->d[0] = s->d[1] = dq_h2f(((const block_q5_0 *)vb)->d); }
+TGTI __m256i q5_0_q(const void *vb, int c) {
+    const block_q5_0 *b = vb;
+    (void)c;
+    return _mm256_sub_epi8(_mm256_or_si256(dq_nibbles(b->qs), dq_bit4(b->qh)), _mm256_set1_epi8(16));
 }
 
-TGT static void DQ(q5_0)(const void *vx, float *y, int64_t k) {
-    const block_q5_0 *x = vx;
-    for (int64_t i = 0; i < k / 32; i++, y += 32) {
-        float d = dq_h2f(x[i].d);
-        __m256i q = _mm256_or_si256(dq_nibbles(x[i].qs), dq_bit4(x[i].qh));
-        emit_mul(y, _mm256_sub_epi8(q, _mm256_set1_epi8(16)), d, d);
-    }
+TGTI void q5_1_prep(const void *vb, dq_sc *s) {
+    const block_q5_1 *b = vb;
+    s->d[0] = s->d[1] = dq_h2f(b->d);
+    s->m[0] = s->m[1] = dq_h2f(b->m);
+}
+TGTI __m256i q5_1_q(const void *vb, int c) {
+    const block_q5_1 *b = vb;
+    (void)c;
+    return _mm256_or_si256(dq_nibbles(b->qs), dq_bit4(b->qh));
 }
 
-TGT static void DQ(q5_1)(const void *vx, float *y, int64_t k) {
-    const block_q5_1 *x = vx;
-    for (int64_t i = 0; i < k / 32; i++, y += 32)
-        emit_add(y, _mm256_or_si256(dq_nibbles(x[i].qs), dq_bit4(x[i].qh)), dq_h2f(x[i].d), dq_h2f(x[i].m));
-}
+TGTI void q8_0_prep(const void *vb, dq_sc *s) { s->d[0] = s->d[1] = dq_h2f(((const block_q8_0 *)vb)->d); }
+TGTI __m256i q8_0_q(const void *vb, int c) { return (void)c, dq_load32(((const block_q8_0 *)vb)->qs); }
 
-TGT static void DQ(q8_0)(const void *vx, float *y, int64_t k) {
-    const block_q8_0 *x = vx;
-    for (int64_t i = 0; i < k / 32; i++, y += 32) {
-        float d = dq_h2f(x[i].d);
-        emit_mul(y, dq_load32(x[i].qs), d, d);
-    }
-}
-
-TGT static void DQ(mxfp4)(const void *vx, float *y, int64_t k) {
-    const block_mxfp4 *x = vx;
+TGTI void mxfp4_prep(const void *vb, dq_sc *s) { s->d[0] = s->d[1] = tnd_e8m0_to_fp32_half(((const block_mxfp4 *)vb)->e); }
+TGTI __m256i mxfp4_q(const void *vb, int c) {
+    (void)c;
     __m128i t = _mm_loadu_si128((const __m128i *)tnd_mxfp4_values2);
-    __m256i tab = _mm256_set_m128i(t, t);
-    for (int64_t i = 0; i < k / 32; i++, y += 32) {
-        float d = tnd_e8m0_to_fp32_half(x[i].e);
-        emit_mul(y, _mm256_shuffle_epi8(tab, dq_nibbles(x[i].qs)), d, d);
-    }
+    return _mm256_shuffle_epi8(_mm256_set_m128i(t, t), dq_nibbles(((const block_mxfp4 *)vb)->qs));
 }
 
-/* ---- K-quants: 256-element super-blocks, 8 chunks of 32 ------------------- */
-
-TGT static void DQ(q2_K)(const void *vx, float *y, int64_t k) {
-    const block_q2_K *x = vx;
-    for (int64_t b = 0; b < k / TND_QK_K; b++) {
-        float d = dq_h2f(x[b].d), dmin = dq_h2f(x[b].dmin);
-        for (int c = 0; c < 8; c++, y += 32) {
-            __m256i q = dq_bits(dq_load32(x[b].qs + 32 * (c / 4)), 2 * (c % 4), 3);
-            int s0 = x[b].scales[2 * c], s1 = x[b].scales[2 * c + 1];
-            emit_sub(y, q, d * (float)(s0 & 0xF), dmin * (float)(s0 >> 4), d * (float)(s1 & 0xF),
-                     dmin * (float)(s1 >> 4));
-        }
+TGTI void q2_K_prep(const void *vb, dq_sc *s) {
+    const block_q2_K *b = vb;
+    float d = dq_h2f(b->d), dmin = dq_h2f(b->dmin);
+    for (int g = 0; g < 16; g++) {
+        s->d[g] = d * (float)(b->scales[g] & 0xF);
+        s->m[g] = dmin * (float)(b->scales[g] >> 4);
     }
 }
-
-TGT static void DQ(q3_K)(const void *vx, float *y, int64_t k) {
-    const block_q3_K *x = vx;
-    for (int64_t b = 0; b < k / TND_QK_K; b++) {
-        float d = dq_h2f(x[b].d);
-        int8_t sc[16];
-        tnd_get_scales_q3_K(x[b].scales, sc);
-        __m256i hm = dq_load32(x[b].hmask);
-        for (int c = 0; c < 8; c++, y += 32) {
-            __m256i lo = dq_bits(dq_load32(x[b].qs + 32 * (c / 4)), 2 * (c % 4), 3);
-            /* high bit 1 -> q = lo, 0 -> lo - 4: q = (lo | hbit << 2) - 4 */
-            __m256i hb = _mm256_slli_epi16(dq_bits(hm, c, 1), 2);
-            __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, hb), _mm256_set1_epi8(4));
-            emit_mul(y, q, d * (float)sc[2 * c], d * (float)sc[2 * c + 1]);
-        }
-    }
+TGTI __m256i q2_K_q(const void *vb, int c) {
+    return dq_bits(dq_load32(((const block_q2_K *)vb)->qs + 32 * (c / 4)), 2 * (c % 4), 3);
 }
 
-TGT static void DQ(q4_K)(const void *vx, float *y, int64_t k) {
-    const block_q4_K *x = vx;
-    for (int64_t b = 0; b < k / TND_QK_K; b++) {
-        float d = dq_h2f(x[b].d), dmin = dq_h2f(x[b].dmin);
-        for (int c = 0; c < 8; c++, y += 32) {
-            uint8_t sc, m;
-            tnd_get_scale_min_k4(c, x[b].scales, &sc, &m);
-            float dl = d * (float)sc, ml = dmin * (float)m;
-            __m256i q = dq_bits(dq_load32(x[b].qs + 32 * (c / 2)), 4 * (c & 1), 0xF);
-            emit_sub(y, q, dl, ml, dl, ml);
-        }
-    }
+TGTI void q3_K_prep(const void *vb, dq_sc *s) {
+    const block_q3_K *b = vb;
+    float d = dq_h2f(b->d);
+    int8_t sc[16];
+    tnd_get_scales_q3_K(b->scales, sc);
+    for (int g = 0; g < 16; g++) s->d[g] = d * (float)sc[g];
+}
+TGTI __m256i q3_K_q(const void *vb, int c) {
+    const block_q3_K *b = vb;
+    __m256i lo = dq_bits(dq_load32(b->qs + 32 * (c / 4)), 2 * (c % 4), 3);
+    /* high bit 1 -> q = lo, 0 -> lo - 4: q = (lo | hbit << 2) - 4 */
+    __m256i hb = _mm256_slli_epi16(dq_bits(dq_load32(b->hmask), c, 1), 2);
+    return _mm256_sub_epi8(_mm256_or_si256(lo, hb), _mm256_set1_epi8(4));
 }
 
-TGT static void DQ(q5_K)(const void *vx, float *y, int64_t k) {
-    const block_q5_K *x = vx;
-    for (int64_t b = 0; b < k / TND_QK_K; b++) {
-        float d = dq_h2f(x[b].d), dmin = dq_h2f(x[b].dmin);
-        __m256i qh = dq_load32(x[b].qh);
-        for (int c = 0; c < 8; c++, y += 32) {
-            uint8_t sc, m;
-            tnd_get_scale_min_k4(c, x[b].scales, &sc, &m);
-            float dl = d * (float)sc, ml = dmin * (float)m;
-            __m256i q = dq_bits(dq_load32(x[b].qs + 32 * (c / 2)), 4 * (c & 1), 0xF);
-            q = _mm256_or_si256(q, _mm256_slli_epi16(dq_bits(qh, c, 1), 4));
-            emit_sub(y, q, dl, ml, dl, ml);
-        }
+/* Q4_K / Q5_K: one scale and min per 32, stored for both 16-halves. */
+TGTI void k4_prep(uint16_t dh, uint16_t dminh, const uint8_t *scales, dq_sc *s) {
+    float d = dq_h2f(dh), dmin = dq_h2f(dminh);
+    for (int c = 0; c < 8; c++) {
+        uint8_t sc, m;
+        tnd_get_scale_min_k4(c, scales, &sc, &m);
+        s->d[2 * c] = s->d[2 * c + 1] = d * (float)sc;
+        s->m[2 * c] = s->m[2 * c + 1] = dmin * (float)m;
     }
+}
+TGTI void q4_K_prep(const void *vb, dq_sc *s) {
+    const block_q4_K *b = vb;
+    k4_prep(b->d, b->dmin, b->scales, s);
+}
+TGTI __m256i q4_K_q(const void *vb, int c) {
+    return dq_bits(dq_load32(((const block_q4_K *)vb)->qs + 32 * (c / 2)), 4 * (c & 1), 0xF);
 }
 
-TGT static void DQ(q6_K)(const void *vx, float *y, int64_t k) {
-    const block_q6_K *x = vx;
-    for (int64_t b = 0; b < k / TND_QK_K; b++) {
-        float d = dq_h2f(x[b].d);
-        for (int c = 0; c < 8; c++, y += 32) {
-            int h = c / 4, cc = c % 4;
-            __m256i lo = dq_bits(dq_load32(x[b].ql + 64 * h + 32 * (cc & 1)), cc >= 2 ? 4 : 0, 0xF);
-            __m256i hi = dq_bits(dq_load32(x[b].qh + 32 * h), 2 * cc, 3);
-            __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
-            emit_mul(y, q, d * (float)x[b].scales[2 * c], d * (float)x[b].scales[2 * c + 1]);
-        }
-    }
+TGTI void q5_K_prep(const void *vb, dq_sc *s) {
+    const block_q5_K *b = vb;
+    k4_prep(b->d, b->dmin, b->scales, s);
 }
+TGTI __m256i q5_K_q(const void *vb, int c) {
+    const block_q5_K *b = vb;
+    __m256i q = dq_bits(dq_load32(b->qs + 32 * (c / 2)), 4 * (c & 1), 0xF);
+    return _mm256_or_si256(q, _mm256_slli_epi16(dq_bits(dq_load32(b->qh), c, 1), 4));
+}
+
+TGTI void q6_K_prep(const void *vb, dq_sc *s) {
+    const block_q6_K *b = vb;
+    float d = dq_h2f(b->d);
+    for (int g = 0; g < 16; g++) s->d[g] = d * (float)b->scales[g];
+}
+TGTI __m256i q6_K_q(const void *vb, int c) {
+    const block_q6_K *b = vb;
+    int h = c / 4, cc = c % 4;
+    __m256i lo = dq_bits(dq_load32(b->ql + 64 * h + 32 * (cc & 1)), cc >= 2 ? 4 : 0, 0xF);
+    __m256i hi = dq_bits(dq_load32(b->qh + 32 * h), 2 * cc, 3);
+    return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+}
+
+/* X(fmt, block type, elements per block, kind) for every quantized format. */
+#define DQ_FORMATS(X)                      \
+    X(q4_0, block_q4_0, 32, DQ_MUL)        \
+    X(q4_1, block_q4_1, 32, DQ_ADD)        \
+    X(q5_0, block_q5_0, 32, DQ_MUL)        \
+    X(q5_1, block_q5_1, 32, DQ_ADD)        \
+    X(q8_0, block_q8_0, 32, DQ_MUL)        \
+    X(mxfp4, block_mxfp4, 32, DQ_MUL)      \
+    X(q2_K, block_q2_K, 256, DQ_SUB)       \
+    X(q3_K, block_q3_K, 256, DQ_MUL)       \
+    X(q4_K, block_q4_K, 256, DQ_SUB)       \
+    X(q5_K, block_q5_K, 256, DQ_SUB)       \
+    X(q6_K, block_q6_K, 256, DQ_MUL)
+
+/* ---- conversion and scaling --------------------------------------------------- */
+
+/* d * q, d * q + m or d * q - m, rounded twice (mul, then add/sub). */
+#if DQ_WIDTH == 16
+typedef __m512 dq_vec;
+#define DQ_NV 2
+TGTI __m512 dq_cvt(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); } /* 16 int8 */
+TGTI __m512 dq_scale(__m512 q, int kind, float d, float m) {
+    __m512 p = _mm512_mul_ps(_mm512_set1_ps(d), q);
+    return kind == DQ_MUL ? p : kind == DQ_ADD ? _mm512_add_ps(p, _mm512_set1_ps(m)) : _mm512_sub_ps(p, _mm512_set1_ps(m));
+}
+/* Chunk of 32 quants -> 2 vectors; elements 0..15 use (d0, m0), 16..31 (d1, m1). */
+TGTI void dq_emit(__m256i q, int kind, float d0, float m0, float d1, float m1, __m512 o[2]) {
+    o[0] = dq_scale(dq_cvt(_mm256_castsi256_si128(q)), kind, d0, m0);
+    o[1] = dq_scale(dq_cvt(_mm256_extracti128_si256(q, 1)), kind, d1, m1);
+}
+TGTI void dq_store(float *y, const __m512 *o) {
+    _mm512_storeu_ps(y, o[0]);
+    _mm512_storeu_ps(y + 16, o[1]);
+}
+#else
+typedef __m256 dq_vec;
+#define DQ_NV 4
+TGTI __m256 dq_cvt(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); } /* low 8 int8 */
+TGTI __m256 dq_scale(__m256 q, int kind, float d, float m) {
+    __m256 p = _mm256_mul_ps(_mm256_set1_ps(d), q);
+    return kind == DQ_MUL ? p : kind == DQ_ADD ? _mm256_add_ps(p, _mm256_set1_ps(m)) : _mm256_sub_ps(p, _mm256_set1_ps(m));
+}
+/* Chunk of 32 quants -> 4 vectors; elements 0..15 use (d0, m0), 16..31 (d1, m1). */
+TGTI void dq_emit(__m256i q, int kind, float d0, float m0, float d1, float m1, __m256 o[4]) {
+    __m128i a = _mm256_castsi256_si128(q), b = _mm256_extracti128_si256(q, 1);
+    o[0] = dq_scale(dq_cvt(a), kind, d0, m0);
+    o[1] = dq_scale(dq_cvt(_mm_srli_si128(a, 8)), kind, d0, m0);
+    o[2] = dq_scale(dq_cvt(b), kind, d1, m1);
+    o[3] = dq_scale(dq_cvt(_mm_srli_si128(b, 8)), kind, d1, m1);
+}
+TGTI void dq_store(float *y, const __m256 *o) {
+    for (int v = 0; v < 4; v++) _mm256_storeu_ps(y + 8 * v, o[v]);
+}
+#endif
+
+/* ---- dequantizers ----------------------------------------------------------------- */
+
+#ifdef DQ_DEFINE_DEQUANT
+#define DQ_DEF(fmt, BT, QK, KIND)                                                            \
+    TGT static void DQ(fmt)(const void *vx, float *y, int64_t k) {                           \
+        const BT *x = vx;                                                                    \
+        for (int64_t i = 0; i < k / (QK); i++) {                                             \
+            dq_sc s;                                                                         \
+            fmt##_prep(&x[i], &s);                                                           \
+            for (int c = 0; c < (QK) / 32; c++, y += 32) {                                   \
+                dq_vec o[DQ_NV];                                                             \
+                dq_emit(fmt##_q(&x[i], c), KIND, s.d[2 * c], s.m[2 * c], s.d[2 * c + 1],     \
+                        s.m[2 * c + 1], o);                                                  \
+                dq_store(y, o);                                                              \
+            }                                                                                \
+        }                                                                                    \
+    }
+DQ_FORMATS(DQ_DEF)
+#undef DQ_DEF
+#endif
 
 #endif

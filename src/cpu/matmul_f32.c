@@ -8,8 +8,10 @@
  * (row, token) pair are L-lane vectors; between K chunks they live in a
  * per-thread state buffer (P x n_tok x L floats), so the order of the sum is
  * the same for any P, KC, tile shape, n_tok or thread count.
- *   decode (n_tok <= 4): P = one tile of rows, KC large: the buffer is a few
- *     KB in L1 and weights go DRAM -> registers -> L1 -> FMA once.
+ *   decode (n_tok <= 4): quantized formats use the ISA's fused kernel
+ *     (blocks dequantized into registers right before their FMAs, 4 rows at
+ *     a time); others P = one tile of rows, KC large: the buffer is a few KB
+ *     in L1 and weights go DRAM -> registers -> L1 -> FMA once.
  *   prefill: P = 16 rows x KC = 256: the panel (16 KB) stays in L1 while all
  *     token tiles sweep over it, so each weight is dequantized once per call. */
 #include "cpu/matmul_f32.h"
@@ -117,6 +119,7 @@ static float *tls_get(size_t n) {
 typedef struct job {
     const tnd_f32_kernel *k;
     tnd_dequant_fn deq;
+    tnd_f32_matvec_fn mv; /* fused decode kernel, or NULL */
     bool direct; /* F32 weights: the tile reads W itself */
     const char *W;
     size_t w_row, blk_bytes;
@@ -135,6 +138,11 @@ static void task(void *arg, int ith, int nth) {
     int64_t nrows = j->r1 - j->r0, ng = (nrows + ROW_GRAIN - 1) / ROW_GRAIN;
     int64_t a = j->r0 + ng * ith / nth * ROW_GRAIN, b = TND_MIN(j->r0 + ng * (ith + 1) / nth * ROW_GRAIN, j->r1);
     if (a >= b) return;
+    if (j->mv) {
+        j->mv((const uint8_t *)j->W + (size_t)a * j->w_row, j->w_row, b - a, j->x, j->n_in, (int)j->n_tok, j->n_in,
+              j->y + a, j->n_out);
+        return;
+    }
     const tnd_f32_kernel *K = j->k;
     const int64_t L = K->lanes, P = j->P, KC = j->KC, n_in = j->n_in, n_tok = j->n_tok;
     const int64_t st_rs = n_tok * L;
@@ -194,7 +202,7 @@ void tnd_cpu_matmul_f32_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t
     const tnd_f32_kernel *k = kern_current();
     bool decode = n_tok <= DECODE_MAX_TOK;
     job j = {
-        .k = k, .deq = deq, .direct = wt == TND_TYPE_F32, .W = W, .w_row = w_row, .blk_bytes = tr->type_size,
+        .k = k, .deq = deq, .mv = n_tok <= TND_F32_MATVEC_MAX_TOK ? k->matvec[wt] : NULL, .direct = wt == TND_TYPE_F32, .W = W, .w_row = w_row, .blk_bytes = tr->type_size,
         .blk = tr->block_size, .n_in = n_in, .n_out = n_out, .r0 = r0, .r1 = r1, .n_tok = n_tok,
         .P = decode ? k->max_r : P_PREFILL, .KC = decode ? KC_DECODE : KC_PREFILL, .x = x, .y = y,
     };
