@@ -12,8 +12,9 @@
  *     (blocks dequantized into registers right before their FMAs, 4 rows at
  *     a time); others P = one tile of rows, KC large: the buffer is a few KB
  *     in L1 and weights go DRAM -> registers -> L1 -> FMA once.
- *   prefill: P = 16 rows x KC = 256: the panel (16 KB) stays in L1 while all
- *     token tiles sweep over it, so each weight is dequantized once per call. */
+ *   prefill: P = 32 rows x KC = 1024: the panel (128 KB) stays in L2
+ *     while all token tiles sweep over it, so each weight is dequantized
+ *     once per call. */
 #include "cpu/matmul_f32.h"
 
 #include <math.h>
@@ -111,8 +112,13 @@ static float *tls_get(size_t n) {
 
 #define DECODE_MAX_TOK 4
 #define KC_DECODE 1024
-#define KC_PREFILL 256
-#define P_PREFILL 16
+/* Prefill blocking (see the top of the file): the panel (P x KC floats, in
+ * L2) is swept by every token tile, a token tile's x chunk (in L1) by every
+ * row tile of the panel. Per FMA instruction that is 4L/P bytes of x from
+ * L2/L3 and 8L^2/KC bytes of accumulator state. Best of the sizes tried on
+ * a Zen 3 core (16-64 rows x 256-2048). */
+#define KC_PREFILL 1024
+#define P_PREFILL 32
 /* Rows handed to threads in multiples of this (y's cache lines unshared). */
 #define ROW_GRAIN 16
 
@@ -146,7 +152,10 @@ static void task(void *arg, int ith, int nth) {
     const tnd_f32_kernel *K = j->k;
     const int64_t L = K->lanes, P = j->P, KC = j->KC, n_in = j->n_in, n_tok = j->n_tok;
     const int64_t st_rs = n_tok * L;
-    size_t nbuf = j->direct ? 0 : (size_t)(P * KC);
+    /* Buffer rows one cache line longer than KC: rows a power-of-two size
+     * apart would all map to the same L1 sets. */
+    const int64_t BS = KC + 16;
+    size_t nbuf = j->direct ? 0 : (size_t)(P * BS);
     size_t nst = n_in > KC ? (size_t)(P * st_rs) : 0;
     float *buf = tls_get(nbuf + nst + 1);
     if (!buf) {
@@ -166,10 +175,10 @@ static void task(void *arg, int ith, int nth) {
                 ws = n_in;
             } else {
                 for (int64_t r = 0; r < np; r++)
-                    j->deq(j->W + (size_t)(p0 + r) * j->w_row + (size_t)(k0 / j->blk) * j->blk_bytes, buf + r * KC,
+                    j->deq(j->W + (size_t)(p0 + r) * j->w_row + (size_t)(k0 / j->blk) * j->blk_bytes, buf + r * BS,
                            kc);
                 w = buf;
-                ws = KC;
+                ws = BS;
             }
             int first = k0 == 0, last = k0 + kc >= n_in;
             for (int64_t t0 = 0; t0 < n_tok; t0 += K->max_t) {
