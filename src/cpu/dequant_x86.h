@@ -105,13 +105,20 @@ TGTI __m256i mxfp4_q(const void *vb, int c) {
     return _mm256_shuffle_epi8(_mm256_set_m128i(t, t), dq_nibbles(((const block_mxfp4 *)vb)->qs));
 }
 
+/* 8 bytes (low half of v) as floats times s: the reference's s * (float)b. */
+TGTI __m256 dq_scale8(__m128i v, float s) {
+    return _mm256_mul_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)));
+}
+
 TGTI void q2_K_prep(const void *vb, dq_sc *s) {
     const block_q2_K *b = vb;
     float d = dq_h2f(b->d), dmin = dq_h2f(b->dmin);
-    for (int g = 0; g < 16; g++) {
-        s->d[g] = d * (float)(b->scales[g] & 0xF);
-        s->m[g] = dmin * (float)(b->scales[g] >> 4);
-    }
+    __m128i sc = _mm_loadu_si128((const __m128i *)b->scales), m4 = _mm_set1_epi8(0xF);
+    __m128i lo = _mm_and_si128(sc, m4), hi = _mm_and_si128(_mm_srli_epi16(sc, 4), m4); /* 0..15: signed ok */
+    _mm256_storeu_ps(s->d, dq_scale8(lo, d));
+    _mm256_storeu_ps(s->d + 8, dq_scale8(_mm_srli_si128(lo, 8), d));
+    _mm256_storeu_ps(s->m, dq_scale8(hi, dmin));
+    _mm256_storeu_ps(s->m + 8, dq_scale8(_mm_srli_si128(hi, 8), dmin));
 }
 TGTI __m256i q2_K_q(const void *vb, int c) {
     return dq_bits(dq_load32(((const block_q2_K *)vb)->qs + 32 * (c / 4)), 2 * (c % 4), 3);
@@ -132,15 +139,27 @@ TGTI __m256i q3_K_q(const void *vb, int c) {
     return _mm256_sub_epi8(_mm256_or_si256(lo, hb), _mm256_set1_epi8(4));
 }
 
-/* Q4_K / Q5_K: one scale and min per 32, stored for both 16-halves. */
+/* Q4_K / Q5_K: one scale and min per 32, stored for both 16-halves. The
+ * 6-bit fields of tnd_get_scale_min_k4, four at a time in 32-bit words:
+ * groups 0-3 are the low 6 bits of bytes 0-3 (scales) and 4-7 (mins);
+ * groups 4-7 take their low 4 bits from the nibbles of bytes 8-11 and their
+ * high 2 bits from the top bits of bytes 0-3 (scales) and 4-7 (mins). */
 TGTI void k4_prep(uint16_t dh, uint16_t dminh, const uint8_t *scales, dq_sc *s) {
     float d = dq_h2f(dh), dmin = dq_h2f(dminh);
-    for (int c = 0; c < 8; c++) {
-        uint8_t sc, m;
-        tnd_get_scale_min_k4(c, scales, &sc, &m);
-        s->d[2 * c] = s->d[2 * c + 1] = d * (float)sc;
-        s->m[2 * c] = s->m[2 * c + 1] = dmin * (float)m;
-    }
+    uint32_t u0, u1, u2;
+    memcpy(&u0, scales, 4);
+    memcpy(&u1, scales + 4, 4);
+    memcpy(&u2, scales + 8, 4);
+    uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+    uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+    __m256 dl = dq_scale8(_mm_setr_epi32((int)sc_lo, (int)sc_hi, 0, 0), d); /* 0..63: signed ok */
+    __m256 ml = dq_scale8(_mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0), dmin);
+    const __m256i lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    _mm256_storeu_ps(s->d, _mm256_permutevar8x32_ps(dl, lo));
+    _mm256_storeu_ps(s->d + 8, _mm256_permutevar8x32_ps(dl, hi));
+    _mm256_storeu_ps(s->m, _mm256_permutevar8x32_ps(ml, lo));
+    _mm256_storeu_ps(s->m + 8, _mm256_permutevar8x32_ps(ml, hi));
 }
 TGTI void q4_K_prep(const void *vb, dq_sc *s) {
     const block_q4_K *b = vb;
@@ -163,7 +182,9 @@ TGTI __m256i q5_K_q(const void *vb, int c) {
 TGTI void q6_K_prep(const void *vb, dq_sc *s) {
     const block_q6_K *b = vb;
     float d = dq_h2f(b->d);
-    for (int g = 0; g < 16; g++) s->d[g] = d * (float)b->scales[g];
+    __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
+    _mm256_storeu_ps(s->d, dq_scale8(sc, d));
+    _mm256_storeu_ps(s->d + 8, dq_scale8(_mm_srli_si128(sc, 8), d));
 }
 TGTI __m256i q6_K_q(const void *vb, int c) {
     const block_q6_K *b = vb;
