@@ -119,6 +119,7 @@ static float *tls_get(size_t n) {
  * a Zen 3 core (16-64 rows x 256-2048). */
 #define KC_PREFILL 1024
 #define P_PREFILL 32
+#define TOK_GROUP 1024
 /* Rows handed to threads in multiples of this (y's cache lines unshared). */
 #define ROW_GRAIN 16
 
@@ -150,8 +151,11 @@ static void task(void *arg, int ith, int nth) {
         return;
     }
     const tnd_f32_kernel *K = j->k;
-    const int64_t L = K->lanes, P = j->P, KC = j->KC, n_in = j->n_in, n_tok = j->n_tok;
-    const int64_t st_rs = n_tok * L;
+    const int64_t L = K->lanes, P = j->P, KC = j->KC, n_in = j->n_in;
+    /* Tokens in groups of at most TOK_GROUP, so the accumulator state stays
+     * bounded (P x TOK_GROUP x L floats); weights are dequantized once per
+     * group, which costs < 1% at that many tokens. */
+    const int64_t tg = TND_MIN(j->n_tok, TOK_GROUP), st_rs = tg * L;
     /* Buffer rows one cache line longer than KC: rows a power-of-two size
      * apart would all map to the same L1 sets. */
     const int64_t BS = KC + 16;
@@ -160,33 +164,38 @@ static void task(void *arg, int ith, int nth) {
     float *buf = tls_get(nbuf + nst + 1);
     if (!buf) {
         TND_WARN("tnd_cpu_matmul_f32: out of memory for thread buffers");
-        fill_nan(j->y, j->n_out, n_tok, a, b);
+        fill_nan(j->y, j->n_out, j->n_tok, a, b);
         return;
     }
     float *st = buf + nbuf;
-    for (int64_t p0 = a; p0 < b; p0 += P) {
-        int64_t np = TND_MIN(P, b - p0);
-        for (int64_t k0 = 0; k0 < n_in; k0 += KC) {
-            int64_t kc = TND_MIN(KC, n_in - k0);
-            const float *w;
-            int64_t ws;
-            if (j->direct) {
-                w = (const float *)j->W + p0 * n_in + k0;
-                ws = n_in;
-            } else {
-                for (int64_t r = 0; r < np; r++)
-                    j->deq(j->W + (size_t)(p0 + r) * j->w_row + (size_t)(k0 / j->blk) * j->blk_bytes, buf + r * BS,
-                           kc);
-                w = buf;
-                ws = BS;
-            }
-            int first = k0 == 0, last = k0 + kc >= n_in;
-            for (int64_t t0 = 0; t0 < n_tok; t0 += K->max_t) {
-                int nt = (int)TND_MIN(K->max_t, n_tok - t0);
-                for (int64_t q = 0; q < np; q += K->max_r) {
-                    int nr = (int)TND_MIN(K->max_r, np - q);
-                    K->tile(nr, nt, w + q * ws, ws, j->x + t0 * n_in + k0, n_in, kc, st + q * st_rs + t0 * L, st_rs,
-                            first, last, j->y + t0 * j->n_out + p0 + q, j->n_out);
+    for (int64_t g0 = 0; g0 < j->n_tok; g0 += tg) {
+        const int64_t n_tok = TND_MIN(tg, j->n_tok - g0);
+        const float *x = j->x + g0 * n_in;
+        float *y = j->y + g0 * j->n_out;
+        for (int64_t p0 = a; p0 < b; p0 += P) {
+            int64_t np = TND_MIN(P, b - p0);
+            for (int64_t k0 = 0; k0 < n_in; k0 += KC) {
+                int64_t kc = TND_MIN(KC, n_in - k0);
+                const float *w;
+                int64_t ws;
+                if (j->direct) {
+                    w = (const float *)j->W + p0 * n_in + k0;
+                    ws = n_in;
+                } else {
+                    for (int64_t r = 0; r < np; r++)
+                        j->deq(j->W + (size_t)(p0 + r) * j->w_row + (size_t)(k0 / j->blk) * j->blk_bytes,
+                               buf + r * BS, kc);
+                    w = buf;
+                    ws = BS;
+                }
+                int first = k0 == 0, last = k0 + kc >= n_in;
+                for (int64_t t0 = 0; t0 < n_tok; t0 += K->max_t) {
+                    int nt = (int)TND_MIN(K->max_t, n_tok - t0);
+                    for (int64_t q = 0; q < np; q += K->max_r) {
+                        int nr = (int)TND_MIN(K->max_r, np - q);
+                        K->tile(nr, nt, w + q * ws, ws, x + t0 * n_in + k0, n_in, kc, st + q * st_rs + t0 * L, st_rs,
+                                first, last, y + t0 * j->n_out + p0 + q, j->n_out);
+                    }
                 }
             }
         }
