@@ -94,8 +94,7 @@ TGT static void tile(int nr, int nt, const float *w, int64_t ws, const float *x,
                 const float *xc = x + b * (QK) + 32 * c;                                                   \
                 for (int r = 0; r < R; r++) {                                                              \
                     dq_vec w[DQ_NV];                                                                       \
-                    dq_emit(fmt##_q((const BT *)(W + (size_t)r * w_row) + b, c), KIND, s[r].d[2 * c],      \
-                            s[r].m[2 * c], s[r].d[2 * c + 1], s[r].m[2 * c + 1], w);                       \
+                    fmt##_emit((const BT *)(W + (size_t)r * w_row) + b, c, &s[r], w);                      \
                     for (int v = 0; v < DQ_NV; v++)                                                        \
                         for (int t = 0; t < T; t++)                                                        \
                             acc[r][t] = _mm256_fmadd_ps(w[v], _mm256_loadu_ps(xc + t * xs + v * L), acc[r][t]);                 \
