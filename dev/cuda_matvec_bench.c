@@ -53,10 +53,23 @@ static void put_f16(uint8_t *p, float v) {
     memcpy(p, &h, 2);
 }
 
+/* Random codes with scales that keep values finite (as test_cuda_ops). */
 static uint8_t *make_w(tnd_type t, int64_t n_in, int64_t n_out, size_t *bytes) {
     size_t n = tnd_row_size(t, n_in) * (size_t)n_out;
     uint8_t *w = malloc(n);
     if (!w) exit(1);
+    *bytes = n;
+    if (t == TND_TYPE_F32 || t == TND_TYPE_F16 || t == TND_TYPE_BF16) {
+        for (size_t i = 0; i < (size_t)(n_in * n_out); i++) {
+            float v = unif(-1, 1);
+            if (t == TND_TYPE_F32) memcpy(w + 4 * i, &v, 4);
+            else {
+                uint16_t h = t == TND_TYPE_F16 ? tnd_fp32_to_fp16(v) : tnd_fp32_to_bf16(v);
+                memcpy(w + 2 * i, &h, 2);
+            }
+        }
+        return w;
+    }
     for (size_t i = 0; i + 8 <= n; i += 8) {
         uint64_t r = rnd();
         memcpy(w + i, &r, 8);
@@ -67,13 +80,16 @@ static uint8_t *make_w(tnd_type t, int64_t n_in, int64_t n_out, size_t *bytes) {
         uint8_t *p = w + b * ts;
         float d = unif(0.0002f, 0.002f), m = unif(0.0001f, 0.001f);
         switch (t) {
-        case TND_TYPE_Q4_0: case TND_TYPE_Q8_0: put_f16(p, d); break;
-        case TND_TYPE_Q4_K: put_f16(p, d); put_f16(p + 2, m); break;
+        case TND_TYPE_Q4_0: case TND_TYPE_Q5_0: case TND_TYPE_Q8_0: put_f16(p, d); break;
+        case TND_TYPE_Q4_1: case TND_TYPE_Q5_1: put_f16(p, d); put_f16(p + 2, m); break;
+        case TND_TYPE_Q2_K: put_f16(p + 80, d); put_f16(p + 82, m); break;
+        case TND_TYPE_Q3_K: put_f16(p + 108, d); break;
+        case TND_TYPE_Q4_K: case TND_TYPE_Q5_K: put_f16(p, d); put_f16(p + 2, m); break;
         case TND_TYPE_Q6_K: put_f16(p + 208, d); break;
+        case TND_TYPE_MXFP4: p[0] = (uint8_t)(119 + rnd() % 6); break;
         default: break;
         }
     }
-    *bytes = n;
     return w;
 }
 
@@ -117,17 +133,23 @@ int main(int argc, char **argv) {
 
     double bw = copy_bandwidth();
     printf("device-to-device copy: %.0f GB/s (read + write)\n\n", bw);
-    printf("| type | n_in x n_out | MiB | variant | us | GB/s | of copy |\n|---|---|---|---|---|---|---|\n");
+    printf("| type | n_in x n_out | MiB | variant | us | GB/s | of copy | max err/sum|wx| |\n|---|---|---|---|---|---|---|---|\n");
 
+    /* the main formats on the shapes of 8B/14B models; the others on the
+     * 14B FFN shape */
     static const tnd_type types[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K, TND_TYPE_Q8_0, TND_TYPE_Q4_0};
     static const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {5120, 17408}, {14336, 4096}};
+    static const tnd_type others[] = {TND_TYPE_Q4_1, TND_TYPE_Q5_0, TND_TYPE_Q5_1, TND_TYPE_Q2_K, TND_TYPE_Q3_K,
+                                      TND_TYPE_Q5_K, TND_TYPE_MXFP4, TND_TYPE_F16};
+    const size_t n_main = sizeof types / sizeof types[0] * (sizeof shapes / sizeof shapes[0]);
+    const size_t n_cases = n_main + sizeof others / sizeof others[0];
     int failures = 0;
-    char summary[64][160];
+    char summary[64][200];
     int n_summary = 0;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            tnd_type t = types[ti];
-            int64_t n_in = shapes[si][0], n_out = shapes[si][1];
+    for (size_t ci = 0; ci < n_cases; ci++) {
+            const size_t ns = sizeof shapes / sizeof shapes[0];
+            tnd_type t = ci < n_main ? types[ci / ns] : others[ci - n_main];
+            int64_t n_in = ci < n_main ? shapes[ci % ns][0] : 5120, n_out = ci < n_main ? shapes[ci % ns][1] : 17408;
             size_t wb;
             uint8_t *w = make_w(t, n_in, n_out, &wb);
             const int n_tok_max = 8;
@@ -147,16 +169,22 @@ int main(int argc, char **argv) {
             CK(B->iface->copy_h2d(B, dx, x, (size_t)(n_in * n_tok_max) * 4, S));
             CK(B->iface->stream_sync(B, S));
 
-            /* variants: -1 = the default launch; then rows/block x threads */
-            static const int VR[] = {-1, 1, 1, 1, 2, 2, 2, 4, 4, 4};
-            static const int VT[] = {0, 64, 128, 256, 64, 128, 256, 64, 128, 256};
-            double def_gbs = 0, best_gbs = 0;
-            char best_var[32] = "";
-            for (size_t v = 0; v < sizeof VR / sizeof VR[0]; v++) {
+            /* variants: the default launch, then kernel (2 = the type's own,
+             * 1 = lane-per-sub) x rows per warp x threads */
+            int VK[32], VR[32], VT[32], nv = 0;
+            VK[nv] = VR[nv] = -1, VT[nv++] = 0;
+            for (int k = 2; k >= 1; k--) {
+                if (k == 2 && t != TND_TYPE_Q4_K) continue;
+                for (int r = 1; r <= 4; r *= 2)
+                    for (int th = 64; th <= 256; th *= 2) VK[nv] = k, VR[nv] = r, VT[nv++] = th;
+            }
+            double def_gbs = 0, def_err = 0, fam_gbs[3] = {0, 0, 0};
+            char fam_var[3][32] = {"", "", ""};
+            for (int v = 0; v < nv; v++) {
                 int e;
 #define LAUNCH(c)                                                                                         \
     (VR[v] < 0 ? tnd_cu_matvec(t, dw[c], n_in, n_out, dx, 1, dy, cs)                                       \
-               : tnd_cu_matvec_cfg(t, dw[c], n_in, n_out, dx, dy, VR[v], VT[v], cs))
+               : tnd_cu_matvec_cfg(t, dw[c], n_in, n_out, dx, dy, VK[v], VR[v], VT[v], cs))
                 CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
                 e = LAUNCH(0);
                 if (e) {
@@ -167,6 +195,7 @@ int main(int argc, char **argv) {
                 CK(B->iface->stream_sync(B, S));
                 /* validate 97 rows spread over the matrix (tolerance as in test_cuda_ops) */
                 int bad = 0;
+                double err = 0; /* max |y - ref| / sum |w x| */
                 for (int k = 0; k < 97; k++) {
                     int64_t r = (int64_t)k * (n_out - 1) / 96;
                     const uint8_t *row = w + tnd_row_size(t, n_in) * (size_t)r;
@@ -176,6 +205,7 @@ int main(int argc, char **argv) {
                         tnd_type_traits_get(t)->to_float(row + tnd_row_size(t, i), wf, 256);
                         for (int j = 0; j < 256; j++) sc += fabs((double)wf[j] * x[i + j]);
                     }
+                    if (sc > 0 && fabs(y[r] - ref) / sc > err) err = fabs(y[r] - ref) / sc;
                     if (!(fabs(y[r] - ref) <= 2e-4 * sc + 1e-6)) {
                         if (!bad) printf("MISMATCH row %lld: got %g want %g\n", (long long)r, y[r], ref);
                         bad++;
@@ -191,21 +221,24 @@ int main(int argc, char **argv) {
                 double gbs = bytes / (us * 1e-6) / 1e9;
                 char var[32];
                 if (VR[v] < 0) snprintf(var, sizeof var, "default");
-                else snprintf(var, sizeof var, "R%d T%d", VR[v], VT[v]);
-                printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% |\n", tnd_type_name(t), (long long)n_in,
-                       (long long)n_out, wb / 1048576.0, var, bad ? " MISMATCH" : "", us, gbs, 100.0 * gbs / bw);
-                if (VR[v] < 0) def_gbs = gbs;
-                if (gbs > best_gbs) {
-                    best_gbs = gbs;
-                    snprintf(best_var, sizeof best_var, "%s", var);
+                else snprintf(var, sizeof var, "K%d R%d T%d", VK[v], VR[v], VT[v]);
+                printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n", tnd_type_name(t),
+                       (long long)n_in, (long long)n_out, wb / 1048576.0, var, bad ? " MISMATCH" : "", us, gbs,
+                       100.0 * gbs / bw, err);
+                if (VR[v] < 0) {
+                    def_gbs = gbs;
+                    def_err = err;
+                } else if (gbs > fam_gbs[VK[v]]) {
+                    fam_gbs[VK[v]] = gbs;
+                    snprintf(fam_var[VK[v]], sizeof fam_var[0], "R%dT%d", VR[v], VT[v]);
                 }
 #undef LAUNCH
             }
             if (n_summary < 64)
                 snprintf(summary[n_summary++], sizeof summary[0],
-                         "%-5s %5lldx%-5lld default %5.0f GB/s (%3.0f%%)  best %-8s %5.0f GB/s (%3.0f%%)",
-                         tnd_type_name(t), (long long)n_in, (long long)n_out, def_gbs, 100 * def_gbs / bw, best_var,
-                         best_gbs, 100 * best_gbs / bw);
+                         "%-5s %5lldx%-5lld default %5.0f GB/s (%3.0f%%) err %.0e | own %-7s %5.0f | lane/sub %-7s %5.0f",
+                         tnd_type_name(t), (long long)n_in, (long long)n_out, def_gbs, 100 * def_gbs / bw, def_err,
+                         fam_var[2], fam_gbs[2], fam_var[1], fam_gbs[1]);
             /* batched decode: 4 and 8 tokens through the default path */
             for (int nt = 4; nt <= 8; nt += 4) {
                 for (int i = 0; i < 3; i++) tnd_cu_matvec(t, dw[i % ncopies], n_in, n_out, dx, nt, dy, cs);

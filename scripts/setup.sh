@@ -3,6 +3,7 @@
 #   cmake, gcc, clang: the build and the libFuzzer targets
 #   python3 + numpy + gguf (PyPI): the independent test oracles (the gguf
 #     package's dequantizers and a numpy reference forward pass)
+#   tokenizers, sentencepiece, protobuf (PyPI): independent tokenizer oracles
 set -euo pipefail
 need=()
 for c in cmake gcc clang; do command -v $c >/dev/null || need+=($c); done
@@ -11,4 +12,5 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq cmake gcc clang libclang-rt-14-dev >/dev/null
 fi
-python3 -c 'import numpy, gguf' 2>/dev/null || python3 -m pip install --quiet numpy gguf==0.19.0
+python3 -c 'import numpy, gguf, tokenizers, sentencepiece, google.protobuf' 2>/dev/null ||
+  python3 -m pip install --quiet numpy gguf==0.19.0 tokenizers sentencepiece protobuf

@@ -1,148 +1,276 @@
-/* Sampling: repetition penalty -> top-k -> temperature softmax -> top-p ->
- * min-p -> draw. Greedy when temp <= 0. The PRNG is splitmix64, seeded, so a
- * seed reproduces a run. */
+/* Token sampler: repetition penalty -> top-k -> temperature softmax -> top-p
+ * -> min-p -> draw. temp <= 0 is greedy (argmax, lowest id on exact ties).
+ * The random source is xoshiro256** seeded through splitmix64, so a seed
+ * gives the same tokens on every platform. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "util.h"
 
 struct tnd_sampler {
     tnd_sampler_params p;
-    uint64_t rng;
-    int32_t *recent; /* ring of the last repeat_last_n accepted tokens */
-    int n_recent, head;
-    int *idx;        /* candidate ids, sorted by logit */
-    int cap;
+    uint64_t rng[4];      /* xoshiro256** state */
+    int32_t *hist;        /* ring of the last repeat_last_n accepted tokens */
+    int n_hist, hist_pos;
+    /* scratch, grown to n_vocab on demand */
+    int32_t cap;
+    int32_t *idx;         /* candidate ids, best first */
+    double *prob;         /* candidate probabilities */
+    uint8_t *seen;        /* penalty dedup flags, all zero between calls */
 };
 
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro_next(uint64_t s[4]) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* Uniform double in [0, 1) from the top 53 bits. */
+static double rng_uniform(tnd_sampler *s) {
+    return (double)(xoshiro_next(s->rng) >> 11) * (1.0 / 9007199254740992.0);
+}
+
 tnd_sampler_params tnd_sampler_default_params(void) {
-    tnd_sampler_params p = {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
-                            .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
+    tnd_sampler_params p;
+    memset(&p, 0, sizeof p);
+    p.temp = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.repeat_last_n = 64;
+    /* A fresh seed per run unless the caller sets one. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    p.seed = splitmix64(&x);
     return p;
 }
 
 tnd_status tnd_sampler_new(const tnd_sampler_params *p, tnd_sampler **out) {
-    if (!p) return tnd_fail(TND_ERR_ARG, "sampler: no parameters");
-    if (p->top_k < 0 || p->top_p <= 0 || p->top_p > 1 || p->min_p < 0 || p->min_p > 1 || p->repeat_penalty <= 0 ||
-        p->repeat_last_n < 0 || !isfinite(p->temp))
-        return tnd_fail(TND_ERR_ARG, "sampler: parameter out of range");
+    if (!p || !out)
+        return tnd_fail(TND_ERR_ARG, "sampler: NULL argument");
+    if (isnan(p->temp))
+        return tnd_fail(TND_ERR_ARG, "sampler: temp is NaN");
+    if (p->top_k < 0)
+        return tnd_fail(TND_ERR_ARG, "sampler: top_k %d < 0", p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return tnd_fail(TND_ERR_ARG, "sampler: top_p %g not in (0, 1]", (double)p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return tnd_fail(TND_ERR_ARG, "sampler: min_p %g not in [0, 1]", (double)p->min_p);
+    if (!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty))
+        return tnd_fail(TND_ERR_ARG, "sampler: repeat_penalty %g must be > 0", (double)p->repeat_penalty);
+    if (p->repeat_last_n < 0 || p->repeat_last_n > (1 << 24))
+        return tnd_fail(TND_ERR_ARG, "sampler: repeat_last_n %d not in [0, 2^24]", p->repeat_last_n);
     tnd_sampler *s = tnd_calloc(1, sizeof *s);
-    if (!s) return TND_ERR_NOMEM;
-    s->p = *p;
-    s->rng = p->seed ^ 0x9E3779B97F4A7C15ull;
-    if (p->repeat_last_n > 0 && !(s->recent = tnd_calloc((size_t)p->repeat_last_n, sizeof *s->recent))) {
-        free(s);
+    if (!s)
         return TND_ERR_NOMEM;
+    s->p = *p;
+    if (p->repeat_last_n > 0) {
+        s->hist = tnd_malloc((size_t)p->repeat_last_n * sizeof *s->hist);
+        if (!s->hist) {
+            free(s);
+            return TND_ERR_NOMEM;
+        }
     }
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
     *out = s;
     return TND_OK;
 }
 
 void tnd_sampler_free(tnd_sampler *s) {
-    if (!s) return;
-    free(s->recent);
+    if (!s)
+        return;
+    free(s->hist);
     free(s->idx);
+    free(s->prob);
+    free(s->seen);
     free(s);
 }
 
 void tnd_sampler_accept(tnd_sampler *s, int32_t tok) {
-    if (!s->p.repeat_last_n) return;
-    s->recent[s->head] = tok;
-    s->head = (s->head + 1) % s->p.repeat_last_n;
-    if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
+    if (!s || s->p.repeat_last_n <= 0)
+        return;
+    s->hist[s->hist_pos] = tok;
+    s->hist_pos = (s->hist_pos + 1) % s->p.repeat_last_n;
+    if (s->n_hist < s->p.repeat_last_n)
+        s->n_hist++;
 }
 
-static double next_uniform(tnd_sampler *s) {
-    uint64_t z = (s->rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+static bool grow(tnd_sampler *s, int32_t n) {
+    if (n <= s->cap)
+        return true;
+    int32_t *idx = realloc(s->idx, (size_t)n * sizeof *idx);
+    if (idx)
+        s->idx = idx;
+    double *prob = realloc(s->prob, (size_t)n * sizeof *prob);
+    if (prob)
+        s->prob = prob;
+    uint8_t *seen = realloc(s->seen, (size_t)n);
+    if (seen) {
+        s->seen = seen;
+        memset(seen + s->cap, 0, (size_t)(n - s->cap));
+    }
+    if (!idx || !prob || !seen)
+        return false;
+    s->cap = n;
+    return true;
 }
 
-static const float *g_sort_logits; /* qsort has no context argument in C11 */
-static int by_logit_desc(const void *a, const void *b) {
-    float x = g_sort_logits[*(const int *)a], y = g_sort_logits[*(const int *)b];
-    if (x != y) return x < y ? 1 : -1;
-    return *(const int *)a - *(const int *)b;
+/* Order "a before b": higher logit first, lower id on ties. */
+static bool better(const float *l, int32_t a, int32_t b) {
+    return l[a] > l[b] || (l[a] == l[b] && a < b);
+}
+
+/* Min-heap on "better" (root = worst kept), for top-k selection. */
+static void heap_down(const float *l, int32_t *h, int n, int i) {
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && better(l, h[c], h[c + 1]))
+            c++;
+        if (!better(l, h[i], h[c]))
+            return;
+        int32_t t = h[i];
+        h[i] = h[c];
+        h[c] = t;
+        i = c;
+    }
+}
+
+/* Puts the k best ids (k <= n) of l into idx, best first: a heap of the k
+ * best seen so far (root = worst of them), then heapsort, which moves the
+ * worst to the back one by one. O(n log k). */
+static void select_top(const float *l, int32_t n, int32_t k, int32_t *idx) {
+    for (int32_t i = 0; i < k; i++)
+        idx[i] = i;
+    for (int32_t i = k / 2 - 1; i >= 0; i--)
+        heap_down(l, idx, k, i);
+    for (int32_t i = k; i < n; i++) {
+        if (better(l, i, idx[0])) {
+            idx[0] = i;
+            heap_down(l, idx, k, 0);
+        }
+    }
+    for (int32_t m = k - 1; m > 0; m--) {
+        int32_t t = idx[0];
+        idx[0] = idx[m];
+        idx[m] = t;
+        heap_down(l, idx, m, 0);
+    }
+}
+
+static int32_t argmax(const float *l, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (l[i] > l[best])
+            best = i;
+    return best;
 }
 
 int32_t tnd_sampler_sample(tnd_sampler *s, float *logits, int32_t n_vocab) {
+    if (!s || !logits || n_vocab <= 0)
+        return -1;
     const tnd_sampler_params *p = &s->p;
-    if (p->repeat_penalty != 1.0f)
-        for (int i = 0; i < s->n_recent; i++) {
-            int32_t t = s->recent[i];
-            if (t < 0 || t >= n_vocab) continue;
+    /* NaN would break every comparison below; treat it as impossible. */
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (isnan(logits[i]))
+            logits[i] = -INFINITY;
+    if (!grow(s, n_vocab)) {
+        /* Out of scratch memory: greedy still works without it. */
+        int32_t t = argmax(logits, n_vocab);
+        tnd_sampler_accept(s, t);
+        return t;
+    }
+
+    /* 1. repetition penalty, once per distinct recent token */
+    if (p->repeat_penalty != 1.0f && s->n_hist > 0) {
+        for (int i = 0; i < s->n_hist; i++) {
+            int32_t t = s->hist[i];
+            if (t < 0 || t >= n_vocab || s->seen[t])
+                continue;
+            s->seen[t] = 1;
             logits[t] = logits[t] > 0 ? logits[t] / p->repeat_penalty : logits[t] * p->repeat_penalty;
         }
-    int32_t pick = 0;
-    if (p->temp <= 0) {
-        for (int32_t i = 1; i < n_vocab; i++)
-            if (logits[i] > logits[pick]) pick = i;
-        tnd_sampler_accept(s, pick);
-        return pick;
-    }
-    if (s->cap < n_vocab) {
-        int *idx = realloc(s->idx, sizeof *idx * (size_t)n_vocab);
-        if (!idx) return 0;
-        s->idx = idx;
-        s->cap = n_vocab;
-    }
-    /* Candidates: the top k (or all), sorted by logit. */
-    int n = n_vocab;
-    for (int i = 0; i < n; i++) s->idx[i] = i;
-    int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    if (k < n) { /* partial selection: keep the k best at the front */
-        for (int i = 0; i < k; i++) {
-            int best = i;
-            for (int j = i + 1; j < n; j++)
-                if (logits[s->idx[j]] > logits[s->idx[best]] ||
-                    (logits[s->idx[j]] == logits[s->idx[best]] && s->idx[j] < s->idx[best]))
-                    best = j;
-            int t = s->idx[i];
-            s->idx[i] = s->idx[best];
-            s->idx[best] = t;
+        for (int i = 0; i < s->n_hist; i++) {
+            int32_t t = s->hist[i];
+            if (t >= 0 && t < n_vocab)
+                s->seen[t] = 0;
         }
-        n = k;
-    } else {
-        g_sort_logits = logits;
-        qsort(s->idx, (size_t)n, sizeof *s->idx, by_logit_desc);
     }
-    /* Softmax with temperature over the candidates (reusing logits as probs). */
-    float mx = logits[s->idx[0]];
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += logits[s->idx[i]] = expf((logits[s->idx[i]] - mx) / p->temp);
-    for (int i = 0; i < n; i++) logits[s->idx[i]] = (float)(logits[s->idx[i]] / sum);
-    /* Top-p: the smallest prefix whose mass reaches top_p. */
-    if (p->top_p < 1.0f) {
-        double acc = 0;
-        for (int i = 0; i < n; i++) {
-            acc += logits[s->idx[i]];
-            if (acc >= p->top_p) {
-                n = i + 1;
+
+    int32_t tok;
+    if (p->temp <= 0.0f) {
+        tok = argmax(logits, n_vocab);
+    } else {
+        /* 2. top-k (0 = all) */
+        int32_t k = (p->top_k > 0 && p->top_k < n_vocab) ? p->top_k : n_vocab;
+        int32_t *idx = s->idx;
+        double *prob = s->prob;
+        select_top(logits, n_vocab, k, idx);
+        /* 3. softmax at temperature, in double */
+        double mx = logits[idx[0]], sum = 0.0;
+        for (int32_t i = 0; i < k; i++) {
+            double e = isinf(mx) ? (i == 0) : exp(((double)logits[idx[i]] - mx) / p->temp);
+            prob[i] = e;
+            sum += e;
+        }
+        for (int32_t i = 0; i < k; i++)
+            prob[i] /= sum;
+        /* 4. top-p: the shortest prefix whose mass reaches top_p */
+        int32_t n = k;
+        if (p->top_p < 1.0f) {
+            double cum = 0.0;
+            for (int32_t i = 0; i < k; i++) {
+                cum += prob[i];
+                if (cum >= p->top_p) {
+                    n = i + 1;
+                    break;
+                }
+            }
+        }
+        /* 5. min-p: drop tokens below min_p times the most likely one */
+        if (p->min_p > 0.0f) {
+            double floor_p = p->min_p * prob[0];
+            int32_t m = 1;
+            while (m < n && prob[m] >= floor_p)
+                m++;
+            n = m;
+        }
+        /* 6. draw from what is left */
+        double mass = 0.0;
+        for (int32_t i = 0; i < n; i++)
+            mass += prob[i];
+        double u = rng_uniform(s) * mass, cum = 0.0;
+        tok = idx[n - 1];
+        for (int32_t i = 0; i < n; i++) {
+            cum += prob[i];
+            if (u < cum) {
+                tok = idx[i];
                 break;
             }
         }
     }
-    /* Min-p: drop candidates below min_p times the best one's probability. */
-    if (p->min_p > 0) {
-        float floor_p = p->min_p * logits[s->idx[0]];
-        int m = 1;
-        while (m < n && logits[s->idx[m]] >= floor_p) m++;
-        n = m;
-    }
-    double mass = 0;
-    for (int i = 0; i < n; i++) mass += logits[s->idx[i]];
-    double r = next_uniform(s) * mass, acc = 0;
-    pick = s->idx[n - 1];
-    for (int i = 0; i < n; i++) {
-        acc += logits[s->idx[i]];
-        if (r < acc) {
-            pick = s->idx[i];
-            break;
-        }
-    }
-    tnd_sampler_accept(s, pick);
-    return pick;
+    tnd_sampler_accept(s, tok);
+    return tok;
 }

@@ -69,6 +69,7 @@ struct tnd_tokenizer {
     int32_t byte_tok[256]; /* SPM: <0xNN>; BPE: the byte's one-character token; -1 */
     int32_t bos, eos, eot, eom, unk, pad;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    bool spm_split;     /* no piece has U+2581 after another character */
     /* Tokens matched in raw text (control + user-defined), bucketed by first
      * byte, longest first within a bucket. */
     int32_t *spec;
@@ -209,11 +210,19 @@ static cand heap_pop(heap *h) {
 
 /* ---- SPM ------------------------------------------------------------------ */
 
+/* sentencepiece merges only into normal pieces (control, unknown, unused
+ * and byte pieces never come out of merging; user-defined ones are matched
+ * before). */
+static int32_t spm_piece(const tnd_tokenizer *t, const char *p, size_t n) {
+    int32_t id = lookup(t, p, n);
+    return id >= 0 && (t->type[id] == TT_NORMAL || t->type[id] == TT_USER) ? id : -1;
+}
+
 static void spm_try_pair(const tnd_tokenizer *t, const char *buf, const sym *s, int32_t l, heap *h) {
     if (l < 0 || s[l].next < 0) return;
     int32_t r = s[l].next;
     uint32_t size = s[l].n + s[r].n;
-    int32_t id = lookup(t, buf + s[l].start, size);
+    int32_t id = spm_piece(t, buf + s[l].start, size);
     if (id < 0) return;
     heap_push(h, (cand){t->scores[id], l, r, size, id});
 }
@@ -226,11 +235,14 @@ static void emit_bytes_fallback(const tnd_tokenizer *t, const char *p, size_t n,
     }
 }
 
+static bool is_meta(const char *p, size_t n) { return n >= 3 && !memcmp(p, "\xe2\x96\x81", 3); }
+
 static tnd_status spm_encode(const tnd_tokenizer *t, const char *text, size_t len, bool prefix, ivec *out) {
+    if (len > (UINT32_MAX - 3) / 3) return tnd_fail(TND_ERR_LIMIT, "tokenize: text of %zu bytes is too long", len);
     /* Escaped copy: each ' ' becomes U+2581 (3 bytes). */
     size_t cap = 3 * len + 3;
-    char *buf = malloc(cap ? cap : 1);
-    sym *s = malloc((len + 1) * sizeof *s);
+    char *buf = malloc(cap);
+    sym *s = malloc((len + 2) * sizeof *s);
     heap h = {0};
     if (!buf || !s) {
         free(buf);
@@ -251,23 +263,36 @@ static tnd_status spm_encode(const tnd_tokenizer *t, const char *text, size_t le
         ns++;
         i += n;
     }
-    if (ns) s[ns - 1].next = -1;
-    for (int32_t i = 0; i + 1 < ns; i++) spm_try_pair(t, buf, s, i, &h);
-    while (h.n && !h.oom) {
-        cand c = heap_pop(&h);
-        sym *l = &s[c.left], *r = &s[c.right];
-        if (!l->n || !r->n || l->next != c.right || l->n + r->n != c.size) continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) s[r->next].prev = c.left;
-        spm_try_pair(t, buf, s, l->prev, &h);
-        spm_try_pair(t, buf, s, c.left, &h);
-    }
-    for (int32_t i = ns ? 0 : -1; i >= 0; i = s[i].next) {
-        int32_t id = lookup(t, buf + s[i].start, s[i].n);
-        if (id >= 0) ivec_push(out, id);
-        else emit_bytes_fallback(t, buf + s[i].start, s[i].n, out);
+    /* Segments: when no piece has U+2581 after another character, nothing
+     * merges across the start of a word (a U+2581 after a non-U+2581), so
+     * each word merges on its own: same result, small heaps. */
+    for (int32_t a = 0; a < ns && !h.oom;) {
+        int32_t b = a + 1;
+        if (t->spm_split)
+            while (b < ns && !(is_meta(buf + s[b].start, s[b].n) && !is_meta(buf + s[b - 1].start, s[b - 1].n))) b++;
+        else
+            b = ns;
+        s[a].prev = -1;
+        s[b - 1].next = -1;
+        h.n = 0;
+        for (int32_t i = a; i + 1 < b; i++) spm_try_pair(t, buf, s, i, &h);
+        while (h.n && !h.oom) {
+            cand c = heap_pop(&h);
+            sym *l = &s[c.left], *r = &s[c.right];
+            if (!l->n || !r->n || l->next != c.right || l->n + r->n != c.size) continue;
+            l->n += r->n;
+            r->n = 0;
+            l->next = r->next;
+            if (r->next >= 0) s[r->next].prev = c.left;
+            spm_try_pair(t, buf, s, l->prev, &h);
+            spm_try_pair(t, buf, s, c.left, &h);
+        }
+        for (int32_t i = a; i >= 0; i = s[i].next) {
+            int32_t id = spm_piece(t, buf + s[i].start, s[i].n);
+            if (id >= 0) ivec_push(out, id);
+            else emit_bytes_fallback(t, buf + s[i].start, s[i].n, out);
+        }
+        a = b;
     }
     bool oom = h.oom;
     free(h.v);
@@ -758,9 +783,13 @@ tnd_status tnd_tokenize(const tnd_tokenizer *t, const char *text, size_t len, bo
     ivec out = {0};
     tnd_status st = TND_OK;
     if (add_special && t->add_bos && t->bos >= 0) ivec_push(&out, t->bos);
-    /* SPM's space prefix goes on raw text at the start or after a special
-     * token, as sentencepiece treats each such fragment as a new sentence. */
-    bool prev_special = true;
+    /* SPM's space prefix (a) starts the text, as sentencepiece's dummy
+     * prefix does, even when a user-defined token comes first; (b) starts
+     * the raw text after each control token, as Hugging Face's Llama
+     * tokenizer and llama.cpp do (a chat template's "<s>[INST]" gives
+     * "<s>", "▁[INST]"). User-defined tokens are part of the text and
+     * start nothing. */
+    bool prefix = t->add_space_prefix;
     size_t frag = 0;
     for (size_t i = 0; i < len && st == TND_OK;) {
         size_t n = 0;
@@ -769,16 +798,15 @@ tnd_status tnd_tokenize(const tnd_tokenizer *t, const char *text, size_t len, bo
             i++;
             continue;
         }
-        if (frag < i) {
-            st = encode_raw(t, text + frag, i - frag, t->add_space_prefix && prev_special, &out);
-            prev_special = false;
+        if (frag < i || (prefix && i == 0 && t->kind == TOK_SPM)) {
+            st = encode_raw(t, text + frag, i - frag, prefix, &out);
         }
         ivec_push(&out, id);
-        prev_special = true;
+        prefix = t->add_space_prefix && t->type[id] == TT_CONTROL;
         i += n;
         frag = i;
     }
-    if (st == TND_OK && frag < len) st = encode_raw(t, text + frag, len - frag, t->add_space_prefix && prev_special, &out);
+    if (st == TND_OK && frag < len) st = encode_raw(t, text + frag, len - frag, prefix, &out);
     if (st == TND_OK && add_special && t->add_eos && t->eos >= 0) ivec_push(&out, t->eos);
     if (st == TND_OK && out.oom) st = tnd_fail(TND_ERR_NOMEM, "tokenize: out of memory");
     if (st != TND_OK) {
@@ -910,8 +938,11 @@ static const gguf_kv *get_arr(const tnd_gguf *g, const char *key, gguf_vtype et,
     if (!kv) return NULL;
     if (kv->type != GGUF_ARRAY || kv->v.arr.type != et || (n != UINT64_MAX && kv->v.arr.n != n)) {
         *bad = true;
-        tnd_fail(TND_ERR_FORMAT, "%s: %s must be an array of %" PRIu64 " %s", gguf_path(g), key, n,
-                 gguf_vtype_name(et));
+        if (n == UINT64_MAX)
+            tnd_fail(TND_ERR_FORMAT, "%s: %s must be an array of %s", gguf_path(g), key, gguf_vtype_name(et));
+        else
+            tnd_fail(TND_ERR_FORMAT, "%s: %s must be an array of %" PRIu64 " %s (one per token)", gguf_path(g),
+                     key, n, gguf_vtype_name(et));
         return NULL;
     }
     return kv;
@@ -964,7 +995,7 @@ static tnd_status build_specials(tnd_tokenizer *t) {
 static bool is_eog_text(const char *s, size_t n) {
     static const char *const names[] = {
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-        "<EOT>", "<|end_of_text|>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+        "<EOT>", "<|end_of_text|>", "<\xef\xbd\x9c\x65nd\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
         "<|return|>", "<|call|>",
     };
     for (size_t i = 0; i < TND_ARRAY_LEN(names); i++)
@@ -1112,6 +1143,16 @@ tnd_status tnd_tokenizer_new(const tnd_gguf *g, tnd_tokenizer **out) {
         }
     }
 
+    if (kind == TOK_SPM) {
+        t->spm_split = true;
+        for (int32_t i = 0; i < nv && t->spm_split; i++) {
+            if (t->type[i] != TT_NORMAL && t->type[i] != TT_USER) continue;
+            size_t n;
+            const char *p = tok_text(t, i, &n);
+            for (size_t j = 1; j + 3 <= n; j++)
+                if (is_meta(p + j, n - j) && !(j >= 3 && is_meta(p + j - 3, 3))) t->spm_split = false;
+        }
+    }
     if (kind == TOK_BPE) {
         char *pre = gguf_get_cstr(g, "tokenizer.ggml.pre");
         int p = pre ? tok_pre_from_name(pre) : TOK_PRE_GPT2;

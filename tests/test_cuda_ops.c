@@ -284,14 +284,17 @@ static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
     ref_matmul(t, W, n_in, n_out, x, 1, ref, sc, &xmax);
     void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)n_in * 4);
     float *dy = (float *)dev_alloc((size_t)n_out * 4), *y = (float *)xmalloc((size_t)n_out * 4);
+    /* kernels: 1 lane-per-sub, 2 the type's own (Q4_K; the others fall back
+     * to their default, tested too) */
     static const int R[] = {1, 2, 4}, T[] = {32, 96, 128, 256};
+    for (int k = 1; k <= 2; k++)
     for (size_t i = 0; i < 3; i++)
         for (size_t j = 0; j < 4; j++) {
             char what[160];
-            snprintf(what, sizeof what, "matvec_cfg %-5s n_in=%lld n_out=%lld rows/block=%d threads=%d",
-                     tnd_type_name(t), (long long)n_in, (long long)n_out, R[i], T[j]);
+            snprintf(what, sizeof what, "matvec_cfg %-5s n_in=%lld n_out=%lld kernel=%d rows/warp=%d threads=%d",
+                     tnd_type_name(t), (long long)n_in, (long long)n_out, k, R[i], T[j]);
             dev_poison(dy, (size_t)n_out * 4);
-            int e = tnd_cu_matvec_cfg(t, dW, n_in, n_out, (const float *)dx, dy, R[i], T[j],
+            int e = tnd_cu_matvec_cfg(t, dW, n_in, n_out, (const float *)dx, dy, k, R[i], T[j],
                                       (tnd_cu_stream)tnd_cuda_stream_handle(S));
             tnd_status st = B->iface->stream_sync(B, S);
             if (e || st) {
@@ -1024,6 +1027,17 @@ int main(int argc, char **argv) {
     test_matvec_cfg(TND_TYPE_Q8_0, 32 * 41, 67);
     test_matvec_cfg(TND_TYPE_Q4_0, 32 * 41, 67);
     test_matvec_cfg(TND_TYPE_F16, 417, 67);
+    /* every other format: rows not 16-byte aligned, n_in not a multiple of
+     * 32 subs (a warp's last step partial) */
+    test_matvec_cfg(TND_TYPE_Q4_1, 32 * 41, 13);
+    test_matvec_cfg(TND_TYPE_Q5_0, 32 * 41, 13);
+    test_matvec_cfg(TND_TYPE_Q5_1, 32 * 41, 13);
+    test_matvec_cfg(TND_TYPE_MXFP4, 32 * 41, 13);
+    test_matvec_cfg(TND_TYPE_Q2_K, 256 * 9, 13);
+    test_matvec_cfg(TND_TYPE_Q3_K, 256 * 9, 13);
+    test_matvec_cfg(TND_TYPE_Q5_K, 256 * 9, 13);
+    test_matvec_cfg(TND_TYPE_BF16, 417, 13);
+    test_matvec_cfg(TND_TYPE_F32, 417, 13);
 
     static const tnd_type id_types[] = {TND_TYPE_Q4_K, TND_TYPE_Q8_0, TND_TYPE_MXFP4, TND_TYPE_F16};
     for (size_t i = 0; i < TND_ARRAY_LEN(id_types); i++) {

@@ -38,6 +38,14 @@ static void test_unicode(void) {
     CHECK(uni_category(0x1f999) == UNI_So); /* 🦙 */
     CHECK(uni_category(0x10ffff) == UNI_Cn);
     CHECK(uni_category(UNI_INVALID) == UNI_Cn);
+    /* The lookup lands in the right run at every run's edges. */
+    CHECK(uni_n_runs > 1000 && (uni_runs[0] >> 5) == 0);
+    for (uint32_t r = 1; r < uni_n_runs; r++) {
+        uint32_t start = uni_runs[r] >> 5;
+        CHECK(start > (uni_runs[r - 1] >> 5));
+        CHECK(uni_category(start) == (enum uni_cat)(uni_runs[r] & 31));
+        CHECK(uni_category(start - 1) == (enum uni_cat)(uni_runs[r - 1] & 31));
+    }
     CHECK(uni_is_space(' ') && uni_is_space('\t') && uni_is_space(0x3000) && uni_is_space(0x85));
     CHECK(!uni_is_space(0x200b)); /* zero width space is not White_Space */
     CHECK(uni_is_letter(0x4e2d) && !uni_is_letter('1') && uni_is_number(0xbd));
@@ -215,7 +223,7 @@ static void bos_extra(gguf_writer *w) {
 
 static void test_bpe_synthetic(void) {
     /* Byte-level: 'a' 'b' 'c' stand for themselves, Ġ for space. */
-    const char *toks[] = {"a", "b", "c", "ab", "bc", "<s>", "</s>", "\xc4\xa0", "\xc4\xa0" "a", "<x>"};
+    const char *toks[] = {"a", "b", "c", "ab", "bc", "<s>", "</s>", "\xc4\xa0", "\xc4\xa0\x61", "<x>"};
     const int32_t types[] = {1, 1, 1, 1, 1, 3, 3, 1, 1, 4};
     const char *m1[] = {"b c", "a b", "\xc4\xa0 a"};
     const char *m2[] = {"a b", "b c", "\xc4\xa0 a"};
@@ -262,7 +270,7 @@ static void test_bpe_synthetic(void) {
 
 static void test_spm_synthetic(void) {
     /* ▁ = U+2581. Scores decide the merge order. */
-    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "<0x0A>", "<0x41>"};
+    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81\x61", "<0x0A>", "<0x41>"};
     const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 6, 6};
     const float s1[] = {0, 0, 0, -1, -2, -2, -3, -5, 0, 0};
     const float s2[] = {0, 0, 0, -1, -2, -2, -5, -3, 0, 0};
@@ -284,6 +292,19 @@ static void test_spm_synthetic(void) {
     if (!t) return;
     IDS(t, "ab", false, false, 7, 5); /* now "▁a" wins */
     IDS(t, "ab ab", false, false, 7, 5, 7, 5);
+    tnd_tokenizer_free(t);
+}
+
+/* A piece with U+2581 inside ("a▁") makes merges cross word starts, so
+ * words may not be merged one by one. */
+static void test_spm_cross_word(void) {
+    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81\x61", "a\xe2\x96\x81"};
+    const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1};
+    const float sc[] = {0, 0, 0, -3, -3, -3, -1, -0.5f};
+    tnd_tokenizer *t = NULL;
+    CHECK(make_tok("llama", NULL, toks, 8, sc, types, NULL, 0, NULL, &t) == TND_OK);
+    if (!t) return;
+    IDS(t, "a b", false, false, 3, 7, 5); /* "a▁" outscores "▁a" */
     tnd_tokenizer_free(t);
 }
 
@@ -345,12 +366,13 @@ static void test_smollm(const char *src) {
      * detokenize back to it. */
     const char *texts[] = {
         "<|im_start|>user",
-        "Hello, y'all! How are you \xf0\x9f\x98\x81 ?\xe6\x88\x91\xe6\x83\xb3\xe5\x9c\xa8" "apple\xe5\xb7\xa5\xe4\xbd\x9c" "1314151" "\xe5\xa4\xa9\xef\xbd\x9e",
+        ("Hello, y'all! How are you \xf0\x9f\x98\x81 ?\xe6\x88\x91\xe6\x83\xb3\xe5\x9c\xa8"
+         "apple\xe5\xb7\xa5\xe4\xbd\x9c" "1314151" "\xe5\xa4\xa9\xef\xbd\x9e"),
         "    def f(x):\n\treturn x**2  # \xce\xbb\n\n\n",
         "\xf0\x9f\xa6\x99\xf0\x9f\xa6\x99 3.14159 caf\xc3\xa9 \xd0\xbd\xd0\xb5\xd1\x89\xd0\xbe",
         /* Invalid UTF-8 survives too: every byte that can occur in UTF-8
          * has a token (SmolLM2 has none for C0, C1, F5..FF). */
-        "a\x80" "b\xe2\x82 \xc3(",
+        ("a\x80" "b\xe2\x82 \xc3("),
     };
     for (size_t k = 0; k < TND_ARRAY_LEN(texts); k++) {
         int32_t *ids = NULL;
@@ -403,6 +425,7 @@ int main(void) {
     test_pre();
     test_bpe_synthetic();
     test_spm_synthetic();
+    test_spm_cross_word();
     test_errors();
     test_smollm(src ? src : ".");
     unlink(g_tmp);

@@ -26,7 +26,7 @@ ALPHABET = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") * 3 + l
             list("'\".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`") +
             list("éüßÄøçñÅ") + list("ΩωЖж") + list("中文字语言한국어日本語ひらがな") +
             ["\u0301", "\u0663", "\u00bd", "\u0e01", "\u17a2"] +
-            ["😀", "🦙", "✅", "\u200b", "\u2581", "▁▁"] + list("！（）：，。、～"))
+            ["😀", "🦙", "✅", "\u200b", "\u2581", "▁▁", "</s>", "<s>"] + list("！（）：，。、～"))
 
 
 def random_text(rng):

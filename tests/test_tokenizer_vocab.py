@@ -10,6 +10,7 @@ from a real model of that family under models/ when one is present
 Also checks that detokenizing the ids gives back the text (`tandem tokenize
 --pieces` prints each piece) where the vocab can represent every byte.
 """
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -53,6 +54,40 @@ def is_spm(path):
     return i >= 0 and head[i + len(key) + 4 + 8:i + len(key) + 4 + 8 + 5] == b"llama"
 
 
+def check_cli(bin_, gguf):
+    """Exit codes and exact-bytes handling of `tandem tokenize`."""
+    bad = 0
+
+    def run(args, want_rc, want_out=None):
+        nonlocal bad
+        r = subprocess.run([bin_, "tokenize"] + args, capture_output=True)
+        if r.returncode != want_rc or (want_out is not None and r.stdout != want_out):
+            bad += 1
+            print("  tokenize %s: exit %d (want %d), stdout %r, stderr %r" % (
+                args, r.returncode, want_rc, r.stdout[:80], r.stderr[:200]))
+        return r
+
+    run(["--help"], 0)
+    run(["-m", gguf], 2)                           # no text
+    run(["-m", gguf, "-p", "a", "-f", "x"], 2)     # both
+    run(["-m", gguf, "--frobnicate"], 2)
+    run(["-m", "/nonexistent.gguf", "-p", "a"], 1)
+    run(["-m", gguf, "-f", "/nonexistent.txt"], 1)
+    if os.path.exists(gguf):
+        # GPT-2: "Hello" is 15496, " world" 995, "\n" 198; nothing is added
+        # or stripped, so the trailing newline of a file counts.
+        run(["-m", gguf, "-p", "Hello world"], 0, b"15496 995\n")
+        with tempfile.NamedTemporaryFile(suffix=".txt") as f:
+            f.write(b"Hello world\n")
+            f.flush()
+            run(["-m", gguf, "-f", f.name], 0, b"15496 995 198\n")
+            run(["-m", gguf, "-f", f.name, "--bos"], 0, b"15496 995 198\n")  # GPT-2 adds nothing
+        run(["-m", gguf, "-p", "<|endoftext|>a", "--special"], 0, b"50256 64\n")
+        run(["-m", gguf, "-p", ""], 0, b"\n")
+    print("CLI checks: %s" % ("FAIL" if bad else "ok"))
+    return bad
+
+
 def main():
     bin_ = os.environ.get("TND_BIN")
     vdir, src = find_vocab_dir()
@@ -62,7 +97,7 @@ def main():
     if not vdir:
         print("no vocab test data (../shared/testdata/vocab); skipped")
         return 77
-    failures = 0
+    failures = check_cli(bin_, os.path.join(vdir, "ggml-vocab-gpt-2.gguf"))
     ran = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in sorted(os.listdir(vdir)):
@@ -87,11 +122,17 @@ def main():
             cases, expected = load_cases(os.path.join(vdir, name), os.path.join(vdir, vocab + ".out"))
             ok = rt_ok = rt_n = 0
             spm = is_spm(gguf)
-            for k, text in enumerate(cases):
-                path = os.path.join(tmp, "case.txt")
+            def run_case(k):
+                path = os.path.join(tmp, "case%d.txt" % k)
                 with open(path, "wb") as f:
-                    f.write(text)
-                r = subprocess.run([bin_, "tokenize", "-m", gguf, "-f", path, "--detok"], capture_output=True)
+                    f.write(cases[k])
+                return subprocess.run([bin_, "tokenize", "-m", gguf, "-f", path, "--detok"], capture_output=True)
+
+            # One process per case, as a user would run it; a few at a time.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as ex:
+                results = list(ex.map(run_case, range(len(cases))))
+            for k, text in enumerate(cases):
+                r = results[k]
                 if r.returncode != 0:
                     print("  %s case %d: exit %d: %s" % (vocab, k, r.returncode, r.stderr.decode(errors="replace").strip()))
                     failures += 1

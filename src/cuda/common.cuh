@@ -22,8 +22,7 @@
 #define TND_SUB 32
 
 /* Decoders are host+device so they can be checked on a machine without a
- * GPU against the scalar references; loads go through the read-only cache on
- * the device. */
+ * GPU against the scalar references. */
 #define TND_HD __host__ __device__ __forceinline__
 /* the host pass of nvcc hands #pragma unroll to gcc, which rejects it */
 #ifdef __CUDA_ARCH__
@@ -32,13 +31,10 @@
 #define TND_UNROLL
 #endif
 
-template <class T> TND_HD T ldg(const T *p) {
-#ifdef __CUDA_ARCH__
-    return __ldg(p);
-#else
-    return *p;
-#endif
-}
+/* Plain loads: the decoders read global memory and, in the staged matvec,
+ * shared memory; after inlining the compiler sees which (an explicit __ldg
+ * would make a shared address fault). */
+template <class T> TND_HD T ldg(const T *p) { return *p; }
 TND_HD float u2f(uint32_t u) {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(u);
@@ -59,12 +55,27 @@ TND_HD float bf2f(uint16_t h) { return u2f((uint32_t)h << 16); }
 TND_HD uint16_t ldu16(const uint8_t *p) { return ldg((const unsigned short *)p); }
 TND_HD uint32_t ldu8(const uint8_t *p) { return ldg(p); }
 
-/* N 32-bit words from a 2-byte aligned address. */
+/* N 32-bit words from a 2-byte aligned address. On the device: N aligned
+ * 32-bit loads (N+1 when p is 2 mod 4, the extra word sharing its 4 bytes
+ * with the last wanted ones, so never past an allocation) and a funnel shift,
+ * instead of 2N 16-bit loads; branch-free, as lanes of a warp differ in
+ * alignment. */
 template <int N>
 TND_HD void ld_words_a2(const uint8_t *p, uint32_t (&w)[N]) {
-    const unsigned short *q = (const unsigned short *)p;
+#ifdef __CUDA_ARCH__
+    const unsigned int *q = (const unsigned int *)((uintptr_t)p & ~(uintptr_t)3);
+    const bool odd = ((uintptr_t)p & 2) != 0;
+    uint32_t v[N + 1];
 TND_UNROLL
+    for (int i = 0; i < N; i++) v[i] = ldg(q + i);
+    v[N] = odd ? ldg(q + N) : 0u;
+    const uint32_t sh = odd ? 16u : 0u;
+TND_UNROLL
+    for (int i = 0; i < N; i++) w[i] = __funnelshift_r(v[i], v[i + 1], sh);
+#else
+    const unsigned short *q = (const unsigned short *)p;
     for (int i = 0; i < N; i++) w[i] = (uint32_t)ldg(q + 2 * i) | ((uint32_t)ldg(q + 2 * i + 1) << 16);
+#endif
 }
 /* N 32-bit words from a 4-byte aligned address. */
 template <int N>
@@ -81,6 +92,13 @@ TND_HD void ld_words_a16x2(const uint8_t *p, uint32_t (&w)[8]) {
     w[4] = u1.x; w[5] = u1.y; w[6] = u1.z; w[7] = u1.w;
 }
 TND_HD uint32_t byte_of(const uint32_t *w, int i) { return (w[i >> 2] >> (8 * (i & 3))) & 0xffu; }
+
+/* Exact int -> float for 0 <= u < 2^23 without I2F (a quarter-rate
+ * instruction on sm_90 that would bound the decoders): the bits of 2^23 + u
+ * are 0x4B000000 | u, and subtracting 2^23 (+ an integer offset `off`, for
+ * signed codes) is exact. */
+TND_HD float qf(uint32_t u) { return u2f(0x4B000000u | u) - 8388608.0f; }
+TND_HD float qf_off(uint32_t u, float off) { return u2f(0x4B000000u | u) - (8388608.0f + off); }
 
 /* 6-bit scale and min j (0..7) of Q4_K/Q5_K from the 12 packed bytes. */
 TND_HD void kscale_min(const uint8_t *sc, int j, float *s, float *m) {
@@ -103,8 +121,9 @@ TND_HD float q3k_scale(const uint8_t *sc, int k) {
 /* E2M1 code (4 bits) as a signed integer of twice its value. */
 TND_HD float e2m1x2(uint32_t c) {
     uint32_t m = c & 7;
-    int v = m < 4 ? (int)m : (m < 6 ? (int)(2 * m - 4) : (int)(4 * m - 16));
-    return (float)((c & 8) ? -v : v);
+    uint32_t v = m < 4 ? m : (m < 6 ? 2 * m - 4 : 4 * m - 16);
+    float f = qf(v);
+    return (c & 8) ? -f : f;
 }
 /* 2^(e-128) for an E8M0 exponent e (half the block scale, pairs with e2m1x2). */
 TND_HD float e8m0_half(uint32_t e) {
@@ -181,8 +200,8 @@ template <> TND_HD void load_sub<TND_TYPE_Q4_0>(const uint8_t *row, int64_t s, i
 TND_UNROLL
     for (int i = 0; i < 16; i++) {
         uint32_t c = byte_of(w, i);
-        o.q[i] = (float)(c & 15);
-        o.q[i + 16] = (float)(c >> 4);
+        o.q[i] = qf(c & 15);
+        o.q[i + 16] = qf(c >> 4);
     }
     o.a0 = o.a1 = d;
     o.b0 = o.b1 = -8.0f * d;
@@ -196,8 +215,8 @@ template <> TND_HD void load_sub<TND_TYPE_Q4_1>(const uint8_t *row, int64_t s, i
 TND_UNROLL
     for (int i = 0; i < 16; i++) {
         uint32_t c = byte_of(w + 1, i);
-        o.q[i] = (float)(c & 15);
-        o.q[i + 16] = (float)(c >> 4);
+        o.q[i] = qf(c & 15);
+        o.q[i + 16] = qf(c >> 4);
     }
     o.a0 = o.a1 = d;
     o.b0 = o.b1 = m;
@@ -214,8 +233,8 @@ template <> TND_HD void load_sub<TND_TYPE_Q5_0>(const uint8_t *row, int64_t s, i
 TND_UNROLL
     for (int i = 0; i < 16; i++) {
         uint32_t c = byte_of(w, i);
-        o.q[i] = (float)((c & 15) | (((qh >> i) & 1) << 4));
-        o.q[i + 16] = (float)((c >> 4) | (((qh >> (i + 16)) & 1) << 4));
+        o.q[i] = qf((c & 15) | (((qh >> i) & 1) << 4));
+        o.q[i + 16] = qf((c >> 4) | (((qh >> (i + 16)) & 1) << 4));
     }
     o.a0 = o.a1 = d;
     o.b0 = o.b1 = -16.0f * d;
@@ -230,8 +249,8 @@ template <> TND_HD void load_sub<TND_TYPE_Q5_1>(const uint8_t *row, int64_t s, i
 TND_UNROLL
     for (int i = 0; i < 16; i++) {
         uint32_t c = byte_of(w + 2, i);
-        o.q[i] = (float)((c & 15) | (((qh >> i) & 1) << 4));
-        o.q[i + 16] = (float)((c >> 4) | (((qh >> (i + 16)) & 1) << 4));
+        o.q[i] = qf((c & 15) | (((qh >> i) & 1) << 4));
+        o.q[i + 16] = qf((c >> 4) | (((qh >> (i + 16)) & 1) << 4));
     }
     o.a0 = o.a1 = d;
     o.b0 = o.b1 = m;
@@ -243,7 +262,7 @@ template <> TND_HD void load_sub<TND_TYPE_Q8_0>(const uint8_t *row, int64_t s, i
     uint32_t w[8];
     ld_words_a2<8>(b + 2, w);
 TND_UNROLL
-    for (int i = 0; i < 32; i++) o.q[i] = (float)(int8_t)byte_of(w, i);
+    for (int i = 0; i < 32; i++) o.q[i] = qf_off(byte_of(w, i) ^ 0x80u, 128.0f); /* int8 = (u ^ 0x80) - 128 */
     o.a0 = o.a1 = d;
     o.b0 = o.b1 = 0.0f;
 }
@@ -273,7 +292,7 @@ template <> TND_HD void load_sub<TND_TYPE_Q2_K>(const uint8_t *row, int64_t s, i
     float d = h2f((uint16_t)(hd[0] & 0xffff)), dmin = h2f((uint16_t)(hd[0] >> 16));
     uint32_t sc0 = ldu8(b + 2 * sb), sc1 = ldu8(b + 2 * sb + 1);
 TND_UNROLL
-    for (int i = 0; i < 32; i++) o.q[i] = (float)((byte_of(w, i) >> (2 * j)) & 3);
+    for (int i = 0; i < 32; i++) o.q[i] = qf((byte_of(w, i) >> (2 * j)) & 3);
     o.a0 = d * (float)(sc0 & 15); o.b0 = -dmin * (float)(sc0 >> 4);
     o.a1 = d * (float)(sc1 & 15); o.b1 = -dmin * (float)(sc1 >> 4);
 }
@@ -289,9 +308,8 @@ template <> TND_HD void load_sub<TND_TYPE_Q3_K>(const uint8_t *row, int64_t s, i
     float d = h2f(ldu16(b + 108));
 TND_UNROLL
     for (int i = 0; i < 32; i++) {
-        int lo = (int)((byte_of(w, i) >> (2 * j)) & 3);
-        int hi = (int)((byte_of(hm, i) >> sb) & 1);
-        o.q[i] = (float)(lo - (hi ? 0 : 4));
+        uint32_t lo = (byte_of(w, i) >> (2 * j)) & 3, hi = (byte_of(hm, i) >> sb) & 1;
+        o.q[i] = qf_off(lo | (hi << 2), 4.0f); /* lo - (hi ? 0 : 4) */
     }
     o.a0 = d * q3k_scale(b + 96, 2 * sb);
     o.a1 = d * q3k_scale(b + 96, 2 * sb + 1);
@@ -310,7 +328,7 @@ template <> TND_HD void load_sub<TND_TYPE_Q4_K>(const uint8_t *row, int64_t s, i
     kscale_min(b + 4, sb, &sc, &m);
     int sh = 4 * (sb & 1);
 TND_UNROLL
-    for (int i = 0; i < 32; i++) o.q[i] = (float)((byte_of(w, i) >> sh) & 15);
+    for (int i = 0; i < 32; i++) o.q[i] = qf((byte_of(w, i) >> sh) & 15);
     o.a0 = o.a1 = d * sc;
     o.b0 = o.b1 = -dmin * m;
 }
@@ -329,7 +347,7 @@ template <> TND_HD void load_sub<TND_TYPE_Q5_K>(const uint8_t *row, int64_t s, i
     int sh = 4 * (sb & 1);
 TND_UNROLL
     for (int i = 0; i < 32; i++)
-        o.q[i] = (float)(((byte_of(w, i) >> sh) & 15) | (((byte_of(h, i) >> sb) & 1) << 4));
+        o.q[i] = qf(((byte_of(w, i) >> sh) & 15) | (((byte_of(h, i) >> sb) & 1) << 4));
     o.a0 = o.a1 = d * sc;
     o.b0 = o.b1 = -dmin * m;
 }
@@ -347,7 +365,7 @@ template <> TND_HD void load_sub<TND_TYPE_Q6_K>(const uint8_t *row, int64_t s, i
     int sl = 4 * (j >> 1);
 TND_UNROLL
     for (int i = 0; i < 32; i++)
-        o.q[i] = (float)((int)(((byte_of(w, i) >> sl) & 15) | (((byte_of(h, i) >> (2 * j)) & 3) << 4)) - 32);
+        o.q[i] = qf_off(((byte_of(w, i) >> sl) & 15) | (((byte_of(h, i) >> (2 * j)) & 3) << 4), 32.0f);
     o.a0 = d * (float)(int8_t)ldu8(b + 192 + 2 * sb);
     o.a1 = d * (float)(int8_t)ldu8(b + 192 + 2 * sb + 1);
     o.b0 = o.b1 = 0.0f;
@@ -395,6 +413,23 @@ static inline size_t tnd_cu_row_bytes(int t, int64_t n) {
     }
     if (n % bs) return 0;
     return (size_t)(n / bs) * ts;
+}
+
+/* Alignment (bytes) the decoders need at a row's start: each format's row
+ * size is a multiple of it, so every row (and every expert's matrix) of a
+ * matrix whose base has it has it too. The float types check wider
+ * alignment per sub and fall back to element loads. */
+static inline size_t tnd_cu_type_align(int t) {
+    switch (t) {
+    case TND_TYPE_Q4_K:
+    case TND_TYPE_Q5_K: return 16;
+    case TND_TYPE_F32:
+    case TND_TYPE_Q4_1:
+    case TND_TYPE_Q5_1:
+    case TND_TYPE_Q2_K: return 4;
+    case TND_TYPE_MXFP4: return 1;
+    default: return 2;
+    }
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

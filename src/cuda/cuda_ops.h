@@ -30,8 +30,8 @@ const char *tnd_cu_error_string(int err);
 
 /* ---- matvec.cu: decode products --------------------------------------------
  * y[t][r] = sum_k W[r][k] * x[t][k] for t < n_tok, r < n_out.
- * W: n_out rows of n_in elements of type `type` (int, a tnd_type), 16-byte
- * aligned; x: f32 [n_tok][n_in]; y: f32 [n_tok][n_out]. Full f32 accuracy
+ * W: n_out rows of n_in elements of type `type` (int, a tnd_type), aligned
+ * to 16 bytes for Q4_K/Q5_K, 4 for F32/Q4_1/Q5_1/Q2_K, 2 for the rest; x: f32 [n_tok][n_in]; y: f32 [n_tok][n_out]. Full f32 accuracy
  * (weights decoded to f32, f32 accumulation). */
 
 /* True if matvec / dequantize / get_rows can read this type. */
@@ -42,10 +42,13 @@ size_t tnd_cu_row_size(int type, int64_t n);
 /* n_tok 1..8 (rows of W are read once for all tokens). */
 int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
                   float *y, tnd_cu_stream stream);
-/* n_tok == 1 with an explicit launch shape: rows_per_block 1, 2 or 4;
- * threads 32..256, a multiple of 32 (for the bench's variants). */
+/* n_tok == 1 with an explicit kernel and launch shape (for the bench's
+ * variants and the tests): kernel 0 = the type's default, 1 = the
+ * lane-per-sub kernel (every type), 2 = the type's own kernel (Q4_K; other
+ * types fall back to their default). A warp per rows_per_warp (1, 2 or 4)
+ * rows, threads (32..256, a multiple of 32) per block. */
 int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
-                      int rows_per_block, int threads, tnd_cu_stream stream);
+                      int kernel, int rows_per_warp, int threads, tnd_cu_stream stream);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
  * y[t][u][r] = sum_k W[ids[t][u]][r][k] * xs[k], xs = x[t] (x [n_tok][n_in])
  * or, if x_per_slot, x[t][u] (x [n_tok][n_used][n_in], the down projection).

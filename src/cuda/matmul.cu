@@ -49,7 +49,7 @@ extern "C" int tnd_cu_dequant_f16(int type, const void *W, int64_t n_in, int64_t
     if (!tnd_cu_type_supported(type) || !W || !out || n_in <= 0 || r0 < 0 || r1 <= r0) return cudaErrorInvalidValue;
     size_t rb = tnd_cu_row_bytes(type, n_in);
     if (!rb) return cudaErrorInvalidValue;
-    if ((uintptr_t)W & 15) return cudaErrorMisalignedAddress;
+    if ((uintptr_t)W % tnd_cu_type_align(type)) return cudaErrorMisalignedAddress;
     int64_t nsub = (n_in + 31) / 32, total = (r1 - r0) * nsub;
     unsigned grid = tnd_cu_blocks(total, 256);
     cudaStream_t st = (cudaStream_t)stream;

@@ -84,7 +84,9 @@ static tnd_status place_weights(tnd_ctx *c) {
     c->w = calloc((size_t)m->n_slices, sizeof *c->w);
     c->w_owned = calloc((size_t)m->n_slices, sizeof *c->w_owned);
     if (!c->w || !c->w_owned) return tnd_fail(TND_ERR_NOMEM, "out of memory");
-    bool host = !strcmp(c->be->iface->name, "cpu");
+    /* backend.h: a backend without pinned host buffers reads host memory
+     * directly, so the mmapped weights serve as they are. */
+    bool host = c->be->iface->host_alloc == NULL;
     for (int i = 0; i < m->n_slices; i++) {
         const tnd_weight *w = m->slices[i];
         if (host) {

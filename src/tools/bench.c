@@ -67,7 +67,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *fmt = "md", *budget = NULL;
     tnd_device device = TND_DEVICE_CPU;
     long n_prompt = 512, n_gen = 128, depth = 0, threads = 0, reps = 3, batch = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option but --help takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -94,7 +94,6 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "tandem bench: bad or missing value for %s\n", a);
             return 2;
         }
-        i++;
     }
     if (!model && !(model = tools_default_model())) return 1;
     tnd_model_params mp = tnd_model_default_params();

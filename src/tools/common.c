@@ -12,11 +12,11 @@
 #define DEFAULT_MODEL_FILE "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 const char *tools_default_model(void) {
-    static char path[4096];
     const char *env = getenv("TANDEM_MODEL");
     if (env && *env) return env;
     if (access(DEFAULT_MODEL_FILE, R_OK) == 0) return DEFAULT_MODEL_FILE;
 #ifdef TND_SOURCE_DIR
+    static char path[4096];
     snprintf(path, sizeof path, "%s/%s", TND_SOURCE_DIR, DEFAULT_MODEL_FILE);
     if (access(path, R_OK) == 0) return path;
 #endif

@@ -138,22 +138,6 @@ tnd_status gen_load(gen_opts *o, tnd_model **m, tnd_ctx **c, tnd_sampler **s) {
     return TND_OK;
 }
 
-/* Length of the longest prefix of buf[0..n) made of whole UTF-8 characters
- * (an invalid byte counts as whole, so garbage cannot stall the stream). */
-static size_t utf8_complete(const char *buf, size_t n) {
-    size_t i = n, back = 0;
-    while (i > 0 && back < 4) {
-        unsigned char b = (unsigned char)buf[i - 1];
-        if ((b & 0xC0) != 0x80) {
-            size_t need = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
-            return back + 1 >= need ? n : i - 1;
-        }
-        i--;
-        back++;
-    }
-    return n;
-}
-
 /* Bytes at the end of buf that could begin a stop string (held back). */
 static size_t stop_holdback(const gen_opts *o, const char *buf, size_t n) {
     size_t hold = 0;
@@ -247,7 +231,7 @@ int gen_run(gen_opts *o, tnd_model *m, tnd_ctx *c, tnd_sampler *s, const int32_t
             }
         }
         size_t show = res->stopped_string ? text_len
-                                          : utf8_complete(text, text_len - stop_holdback(o, text, text_len));
+                                          : tnd_utf8_complete(text, text_len - stop_holdback(o, text, text_len));
         if (show > shown) {
             fwrite(text + shown, 1, show - shown, out);
             fflush(out);

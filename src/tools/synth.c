@@ -86,11 +86,13 @@ static inline float rng_normal(uint64_t *s) {
 
 /* ---- block generators --------------------------------------------------------- */
 
-/* Per-tensor constants of a random K-quant: d centred so the weights have the
- * wanted std (see the Q4_K and Q6_K value formulas below). */
+/* Per-tensor constants of a random K-quant, tabulated so a block costs little
+ * more than its random bytes: 16 variants of the super-block scale d (within
+ * +-10%, as real blocks vary), and for Q4_K the matching dmin and, per
+ * variant and 6-bit scale, the min that centres the sub-block on zero. */
 typedef struct qparams {
-    float d;     /* super-block scale (fp16-representable) */
-    float dmin;  /* Q4_K: min scale */
+    uint16_t d[16], dmin[16];   /* fp16 */
+    uint8_t m[16][64];          /* Q4_K: min for (variant, scale) */
 } qparams;
 
 /* Q4_K: w = d * sc_j * q - dmin * m_j, q uniform in 0..15 (std 4.61), sc_j in
@@ -109,15 +111,21 @@ static float fp16_round(float x) {
     return r > 0 ? r : 5.9604644775390625e-8f; /* smallest subnormal: never a zero scale */
 }
 
-static qparams qparams_for(tnd_type t, double std) {
-    qparams p = {0, 0};
-    if (t == TND_TYPE_Q4_K) {
-        p.d = fp16_round((float)(std / (Q4K_SPREAD * (Q4K_SC_LO + Q4K_SC_SPAN / 2))));
-        p.dmin = fp16_round(p.d * 7.5f * 40.0f / 48.0f); /* m_j ~ 1.2 sc_j <= 57 */
-    } else {
-        p.d = fp16_round((float)(std / (Q6K_SPREAD * (Q6K_SC_LO + Q6K_SC_SPAN / 2))));
+static void qparams_init(qparams *p, tnd_type t, double std) {
+    memset(p, 0, sizeof *p);
+    double centre = t == TND_TYPE_Q4_K ? Q4K_SPREAD * (Q4K_SC_LO + Q4K_SC_SPAN / 2)
+                                       : Q6K_SPREAD * (Q6K_SC_LO + Q6K_SC_SPAN / 2);
+    for (int v = 0; v < 16; v++) {
+        float d = fp16_round((float)(std / centre * (0.9 + 0.2 * v / 15.0)));
+        p->d[v] = tnd_fp32_to_fp16(d);
+        if (t != TND_TYPE_Q4_K) continue;
+        float dmin = fp16_round(d * 7.5f * 40.0f / 48.0f); /* m ~ 1.2 sc <= 57 */
+        p->dmin[v] = tnd_fp32_to_fp16(dmin);
+        for (int sc = 0; sc < 64; sc++) {
+            long m = lrintf((float)sc * 7.5f * d / dmin);
+            p->m[v][sc] = (uint8_t)(m < 0 ? 0 : m > 63 ? 63 : m);
+        }
     }
-    return p;
 }
 
 static void fill_random_bytes(uint64_t *s, uint8_t *dst, size_t n) {
@@ -142,29 +150,26 @@ static void pack_q4k_scales(const uint8_t *sc, const uint8_t *mn, uint8_t *out) 
 }
 
 static void gen_q4k_random(uint64_t *s, const qparams *p, block_q4_K *b) {
-    float d = fp16_round(p->d * (0.9f + 0.2f * (float)rng_unit(s)));
-    float dmin = fp16_round(p->dmin * d / p->d);
-    uint8_t sc[8], mn[8];
     uint64_t r = splitmix(s);
+    int v = (int)(r >> 60);
+    uint8_t sc[8], mn[8];
     for (int j = 0; j < 8; j++) {
         sc[j] = (uint8_t)(Q4K_SC_LO + ((r >> (4 * j)) & (Q4K_SC_SPAN - 1)));
-        long m = lrintf((float)sc[j] * 7.5f * d / dmin);
-        mn[j] = (uint8_t)(m < 0 ? 0 : m > 63 ? 63 : m);
+        mn[j] = p->m[v][sc[j]];
     }
-    b->d = tnd_fp32_to_fp16(d);
-    b->dmin = tnd_fp32_to_fp16(dmin);
+    b->d = p->d[v];
+    b->dmin = p->dmin[v];
     pack_q4k_scales(sc, mn, b->scales);
     fill_random_bytes(s, b->qs, sizeof b->qs);
 }
 
 static void gen_q6k_random(uint64_t *s, const qparams *p, block_q6_K *b) {
-    float d = fp16_round(p->d * (0.9f + 0.2f * (float)rng_unit(s)));
     uint64_t r = splitmix(s), r2 = splitmix(s);
     for (int j = 0; j < 16; j++) {
         int mag = Q6K_SC_LO + (int)((r >> (4 * j)) & (Q6K_SC_SPAN / 2 - 1)) * 2 + (int)((r2 >> j) & 1);
         b->scales[j] = (int8_t)((r2 >> (16 + j)) & 1 ? -mag : mag);
     }
-    b->d = tnd_fp32_to_fp16(d);
+    b->d = p->d[r2 >> 60];
     fill_random_bytes(s, b->ql, sizeof b->ql);
     fill_random_bytes(s, b->qh, sizeof b->qh);
 }
@@ -199,15 +204,19 @@ static void quantize_q4k(const float *x, block_q4_K *b) {
     pack_q4k_scales(sc, mn, b->scales);
     /* Values 64c+l (l < 32) are the low nibbles of qs[32c+l] (sub-block 2c),
      * values 64c+32+l the high nibbles (sub-block 2c+1). */
+    float inv[8], off[8];
+    for (int j = 0; j < 8; j++) {
+        float step = d * sc[j];
+        inv[j] = step > 0 ? 1.0f / step : 0;
+        off[j] = dmin * mn[j];
+    }
     for (int c = 0; c < 4; c++) {
         for (int l = 0; l < 32; l++) {
             int q[2];
             for (int h = 0; h < 2; h++) {
                 int j = 2 * c + h;
-                float step = d * sc[j];
-                float v = step > 0 ? (x[64 * c + 32 * h + l] + dmin * mn[j]) / step : 0;
-                long qi = lrintf(v);
-                q[h] = (int)(qi < 0 ? 0 : qi > 15 ? 15 : qi);
+                float v = (x[64 * c + 32 * h + l] + off[j]) * inv[j] + 0.5f;
+                q[h] = v <= 0 ? 0 : v >= 15 ? 15 : (int)v; /* round half up of a value >= 0 */
             }
             b->qs[32 * c + l] = (uint8_t)(q[0] | (q[1] << 4));
         }
@@ -251,6 +260,7 @@ struct synth {
     double *topic_cdf;       /* [n_topics] Zipf(skew) cumulative */
     float *bias;             /* [n_layer][n_expert] popularity logit */
     int *topic_of;           /* [n_layer][n_expert] */
+    float *router;           /* [n_layer][n_expert][n_embd], built up front (small) */
     /* the pipeline: pieces generated ahead of the writer into a ring */
     uint64_t n_pieces;
     int ring;                /* slots */
@@ -286,19 +296,29 @@ static tnd_status moe_setup(synth *S) {
     S->topic_cdf = tnd_malloc(sizeof(double) * (size_t)K);
     S->bias = tnd_malloc(sizeof(float) * (size_t)L * (size_t)NE);
     S->topic_of = tnd_malloc(sizeof(int) * (size_t)L * (size_t)NE);
+    S->router = tnd_malloc(sizeof(float) * (size_t)L * (size_t)NE * (size_t)E);
+    double *w = tnd_malloc(sizeof(double) * (size_t)E);
     int *perm = tnd_malloc(sizeof(int) * (size_t)NE);
-    if (!S->dirs || !S->topic_cdf || !S->bias || !S->topic_of || !perm) {
+    if (!S->dirs || !S->topic_cdf || !S->bias || !S->topic_of || !S->router || !w || !perm) {
         free(perm);
+        free(w);
         return TND_ERR_NOMEM;
     }
     for (int k = 0; k <= K; k++) {
         uint64_t s = rng_for(S->seed, 0xd1a5, (uint64_t)k);
         float *v = S->dirs + (size_t)k * E;
-        double n2 = 0;
-        for (int i = 0; i < E; i++) {
-            v[i] = rng_normal(&s);
-            n2 += (double)v[i] * v[i];
+        for (int i = 0; i < E; i++) v[i] = rng_normal(&s);
+        /* Gram-Schmidt against the earlier directions: u and the topics are
+         * exactly orthonormal, so the router noise can be made orthogonal to
+         * all of them (below). */
+        for (int j = 0; j < k; j++) {
+            const float *o = S->dirs + (size_t)j * E;
+            double dot = 0;
+            for (int i = 0; i < E; i++) dot += (double)v[i] * o[i];
+            for (int i = 0; i < E; i++) v[i] -= (float)(dot * o[i]);
         }
+        double n2 = 0;
+        for (int i = 0; i < E; i++) n2 += (double)v[i] * v[i];
         float inv = (float)(1.0 / sqrt(n2));
         for (int i = 0; i < E; i++) v[i] *= inv;
     }
@@ -328,7 +348,30 @@ static tnd_status moe_setup(synth *S) {
             }
         }
     }
+    /* Router rows (see the file comment). The noise part is orthogonal to u
+     * and the topics: otherwise its projection on u, which every token
+     * carries, would be a random per-expert bias, i.e. popularity skew even
+     * at --moe-skew 0. */
+    double ku = 1.0 / (A_U * sqrt((double)E)), kt = S->corr * TOPIC_GAIN / (A_T * sqrt((double)E));
+    double kn = ROUTER_NOISE / sqrt((double)E);
+    for (int l = 0; l < L; l++) {
+        for (int e = 0; e < NE; e++) {
+            uint64_t s = rng_for(S->seed, 0x7007 + (uint64_t)l, (uint64_t)e);
+            for (int i = 0; i < E; i++) w[i] = rng_normal(&s);
+            for (int k = 0; k <= K; k++) {
+                const float *o = S->dirs + (size_t)k * E;
+                double dot = 0;
+                for (int i = 0; i < E; i++) dot += w[i] * o[i];
+                for (int i = 0; i < E; i++) w[i] -= dot * o[i];
+            }
+            const float *u = S->dirs, *tk = S->dirs + (size_t)(1 + S->topic_of[(size_t)l * NE + e]) * E;
+            float *r = S->router + ((size_t)l * NE + e) * E;
+            double b = S->bias[(size_t)l * NE + e];
+            for (int i = 0; i < E; i++) r[i] = (float)(b * ku * u[i] + kt * tk[i] + kn * w[i]);
+        }
+    }
     free(perm);
+    free(w);
     return TND_OK;
 }
 
@@ -352,19 +395,8 @@ static void gen_units(const stensor *t, uint64_t u0, uint64_t n, uint8_t *out) {
         }
         break;
     case GEN_ROUTER: {
-        /* element (col, e) of layer l: see the file comment. */
-        int E = sh->n_embd, NE = sh->n_expert, l = t->info.layer;
-        double ku = 1.0 / (A_U * sqrt((double)E)), kt = S->corr * TOPIC_GAIN / (A_T * sqrt((double)E));
-        float kn = (float)(ROUTER_NOISE / sqrt((double)E));
-        for (uint64_t i = 0; i < n; i++) {
-            uint64_t idx = u0 + i;
-            int col = (int)(idx % (uint64_t)E), e = (int)(idx / (uint64_t)E);
-            (void)NE;
-            const float *u = S->dirs, *tk = S->dirs + (size_t)(1 + S->topic_of[(size_t)l * NE + e]) * E;
-            uint64_t s = rng_for(S->seed, (uint64_t)t->index + 1, idx);
-            float v = (float)(S->bias[(size_t)l * NE + e] * ku * u[col] + kt * tk[col]) + kn * rng_normal(&s);
-            memcpy(out + 4 * i, &v, 4);
-        }
+        size_t per_layer = (size_t)sh->n_expert * (size_t)sh->n_embd;
+        memcpy(out, S->router + (size_t)t->info.layer * per_layer + u0, 4 * n);
         break;
     }
     case GEN_EMBD_TOPIC: {
@@ -576,7 +608,7 @@ static tnd_status synth_build(synth *S) {
             t->kind = GEN_EMBD_TOPIC;
         } else {
             t->kind = GEN_QUANT_RANDOM;
-            t->qp = qparams_for(t->info.type, role_std(sh, &t->info));
+            qparams_init(&t->qp, t->info.type, role_std(sh, &t->info));
         }
         /* Pieces: ~1 MiB, but smaller for small tensors' sake of nothing; the
          * structured embedding is slower per byte, so its pieces are smaller. */
@@ -598,6 +630,7 @@ static void synth_free(synth *S) {
     free(S->topic_cdf);
     free(S->bias);
     free(S->topic_of);
+    free(S->router);
 }
 
 /* ---- metadata and vocabulary ------------------------------------------------- */
@@ -773,6 +806,19 @@ static tnd_status set_metadata(gguf_writer *w, const synth *S, const char *vocab
     return vocab ? set_vocab_from(w, vocab, sh->n_vocab) : set_default_vocab(w, sh->n_vocab);
 }
 
+/* "8.19B" / "26.2M"; "4.91 GiB" / "20.3 MiB", into buf. */
+static const char *fmt_params(uint64_t n, char *buf, size_t cap) {
+    if (n >= 1000000000ull) snprintf(buf, cap, "%.2fB", (double)n / 1e9);
+    else snprintf(buf, cap, "%.1fM", (double)n / 1e6);
+    return buf;
+}
+
+static const char *fmt_bytes(uint64_t n, char *buf, size_t cap) {
+    if (n >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)n / (1 << 30));
+    else snprintf(buf, cap, "%.1f MiB", (double)n / (1 << 20));
+    return buf;
+}
+
 /* ---- progress ----------------------------------------------------------------- */
 
 static void on_progress(void *user, uint64_t done, uint64_t total) {
@@ -786,7 +832,7 @@ static void on_progress(void *user, uint64_t done, uint64_t total) {
     double eta = rate > 0 ? (double)(total - done) / rate : 0;
     fprintf(stderr, "\rsynth: %s  %.2f / %.2f GiB  %3.0f%%  %.2f GiB/s  ETA %.0f s   ", S->shape.name,
             (double)done / gib, (double)total / gib, total ? 100.0 * (double)done / (double)total : 100.0,
-            rate / gib, eta);
+            rate / gib, done < total ? eta : 0.0);
     if (done >= total) fputc('\n', stderr);
     fflush(stderr);
 }
@@ -836,9 +882,11 @@ static void print_list(bool json) {
                    i ? "," : "", s->name, s->arch, s->test_only ? "true" : "false", p, tnd_shape_n_tensors(s), b,
                    s->n_vocab, s->n_embd, s->n_layer, s->n_head, s->n_head_kv, s->head_dim, s->n_ff, s->n_expert,
                    s->n_expert_used, s->n_ff_exp, s->n_ctx_train, (double)s->rope_base, (double)s->eps);
-        else
-            printf("%-16s %-9s %7.2fB %8" PRId64 " %6.2f GiB  %s\n", s->name, s->arch, (double)p / 1e9,
-                   tnd_shape_n_tensors(s), (double)b / (1 << 30), s->desc);
+        else {
+            char pb[32], bb[32];
+            printf("%-16s %-9s %8s %8" PRId64 " %10s  %s\n", s->name, s->arch, fmt_params(p, pb, sizeof pb),
+                   tnd_shape_n_tensors(s), fmt_bytes(b, bb, sizeof bb), s->desc);
+        }
     }
     if (json) printf("\n]\n");
 }
@@ -862,8 +910,11 @@ static void print_dry_run(const tnd_shape *s, bool json) {
                    gguf_type_name(t.type), t.ne[0], t.ne[1], t.ne[2], t.nbytes);
     }
     if (json) printf("\n]}\n");
-    else printf("%s: %" PRId64 " tensors, %.3fB params, %.2f GiB of tensor data\n", s->name, n, (double)p / 1e9,
-                (double)b / (1 << 30));
+    else {
+        char pb[32], bb[32];
+        printf("%s: %" PRId64 " tensors, %s params, %s of tensor data\n", s->name, n, fmt_params(p, pb, sizeof pb),
+               fmt_bytes(b, bb, sizeof bb));
+    }
 }
 
 /* Free bytes on the file system that will hold path. */
@@ -966,8 +1017,9 @@ int cmd_synth(int argc, char **argv) {
     uint64_t need = data_bytes + (uint64_t)tnd_shape_n_tensors(&S.shape) * (GGUF_DEFAULT_ALIGNMENT + 128) +
                     (uint64_t)S.shape.n_vocab * 96 + (32u << 20);
     if (free_bytes(out, &avail) && avail < need) {
-        fprintf(stderr, "tandem: error: not enough disk space for %s: need about %.2f GiB, %.2f GiB free\n", out,
-                (double)need / (1 << 30), (double)avail / (1 << 30));
+        char nb[32], ab[32];
+        fprintf(stderr, "tandem: error: not enough disk space for %s: need about %s, %s free\n", out,
+                fmt_bytes(need, nb, sizeof nb), fmt_bytes(avail, ab, sizeof ab));
         return 1;
     }
     tnd_status st;
@@ -987,7 +1039,6 @@ int cmd_synth(int argc, char **argv) {
         goto done;
     }
     S.t0 = S.last_report = tnd_time_s();
-    S.last_report -= 1.0;
     st = gguf_writer_write(w, out, on_progress, &S);
     double el = tnd_time_s() - S.t0;
     if (st) {
@@ -997,8 +1048,9 @@ int cmd_synth(int argc, char **argv) {
     }
     struct stat fs;
     uint64_t size = stat(out, &fs) == 0 ? (uint64_t)fs.st_size : data_bytes;
-    fprintf(stderr, "synth: wrote %s: %s, %" PRId64 " tensors, %.3fB params, %.2f GiB in %.1f s (%.2f GiB/s, %d threads)\n",
-            out, S.shape.name, S.n_t, (double)n_params / 1e9, (double)size / (1 << 30), el,
+    char pb[32], bb[32];
+    fprintf(stderr, "synth: wrote %s: %s, %" PRId64 " tensors, %s params, %s in %.1f s (%.2f GiB/s, %d threads)\n",
+            out, S.shape.name, S.n_t, fmt_params(n_params, pb, sizeof pb), fmt_bytes(size, bb, sizeof bb), el,
             el > 0 ? (double)size / (1 << 30) / el : 0.0, S.n_threads);
     rc = 0;
 done:

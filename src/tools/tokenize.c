@@ -1,4 +1,5 @@
 /* tandem tokenize: the token ids of a text, one line, separated by spaces. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,7 @@ static void usage(FILE *f) {
 static bool read_all(const char *path, char **out, size_t *n_out) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) {
-        perror(path);
+        fprintf(stderr, "tandem: error: %s: %s\n", path, strerror(errno));
         return false;
     }
     size_t cap = 1 << 16, n = 0;

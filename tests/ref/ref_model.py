@@ -62,10 +62,16 @@ def _field(reader, key, default=None):
 class RefModel:
     """A GGUF model held as dequantized numpy arrays plus a KV cache."""
 
-    def __init__(self, path, dtype=np.float32, n_layers=None, verbose=False):
+    def __init__(self, path, dtype=np.float32, n_layers=None, verbose=False, act_q8=False):
         if gguf is None:
             raise RuntimeError("the PyPI package 'gguf' is required")
         self.dtype = dtype
+        # act_q8: round matmul inputs to 8-bit blocks the way an integer-dot
+        # engine does (Q8_0/Q8_1: 32 values, d = amax/127 stored as fp16;
+        # Q8_K: 256 values, float d) — to measure how far that alone moves
+        # the logits, which is what tandem's tolerance is based on.
+        self.act_q8 = act_q8
+        self.act_block = {}   # weight name -> activation block size (0: float)
         r = gguf.GGUFReader(path)
         self.reader = r
         arch = _field(r, "general.architecture")
@@ -164,6 +170,13 @@ class RefModel:
         t = self.tensors[name]
         shape = tuple(int(x) for x in reversed(list(t.shape)))  # numpy order: (rows, ne0)
         a = gguf_quants.dequantize(t.data, t.tensor_type)
+        tname = t.tensor_type.name
+        if tname in ("F32", "F16", "BF16", "F64"):
+            self.act_block[name] = 0
+        elif tname.endswith("_K"):
+            self.act_block[name] = 256
+        else:
+            self.act_block[name] = 32
         return np.ascontiguousarray(np.reshape(a, shape), dtype=self.dtype)
 
     # -- state --------------------------------------------------------------
@@ -191,6 +204,16 @@ class RefModel:
                 cache[il] = new
 
     # -- ops ----------------------------------------------------------------
+
+    def _mm(self, x, L, name):
+        """x (T, n_in) times weight name (n_out, n_in) transposed."""
+        w = L[name] if isinstance(L, dict) else L
+        full = f"{self._cur_prefix}{name}.weight" if isinstance(L, dict) else name
+        if self.act_q8:
+            blk = self.act_block.get(full, 0)
+            if blk and x.shape[-1] % blk == 0:
+                x = _quant_act(x, blk)
+        return x @ w.T
 
     def _rmsnorm(self, x, w):
         # x (..., n); w (n,). Mean of squares in float64 for a stable reference.
@@ -259,10 +282,11 @@ class RefModel:
         causal = kpos[None, :] <= pos[:, None]                       # (T, S)
 
         for il, L in enumerate(self.layers):
+            self._cur_prefix = f"blk.{il}."
             h = self._rmsnorm(x, L["attn_norm"])
-            q = h @ L["attn_q"].T
-            k = h @ L["attn_k"].T
-            v = h @ L["attn_v"].T
+            q = self._mm(h, L, "attn_q")
+            k = self._mm(h, L, "attn_k")
+            v = self._mm(h, L, "attn_v")
             if "attn_q.bias" in L:
                 q = q + L["attn_q.bias"]
             if "attn_k.bias" in L:
@@ -299,7 +323,7 @@ class RefModel:
             p = p.reshape(Hkv, group * T, S).astype(self.dtype)
             o = (p @ V).reshape(Hkv, group, T, Dv).reshape(H, T, Dv)   # head h = kv*group + g
             o = o.transpose(1, 0, 2).reshape(T, H * Dv)
-            o = o @ L["attn_output"].T
+            o = self._mm(o, L, "attn_output")
             if "attn_output.bias" in L:
                 o = o + L["attn_output.bias"]
             if "post_attention_norm" in L:
@@ -307,14 +331,14 @@ class RefModel:
             x = x + o
 
             h = self._rmsnorm(x, L["ffn_norm"])
-            up = h @ L["ffn_up"].T
+            up = self._mm(h, L, "ffn_up")
             if "ffn_gate" in L:
-                g = h @ L["ffn_gate"].T
+                g = self._mm(h, L, "ffn_gate")
                 act = self._gelu_tanh(g) if self.is_gemma else self._silu(g)
                 f = act * up
             else:
                 f = self._gelu_tanh(up) if self.is_gemma else self._silu(up)
-            f = f @ L["ffn_down"].T
+            f = self._mm(f, L, "ffn_down")
             if "post_ffw_norm" in L:
                 f = self._rmsnorm(f, L["post_ffw_norm"])
             x = x + f
@@ -323,7 +347,8 @@ class RefModel:
         if not all_logits:
             x = x[-1:]
         x = self._rmsnorm(x, self.out_norm)
-        logits = (x @ self.output.T).astype(np.float64)
+        out_name = "output.weight" if "output.weight" in self.tensors else "token_embd.weight"
+        logits = self._mm(x, self.output, out_name).astype(np.float64)
         if self.final_softcap:
             logits = np.tanh(logits / self.final_softcap) * self.final_softcap
         return logits if all_logits else logits[0]
@@ -343,6 +368,18 @@ class RefModel:
                 break
             logits = self.eval([tok])
         return out, np.array(rows)
+
+
+def _quant_act(x, blk):
+    """Rounds x (..., n) to 8-bit blocks of blk values (d = amax/127)."""
+    shp = x.shape
+    xb = x.astype(np.float64).reshape(-1, blk)
+    d = np.abs(xb).max(axis=1, keepdims=True) / 127.0
+    if blk == 32:
+        d = d.astype(np.float16).astype(np.float64)   # Q8_0/Q8_1 keep d as fp16
+    inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+    q = np.clip(np.rint(xb * inv), -127, 127)
+    return (q * d).reshape(shp).astype(x.dtype)
 
 
 # ---- a small tokenizer, for standalone use only -----------------------------
@@ -473,6 +510,27 @@ def read_dump(path):
     return n_vocab, prompt, gen, logits
 
 
+def row_stats(ref, got, tie=0.5):
+    """Compares logits rows got (n, V) with the reference rows ref (n, V).
+    Per row: max|diff| / std(ref row), Pearson correlation, whether the
+    argmaxes agree, and the reference's margin of its argmax over got's
+    argmax (0 when they agree). Returns a list of dicts."""
+    out = []
+    for i, (r, g) in enumerate(zip(np.asarray(ref, np.float64), np.asarray(got, np.float64))):
+        d = g - r
+        rt, gt = int(np.argmax(r)), int(np.argmax(g))
+        out.append({
+            "row": i,
+            "rel_max": float(np.abs(d).max() / r.std()),
+            "diff_std": float(d.std()),
+            "corr": float(np.corrcoef(r, g)[0, 1]),
+            "ref_top": rt, "got_top": gt,
+            "margin": float(r[rt] - r[gt]),
+            "near_tie": bool(rt != gt and r[rt] - r[gt] < tie),
+        })
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="numpy reference forward pass (greedy)")
     ap.add_argument("model")
@@ -482,11 +540,30 @@ def main(argv=None):
     ap.add_argument("--f64", action="store_true", help="float64 math")
     ap.add_argument("--layers", type=int, help="run only the first N layers")
     ap.add_argument("--dump", help="write a TNDD dump like `tandem run --dump`")
+    ap.add_argument("--compare", metavar="DUMP",
+                    help="read a `tandem run --dump` file, run the reference on its prompt "
+                         "and generated ids, and print per-row differences")
+    ap.add_argument("--act-q8", action="store_true",
+                    help="round matmul inputs to 8-bit blocks like an integer-dot engine")
     ap.add_argument("-v", "--verbose", action="store_true", help="print top-5 per step and the text")
     a = ap.parse_args(argv)
-    if (a.ids is None) == (a.prompt is None):
-        ap.error("give exactly one of --ids or --prompt")
-    m = RefModel(a.model, np.float64 if a.f64 else np.float32, a.layers, a.verbose)
+    if a.compare is None and (a.ids is None) == (a.prompt is None):
+        ap.error("give exactly one of --ids or --prompt (or --compare DUMP)")
+    m = RefModel(a.model, np.float64 if a.f64 else np.float32, a.layers, a.verbose, a.act_q8)
+    if a.compare is not None:
+        n_vocab, prompt, gen, got = read_dump(a.compare)
+        if n_vocab != m.n_vocab:
+            print(f"dump n_vocab {n_vocab} != model {m.n_vocab}", file=sys.stderr)
+            return 1
+        ref = m.eval(prompt + gen[:-1], all_logits=True)[len(prompt) - 1:]
+        print(f"prompt {len(prompt)} ids, {len(gen)} generated")
+        for st in row_stats(ref, got):
+            flag = "" if st["ref_top"] == st["got_top"] else (
+                "  NEAR-TIE" if st["near_tie"] else "  TOP-1 MISMATCH")
+            print(f"row {st['row']:3d}: max|d|/std {st['rel_max']:.4f}  d.std {st['diff_std']:.4f}  "
+                  f"corr {st['corr']:.6f}  top {st['ref_top']}/{st['got_top']} "
+                  f"margin {st['margin']:.4f}{flag}")
+        return 0
     tok = None
     if a.prompt is not None or a.verbose:
         tok = SimpleTokenizer(m.reader)
