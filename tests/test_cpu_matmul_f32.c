@@ -12,8 +12,9 @@
  *    (m + log2 L + 2) * 2^-24 * S. A wrong quant, scale or index moves y by
  *    about one term, far more.
  * 3. Order independence: y of token t is bit-identical whether computed
- *    alone (n_tok = 1, the decode path), inside a prefill batch, or in a
- *    chunk of other tokens, and for any thread count.
+ *    alone (n_tok = 1, the decode path), inside a prefill batch (also one
+ *    of more than 1024 tokens), or in a chunk of other tokens, and for any
+ *    thread count.
  * 4. Row ranges write only their rows; unsupported types give NaN. */
 #include <float.h>
 #include <math.h>
@@ -168,7 +169,7 @@ static void *make_w(tnd_type t, int64_t n_in, int64_t n_out) {
 
 static void test_shape(tnd_pool **pools, int n_pools, int isa, tnd_type t, int64_t n_in, int64_t n_out) {
     const tnd_type_traits *tr = tnd_type_traits_get(t);
-    const int64_t toks[] = {1, 2, 3, 5, 17, 64};
+    const int64_t toks[] = {1, 2, 3, 4, 5, 17, 64}; /* 1-4: the fused decode kernels */
     const int64_t n_tok_max = 64;
     size_t rs = tnd_row_size(t, n_in);
     char *W = make_w(t, n_in, n_out);
@@ -241,6 +242,23 @@ static void test_shape(tnd_pool **pools, int n_pools, int isa, tnd_type t, int64
     free(W), free(x), free(ref), free(S), free(y), free(full), free(one);
 }
 
+/* More tokens than one token group of the driver (1024): every token still
+ * bit-identical with its one-token product. */
+static void test_many_tokens(tnd_pool *pool, int isa, tnd_type t, int64_t n_in) {
+    const int64_t n_out = 5, n_tok = 1100;
+    char *W = make_w(t, n_in, n_out);
+    float *x = malloc(sizeof(float) * (size_t)(n_in * n_tok)), *y = malloc(sizeof(float) * (size_t)(n_out * n_tok));
+    float one[5];
+    fill_x(x, n_in * n_tok);
+    tnd_cpu_matmul_f32(pool, t, W, n_in, n_out, x, n_tok, y);
+    for (int64_t tt = 0; tt < n_tok; tt += 37) {
+        tnd_cpu_matmul_f32(pool, t, W, n_in, n_out, x + tt * n_in, 1, one);
+        CHECK(!memcmp(one, y + tt * n_out, sizeof one), "%s %s: token %lld of %lld differs from its one-token product",
+              k_isa[isa], tnd_type_name(t), (long long)tt, (long long)n_tok);
+    }
+    free(W), free(x), free(y);
+}
+
 int main(void) {
     tnd_pool *pools[3] = {NULL, tnd_pool_new(2), tnd_pool_new(3)};
     if (!pools[1] || !pools[2]) {
@@ -270,6 +288,8 @@ int main(void) {
             test_shape(pools, 3, isa, t, large, 19);
             test_shape(pools, 3, isa, t, bs == 1 ? 8 : bs, 1);
         }
+        test_many_tokens(pools[1], isa, TND_TYPE_F32, 37);
+        test_many_tokens(pools[1], isa, TND_TYPE_Q8_0, 64);
         /* unsupported type: NaN in the rows asked for */
         float y[4] = {0, 0, 0, 0}, x[32] = {0};
         uint8_t w[64] = {0};

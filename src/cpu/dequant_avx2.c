@@ -14,39 +14,9 @@
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define TGTI static inline __attribute__((target("avx2,fma,f16c"), always_inline))
+#define DQ_WIDTH 8
+#define DQ_DEFINE_DEQUANT
 #define DQ(name) dq2_##name
-
-/* 8 int8 (low half of v) -> 8 floats. */
-TGTI __m256 cvt8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
-
-TGTI void emit_mul(float *y, __m256i q, float s0, float s1) {
-    __m128i a = _mm256_castsi256_si128(q), b = _mm256_extracti128_si256(q, 1);
-    __m256 v0 = _mm256_set1_ps(s0), v1 = _mm256_set1_ps(s1);
-    _mm256_storeu_ps(y, _mm256_mul_ps(v0, cvt8(a)));
-    _mm256_storeu_ps(y + 8, _mm256_mul_ps(v0, cvt8(_mm_srli_si128(a, 8))));
-    _mm256_storeu_ps(y + 16, _mm256_mul_ps(v1, cvt8(b)));
-    _mm256_storeu_ps(y + 24, _mm256_mul_ps(v1, cvt8(_mm_srli_si128(b, 8))));
-}
-
-TGTI void emit_add(float *y, __m256i q, float d, float m) {
-    __m128i a = _mm256_castsi256_si128(q), b = _mm256_extracti128_si256(q, 1);
-    __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
-    _mm256_storeu_ps(y, _mm256_add_ps(_mm256_mul_ps(vd, cvt8(a)), vm));
-    _mm256_storeu_ps(y + 8, _mm256_add_ps(_mm256_mul_ps(vd, cvt8(_mm_srli_si128(a, 8))), vm));
-    _mm256_storeu_ps(y + 16, _mm256_add_ps(_mm256_mul_ps(vd, cvt8(b)), vm));
-    _mm256_storeu_ps(y + 24, _mm256_add_ps(_mm256_mul_ps(vd, cvt8(_mm_srli_si128(b, 8))), vm));
-}
-
-TGTI void emit_sub(float *y, __m256i q, float d0, float m0, float d1, float m1) {
-    __m128i a = _mm256_castsi256_si128(q), b = _mm256_extracti128_si256(q, 1);
-    __m256 vd0 = _mm256_set1_ps(d0), vm0 = _mm256_set1_ps(m0);
-    __m256 vd1 = _mm256_set1_ps(d1), vm1 = _mm256_set1_ps(m1);
-    _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(vd0, cvt8(a)), vm0));
-    _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(vd0, cvt8(_mm_srli_si128(a, 8))), vm0));
-    _mm256_storeu_ps(y + 16, _mm256_sub_ps(_mm256_mul_ps(vd1, cvt8(b)), vm1));
-    _mm256_storeu_ps(y + 24, _mm256_sub_ps(_mm256_mul_ps(vd1, cvt8(_mm_srli_si128(b, 8))), vm1));
-}
-
 #include "cpu/dequant_x86.h"
 
 /* ---- float formats (block size 1: any k) ----------------------------------- */

@@ -1,6 +1,6 @@
-/* AVX-512 (F, BW, VL, DQ) dequantizers: the AVX2 unpacking of dequant_x86.h
- * (32 quants per step) with 16-wide conversion, scaling and stores. Same
- * float operations as the references, unfused. */
+/* AVX-512 (F, BW, VL, DQ) dequantizers: the unpacking of dequant_x86.h (32
+ * quants per step) with 16-wide conversion, scaling and stores. Same float
+ * operations as the references, unfused. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -12,29 +12,9 @@
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define TGTI static inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), always_inline))
+#define DQ_WIDTH 16
+#define DQ_DEFINE_DEQUANT
 #define DQ(name) dq5_##name
-
-/* 16 int8 -> 16 floats. */
-TGTI __m512 cvt16(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
-
-TGTI void emit_mul(float *y, __m256i q, float s0, float s1) {
-    _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_set1_ps(s0), cvt16(_mm256_castsi256_si128(q))));
-    _mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_set1_ps(s1), cvt16(_mm256_extracti128_si256(q, 1))));
-}
-
-TGTI void emit_add(float *y, __m256i q, float d, float m) {
-    __m512 vd = _mm512_set1_ps(d), vm = _mm512_set1_ps(m);
-    _mm512_storeu_ps(y, _mm512_add_ps(_mm512_mul_ps(vd, cvt16(_mm256_castsi256_si128(q))), vm));
-    _mm512_storeu_ps(y + 16, _mm512_add_ps(_mm512_mul_ps(vd, cvt16(_mm256_extracti128_si256(q, 1))), vm));
-}
-
-TGTI void emit_sub(float *y, __m256i q, float d0, float m0, float d1, float m1) {
-    _mm512_storeu_ps(y, _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d0), cvt16(_mm256_castsi256_si128(q))),
-                                      _mm512_set1_ps(m0)));
-    _mm512_storeu_ps(y + 16, _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d1), cvt16(_mm256_extracti128_si256(q, 1))),
-                                           _mm512_set1_ps(m1)));
-}
-
 #include "cpu/dequant_x86.h"
 
 TGT static void dq5_f16(const void *vx, float *y, int64_t k) {

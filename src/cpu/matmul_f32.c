@@ -8,10 +8,13 @@
  * (row, token) pair are L-lane vectors; between K chunks they live in a
  * per-thread state buffer (P x n_tok x L floats), so the order of the sum is
  * the same for any P, KC, tile shape, n_tok or thread count.
- *   decode (n_tok <= 4): P = one tile of rows, KC large: the buffer is a few
- *     KB in L1 and weights go DRAM -> registers -> L1 -> FMA once.
- *   prefill: P = 16 rows x KC = 256: the panel (16 KB) stays in L1 while all
- *     token tiles sweep over it, so each weight is dequantized once per call. */
+ *   decode (n_tok <= 4): quantized formats use the ISA's fused kernel
+ *     (blocks dequantized into registers right before their FMAs, 4 rows at
+ *     a time); others P = one tile of rows, KC large: the buffer is a few KB
+ *     in L1 and weights go DRAM -> registers -> L1 -> FMA once.
+ *   prefill: P = 32 rows x KC = 1024: the panel (128 KB) stays in L2
+ *     while all token tiles sweep over it, so each weight is dequantized
+ *     once per call. */
 #include "cpu/matmul_f32.h"
 
 #include <math.h>
@@ -109,14 +112,21 @@ static float *tls_get(size_t n) {
 
 #define DECODE_MAX_TOK 4
 #define KC_DECODE 1024
-#define KC_PREFILL 256
-#define P_PREFILL 16
+/* Prefill blocking (see the top of the file): the panel (P x KC floats, in
+ * L2) is swept by every token tile, a token tile's x chunk (in L1) by every
+ * row tile of the panel. Per FMA instruction that is 4L/P bytes of x from
+ * L2/L3 and 8L^2/KC bytes of accumulator state. Best of the sizes tried on
+ * a Zen 3 core (16-64 rows x 256-2048). */
+#define KC_PREFILL 1024
+#define P_PREFILL 32
+#define TOK_GROUP 1024
 /* Rows handed to threads in multiples of this (y's cache lines unshared). */
 #define ROW_GRAIN 16
 
 typedef struct job {
     const tnd_f32_kernel *k;
     tnd_dequant_fn deq;
+    tnd_f32_matvec_fn mv; /* fused decode kernel, or NULL */
     bool direct; /* F32 weights: the tile reads W itself */
     const char *W;
     size_t w_row, blk_bytes;
@@ -135,41 +145,57 @@ static void task(void *arg, int ith, int nth) {
     int64_t nrows = j->r1 - j->r0, ng = (nrows + ROW_GRAIN - 1) / ROW_GRAIN;
     int64_t a = j->r0 + ng * ith / nth * ROW_GRAIN, b = TND_MIN(j->r0 + ng * (ith + 1) / nth * ROW_GRAIN, j->r1);
     if (a >= b) return;
+    if (j->mv) {
+        j->mv((const uint8_t *)j->W + (size_t)a * j->w_row, j->w_row, b - a, j->x, j->n_in, (int)j->n_tok, j->n_in,
+              j->y + a, j->n_out);
+        return;
+    }
     const tnd_f32_kernel *K = j->k;
-    const int64_t L = K->lanes, P = j->P, KC = j->KC, n_in = j->n_in, n_tok = j->n_tok;
-    const int64_t st_rs = n_tok * L;
-    size_t nbuf = j->direct ? 0 : (size_t)(P * KC);
+    const int64_t L = K->lanes, P = j->P, KC = j->KC, n_in = j->n_in;
+    /* Tokens in groups of at most TOK_GROUP, so the accumulator state stays
+     * bounded (P x TOK_GROUP x L floats); weights are dequantized once per
+     * group, which costs < 1% at that many tokens. */
+    const int64_t tg = TND_MIN(j->n_tok, TOK_GROUP), st_rs = tg * L;
+    /* Buffer rows one cache line longer than KC: rows a power-of-two size
+     * apart would all map to the same L1 sets. */
+    const int64_t BS = KC + 16;
+    size_t nbuf = j->direct ? 0 : (size_t)(P * BS);
     size_t nst = n_in > KC ? (size_t)(P * st_rs) : 0;
     float *buf = tls_get(nbuf + nst + 1);
     if (!buf) {
         TND_WARN("tnd_cpu_matmul_f32: out of memory for thread buffers");
-        fill_nan(j->y, j->n_out, n_tok, a, b);
+        fill_nan(j->y, j->n_out, j->n_tok, a, b);
         return;
     }
     float *st = buf + nbuf;
-    for (int64_t p0 = a; p0 < b; p0 += P) {
-        int64_t np = TND_MIN(P, b - p0);
-        for (int64_t k0 = 0; k0 < n_in; k0 += KC) {
-            int64_t kc = TND_MIN(KC, n_in - k0);
-            const float *w;
-            int64_t ws;
-            if (j->direct) {
-                w = (const float *)j->W + p0 * n_in + k0;
-                ws = n_in;
-            } else {
-                for (int64_t r = 0; r < np; r++)
-                    j->deq(j->W + (size_t)(p0 + r) * j->w_row + (size_t)(k0 / j->blk) * j->blk_bytes, buf + r * KC,
-                           kc);
-                w = buf;
-                ws = KC;
-            }
-            int first = k0 == 0, last = k0 + kc >= n_in;
-            for (int64_t t0 = 0; t0 < n_tok; t0 += K->max_t) {
-                int nt = (int)TND_MIN(K->max_t, n_tok - t0);
-                for (int64_t q = 0; q < np; q += K->max_r) {
-                    int nr = (int)TND_MIN(K->max_r, np - q);
-                    K->tile(nr, nt, w + q * ws, ws, j->x + t0 * n_in + k0, n_in, kc, st + q * st_rs + t0 * L, st_rs,
-                            first, last, j->y + t0 * j->n_out + p0 + q, j->n_out);
+    for (int64_t g0 = 0; g0 < j->n_tok; g0 += tg) {
+        const int64_t n_tok = TND_MIN(tg, j->n_tok - g0);
+        const float *x = j->x + g0 * n_in;
+        float *y = j->y + g0 * j->n_out;
+        for (int64_t p0 = a; p0 < b; p0 += P) {
+            int64_t np = TND_MIN(P, b - p0);
+            for (int64_t k0 = 0; k0 < n_in; k0 += KC) {
+                int64_t kc = TND_MIN(KC, n_in - k0);
+                const float *w;
+                int64_t ws;
+                if (j->direct) {
+                    w = (const float *)j->W + p0 * n_in + k0;
+                    ws = n_in;
+                } else {
+                    for (int64_t r = 0; r < np; r++)
+                        j->deq(j->W + (size_t)(p0 + r) * j->w_row + (size_t)(k0 / j->blk) * j->blk_bytes,
+                               buf + r * BS, kc);
+                    w = buf;
+                    ws = BS;
+                }
+                int first = k0 == 0, last = k0 + kc >= n_in;
+                for (int64_t t0 = 0; t0 < n_tok; t0 += K->max_t) {
+                    int nt = (int)TND_MIN(K->max_t, n_tok - t0);
+                    for (int64_t q = 0; q < np; q += K->max_r) {
+                        int nr = (int)TND_MIN(K->max_r, np - q);
+                        K->tile(nr, nt, w + q * ws, ws, x + t0 * n_in + k0, n_in, kc, st + q * st_rs + t0 * L, st_rs,
+                                first, last, y + t0 * j->n_out + p0 + q, j->n_out);
+                    }
                 }
             }
         }
@@ -194,7 +220,7 @@ void tnd_cpu_matmul_f32_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t
     const tnd_f32_kernel *k = kern_current();
     bool decode = n_tok <= DECODE_MAX_TOK;
     job j = {
-        .k = k, .deq = deq, .direct = wt == TND_TYPE_F32, .W = W, .w_row = w_row, .blk_bytes = tr->type_size,
+        .k = k, .deq = deq, .mv = n_tok <= TND_F32_MATVEC_MAX_TOK ? k->matvec[wt] : NULL, .direct = wt == TND_TYPE_F32, .W = W, .w_row = w_row, .blk_bytes = tr->type_size,
         .blk = tr->block_size, .n_in = n_in, .n_out = n_out, .r0 = r0, .r1 = r1, .n_tok = n_tok,
         .P = decode ? k->max_r : P_PREFILL, .KC = decode ? KC_DECODE : KC_PREFILL, .x = x, .y = y,
     };

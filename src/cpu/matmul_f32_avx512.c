@@ -7,10 +7,17 @@
 
 #include "cpu/matmul_f32_impl.h"
 
-#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
-#define TGTI static inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"), always_inline))
+/* No contraction of the dequantization's mul + add (see dequant_x86.h). */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define TGTI static inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), always_inline))
 
 #define L 16
+#define DQ_WIDTH 16
+#include "cpu/dequant_x86.h"
 #define MR 4
 #define MT 6
 
@@ -66,6 +73,76 @@ TGT static void tile(int nr, int nt, const float *w, int64_t ws, const float *x,
 #undef CASE
 }
 
+
+/* ---- fused decode kernels ------------------------------------------------------ */
+
+/* Per block of each of R rows: its scales, then per 32-chunk the quants ->
+ * DQ_NV vectors (dq_emit, the dequantizers' own code) -> FMAs into the
+ * (row, token) accumulators in ascending k, exactly the tile's order. */
+#define MV_DEF(fmt, BT, QK, KIND)                                                                          \
+    TGTI void mv_##fmt##_rt(const int R, const int T, const uint8_t *W, size_t w_row, const float *x,      \
+                            int64_t xs, int64_t n_in, float *y, int64_t ys) {                              \
+        __m512 acc[4][TND_F32_MATVEC_MAX_TOK];                                                                \
+        for (int r = 0; r < R; r++)                                                                        \
+            for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();                                               \
+        for (int64_t b = 0; b < n_in / (QK); b++) {                                                        \
+            dq_sc s[4];                                                                                    \
+            for (int r = 0; r < R; r++) fmt##_prep((const BT *)(W + (size_t)r * w_row) + b, &s[r]);        \
+            for (int c = 0; c < (QK) / 32; c++) {                                                          \
+                const float *xc = x + b * (QK) + 32 * c;                                                   \
+                for (int r = 0; r < R; r++) {                                                              \
+                    dq_vec w[DQ_NV];                                                                       \
+                    fmt##_emit((const BT *)(W + (size_t)r * w_row) + b, c, &s[r], w);                      \
+                    for (int v = 0; v < DQ_NV; v++)                                                        \
+                        for (int t = 0; t < T; t++)                                                        \
+                            acc[r][t] = _mm512_fmadd_ps(w[v], _mm512_loadu_ps(xc + t * xs + v * L), acc[r][t]);                 \
+                }                                                                                          \
+            }                                                                                              \
+        }                                                                                                  \
+        for (int r = 0; r < R; r++)                                                                        \
+            for (int t = 0; t < T; t++) y[t * ys + r] = hsum16(acc[r][t]);                                   \
+    }                                                                                                      \
+    TGT static void mv_##fmt(const uint8_t *W, size_t w_row, int64_t nr, const float *x, int64_t xs, int nt, \
+                             int64_t n_in, float *y, int64_t ys) {                                         \
+        /* 4 rows for one token (4 independent FMA chains), 2 for two */                                  \
+        int R = nt == 1 ? 4 : nt == 2 ? 2 : 1;                                                             \
+        for (int64_t r0 = 0; r0 < nr; r0 += R) {                                                           \
+            const uint8_t *w = W + (size_t)r0 * w_row;                                                     \
+            float *yr = y + r0;                                                                            \
+            if (nr - r0 < R) {                                                                             \
+                for (int64_t r = r0; r < nr; r++, w += w_row, yr++) {                                      \
+                    switch (nt) {                                                                          \
+                    case 1: mv_##fmt##_rt(1, 1, w, w_row, x, xs, n_in, yr, ys); break;                     \
+                    case 2: mv_##fmt##_rt(1, 2, w, w_row, x, xs, n_in, yr, ys); break;                     \
+                    default: break;                                                                        \
+                    }                                                                                      \
+                }                                                                                          \
+                break;                                                                                     \
+            }                                                                                              \
+            switch (nt) {                                                                                  \
+            case 1: mv_##fmt##_rt(4, 1, w, w_row, x, xs, n_in, yr, ys); break;                             \
+            case 2: mv_##fmt##_rt(2, 2, w, w_row, x, xs, n_in, yr, ys); break;                             \
+            case 3: mv_##fmt##_rt(1, 3, w, w_row, x, xs, n_in, yr, ys); break;                             \
+            case 4: mv_##fmt##_rt(1, 4, w, w_row, x, xs, n_in, yr, ys); break;                             \
+            default: break;                                                                                \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+DQ_FORMATS(MV_DEF)
+#undef MV_DEF
+
+
 void tnd_f32_kernel_avx512(tnd_f32_kernel *k) {
     *k = (tnd_f32_kernel){.lanes = L, .max_r = MR, .max_t = MT, .tile = tile};
+    k->matvec[TND_TYPE_Q4_0] = mv_q4_0;
+    k->matvec[TND_TYPE_Q4_1] = mv_q4_1;
+    k->matvec[TND_TYPE_Q5_0] = mv_q5_0;
+    k->matvec[TND_TYPE_Q5_1] = mv_q5_1;
+    k->matvec[TND_TYPE_Q8_0] = mv_q8_0;
+    k->matvec[TND_TYPE_MXFP4] = mv_mxfp4;
+    k->matvec[TND_TYPE_Q2_K] = mv_q2_K;
+    k->matvec[TND_TYPE_Q3_K] = mv_q3_K;
+    k->matvec[TND_TYPE_Q4_K] = mv_q4_K;
+    k->matvec[TND_TYPE_Q5_K] = mv_q5_K;
+    k->matvec[TND_TYPE_Q6_K] = mv_q6_K;
 }

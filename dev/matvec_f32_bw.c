@@ -1,0 +1,311 @@
+/* f32-activation matmul (cpu/matmul_f32.h): decode throughput in GB/s of
+ * weights read, next to this machine's read bandwidth measured in the same
+ * run, and the prefill ratio (one n_tok-token matmul against n_tok matvecs).
+ *
+ * Build (CMake builds it as build/dev_matvec_f32_bw), or by hand:
+ *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude dev/matvec_f32_bw.c build/libtandem.a -lpthread -lm -o matvec_f32_bw
+ * Run:
+ *   build/dev_matvec_f32_bw [-t 1,N] [-f Q4_0,Q8_0,...] [-s 4096x4096,...] [-r REPS] [-m MB] [-n 512] [--no-prefill]
+ *                           [--int8] [--isa scalar|avx2|avx512]
+ *
+ * Shapes are n_in x n_out (ne0 x ne1 of the GGUF tensor): 4096x14336 is an
+ * FFN up projection of an 8B model, 14336x4096 its down projection.
+ *
+ * Method. Read bandwidth: a streaming sum over a buffer far larger than the
+ * last-level cache (-m MB, default 1024), with the same thread count. Decode:
+ * each call (one token) runs over a rotation of copies of W totalling >= -m
+ * MB, so every call reads its weights from DRAM as a real decode step does.
+ * Prefill: one call with n_tok tokens (weights read once) against n_tok
+ * one-token calls over the rotation; ratio = tokens/s of the first over the
+ * second. Before any timing, the output is checked against a double
+ * dequantize-then-dot reference on a sample of rows (tolerance of
+ * matmul_f32.h), and the batched result against the one-token result
+ * bitwise. --int8 adds the int8 path (tnd_cpu_matmul) for comparison. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/matmul.h"
+#include "cpu/matmul_f32.h"
+#include "cpu/matmul_impl.h"
+#include "cpu/pool.h"
+#include "util.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* ---- read bandwidth -------------------------------------------------------------- */
+
+typedef struct bw_job {
+    const uint8_t *buf;
+    size_t n;
+    uint64_t sums[512];
+} bw_job;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint8_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t t[4];
+    _mm256_storeu_si256((__m256i *)t, a0);
+    return t[0] + t[1] + t[2] + t[3];
+}
+#endif
+
+static uint64_t sum_scalar(const uint8_t *p, size_t n) {
+    uint64_t a = 0;
+    const uint64_t *q = (const uint64_t *)p;
+    for (size_t i = 0; i < n / 8; i++) a += q[i];
+    return a;
+}
+
+static void bw_task(void *arg, int ith, int nth) {
+    bw_job *j = arg;
+    size_t pages = j->n / 4096, p0 = pages * ith / nth, p1 = pages * (ith + 1) / nth;
+    const uint8_t *p = j->buf + p0 * 4096;
+    size_t n = (p1 - p0) * 4096;
+#if defined(__x86_64__)
+    j->sums[ith] = tnd_cpu_isa_best() >= TND_ISA_AVX2 ? sum_avx2(p, n) : sum_scalar(p, n);
+#else
+    j->sums[ith] = sum_scalar(p, n);
+#endif
+}
+
+/* Best of reps, GB/s. */
+static double measure_bw(tnd_pool *pool, const uint8_t *buf, size_t n, int reps) {
+    bw_job j = {.buf = buf, .n = n};
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = tnd_time_s();
+        tnd_pool_run(pool, bw_task, &j);
+        best = fmin(best, tnd_time_s() - t0);
+    }
+    return (double)n / best / 1e9;
+}
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static uint64_t g_rng = 88172645463325252ull;
+static float frand(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / (1 << 23))) - 1.0f;
+}
+
+static int parse_type(const char *s) {
+    for (int t = 0; t < TND_TYPE_COUNT; t++) {
+        const tnd_type_traits *tr = tnd_type_traits_get(t);
+        if (tr && tr->supported && !strcmp(tr->name, s)) return t;
+    }
+    return -1;
+}
+
+/* 64 distinct rows quantized by the reference, repeated. */
+static void fill_weights(tnd_type wt, void *W, int64_t n_in, int64_t n_out) {
+    const tnd_type_traits *tr = tnd_type_traits_get(wt);
+    size_t rs = tnd_row_size(wt, n_in);
+    float *f = malloc((size_t)n_in * sizeof(float));
+    int64_t distinct = n_out < 64 ? n_out : 64;
+    for (int64_t r = 0; r < distinct; r++) {
+        for (int64_t i = 0; i < n_in; i++) f[i] = frand() * (0.02f + 0.01f * (float)(r % 5));
+        tr->from_float(f, (char *)W + r * rs, n_in);
+    }
+    for (int64_t r = distinct; r < n_out; r++) memcpy((char *)W + r * rs, (char *)W + (r % distinct) * rs, rs);
+    free(f);
+}
+
+/* Max over sampled (row, token) of |y - exact| / bound (bound of
+ * matmul_f32.h); > 1 means wrong. */
+static double validate(tnd_type wt, const void *W, int64_t n_in, int64_t n_out, const float *x, int64_t n_tok,
+                       const float *y) {
+    const tnd_type_traits *tr = tnd_type_traits_get(wt);
+    size_t rs = tnd_row_size(wt, n_in);
+    float *wd = malloc((size_t)n_in * sizeof(float));
+    int L = tnd_cpu_matmul_f32_lanes();
+    double worst = 0, lg = L == 16 ? 4 : 3;
+    int64_t step = n_out > 64 ? n_out / 64 : 1, tstep = n_tok > 8 ? n_tok / 8 : 1;
+    for (int64_t r = 0; r < n_out; r += step) {
+        tr->to_float((const char *)W + r * rs, wd, n_in);
+        for (int64_t t = 0; t < n_tok; t += tstep) {
+            double s = 0, a = 1e-30;
+            for (int64_t i = 0; i < n_in; i++) {
+                double p = (double)wd[i] * x[t * n_in + i];
+                s += p, a += fabs(p);
+            }
+            double e = fabs((double)y[t * n_out + r] - s) / (((double)(n_in + L - 1) / L + lg + 2) * ldexp(1, -24) * a);
+            if (!(e <= worst)) worst = e; /* NaN sticks */
+        }
+    }
+    free(wd);
+    return worst;
+}
+
+typedef struct shape { int64_t n_in, n_out; } shape;
+
+typedef void (*mm_fn)(tnd_pool *, tnd_type, const void *, int64_t, int64_t, const float *, int64_t, float *);
+
+/* Process CPU time: on a shared machine, the 1-thread rows' cpu GB/s
+ * (weights / CPU seconds) shows the kernel's own cost when wall time is
+ * inflated by other processes. */
+static double cpu_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Seconds of the fastest one-token call over the rotation of copies (the
+ * best of many filters out other processes on a shared machine); *cpu: mean
+ * CPU seconds of the process per call. */
+static double time_matvec(mm_fn f, tnd_pool *pool, tnd_type wt, const uint8_t *W, size_t wbytes, int copies,
+                          int64_t n_in, int64_t n_out, const float *x, float *y, int calls, double *cpu) {
+    for (int c = 0; c < copies; c++) f(pool, wt, W + (size_t)c * wbytes, n_in, n_out, x, 1, y); /* warm-up */
+    double best = 1e30, c0 = cpu_time_s();
+    for (int k = 0; k < calls; k++) {
+        double t0 = tnd_time_s();
+        f(pool, wt, W + (size_t)(k % copies) * wbytes, n_in, n_out, x, 1, y);
+        best = fmin(best, tnd_time_s() - t0);
+    }
+    if (cpu) *cpu = (cpu_time_s() - c0) / calls;
+    return best;
+}
+
+static int parse_list(const char *arg, char **out, int max) {
+    int n = 0;
+    char *s = strdup(arg);
+    for (char *tok = strtok(s, ","); tok && n < max; tok = strtok(NULL, ",")) out[n++] = strdup(tok);
+    free(s);
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *threads_arg = NULL, *types_arg = "Q4_0,Q8_0,Q4_K,Q6_K",
+               *shapes_arg = "4096x4096,4096x14336,5120x17408,14336x4096";
+    int reps = 30, n_pf = 512, prefill = 1, int8 = 0;
+    double mb = 1024;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) threads_arg = argv[++i];
+        else if (!strcmp(argv[i], "-f") && i + 1 < argc) types_arg = argv[++i];
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc) shapes_arg = argv[++i];
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc) mb = atof(argv[++i]);
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc) n_pf = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-prefill")) prefill = 0;
+        else if (!strcmp(argv[i], "--int8")) int8 = 1;
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            const char *s = argv[++i];
+            tnd_cpu_isa_id id = !strcmp(s, "scalar") ? TND_ISA_SCALAR : !strcmp(s, "avx2") ? TND_ISA_AVX2 : TND_ISA_AVX512;
+            if (!tnd_cpu_isa_force(id)) fprintf(stderr, "ISA %s not available here\n", s);
+        } else {
+            fprintf(stderr, "usage: %s [-t 1,N] [-f TYPES] [-s NINxNOUT,...] [-r REPS] [-m MB] [-n NTOK] [--no-prefill] "
+                            "[--int8] [--isa scalar|avx2|avx512]\n", argv[0]);
+            return 2;
+        }
+    }
+    char *tok[32];
+    int nthreads[8], n_nt = 0;
+    if (threads_arg) {
+        int n = parse_list(threads_arg, tok, 8);
+        for (int i = 0; i < n; i++) nthreads[n_nt++] = atoi(tok[i]), free(tok[i]);
+    } else {
+        nthreads[n_nt++] = 1;
+        if (tnd_physical_cores() > 1) nthreads[n_nt++] = tnd_physical_cores();
+    }
+    shape shapes[16];
+    int n_sh = 0, n = parse_list(shapes_arg, tok, 16);
+    for (int i = 0; i < n; i++) {
+        long long a, b;
+        if (sscanf(tok[i], "%lldx%lld", &a, &b) == 2) shapes[n_sh++] = (shape){a, b};
+        free(tok[i]);
+    }
+    int types[32], n_ty = 0;
+    n = parse_list(types_arg, tok, 32);
+    for (int i = 0; i < n; i++) {
+        int t = parse_type(tok[i]);
+        if (t < 0) fprintf(stderr, "unknown type %s\n", tok[i]);
+        else types[n_ty++] = t;
+        free(tok[i]);
+    }
+
+    size_t bw_bytes = (size_t)(mb * 1024 * 1024) & ~(size_t)4095;
+    uint8_t *bwbuf = tnd_aligned_alloc(bw_bytes);
+    if (!bwbuf) return 1;
+    memset(bwbuf, 1, bw_bytes);
+    printf("# ISA %s (f32 lanes %d); read-bandwidth buffer %.0f MiB; %d reps; prefill n_tok %d\n", tnd_cpu_isa(),
+           tnd_cpu_matmul_f32_lanes(), mb, reps, n_pf);
+    printf("| format | n_in x n_out | thr | MiB | us/tok | GB/s | read BW | frac | cpu GB/s |%s err/bound | prefill tok/s | "
+           "matvec tok/s | ratio |\n", int8 ? " int8 GB/s |" : "");
+    printf("|---|---|---|---|---|---|---|---|---|%s---|---|---|---|\n", int8 ? "---|" : "");
+    for (int ti = 0; ti < n_nt; ti++) {
+        tnd_pool *pool = tnd_pool_new(nthreads[ti]);
+        for (int yi = 0; yi < n_ty; yi++) {
+            tnd_type wt = (tnd_type)types[yi];
+            for (int si = 0; si < n_sh; si++) {
+                int64_t n_in = shapes[si].n_in, n_out = shapes[si].n_out;
+                size_t rs = tnd_row_size(wt, n_in), wbytes = rs * (size_t)n_out;
+                if (!rs) continue;
+                int copies = (int)((double)bw_bytes / (double)wbytes) + 1;
+                if (copies < 2) copies = 2;
+                uint8_t *W = tnd_aligned_alloc(wbytes * (size_t)copies);
+                int64_t nx = prefill ? n_pf : 1;
+                float *x = malloc((size_t)(n_in * nx) * sizeof(float)), *y = malloc((size_t)(n_out * nx) * sizeof(float));
+                float *y1 = malloc((size_t)n_out * sizeof(float));
+                if (!W || !x || !y || !y1) {
+                    fprintf(stderr, "out of memory\n");
+                    return 1;
+                }
+                fill_weights(wt, W, n_in, n_out);
+                for (int c = 1; c < copies; c++) memcpy(W + (size_t)c * wbytes, W, wbytes);
+                for (int64_t i = 0; i < n_in * nx; i++) x[i] = frand();
+                /* validate before timing */
+                tnd_cpu_matmul_f32(pool, wt, W, n_in, n_out, x, nx, y);
+                double err = validate(wt, W, n_in, n_out, x, nx, y);
+                bool same = true;
+                for (int64_t t = 0; t < nx; t += nx > 4 ? nx / 4 : 1) {
+                    tnd_cpu_matmul_f32(pool, wt, W, n_in, n_out, x + t * n_in, 1, y1);
+                    same = same && !memcmp(y1, y + t * n_out, (size_t)n_out * sizeof(float));
+                }
+                double bw = measure_bw(pool, bwbuf, bw_bytes, 3);
+                double ct;
+                double dt = time_matvec(tnd_cpu_matmul_f32, pool, wt, W, wbytes, copies, n_in, n_out, x, y1, reps, &ct);
+                double gbs = (double)wbytes / dt / 1e9;
+                char i8[32] = "";
+                if (int8) {
+                    double d8 = time_matvec(tnd_cpu_matmul, pool, wt, W, wbytes, copies, n_in, n_out, x, y1, reps, NULL);
+                    snprintf(i8, sizeof i8, " %.2f |", (double)wbytes / d8 / 1e9);
+                }
+                char pf[96] = " - | - | - |";
+                if (prefill) {
+                    /* best of 2; matvecs: n_pf one-token calls over the rotation */
+                    double tp = 1e30;
+                    for (int r = 0; r < 2; r++) {
+                        double t0 = tnd_time_s();
+                        tnd_cpu_matmul_f32(pool, wt, W, n_in, n_out, x, n_pf, y);
+                        tp = fmin(tp, tnd_time_s() - t0);
+                    }
+                    double tm = time_matvec(tnd_cpu_matmul_f32, pool, wt, W, wbytes, copies, n_in, n_out, x, y1,
+                                            n_pf, NULL) * n_pf; /* n_pf x the best matvec: favours the matvecs */
+                    snprintf(pf, sizeof pf, " %.0f | %.0f | %.1f |", n_pf / tp, n_pf / tm, tm / tp);
+                }
+                printf("| %s | %lldx%lld | %d | %.1f | %.1f | %.2f | %.2f | %.0f%% | %.2f |%s %.2f%s%s |%s\n",
+                       tnd_type_name(wt), (long long)n_in, (long long)n_out, nthreads[ti], (double)wbytes / (1 << 20),
+                       dt * 1e6, gbs, bw, 100.0 * gbs / bw, (double)wbytes / (ct / nthreads[ti]) / 1e9, i8, err, err <= 1 ? "" : " INVALID", same ? "" : " NOT-BITWISE", pf);
+                fflush(stdout);
+                tnd_aligned_free(W);
+                free(x), free(y), free(y1);
+            }
+        }
+        tnd_pool_free(pool);
+    }
+    tnd_aligned_free(bwbuf);
+    return 0;
+}
