@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fetches the default model if absent, builds tandem, and answers a prompt:
+# Fetches the default model if absent, builds tandem, and answers a prompt
+# greedily (a 135M model wanders when sampled; pass --temp 0.8 to sample):
 #   scripts/run.sh "What is the capital of France?" [more tandem run options]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,4 +11,4 @@ fi
 cmake --build build -j"$(nproc)" >/dev/null
 prompt=${1:-"What is the capital of France?"}
 shift || true
-exec build/tandem run --chat -p "$prompt" "$@"
+exec build/tandem run --chat --temp 0 -p "$prompt" "$@"
