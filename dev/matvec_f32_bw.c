@@ -5,8 +5,8 @@
  * Build (CMake builds it as build/dev_matvec_f32_bw), or by hand:
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude dev/matvec_f32_bw.c build/libtandem.a -lpthread -lm -o matvec_f32_bw
  * Run:
- *   build/dev_matvec_f32_bw [-t 1,N] [-f Q4_0,Q8_0,...] [-s 4096x4096,...] [-r REPS] [-m MB] [-n 512] [--no-prefill]
- *                           [--int8] [--isa scalar|avx2|avx512]
+ *   build/dev_matvec_f32_bw [-t 1,N] [-f Q4_0,Q8_0,...] [-s 4096x4096,...] [-r REPS] [-m MB] [-n 512]
+ *                           [--no-prefill | --prefill-all] [--int8] [--isa scalar|avx2|avx512]
  *
  * Shapes are n_in x n_out (ne0 x ne1 of the GGUF tensor): 4096x14336 is an
  * FFN up projection of an 8B model, 14336x4096 its down projection.
@@ -17,7 +17,9 @@
  * MB, so every call reads its weights from DRAM as a real decode step does.
  * Prefill: one call with n_tok tokens (weights read once) against n_tok
  * one-token calls over the rotation; ratio = tokens/s of the first over the
- * second. Before any timing, the output is checked against a double
+ * second; by default only for shapes of at most 4096 x 4096 weights (the
+ * larger ones take seconds per call on one thread), --prefill-all for every
+ * shape. Before any timing, the output is checked against a double
  * dequantize-then-dot reference on a sample of rows (tolerance of
  * matmul_f32.h), and the batched result against the one-token result
  * bitwise. --int8 adds the int8 path (tnd_cpu_matmul) for comparison. */
@@ -190,7 +192,7 @@ static int parse_list(const char *arg, char **out, int max) {
 int main(int argc, char **argv) {
     const char *threads_arg = NULL, *types_arg = "Q4_0,Q8_0,Q4_K,Q6_K",
                *shapes_arg = "4096x4096,4096x14336,5120x17408,14336x4096";
-    int reps = 30, n_pf = 512, prefill = 1, int8 = 0;
+    int reps = 30, n_pf = 512, prefill = 1, int8 = 0; /* prefill: 0 none, 1 small shapes, 2 all */
     double mb = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads_arg = argv[++i];
@@ -200,6 +202,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-m") && i + 1 < argc) mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "-n") && i + 1 < argc) n_pf = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-prefill")) prefill = 0;
+        else if (!strcmp(argv[i], "--prefill-all")) prefill = 2;
         else if (!strcmp(argv[i], "--int8")) int8 = 1;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *s = argv[++i];
@@ -207,7 +210,7 @@ int main(int argc, char **argv) {
             if (!tnd_cpu_isa_force(id)) fprintf(stderr, "ISA %s not available here\n", s);
         } else {
             fprintf(stderr, "usage: %s [-t 1,N] [-f TYPES] [-s NINxNOUT,...] [-r REPS] [-m MB] [-n NTOK] [--no-prefill] "
-                            "[--int8] [--isa scalar|avx2|avx512]\n", argv[0]);
+                            "[--prefill-all] [--int8] [--isa scalar|avx2|avx512]\n", argv[0]);
             return 2;
         }
     }
@@ -256,7 +259,8 @@ int main(int argc, char **argv) {
                 int copies = (int)((double)bw_bytes / (double)wbytes) + 1;
                 if (copies < 2) copies = 2;
                 uint8_t *W = tnd_aligned_alloc(wbytes * (size_t)copies);
-                int64_t nx = prefill ? n_pf : 1;
+                bool pf_here = prefill == 2 || (prefill == 1 && n_in * n_out <= 4096 * 4096);
+                int64_t nx = pf_here ? n_pf : 1;
                 float *x = malloc((size_t)(n_in * nx) * sizeof(float)), *y = malloc((size_t)(n_out * nx) * sizeof(float));
                 float *y1 = malloc((size_t)n_out * sizeof(float));
                 if (!W || !x || !y || !y1) {
@@ -284,7 +288,7 @@ int main(int argc, char **argv) {
                     snprintf(i8, sizeof i8, " %.2f |", (double)wbytes / d8 / 1e9);
                 }
                 char pf[96] = " - | - | - |";
-                if (prefill) {
+                if (pf_here) {
                     /* best of 2; matvecs: n_pf one-token calls over the rotation */
                     double tp = 1e30;
                     for (int r = 0; r < 2; r++) {

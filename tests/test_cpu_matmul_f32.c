@@ -287,6 +287,10 @@ int main(void) {
             test_shape(pools, 3, isa, t, small, 37);
             test_shape(pools, 3, isa, t, large, 19);
             test_shape(pools, 3, isa, t, bs == 1 ? 8 : bs, 1);
+            if (bs == 1) { /* rows of a multiple of 32: the fused decode kernels of F16 / BF16 */
+                test_shape(pools, 3, isa, t, 160, 37);
+                test_shape(pools, 3, isa, t, 1088, 19);
+            }
         }
         test_many_tokens(pools[1], isa, TND_TYPE_F32, 37);
         test_many_tokens(pools[1], isa, TND_TYPE_Q8_0, 64);

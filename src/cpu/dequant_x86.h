@@ -303,6 +303,45 @@ TGTI void q4_K_emit(const void *vb, int c, const dq_sc *s, dq_vec o[DQ_NV]) {
                         s->m[2 * c]);
 }
 
+/* F16 and BF16 rows as blocks of 32 for the fused matvec kernels (rows of
+ * a multiple of 32 elements only; the tile path takes the others). Same
+ * conversions as their dequantizers: exact. */
+typedef struct { uint16_t h[32]; } dq_f16x32;
+TGTI void f16_prep(const void *vb, dq_sc *s) { (void)vb, (void)s; }
+TGTI void bf16_prep(const void *vb, dq_sc *s) { (void)vb, (void)s; }
+#if DQ_WIDTH == 16
+TGTI void f16_emit(const void *vb, int c, const dq_sc *s, dq_vec o[DQ_NV]) {
+    const uint16_t *h = ((const dq_f16x32 *)vb)->h;
+    (void)c, (void)s;
+    for (int v = 0; v < DQ_NV; v++) o[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + 16 * v)));
+}
+TGTI void bf16_emit(const void *vb, int c, const dq_sc *s, dq_vec o[DQ_NV]) {
+    const uint16_t *h = ((const dq_f16x32 *)vb)->h;
+    (void)c, (void)s;
+    for (int v = 0; v < DQ_NV; v++)
+        o[v] = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + 16 * v))), 16));
+}
+#else
+TGTI void f16_emit(const void *vb, int c, const dq_sc *s, dq_vec o[DQ_NV]) {
+    const uint16_t *h = ((const dq_f16x32 *)vb)->h;
+    (void)c, (void)s;
+    for (int v = 0; v < DQ_NV; v++) o[v] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 8 * v)));
+}
+TGTI void bf16_emit(const void *vb, int c, const dq_sc *s, dq_vec o[DQ_NV]) {
+    const uint16_t *h = ((const dq_f16x32 *)vb)->h;
+    (void)c, (void)s;
+    for (int v = 0; v < DQ_NV; v++)
+        o[v] = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + 8 * v))), 16));
+}
+#endif
+/* X(...) as DQ_FORMATS, for formats with a fused matvec but their own
+ * dequantizer (any length). */
+#define DQ_FLOAT_FORMATS(X)            \
+    X(f16, dq_f16x32, 32, DQ_MUL)      \
+    X(bf16, dq_f16x32, 32, DQ_MUL)
+
 /* X(fmt, block type, elements per block, kind) for every quantized format. */
 #define DQ_FORMATS(X)                      \
     X(q4_0, block_q4_0, 32, DQ_MUL)        \

@@ -220,7 +220,7 @@ void tnd_cpu_matmul_f32_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t
     const tnd_f32_kernel *k = kern_current();
     bool decode = n_tok <= DECODE_MAX_TOK;
     job j = {
-        .k = k, .deq = deq, .mv = n_tok <= TND_F32_MATVEC_MAX_TOK ? k->matvec[wt] : NULL, .direct = wt == TND_TYPE_F32, .W = W, .w_row = w_row, .blk_bytes = tr->type_size,
+        .k = k, .deq = deq, .mv = n_tok <= TND_F32_MATVEC_MAX_TOK && n_in % 32 == 0 ? k->matvec[wt] : NULL, .direct = wt == TND_TYPE_F32, .W = W, .w_row = w_row, .blk_bytes = tr->type_size,
         .blk = tr->block_size, .n_in = n_in, .n_out = n_out, .r0 = r0, .r1 = r1, .n_tok = n_tok,
         .P = decode ? k->max_r : P_PREFILL, .KC = decode ? KC_DECODE : KC_PREFILL, .x = x, .y = y,
     };

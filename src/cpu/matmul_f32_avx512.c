@@ -129,6 +129,7 @@ TGT static void tile(int nr, int nt, const float *w, int64_t ws, const float *x,
         }                                                                                                  \
     }
 DQ_FORMATS(MV_DEF)
+DQ_FLOAT_FORMATS(MV_DEF)
 #undef MV_DEF
 
 
@@ -145,4 +146,6 @@ void tnd_f32_kernel_avx512(tnd_f32_kernel *k) {
     k->matvec[TND_TYPE_Q4_K] = mv_q4_K;
     k->matvec[TND_TYPE_Q5_K] = mv_q5_K;
     k->matvec[TND_TYPE_Q6_K] = mv_q6_K;
+    k->matvec[TND_TYPE_F16] = mv_f16;
+    k->matvec[TND_TYPE_BF16] = mv_bf16;
 }

@@ -24,7 +24,8 @@ typedef void (*tnd_f32_tile_fn)(int nr, int nt, const float *w, int64_t ws, cons
  * y[t * ys + r] = the dot of row r of W (rows w_row bytes apart, n_in
  * elements) with token row t of x (xs floats apart), dequantizing each block
  * into registers right before its FMAs. Same float values and the same
- * summation order as dequantize + tile, so bit-identical with it. */
+ * summation order as dequantize + tile, so bit-identical with it. n_in a
+ * multiple of 32 (the driver uses the tile path otherwise). */
 typedef void (*tnd_f32_matvec_fn)(const uint8_t *W, size_t w_row, int64_t nr, const float *x, int64_t xs, int nt,
                                   int64_t n_in, float *y, int64_t ys);
 #define TND_F32_MATVEC_MAX_TOK 4
