@@ -123,7 +123,7 @@ int cmd_bench(int argc, char **argv) {
     int nv = tnd_model_n_vocab(m);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)TND_MAX(need, 1));
     uint64_t x = 0x9E3779B97F4A7C15ull; /* fixed pseudo-random tokens: same work every run */
-    for (long i = 0; i < need; i++) {
+    for (long i = 0; i < TND_MAX(need, 1); i++) { /* at least one: the warm-up reads toks[0] */
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         toks[i] = (int32_t)(x % (uint64_t)nv);
     }
