@@ -651,7 +651,9 @@ static void test_timing(void) {
            "two h2d copies on two streams serialize on the copy engine (A ends at +%.3f ms, B at +%.3f ms)",
            (ta - a0) * 1e3, (tb - a0) * 1e3);
 
-    /* an SM copy over mapped memory is not behind the copy engine */
+    /* an SM copy over mapped memory is not behind the copy engine (into d2
+     * once B's copy there is done: streams do race, as TSan would tell) */
+    CHECK_ST(b->iface->stream_sync(b, Bs));
     double c0 = tnd_sim_stream_clock(b, Bs);
     tnd_stream *Cs = NULL;
     CHECK_ST(b->iface->stream_new(b, &Cs));
