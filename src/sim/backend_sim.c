@@ -14,6 +14,10 @@
  * captures the epoch recorded so far (none: nothing to wait for, as in CUDA)
  * and queues a wait for it. Queued items hold a reference on their event, so
  * an event may be freed while work that mentions it is still queued.
+ * An event's passed point is the highest epoch passed: exact while an event
+ * is re-recorded on one stream (records then pass in order); re-recording it
+ * on another stream before the first record has passed lets a waiter on the
+ * older record go once the newer one passes first.
  */
 #include <pthread.h>
 #include <stdio.h>
