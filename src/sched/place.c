@@ -113,20 +113,39 @@ double tnd_place_round_time(const tnd_place_item *it, int n, const uint8_t *wher
     return t;
 }
 
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "pack_bits reads flag bytes as a little-endian word");
-
-/* Packs w*64 flag bytes (each 0 or 1) into w words, flag m -> bit m. */
-static void pack_bits(const uint8_t *fl, size_t w, uint64_t *dst) {
+/* Packs w*64 flags (each 0.0 or 1.0) into w words, flag m -> bit m. The
+ * flags are doubles so the DP loops that write them have one element type
+ * and vectorize (gcc 12 does not vectorize a double compare into an integer
+ * or byte store at the baseline ISA). */
+static void pack_bits(const double *fl, size_t w, uint64_t *dst) {
     for (size_t k = 0; k < w; k++) {
         uint64_t word = 0;
-        for (int j = 0; j < 8; j++) {
-            uint64_t x;
-            memcpy(&x, fl + k * 64 + (size_t)j * 8, 8);
-            /* Gathers the low bit of each of the 8 bytes into the top byte
-             * (byte 0 -> bit 56); little-endian byte order assumed. */
-            word |= ((x * 0x0102040810204080ull) >> 56) << (j * 8);
-        }
+        for (int j = 0; j < 64; j++)
+            word |= (uint64_t)(fl[k * 64 + (size_t)j] != 0.0) << j;
         dst[k] = word;
+    }
+}
+
+/* One DP step into state CPU over n memory units: nc[m] = max(cpu[m],
+ * gpu[m] - c), fl[m] = 1 where the GPU predecessor won (ties: no switch). */
+static void step_cpu(const double *restrict cpu, const double *restrict gpu, double c, size_t n,
+                     double *restrict nc, double *restrict fl) {
+    for (size_t m = 0; m < n; m++) {
+        double stay = cpu[m], sw = gpu[m] - c;
+        fl[m] = sw > stay ? 1.0 : 0.0;
+        nc[m] = sw > stay ? sw : stay;
+    }
+}
+
+/* One DP step into state GPU: ng[k] = gain + max(gpu[k], cpu[k] - c), the
+ * caller offsetting ng and fl by the item's units; fl[k] = 1 where the GPU
+ * predecessor won (ties: no switch). */
+static void step_gpu(const double *restrict cpu, const double *restrict gpu, double c, double gain, size_t n,
+                     double *restrict ng, double *restrict fl) {
+    for (size_t k = 0; k < n; k++) {
+        double stay = gpu[k], sw = cpu[k] - c;
+        fl[k] = sw > stay ? 0.0 : 1.0;
+        ng[k] = gain + (sw > stay ? sw : stay);
     }
 }
 
@@ -153,7 +172,7 @@ static tnd_status place_dp(const tnd_place_item *it, int n, uint64_t budget, uin
     double *buf = tnd_malloc(4 * (M + 1) * sizeof(double));
     uint64_t *bits = tnd_malloc((size_t)n * 2 * W * sizeof(uint64_t));
     size_t *units = tnd_malloc((size_t)n * sizeof(size_t));
-    uint8_t *fl = tnd_calloc(W * 64, 1); /* bytes past M stay 0 */
+    double *fl = tnd_calloc(W * 64, sizeof(double)); /* flags past M stay 0 */
     if (!buf || !bits || !units || !fl) {
         free(fl);
         free(buf);
@@ -183,11 +202,7 @@ static tnd_status place_dp(const tnd_place_item *it, int n, uint64_t budget, uin
                 ncpu[m] = -INFINITY;
             memset(bc, 0, W * sizeof(uint64_t));
         } else {
-            for (size_t m = 0; m <= M; m++) {
-                double stay = cpu[m], sw = gpu[m] - c;
-                fl[m] = sw > stay; /* ties: no switch */
-                ncpu[m] = sw > stay ? sw : stay;
-            }
+            step_cpu(cpu, gpu, c, M + 1, ncpu, fl);
             pack_bits(fl, W, bc);
         }
         if (p->fixed == TND_B_CPU || u > M) {
@@ -199,13 +214,7 @@ static tnd_status place_dp(const tnd_place_item *it, int n, uint64_t budget, uin
                 ngpu[m] = -INFINITY;
                 fl[m] = 0;
             }
-            double *ng = ngpu + u; /* ng[k] is the state at m = k + u, from m - u = k */
-            uint8_t *fg = fl + u;
-            for (size_t k = 0; k + u <= M; k++) {
-                double stay = gpu[k], sw = cpu[k] - c;
-                fg[k] = !(sw > stay); /* ties: no switch */
-                ng[k] = gain + (sw > stay ? sw : stay);
-            }
+            step_gpu(cpu, gpu, c, gain, M + 1 - u, ngpu + u, fl + u);
             pack_bits(fl, W, bg);
         }
         double *t;
