@@ -49,7 +49,10 @@ static void write_svg(FILE *f, const char *title, int n_rows, const char *const 
     const int left = 10 + (int)lab * 7, top = 44 + (int)(rol * 7 * 0.87);
     const int grid_w = n_roles * (CELL_W + GAP), grid_h = n_rows * (CELL_H + GAP);
     const int legend_y = top + grid_h + 14;
-    const int width = TND_MAX(left + grid_w + 20, 460), height = legend_y + 36;
+    /* The last role name leans right by about half its length. */
+    int width = TND_MAX(left + grid_w + 20 + (int)(rol * 7 / 2), 460);
+    width = TND_MAX(width, 20 + (int)(title ? strlen(title) : 9) * 8);
+    const int height = legend_y + 36;
 
     int n_gpu = 0, n_cpu = 0, n_mixed = 0;
     for (int i = 0; i < n_rows * n_roles; i++) {
