@@ -1,0 +1,577 @@
+/* Static placement: the DP against brute force on thousands of random small
+ * instances (dense and the MoE rule, fixed items, first/last backends,
+ * switch-free experts), the budget on large 14B-like instances (with
+ * automatic granule coarsening), constructed MoE cases, the layer baseline,
+ * the round cost model by hand, argument errors, and the plan SVG. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sched/place.h"
+#include "sched/plan_svg.h"
+#include "util.h"
+
+static int n_fail;
+#define CHECK(cond, ...)                                                                     \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            if (n_fail++ < 30) {                                                             \
+                fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);     \
+                fprintf(stderr, __VA_ARGS__);                                                \
+                fputc('\n', stderr);                                                         \
+            }                                                                                \
+        }                                                                                    \
+    } while (0)
+
+static uint64_t rng_state = 0x5eed5eed12345678ull;
+static uint64_t rnd_u64(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rnd(void) { return (double)(rnd_u64() >> 11) / 9007199254740992.0; }
+static int rnd_int(int n) { return (int)(rnd_u64() % (uint64_t)n); }
+
+static const uint64_t MiB = 1ull << 20;
+
+static bool close_to(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fmax(fabs(a), fabs(b))); }
+
+static uint64_t units(uint64_t bytes, uint64_t g) { return (bytes + g - 1) / g; }
+
+/* Checks what every valid placement must satisfy: fixed items honored,
+ * the rounded sizes within budget, res consistent with the placement. */
+static void check_valid(const tnd_place_item *it, int n, uint64_t budget, uint64_t granule, int fb, int lb,
+                        double cl, const uint8_t *out, const tnd_place_result *res, const char *what) {
+    uint64_t bytes = 0, u = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK(out[i] == TND_B_CPU || out[i] == TND_B_GPU, "%s: out[%d] = %d", what, i, out[i]);
+        if (it[i].fixed >= 0)
+            CHECK(out[i] == it[i].fixed, "%s: item %d fixed %d placed %d", what, i, it[i].fixed, out[i]);
+        if (out[i] == TND_B_GPU) {
+            bytes += it[i].bytes;
+            u += units(it[i].bytes, granule);
+        }
+    }
+    CHECK(bytes <= budget, "%s: %llu bytes > budget %llu", what, (unsigned long long)bytes,
+          (unsigned long long)budget);
+    CHECK(u <= budget / granule, "%s: %llu units > %llu", what, (unsigned long long)u,
+          (unsigned long long)(budget / granule));
+    CHECK(res->gpu_bytes == bytes, "%s: res bytes %llu vs %llu", what, (unsigned long long)res->gpu_bytes,
+          (unsigned long long)bytes);
+    /* The objective recomputed here, independently of tnd_place_eval. */
+    double g = 0;
+    int prev = fb, nsw = 0;
+    for (int i = 0; i < n; i++) {
+        if (out[i] == TND_B_GPU)
+            g += it[i].weight * (it[i].t_cpu - it[i].t_gpu);
+        if (out[i] != prev && !it[i].switch_free) {
+            g -= it[i].c_switch;
+            nsw++;
+        }
+        prev = out[i];
+    }
+    if (lb >= 0 && prev != lb) {
+        g -= cl;
+        nsw++;
+    }
+    CHECK(close_to(g, res->gain), "%s: res gain %.17g vs recomputed %.17g", what, res->gain, g);
+    CHECK(nsw == res->n_switches, "%s: switches %d vs %d", what, res->n_switches, nsw);
+}
+
+static const uint64_t granules[] = {1, 7, 1000, 1 << 20};
+
+/* A random instance of n items; moe: layers of a few dense items then
+ * experts (switch-free after the first of a layer). Returns the granule. */
+static uint64_t random_instance(tnd_place_item *it, int n, bool moe, uint64_t *budget, int *fb, int *lb,
+                                double *cl) {
+    uint64_t g = granules[rnd_int(4)];
+    uint64_t total = 0;
+    int in_layer = 0, n_dense = 1 + rnd_int(3), n_exp = 2 + rnd_int(4);
+    for (int i = 0; i < n; i++) {
+        tnd_place_item *p = &it[i];
+        memset(p, 0, sizeof *p);
+        p->bytes = (uint64_t)rnd_int(20) * g + (rnd() < 0.3 ? (uint64_t)rnd_int((int)TND_MIN(g, 1000)) : 0);
+        if (rnd() < 0.05)
+            p->bytes = 0;
+        p->t_cpu = rnd() * 2.0;
+        p->t_gpu = rnd() < 0.8 ? p->t_cpu * rnd() * 0.5 : rnd() * 3.0; /* some GPU-slower items */
+        p->c_switch = rnd() < 0.2 ? 0.0 : rnd() * 0.8;
+        p->weight = 1.0;
+        p->fixed = rnd() < 0.15 ? (int8_t)rnd_int(2) : -1;
+        if (moe) {
+            if (in_layer >= n_dense) {
+                p->expert = true;
+                p->weight = rnd() * 3.0;
+                p->switch_free = in_layer > n_dense;
+            }
+            if (++in_layer == n_dense + n_exp)
+                in_layer = 0;
+        } else {
+            p->switch_free = rnd() < 0.1;
+        }
+        total += units(p->bytes, g) * g;
+    }
+    int kind = rnd_int(4);
+    *budget = kind == 0 ? 0 : kind == 1 ? total + (uint64_t)rnd_int(3) : (uint64_t)(rnd() * (double)total);
+    *fb = rnd_int(2);
+    *lb = rnd_int(3) - 1;
+    *cl = rnd() * 0.5;
+    return g;
+}
+
+static void test_dense_vs_brute(void) {
+    tnd_place_item it[14];
+    uint8_t a[14], b[14];
+    int n_ok = 0, n_nomem = 0;
+    for (int trial = 0; trial < 4000; trial++) {
+        int n = rnd_int(15);
+        uint64_t budget;
+        int fb, lb;
+        double cl;
+        uint64_t g = random_instance(it, n, false, &budget, &fb, &lb, &cl);
+        tnd_place_result ra, rb;
+        tnd_status sa = tnd_place_dp(it, n, budget, g, fb, lb, cl, a, &ra);
+        tnd_status sb = tnd_place_brute(it, n, budget, g, fb, lb, cl, b, &rb);
+        CHECK(sa == sb, "trial %d: dp %d brute %d (%s)", trial, sa, sb, tnd_last_error());
+        if (sa != TND_OK || sb != TND_OK) {
+            CHECK(sa == TND_ERR_NOMEM, "trial %d: status %d", trial, sa);
+            n_nomem++;
+            continue;
+        }
+        n_ok++;
+        check_valid(it, n, budget, g, fb, lb, cl, a, &ra, "dp");
+        check_valid(it, n, budget, g, fb, lb, cl, b, &rb, "brute");
+        CHECK(close_to(ra.gain, rb.gain), "trial %d n %d: dp gain %.17g brute %.17g", trial, n, ra.gain, rb.gain);
+    }
+    printf("dense: %d instances equal to brute force (%d infeasible, both said so)\n", n_ok, n_nomem);
+    CHECK(n_ok > 3000, "too few feasible instances: %d", n_ok);
+}
+
+/* The MoE rule applied by the test itself, then brute force over the rest. */
+static tnd_status moe_brute(const tnd_place_item *it, int n, uint64_t budget, uint64_t g, int fb, int lb, double cl,
+                            uint8_t *out, tnd_place_result *res, bool *covers) {
+    tnd_place_item cp[14];
+    memcpy(cp, it, (size_t)n * sizeof *cp);
+    bool any_expert = false;
+    uint64_t need = 0;
+    for (int i = 0; i < n; i++) {
+        any_expert |= it[i].expert;
+        if (it[i].expert ? it[i].fixed == TND_B_GPU : it[i].fixed != TND_B_CPU)
+            need += units(it[i].bytes, g);
+    }
+    *covers = need <= budget / g;
+    if (any_expert)
+        for (int i = 0; i < n; i++)
+            if (cp[i].fixed < 0)
+                cp[i].fixed = (*covers && !cp[i].expert) ? TND_B_GPU : (!*covers && cp[i].expert) ? TND_B_CPU : -1;
+    return tnd_place_brute(cp, n, budget, g, fb, lb, cl, out, res);
+}
+
+static void test_moe_vs_brute(void) {
+    tnd_place_item it[14];
+    uint8_t a[14], b[14];
+    int n_ok = 0, n_cover = 0;
+    for (int trial = 0; trial < 4000; trial++) {
+        int n = rnd_int(15);
+        uint64_t budget;
+        int fb, lb;
+        double cl;
+        uint64_t g = random_instance(it, n, true, &budget, &fb, &lb, &cl);
+        tnd_place_result ra, rb;
+        bool covers;
+        tnd_status sa = tnd_place_moe(it, n, budget, g, fb, lb, cl, a, &ra);
+        tnd_status sb = moe_brute(it, n, budget, g, fb, lb, cl, b, &rb, &covers);
+        CHECK(sa == sb, "trial %d: moe %d brute %d (%s)", trial, sa, sb, tnd_last_error());
+        if (sa != TND_OK || sb != TND_OK)
+            continue;
+        n_ok++;
+        check_valid(it, n, budget, g, fb, lb, cl, a, &ra, "moe");
+        CHECK(close_to(ra.gain, rb.gain), "trial %d n %d: moe gain %.17g brute %.17g", trial, n, ra.gain, rb.gain);
+        bool any_expert = false;
+        for (int i = 0; i < n; i++)
+            any_expert |= it[i].expert;
+        if (!any_expert)
+            continue;
+        n_cover += covers;
+        for (int i = 0; i < n; i++) {
+            if (it[i].fixed >= 0)
+                continue;
+            if (covers && !it[i].expert)
+                CHECK(a[i] == TND_B_GPU, "trial %d: budget covers non-experts, item %d on CPU", trial, i);
+            if (!covers && it[i].expert)
+                CHECK(a[i] == TND_B_CPU, "trial %d: budget short, expert %d on GPU", trial, i);
+        }
+    }
+    printf("moe: %d instances equal to the rule + brute force (%d with the budget covering non-experts)\n", n_ok,
+           n_cover);
+    CHECK(n_ok > 2500 && n_cover > 500 && n_ok - n_cover > 500, "coverage: %d %d", n_ok, n_cover);
+}
+
+/* 14B-like: 40 layers x 7 tensors of 10-90 MB, times proportional to size
+ * with per-role GPU speed-ups; plus an embedding and an output head. */
+static int make_14b(tnd_place_item *it, int *layer_of, int n_layers) {
+    int n = 0;
+    it[n] = (tnd_place_item){.bytes = 400 * MiB, .t_cpu = 0, .t_gpu = 0, .c_switch = 0, .weight = 1, .fixed = TND_B_CPU};
+    layer_of[n++] = -1;
+    for (int l = 0; l < n_layers; l++)
+        for (int k = 0; k < 7; k++) {
+            uint64_t mb = 10 + (uint64_t)rnd_int(81);
+            double tc = (double)mb * 1e-5 * (0.8 + 0.4 * rnd()), tg = tc * (0.05 + 0.3 * rnd());
+            it[n] = (tnd_place_item){.bytes = mb * MiB + (uint64_t)rnd_int(1 << 20), .t_cpu = tc, .t_gpu = tg,
+                                     .c_switch = 2e-5 + 1e-5 * rnd(), .weight = 1, .fixed = -1};
+            layer_of[n++] = l;
+        }
+    it[n] = (tnd_place_item){.bytes = 700 * MiB, .t_cpu = 7e-3, .t_gpu = 4e-4, .c_switch = 2e-5, .weight = 1, .fixed = -1};
+    layer_of[n++] = -1;
+    return n;
+}
+
+static void test_large(void) {
+    enum { NL = 286 }; /* 286 layers x 7 + 2 = 2004 items */
+    tnd_place_item *it = malloc(sizeof *it * (NL * 7 + 2));
+    int *layer_of = malloc(sizeof *layer_of * (NL * 7 + 2));
+    uint8_t *out = malloc(NL * 7 + 2), *base = malloc(NL * 7 + 2);
+    for (int trial = 0; trial < 12; trial++) {
+        int nl = trial < 6 ? 40 : NL;
+        int n = make_14b(it, layer_of, nl);
+        uint64_t total = 0;
+        for (int i = 0; i < n; i++)
+            total += it[i].bytes;
+        uint64_t budget = trial % 6 == 0 ? 5000 * MiB : (uint64_t)(rnd() * 1.1 * (double)total);
+        tnd_place_result res;
+        double t0 = tnd_time_s();
+        tnd_status st = tnd_place_dp(it, n, budget, MiB, TND_B_CPU, TND_B_CPU, 1e-5, out, &res);
+        double dt = tnd_time_s() - t0;
+        CHECK(st == TND_OK, "large: %s", tnd_last_error());
+        if (st != TND_OK)
+            continue;
+        check_valid(it, n, budget, MiB, TND_B_CPU, TND_B_CPU, 1e-5, out, &res, "large");
+        /* The optimum is at least as good as the layer baseline and all-CPU. */
+        uint64_t lb_bytes = tnd_place_layers(it, layer_of, n, budget, base);
+        CHECK(lb_bytes <= budget, "layers: %llu > %llu", (unsigned long long)lb_bytes, (unsigned long long)budget);
+        double gb = tnd_place_eval(it, n, base, TND_B_CPU, TND_B_CPU, 1e-5, NULL);
+        CHECK(res.gain >= gb - 1e-12, "large: dp %.9g < layer baseline %.9g", res.gain, gb);
+        CHECK(res.gain >= 0, "large: dp %.9g < all-CPU", res.gain);
+        /* With room to spare under the budget, nothing worth moving is left. */
+        if (budget > total + 2 * (uint64_t)n * MiB)
+            CHECK(res.gpu_bytes == total - it[0].bytes, "large: everything fits but %llu of %llu placed",
+                  (unsigned long long)res.gpu_bytes, (unsigned long long)total);
+        if (trial == 0) {
+            printf("dp: 40 layers x 7 items, budget 5000 MiB at 1 MiB: %.1f ms, gain %.3f ms, %d switches, %llu MiB\n",
+                   dt * 1e3, res.gain * 1e3, res.n_switches, (unsigned long long)(res.gpu_bytes / MiB));
+            CHECK(dt < 0.5, "dp took %.3f s", dt);
+        }
+    }
+    /* Granule 1 byte over a 20 GB budget: the table would be ~10 TB, so the
+     * granule is coarsened; the result must still respect the byte budget. */
+    int n = make_14b(it, layer_of, 40);
+    uint64_t budget = 20000 * MiB + 12345;
+    tnd_place_result res;
+    double t0 = tnd_time_s();
+    tnd_status st = tnd_place_dp(it, n, budget, 1, TND_B_CPU, -1, 0, out, &res);
+    CHECK(st == TND_OK, "coarsened: %s", tnd_last_error());
+    if (st == TND_OK) {
+        check_valid(it, n, budget, 1, TND_B_CPU, -1, 0, out, &res, "coarsened");
+        uint64_t lb_bytes = tnd_place_layers(it, layer_of, n, budget, base);
+        (void)lb_bytes;
+        double gb = tnd_place_eval(it, n, base, TND_B_CPU, -1, 0, NULL);
+        CHECK(res.gain >= gb * 0.99, "coarsened: dp %.9g vs layer baseline %.9g", res.gain, gb);
+        printf("coarsened granule: 282 items, 20000 MiB at 1 B asked: %.0f ms, %llu MiB placed\n",
+               (tnd_time_s() - t0) * 1e3, (unsigned long long)(res.gpu_bytes / MiB));
+    }
+    free(it);
+    free(layer_of);
+    free(out);
+    free(base);
+}
+
+/* Two MoE layers: 3 dense tensors of 10 MiB, 8 experts of 5 MiB each. */
+static int make_moe(tnd_place_item *it, const double *pop) {
+    int n = 0;
+    for (int l = 0; l < 2; l++) {
+        for (int k = 0; k < 3; k++)
+            it[n++] = (tnd_place_item){.bytes = 10 * MiB, .t_cpu = 1e-3, .t_gpu = 1e-4, .c_switch = 1e-5,
+                                       .weight = 1, .fixed = -1};
+        for (int e = 0; e < 8; e++)
+            it[n++] = (tnd_place_item){.bytes = 5 * MiB, .t_cpu = 4e-3, .t_gpu = 1e-4, .c_switch = 0,
+                                       .weight = pop[l * 8 + e], .fixed = -1, .expert = true,
+                                       .switch_free = e > 0};
+    }
+    return n;
+}
+
+static void test_moe_cases(void) {
+    double pop[16];
+    for (int i = 0; i < 16; i++)
+        pop[i] = 0.05 + 0.01 * ((i * 7) % 16); /* distinct popularities */
+    tnd_place_item it[22];
+    uint8_t out[22], d[22];
+    tnd_place_result res, rd;
+    int n = make_moe(it, pop);
+    /* Covers non-experts (60 MiB) with 40 MiB to spare: 8 experts fit, and
+     * with equal sizes and times the 8 most popular must be the ones. */
+    CHECK(tnd_place_moe(it, n, 100 * MiB, MiB, TND_B_CPU, TND_B_CPU, 1e-5, out, &res) == TND_OK, "%s",
+          tnd_last_error());
+    double thr;
+    {
+        double s[16];
+        memcpy(s, pop, sizeof s);
+        for (int i = 0; i < 16; i++)
+            for (int j = i + 1; j < 16; j++)
+                if (s[j] > s[i]) {
+                    double t = s[i];
+                    s[i] = s[j], s[j] = t;
+                }
+        thr = s[7];
+    }
+    int n_exp_gpu = 0;
+    for (int i = 0, e = 0; i < n; i++) {
+        if (!it[i].expert)
+            CHECK(out[i] == TND_B_GPU, "covered: dense %d on CPU", i);
+        else {
+            n_exp_gpu += out[i] == TND_B_GPU;
+            CHECK((out[i] == TND_B_GPU) == (pop[e] >= thr), "covered: expert %d pop %.2f placed %d", e, pop[e],
+                  out[i]);
+            e++;
+        }
+    }
+    CHECK(n_exp_gpu == 8 && res.gpu_bytes == 100 * MiB, "covered: %d experts, %llu bytes", n_exp_gpu,
+          (unsigned long long)res.gpu_bytes);
+    /* 50 MiB < 60 MiB of non-experts: no expert on the GPU (plain DP would
+     * take the experts: higher gain per byte here). */
+    CHECK(tnd_place_moe(it, n, 50 * MiB, MiB, TND_B_CPU, TND_B_CPU, 1e-5, out, &res) == TND_OK, "%s",
+          tnd_last_error());
+    int n_dense_gpu = 0;
+    for (int i = 0; i < n; i++) {
+        if (it[i].expert)
+            CHECK(out[i] == TND_B_CPU, "short: expert item %d on GPU", i);
+        else
+            n_dense_gpu += out[i] == TND_B_GPU;
+    }
+    CHECK(n_dense_gpu == 5, "short: %d dense on GPU, expected 5", n_dense_gpu);
+    CHECK(tnd_place_dp(it, n, 50 * MiB, MiB, TND_B_CPU, TND_B_CPU, 1e-5, d, &rd) == TND_OK, "%s", tnd_last_error());
+    int n_exp_dp = 0;
+    for (int i = 0; i < n; i++)
+        n_exp_dp += it[i].expert && d[i] == TND_B_GPU;
+    CHECK(n_exp_dp > 0 && rd.gain > res.gain, "plain dp should prefer experts here: %d, %.9g vs %.9g", n_exp_dp,
+          rd.gain, res.gain);
+    /* A fixed-CPU dense tensor does not count against "covers". */
+    it[0].fixed = TND_B_CPU;
+    CHECK(tnd_place_moe(it, n, 50 * MiB, MiB, TND_B_CPU, TND_B_CPU, 1e-5, out, &res) == TND_OK, "%s",
+          tnd_last_error());
+    CHECK(out[0] == TND_B_CPU, "fixed dense placed on the GPU");
+    for (int i = 1; i < n; i++)
+        if (!it[i].expert)
+            CHECK(out[i] == TND_B_GPU, "covered with item 0 fixed: dense %d on CPU", i);
+    /* Dense model: the same as tnd_place_dp. */
+    tnd_place_item dn[6];
+    for (int i = 0; i < 6; i++)
+        dn[i] = it[i < 3 ? i : i + 8], dn[i].fixed = -1;
+    CHECK(tnd_place_moe(dn, 6, 25 * MiB, MiB, TND_B_CPU, -1, 0, out, &res) == TND_OK, "%s", tnd_last_error());
+    CHECK(tnd_place_dp(dn, 6, 25 * MiB, MiB, TND_B_CPU, -1, 0, d, &rd) == TND_OK, "%s", tnd_last_error());
+    CHECK(memcmp(out, d, 6) == 0 && res.gain == rd.gain, "dense moe != dp");
+}
+
+static void test_layers(void) {
+    /* embedding, 5 layers of 3 tensors (layer l: 10+l, 20, 30 MiB), head. */
+    tnd_place_item it[17];
+    int layer_of[17];
+    int n = 0;
+    it[n] = (tnd_place_item){.bytes = 50 * MiB, .weight = 1, .fixed = -1};
+    layer_of[n++] = -1;
+    for (int l = 0; l < 5; l++)
+        for (int k = 0; k < 3; k++) {
+            it[n] = (tnd_place_item){.bytes = (uint64_t)(k == 0 ? 10 + l : 10 * (k + 1)) * MiB, .weight = 1,
+                                     .fixed = -1};
+            layer_of[n++] = l;
+        }
+    it[n] = (tnd_place_item){.bytes = 40 * MiB, .weight = 1, .fixed = -1};
+    layer_of[n++] = -1;
+    uint8_t out[17];
+    /* Layers weigh 60..64 MiB. 130 MiB: layers 4 (64) and 3 (63) = 127. */
+    uint64_t b = tnd_place_layers(it, layer_of, n, 130 * MiB, out);
+    CHECK(b == 127 * MiB, "layers: %llu", (unsigned long long)(b / MiB));
+    for (int i = 0; i < n; i++)
+        CHECK(out[i] == (layer_of[i] >= 3 ? TND_B_GPU : TND_B_CPU), "layers 130: item %d -> %d", i, out[i]);
+    /* All layers (310) but not the head (40): head stays; embedding always. */
+    b = tnd_place_layers(it, layer_of, n, 340 * MiB, out);
+    CHECK(b == 310 * MiB, "layers 340: %llu", (unsigned long long)(b / MiB));
+    CHECK(out[0] == TND_B_CPU && out[16] == TND_B_CPU, "layers 340: emb %d head %d", out[0], out[16]);
+    b = tnd_place_layers(it, layer_of, n, 350 * MiB, out);
+    CHECK(b == 350 * MiB && out[16] == TND_B_GPU && out[0] == TND_B_CPU, "layers 350: %llu head %d",
+          (unsigned long long)(b / MiB), out[16]);
+    b = tnd_place_layers(it, layer_of, n, 0, out);
+    CHECK(b == 0, "layers 0: %llu", (unsigned long long)b);
+    for (int i = 0; i < n; i++)
+        CHECK(out[i] == TND_B_CPU, "layers 0: item %d", i);
+    /* Contiguity: a big layer 2 stops the walk even though layer 1 would fit. */
+    it[7].bytes = 500 * MiB; /* layer 2, first tensor */
+    b = tnd_place_layers(it, layer_of, n, 250 * MiB, out);
+    CHECK(b == 127 * MiB, "layers big: %llu", (unsigned long long)(b / MiB));
+    for (int i = 0; i < n; i++)
+        CHECK(out[i] == (layer_of[i] >= 3 ? TND_B_GPU : TND_B_CPU), "layers big: item %d -> %d", i, out[i]);
+    /* A fixed-CPU tensor stays put; its layer's other tensors still go. */
+    it[7].bytes = 12 * MiB;
+    it[14].fixed = TND_B_CPU; /* layer 4, second tensor (20 MiB) */
+    b = tnd_place_layers(it, layer_of, n, 130 * MiB, out);
+    CHECK(out[14] == TND_B_CPU && out[13] == TND_B_GPU && b == 107 * MiB, "layers fixed: %d %d %llu", out[14],
+          out[13], (unsigned long long)(b / MiB));
+}
+
+static void test_round_time(void) {
+    tnd_place_item it[3] = {
+        {.bytes = 1, .t_cpu = 1.0, .t_gpu = 0.25, .c_switch = 0.5, .weight = 1, .fixed = -1},
+        {.bytes = 1, .t_cpu = 2.0, .t_gpu = 0.5, .c_switch = 0.125, .weight = 1, .fixed = -1},
+        {.bytes = 1, .t_cpu = 3.0, .t_gpu = 1.0, .c_switch = 0.0625, .weight = 2, .fixed = -1},
+    };
+    const double cl = 0.03125;
+    uint8_t p1[3] = {1, 1, 0}, p2[3] = {0, 1, 1}, p3[3] = {0, 1, 0};
+    /* 0.5 + 0.25 + 0.5 + 0.0625 + 2*3.0 */
+    CHECK(tnd_place_round_time(it, 3, p1, TND_B_CPU, TND_B_CPU, cl) == 7.3125, "p1 %.17g",
+          tnd_place_round_time(it, 3, p1, TND_B_CPU, TND_B_CPU, cl));
+    /* 1.0 + 0.125 + 0.5 + 2*1.0 + c_last */
+    CHECK(tnd_place_round_time(it, 3, p2, TND_B_CPU, TND_B_CPU, cl) == 3.65625, "p2");
+    /* no c_last when last_backend < 0; first backend GPU: switch before 0 */
+    CHECK(tnd_place_round_time(it, 3, p2, TND_B_GPU, -1, cl) == 4.125, "p2b %.17g",
+          tnd_place_round_time(it, 3, p2, TND_B_GPU, -1, cl));
+    it[2].switch_free = true; /* 1.0 + 0.125 + 0.5 + 0 + 6.0 */
+    CHECK(tnd_place_round_time(it, 3, p3, TND_B_CPU, TND_B_CPU, cl) == 7.625, "p3");
+    it[2].switch_free = false;
+    /* round_time + gain is the same for every placement (all-CPU time). */
+    tnd_place_item r[10];
+    uint8_t w[10];
+    for (int trial = 0; trial < 200; trial++) {
+        uint64_t budget;
+        int fb, lb;
+        double c;
+        random_instance(r, 10, trial & 1, &budget, &fb, &lb, &c);
+        double base = 0;
+        for (int i = 0; i < 10; i++)
+            base += r[i].weight * r[i].t_cpu, w[i] = (uint8_t)rnd_int(2);
+        uint8_t cpu[10] = {0};
+        double base_sw = tnd_place_round_time(r, 10, cpu, fb, lb, c) - base; /* switches of all-CPU */
+        double t = tnd_place_round_time(r, 10, w, fb, lb, c);
+        double g = tnd_place_eval(r, 10, w, fb, lb, c, NULL);
+        CHECK(close_to(t + g, base), "trial %d: time %.17g + gain %.17g != %.17g (+%g)", trial, t, g, base, base_sw);
+    }
+}
+
+static void test_errors(void) {
+    tnd_place_item it[21];
+    uint8_t out[21];
+    tnd_place_result res;
+    for (int i = 0; i < 21; i++)
+        it[i] = (tnd_place_item){.bytes = MiB, .t_cpu = 1, .t_gpu = 0.5, .c_switch = 0.1, .weight = 1, .fixed = -1};
+    CHECK(tnd_place_dp(it, 3, MiB, 0, 0, -1, 0, out, &res) == TND_ERR_ARG, "granule 0");
+    CHECK(tnd_place_dp(it, -1, MiB, 1, 0, -1, 0, out, &res) == TND_ERR_ARG, "n < 0");
+    CHECK(tnd_place_dp(it, 3, MiB, 1, 2, -1, 0, out, &res) == TND_ERR_ARG, "first backend 2");
+    CHECK(tnd_place_brute(it, 21, MiB, 1, 0, -1, 0, out, &res) == TND_ERR_ARG, "brute n 21");
+    CHECK(tnd_place_dp(it, 0, MiB, 1, 0, -1, 0, NULL, &res) == TND_OK && res.gain == 0, "n 0");
+    it[1].fixed = TND_B_GPU;
+    it[2].fixed = TND_B_GPU;
+    tnd_status st = tnd_place_dp(it, 3, MiB, MiB, 0, -1, 0, out, &res);
+    CHECK(st == TND_ERR_NOMEM && strlen(tnd_last_error()) > 0, "fixed GPU over budget: %d", st);
+    CHECK(tnd_place_dp(it, 3, 2 * MiB, MiB, 0, -1, 0, out, &res) == TND_OK && out[0] == 0 && out[1] == 1 &&
+              out[2] == 1,
+          "fixed GPU exactly fits");
+    it[1].t_gpu = NAN;
+    CHECK(tnd_place_dp(it, 3, MiB, 1, 0, -1, 0, out, &res) == TND_ERR_ARG, "NaN time");
+    CHECK(tnd_place_moe(it, 3, MiB, 1, 0, -1, 0, out, &res) == TND_ERR_ARG, "NaN time moe");
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = 0;
+    fclose(f);
+    return s;
+}
+
+static int count(const char *s, const char *needle) {
+    int k = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle))
+        k++;
+    return k;
+}
+
+static void test_svg(void) {
+    const char *dir = getenv("TND_BUILD") ? getenv("TND_BUILD") : "/tmp";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/test_place_%ld.svg", dir, (long)getpid());
+    enum { ROWS = 42, ROLES = 9 };
+    const char *rows[ROWS];
+    char names[ROWS][16];
+    for (int r = 0; r < ROWS; r++) {
+        if (r == 0)
+            snprintf(names[r], sizeof names[r], "token_embd");
+        else if (r == ROWS - 1)
+            snprintf(names[r], sizeof names[r], "output");
+        else
+            snprintf(names[r], sizeof names[r], "blk.%d", r - 1);
+        rows[r] = names[r];
+    }
+    const char *roles[ROLES] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_exps", "ffn_up_exps",
+                                "ffn_down_exps", "x<&>\"'", "w"};
+    float cells[ROWS * ROLES];
+    int n_mixed = 0;
+    for (int i = 0; i < ROWS * ROLES; i++) {
+        int k = rnd_int(4);
+        cells[i] = k == 0 ? -1.0f : k == 1 ? 0.0f : k == 2 ? 1.0f : (float)(0.05 + 0.9 * rnd());
+        n_mixed += k == 3;
+    }
+    tnd_status st = tnd_plan_svg(path, "qwen3-14b & friends: 5000 MiB <budget>", ROWS, rows, ROLES, roles, cells);
+    CHECK(st == TND_OK, "svg: %s", tnd_last_error());
+    char *s = slurp(path);
+    CHECK(s != NULL, "svg not written");
+    if (s) {
+        CHECK(strncmp(s, "<?xml", 5) == 0 && strstr(s, "<svg ") != NULL, "svg head");
+        size_t len = strlen(s);
+        CHECK(len > 8 && strcmp(s + len - 7, "</svg>\n") == 0, "svg tail");
+        CHECK(count(s, "class=\"cell\"") == ROWS * ROLES, "cells: %d", count(s, "class=\"cell\""));
+        CHECK(count(s, "class=\"legend\"") == 4, "legend: %d", count(s, "class=\"legend\""));
+        CHECK(count(s, "class=\"frac\"") == n_mixed + 1, "fracs: %d vs %d", count(s, "class=\"frac\""), n_mixed + 1);
+        CHECK(count(s, "<rect") == ROWS * ROLES + n_mixed + 1 + 4 + 1, "rects: %d", count(s, "<rect"));
+        CHECK(count(s, "<") == count(s, ">"), "unbalanced angle brackets");
+        CHECK(count(s, "<text") == count(s, "</text>") && count(s, "<title>") == count(s, "</title>"),
+              "unclosed elements");
+        CHECK(strstr(s, "&amp; friends") && strstr(s, "&lt;budget&gt;") && strstr(s, "x&lt;&amp;&gt;&quot;&apos;"),
+              "escaping");
+        CHECK(strstr(s, ">blk.39<") && strstr(s, ">output<"), "row labels");
+        free(s);
+    }
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    CHECK(access(tmp, F_OK) != 0, "temp file left behind");
+    unlink(path);
+    st = tnd_plan_svg("/nonexistent-dir-tandem/x/plan.svg", "t", ROWS, rows, ROLES, roles, cells);
+    CHECK(st == TND_ERR_IO && strstr(tnd_last_error(), "nonexistent"), "bad path: %d %s", st, tnd_last_error());
+    cells[5] = NAN;
+    CHECK(tnd_plan_svg(path, "t", ROWS, rows, ROLES, roles, cells) == TND_ERR_ARG, "NaN cell");
+    CHECK(access(path, F_OK) != 0, "file written despite the error");
+}
+
+int main(void) {
+    test_dense_vs_brute();
+    test_moe_vs_brute();
+    test_large();
+    test_moe_cases();
+    test_layers();
+    test_round_time();
+    test_errors();
+    test_svg();
+    if (n_fail) {
+        fprintf(stderr, "%d checks failed\n", n_fail);
+        return 1;
+    }
+    printf("all placement checks passed\n");
+    return 0;
+}
