@@ -93,7 +93,8 @@ typedef struct tnd_model_params {
 
 typedef enum tnd_device {
     TND_DEVICE_CPU = 0,      /* everything on the CPU */
-    TND_DEVICE_CUDA = 1,     /* everything on the GPU (the model must fit the budget) */
+    TND_DEVICE_CUDA = 1,     /* the CPU and a CUDA GPU, slices placed by `placement` */
+    TND_DEVICE_SIM = 2,      /* the CPU and SimGPU, a GPU simulated on CPU threads (tests, studies) */
 } tnd_device;
 
 typedef struct tnd_ctx_params {
@@ -101,7 +102,15 @@ typedef struct tnd_ctx_params {
     int n_batch;             /* prefill chunk size (tokens per round); 0 = 512 */
     tnd_device device;
     uint64_t vram_budget;    /* bytes the GPU may hold in all (weights, KV
-                                cache, scratch); 0 = driver's free memory less a margin */
+                                cache, scratch); 0 = driver's free memory less a margin
+                                (SimGPU: the --hw profile's memory, else unlimited) */
+    const char *placement;   /* where weight slices run, with a GPU: "layer" (the default:
+                                whole layers from the last while they fit the budget),
+                                "gpu", "cpu", "random:SEED", or a placement file */
+    const char *promote;     /* CPU slices copied to the GPU for every round: NULL or
+                                "none", "all", "random:SEED" (or "promote" lines of a file) */
+    const char *hw;          /* SimGPU timing profile: a built-in name or a file; NULL = none */
+    bool verbose;            /* print the memory layout and per-round statistics */
 } tnd_ctx_params;
 
 tnd_model_params tnd_model_default_params(void);
@@ -120,6 +129,10 @@ const char *tnd_model_chat_template(const tnd_model *m);
 const char *tnd_model_desc(const tnd_model *m);
 
 tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
+/* What tnd_ctx_new would place and allocate, as text (malloc'd), without
+ * allocating weights, caches or buffers. Fails as tnd_ctx_new would when the
+ * placement does not fit the budget. */
+tnd_status tnd_ctx_plan_text(tnd_model *m, const tnd_ctx_params *p, char **text);
 void tnd_ctx_free(tnd_ctx *c);
 /* Parses a --vram-budget value: bytes ("6G", "4523M", "123456") or a
  * percentage of the model's weight bytes ("50%"). */

@@ -225,6 +225,11 @@ typedef struct tnd_backend_iface {
      * the stream's own (so ops on different streams never share it) and is
      * counted against the budget. */
     tnd_status (*op_run)(tnd_backend *b, const tnd_op *op, tnd_stream *s);
+    /* OPTIONAL. Allocates now the scratch that running op on s would need
+     * (counted against the budget), so that the run allocates nothing: the
+     * executor reserves the largest ops of a round when it lays memory out,
+     * and a budget that is too small fails then, not mid-generation. */
+    tnd_status (*reserve)(tnd_backend *b, const tnd_op *op, tnd_stream *s);
 } tnd_backend_iface;
 
 struct tnd_backend {

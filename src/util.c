@@ -126,3 +126,24 @@ int tnd_physical_cores(void) {
     if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? n : 1;
 }
+
+const char *tnd_cpu_model_name(void) {
+    static char name[160];
+    if (name[0]) return name;
+    snprintf(name, sizeof name, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return name;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p += p[1] == ' ' ? 2 : 1;
+                p[strcspn(p, "\n")] = 0;
+                snprintf(name, sizeof name, "%s", p);
+            }
+            break;
+        }
+    fclose(f);
+    return name;
+}

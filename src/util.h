@@ -41,6 +41,8 @@ double tnd_time_s(void);
 
 /* Number of physical cores (falls back to logical CPUs). */
 int tnd_physical_cores(void);
+/* The CPU's model name from /proc/cpuinfo ("unknown CPU" if none). Not thread-safe on first call. */
+const char *tnd_cpu_model_name(void);
 
 #define TND_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define TND_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -681,6 +681,27 @@ static void cu_free(tnd_backend *b) {
     free(b);
 }
 
+static tnd_status cu_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
+    cu_ctx *c = ctx_of(b);
+    const tnd_tensor *a = &op->in[0];
+    size_t need = 0;
+    bool blas = false;
+    if (op->kind == TND_OP_MATMUL && rows_of(&op->in[1]) > CU_MATVEC_MAX_TOK) {
+        need = tnd_cu_matmul_scratch(a->ne[0], ne(a, 1), rows_of(&op->in[1]), 0);
+        blas = true;
+    } else if (op->kind == TND_OP_MATMUL_ID && rows_of(&op->in[2]) > CU_MATVEC_MAX_TOK) {
+        need = tnd_cu_matmul_id_scratch(a->ne[0], ne(a, 1), rows_of(&op->in[2]), (int)ne(&op->in[2], 0));
+        blas = true;
+    } else if (op->kind == TND_OP_ATTN) {
+        int64_t n_tok = ne(a, 2) * ne(a, 3);
+        need = tnd_cu_attn_scratch(n_tok, op->p.attn.n_head, op->p.attn.head_dim, op->p.attn.pos0 + n_tok);
+    }
+    set_device(c);
+    tnd_status st = need ? ensure_scratch(c, s, need) : TND_OK;
+    if (!st && blas) st = ensure_blas(c, s);
+    return st;
+}
+
 static const tnd_backend_iface cu_iface = {
     "cuda",
     cu_free,
@@ -705,6 +726,7 @@ static const tnd_backend_iface cu_iface = {
     cu_memset,
     cu_op_supported,
     cu_op_run,
+    cu_reserve,
 };
 
 extern "C" void *tnd_cuda_stream_handle(tnd_stream *s) { return s ? (void *)s->s : NULL; }

@@ -1,6 +1,6 @@
-/* Contexts and the forward pass. One recipe for every backend: a round (a
- * chunk of tokens) is emitted as backend ops (backend.h) and run on the
- * context's backend — the CPU, or the GPU with every weight resident.
+/* Contexts and the forward pass. One recipe for every placement: a round (a
+ * chunk of tokens) is emitted as an op list (graph.h) over canonical
+ * buffers, then run by the executor (exec/) on the CPU, the GPU, or both.
  *
  * The recipe is the pre-norm transformer block common to the architectures
  * of model/arch.c, with the features each arch row enables:
@@ -12,48 +12,15 @@
  *   logits = out(norm(x_last))
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "exec/exec.h"
 #include "model/model.h"
+#include "sim/sim.h"
 #include "util.h"
-
-/* Activation buffers of one round, in the backend's memory. */
-enum {
-    A_X,      /* [nb][n_embd] residual stream */
-    A_H,      /* [nb][n_embd] normed sublayer input */
-    A_Q,      /* [nb][n_head * head_dim] */
-    A_K,      /* [nb][kv_dim] */
-    A_V,      /* [nb][kv_dim] */
-    A_ATT,    /* [nb][n_head * head_dim] */
-    A_O,      /* [nb][n_embd] sublayer output */
-    A_G,      /* [nb][n_used][n_ff] gate (dense: n_used = 1) */
-    A_U,      /* [nb][n_used][n_ff] up */
-    A_EY,     /* [nb][n_used][n_embd] expert outputs (MoE) */
-    A_RL,     /* [nb][n_expert] router logits (MoE) */
-    A_RW,     /* [nb][n_used] routing weights (MoE) */
-    A_RI,     /* [nb][n_used] i32 routing ids (MoE) */
-    A_IDS,    /* [nb] i32 token ids */
-    A_POS,    /* [nb] i32 positions */
-    A_LOGITS, /* [n_vocab] */
-    A_COUNT
-};
-
-struct tnd_ctx {
-    tnd_model *m;
-    int n_ctx, n_batch, n_past;
-    int64_t kv_dim;          /* n_head_kv * head_dim */
-    tnd_backend *be;
-    tnd_stream *st;
-    void *act[A_COUNT];
-    uint16_t *kcache, *vcache; /* [n_layer][n_ctx][kv_dim] f16, backend memory */
-    const void **w;          /* [n_slices] weight data in the backend's address space */
-    void **w_owned;          /* [n_slices] uploads to free (NULL for host-mapped weights) */
-    float *logits;           /* [n_vocab] host */
-    int32_t *host_i32;       /* [2 * nb] staging for ids and positions */
-    tnd_status err;          /* first op failure of the round */
-};
 
 tnd_ctx_params tnd_ctx_default_params(void) {
     tnd_ctx_params p = {.n_ctx = 0, .n_batch = 0, .device = TND_DEVICE_CPU, .vram_budget = 0};
@@ -62,71 +29,115 @@ tnd_ctx_params tnd_ctx_default_params(void) {
 
 void tnd_ctx_free(tnd_ctx *c) {
     if (!c) return;
-    if (c->be) {
-        if (c->st) c->be->iface->stream_free(c->be, c->st);
-        for (int i = 0; i < A_COUNT; i++) c->be->iface->buf_free(c->be, c->act[i]);
-        c->be->iface->buf_free(c->be, c->kcache);
-        c->be->iface->buf_free(c->be, c->vcache);
-        for (int i = 0; c->w_owned && i < c->m->n_slices; i++) c->be->iface->buf_free(c->be, c->w_owned[i]);
-        tnd_backend_free(c->be);
+    tnd_layout_free(c);
+    if (c->xfer) c->side[1].be->iface->stream_free(c->side[1].be, c->xfer);
+    for (int s = 1; s >= 0; s--) {
+        tnd_side *sd = &c->side[s];
+        if (!sd->be) continue;
+        if (sd->st) sd->be->iface->stream_free(sd->be, sd->st);
+        tnd_backend_free(sd->be);
     }
-    free(c->w);
-    free(c->w_owned);
+    tnd_placement_free(&c->pl);
+    tnd_graph_free(&c->g);
+    free(c->prom);
     free(c->logits);
-    free(c->host_i32);
     free(c);
 }
 
-/* Places every weight in the backend's memory: host-mapped as they are for
- * the CPU, uploaded for a GPU. */
-static tnd_status place_weights(tnd_ctx *c) {
-    const tnd_model *m = c->m;
-    c->w = calloc((size_t)m->n_slices, sizeof *c->w);
-    c->w_owned = calloc((size_t)m->n_slices, sizeof *c->w_owned);
-    if (!c->w || !c->w_owned) return tnd_fail(TND_ERR_NOMEM, "out of memory");
-    /* backend.h: a backend without pinned host buffers reads host memory
-     * directly, so the mmapped weights serve as they are. */
-    bool host = c->be->iface->host_alloc == NULL;
-    for (int i = 0; i < m->n_slices; i++) {
-        const tnd_weight *w = m->slices[i];
-        if (host) {
-            c->w[i] = w->data;
-            continue;
-        }
-        tnd_status st = c->be->iface->buf_alloc(c->be, w->t->nbytes, &c->w_owned[i]);
-        if (st) return tnd_fail_wrap(st, "uploading weight '%.*s': ", (int)w->t->name.len, w->t->name.ptr);
-        if ((st = c->be->iface->copy_h2d(c->be, c->w_owned[i], w->data, w->t->nbytes, c->st))) return st;
-        c->w[i] = c->w_owned[i];
-    }
-    return c->be->iface->stream_sync(c->be, c->st);
+static tnd_status emit_round(tnd_ctx *c, int nt, int pos0, bool want_logits);
+
+/* Side a node would run on given the previous node's side (the rule of
+ * exec.c's run_node, without running anything). */
+static int node_side(const tnd_ctx *c, const tnd_node *nd, int cur) {
+    if (!c->gpu) return TND_SIDE_CPU;
+    if (nd->sid >= 0 && !tnd_slice_small(c->m->slices[nd->sid]))
+        return c->pl.promote[nd->sid] && c->lay.n_slots ? TND_SIDE_GPU : c->pl.where[nd->sid];
+    if (nd->pin == TND_PIN_KV) return c->pl.kv[nd->layer];
+    return cur;
 }
 
-static tnd_status alloc_buffers(tnd_ctx *c) {
-    const tnd_hparams *hp = &c->m->hp;
-    int64_t nb = c->n_batch, E = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim;
-    int64_t used = hp->n_expert ? hp->n_expert_used : 1, ff = hp->n_expert ? hp->n_ff_exp : hp->n_ff;
-    size_t f = sizeof(float);
-    size_t sz[A_COUNT] = {
-        [A_X] = f * nb * E, [A_H] = f * nb * E, [A_Q] = f * nb * qd, [A_K] = f * nb * c->kv_dim,
-        [A_V] = f * nb * c->kv_dim, [A_ATT] = f * nb * qd, [A_O] = f * nb * E,
-        [A_G] = f * nb * used * ff, [A_U] = f * nb * used * ff,
-        [A_EY] = hp->n_expert ? f * nb * used * E : 0, [A_RL] = f * nb * hp->n_expert,
-        [A_RW] = hp->n_expert ? f * nb * used : 0, [A_RI] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
-        [A_IDS] = sizeof(int32_t) * nb, [A_POS] = sizeof(int32_t) * nb, [A_LOGITS] = f * hp->n_vocab,
-    };
-    for (int i = 0; i < A_COUNT; i++) {
-        if (!sz[i]) continue;
-        tnd_status st = c->be->iface->buf_alloc(c->be, sz[i], &c->act[i]);
-        if (st) return tnd_fail_wrap(st, "activation buffers: ");
+/* Allocates now the GPU scratch of the largest rounds (a full prefill chunk
+ * at the end of the context, a decode step), so that a budget too small
+ * fails here with a clear message and never mid-generation. */
+static tnd_status reserve_scratch(tnd_ctx *c) {
+    tnd_backend *g = c->side[1].be;
+    if (!g->iface->reserve) return TND_OK;
+    int rounds[2][2] = {{c->n_batch, c->n_ctx - c->n_batch}, {1, c->n_ctx - 1}};
+    for (int r = 0; r < 2; r++) {
+        tnd_status st = emit_round(c, rounds[r][0], rounds[r][1], true);
+        int cur = TND_SIDE_CPU;
+        for (int i = 0; !st && i < c->g.n; i++) {
+            cur = node_side(c, &c->g.nodes[i], cur);
+            if (cur == TND_SIDE_GPU) st = g->iface->reserve(g, &c->g.nodes[i].op, c->side[1].st);
+        }
+        if (st) return tnd_fail_wrap(st, "GPU op scratch: ");
     }
-    size_t cache = (size_t)hp->n_layer * (size_t)c->n_ctx * (size_t)c->kv_dim * sizeof(uint16_t);
+    return TND_OK;
+}
+
+static tnd_status new_gpu(tnd_ctx *c, const tnd_ctx_params *p) {
     tnd_status st;
-    if ((st = c->be->iface->buf_alloc(c->be, cache, (void **)&c->kcache)) ||
-        (st = c->be->iface->buf_alloc(c->be, cache, (void **)&c->vcache)))
-        return tnd_fail_wrap(st, "KV cache of %d tokens (%.1f MiB): ", c->n_ctx, 2.0 * (double)cache / (1 << 20));
-    c->logits = malloc(f * (size_t)hp->n_vocab);
-    c->host_i32 = malloc(sizeof(int32_t) * 2 * (size_t)nb);
-    if (!c->logits || !c->host_i32) return tnd_fail(TND_ERR_NOMEM, "out of memory");
+    if (p->device == TND_DEVICE_CUDA) {
+        tnd_cuda_params cp = {.device = 0, .vram_budget = p->vram_budget};
+        st = tnd_backend_cuda_new(&cp, &c->side[1].be);
+    } else {
+        tnd_hw hw;
+        if (p->hw && (st = tnd_hw_load(p->hw, &hw))) return st;
+        tnd_sim_params sp = {.budget = p->vram_budget ? p->vram_budget : p->hw ? hw.vram : 0, .n_threads = 1,
+                             .hw = p->hw ? &hw : NULL};
+        st = tnd_backend_sim_new(&sp, &c->side[1].be);
+    }
+    if (st) return st;
+    c->gpu = true;
+    if ((st = c->side[1].be->iface->stream_new(c->side[1].be, &c->side[1].st)) ||
+        (st = c->side[1].be->iface->stream_new(c->side[1].be, &c->xfer)))
+        return st;
+    if (!c->side[1].be->iface->host_alloc || !c->side[1].be->iface->copy_mapped)
+        return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend cannot map host memory", c->side[1].be->iface->name);
+    return TND_OK;
+}
+
+/* Chooses the placement and the layout, checking it against the budget. */
+static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
+    tnd_model *m = c->m;
+    uint64_t budget = 0;
+    if (c->gpu) {
+        tnd_mem_info mi;
+        c->side[1].be->iface->mem_info(c->side[1].be, &mi);
+        budget = mi.budget ? mi.budget : UINT64_MAX / 4;
+    }
+    const char *spec = p->placement ? p->placement : c->gpu ? "layer" : "cpu";
+    uint64_t kv_layer = 2ull * c->n_ctx * (uint64_t)c->kv_dim * sizeof(uint16_t);
+    uint64_t wbudget = 0;
+    tnd_status st;
+    if (c->gpu && !strcmp(spec, "layer")) {
+        /* what the GPU holds whatever the placement: activations, norms, scratch */
+        tnd_placement all;
+        if ((st = tnd_placement_make(m, "gpu", NULL, 0, 0, &all))) return st;
+        tnd_layout l;
+        tnd_layout_compute(m, &all, c->n_ctx, c->n_batch, budget, true, &l);
+        tnd_placement_free(&all);
+        uint64_t fixed = l.act_gpu + l.small_gpu + l.scratch_gpu;
+        wbudget = budget > fixed ? budget - fixed : 0;
+    }
+    if ((st = tnd_placement_make(m, spec, p->promote, wbudget, kv_layer, &c->pl))) return st;
+    if (!c->gpu) {
+        memset(c->pl.where, 0, (size_t)m->n_slices);
+        memset(c->pl.kv, 0, (size_t)m->hp.n_layer);
+        memset(c->pl.promote, 0, (size_t)m->n_slices);
+    }
+    tnd_layout_compute(m, &c->pl, c->n_ctx, c->n_batch, budget, c->gpu, &c->lay);
+    if (p->verbose) {
+        fprintf(stderr, "placement: %s\n", c->pl.desc);
+        tnd_layout_print(&c->lay, stderr);
+    }
+    if (c->gpu && c->lay.gpu_total > budget)
+        return tnd_fail(TND_ERR_NOMEM,
+                        "placement '%s' needs %.1f MiB on the GPU (weights %.1f, KV cache %.1f, activations %.1f, "
+                        "slots %.1f, scratch %.1f, norms %.1f) but the budget is %.1f MiB",
+                        c->pl.desc, c->lay.gpu_total / 1048576.0, c->lay.w_gpu / 1048576.0, c->lay.kv_gpu / 1048576.0,
+                        c->lay.act_gpu / 1048576.0, c->lay.slots_gpu / 1048576.0, c->lay.scratch_gpu / 1048576.0,
+                        c->lay.small_gpu / 1048576.0, budget / 1048576.0);
     return TND_OK;
 }
 
@@ -147,20 +158,14 @@ tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) {
     c->n_ctx = n_ctx;
     c->n_batch = nb;
     c->kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
-    tnd_status st;
-    if (p->device == TND_DEVICE_CUDA) {
-        tnd_cuda_params cp = {.device = 0, .vram_budget = p->vram_budget};
-        st = tnd_backend_cuda_new(&cp, &c->be);
-    } else {
-        st = tnd_backend_cpu_new(m->pool, 0, &c->be);
-    }
-    if (!st) st = c->be->iface->stream_new(c->be, &c->st);
-    if (!st) st = place_weights(c);
-    if (!st) st = alloc_buffers(c);
+    tnd_status st = tnd_backend_cpu_new(m->pool, 0, &c->side[0].be);
+    if (!st) st = c->side[0].be->iface->stream_new(c->side[0].be, &c->side[0].st);
+    if (!st && p->device != TND_DEVICE_CPU) st = new_gpu(c, p);
+    if (!st) st = plan_memory(c, p);
+    if (!st) st = tnd_layout_alloc(c);
+    if (!st && c->gpu) st = reserve_scratch(c);
+    if (!st && !(c->logits = malloc(sizeof(float) * (size_t)hp->n_vocab))) st = tnd_fail(TND_ERR_NOMEM, "out of memory");
     if (st) {
-        if (p->device == TND_DEVICE_CUDA && st == TND_ERR_NOMEM)
-            tnd_fail_wrap(st, "the model (%.0f MiB of weights) cannot run entirely on the GPU within the budget: ",
-                          (double)m->weight_bytes / (1 << 20));
         tnd_ctx_free(c);
         return st;
     }
@@ -188,29 +193,34 @@ static tnd_tensor F(const void *data, int64_t ne0, int64_t ne1, int64_t ne2) {
     return T(data, TND_TYPE_F32, ne0, ne1, ne2);
 }
 
-/* Weight w as a tensor in the backend's memory. */
-static tnd_tensor W(const tnd_ctx *c, const tnd_weight *w) {
-    return T(c->w[w->id], w->type, w->n_in, w->n_out, w->n_expert);
+/* Weight w as a canonical tensor (its mmapped data). */
+static tnd_tensor W(const tnd_weight *w) { return T(w->data, w->type, w->n_in, w->n_out, w->n_expert); }
+
+/* Appends op; sid is the slice it reads as in[0] (-1: none). */
+static void emit(tnd_ctx *c, const tnd_op *op, int sid, int pin) {
+    if (c->err) return;
+    c->err = tnd_graph_push(&c->g, op, sid, c->emit_layer, pin);
 }
 
-static void run(tnd_ctx *c, tnd_op *op) {
-    if (c->err) return;
-    tnd_status st = c->be->iface->op_run(c->be, op, c->st);
-    if (st) c->err = tnd_fail_wrap(st, "%s: ", tnd_op_name(op->kind));
+static void run(tnd_ctx *c, const tnd_op *op) { emit(c, op, -1, TND_PIN_FOLLOW); }
+
+/* Canonical K (kv 0) or V (kv 1) cache of layer il. */
+static uint16_t *kv_canon(const tnd_ctx *c, int kv, int il) {
+    return c->kv_canon + ((size_t)kv * c->m->hp.n_layer + (size_t)il) * (size_t)c->n_ctx * (size_t)c->kv_dim;
 }
 
 static void op_matmul(tnd_ctx *c, const tnd_weight *w, const void *x, int nt, void *y) {
     tnd_op op = {.kind = TND_OP_MATMUL};
-    op.in[0] = W(c, w);
+    op.in[0] = W(w);
     op.in[1] = F(x, w->n_in, nt, 1);
     op.out[0] = F(y, w->n_out, nt, 1);
-    run(c, &op);
+    emit(c, &op, w->id, TND_PIN_FOLLOW);
 }
 
 static void op_norm(tnd_ctx *c, const void *x, const tnd_weight *w, void *y, int64_t n, int64_t rows) {
     tnd_op op = {.kind = TND_OP_RMS_NORM, .p.norm.eps = c->m->hp.eps};
     op.in[0] = F(x, n, rows, 1);
-    op.in[1] = F(w ? c->w[w->id] : NULL, n, 1, 1);
+    op.in[1] = F(w ? w->data : NULL, n, 1, 1);
     op.out[0] = F(y, n, rows, 1);
     run(c, &op);
 }
@@ -231,7 +241,7 @@ static void op_rope(tnd_ctx *c, void *x, int n_head, int nt, float base, float s
     op.p.rope.freq_base = base;
     op.p.rope.freq_scale = scale;
     op.in[0] = F(x, hp->head_dim, n_head, nt);
-    op.in[1] = T(c->act[A_POS], TND_TYPE_I32, nt, 1, 1);
+    op.in[1] = T(c->side[0].act[A_POS], TND_TYPE_I32, nt, 1, 1);
     op.out[0] = op.in[0];
     run(c, &op);
 }
@@ -240,46 +250,46 @@ static void op_store_kv(tnd_ctx *c, const void *src, uint16_t *cache, int pos0, 
     tnd_op op = {.kind = TND_OP_CPY};
     op.in[0] = F(src, c->kv_dim, nt, 1);
     op.out[0] = T(cache + (size_t)pos0 * c->kv_dim, TND_TYPE_F16, c->kv_dim, nt, 1);
-    run(c, &op);
+    emit(c, &op, -1, TND_PIN_KV);
 }
 
 static void moe_ffn(tnd_ctx *c, const tnd_layer *L, int nt) {
     const tnd_hparams *hp = &c->m->hp;
     int64_t E = hp->n_embd, F_ = hp->n_ff_exp, k = hp->n_expert_used;
-    op_matmul(c, &L->router, c->act[A_H], nt, c->act[A_RL]);
+    op_matmul(c, &L->router, c->side[0].act[A_H], nt, c->side[0].act[A_RL]);
     tnd_op r = {.kind = TND_OP_MOE_ROUTE};
     r.p.route.n_used = (int)k;
     r.p.route.mode = TND_ROUTE_SOFTMAX_TOPK;
     r.p.route.norm = hp->expert_norm;
-    r.in[0] = F(c->act[A_RL], hp->n_expert, nt, 1);
-    r.out[0] = F(c->act[A_RW], k, nt, 1);
-    r.out[1] = T(c->act[A_RI], TND_TYPE_I32, k, nt, 1);
+    r.in[0] = F(c->side[0].act[A_RL], hp->n_expert, nt, 1);
+    r.out[0] = F(c->side[0].act[A_RW], k, nt, 1);
+    r.out[1] = T(c->side[0].act[A_RI], TND_TYPE_I32, k, nt, 1);
     run(c, &r);
     const tnd_weight *gu[2] = {&L->gate_exps, &L->up_exps};
-    void *dst[2] = {c->act[A_G], c->act[A_U]};
+    void *dst[2] = {c->side[0].act[A_G], c->side[0].act[A_U]};
     for (int i = 0; i < 2; i++) {
         tnd_op op = {.kind = TND_OP_MATMUL_ID};
-        op.in[0] = W(c, gu[i]);
-        op.in[1] = F(c->act[A_H], E, 1, nt);
+        op.in[0] = W(gu[i]);
+        op.in[1] = F(c->side[0].act[A_H], E, 1, nt);
         op.in[2] = r.out[1];
         op.out[0] = F(dst[i], F_, k, nt);
-        run(c, &op);
+        emit(c, &op, gu[i]->id, TND_PIN_FOLLOW);
     }
     tnd_op act = {.kind = TND_OP_SILU_MUL};
-    act.in[0] = F(c->act[A_G], F_ * k * nt, 1, 1);
-    act.in[1] = F(c->act[A_U], F_ * k * nt, 1, 1);
+    act.in[0] = F(c->side[0].act[A_G], F_ * k * nt, 1, 1);
+    act.in[1] = F(c->side[0].act[A_U], F_ * k * nt, 1, 1);
     act.out[0] = act.in[0];
     run(c, &act);
     tnd_op down = {.kind = TND_OP_MATMUL_ID};
-    down.in[0] = W(c, &L->down_exps);
-    down.in[1] = F(c->act[A_G], F_, k, nt);
+    down.in[0] = W(&L->down_exps);
+    down.in[1] = F(c->side[0].act[A_G], F_, k, nt);
     down.in[2] = r.out[1];
-    down.out[0] = F(c->act[A_EY], E, k, nt);
-    run(c, &down);
+    down.out[0] = F(c->side[0].act[A_EY], E, k, nt);
+    emit(c, &down, L->down_exps.id, TND_PIN_FOLLOW);
     tnd_op sum = {.kind = TND_OP_MOE_SUM};
     sum.in[0] = down.out[0];
     sum.in[1] = r.out[0];
-    sum.out[0] = F(c->act[A_O], E, nt, 1);
+    sum.out[0] = F(c->side[0].act[A_O], E, nt, 1);
     run(c, &sum);
 }
 
@@ -288,16 +298,17 @@ static void layer_forward(tnd_ctx *c, int il, int nt, int pos0) {
     const tnd_hparams *hp = &m->hp;
     const tnd_layer *L = &m->layers[il];
     int64_t E = hp->n_embd, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd, kvd = c->kv_dim;
-    void **a = c->act;
+    void **a = c->side[0].act;
+    c->emit_layer = il;
 
     op_norm(c, a[A_X], &L->attn_norm, a[A_H], E, nt);
     op_matmul(c, &L->wq, a[A_H], nt, a[A_Q]);
     op_matmul(c, &L->wk, a[A_H], nt, a[A_K]);
     op_matmul(c, &L->wv, a[A_H], nt, a[A_V]);
     if (L->bq.t) {
-        op_binary(c, TND_OP_ADD, a[A_Q], c->w[L->bq.id], qd * nt, qd);
-        op_binary(c, TND_OP_ADD, a[A_K], c->w[L->bk.id], kvd * nt, kvd);
-        op_binary(c, TND_OP_ADD, a[A_V], c->w[L->bv.id], kvd * nt, kvd);
+        op_binary(c, TND_OP_ADD, a[A_Q], L->bq.data, qd * nt, qd);
+        op_binary(c, TND_OP_ADD, a[A_K], L->bk.data, kvd * nt, kvd);
+        op_binary(c, TND_OP_ADD, a[A_V], L->bv.data, kvd * nt, kvd);
     }
     if (L->q_norm.t) {
         op_norm(c, a[A_Q], &L->q_norm, a[A_Q], hd, (int64_t)hp->n_head * nt);
@@ -307,7 +318,7 @@ static void layer_forward(tnd_ctx *c, int il, int nt, int pos0) {
     float scale = L->swa ? 1.0f : hp->rope_scale;
     op_rope(c, a[A_Q], hp->n_head, nt, base, scale);
     op_rope(c, a[A_K], hp->n_head_kv, nt, base, scale);
-    uint16_t *kc = c->kcache + (size_t)il * c->n_ctx * kvd, *vc = c->vcache + (size_t)il * c->n_ctx * kvd;
+    uint16_t *kc = kv_canon(c, 0, il), *vc = kv_canon(c, 1, il);
     op_store_kv(c, a[A_K], kc, pos0, nt);
     op_store_kv(c, a[A_V], vc, pos0, nt);
     tnd_op at = {.kind = TND_OP_ATTN};
@@ -321,7 +332,7 @@ static void layer_forward(tnd_ctx *c, int il, int nt, int pos0) {
     at.in[1] = T(kc, TND_TYPE_F16, kvd, c->n_ctx, 1);
     at.in[2] = T(vc, TND_TYPE_F16, kvd, c->n_ctx, 1);
     at.out[0] = F(a[A_ATT], hd, hp->n_head, nt);
-    run(c, &at);
+    emit(c, &at, -1, TND_PIN_KV);
     op_matmul(c, &L->wo, a[A_ATT], nt, a[A_O]);
     if (L->attn_post_norm.t) op_norm(c, a[A_O], &L->attn_post_norm, a[A_O], E, nt);
     op_binary(c, TND_OP_ADD, a[A_X], a[A_O], E * nt, E * nt);
@@ -339,38 +350,42 @@ static void layer_forward(tnd_ctx *c, int il, int nt, int pos0) {
     op_binary(c, TND_OP_ADD, a[A_X], a[A_O], E * nt, E * nt);
 }
 
-/* One round: nt tokens at positions n_past..; logits of the last if asked. */
-static tnd_status round_forward(tnd_ctx *c, const int32_t *tokens, int nt, bool want_logits) {
+/* The op list of one round: nt tokens at positions pos0.. (ids and
+ * positions are read from the host buffers when it runs). */
+static tnd_status emit_round(tnd_ctx *c, int nt, int pos0, bool want_logits) {
     const tnd_model *m = c->m;
-    const tnd_hparams *hp = &m->hp;
-    const tnd_backend_iface *be = c->be->iface;
-    int64_t E = hp->n_embd;
-    int32_t *pos = c->host_i32 + c->n_batch;
-    memcpy(c->host_i32, tokens, sizeof(int32_t) * (size_t)nt);
-    for (int t = 0; t < nt; t++) pos[t] = c->n_past + t;
-    c->err = be->copy_h2d(c->be, c->act[A_IDS], c->host_i32, sizeof(int32_t) * (size_t)nt, c->st);
-    if (!c->err) c->err = be->copy_h2d(c->be, c->act[A_POS], pos, sizeof(int32_t) * (size_t)nt, c->st);
+    int64_t E = m->hp.n_embd;
+    tnd_graph_reset(&c->g);
+    c->err = TND_OK;
+    c->emit_layer = -1;
     tnd_op emb = {.kind = TND_OP_GET_ROWS};
-    emb.in[0] = W(c, &m->tok_embd);
-    emb.in[1] = T(c->act[A_IDS], TND_TYPE_I32, nt, 1, 1);
-    emb.out[0] = F(c->act[A_X], E, nt, 1);
-    run(c, &emb);
+    emb.in[0] = W(&m->tok_embd);
+    emb.in[1] = T(c->side[0].act[A_IDS], TND_TYPE_I32, nt, 1, 1);
+    emb.out[0] = F(c->side[0].act[A_X], E, nt, 1);
+    emit(c, &emb, m->tok_embd.id, TND_PIN_FOLLOW);
     if (m->arch->embd_scale) {
         tnd_op sc = {.kind = TND_OP_SCALE, .p.scale.s = sqrtf((float)E)};
         sc.in[0] = sc.out[0] = emb.out[0];
         run(c, &sc);
     }
-    for (int il = 0; il < hp->n_layer; il++) layer_forward(c, il, nt, c->n_past);
+    for (int il = 0; il < m->hp.n_layer; il++) layer_forward(c, il, nt, pos0);
+    c->emit_layer = -1;
     if (want_logits) {
-        float *last = (float *)c->act[A_X] + (int64_t)(nt - 1) * E;
-        op_norm(c, last, &m->output_norm, c->act[A_H], E, 1);
-        op_matmul(c, &m->output, c->act[A_H], 1, c->act[A_LOGITS]);
-        if (!c->err)
-            c->err = be->copy_d2h(c->be, c->logits, c->act[A_LOGITS], sizeof(float) * (size_t)hp->n_vocab, c->st);
+        float *last = (float *)c->side[0].act[A_X] + (int64_t)(nt - 1) * E;
+        op_norm(c, last, &m->output_norm, c->side[0].act[A_H], E, 1);
+        op_matmul(c, &m->output, c->side[0].act[A_H], 1, c->side[0].act[A_LOGITS]);
     }
-    tnd_status st = be->stream_sync(c->be, c->st);
-    if (!c->err) c->err = st;
-    if (c->err) return c->err;
+    return c->err;
+}
+
+/* One round: nt tokens at positions n_past..; logits of the last if asked. */
+static tnd_status round_forward(tnd_ctx *c, const int32_t *tokens, int nt, bool want_logits) {
+    tnd_status st = emit_round(c, nt, c->n_past, want_logits);
+    if (st) return st;
+    int32_t *ids = c->side[0].act[A_IDS], *pos = c->side[0].act[A_POS];
+    memcpy(ids, tokens, sizeof(int32_t) * (size_t)nt);
+    for (int t = 0; t < nt; t++) pos[t] = c->n_past + t;
+    if ((st = tnd_exec_round(c, nt, want_logits))) return st;
     c->n_past += nt;
     return TND_OK;
 }
@@ -385,6 +400,8 @@ tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits)
         if (tokens[i] < 0 || tokens[i] >= c->m->hp.n_vocab)
             return tnd_fail(TND_ERR_ARG, "token id %d out of range [0, %d)", tokens[i], c->m->hp.n_vocab);
     int start = c->n_past;
+    double t0 = tnd_time_s();
+    uint64_t sw0 = c->n_switch, ac0 = c->n_act_copies, wc0 = c->n_w_copies, wb0 = c->w_copy_bytes;
     for (int done = 0; done < n;) {
         int nt = TND_MIN(c->n_batch, n - done);
         tnd_status st = round_forward(c, tokens + done, nt, done + nt == n);
@@ -395,5 +412,35 @@ tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits)
         done += nt;
     }
     if (logits) memcpy(logits, c->logits, sizeof(float) * (size_t)c->m->hp.n_vocab);
+    TND_DEBUG("eval %d tokens: %.2f ms, %llu switches, %llu activation copies, %llu weight copies (%.1f MiB)", n,
+              1e3 * (tnd_time_s() - t0), (unsigned long long)(c->n_switch - sw0),
+              (unsigned long long)(c->n_act_copies - ac0), (unsigned long long)(c->n_w_copies - wc0),
+              (c->w_copy_bytes - wb0) / 1048576.0);
     return TND_OK;
+}
+
+tnd_status tnd_ctx_plan_text(tnd_model *m, const tnd_ctx_params *p, char **text) {
+    *text = NULL;
+    tnd_ctx_params dp = tnd_ctx_default_params();
+    if (!p) p = &dp;
+    tnd_ctx *c = tnd_calloc(1, sizeof *c);
+    if (!c) return TND_ERR_NOMEM;
+    c->m = m;
+    c->n_ctx = p->n_ctx ? p->n_ctx : TND_MIN(m->hp.n_ctx_train, 4096);
+    c->n_batch = TND_MIN(p->n_batch ? p->n_batch : 512, c->n_ctx);
+    c->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+    tnd_status st = p->device != TND_DEVICE_CPU ? new_gpu(c, p) : TND_OK;
+    if (!st) st = plan_memory(c, p);
+    size_t len = 0;
+    FILE *f = st ? NULL : open_memstream(text, &len);
+    if (f) {
+        fprintf(f, "model: %s\nplacement: %s\n", m->desc, c->pl.desc);
+        tnd_layout_print(&c->lay, f);
+        fclose(f);
+    } else if (!st) {
+        st = tnd_fail(TND_ERR_NOMEM, "out of memory");
+    }
+    c->lay.n_slots = 0; /* nothing was allocated */
+    tnd_ctx_free(c);
+    return st;
 }

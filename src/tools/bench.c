@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cpu/matmul.h"
+#include "cpu/membw.h"
+#include "exec/exec.h"
 #include "tandem.h"
 #include "tools.h"
 #include "util.h"
@@ -25,26 +28,18 @@ static void usage(FILE *f) {
                "  -t, --threads N    CPU threads (default: physical cores)\n"
                "  -r, --repetitions N (default 3)\n"
                "  -o, --output md|json (default md)\n"
-               "      --device cpu|cuda  (default cpu)\n"
-               "      --vram-budget X    bytes (6G) or percent of the weights (50%%)\n");
-}
-
-static void cpu_name(char *buf, size_t cap) {
-    snprintf(buf, cap, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10)) {
-            char *p = strchr(line, ':');
-            if (p) {
-                p += 2;
-                p[strcspn(p, "\n")] = 0;
-                snprintf(buf, cap, "%s", p);
-            }
-            break;
-        }
-    fclose(f);
+               "      --device cpu|cuda|sim  (default cpu)\n"
+               "      --vram-budget X    bytes (6G) or percent of the weights (50%%)\n"
+               "      --placement P[,promote=Q]  a placement to measure (repeatable: each is\n"
+               "                         measured in turn, side by side): layer, gpu, cpu,\n"
+               "                         random:SEED or a file; Q: none, all, random:SEED\n"
+               "      --hw PROFILE       SimGPU timing profile (with --device sim)\n"
+               "      --no-limits        skip measuring the bandwidths behind the physical limit\n"
+               "\n"
+               "With a GPU, the bandwidths of DESIGN.md §12 are measured first (CPU read, pinned\n"
+               "PCIe, HBM, and CPU + PCIe at once) and each result is reported against its\n"
+               "physical limit: decode TPOT >= S_cpu/B_both + S_gpu/B_hbm, prefill >= the\n"
+               "non-resident bytes copied once per chunk at the pinned PCIe rate.\n");
 }
 
 typedef struct {
@@ -63,16 +58,159 @@ static void stats(result *r) {
     r->sd = r->n > 1 ? sqrt(ss / (r->n - 1)) : 0;
 }
 
+
+/* The bandwidths of the physical limit (DESIGN.md §12), GB/s. */
+typedef struct limits {
+    double cpu, pcie, hbm, both_cpu, both_pcie;
+} limits;
+
+static int measure_limits(int n_threads, limits *L) {
+    memset(L, 0, sizeof *L);
+    size_t n = (size_t)1 << 30;
+    tnd_pool *pool = tnd_pool_new(n_threads);
+    uint8_t *cbuf = tnd_aligned_alloc(2 * n);
+    if (!pool || !cbuf) {
+        tnd_pool_free(pool);
+        tnd_aligned_free(cbuf);
+        return 1;
+    }
+    memset(cbuf, 1, 2 * n);
+    L->cpu = tnd_cpu_read_bw(pool, cbuf, 2 * n, 2);
+    tnd_backend *g = NULL;
+    tnd_cuda_params cp = {0};
+    void *h = NULL, *hd = NULL, *d = NULL;
+    tnd_stream *st = NULL;
+    tnd_event *e0 = NULL, *e1 = NULL;
+    int rc = 1;
+    if (tnd_backend_cuda_new(&cp, &g) || g->iface->host_alloc(g, n, &h, &hd) || g->iface->buf_alloc(g, n, &d) ||
+        g->iface->stream_new(g, &st) || g->iface->event_new(g, &e0) || g->iface->event_new(g, &e1))
+        goto out;
+    memset(h, 1, n);
+    float ms;
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) { /* pinned host -> device */
+        g->iface->event_record(g, e0, st);
+        g->iface->copy_h2d(g, d, h, n, st);
+        g->iface->event_record(g, e1, st);
+        g->iface->stream_sync(g, st);
+        if (!g->iface->event_elapsed(g, e0, e1, &ms)) best = fmin(best, ms / 1e3);
+    }
+    L->pcie = n / best / 1e9;
+    best = 1e30;
+    for (int r = 0; r < 3; r++) { /* device -> device: reads and writes n/2 */
+        g->iface->event_record(g, e0, st);
+        g->iface->copy_d2d(g, (char *)d + n / 2, d, n / 2, st);
+        g->iface->event_record(g, e1, st);
+        g->iface->stream_sync(g, st);
+        if (!g->iface->event_elapsed(g, e0, e1, &ms)) best = fmin(best, ms / 1e3);
+    }
+    L->hbm = (double)n / best / 1e9;
+    /* both at once: four pinned copies queued, the CPU reads 2 GiB meanwhile */
+    g->iface->event_record(g, e0, st);
+    for (int r = 0; r < 4; r++) g->iface->copy_h2d(g, d, h, n, st);
+    g->iface->event_record(g, e1, st);
+    double t = tnd_cpu_read_once(pool, cbuf, 2 * n);
+    g->iface->stream_sync(g, st);
+    if (!g->iface->event_elapsed(g, e0, e1, &ms)) L->both_pcie = 4.0 * n / (ms / 1e3) / 1e9;
+    L->both_cpu = 2.0 * n / t / 1e9;
+    rc = 0;
+out:
+    if (g) {
+        if (e0) g->iface->event_free(g, e0);
+        if (e1) g->iface->event_free(g, e1);
+        if (st) g->iface->stream_free(g, st);
+        if (d) g->iface->buf_free(g, d);
+        if (h) g->iface->host_free(g, h);
+        tnd_backend_free(g);
+    }
+    tnd_pool_free(pool);
+    tnd_aligned_free(cbuf);
+    return rc;
+}
+
+#define MAX_CONFIGS 8
+
+typedef struct config {
+    char placement[512];
+    const char *promote;
+    result res[2];
+    int nres;
+    double gpu_mib, lim_tg, lim_pp; /* limits in tokens/s (0: unknown) */
+} config;
+
+static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const int32_t *toks, long n_prompt,
+                      long n_gen, long depth, long reps, const limits *L, const char *name_pp, const char *name_tg) {
+    tnd_ctx_params cp = *base;
+    if (k->placement[0]) cp.placement = k->placement;
+    cp.promote = k->promote;
+    tnd_ctx *c;
+    if (tnd_ctx_new(m, &cp, &c)) return 1;
+    k->gpu_mib = c->lay.gpu_total / 1048576.0;
+    uint64_t s_cpu, s_gpu, s_pcie;
+    tnd_layout_token_bytes(c, &s_cpu, &s_gpu, &s_pcie);
+    if (L && L->hbm > 0) {
+        double both = L->both_cpu + L->both_pcie;
+        double cpu_side = (double)s_cpu / (L->both_cpu > 0 ? L->both_cpu : L->cpu);
+        /* bytes not resident must be read by the CPU or cross PCIe, both at once at best */
+        double t = (double)(s_cpu + s_pcie) / (both * 1e9) + (double)s_gpu / (L->hbm * 1e9);
+        (void)cpu_side;
+        k->lim_tg = t > 0 ? 1.0 / t : 0;
+        double tp = (double)(s_cpu + s_pcie) / (L->pcie * 1e9);
+        k->lim_pp = tp > 0 ? (double)n_prompt / tp : 0;
+    }
+    int rc = 1;
+    if (tnd_ctx_eval(c, toks, 1, NULL)) goto out; /* warm-up: page faults stay out of the timings */
+    if (n_prompt) {
+        result *r = &k->res[k->nres++];
+        r->name = name_pp;
+        r->n_tok = (int)n_prompt;
+        for (long i = 0; i < reps; i++) {
+            tnd_ctx_truncate(c, 0);
+            double t0 = tnd_time_s();
+            if (tnd_ctx_eval(c, toks, (int)n_prompt, NULL)) goto out;
+            r->samples[r->n++] = (double)n_prompt / (tnd_time_s() - t0);
+        }
+        stats(r);
+    }
+    if (n_gen) {
+        result *r = &k->res[k->nres++];
+        r->name = name_tg;
+        r->n_tok = (int)n_gen;
+        for (long i = 0; i < reps; i++) {
+            tnd_ctx_truncate(c, 0);
+            if (depth && tnd_ctx_eval(c, toks, (int)depth, NULL)) goto out;
+            double t0 = tnd_time_s();
+            for (long j = 0; j < n_gen; j++)
+                if (tnd_ctx_eval(c, toks + depth + j, 1, NULL)) goto out;
+            r->samples[r->n++] = (double)n_gen / (tnd_time_s() - t0);
+        }
+        stats(r);
+    }
+    rc = 0;
+out:
+    tnd_ctx_free(c);
+    return rc;
+}
+
+static const char *device_name(tnd_device d) { return d == TND_DEVICE_CUDA ? "cuda" : d == TND_DEVICE_SIM ? "sim" : "cpu"; }
+
 int cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *fmt = "md", *budget = NULL;
+    const char *model = NULL, *fmt = "md", *budget = NULL, *hw = NULL;
     tnd_device device = TND_DEVICE_CPU;
     long n_prompt = 512, n_gen = 128, depth = 0, threads = 0, reps = 3, batch = 0;
-    for (int i = 1; i < argc; i += 2) { /* every option but --help takes a value */
+    static config cfg[MAX_CONFIGS];
+    int n_cfg = 0;
+    bool want_limits = true;
+    for (int i = 1; i < argc; i += 2) { /* every option but the flags takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(a, "--no-limits")) {
+            want_limits = false;
+            i--;
+            continue;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = (model = v) != NULL;
         else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) ok = tools_parse_int(v, 0, 1 << 20, &n_prompt);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) ok = tools_parse_int(v, 0, 1 << 20, &n_gen);
@@ -81,10 +219,22 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = tools_parse_int(v, 1, 1024, &threads);
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) ok = tools_parse_int(v, 1, 64, &reps);
         else if (!strcmp(a, "--device")) {
-            ok = v && (!strcmp(v, "cpu") || !strcmp(v, "cuda"));
-            if (ok) device = strcmp(v, "cuda") ? TND_DEVICE_CPU : TND_DEVICE_CUDA;
+            ok = v && (!strcmp(v, "cpu") || !strcmp(v, "cuda") || !strcmp(v, "sim"));
+            if (ok) device = !strcmp(v, "cuda") ? TND_DEVICE_CUDA : !strcmp(v, "sim") ? TND_DEVICE_SIM : TND_DEVICE_CPU;
         } else if (!strcmp(a, "--vram-budget")) ok = (budget = v) != NULL;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) ok = v && (!strcmp(v, "md") || !strcmp(v, "json")) && (fmt = v);
+        else if (!strcmp(a, "--hw")) ok = (hw = v) != NULL;
+        else if (!strcmp(a, "--placement") || !strcmp(a, "--policy")) {
+            ok = v && n_cfg < MAX_CONFIGS && strlen(v) < sizeof cfg[0].placement;
+            if (ok) {
+                config *k = &cfg[n_cfg++];
+                snprintf(k->placement, sizeof k->placement, "%s", v);
+                char *comma = strstr(k->placement, ",promote=");
+                if (comma) {
+                    *comma = 0;
+                    k->promote = v + (comma - k->placement) + 9;
+                }
+            }
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) ok = v && (!strcmp(v, "md") || !strcmp(v, "json")) && (fmt = v);
         else {
             fprintf(stderr, "tandem bench: unknown option '%s'\n\n", a);
             usage(stderr);
@@ -95,6 +245,7 @@ int cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
+    if (!n_cfg) n_cfg = 1; /* the default placement */
     if (!model && !(model = tools_default_model())) return 1;
     tnd_model_params mp = tnd_model_default_params();
     mp.n_threads = (int)threads;
@@ -109,17 +260,14 @@ int cmd_bench(int argc, char **argv) {
     cp.n_ctx = (int)TND_MAX(need, 16);
     cp.n_batch = (int)(batch ? batch : TND_MAX(n_prompt, 1));
     cp.device = device;
+    cp.hw = hw;
     if (budget && tnd_parse_budget(budget, m, &cp.vram_budget)) {
         tools_print_error(NULL);
         tnd_model_free(m);
         return 2;
     }
-    tnd_ctx *c;
-    if (tnd_ctx_new(m, &cp, &c)) {
-        tools_print_error(NULL);
-        tnd_model_free(m);
-        return 1;
-    }
+    limits L;
+    bool have_limits = device == TND_DEVICE_CUDA && want_limits && !measure_limits(n_threads, &L);
     int nv = tnd_model_n_vocab(m);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)TND_MAX(need, 1));
     uint64_t x = 0x9E3779B97F4A7C15ull; /* fixed pseudo-random tokens: same work every run */
@@ -127,65 +275,60 @@ int cmd_bench(int argc, char **argv) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         toks[i] = (int32_t)(x % (uint64_t)nv);
     }
-    result res[2] = {{0}};
-    int nres = 0;
     char name_pp[32], name_tg[48];
     snprintf(name_pp, sizeof name_pp, "pp%ld", n_prompt);
     if (depth) snprintf(name_tg, sizeof name_tg, "tg%ld @ d%ld", n_gen, depth);
     else snprintf(name_tg, sizeof name_tg, "tg%ld", n_gen);
     int rc = 0;
-    /* warm-up: touches the weights so page faults stay out of the timings */
-    if (tnd_ctx_eval(c, toks, 1, NULL)) goto fail;
-    if (n_prompt) {
-        result *r = &res[nres++];
-        r->name = name_pp;
-        r->n_tok = (int)n_prompt;
-        for (long k = 0; k < reps; k++) {
-            tnd_ctx_truncate(c, 0);
-            double t0 = tnd_time_s();
-            if (tnd_ctx_eval(c, toks, (int)n_prompt, NULL)) goto fail;
-            r->samples[r->n++] = (double)n_prompt / (tnd_time_s() - t0);
+    for (int k = 0; k < n_cfg; k++) {
+        if (run_config(m, &cp, &cfg[k], toks, n_prompt, n_gen, depth, reps, have_limits ? &L : NULL, name_pp, name_tg)) {
+            fprintf(stderr, "tandem: error: bench (placement %s): %s\n", cfg[k].placement[0] ? cfg[k].placement : "default",
+                    tnd_last_error());
+            rc = 1;
         }
-        stats(r);
     }
-    if (n_gen) {
-        result *r = &res[nres++];
-        r->name = name_tg;
-        r->n_tok = (int)n_gen;
-        for (long k = 0; k < reps; k++) {
-            tnd_ctx_truncate(c, 0);
-            if (depth && tnd_ctx_eval(c, toks, (int)depth, NULL)) goto fail;
-            double t0 = tnd_time_s();
-            for (long i = 0; i < n_gen; i++)
-                if (tnd_ctx_eval(c, toks + depth + i, 1, NULL)) goto fail;
-            r->samples[r->n++] = (double)n_gen / (tnd_time_s() - t0);
-        }
-        stats(r);
-    }
-    char cpu[256];
-    cpu_name(cpu, sizeof cpu);
+    const char *cpu = tnd_cpu_model_name();
     const char *desc = tnd_model_desc(m);
     if (!strcmp(fmt, "json")) {
         printf("{\"model\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"build\": \"%s\", "
-               "\"device\": \"%s\", \"results\": [",
-               model, cpu, n_threads, tnd_cpu_isa(), TND_GIT_COMMIT, device == TND_DEVICE_CUDA ? "cuda" : "cpu");
-        for (int i = 0; i < nres; i++)
-            printf("%s{\"test\": \"%s\", \"n_tokens\": %d, \"reps\": %d, \"tok_per_s\": %.3f, \"stddev\": %.3f}",
-                   i ? ", " : "", res[i].name, res[i].n_tok, res[i].n, res[i].mean, res[i].sd);
+               "\"device\": \"%s\", \"vram_budget\": %llu",
+               model, cpu, n_threads, tnd_cpu_isa(), TND_GIT_COMMIT, device_name(device),
+               (unsigned long long)cp.vram_budget);
+        if (have_limits)
+            printf(", \"bw_gbps\": {\"cpu\": %.1f, \"pcie\": %.1f, \"hbm\": %.1f, \"both_cpu\": %.1f, \"both_pcie\": %.1f}",
+                   L.cpu, L.pcie, L.hbm, L.both_cpu, L.both_pcie);
+        printf(", \"results\": [");
+        int first = 1;
+        for (int k = 0; k < n_cfg; k++)
+            for (int i = 0; i < cfg[k].nres; i++) {
+                const result *r = &cfg[k].res[i];
+                double lim = i == 0 && n_prompt ? cfg[k].lim_pp : cfg[k].lim_tg;
+                printf("%s{\"placement\": \"%s\", \"promote\": \"%s\", \"gpu_mib\": %.1f, \"test\": \"%s\", "
+                       "\"n_tokens\": %d, \"reps\": %d, \"tok_per_s\": %.3f, \"stddev\": %.3f, \"limit_tok_per_s\": %.3f}",
+                       first ? "" : ", ", cfg[k].placement[0] ? cfg[k].placement : "default",
+                       cfg[k].promote ? cfg[k].promote : "none", cfg[k].gpu_mib, r->name, r->n_tok, r->n, r->mean, r->sd, lim);
+                first = 0;
+            }
         printf("]}\n");
     } else {
-        printf("model: %s\ncpu: %s | threads: %d | isa: %s | device: %s | build: %s\n\n", desc, cpu, n_threads,
-               tnd_cpu_isa(), device == TND_DEVICE_CUDA ? "cuda" : "cpu", TND_GIT_COMMIT);
-        printf("| test | t/s |\n|---|---:|\n");
-        for (int i = 0; i < nres; i++) printf("| %s | %.2f ± %.2f |\n", res[i].name, res[i].mean, res[i].sd);
+        printf("model: %s\ncpu: %s | threads: %d | isa: %s | device: %s | build: %s\n", desc, cpu, n_threads,
+               tnd_cpu_isa(), device_name(device), TND_GIT_COMMIT);
+        if (cp.vram_budget) printf("vram budget: %.1f MiB\n", cp.vram_budget / 1048576.0);
+        if (have_limits)
+            printf("bandwidth (GB/s): CPU read %.1f | pinned PCIe %.1f | HBM %.1f | at once: CPU %.1f + PCIe %.1f\n",
+                   L.cpu, L.pcie, L.hbm, L.both_cpu, L.both_pcie);
+        printf("\n| placement | promote | GPU MiB | test | t/s | limit t/s | of limit |\n|---|---|---:|---|---:|---:|---:|\n");
+        for (int k = 0; k < n_cfg; k++)
+            for (int i = 0; i < cfg[k].nres; i++) {
+                const result *r = &cfg[k].res[i];
+                double lim = i == 0 && n_prompt ? cfg[k].lim_pp : cfg[k].lim_tg;
+                printf("| %s | %s | %.0f | %s | %.2f ± %.2f |", cfg[k].placement[0] ? cfg[k].placement : "default",
+                       cfg[k].promote ? cfg[k].promote : "none", cfg[k].gpu_mib, r->name, r->mean, r->sd);
+                if (lim > 0) printf(" %.1f | %.0f%% |\n", lim, 100.0 * r->mean / lim);
+                else printf(" - | - |\n");
+            }
     }
-    goto done;
-fail:
-    tools_print_error("bench");
-    rc = 1;
-done:
     free(toks);
-    tnd_ctx_free(c);
     tnd_model_free(m);
     return rc;
 }

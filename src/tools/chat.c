@@ -39,6 +39,7 @@ int cmd_chat(int argc, char **argv) {
         if (*tnd_last_error()) tools_print_error(NULL);
         return 1;
     }
+    if (o.dry_run) return 0;
     const tnd_tokenizer *tok = tnd_model_tokenizer(m);
     bool tty = isatty(0);
     if (tty) fprintf(stderr, "%s\n/reset to start over, /quit to leave\n", tnd_model_desc(m));

@@ -32,9 +32,18 @@ const char *gen_opts_help =
     "      --stop TEXT        stop when TEXT is generated (repeatable)\n"
     "      --chat-template NAME  override the model's template (chatml, llama3, gemma, ...)\n"
     "      --system TEXT      system message (chat mode)\n"
-    "      --device cpu|cuda  where to run (default cpu; cuda: every weight on the GPU)\n"
+    "      --device cpu|cuda|sim  where to run (default cpu); cuda: the CPU and the GPU;\n"
+    "                         sim: the CPU and SimGPU, a GPU simulated on CPU threads\n"
     "      --vram-budget X    GPU memory tandem may use in all: bytes (6G, 4523M) or a\n"
     "                         percentage of the model's weight bytes (50%%)\n"
+    "      --placement P      where weights run with a GPU: layer (default: whole layers\n"
+    "                         from the last while they fit), gpu, cpu, random:SEED, or a\n"
+    "                         file of 'PATTERN cpu|gpu|promote' lines (--policy: same)\n"
+    "      --promote P        CPU weights copied to the GPU every round: none (default),\n"
+    "                         all, random:SEED\n"
+    "      --hw PROFILE       SimGPU timing profile (rtx3060-laptop, rtx4090-desktop,\n"
+    "                         h200-device, or a file)\n"
+    "      --dry-run          print the placement and memory layout, run nothing\n"
     "  -v, --verbose          log loading details\n";
 
 /* Returns 1 if argv[*i] was a shared option (consumed, with its value), 0 if
@@ -96,12 +105,21 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
         if (!(o->system = VAL())) BAD("a text");
     } else if (!strcmp(a, "--device")) {
         const char *d = VAL();
-        if (!d || (strcmp(d, "cpu") && strcmp(d, "cuda"))) BAD("cpu or cuda");
-        o->cp.device = strcmp(d, "cuda") ? TND_DEVICE_CPU : TND_DEVICE_CUDA;
+        if (!d || (strcmp(d, "cpu") && strcmp(d, "cuda") && strcmp(d, "sim"))) BAD("cpu, cuda or sim");
+        o->cp.device = !strcmp(d, "cuda") ? TND_DEVICE_CUDA : !strcmp(d, "sim") ? TND_DEVICE_SIM : TND_DEVICE_CPU;
+    } else if (!strcmp(a, "--placement") || !strcmp(a, "--policy")) {
+        if (!(o->cp.placement = VAL())) BAD("layer, gpu, cpu, random:SEED or a placement file");
+    } else if (!strcmp(a, "--promote")) {
+        if (!(o->cp.promote = VAL())) BAD("none, all or random:SEED");
+    } else if (!strcmp(a, "--hw")) {
+        if (!(o->cp.hw = VAL())) BAD("a hardware profile name or file");
+    } else if (!strcmp(a, "--dry-run")) {
+        o->dry_run = true;
     } else if (!strcmp(a, "--vram-budget")) {
         if (!(o->vram_budget = VAL())) BAD("a size (6G, 4523M) or a percentage of the weights (50%)");
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
         o->verbose = true;
+        o->cp.verbose = true;
     } else {
         return 0;
     }
@@ -126,6 +144,14 @@ tnd_status gen_load(gen_opts *o, tnd_model **m, tnd_ctx **c, tnd_sampler **s) {
         tnd_model_free(*m);
         *m = NULL;
         return st;
+    }
+    if (o->dry_run) {
+        char *text = NULL;
+        if (!(st = tnd_ctx_plan_text(*m, &o->cp, &text))) fputs(text, stdout);
+        free(text);
+        tnd_model_free(*m);
+        *m = NULL;
+        return st; /* nothing loaded: the caller stops here (o->dry_run) */
     }
     if ((st = tnd_ctx_new(*m, &o->cp, c)) || (st = tnd_sampler_new(&o->sp, s))) {
         tnd_ctx_free(*c);

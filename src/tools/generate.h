@@ -23,6 +23,7 @@ typedef struct gen_opts {
     const char *dump;        /* --dump FILE (run only) */
     const char *vram_budget; /* --vram-budget text, parsed once the model is loaded */
     bool verbose;
+    bool dry_run;            /* --dry-run: gen_load prints the plan and loads no context */
 } gen_opts;
 
 typedef struct gen_result {

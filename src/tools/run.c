@@ -96,6 +96,10 @@ int cmd_run(int argc, char **argv) {
         free(file_text);
         return 1;
     }
+    if (o.dry_run) {
+        free(file_text);
+        return 0;
+    }
     int rc = 1;
     char *rendered = NULL;
     int32_t *ids = NULL;

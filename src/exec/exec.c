@@ -1,0 +1,193 @@
+/* Running a round's op list across the CPU and the GPU (DESIGN.md §5).
+ *
+ * Nodes run in order. A node that reads a weight slice runs where the slice
+ * is placed (or on the GPU if the slice is promoted this round); attention
+ * and the KV store run where the layer's KV cache is; other weightless ops
+ * stay where the previous node ran, so they never cause a switch. Before a
+ * node runs, every activation it reads is made current on its side; CPU ops
+ * run synchronously on this thread, GPU ops are queued on the compute
+ * stream, and this thread waits for the GPU only when a CPU op needs a GPU
+ * result (or before overwriting a host buffer the GPU is still copying).
+ * Promoted slices are copied on the transfer stream into a ring of slots,
+ * each copy starting as soon as its slot's previous reader is done. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+#include "util.h"
+
+static const tnd_region *find_region(const tnd_ctx *c, const void *p) {
+    const char *q = p;
+    int lo = 0, hi = c->n_reg - 1, hit = -1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (c->reg[mid].base <= q) hit = mid, lo = mid + 1;
+        else hi = mid - 1;
+    }
+    if (hit < 0 || q >= c->reg[hit].base + c->reg[hit].size) return NULL;
+    return &c->reg[hit];
+}
+
+static bool promoted(const tnd_ctx *c, int sid) {
+    return c->lay.n_slots > 0 && sid >= 0 && c->pl.promote[sid];
+}
+
+/* Queues the copy of the j-th promoted slice of the round into its slot. */
+static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
+    tnd_backend *g = c->side[1].be;
+    int k = j % c->lay.n_slots, sid = c->g.nodes[c->prom[j]].sid;
+    size_t n = c->m->slices[sid]->t->nbytes;
+    tnd_status st;
+    if ((st = g->iface->stream_wait(g, c->xfer, c->slot_free[k])) ||
+        (st = g->iface->copy_h2d(g, c->slot[k], c->w[0][sid], n, c->xfer)) ||
+        (st = g->iface->event_record(g, c->slot_ready[k], c->xfer)))
+        return st;
+    c->n_w_copies++;
+    c->w_copy_bytes += n;
+    return TND_OK;
+}
+
+/* Makes bytes [off, off+n) of activation b current on side s. */
+static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s) {
+    if (c->valid[b] & (1u << s)) return TND_OK;
+    if (!c->valid[b]) return tnd_fail(TND_ERR_INTERNAL, "activation %d is read before it is written", b);
+    tnd_backend *g = c->side[1].be;
+    char *host = (char *)c->act_dev[b] + off, *dev = (char *)c->side[1].act[b] + off;
+    tnd_status st;
+    if (s == TND_SIDE_GPU) {
+        if ((st = g->iface->copy_mapped(g, dev, host, n, c->side[1].st)) ||
+            (st = g->iface->event_record(g, c->host_read[b], c->side[1].st)))
+            return st;
+        c->host_read_pending[b] = true;
+    } else {
+        if ((st = g->iface->copy_mapped(g, host, dev, n, c->side[1].st)) ||
+            (st = g->iface->event_record(g, c->sync_ev, c->side[1].st)) || (st = g->iface->event_sync(g, c->sync_ev)))
+            return st;
+    }
+    c->n_act_copies++;
+    c->act_copy_bytes += n;
+    if (off == 0 && n >= c->wlen[b]) c->valid[b] |= (uint8_t)(1u << s);
+    return TND_OK;
+}
+
+/* Rewrites canonical pointer *p (of a tensor of n bytes) into side s's
+ * memory, making activations current first when read. */
+static tnd_status rebase(tnd_ctx *c, tnd_tensor *t, int s, bool read, int slot) {
+    if (!t->data) return TND_OK;
+    const tnd_region *r = find_region(c, t->data);
+    if (!r) return tnd_fail(TND_ERR_INTERNAL, "op tensor outside every known buffer");
+    size_t off = (size_t)((const char *)t->data - r->base), n = tnd_tensor_nbytes(t);
+    if (off + n > r->size) return tnd_fail(TND_ERR_INTERNAL, "op tensor runs past its buffer");
+    switch (r->kind) {
+    case R_ACT:
+        if (c->gpu && read) {
+            tnd_status st = make_current(c, r->idx, off, n, s);
+            if (st) return st;
+        }
+        if (s == TND_SIDE_GPU) t->data = (char *)c->side[1].act[r->idx] + off;
+        return TND_OK;
+    case R_KV: {
+        size_t per = c->kv_canon_bytes / 2 / (size_t)c->m->hp.n_layer;
+        int l = (int)(off / per);
+        if (c->gpu && c->pl.kv[l] != s) return tnd_fail(TND_ERR_INTERNAL, "layer %d's KV cache is not on side %d", l, s);
+        t->data = (char *)c->kv_addr[2 * l + r->idx] + off % per;
+        return TND_OK;
+    }
+    default: {
+        const char *base = slot >= 0 ? c->slot[slot] : c->w[s][r->idx];
+        if (!base) {
+            const gguf_str *nm = &c->m->slices[r->idx]->t->name;
+            return tnd_fail(TND_ERR_INTERNAL, "weight '%.*s' is not on the %s", (int)nm->len, nm->ptr,
+                            s ? "GPU" : "CPU");
+        }
+        t->data = (char *)base + off;
+        return TND_OK;
+    }
+    }
+}
+
+static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
+    int s = c->cur;
+    bool small = nd->sid >= 0 && tnd_slice_small(c->m->slices[nd->sid]);
+    bool prom = !small && promoted(c, nd->sid);
+    if (nd->sid >= 0 && !small) s = prom ? TND_SIDE_GPU : c->pl.where[nd->sid];
+    else if (nd->pin == TND_PIN_KV) s = c->pl.kv[nd->layer];
+    if (!c->gpu) s = TND_SIDE_CPU;
+    if (s != c->cur) c->n_switch++;
+    c->cur = s;
+    tnd_op op = nd->op;
+    tnd_status st;
+    int slot = -1;
+    if (prom) slot = *prom_seen % c->lay.n_slots;
+    for (int i = 0; i < TND_OP_MAX_IN; i++)
+        if ((st = rebase(c, &op.in[i], s, true, i == 0 ? slot : -1))) return st;
+    for (int i = 0; i < TND_OP_MAX_OUT; i++) {
+        tnd_tensor *o = &op.out[i];
+        if (!o->data) continue;
+        const tnd_region *r = find_region(c, o->data);
+        /* a CPU write must not race a queued GPU copy out of the same buffer */
+        if (r && r->kind == R_ACT && s == TND_SIDE_CPU && c->host_read_pending[r->idx]) {
+            tnd_backend *g = c->side[1].be;
+            if ((st = g->iface->event_sync(g, c->host_read[r->idx]))) return st;
+            c->host_read_pending[r->idx] = false;
+        }
+        if ((st = rebase(c, o, s, false, -1))) return st;
+    }
+    tnd_side *sd = &c->side[s];
+    if (prom && (st = sd->be->iface->stream_wait(sd->be, sd->st, c->slot_ready[slot]))) return st;
+    if ((st = sd->be->iface->op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
+    for (int i = 0; i < TND_OP_MAX_OUT; i++) {
+        const tnd_tensor *o = &nd->op.out[i];
+        if (!o->data) continue;
+        const tnd_region *r = find_region(c, o->data);
+        if (r && r->kind == R_ACT) {
+            c->valid[r->idx] = (uint8_t)(1u << s);
+            c->wlen[r->idx] = (size_t)((const char *)o->data - r->base) + tnd_tensor_nbytes(o);
+        }
+    }
+    if (prom) {
+        if ((st = sd->be->iface->event_record(sd->be, c->slot_free[slot], sd->st))) return st;
+        int j = (*prom_seen)++;
+        (void)j;
+        if (c->prom_next < c->n_prom && (st = queue_weight_copy(c, c->prom_next++))) return st;
+    }
+    return TND_OK;
+}
+
+tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
+    (void)nt;
+    memset(c->valid, 0, sizeof c->valid);
+    memset(c->wlen, 0, sizeof c->wlen);
+    /* the caller wrote ids and positions into the host buffers */
+    c->valid[A_IDS] = c->valid[A_POS] = 1u << TND_SIDE_CPU;
+    c->wlen[A_IDS] = c->wlen[A_POS] = sizeof(int32_t) * (size_t)nt;
+    c->cur = TND_SIDE_CPU;
+    c->n_prom = c->prom_next = 0;
+    tnd_status st = TND_OK;
+    if (c->lay.n_slots) {
+        if (c->prom_cap < c->g.n) {
+            int *p = realloc(c->prom, sizeof *p * (size_t)c->g.n);
+            if (!p) return tnd_fail(TND_ERR_NOMEM, "out of memory");
+            c->prom = p;
+            c->prom_cap = c->g.n;
+        }
+        for (int i = 0; i < c->g.n; i++) {
+            int sid = c->g.nodes[i].sid;
+            if (sid >= 0 && !tnd_slice_small(c->m->slices[sid]) && promoted(c, sid)) c->prom[c->n_prom++] = i;
+        }
+        while (!st && c->prom_next < c->n_prom && c->prom_next < c->lay.n_slots) st = queue_weight_copy(c, c->prom_next++);
+    }
+    int prom_seen = 0;
+    for (int i = 0; !st && i < c->g.n; i++) st = run_node(c, &c->g.nodes[i], &prom_seen);
+    if (!st && want_logits && c->gpu)
+        st = make_current(c, A_LOGITS, 0, sizeof(float) * (size_t)c->m->hp.n_vocab, TND_SIDE_CPU);
+    if (c->gpu) {
+        /* always drain, so no queued work outlives a failed round */
+        tnd_backend *g = c->side[1].be;
+        tnd_status s1 = g->iface->stream_sync(g, c->side[1].st), s2 = g->iface->stream_sync(g, c->xfer);
+        if (!st) st = s1 ? s1 : s2;
+        memset(c->host_read_pending, 0, sizeof c->host_read_pending);
+    }
+    if (!st && want_logits) memcpy(c->logits, c->side[0].act[A_LOGITS], sizeof(float) * (size_t)c->m->hp.n_vocab);
+    return st;
+}

@@ -1,0 +1,173 @@
+/* Hybrid execution (DESIGN.md §3–§5): placement, memory layout, running a
+ * round's op list across the CPU and a GPU (CUDA or SimGPU).
+ *
+ * Sides: side 0 is always the CPU backend; side 1, when present, is the GPU.
+ * A context with no GPU runs every node on side 0 with no copies at all.
+ *
+ * Activations: every activation buffer exists on both sides (the host copy is
+ * pinned and mapped into the GPU). The executor tracks on which side each
+ * buffer's latest contents are and copies the bytes a node reads when they
+ * are stale on its side (an SM copy over mapped memory on the GPU's compute
+ * stream, never behind a weight copy). KV cache: each layer's lives only on
+ * the side that runs the layer's attention. Weights: GPU-resident slices are
+ * uploaded once; the others live in a pinned host store the CPU computes from
+ * and the transfer stream copies promoted slices out of, into temporary GPU
+ * slots reused in a ring (a slot is refilled once the op reading it is done).
+ */
+#ifndef TND_EXEC_H
+#define TND_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend.h"
+#include "graph.h"
+#include "model/model.h"
+
+enum { TND_SIDE_CPU = 0, TND_SIDE_GPU = 1 };
+
+/* Activation buffers of one round. */
+enum {
+    A_X,      /* [nb][n_embd] residual stream */
+    A_H,      /* [nb][n_embd] normed sublayer input */
+    A_Q,      /* [nb][n_head * head_dim] */
+    A_K,      /* [nb][kv_dim] */
+    A_V,      /* [nb][kv_dim] */
+    A_ATT,    /* [nb][n_head * head_dim] */
+    A_O,      /* [nb][n_embd] sublayer output */
+    A_G,      /* [nb][n_used][n_ff] gate (dense: n_used = 1) */
+    A_U,      /* [nb][n_used][n_ff] up */
+    A_EY,     /* [nb][n_used][n_embd] expert outputs (MoE) */
+    A_RL,     /* [nb][n_expert] router logits (MoE) */
+    A_RW,     /* [nb][n_used] routing weights (MoE) */
+    A_RI,     /* [nb][n_used] i32 routing ids (MoE) */
+    A_IDS,    /* [nb] i32 token ids */
+    A_POS,    /* [nb] i32 positions */
+    A_LOGITS, /* [n_vocab] */
+    A_COUNT
+};
+
+/* Where each weight slice runs. Small slices (norm weights, biases: 1-D
+ * tensors) are replicated on both sides and not placed. */
+typedef struct tnd_placement {
+    int n_slices, n_layer;
+    uint8_t *where;    /* [n_slices] TND_SIDE_* of the ops reading the slice */
+    uint8_t *kv;       /* [n_layer] side of the layer's attention and KV cache */
+    uint8_t *promote;  /* [n_slices] 1: a CPU slice copied to a GPU slot each round */
+    char desc[96];     /* how it was made, for messages */
+} tnd_placement;
+
+/* Memory the layout needs, computed before anything big is allocated. */
+typedef struct tnd_layout {
+    uint64_t budget;        /* GPU bytes allowed (0 = no GPU) */
+    uint64_t w_gpu;         /* resident weight slices */
+    uint64_t small_gpu;     /* replicated norm weights and biases */
+    uint64_t kv_gpu;        /* KV cache of GPU layers */
+    uint64_t act_gpu;       /* GPU activation buffers */
+    uint64_t slots_gpu;     /* temporary slots for promoted slices */
+    uint64_t scratch_gpu;   /* op scratch (prefill GEMM tiles, attention splits) */
+    uint64_t gpu_total;     /* sum of the above */
+    uint64_t pinned_host;   /* pinned store (non-resident slices) + host activations */
+    uint64_t kv_cpu;        /* KV cache of CPU layers */
+    uint64_t slot_bytes;    /* size of one slot */
+    int n_slots;
+} tnd_layout;
+
+typedef struct tnd_side {
+    tnd_backend *be;
+    tnd_stream *st;         /* compute stream */
+    void *act[A_COUNT];
+} tnd_side;
+
+/* One address range of canonical memory and where it lives on each side. */
+typedef struct tnd_region {
+    const char *base;       /* canonical address */
+    size_t size;
+    int kind;               /* R_ACT, R_KV, R_WEIGHT */
+    int idx;                /* act buffer, 0/1 for K/V, slice id */
+} tnd_region;
+enum { R_ACT, R_KV, R_WEIGHT };
+
+struct tnd_ctx {
+    tnd_model *m;
+    int n_ctx, n_batch, n_past;
+    int64_t kv_dim;
+    size_t act_size[A_COUNT];
+    tnd_side side[2];
+    bool gpu;                /* side 1 present */
+    tnd_stream *xfer;        /* GPU transfer stream (weight copies) */
+    tnd_placement pl;
+    tnd_layout lay;
+
+    /* weights */
+    const void **w[2];       /* [side][n_slices] address of each slice on that side, or NULL */
+    void **w_owned;          /* [n_slices] GPU buffers to free */
+    void *pinned;            /* the pinned host store (host address), or NULL */
+    void *pinned_dev;        /* its device-mapped address */
+    /* KV cache: canonical reservation [2][n_layer][n_ctx][kv_dim] f16, and per
+     * layer the address of K and V on the layer's side */
+    uint16_t *kv_canon;
+    size_t kv_canon_bytes;
+    void **kv_addr;          /* [n_layer][2] */
+    /* activations on the host: act_dev[i] is side 0's act[i] as the GPU sees it */
+    void *act_dev[A_COUNT];
+    uint8_t valid[A_COUNT];  /* bit s: side s holds the latest contents */
+    size_t wlen[A_COUNT];    /* end of the bytes the last writer wrote */
+    tnd_event *host_read[A_COUNT]; /* GPU copy out of the host buffer queued */
+    bool host_read_pending[A_COUNT];
+    tnd_event *sync_ev;
+    /* promotion slots */
+    void **slot;             /* [n_slots] */
+    tnd_event **slot_ready, **slot_free;
+    int *prom;               /* [prom_cap] promoted node indices of the round */
+    int prom_cap;
+    int n_prom, prom_next;   /* copies queued so far */
+    /* canonical regions, sorted by base */
+    tnd_region *reg;
+    int n_reg;
+
+    tnd_graph g;
+    int cur;                 /* side of the previous node */
+    int emit_layer;          /* layer the recipe is emitting (-1 outside) */
+    float *logits;           /* [n_vocab] host */
+    tnd_status err;          /* first failure of the round */
+    /* counters (tests, --verbose) */
+    uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes;
+};
+
+/* ---- placement.c ---- */
+/* True for slices that are replicated instead of placed (1-D tensors). */
+bool tnd_slice_small(const tnd_weight *w);
+/* Builds p from spec: "cpu", "gpu", "layer" (whole layers from the last
+ * while they fit in weight_budget bytes, with their KV cache of kv_layer
+ * bytes), "random:SEED", or a placement file ("name side" lines, fnmatch
+ * patterns, later lines win). promote: NULL/"none", "all", "random:SEED". */
+tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *promote, uint64_t weight_budget,
+                              uint64_t kv_layer, tnd_placement *p);
+void tnd_placement_free(tnd_placement *p);
+/* Writes p as a placement file (loadable by tnd_placement_make). */
+tnd_status tnd_placement_write(const tnd_model *m, const tnd_placement *p, FILE *f);
+
+/* ---- layout.c ---- */
+/* Fills *l for model m, placement p, context n_ctx x n_batch, GPU budget. */
+void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int n_batch, uint64_t budget,
+                        bool promote_any, tnd_layout *l);
+/* Allocates everything of c's layout on both sides (c->pl and c->lay set). */
+tnd_status tnd_layout_alloc(tnd_ctx *c);
+/* Frees what tnd_layout_alloc allocated. */
+void tnd_layout_free(tnd_ctx *c);
+/* Prints the memory breakdown. */
+void tnd_layout_print(const tnd_layout *l, FILE *f);
+/* Weight bytes one decode token reads on the CPU, on the GPU (resident),
+ * and copies over PCIe (promoted); MoE experts count n_used / n_expert. */
+void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie);
+/* Activation buffer sizes for n_batch tokens. */
+void tnd_act_sizes(const tnd_hparams *hp, int n_batch, size_t sz[A_COUNT]);
+
+/* ---- exec.c ---- */
+/* Runs c->g (the round of nt tokens) and leaves the logits in c->logits
+ * when want_logits. */
+tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits);
+
+#endif

@@ -1,0 +1,330 @@
+/* Memory layout (DESIGN.md §4): what goes where on each side, computed
+ * before anything big is allocated (so `tandem plan` and `run --dry-run`
+ * can print it), then allocated in one go.
+ *
+ * GPU: resident slices, replicated small slices, KV cache of GPU layers,
+ * activation buffers, promotion slots, op scratch. Host: a pinned store
+ * holding every non-resident slice (the CPU computes from it and promoted
+ * slices are copied out of it at the copy engine's pinned rate), pinned
+ * activation buffers mapped into the GPU, the KV cache of CPU layers. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "exec/exec.h"
+#include "util.h"
+
+#define ALIGN256(x) (((x) + 255) & ~(uint64_t)255)
+#define MIB (1024.0 * 1024.0)
+/* Promotion slots wanted: two lets a copy overlap the op before it, three
+ * keeps the copy engine busy across a short op. */
+#define WANT_SLOTS 3
+
+void tnd_act_sizes(const tnd_hparams *hp, int nb, size_t sz[A_COUNT]) {
+    int64_t E = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t used = hp->n_expert ? hp->n_expert_used : 1, ff = hp->n_expert ? hp->n_ff_exp : hp->n_ff;
+    size_t f = sizeof(float);
+    size_t s[A_COUNT] = {
+        [A_X] = f * nb * E, [A_H] = f * nb * E, [A_Q] = f * nb * qd, [A_K] = f * nb * kvd,
+        [A_V] = f * nb * kvd, [A_ATT] = f * nb * qd, [A_O] = f * nb * E,
+        [A_G] = f * nb * used * ff, [A_U] = f * nb * used * ff,
+        [A_EY] = hp->n_expert ? f * nb * used * E : 0, [A_RL] = f * nb * hp->n_expert,
+        [A_RW] = hp->n_expert ? f * nb * used : 0, [A_RI] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
+        [A_IDS] = sizeof(int32_t) * nb, [A_POS] = sizeof(int32_t) * nb, [A_LOGITS] = f * hp->n_vocab,
+    };
+    memcpy(sz, s, sizeof s);
+}
+
+/* Scratch a GPU matmul over w needs for nb tokens (the CUDA backend's
+ * formulas, rounded up: prefill dequantizes 4096-row chunks to f16). */
+static uint64_t matmul_scratch(const tnd_weight *w, int nb, int n_used) {
+    if (nb <= 8) return 0;
+    uint64_t rows = w->n_out < 4096 ? (uint64_t)w->n_out : 4096;
+    if (w->n_expert > 1) {
+        uint64_t pairs = (uint64_t)nb * (uint64_t)n_used;
+        return 2 * ALIGN256(pairs * 4) + ALIGN256(pairs * w->n_in * 2) + ALIGN256(pairs * w->n_out * 4) +
+               ALIGN256((uint64_t)w->n_out * w->n_in * 2);
+    }
+    return ALIGN256((uint64_t)nb * w->n_in * 2) + ALIGN256(rows * w->n_in * 2);
+}
+
+void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int nb, uint64_t budget,
+                        bool gpu, tnd_layout *l) {
+    const tnd_hparams *hp = &m->hp;
+    memset(l, 0, sizeof *l);
+    l->budget = budget;
+    uint64_t kv_layer = 2ull * n_ctx * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
+    size_t sz[A_COUNT];
+    tnd_act_sizes(hp, nb, sz);
+    uint64_t act = 0, store = 0, scratch = 0;
+    for (int i = 0; i < A_COUNT; i++) act += ALIGN256(sz[i]);
+    for (int il = 0; il < hp->n_layer; il++) *(p->kv[il] ? &l->kv_gpu : &l->kv_cpu) += kv_layer;
+    int n_used = hp->n_expert ? hp->n_expert_used : 1;
+    for (int i = 0; i < m->n_slices; i++) {
+        const tnd_weight *w = m->slices[i];
+        uint64_t b = ALIGN256(w->t->nbytes);
+        if (tnd_slice_small(w)) {
+            l->small_gpu += gpu ? b : 0;
+            continue;
+        }
+        if (p->where[i] == TND_SIDE_GPU) l->w_gpu += b;
+        else store += b;
+        if (p->promote[i] && b > l->slot_bytes) l->slot_bytes = b;
+        if ((p->where[i] == TND_SIDE_GPU || p->promote[i]) && w != &m->tok_embd) {
+            uint64_t s = matmul_scratch(w, nb, n_used);
+            if (s > scratch) scratch = s;
+        }
+    }
+    if (!gpu) {
+        l->kv_cpu += l->kv_gpu;
+        l->kv_gpu = 0;
+        return;
+    }
+    /* attention splits: n_tok * n_head * splits * (head_dim + 2) floats; the
+     * backend keeps ~264 blocks busy, so splits <= 264 */
+    uint64_t att = (uint64_t)nb * hp->n_head * (nb > 1 ? 4 : 264) * (hp->head_dim + 2) * 4;
+    if (att > scratch) scratch = att;
+    l->act_gpu = act;
+    l->scratch_gpu = scratch + (32u << 20); /* + the cuBLAS workspace */
+    l->pinned_host = store + act;
+    uint64_t fixed = l->w_gpu + l->small_gpu + l->kv_gpu + l->act_gpu + l->scratch_gpu;
+    if (l->slot_bytes) {
+        l->n_slots = WANT_SLOTS;
+        while (l->n_slots > 1 && fixed + l->n_slots * l->slot_bytes > budget) l->n_slots--;
+        l->slots_gpu = l->n_slots * l->slot_bytes;
+    }
+    l->gpu_total = fixed + l->slots_gpu;
+}
+
+void tnd_layout_print(const tnd_layout *l, FILE *f) {
+    fprintf(f, "memory layout:\n");
+    if (l->budget || l->gpu_total) {
+        fprintf(f, "  GPU budget          %10.1f MiB\n", l->budget / MIB);
+        fprintf(f, "    resident weights  %10.1f MiB\n", l->w_gpu / MIB);
+        fprintf(f, "    norms and biases  %10.1f MiB\n", l->small_gpu / MIB);
+        fprintf(f, "    KV cache          %10.1f MiB\n", l->kv_gpu / MIB);
+        fprintf(f, "    activations       %10.1f MiB\n", l->act_gpu / MIB);
+        fprintf(f, "    promotion slots   %10.1f MiB (%d x %.1f MiB)\n", l->slots_gpu / MIB, l->n_slots,
+                l->slot_bytes / MIB);
+        fprintf(f, "    op scratch        %10.1f MiB\n", l->scratch_gpu / MIB);
+        fprintf(f, "    total             %10.1f MiB (%.1f%% of the budget)\n", l->gpu_total / MIB,
+                l->budget ? 100.0 * (double)l->gpu_total / (double)l->budget : 0.0);
+        fprintf(f, "  host pinned store   %10.1f MiB\n", l->pinned_host / MIB);
+    }
+    fprintf(f, "  host KV cache       %10.1f MiB\n", l->kv_cpu / MIB);
+}
+
+/* ---- allocation ------------------------------------------------------------ */
+
+static tnd_status gpu_alloc(tnd_ctx *c, size_t n, void **out, const char *what) {
+    tnd_status st = c->side[1].be->iface->buf_alloc(c->side[1].be, n, out);
+    return st ? tnd_fail_wrap(st, "%s: ", what) : TND_OK;
+}
+
+static tnd_status alloc_acts(tnd_ctx *c) {
+    tnd_backend *g = c->gpu ? c->side[1].be : NULL;
+    for (int i = 0; i < A_COUNT; i++) {
+        size_t n = c->act_size[i];
+        if (!n) continue;
+        tnd_status st;
+        if (g) {
+            if ((st = g->iface->host_alloc(g, n, &c->side[0].act[i], &c->act_dev[i])))
+                return tnd_fail_wrap(st, "pinned activation buffers: ");
+            if ((st = gpu_alloc(c, n, &c->side[1].act[i], "GPU activation buffers"))) return st;
+        } else {
+            if ((st = c->side[0].be->iface->buf_alloc(c->side[0].be, n, &c->side[0].act[i])))
+                return tnd_fail_wrap(st, "activation buffers: ");
+        }
+    }
+    return TND_OK;
+}
+
+static tnd_status alloc_kv(tnd_ctx *c) {
+    const tnd_hparams *hp = &c->m->hp;
+    size_t per = (size_t)c->n_ctx * (size_t)c->kv_dim * sizeof(uint16_t);
+    c->kv_canon_bytes = 2 * (size_t)hp->n_layer * per;
+    /* The canonical cache is a reservation: pages of GPU layers are never
+     * touched, so they cost no memory; CPU layers compute in place. */
+    void *r = mmap(NULL, c->kv_canon_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED)
+        return tnd_fail(TND_ERR_NOMEM, "cannot reserve %.1f MiB for the KV cache", c->kv_canon_bytes / MIB);
+    c->kv_canon = r;
+    c->kv_addr = tnd_calloc(2 * (size_t)hp->n_layer, sizeof *c->kv_addr);
+    if (!c->kv_addr) return TND_ERR_NOMEM;
+    for (int l = 0; l < hp->n_layer; l++) {
+        for (int kv = 0; kv < 2; kv++) {
+            char *canon = (char *)c->kv_canon + ((size_t)kv * hp->n_layer + (size_t)l) * per;
+            if (c->pl.kv[l] == TND_SIDE_CPU || !c->gpu) {
+                c->kv_addr[2 * l + kv] = canon;
+                continue;
+            }
+            tnd_status st = gpu_alloc(c, per, &c->kv_addr[2 * l + kv], "KV cache");
+            if (st) return tnd_fail_wrap(st, "layer %d (%d tokens of context): ", l, c->n_ctx);
+        }
+    }
+    return TND_OK;
+}
+
+static tnd_status alloc_weights(tnd_ctx *c) {
+    const tnd_model *m = c->m;
+    int n = m->n_slices;
+    c->w[0] = tnd_calloc((size_t)n, sizeof(void *));
+    c->w[1] = tnd_calloc((size_t)n, sizeof(void *));
+    c->w_owned = tnd_calloc((size_t)n, sizeof(void *));
+    if (!c->w[0] || !c->w[1] || !c->w_owned) return TND_ERR_NOMEM;
+    for (int i = 0; i < n; i++) c->w[0][i] = m->slices[i]->data;
+    if (!c->gpu) return TND_OK;
+    tnd_backend *g = c->side[1].be;
+    /* the pinned host store: every slice the GPU does not hold */
+    uint64_t store = 0;
+    for (int i = 0; i < n; i++)
+        if (!tnd_slice_small(m->slices[i]) && c->pl.where[i] == TND_SIDE_CPU) store += ALIGN256(m->slices[i]->t->nbytes);
+    if (store) {
+        tnd_status st = g->iface->host_alloc(g, store, &c->pinned, &c->pinned_dev);
+        if (st) {
+            TND_WARN("WARNING: could not pin %.1f MiB of host memory for the weight store (%s); the CPU "
+                     "computes from the mapped file and promoted weights copy from pageable memory, several "
+                     "times slower", store / MIB, tnd_last_error());
+            c->pinned = NULL;
+        } else {
+            double t0 = tnd_time_s();
+            uint64_t off = 0;
+            for (int i = 0; i < n; i++) {
+                const tnd_weight *w = m->slices[i];
+                if (tnd_slice_small(w) || c->pl.where[i] != TND_SIDE_CPU) continue;
+                memcpy((char *)c->pinned + off, w->data, w->t->nbytes);
+                c->w[0][i] = (char *)c->pinned + off;
+                off += ALIGN256(w->t->nbytes);
+            }
+            TND_DEBUG("pinned store: %.1f MiB in %.2f s", store / MIB, tnd_time_s() - t0);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const tnd_weight *w = m->slices[i];
+        if (!tnd_slice_small(w) && c->pl.where[i] != TND_SIDE_GPU) continue;
+        tnd_status st = g->iface->buf_alloc(g, w->t->nbytes, &c->w_owned[i]);
+        if (st) return tnd_fail_wrap(st, "uploading weight '%.*s': ", (int)w->t->name.len, w->t->name.ptr);
+        if ((st = g->iface->copy_h2d(g, c->w_owned[i], w->data, w->t->nbytes, c->side[1].st))) return st;
+        c->w[1][i] = c->w_owned[i];
+    }
+    return g->iface->stream_sync(g, c->side[1].st);
+}
+
+static tnd_status alloc_slots(tnd_ctx *c) {
+    tnd_backend *g = c->side[1].be;
+    int n = c->lay.n_slots;
+    c->slot = tnd_calloc((size_t)n + 1, sizeof *c->slot);
+    c->slot_ready = tnd_calloc((size_t)n + 1, sizeof *c->slot_ready);
+    c->slot_free = tnd_calloc((size_t)n + 1, sizeof *c->slot_free);
+    if (!c->slot || !c->slot_ready || !c->slot_free) return TND_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        tnd_status st;
+        if ((st = gpu_alloc(c, c->lay.slot_bytes, &c->slot[i], "promotion slots")) ||
+            (st = g->iface->event_new(g, &c->slot_ready[i])) || (st = g->iface->event_new(g, &c->slot_free[i])))
+            return st;
+    }
+    return TND_OK;
+}
+
+static int reg_cmp(const void *a, const void *b) {
+    const tnd_region *x = a, *y = b;
+    return x->base < y->base ? -1 : x->base > y->base;
+}
+
+/* The canonical address ranges the executor rebases. */
+static tnd_status build_regions(tnd_ctx *c) {
+    const tnd_model *m = c->m;
+    c->reg = tnd_calloc((size_t)(A_COUNT + 2 + m->n_slices), sizeof *c->reg);
+    if (!c->reg) return TND_ERR_NOMEM;
+    int n = 0;
+    for (int i = 0; i < A_COUNT; i++)
+        if (c->act_size[i]) c->reg[n++] = (tnd_region){c->side[0].act[i], c->act_size[i], R_ACT, i};
+    size_t half = c->kv_canon_bytes / 2;
+    c->reg[n++] = (tnd_region){(const char *)c->kv_canon, half, R_KV, 0};
+    c->reg[n++] = (tnd_region){(const char *)c->kv_canon + half, half, R_KV, 1};
+    for (int i = 0; i < m->n_slices; i++)
+        c->reg[n++] = (tnd_region){m->slices[i]->data, m->slices[i]->t->nbytes, R_WEIGHT, i};
+    qsort(c->reg, (size_t)n, sizeof *c->reg, reg_cmp);
+    /* tied slices share one id; distinct ranges must not overlap */
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (k && c->reg[i].base == c->reg[k - 1].base && c->reg[i].size == c->reg[k - 1].size) continue;
+        if (k && c->reg[i].base < c->reg[k - 1].base + c->reg[k - 1].size)
+            return tnd_fail(TND_ERR_FORMAT, "overlapping tensors in the model file");
+        c->reg[k++] = c->reg[i];
+    }
+    c->n_reg = k;
+    return TND_OK;
+}
+
+tnd_status tnd_layout_alloc(tnd_ctx *c) {
+    tnd_act_sizes(&c->m->hp, c->n_batch, c->act_size);
+    tnd_status st;
+    if ((st = alloc_acts(c)) || (st = alloc_kv(c)) || (st = alloc_weights(c))) return st;
+    if (c->gpu) {
+        tnd_backend *g = c->side[1].be;
+        if ((st = g->iface->event_new(g, &c->sync_ev))) return st;
+        for (int i = 0; i < A_COUNT; i++)
+            if (c->act_size[i] && (st = g->iface->event_new(g, &c->host_read[i]))) return st;
+        if (c->lay.n_slots && (st = alloc_slots(c))) return st;
+    }
+    return build_regions(c);
+}
+
+void tnd_layout_free(tnd_ctx *c) {
+    const tnd_model *m = c->m;
+    tnd_backend *g = c->gpu ? c->side[1].be : NULL;
+    for (int s = 0; s < 2; s++) {
+        tnd_backend *b = c->side[s].be;
+        if (!b) continue;
+        for (int i = 0; i < A_COUNT; i++) {
+            if (!c->side[s].act[i]) continue;
+            if (s == 0 && g) g->iface->host_free(g, c->side[0].act[i]);
+            else b->iface->buf_free(b, c->side[s].act[i]);
+        }
+    }
+    if (g) {
+        for (int l = 0; c->kv_addr && l < m->hp.n_layer; l++)
+            if (c->pl.kv[l] == TND_SIDE_GPU)
+                for (int kv = 0; kv < 2; kv++) g->iface->buf_free(g, c->kv_addr[2 * l + kv]);
+        for (int i = 0; c->w_owned && i < m->n_slices; i++) g->iface->buf_free(g, c->w_owned[i]);
+        if (c->pinned) g->iface->host_free(g, c->pinned);
+        for (int i = 0; c->slot && i < c->lay.n_slots; i++) {
+            g->iface->buf_free(g, c->slot[i]);
+            if (c->slot_ready[i]) g->iface->event_free(g, c->slot_ready[i]);
+            if (c->slot_free[i]) g->iface->event_free(g, c->slot_free[i]);
+        }
+        for (int i = 0; i < A_COUNT; i++)
+            if (c->host_read[i]) g->iface->event_free(g, c->host_read[i]);
+        if (c->sync_ev) g->iface->event_free(g, c->sync_ev);
+    }
+    if (c->kv_canon) munmap(c->kv_canon, c->kv_canon_bytes);
+    free(c->kv_addr);
+    free(c->w[0]);
+    free(c->w[1]);
+    free(c->w_owned);
+    free(c->slot);
+    free(c->slot_ready);
+    free(c->slot_free);
+    free(c->reg);
+}
+
+void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie) {
+    const tnd_model *m = c->m;
+    *cpu = *gpu = *pcie = 0;
+    for (int i = 0; i < m->n_slices; i++) {
+        const tnd_weight *w = m->slices[i];
+        if (tnd_slice_small(w) || w == &m->tok_embd) continue; /* the embedding is read a row at a time */
+        uint64_t b = w->t->nbytes;
+        /* one token reads n_used of the n_expert experts */
+        if (w->n_expert > 1) b = b / (uint64_t)w->n_expert * (uint64_t)m->hp.n_expert_used;
+        if (c->gpu && c->pl.where[i] == TND_SIDE_GPU) *gpu += b;
+        else if (c->gpu && c->pl.promote[i] && c->lay.n_slots) *pcie += w->t->nbytes;
+        else *cpu += b;
+    }
+    if (m->hp_tied) {
+        /* the tied head reads the whole table once per token */
+        uint64_t b = m->tok_embd.t->nbytes;
+        *(c->gpu && c->pl.where[m->tok_embd.id] == TND_SIDE_GPU ? gpu : cpu) += b;
+    }
+}

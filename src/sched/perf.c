@@ -1,0 +1,511 @@
+/* The perf DB: measuring it, caching it, and the timeline model (perf.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cpu/membw.h"
+#include "sched/perf.h"
+#include "util.h"
+
+const int tnd_perf_nt[TND_PERF_NK] = {1, 512, 2048};
+#define KV_DEPTH 1024 /* cache rows a profiled decode step attends to */
+#define OTHER_OPS 10  /* weightless ops per layer (norms, adds, rope, act, KV stores) */
+
+static double *T(double *a, int sid, int k) { return &a[sid * TND_PERF_NK + k]; }
+
+/* Tokens a round of chunk size nt feeds slice w (the output head sees only
+ * the last token). */
+static int tokens_for(const tnd_model *m, int sid, int nt) { return sid == m->output.id ? 1 : nt; }
+
+static bool timed_slice(const tnd_model *m, int sid) {
+    const tnd_weight *w = m->slices[sid];
+    return !tnd_slice_small(w) && (w != &m->tok_embd || m->hp_tied);
+}
+
+/* The op of slice w over nt tokens, with buffers x, y, ids (any may be NULL
+ * for the cost model). */
+static tnd_op slice_op(const tnd_model *m, const tnd_weight *w, const void *wd, int nt, void *x, void *y, void *ids) {
+    tnd_op op = {.kind = w->n_expert > 1 ? TND_OP_MATMUL_ID : TND_OP_MATMUL};
+    op.in[0] = (tnd_tensor){(void *)wd, w->type, {w->n_in, w->n_out, w->n_expert, 1}};
+    if (w->n_expert > 1) {
+        int k = m->hp.n_expert_used;
+        op.in[1] = (tnd_tensor){x, TND_TYPE_F32, {w->n_in, 1, nt, 1}};
+        op.in[2] = (tnd_tensor){ids, TND_TYPE_I32, {k, nt, 1, 1}};
+        op.out[0] = (tnd_tensor){y, TND_TYPE_F32, {w->n_out, k, nt, 1}};
+    } else {
+        op.in[1] = (tnd_tensor){x, TND_TYPE_F32, {w->n_in, nt, 1, 1}};
+        op.out[0] = (tnd_tensor){y, TND_TYPE_F32, {w->n_out, nt, 1, 1}};
+    }
+    return op;
+}
+
+static tnd_op attn_op(const tnd_model *m, int nt, int pos0, void *q, void *K, void *V, void *o) {
+    const tnd_hparams *hp = &m->hp;
+    int64_t kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    tnd_op op = {.kind = TND_OP_ATTN};
+    op.p.attn.n_head = hp->n_head;
+    op.p.attn.n_head_kv = hp->n_head_kv;
+    op.p.attn.head_dim = hp->head_dim;
+    op.p.attn.pos0 = pos0;
+    op.p.attn.scale = hp->attn_scale;
+    op.in[0] = (tnd_tensor){q, TND_TYPE_F32, {hp->head_dim, hp->n_head, nt, 1}};
+    op.in[1] = (tnd_tensor){K, TND_TYPE_F16, {kvd, KV_DEPTH + 2048, 1, 1}};
+    op.in[2] = (tnd_tensor){V, TND_TYPE_F16, {kvd, KV_DEPTH + 2048, 1, 1}};
+    op.out[0] = (tnd_tensor){o, TND_TYPE_F32, {hp->head_dim, hp->n_head, nt, 1}};
+    return op;
+}
+
+static tnd_op norm_op(const tnd_model *m, int nt, void *x, void *y) {
+    tnd_op op = {.kind = TND_OP_RMS_NORM, .p.norm.eps = m->hp.eps};
+    op.in[0] = (tnd_tensor){x, TND_TYPE_F32, {m->hp.n_embd, nt, 1, 1}};
+    op.in[1] = (tnd_tensor){NULL, TND_TYPE_F32, {m->hp.n_embd, 1, 1, 1}};
+    op.out[0] = (tnd_tensor){y, TND_TYPE_F32, {m->hp.n_embd, nt, 1, 1}};
+    return op;
+}
+
+/* ---- from a hardware profile ------------------------------------------------ */
+
+static void build_from_hw(const tnd_model *m, const tnd_hw *hw, tnd_perf *pf) {
+    for (int i = 0; i < m->n_slices; i++) {
+        if (!timed_slice(m, i)) continue;
+        for (int k = 0; k < TND_PERF_NK; k++) {
+            tnd_op op = slice_op(m, m->slices[i], NULL, tokens_for(m, i, tnd_perf_nt[k]), NULL, NULL, NULL);
+            *T(pf->t_cpu, i, k) = tnd_hw_op_time_cpu(hw, &op);
+            *T(pf->t_gpu, i, k) = tnd_hw_op_time_gpu(hw, &op);
+        }
+    }
+    for (int k = 0; k < TND_PERF_NK; k++) {
+        int nt = tnd_perf_nt[k];
+        tnd_op a = attn_op(m, nt, k ? 0 : KV_DEPTH, NULL, NULL, NULL, NULL);
+        pf->attn_cpu[k] = tnd_hw_op_time_cpu(hw, &a);
+        pf->attn_gpu[k] = tnd_hw_op_time_gpu(hw, &a);
+        tnd_op n = norm_op(m, nt, NULL, NULL);
+        pf->other_cpu[k] = OTHER_OPS * tnd_hw_op_time_cpu(hw, &n);
+        pf->other_gpu[k] = OTHER_OPS * tnd_hw_op_time_gpu(hw, &n);
+    }
+    pf->b_pcie = hw->pcie_bw;
+    pf->b_cpu = hw->cpu_bw;
+    pf->b_hbm = hw->hbm_bw;
+    pf->lat = hw->pcie_lat + hw->launch;
+    snprintf(pf->source, sizeof pf->source, "cost model of hardware profile %s", hw->name);
+}
+
+/* ---- measured ------------------------------------------------------------------- */
+
+typedef struct meas {
+    tnd_backend *cpu, *gpu;
+    tnd_stream *cs, *gs;
+    tnd_event *e0, *e1;
+} meas;
+
+/* Seconds per run of op on the CPU: best of reps after one warm-up. */
+static double time_cpu(meas *M, const tnd_op *op, int reps) {
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = tnd_time_s();
+        if (M->cpu->iface->op_run(M->cpu, op, M->cs)) return -1;
+        if (r) best = fmin(best, tnd_time_s() - t0);
+    }
+    return best;
+}
+
+/* Seconds per run of op on the GPU (events around reps runs, after a warm-up). */
+static double time_gpu(meas *M, const tnd_op *op, int reps) {
+    const tnd_backend_iface *g = M->gpu->iface;
+    if (g->op_run(M->gpu, op, M->gs) || g->stream_sync(M->gpu, M->gs)) return -1;
+    g->event_record(M->gpu, M->e0, M->gs);
+    for (int r = 0; r < reps; r++)
+        if (g->op_run(M->gpu, op, M->gs)) return -1;
+    g->event_record(M->gpu, M->e1, M->gs);
+    float ms = 0;
+    if (g->stream_sync(M->gpu, M->gs) || !g->event_elapsed || g->event_elapsed(M->gpu, M->e0, M->e1, &ms)) return -1;
+    return ms / 1e3 / reps;
+}
+
+static void *gpu_buf(meas *M, size_t n) {
+    void *p = NULL;
+    if (M->gpu && M->gpu->iface->buf_alloc(M->gpu, n, &p)) {
+        tnd_clear_error();
+        return NULL;
+    }
+    if (p && M->gpu->iface->memset) M->gpu->iface->memset(M->gpu, p, 0, n, M->gs);
+    return p;
+}
+
+static void fill_ids(int32_t *ids, int n_used, int nt, int n_expert, uint64_t *s) {
+    for (int t = 0; t < nt; t++)
+        for (int u = 0; u < n_used; u++) {
+            *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+            ids[t * n_used + u] = (int32_t)(((*s >> 33) % (uint64_t)(n_expert / n_used > 0 ? n_expert / n_used : 1)) * n_used + u) % n_expert;
+        }
+}
+
+static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn progress, tnd_perf *pf) {
+    const tnd_hparams *hp = &m->hp;
+    int n = m->n_slices, NT = tnd_perf_nt[TND_PERF_NK - 1];
+    int64_t max_in = hp->n_embd, max_out = hp->n_embd;
+    for (int i = 0; i < n; i++) {
+        if (!timed_slice(m, i)) continue;
+        const tnd_weight *w = m->slices[i];
+        if (w->n_in > max_in) max_in = w->n_in;
+        int64_t o = w->n_expert > 1 ? w->n_out * hp->n_expert_used : w->n_out;
+        if (i != m->output.id && o > max_out) max_out = o;
+    }
+    if (m->output.n_out > max_out / NT) max_out = TND_MAX(max_out, (m->output.n_out + NT - 1) / NT);
+    size_t xb = sizeof(float) * (size_t)max_in * NT, yb = sizeof(float) * (size_t)max_out * NT;
+    size_t idb = sizeof(int32_t) * (size_t)TND_MAX(hp->n_expert_used, 1) * NT;
+    float *x = tnd_aligned_alloc(xb), *y = tnd_aligned_alloc(yb);
+    int32_t *ids = tnd_aligned_alloc(idb);
+    void *gx = gpu_buf(M, xb), *gy = gpu_buf(M, yb), *gids = gpu_buf(M, idb);
+    tnd_status st = TND_OK;
+    if (!x || !y || !ids) st = tnd_fail(TND_ERR_NOMEM, "out of memory for profiling buffers");
+    uint64_t seed = 1;
+    for (size_t i = 0; !st && i < xb / sizeof(float); i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((int64_t)(seed >> 40) - (1 << 23)) / (float)(1 << 23);
+    }
+    if (!st) fill_ids(ids, TND_MAX(hp->n_expert_used, 1), NT, TND_MAX(hp->n_expert, 1), &seed);
+    bool gpu_ok = M->gpu && gx && gy && gids;
+    if (gpu_ok && !st) {
+        M->gpu->iface->copy_h2d(M->gpu, gx, x, xb, M->gs);
+        M->gpu->iface->copy_h2d(M->gpu, gids, ids, idb, M->gs);
+        M->gpu->iface->stream_sync(M->gpu, M->gs);
+    }
+    /* bandwidths and switch latency */
+    size_t bn = (size_t)256 << 20;
+    uint8_t *hb = NULL;
+    void *hd = NULL, *db = gpu_ok ? gpu_buf(M, bn) : NULL;
+    if (!st) {
+        uint8_t *cb = tnd_aligned_alloc(bn);
+        if (cb) {
+            memset(cb, 1, bn);
+            pf->b_cpu = tnd_cpu_read_bw(m->pool, cb, bn, 2) * 1e9;
+            tnd_aligned_free(cb);
+        }
+    }
+    if (!st && db && M->gpu->iface->host_alloc && !M->gpu->iface->host_alloc(M->gpu, bn, (void **)&hb, &hd)) {
+        const tnd_backend_iface *g = M->gpu->iface;
+        memset(hb, 1, bn);
+        float ms = 0;
+        g->event_record(M->gpu, M->e0, M->gs);
+        g->copy_h2d(M->gpu, db, hb, bn, M->gs);
+        g->event_record(M->gpu, M->e1, M->gs);
+        if (!g->stream_sync(M->gpu, M->gs) && !g->event_elapsed(M->gpu, M->e0, M->e1, &ms) && ms > 0) pf->b_pcie = bn / (ms / 1e3);
+        g->event_record(M->gpu, M->e0, M->gs);
+        g->copy_d2d(M->gpu, (char *)db + bn / 2, db, bn / 2, M->gs);
+        g->event_record(M->gpu, M->e1, M->gs);
+        if (!g->stream_sync(M->gpu, M->gs) && !g->event_elapsed(M->gpu, M->e0, M->e1, &ms) && ms > 0) pf->b_hbm = bn / (ms / 1e3);
+        /* a switch: one activation row to the host and the wait for it */
+        double best = 1e30;
+        for (int r = 0; r < 20; r++) {
+            double t0 = tnd_time_s();
+            g->copy_mapped(M->gpu, hd, db, sizeof(float) * (size_t)hp->n_embd, M->gs);
+            g->event_record(M->gpu, M->e1, M->gs);
+            g->event_sync(M->gpu, M->e1);
+            best = fmin(best, tnd_time_s() - t0);
+        }
+        pf->lat = best;
+        g->host_free(M->gpu, hb);
+    }
+    if (pf->b_hbm <= 0) pf->b_hbm = 1e12;
+    if (pf->b_pcie <= 0) pf->b_pcie = 16e9;
+    if (pf->b_cpu <= 0) pf->b_cpu = 20e9;
+    if (pf->lat <= 0) pf->lat = 20e-6;
+    if (db) M->gpu->iface->buf_free(M->gpu, db);
+    /* slices: one timing per (type, shape) */
+    int *rep = tnd_calloc((size_t)n + 1, sizeof *rep), groups = 0, done = 0;
+    if (!rep && !st) st = TND_ERR_NOMEM;
+    for (int i = 0; !st && i < n; i++) {
+        rep[i] = -1;
+        if (!timed_slice(m, i)) continue;
+        for (int j = 0; j < i && rep[i] < 0; j++) {
+            const tnd_weight *a = m->slices[i], *b = m->slices[j];
+            if (rep[j] == j && a->type == b->type && a->n_in == b->n_in && a->n_out == b->n_out &&
+                a->n_expert == b->n_expert && (i == m->output.id) == (j == m->output.id))
+                rep[i] = j;
+        }
+        if (rep[i] < 0) rep[i] = i, groups++;
+    }
+    for (int i = 0; !st && i < n; i++) {
+        if (rep[i] != i) continue;
+        const tnd_weight *w = m->slices[i];
+        if (progress) progress(done, groups + 1, "timing weight slices");
+        void *gw = gpu_ok ? gpu_buf(M, w->t->nbytes) : NULL;
+        if (gw) {
+            M->gpu->iface->copy_h2d(M->gpu, gw, w->data, w->t->nbytes, M->gs);
+            M->gpu->iface->stream_sync(M->gpu, M->gs);
+        }
+        for (int k = 0; k < TND_PERF_NK && !st; k++) {
+            int nt = tokens_for(m, i, tnd_perf_nt[k]);
+            tnd_op op = slice_op(m, w, w->data, nt, x, y, ids);
+            /* CPU prefill is compute-bound and linear in tokens: time 512, scale 2048 */
+            double tc;
+            if (k == 2 && nt > 1) tc = *T(pf->t_cpu, i, 1) * nt / tokens_for(m, i, tnd_perf_nt[1]);
+            else tc = time_cpu(M, &op, k == 0 ? 5 : 1);
+            if (tc < 0) st = tnd_fail_wrap(TND_ERR_BACKEND, "profiling on the CPU: ");
+            *T(pf->t_cpu, i, k) = tc;
+            double tg = -1;
+            if (gw) {
+                tnd_op g = slice_op(m, w, gw, nt, gx, gy, gids);
+                tg = time_gpu(M, &g, k == 0 ? 20 : 3);
+            }
+            /* no GPU room for this slice: its bytes at the measured HBM rate */
+            *T(pf->t_gpu, i, k) = tg > 0 ? tg : (double)w->t->nbytes / pf->b_hbm;
+        }
+        if (gw) M->gpu->iface->buf_free(M->gpu, gw);
+        done++;
+    }
+    for (int i = 0; !st && i < n; i++) {
+        if (rep[i] < 0 || rep[i] == i) continue;
+        memcpy(T(pf->t_cpu, i, 0), T(pf->t_cpu, rep[i], 0), sizeof(double) * TND_PERF_NK);
+        memcpy(T(pf->t_gpu, i, 0), T(pf->t_gpu, rep[i], 0), sizeof(double) * TND_PERF_NK);
+    }
+    free(rep);
+    /* attention and the weightless ops of one layer */
+    if (progress && !st) progress(done, groups + 1, "timing attention");
+    int64_t kvd = (int64_t)hp->n_head_kv * hp->head_dim, rows = KV_DEPTH + 2048;
+    size_t kvb = sizeof(uint16_t) * (size_t)kvd * rows;
+    size_t qb = sizeof(float) * (size_t)hp->n_head * hp->head_dim * NT;
+    uint16_t *K = tnd_aligned_alloc(kvb), *V = tnd_aligned_alloc(kvb);
+    void *gK = gpu_buf(M, kvb), *gV = gpu_buf(M, kvb);
+    if (!st && (!K || !V || qb > xb || qb > yb)) st = tnd_fail(TND_ERR_NOMEM, "out of memory for profiling attention");
+    if (!st) memset(K, 0, kvb), memset(V, 0, kvb);
+    for (int k = 0; !st && k < TND_PERF_NK; k++) {
+        int nt = tnd_perf_nt[k], pos0 = k ? 0 : KV_DEPTH;
+        tnd_op a = attn_op(m, nt, pos0, x, K, V, y);
+        pf->attn_cpu[k] = time_cpu(M, &a, k ? 1 : 5);
+        tnd_op nm = norm_op(m, nt, x, y);
+        pf->other_cpu[k] = OTHER_OPS * time_cpu(M, &nm, 3);
+        double ga = -1, gn = -1;
+        if (gpu_ok && gK && gV) {
+            tnd_op g = attn_op(m, nt, pos0, gx, gK, gV, gy);
+            ga = time_gpu(M, &g, 5);
+            tnd_op gnm = norm_op(m, nt, gx, gy);
+            gn = time_gpu(M, &gnm, 10);
+        }
+        pf->attn_gpu[k] = ga > 0 ? ga : pf->attn_cpu[k] / 20;
+        pf->other_gpu[k] = gn > 0 ? OTHER_OPS * gn : pf->other_cpu[k] / 20;
+    }
+    if (progress && !st) progress(groups + 1, groups + 1, "done");
+    tnd_aligned_free(K);
+    tnd_aligned_free(V);
+    if (M->gpu) {
+        M->gpu->iface->buf_free(M->gpu, gK);
+        M->gpu->iface->buf_free(M->gpu, gV);
+        M->gpu->iface->buf_free(M->gpu, gx);
+        M->gpu->iface->buf_free(M->gpu, gy);
+        M->gpu->iface->buf_free(M->gpu, gids);
+    }
+    tnd_aligned_free(x);
+    tnd_aligned_free(y);
+    tnd_aligned_free(ids);
+    snprintf(pf->source, sizeof pf->source, "measured (%s + %s)", "cpu", M->gpu ? M->gpu->iface->name : "no GPU");
+    return st;
+}
+
+tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, const tnd_hw *hw,
+                          tnd_progress_fn progress, tnd_perf *pf) {
+    memset(pf, 0, sizeof *pf);
+    pf->n_slices = m->n_slices;
+    pf->n_layer = m->hp.n_layer;
+    pf->t_cpu = tnd_calloc((size_t)m->n_slices * TND_PERF_NK + 1, sizeof(double));
+    pf->t_gpu = tnd_calloc((size_t)m->n_slices * TND_PERF_NK + 1, sizeof(double));
+    if (!pf->t_cpu || !pf->t_gpu) {
+        tnd_perf_free(pf);
+        return tnd_fail(TND_ERR_NOMEM, "out of memory");
+    }
+    if (hw) {
+        build_from_hw(m, hw, pf);
+        return TND_OK;
+    }
+    meas M = {.cpu = cpu, .gpu = gpu};
+    tnd_status st = cpu->iface->stream_new(cpu, &M.cs);
+    if (!st && gpu) {
+        if ((st = gpu->iface->stream_new(gpu, &M.gs)) || (st = gpu->iface->event_new(gpu, &M.e0)) ||
+            (st = gpu->iface->event_new(gpu, &M.e1)))
+            M.gpu = NULL;
+    }
+    if (!st) st = build_measured(m, &M, progress, pf);
+    if (M.cs) cpu->iface->stream_free(cpu, M.cs);
+    if (gpu) {
+        if (M.e0) gpu->iface->event_free(gpu, M.e0);
+        if (M.e1) gpu->iface->event_free(gpu, M.e1);
+        if (M.gs) gpu->iface->stream_free(gpu, M.gs);
+    }
+    if (st) tnd_perf_free(pf);
+    return st;
+}
+
+void tnd_perf_free(tnd_perf *pf) {
+    free(pf->t_cpu);
+    free(pf->t_gpu);
+    pf->t_cpu = pf->t_gpu = NULL;
+}
+
+/* ---- cache ---------------------------------------------------------------------- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+bool tnd_perf_cache_path(const tnd_model *m, const char *gpu_desc, char *buf, size_t cap) {
+    const char *dir = getenv("TANDEM_CACHE");
+    char d[2048];
+    if (!dir || !*dir) {
+        const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        if (x && *x) snprintf(d, sizeof d, "%s/tandem", x);
+        else if (home && *home) snprintf(d, sizeof d, "%s/.cache/tandem", home);
+        else return false;
+        dir = d;
+    }
+    /* mkdir -p of the last two levels is enough for ~/.cache/tandem */
+    char parent[2048];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *sl = strrchr(parent, '/');
+    if (sl && sl != parent) {
+        *sl = 0;
+        mkdir(parent, 0755);
+    }
+    if (mkdir(dir, 0755) && errno != EEXIST) return false;
+    struct stat sb;
+    const char *path = gguf_path(m->gguf);
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (stat(path, &sb) == 0) {
+        h = fnv(h, &sb.st_size, sizeof sb.st_size);
+        h = fnv(h, &sb.st_mtime, sizeof sb.st_mtime);
+    }
+    h = fnv(h, path, strlen(path));
+    h = fnv(h, gpu_desc, strlen(gpu_desc));
+    h = fnv(h, &m->n_threads, sizeof m->n_threads);
+    h = fnv(h, tnd_cpu_model_name(), strlen(tnd_cpu_model_name()));
+    snprintf(buf, cap, "%s/perf-%016llx.txt", dir, (unsigned long long)h);
+    return true;
+}
+
+tnd_status tnd_perf_save(const tnd_perf *pf, const char *path) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return tnd_fail(TND_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    fprintf(f, "tandem-perf 1\nslices %d\nlayers %d\nsource %s\n", pf->n_slices, pf->n_layer, pf->source);
+    fprintf(f, "bw %.6e %.6e %.6e\nlat %.6e\n", pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat);
+    fprintf(f, "attn %.6e %.6e %.6e %.6e %.6e %.6e\n", pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0],
+            pf->attn_gpu[1], pf->attn_gpu[2]);
+    fprintf(f, "other %.6e %.6e %.6e %.6e %.6e %.6e\n", pf->other_cpu[0], pf->other_cpu[1], pf->other_cpu[2],
+            pf->other_gpu[0], pf->other_gpu[1], pf->other_gpu[2]);
+    for (int i = 0; i < pf->n_slices; i++)
+        fprintf(f, "s %d %.6e %.6e %.6e %.6e %.6e %.6e\n", i, *T(pf->t_cpu, i, 0), *T(pf->t_cpu, i, 1),
+                *T(pf->t_cpu, i, 2), *T(pf->t_gpu, i, 0), *T(pf->t_gpu, i, 1), *T(pf->t_gpu, i, 2));
+    bool bad = ferror(f) != 0;
+    if (fclose(f) || bad || rename(tmp, path)) {
+        remove(tmp);
+        return tnd_fail(TND_ERR_IO, "writing %s failed", path);
+    }
+    return TND_OK;
+}
+
+tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf) {
+    FILE *f = fopen(path, "r");
+    if (!f) return tnd_fail(TND_ERR_IO, "no perf DB at %s", path);
+    memset(pf, 0, sizeof *pf);
+    int ns = -1, nl = -1, ok = 1;
+    char line[512];
+    ok &= fgets(line, sizeof line, f) && !strncmp(line, "tandem-perf 1", 13);
+    ok &= fscanf(f, "slices %d\nlayers %d\n", &ns, &nl) == 2 && ns == m->n_slices && nl == m->hp.n_layer;
+    if (ok) {
+        pf->n_slices = ns;
+        pf->n_layer = nl;
+        pf->t_cpu = tnd_calloc((size_t)ns * TND_PERF_NK + 1, sizeof(double));
+        pf->t_gpu = tnd_calloc((size_t)ns * TND_PERF_NK + 1, sizeof(double));
+        ok &= pf->t_cpu && pf->t_gpu;
+    }
+    ok = ok && fgets(line, sizeof line, f) && !strncmp(line, "source ", 7);
+    if (ok) snprintf(pf->source, sizeof pf->source, "%.*s", (int)strcspn(line + 7, "\n"), line + 7);
+    ok = ok && fscanf(f, "bw %lf %lf %lf\nlat %lf\n", &pf->b_pcie, &pf->b_cpu, &pf->b_hbm, &pf->lat) == 4;
+    ok = ok && fscanf(f, "attn %lf %lf %lf %lf %lf %lf\n", &pf->attn_cpu[0], &pf->attn_cpu[1], &pf->attn_cpu[2],
+                      &pf->attn_gpu[0], &pf->attn_gpu[1], &pf->attn_gpu[2]) == 6;
+    ok = ok && fscanf(f, "other %lf %lf %lf %lf %lf %lf\n", &pf->other_cpu[0], &pf->other_cpu[1], &pf->other_cpu[2],
+                      &pf->other_gpu[0], &pf->other_gpu[1], &pf->other_gpu[2]) == 6;
+    for (int i = 0; ok && i < ns; i++) {
+        int id;
+        ok = fscanf(f, "s %d %lf %lf %lf %lf %lf %lf\n", &id, T(pf->t_cpu, i, 0), T(pf->t_cpu, i, 1), T(pf->t_cpu, i, 2),
+                    T(pf->t_gpu, i, 0), T(pf->t_gpu, i, 1), T(pf->t_gpu, i, 2)) == 7 && id == i;
+    }
+    fclose(f);
+    if (!ok) {
+        tnd_perf_free(pf);
+        return tnd_fail(TND_ERR_FORMAT, "perf DB %s is stale or damaged (delete it to re-profile)", path);
+    }
+    return TND_OK;
+}
+
+/* ---- the timeline model ------------------------------------------------------------- */
+
+/* Linear in tokens between the profiled sizes. */
+static double interp(const double *t, int nt) {
+    if (nt <= tnd_perf_nt[0]) return t[0];
+    for (int k = 1; k < TND_PERF_NK; k++)
+        if (nt <= tnd_perf_nt[k]) {
+            double a = (double)(nt - tnd_perf_nt[k - 1]) / (tnd_perf_nt[k] - tnd_perf_nt[k - 1]);
+            return t[k - 1] + a * (t[k] - t[k - 1]);
+        }
+    return t[TND_PERF_NK - 1] * nt / tnd_perf_nt[TND_PERF_NK - 1];
+}
+
+double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt) {
+    return interp(side ? &pf->t_gpu[sid * TND_PERF_NK] : &pf->t_cpu[sid * TND_PERF_NK], nt);
+}
+
+double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt) {
+    const tnd_hparams *hp = &m->hp;
+    /* compute runs the ops in order; the transfer stream copies promoted
+     * slices one after another, each into a slot freed by the op n_slots
+     * promotions earlier */
+    double now = 0, xfer = 0, *slot_free = tnd_calloc((size_t)n_slots + 1, sizeof(double));
+    int cur = TND_SIDE_CPU, k = 0;
+    double act = sizeof(float) * (double)hp->n_embd * nt;
+    double sw = pf->lat + act / pf->b_pcie;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const tnd_layer *L = &m->layers[l];
+        const tnd_weight *seq[] = {&L->wq, &L->wk, &L->wv, NULL, &L->wo, &L->router, &L->ffn_gate, &L->ffn_up,
+                                   &L->ffn_down, &L->gate_exps, &L->up_exps, &L->down_exps};
+        for (size_t j = 0; j < sizeof seq / sizeof *seq; j++) {
+            const tnd_weight *w = seq[j];
+            int side;
+            double t;
+            if (!w) { /* attention, where the KV cache is */
+                side = p->kv[l];
+                t = interp(side ? pf->attn_gpu : pf->attn_cpu, nt) + interp(side ? pf->other_gpu : pf->other_cpu, nt);
+            } else {
+                if (!w->t || w->id < 0) continue;
+                bool prom = n_slots > 0 && p->promote[w->id];
+                side = prom ? TND_SIDE_GPU : p->where[w->id];
+                t = tnd_perf_slice_time(pf, w->id, side, nt);
+                if (prom && slot_free) {
+                    int s = k++ % n_slots;
+                    double start = fmax(xfer, slot_free[s]);
+                    xfer = start + pf->lat + (double)w->t->nbytes / pf->b_pcie;
+                    now = fmax(now, xfer);
+                    slot_free[s] = now + t;
+                }
+            }
+            if (side != cur) now += sw;
+            cur = side;
+            now += t;
+        }
+    }
+    if (m->output.id >= 0) {
+        int side = p->where[m->output.id];
+        if (side != cur) now += sw;
+        now += tnd_perf_slice_time(pf, m->output.id, side, nt);
+        cur = side;
+    }
+    if (cur != TND_SIDE_CPU) now += pf->lat + sizeof(float) * (double)hp->n_vocab / pf->b_pcie;
+    free(slot_free);
+    return now;
+}

@@ -1,0 +1,62 @@
+/* The perf DB (DESIGN.md §7; ATSInfer §4.3.1): per slice, seconds on the
+ * CPU and on the GPU for a decode step and for prefill chunks; per layer,
+ * attention and the weightless ops; the bandwidths and the fixed latency of
+ * a backend switch. Measured once per model x machine (`tandem profile`) and
+ * cached on disk, or computed from a SimGPU hardware profile's cost model.
+ * The timeline model below turns it into a predicted round time for a plan. */
+#ifndef TND_SCHED_PERF_H
+#define TND_SCHED_PERF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "exec/exec.h"
+#include "sim/hw.h"
+
+#define TND_PERF_NK 3
+/* The round sizes profiled: a decode step, prefill chunks of 512 and 2048. */
+extern const int tnd_perf_nt[TND_PERF_NK];
+
+typedef struct tnd_perf {
+    int n_slices, n_layer;
+    double *t_cpu, *t_gpu;            /* [n_slices][TND_PERF_NK] seconds; 0 for small slices */
+    double attn_cpu[TND_PERF_NK], attn_gpu[TND_PERF_NK];   /* one layer's attention */
+    double other_cpu[TND_PERF_NK], other_gpu[TND_PERF_NK]; /* one layer's weightless ops */
+    double b_pcie, b_cpu, b_hbm;      /* bytes/s: pinned host->GPU, CPU read, GPU memory */
+    double lat;                       /* fixed cost of one backend switch, s */
+    char source[128];                  /* "measured on ..." or "cost model rtx3060-laptop" */
+} tnd_perf;
+
+/* Progress callback: done of total steps. */
+typedef void (*tnd_progress_fn)(int done, int total, const char *what);
+
+/* Fills *pf for model m. With hw: from the hardware profile's cost model
+ * (no backend needed). Otherwise measured with backends cpu and gpu (gpu
+ * may be NULL: GPU times estimated from bytes / measured HBM bandwidth);
+ * slices with the same type and shape are timed once. */
+tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, const tnd_hw *hw,
+                          tnd_progress_fn progress, tnd_perf *pf);
+void tnd_perf_free(tnd_perf *pf);
+/* Cache file path for m on this machine (key: model file size and mtime,
+ * CPU, GPU or hw profile, threads) into buf; false if no cache directory. */
+bool tnd_perf_cache_path(const tnd_model *m, const char *gpu_desc, char *buf, size_t cap);
+tnd_status tnd_perf_save(const tnd_perf *pf, const char *path);
+/* TND_ERR_IO if absent; TND_ERR_FORMAT if it does not match m. */
+tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf);
+/* Seconds of slice sid on side s for a round of nt tokens (interpolated
+ * between the profiled sizes). */
+double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt);
+
+/* Timeline model of one round of nt tokens under placement p (promotions
+ * included: copies on one transfer stream into n_slots slots, each op
+ * waiting for its copy): predicted seconds. */
+double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt);
+
+/* Static placement (ATSInfer Algorithm 1 with the MoE rule, sched/place.h):
+ * fills p for a decode round within weight_budget bytes (weights and the
+ * KV caches of GPU layers, kv_layer bytes each). *gain: the objective. */
+tnd_status tnd_static_place(const tnd_model *m, const tnd_perf *pf, uint64_t weight_budget, uint64_t kv_layer,
+                            tnd_placement *p);
+
+#endif
