@@ -111,6 +111,8 @@ typedef struct tnd_ctx_params {
                                 "none", "all", "random:SEED" (or "promote" lines of a file) */
     const char *hw;          /* SimGPU timing profile: a built-in name or a file; NULL = none */
     bool verbose;            /* print the memory layout and per-round statistics */
+    bool reprofile;          /* static placement: measure the machine anew even if a
+                                cached perf DB exists (tandem profile) */
 } tnd_ctx_params;
 
 tnd_model_params tnd_model_default_params(void);

@@ -127,6 +127,10 @@ struct tnd_ctx {
     tnd_region *reg;
     int n_reg;
 
+    struct tnd_perf *perf;   /* the perf DB behind a static placement (NULL otherwise) */
+    bool verbose;            /* report predicted vs measured per round */
+    bool planned_only;       /* made by tnd_ctx_plan_only: nothing allocated */
+
     tnd_graph g;
     int cur;                 /* side of the previous node */
     int emit_layer;          /* layer the recipe is emitting (-1 outside) */
@@ -164,6 +168,12 @@ void tnd_layout_print(const tnd_layout *l, FILE *f);
 void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie);
 /* Activation buffer sizes for n_batch tokens. */
 void tnd_act_sizes(const tnd_hparams *hp, int n_batch, size_t sz[A_COUNT]);
+
+/* ---- model/forward.c ---- */
+/* A context with its placement, layout and perf DB decided but nothing big
+ * allocated (tandem plan, --dry-run); only for inspection, then
+ * tnd_ctx_free. */
+tnd_status tnd_ctx_plan_only(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
 
 /* ---- exec.c ---- */
 /* Runs c->g (the round of nt tokens) and leaves the logits in c->logits

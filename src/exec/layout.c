@@ -273,6 +273,7 @@ tnd_status tnd_layout_alloc(tnd_ctx *c) {
 
 void tnd_layout_free(tnd_ctx *c) {
     const tnd_model *m = c->m;
+    if (c->planned_only) return;
     tnd_backend *g = c->gpu ? c->side[1].be : NULL;
     for (int s = 0; s < 2; s++) {
         tnd_backend *b = c->side[s].be;

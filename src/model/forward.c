@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "exec/exec.h"
 #include "model/model.h"
+#include "sched/perf.h"
 #include "sim/sim.h"
 #include "util.h"
 
@@ -38,6 +39,10 @@ void tnd_ctx_free(tnd_ctx *c) {
         tnd_backend_free(sd->be);
     }
     tnd_placement_free(&c->pl);
+    if (c->perf) {
+        tnd_perf_free(c->perf);
+        free(c->perf);
+    }
     tnd_graph_free(&c->g);
     free(c->prom);
     free(c->logits);
@@ -97,6 +102,45 @@ static tnd_status new_gpu(tnd_ctx *c, const tnd_ctx_params *p) {
     return TND_OK;
 }
 
+static void progress_bar(int done, int total, const char *what) {
+    int w = 30, f = total ? w * done / total : w;
+    fprintf(stderr, "\rprofiling [%.*s%*s] %d/%d %-24s", f, "##############################", w - f, "", done, total, what);
+    if (done >= total) fputc('\n', stderr);
+}
+
+/* The perf DB for this model and machine: from the cache, else measured (or
+ * computed from the SimGPU profile) and cached. */
+static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) {
+    tnd_perf *pf = tnd_calloc(1, sizeof *pf);
+    if (!pf) return TND_ERR_NOMEM;
+    tnd_hw hw;
+    bool use_hw = p->device == TND_DEVICE_SIM && p->hw;
+    tnd_status st = use_hw ? tnd_hw_load(p->hw, &hw) : TND_OK;
+    tnd_mem_info mi;
+    c->side[1].be->iface->mem_info(c->side[1].be, &mi);
+    char key[160], path[4200];
+    snprintf(key, sizeof key, "%s-%s-%llu", c->side[1].be->iface->name, use_hw ? hw.name : "measured",
+             (unsigned long long)mi.dev_total);
+    bool cached = !st && tnd_perf_cache_path(c->m, key, path, sizeof path);
+    if (!st && cached && !p->reprofile && tnd_perf_load(c->m, path, pf) == TND_OK) {
+        TND_INFO("perf DB: %s (%s)", path, pf->source);
+    } else if (!st) {
+        tnd_clear_error();
+        if (!use_hw) fprintf(stderr, "tandem: profiling this model on this machine once (cached for later runs)\n");
+        st = tnd_perf_build(c->m, c->side[0].be, c->side[1].be, use_hw ? &hw : NULL, use_hw ? NULL : progress_bar, pf);
+        if (!st && cached && tnd_perf_save(pf, path)) {
+            TND_WARN("could not cache the perf DB: %s", tnd_last_error());
+            tnd_clear_error();
+        }
+    }
+    if (st) {
+        free(pf);
+        return st;
+    }
+    *out = pf;
+    return TND_OK;
+}
+
 /* Chooses the placement and the layout, checking it against the budget. */
 static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
     tnd_model *m = c->m;
@@ -106,11 +150,12 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
         c->side[1].be->iface->mem_info(c->side[1].be, &mi);
         budget = mi.budget ? mi.budget : UINT64_MAX / 4;
     }
-    const char *spec = p->placement ? p->placement : c->gpu ? "layer" : "cpu";
+    const char *spec = p->placement ? p->placement : c->gpu ? "static" : "cpu";
+    bool stat = !strcmp(spec, "static");
     uint64_t kv_layer = 2ull * c->n_ctx * (uint64_t)c->kv_dim * sizeof(uint16_t);
     uint64_t wbudget = 0;
     tnd_status st;
-    if (c->gpu && !strcmp(spec, "layer")) {
+    if (c->gpu && (stat || !strcmp(spec, "layer"))) {
         /* what the GPU holds whatever the placement: activations, norms, scratch */
         tnd_placement all;
         if ((st = tnd_placement_make(m, "gpu", NULL, 0, 0, &all))) return st;
@@ -118,9 +163,37 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
         tnd_layout_compute(m, &all, c->n_ctx, c->n_batch, budget, true, &l);
         tnd_placement_free(&all);
         uint64_t fixed = l.act_gpu + l.small_gpu + l.scratch_gpu;
+        if (p->promote && strcmp(p->promote, "none")) { /* room for the promotion slots */
+            uint64_t big = 0;
+            for (int i = 0; i < m->n_slices; i++)
+                if (!tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd && m->slices[i]->t->nbytes > big)
+                    big = m->slices[i]->t->nbytes;
+            fixed += 3 * big;
+        }
         wbudget = budget > fixed ? budget - fixed : 0;
+        if (fixed > budget) {
+            /* a policy, not a demand: fall back to the CPU, loudly */
+            TND_WARN("WARNING: the GPU budget (%.1f MiB) cannot hold even the activations and scratch the GPU "
+                     "needs (%.1f MiB); running on the CPU only", budget / 1048576.0, fixed / 1048576.0);
+            c->side[1].be->iface->stream_free(c->side[1].be, c->xfer);
+            c->side[1].be->iface->stream_free(c->side[1].be, c->side[1].st);
+            tnd_backend_free(c->side[1].be);
+            memset(&c->side[1], 0, sizeof c->side[1]);
+            c->xfer = NULL;
+            c->gpu = false;
+            budget = 0;
+        }
     }
-    if ((st = tnd_placement_make(m, spec, p->promote, wbudget, kv_layer, &c->pl))) return st;
+    if (stat && c->gpu) {
+        /* promotions apply to what static placement leaves on the CPU */
+        if ((st = get_perf(c, p, &c->perf)) || (st = tnd_placement_make(m, "cpu", p->promote, 0, 0, &c->pl)) ||
+            (st = tnd_static_place(m, c->perf, wbudget, kv_layer, &c->pl)))
+            return st;
+        for (int i = 0; i < m->n_slices; i++)
+            if (c->pl.where[i] == TND_SIDE_GPU) c->pl.promote[i] = 0;
+    } else if ((st = tnd_placement_make(m, stat ? "cpu" : spec, p->promote, wbudget, kv_layer, &c->pl))) {
+        return st;
+    }
     if (!c->gpu) {
         memset(c->pl.where, 0, (size_t)m->n_slices);
         memset(c->pl.kv, 0, (size_t)m->hp.n_layer);
@@ -164,6 +237,7 @@ tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) {
     if (!st) st = plan_memory(c, p);
     if (!st) st = tnd_layout_alloc(c);
     if (!st && c->gpu) st = reserve_scratch(c);
+    c->verbose = p->verbose;
     if (!st && !(c->logits = malloc(sizeof(float) * (size_t)hp->n_vocab))) st = tnd_fail(TND_ERR_NOMEM, "out of memory");
     if (st) {
         tnd_ctx_free(c);
@@ -385,7 +459,14 @@ static tnd_status round_forward(tnd_ctx *c, const int32_t *tokens, int nt, bool 
     int32_t *ids = c->side[0].act[A_IDS], *pos = c->side[0].act[A_POS];
     memcpy(ids, tokens, sizeof(int32_t) * (size_t)nt);
     for (int t = 0; t < nt; t++) pos[t] = c->n_past + t;
+    double t0 = tnd_time_s();
     if ((st = tnd_exec_round(c, nt, want_logits))) return st;
+    if (c->verbose && c->perf) {
+        double ms = 1e3 * (tnd_time_s() - t0);
+        double pred = 1e3 * tnd_perf_predict(c->m, c->perf, &c->pl, c->lay.n_slots, nt, c->n_past);
+        fprintf(stderr, "round of %d tokens: predicted %.2f ms, measured %.2f ms (%+.0f%%)\n", nt, pred, ms,
+                100.0 * (ms - pred) / pred);
+    }
     c->n_past += nt;
     return TND_OK;
 }
@@ -419,8 +500,7 @@ tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits)
     return TND_OK;
 }
 
-tnd_status tnd_ctx_plan_text(tnd_model *m, const tnd_ctx_params *p, char **text) {
-    *text = NULL;
+tnd_status tnd_ctx_plan_only(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) {
     tnd_ctx_params dp = tnd_ctx_default_params();
     if (!p) p = &dp;
     tnd_ctx *c = tnd_calloc(1, sizeof *c);
@@ -429,18 +509,33 @@ tnd_status tnd_ctx_plan_text(tnd_model *m, const tnd_ctx_params *p, char **text)
     c->n_ctx = p->n_ctx ? p->n_ctx : TND_MIN(m->hp.n_ctx_train, 4096);
     c->n_batch = TND_MIN(p->n_batch ? p->n_batch : 512, c->n_ctx);
     c->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
-    tnd_status st = p->device != TND_DEVICE_CPU ? new_gpu(c, p) : TND_OK;
+    c->planned_only = true;
+    tnd_status st = tnd_backend_cpu_new(m->pool, 0, &c->side[0].be); /* profiling may time CPU ops */
+    if (!st) st = c->side[0].be->iface->stream_new(c->side[0].be, &c->side[0].st);
+    if (!st && p->device != TND_DEVICE_CPU) st = new_gpu(c, p);
     if (!st) st = plan_memory(c, p);
+    if (st) {
+        tnd_ctx_free(c);
+        return st;
+    }
+    *out = c;
+    return TND_OK;
+}
+
+tnd_status tnd_ctx_plan_text(tnd_model *m, const tnd_ctx_params *p, char **text) {
+    *text = NULL;
+    tnd_ctx *c;
+    tnd_status st = tnd_ctx_plan_only(m, p, &c);
+    if (st) return st;
     size_t len = 0;
-    FILE *f = st ? NULL : open_memstream(text, &len);
+    FILE *f = open_memstream(text, &len);
     if (f) {
         fprintf(f, "model: %s\nplacement: %s\n", m->desc, c->pl.desc);
         tnd_layout_print(&c->lay, f);
         fclose(f);
-    } else if (!st) {
+    } else {
         st = tnd_fail(TND_ERR_NOMEM, "out of memory");
     }
-    c->lay.n_slots = 0; /* nothing was allocated */
     tnd_ctx_free(c);
     return st;
 }

@@ -276,7 +276,9 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
     for (int k = 0; !st && k < TND_PERF_NK; k++) {
         int nt = tnd_perf_nt[k], pos0 = k ? 0 : KV_DEPTH;
         tnd_op a = attn_op(m, nt, pos0, x, K, V, y);
-        pf->attn_cpu[k] = time_cpu(M, &a, k ? 1 : 5);
+        /* causal attention over a chunk grows with its square: time 512, scale 2048 */
+        if (k == 2) pf->attn_cpu[k] = pf->attn_cpu[1] * ((double)nt / tnd_perf_nt[1]) * ((double)nt / tnd_perf_nt[1]);
+        else pf->attn_cpu[k] = time_cpu(M, &a, k ? 1 : 5);
         tnd_op nm = norm_op(m, nt, x, y);
         pf->other_cpu[k] = OTHER_OPS * time_cpu(M, &nm, 3);
         double ga = -1, gn = -1;
@@ -461,7 +463,7 @@ double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt) {
     return interp(side ? &pf->t_gpu[sid * TND_PERF_NK] : &pf->t_cpu[sid * TND_PERF_NK], nt);
 }
 
-double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt) {
+double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt, int pos0) {
     const tnd_hparams *hp = &m->hp;
     /* compute runs the ops in order; the transfer stream copies promoted
      * slices one after another, each into a slot freed by the op n_slots
@@ -470,6 +472,9 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
     int cur = TND_SIDE_CPU, k = 0;
     double act = sizeof(float) * (double)hp->n_embd * nt;
     double sw = pf->lat + act / pf->b_pcie;
+    /* attention was profiled at KV_DEPTH rows for a decode step, from an
+     * empty cache for chunks: scale by the rows this round attends to */
+    double att_scale = nt == 1 ? (pos0 + 1.0) / (KV_DEPTH + 1.0) : (pos0 + nt / 2.0) / (nt / 2.0);
     for (int l = 0; l < hp->n_layer; l++) {
         const tnd_layer *L = &m->layers[l];
         const tnd_weight *seq[] = {&L->wq, &L->wk, &L->wv, NULL, &L->wo, &L->router, &L->ffn_gate, &L->ffn_up,
@@ -480,7 +485,8 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
             double t;
             if (!w) { /* attention, where the KV cache is */
                 side = p->kv[l];
-                t = interp(side ? pf->attn_gpu : pf->attn_cpu, nt) + interp(side ? pf->other_gpu : pf->other_cpu, nt);
+                t = att_scale * interp(side ? pf->attn_gpu : pf->attn_cpu, nt) +
+                    interp(side ? pf->other_gpu : pf->other_cpu, nt);
             } else {
                 if (!w->t || w->id < 0) continue;
                 bool prom = n_slots > 0 && p->promote[w->id];

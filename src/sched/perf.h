@@ -48,10 +48,10 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf);
  * between the profiled sizes). */
 double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt);
 
-/* Timeline model of one round of nt tokens under placement p (promotions
- * included: copies on one transfer stream into n_slots slots, each op
- * waiting for its copy): predicted seconds. */
-double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt);
+/* Timeline model of one round of nt tokens at positions pos0.. under
+ * placement p (promotions included: copies on one transfer stream into
+ * n_slots slots, each op waiting for its copy): predicted seconds. */
+double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt, int pos0);
 
 /* Static placement (ATSInfer Algorithm 1 with the MoE rule, sched/place.h):
  * fills p for a decode round within weight_budget bytes (weights and the

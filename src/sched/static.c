@@ -69,8 +69,12 @@ tnd_status tnd_static_place(const tnd_model *m, const tnd_perf *pf, uint64_t wei
     int n = collect(m, pf, kv_layer, it, ref);
     double c_last = pf->lat + sizeof(float) * (double)m->hp.n_vocab / pf->b_pcie;
     tnd_place_result res;
-    /* 1 MiB units, as the paper; the DP coarsens by itself for huge budgets */
-    tnd_status st = tnd_place_moe(it, n, weight_budget, 1u << 20, TND_B_CPU, TND_B_CPU, c_last, out, &res);
+    /* Sizes round up to whole units: 1 MiB as in the paper for big budgets,
+     * finer for small models (whose tensors are smaller than 1 MiB); the
+     * DP coarsens by itself if the table would be too large. */
+    uint64_t granule = weight_budget / 8192;
+    granule = granule < 4096 ? 4096 : granule > (1u << 20) ? (1u << 20) : granule;
+    tnd_status st = tnd_place_moe(it, n, weight_budget, granule, TND_B_CPU, TND_B_CPU, c_last, out, &res);
     if (!st) {
         memset(p->where, 0, (size_t)m->n_slices);
         memset(p->kv, 0, (size_t)m->hp.n_layer);
@@ -79,9 +83,12 @@ tnd_status tnd_static_place(const tnd_model *m, const tnd_perf *pf, uint64_t wei
             else p->kv[-ref[i] - 1] = out[i];
         }
         int gl = 0;
+        uint64_t wb = 0;
         for (int l = 0; l < m->hp.n_layer; l++) gl += p->kv[l];
+        for (int i = 0; i < n; i++)
+            if (ref[i] >= 0 && out[i]) wb += it[i].bytes;
         snprintf(p->desc, sizeof p->desc, "static: %.0f MiB of weights and %d KV caches on the GPU, %d switches",
-                 (double)res.gpu_bytes / 1048576.0, gl, res.n_switches);
+                 (double)wb / 1048576.0, gl, res.n_switches);
     }
     free(it), free(ref), free(out);
     return st;

@@ -10,6 +10,7 @@
 #include "cpu/matmul.h"
 #include "cpu/membw.h"
 #include "exec/exec.h"
+#include "sched/perf.h"
 #include "tandem.h"
 #include "tools.h"
 #include "util.h"
@@ -136,16 +137,31 @@ typedef struct config {
     result res[2];
     int nres;
     double gpu_mib, lim_tg, lim_pp; /* limits in tokens/s (0: unknown) */
+    double pred_tg, pred_pp;        /* the timeline model's tokens/s (0: no perf DB) */
+    char desc[96];                  /* the placement as built */
 } config;
 
 static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const int32_t *toks, long n_prompt,
-                      long n_gen, long depth, long reps, const limits *L, const char *name_pp, const char *name_tg) {
+                      long n_gen, long depth, long reps, const limits *L, const tnd_perf *pf, const char *name_pp,
+                      const char *name_tg) {
     tnd_ctx_params cp = *base;
     if (k->placement[0]) cp.placement = k->placement;
     cp.promote = k->promote;
     tnd_ctx *c;
     if (tnd_ctx_new(m, &cp, &c)) return 1;
     k->gpu_mib = c->lay.gpu_total / 1048576.0;
+    snprintf(k->desc, sizeof k->desc, "%s", c->pl.desc);
+    if (pf && c->gpu) {
+        /* the rounds the tests run: one prefill chunk from an empty cache,
+         * decode steps from depth to depth + n_gen */
+        double tp = 0;
+        for (long done = 0; done < n_prompt; done += c->n_batch)
+            tp += tnd_perf_predict(m, pf, &c->pl, c->lay.n_slots, (int)TND_MIN(c->n_batch, n_prompt - done), (int)done);
+        k->pred_pp = tp > 0 ? n_prompt / tp : 0;
+        double tg = 0;
+        for (long i = 0; i < n_gen; i += 16) tg += 16 * tnd_perf_predict(m, pf, &c->pl, c->lay.n_slots, 1, (int)(depth + i));
+        k->pred_tg = tg > 0 ? ((n_gen + 15) / 16 * 16) / tg : 0;
+    }
     uint64_t s_cpu, s_gpu, s_pcie;
     tnd_layout_token_bytes(c, &s_cpu, &s_gpu, &s_pcie);
     if (L && L->hbm > 0) {
@@ -268,6 +284,19 @@ int cmd_bench(int argc, char **argv) {
     }
     limits L;
     bool have_limits = device == TND_DEVICE_CUDA && want_limits && !measure_limits(n_threads, &L);
+    /* the perf DB (cached, or measured now) for the timeline model's predictions */
+    tnd_ctx *pc = NULL;
+    const tnd_perf *pf = NULL;
+    if (device != TND_DEVICE_CPU) {
+        tnd_ctx_params pp = cp;
+        pp.placement = "static";
+        if (tnd_ctx_plan_only(m, &pp, &pc)) {
+            fprintf(stderr, "tandem: warning: no predictions: %s\n", tnd_last_error());
+            pc = NULL;
+        } else {
+            pf = pc->perf;
+        }
+    }
     int nv = tnd_model_n_vocab(m);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)TND_MAX(need, 1));
     uint64_t x = 0x9E3779B97F4A7C15ull; /* fixed pseudo-random tokens: same work every run */
@@ -281,7 +310,8 @@ int cmd_bench(int argc, char **argv) {
     else snprintf(name_tg, sizeof name_tg, "tg%ld", n_gen);
     int rc = 0;
     for (int k = 0; k < n_cfg; k++) {
-        if (run_config(m, &cp, &cfg[k], toks, n_prompt, n_gen, depth, reps, have_limits ? &L : NULL, name_pp, name_tg)) {
+        if (run_config(m, &cp, &cfg[k], toks, n_prompt, n_gen, depth, reps, have_limits ? &L : NULL, pf, name_pp,
+                       name_tg)) {
             fprintf(stderr, "tandem: error: bench (placement %s): %s\n", cfg[k].placement[0] ? cfg[k].placement : "default",
                     tnd_last_error());
             rc = 1;
@@ -303,10 +333,13 @@ int cmd_bench(int argc, char **argv) {
             for (int i = 0; i < cfg[k].nres; i++) {
                 const result *r = &cfg[k].res[i];
                 double lim = i == 0 && n_prompt ? cfg[k].lim_pp : cfg[k].lim_tg;
-                printf("%s{\"placement\": \"%s\", \"promote\": \"%s\", \"gpu_mib\": %.1f, \"test\": \"%s\", "
-                       "\"n_tokens\": %d, \"reps\": %d, \"tok_per_s\": %.3f, \"stddev\": %.3f, \"limit_tok_per_s\": %.3f}",
+                double pred = i == 0 && n_prompt ? cfg[k].pred_pp : cfg[k].pred_tg;
+                printf("%s{\"placement\": \"%s\", \"promote\": \"%s\", \"built\": \"%s\", \"gpu_mib\": %.1f, "
+                       "\"test\": \"%s\", \"n_tokens\": %d, \"reps\": %d, \"tok_per_s\": %.3f, \"stddev\": %.3f, "
+                       "\"limit_tok_per_s\": %.3f, \"predicted_tok_per_s\": %.3f}",
                        first ? "" : ", ", cfg[k].placement[0] ? cfg[k].placement : "default",
-                       cfg[k].promote ? cfg[k].promote : "none", cfg[k].gpu_mib, r->name, r->n_tok, r->n, r->mean, r->sd, lim);
+                       cfg[k].promote ? cfg[k].promote : "none", cfg[k].desc, cfg[k].gpu_mib, r->name, r->n_tok, r->n,
+                       r->mean, r->sd, lim, pred);
                 first = 0;
             }
         printf("]}\n");
@@ -317,18 +350,24 @@ int cmd_bench(int argc, char **argv) {
         if (have_limits)
             printf("bandwidth (GB/s): CPU read %.1f | pinned PCIe %.1f | HBM %.1f | at once: CPU %.1f + PCIe %.1f\n",
                    L.cpu, L.pcie, L.hbm, L.both_cpu, L.both_pcie);
-        printf("\n| placement | promote | GPU MiB | test | t/s | limit t/s | of limit |\n|---|---|---:|---|---:|---:|---:|\n");
+        for (int k = 0; k < n_cfg; k++) printf("placement %d: %s\n", k + 1, cfg[k].desc);
+        printf("\n| placement | promote | GPU MiB | test | t/s | limit t/s | of limit | predicted t/s | measured/predicted |\n"
+               "|---|---|---:|---|---:|---:|---:|---:|---:|\n");
         for (int k = 0; k < n_cfg; k++)
             for (int i = 0; i < cfg[k].nres; i++) {
                 const result *r = &cfg[k].res[i];
                 double lim = i == 0 && n_prompt ? cfg[k].lim_pp : cfg[k].lim_tg;
                 printf("| %s | %s | %.0f | %s | %.2f ± %.2f |", cfg[k].placement[0] ? cfg[k].placement : "default",
                        cfg[k].promote ? cfg[k].promote : "none", cfg[k].gpu_mib, r->name, r->mean, r->sd);
-                if (lim > 0) printf(" %.1f | %.0f%% |\n", lim, 100.0 * r->mean / lim);
+                if (lim > 0) printf(" %.1f | %.0f%% |", lim, 100.0 * r->mean / lim);
+                else printf(" - | - |");
+                double pred = i == 0 && n_prompt ? cfg[k].pred_pp : cfg[k].pred_tg;
+                if (pred > 0) printf(" %.1f | %.2f |\n", pred, r->mean / pred);
                 else printf(" - | - |\n");
             }
     }
     free(toks);
+    tnd_ctx_free(pc);
     tnd_model_free(m);
     return rc;
 }

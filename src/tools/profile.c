@@ -1,0 +1,137 @@
+/* tandem profile: measures this machine for a model (DESIGN.md §7): per
+ * weight slice, CPU and GPU seconds for a decode step and prefill chunks of
+ * 512 and 2048 tokens; attention and the other ops of a layer; pinned PCIe,
+ * CPU read and GPU memory bandwidths; the latency of a backend switch. The
+ * result is cached, keyed by model and hardware, for static placement. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+#include "sched/perf.h"
+#include "tandem.h"
+#include "tools.h"
+#include "util.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: tandem profile [options]\n\n"
+               "  -m, --model FILE       GGUF model (default: the default model)\n"
+               "      --device cuda|sim  (default: cuda if present, else sim)\n"
+               "      --hw PROFILE       SimGPU: take times from this hardware profile's cost model\n"
+               "  -t, --threads N        CPU threads (default: physical cores)\n"
+               "      --json             JSON instead of the table\n"
+               "The result is cached (in $TANDEM_CACHE, else $XDG_CACHE_HOME/tandem or\n"
+               "~/.cache/tandem) and reused by the static placement of run, bench and plan.\n");
+}
+
+int cmd_profile(int argc, char **argv) {
+    const char *model = NULL, *hw_name = NULL;
+    bool json = false;
+    long threads = 0;
+    tnd_device dev = tnd_cuda_device_count() > 0 ? TND_DEVICE_CUDA : TND_DEVICE_SIM;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+            continue;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = (model = v) != NULL;
+        else if (!strcmp(a, "--device")) {
+            ok = v && (!strcmp(v, "cuda") || !strcmp(v, "sim"));
+            if (ok) dev = strcmp(v, "cuda") ? TND_DEVICE_SIM : TND_DEVICE_CUDA;
+        } else if (!strcmp(a, "--hw")) ok = (hw_name = v) != NULL;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = tools_parse_int(v, 1, 1024, &threads);
+        else {
+            fprintf(stderr, "tandem profile: unknown option '%s'\n\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "tandem profile: bad or missing value for %s\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (!model && !(model = tools_default_model())) return 1;
+    tnd_model_params mp = tnd_model_default_params();
+    mp.n_threads = (int)threads;
+    tnd_model *m;
+    if (tnd_model_load(model, &mp, &m)) {
+        tools_print_error(NULL);
+        return 1;
+    }
+    /* a fresh measurement (then cached): the static placement of a
+     * planning context, with the cache bypassed */
+    tnd_ctx_params cp = tnd_ctx_default_params();
+    cp.reprofile = true;
+    cp.device = dev;
+    cp.hw = hw_name;
+    cp.placement = "static";
+    cp.n_ctx = 256;
+    cp.n_batch = 256;
+    tnd_ctx *c;
+    double t0 = tnd_time_s();
+    if (tnd_ctx_plan_only(m, &cp, &c)) {
+        tools_print_error("profile");
+        tnd_model_free(m);
+        return 1;
+    }
+    const tnd_perf *pf = c->perf;
+    if (!pf) {
+        fprintf(stderr, "tandem: error: profiling needs a GPU (--device cuda, or --device sim)\n");
+        tnd_ctx_free(c);
+        tnd_model_free(m);
+        return 1;
+    }
+    double took = tnd_time_s() - t0;
+    if (json) {
+        printf("{\"model\": \"%s\", \"source\": \"%s\", \"seconds\": %.2f, \"b_pcie\": %.4e, \"b_cpu\": %.4e, "
+               "\"b_hbm\": %.4e, \"switch_latency_s\": %.4e, \"tokens\": [%d, %d, %d], "
+               "\"attn_cpu_s\": [%.4e, %.4e, %.4e], \"attn_gpu_s\": [%.4e, %.4e, %.4e], \"slices\": [",
+               model, pf->source, took, pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, tnd_perf_nt[0], tnd_perf_nt[1],
+               tnd_perf_nt[2], pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0], pf->attn_gpu[1],
+               pf->attn_gpu[2]);
+        int first = 1;
+        for (int i = 0; i < m->n_slices; i++) {
+            const tnd_weight *w = m->slices[i];
+            if (tnd_slice_small(w)) continue;
+            printf("%s{\"name\": \"%.*s\", \"bytes\": %llu, \"t_cpu_s\": [%.4e, %.4e, %.4e], \"t_gpu_s\": [%.4e, %.4e, "
+                   "%.4e]}",
+                   first ? "" : ", ", (int)w->t->name.len, w->t->name.ptr, (unsigned long long)w->t->nbytes,
+                   pf->t_cpu[i * 3], pf->t_cpu[i * 3 + 1], pf->t_cpu[i * 3 + 2], pf->t_gpu[i * 3], pf->t_gpu[i * 3 + 1],
+                   pf->t_gpu[i * 3 + 2]);
+            first = 0;
+        }
+        printf("]}\n");
+    } else {
+        printf("model: %s\nperf DB: %s (%.1f s)\n", m->desc, pf->source, took);
+        printf("bandwidth: pinned PCIe %.1f GB/s, CPU read %.1f GB/s, GPU memory %.1f GB/s; switch latency %.1f us\n\n",
+               pf->b_pcie / 1e9, pf->b_cpu / 1e9, pf->b_hbm / 1e9, pf->lat * 1e6);
+        printf("| slice (first of its shape) | MiB | CPU ms: 1 / %d / %d | GPU ms: 1 / %d / %d | k_cpu ms/MB | k_gpu ms/MB |\n"
+               "|---|---:|---|---|---:|---:|\n",
+               tnd_perf_nt[1], tnd_perf_nt[2], tnd_perf_nt[1], tnd_perf_nt[2]);
+        for (int i = 0; i < m->n_slices; i++) {
+            const tnd_weight *w = m->slices[i];
+            if (tnd_slice_small(w) || pf->t_cpu[i * 3] == 0) continue;
+            bool seen = false; /* one row per distinct timing */
+            for (int j = 0; j < i && !seen; j++)
+                seen = !memcmp(&pf->t_cpu[j * 3], &pf->t_cpu[i * 3], 3 * sizeof(double)) &&
+                       !memcmp(&pf->t_gpu[j * 3], &pf->t_gpu[i * 3], 3 * sizeof(double));
+            if (seen) continue;
+            double mb = w->t->nbytes / 1e6;
+            printf("| %.*s | %.1f | %.3f / %.1f / %.1f | %.3f / %.2f / %.2f | %.4f | %.4f |\n", (int)w->t->name.len,
+                   w->t->name.ptr, w->t->nbytes / 1048576.0, 1e3 * pf->t_cpu[i * 3], 1e3 * pf->t_cpu[i * 3 + 1],
+                   1e3 * pf->t_cpu[i * 3 + 2], 1e3 * pf->t_gpu[i * 3], 1e3 * pf->t_gpu[i * 3 + 1], 1e3 * pf->t_gpu[i * 3 + 2],
+                   1e3 * pf->t_cpu[i * 3] / mb, 1e3 * pf->t_gpu[i * 3] / mb);
+        }
+        printf("| attention (one layer) | | %.3f / %.1f / %.1f | %.3f / %.2f / %.2f | | |\n", 1e3 * pf->attn_cpu[0],
+               1e3 * pf->attn_cpu[1], 1e3 * pf->attn_cpu[2], 1e3 * pf->attn_gpu[0], 1e3 * pf->attn_gpu[1],
+               1e3 * pf->attn_gpu[2]);
+    }
+    tnd_ctx_free(c);
+    tnd_model_free(m);
+    return 0;
+}
