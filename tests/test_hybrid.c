@@ -101,9 +101,9 @@ int main(void) {
         hp.n_batch = 1 + (int)(mix(&seed) % 12); /* prefill in rounds of 1..12 tokens */
         snprintf(spec, sizeof spec, "random:%d", k);
         hp.placement = k == 0 ? "gpu" : k == 1 ? "cpu" : spec;
-        int pk = (int)(mix(&seed) % 4); /* none, all, random */
+        int pk = (int)(mix(&seed) % 5); /* none, all, random, auto */
         snprintf(prom, sizeof prom, "random:%d", 1000 + k);
-        hp.promote = pk == 0 ? "none" : pk == 1 ? "all" : prom;
+        hp.promote = pk == 0 ? "none" : pk == 1 ? "all" : pk == 4 ? "auto" : prom;
         tnd_status st = generate(m, &hp, ids, (int)n, tok, got, k % 2 ? 1 + k % 40 : 0);
         CHECK(st == TND_OK, "placement %s promote %s: %s", hp.placement, hp.promote, tnd_last_error());
         if (st) continue;

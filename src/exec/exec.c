@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "exec/exec.h"
+#include "sched/perf.h"
 #include "util.h"
 
 static const tnd_region *find_region(const tnd_ctx *c, const void *p) {
@@ -29,7 +30,19 @@ static const tnd_region *find_region(const tnd_ctx *c, const void *p) {
 }
 
 static bool promoted(const tnd_ctx *c, int sid) {
-    return c->lay.n_slots > 0 && sid >= 0 && c->pl.promote[sid];
+    return c->lay.n_slots > 0 && sid >= 0 && c->pl.promote[sid] && (!c->pl.promote_auto || c->round_prom[sid]);
+}
+
+/* promote=auto: this round promotes a candidate when copying it and running
+ * it on the GPU costs less than running it on the CPU (the perf DB's times;
+ * without one, rounds of 32 tokens or more promote every candidate). Large
+ * prefill chunks promote nearly everything, decode steps almost nothing. */
+static void choose_round_promotions(tnd_ctx *c, int nt) {
+    const tnd_model *m = c->m;
+    for (int i = 0; i < m->n_slices; i++) {
+        if (!c->pl.promote[i]) continue;
+        c->round_prom[i] = c->perf ? tnd_perf_pays_to_promote(m, c->perf, i, nt) : nt >= 32;
+    }
 }
 
 /* Queues the copy of the j-th promoted slice of the round into its slot. */
@@ -164,6 +177,11 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     c->cur = TND_SIDE_CPU;
     c->n_prom = c->prom_next = 0;
     tnd_status st = TND_OK;
+    if (c->lay.n_slots && c->pl.promote_auto) {
+        if (!c->round_prom && !(c->round_prom = tnd_calloc((size_t)c->m->n_slices + 1, 1)))
+            return tnd_fail(TND_ERR_NOMEM, "out of memory");
+        choose_round_promotions(c, nt);
+    }
     if (c->lay.n_slots) {
         if (c->prom_cap < c->g.n) {
             int *p = realloc(c->prom, sizeof *p * (size_t)c->g.n);

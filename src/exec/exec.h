@@ -55,6 +55,8 @@ typedef struct tnd_placement {
     uint8_t *where;    /* [n_slices] TND_SIDE_* of the ops reading the slice */
     uint8_t *kv;       /* [n_layer] side of the layer's attention and KV cache */
     uint8_t *promote;  /* [n_slices] 1: a CPU slice copied to a GPU slot each round */
+    bool promote_auto; /* promote[] are candidates; each round promotes those whose copy
+                          costs less than the CPU time it saves (large rounds: prefill) */
     char desc[96];     /* how it was made, for messages */
 } tnd_placement;
 
@@ -120,6 +122,7 @@ struct tnd_ctx {
     /* promotion slots */
     void **slot;             /* [n_slots] */
     tnd_event **slot_ready, **slot_free;
+    uint8_t *round_prom;     /* [n_slices] promoted this round (promote_auto) */
     int *prom;               /* [prom_cap] promoted node indices of the round */
     int prom_cap;
     int n_prom, prom_next;   /* copies queued so far */
@@ -146,7 +149,8 @@ bool tnd_slice_small(const tnd_weight *w);
 /* Builds p from spec: "cpu", "gpu", "layer" (whole layers from the last
  * while they fit in weight_budget bytes, with their KV cache of kv_layer
  * bytes), "random:SEED", or a placement file ("name side" lines, fnmatch
- * patterns, later lines win). promote: NULL/"none", "all", "random:SEED". */
+ * patterns, later lines win). promote: NULL/"none", "all", "auto",
+ * "random:SEED". */
 tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *promote, uint64_t weight_budget,
                               uint64_t kv_layer, tnd_placement *p);
 void tnd_placement_free(tnd_placement *p);

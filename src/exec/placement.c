@@ -149,9 +149,11 @@ tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *
         st = place_file(m, spec, p);
     }
     if (!st && promote && strcmp(promote, "none")) {
-        bool all = !strcmp(promote, "all");
+        /* auto: every CPU slice is a candidate; each round picks (exec.c) */
+        bool all = !strcmp(promote, "all") || !strcmp(promote, "auto");
+        p->promote_auto = !strcmp(promote, "auto");
         if (!all && (strncmp(promote, "random:", 7) || !parse_seed(promote + 7, &seed)))
-            st = tnd_fail(TND_ERR_ARG, "bad promotion set '%s' (none, all, random:SEED)", promote);
+            st = tnd_fail(TND_ERR_ARG, "bad promotion set '%s' (none, all, auto, random:SEED)", promote);
         for (int i = 0; !st && i < m->n_slices; i++) {
             bool r = all || (mix(&seed) & 1);
             /* the embedding is read a few rows at a time: never worth a copy */

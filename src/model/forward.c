@@ -45,6 +45,7 @@ void tnd_ctx_free(tnd_ctx *c) {
     }
     tnd_graph_free(&c->g);
     free(c->prom);
+    free(c->round_prom);
     free(c->logits);
     free(c);
 }
@@ -194,6 +195,7 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
     } else if ((st = tnd_placement_make(m, stat ? "cpu" : spec, p->promote, wbudget, kv_layer, &c->pl))) {
         return st;
     }
+    if (c->gpu && c->pl.promote_auto && !c->perf && (st = get_perf(c, p, &c->perf))) return st;
     if (!c->gpu) {
         memset(c->pl.where, 0, (size_t)m->n_slices);
         memset(c->pl.kv, 0, (size_t)m->hp.n_layer);

@@ -463,6 +463,11 @@ double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt) {
     return interp(side ? &pf->t_gpu[sid * TND_PERF_NK] : &pf->t_cpu[sid * TND_PERF_NK], nt);
 }
 
+bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
+    double copy = pf->lat + (double)m->slices[sid]->t->nbytes / pf->b_pcie;
+    return copy + tnd_perf_slice_time(pf, sid, TND_SIDE_GPU, nt) < tnd_perf_slice_time(pf, sid, TND_SIDE_CPU, nt);
+}
+
 double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt, int pos0) {
     const tnd_hparams *hp = &m->hp;
     /* compute runs the ops in order; the transfer stream copies promoted
@@ -489,7 +494,8 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
                     interp(side ? pf->other_gpu : pf->other_cpu, nt);
             } else {
                 if (!w->t || w->id < 0) continue;
-                bool prom = n_slots > 0 && p->promote[w->id];
+                bool prom = n_slots > 0 && p->promote[w->id] &&
+                            (!p->promote_auto || tnd_perf_pays_to_promote(m, pf, w->id, nt));
                 side = prom ? TND_SIDE_GPU : p->where[w->id];
                 t = tnd_perf_slice_time(pf, w->id, side, nt);
                 if (prom && slot_free) {

@@ -48,6 +48,10 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf);
  * between the profiled sizes). */
 double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt);
 
+/* promote=auto's rule: copying slice sid and running it on the GPU beats
+ * running it on the CPU, for a round of nt tokens. */
+bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, int nt);
+
 /* Timeline model of one round of nt tokens at positions pos0.. under
  * placement p (promotions included: copies on one transfer stream into
  * n_slots slots, each op waiting for its copy): predicted seconds. */

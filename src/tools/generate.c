@@ -36,11 +36,12 @@ const char *gen_opts_help =
     "                         sim: the CPU and SimGPU, a GPU simulated on CPU threads\n"
     "      --vram-budget X    GPU memory tandem may use in all: bytes (6G, 4523M) or a\n"
     "                         percentage of the model's weight bytes (50%%)\n"
-    "      --placement P      where weights run with a GPU: layer (default: whole layers\n"
-    "                         from the last while they fit), gpu, cpu, random:SEED, or a\n"
-    "                         file of 'PATTERN cpu|gpu|promote' lines (--policy: same)\n"
-    "      --promote P        CPU weights copied to the GPU every round: none (default),\n"
-    "                         all, random:SEED\n"
+    "      --placement P      where weights run with a GPU: static (default: measured once,\n"
+    "                         then ATSInfer's placement), layer (whole layers from the last\n"
+    "                         while they fit), gpu, cpu, random:SEED, or a file of\n"
+    "                         'PATTERN cpu|gpu|promote' lines (--policy: same)\n"
+    "      --promote P        CPU weights copied to the GPU for a round: none (default),\n"
+    "                         all, auto (when the copy pays: prefill), random:SEED\n"
     "      --hw PROFILE       SimGPU timing profile (rtx3060-laptop, rtx4090-desktop,\n"
     "                         h200-device, or a file)\n"
     "      --dry-run          print the placement and memory layout, run nothing\n"
@@ -110,7 +111,7 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
     } else if (!strcmp(a, "--placement") || !strcmp(a, "--policy")) {
         if (!(o->cp.placement = VAL())) BAD("layer, gpu, cpu, random:SEED or a placement file");
     } else if (!strcmp(a, "--promote")) {
-        if (!(o->cp.promote = VAL())) BAD("none, all or random:SEED");
+        if (!(o->cp.promote = VAL())) BAD("none, all, auto or random:SEED");
     } else if (!strcmp(a, "--hw")) {
         if (!(o->cp.hw = VAL())) BAD("a hardware profile name or file");
     } else if (!strcmp(a, "--dry-run")) {

@@ -21,7 +21,7 @@ static void usage(FILE *f) {
                "      --hw PROFILE       SimGPU hardware profile: %s, or a file\n"
                "      --vram-budget X    bytes (6G) or percent of the weights (50%%)\n"
                "      --placement P      static (default), layer, gpu, cpu, random:SEED or a file\n"
-               "      --promote P        none (default), all, random:SEED\n"
+               "      --promote P        none (default), all, auto, random:SEED\n"
                "  -c, --ctx-size N       context length (default: min(model, 4096))\n"
                "  -b, --batch-size N     prefill chunk (default 512)\n"
                "  -t, --threads N        CPU threads (default: physical cores)\n"
