@@ -2,7 +2,10 @@
  * every launch variant on the shapes of 8B/14B models, next to the device's
  * own copy bandwidth measured in the same run.
  *
- *   build/dev_cuda_matvec_bench [reps]
+ *   build/dev_cuda_matvec_bench [reps] [-t TYPE,...] [-s NINxNOUT,...]
+ *
+ * -t: only these types (names as tnd_type_name: Q4_K,Q6_K,...); -s: only
+ * these shapes, for the listed types (default: the four main types).
  *
  * Each shape's weights are replicated until the set exceeds 4x the L2 cache
  * and the timed loop cycles through the copies, so every launch reads W from
@@ -117,8 +120,34 @@ static double copy_bandwidth(void) {
     return 2.0 * n * reps / (ms * 1e-3) / 1e9; /* read + write */
 }
 
+/* Comma-separated list item i of s into out (false past the end). */
+static bool list_item(const char *s, int i, char *out, size_t n) {
+    for (; i > 0 && s; i--) {
+        s = strchr(s, ',');
+        if (s) s++;
+    }
+    if (!s || !*s) return false;
+    size_t len = strcspn(s, ",");
+    if (len >= n) len = n - 1;
+    memcpy(out, s, len);
+    out[len] = 0;
+    return true;
+}
+static bool in_list(const char *list, const char *name) {
+    char it[32];
+    for (int i = 0; list_item(list, i, it, sizeof it); i++)
+        if (strcmp(it, name) == 0) return true;
+    return false;
+}
+
 int main(int argc, char **argv) {
-    int reps = argc > 1 ? atoi(argv[1]) : 50;
+    int reps = 50;
+    const char *tlist = NULL, *slist = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) tlist = argv[++i];
+        else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) slist = argv[++i];
+        else reps = atoi(argv[i]);
+    }
     if (reps < 1) reps = 50;
     if (tnd_cuda_device_count() <= 0) {
         printf("cuda_matvec_bench: no CUDA device\n");
@@ -138,18 +167,24 @@ int main(int argc, char **argv) {
     /* the main formats on the shapes of 8B/14B models; the others on the
      * 14B FFN shape */
     static const tnd_type types[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K, TND_TYPE_Q8_0, TND_TYPE_Q4_0};
-    static const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {5120, 17408}, {14336, 4096}};
+    static const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {5120, 17408}, {14336, 4096}, {17408, 5120}};
     static const tnd_type others[] = {TND_TYPE_Q4_1, TND_TYPE_Q5_0, TND_TYPE_Q5_1, TND_TYPE_Q2_K, TND_TYPE_Q3_K,
                                       TND_TYPE_Q5_K, TND_TYPE_MXFP4, TND_TYPE_F16};
     const size_t n_main = sizeof types / sizeof types[0] * (sizeof shapes / sizeof shapes[0]);
     const size_t n_cases = n_main + sizeof others / sizeof others[0];
     int failures = 0;
-    char summary[64][200];
+    char summary[64][240];
     int n_summary = 0;
     for (size_t ci = 0; ci < n_cases; ci++) {
             const size_t ns = sizeof shapes / sizeof shapes[0];
             tnd_type t = ci < n_main ? types[ci / ns] : others[ci - n_main];
             int64_t n_in = ci < n_main ? shapes[ci % ns][0] : 5120, n_out = ci < n_main ? shapes[ci % ns][1] : 17408;
+            if (tlist && !in_list(tlist, tnd_type_name(t))) continue;
+            if (slist) {
+                char sh[32];
+                snprintf(sh, sizeof sh, "%lldx%lld", (long long)n_in, (long long)n_out);
+                if (!in_list(slist, sh) || ci >= n_main) continue;
+            }
             size_t wb;
             uint8_t *w = make_w(t, n_in, n_out, &wb);
             const int n_tok_max = 8;
@@ -169,17 +204,20 @@ int main(int argc, char **argv) {
             CK(B->iface->copy_h2d(B, dx, x, (size_t)(n_in * n_tok_max) * 4, S));
             CK(B->iface->stream_sync(B, S));
 
-            /* variants: the default launch, then kernel (2 = the type's own,
-             * 1 = lane-per-sub) x rows per warp x threads */
-            int VK[32], VR[32], VT[32], nv = 0;
+            /* variants: the default launch, then kernel (3 = streaming,
+             * 2 = the type's own, 1 = lane-per-sub) x rows per warp x threads */
+            int VK[40], VR[40], VT[40], nv = 0;
             VK[nv] = VR[nv] = -1, VT[nv++] = 0;
-            for (int k = 2; k >= 1; k--) {
-                if (k == 2 && t != TND_TYPE_Q4_K) continue;
+            for (int k = 3; k >= 1; k--) {
+                if (k >= 2 && t != TND_TYPE_Q4_K) continue;
                 for (int r = 1; r <= 4; r *= 2)
-                    for (int th = 64; th <= 256; th *= 2) VK[nv] = k, VR[nv] = r, VT[nv++] = th;
+                    for (int th = 64; th <= 256; th *= 2) {
+                        if (k == 3 && (th != 256 || r != 4)) continue; /* streaming: one block per SM */
+                        VK[nv] = k, VR[nv] = r, VT[nv++] = th;
+                    }
             }
-            double def_gbs = 0, def_err = 0, fam_gbs[3] = {0, 0, 0};
-            char fam_var[3][32] = {"", "", ""};
+            double def_gbs = 0, def_err = 0, fam_gbs[4] = {0, 0, 0, 0};
+            char fam_var[4][32] = {"", "", "", ""};
             for (int v = 0; v < nv; v++) {
                 int e;
 #define LAUNCH(c)                                                                                         \
@@ -236,9 +274,9 @@ int main(int argc, char **argv) {
             }
             if (n_summary < 64)
                 snprintf(summary[n_summary++], sizeof summary[0],
-                         "%-5s %5lldx%-5lld default %5.0f GB/s (%3.0f%%) err %.0e | own %-7s %5.0f | lane/sub %-7s %5.0f",
+                         "%-5s %5lldx%-5lld default %5.0f GB/s (%3.0f%%) err %.0e | stream %5.0f | own %-7s %5.0f | lane/sub %-7s %5.0f",
                          tnd_type_name(t), (long long)n_in, (long long)n_out, def_gbs, 100 * def_gbs / bw, def_err,
-                         fam_var[2], fam_gbs[2], fam_var[1], fam_gbs[1]);
+                         fam_gbs[3], fam_var[2], fam_gbs[2], fam_var[1], fam_gbs[1]);
             /* batched decode: 4 and 8 tokens through the default path */
             for (int nt = 4; nt <= 8; nt += 4) {
                 for (int i = 0; i < 3; i++) tnd_cu_matvec(t, dw[i % ncopies], n_in, n_out, dx, nt, dy, cs);

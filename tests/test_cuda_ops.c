@@ -284,10 +284,11 @@ static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
     ref_matmul(t, W, n_in, n_out, x, 1, ref, sc, &xmax);
     void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)n_in * 4);
     float *dy = (float *)dev_alloc((size_t)n_out * 4), *y = (float *)xmalloc((size_t)n_out * 4);
-    /* kernels: 1 lane-per-sub, 2 the type's own (Q4_K; the others fall back
-     * to their default, tested too) */
+    /* kernels: 1 lane-per-sub, 2 the type's own, 3 the streaming one (Q4_K;
+     * the others fall back to their default, tested too; for 3, R*T/32
+     * is the number of blocks) */
     static const int R[] = {1, 2, 4}, T[] = {32, 96, 128, 256};
-    for (int k = 1; k <= 2; k++)
+    for (int k = 1; k <= 3; k++)
     for (size_t i = 0; i < 3; i++)
         for (size_t j = 0; j < 4; j++) {
             char what[160];
@@ -1023,6 +1024,7 @@ int main(int argc, char **argv) {
     test_matmul(TND_TYPE_Q4_K, 256 * 20, 300, 33); /* cuBLAS with several row chunks would need n_out > 4096 */
     test_matmul(TND_TYPE_Q8_0, 4096, 4133, 19);    /* two row chunks of the f16 path */
     test_matvec_cfg(TND_TYPE_Q4_K, 256 * 9, 67);
+    test_matvec_cfg(TND_TYPE_Q4_K, 256 * 21, 1031); /* row groups split between warps and blocks */
     test_matvec_cfg(TND_TYPE_Q6_K, 256 * 9, 67);
     test_matvec_cfg(TND_TYPE_Q8_0, 32 * 41, 67);
     test_matvec_cfg(TND_TYPE_Q4_0, 32 * 41, 67);

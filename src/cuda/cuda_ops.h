@@ -44,9 +44,11 @@ int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_out, const fl
                   float *y, tnd_cu_stream stream);
 /* n_tok == 1 with an explicit kernel and launch shape (for the bench's
  * variants and the tests): kernel 0 = the type's default, 1 = the
- * lane-per-sub kernel (every type), 2 = the type's own kernel (Q4_K; other
- * types fall back to their default). A warp per rows_per_warp (1, 2 or 4)
- * rows, threads (32..256, a multiple of 32) per block. */
+ * lane-per-sub kernel (every type), 2 = the type's own kernel, 3 = the
+ * shared-memory streaming kernel (both Q4_K; other types fall back to their
+ * default). A warp per rows_per_warp (1, 2 or 4) rows, threads (32..256, a
+ * multiple of 32) per block; for kernel 3, rows_per_warp * threads / 32
+ * blocks (32: one per SM). */
 int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
                       int kernel, int rows_per_warp, int threads, tnd_cu_stream stream);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];

@@ -235,6 +235,313 @@ __global__ void __launch_bounds__(256) k_mv_q4k(const uint8_t *__restrict__ W, s
     mv_write<R>(acc, m.y, r0, n_out, ok);
 }
 
+/* ---- Q4_K, one token, dense: weights streamed through shared memory ------
+ * Not the default: an experiment kept for its answer (and as the feed a
+ * tensor-core decoder would need). k_mv_q4k holds at ~37% of the copy
+ * bandwidth; the question was whether too few bytes in flight bound it.
+ * Here each block (one per SM) owns a contiguous run of rows and streams
+ * it through a ring of NS shared-memory stages with the bulk copy engine
+ * (cp.async.bulk, completion on an mbarrier): a producer warp refills a
+ * stage as soon as the 16 compute warps have all released it, so up to
+ * NS - 1 stages of ~32 KB are in flight per SM, in no registers. Compute
+ * warps decode a stage's (4-row group, 4-super-block step) items as
+ * k_mv_q4k does (same exact decode, same f32 products), x staged once per
+ * block already scaled for the nibble positions; each item's 4 sums land in
+ * a per-stage table, which the producer adds up per row in step order once
+ * the stage is released (deterministic) and writes to y. Warps take the
+ * items of consecutive stages round-robin and run free of each other.
+ * Measured on the H200: the same 1.4-1.5 TB/s as k_mv_q4k, for every stage
+ * size and ring depth tried, as was a persistent register-pipelined
+ * variant: with the weights already in shared memory the decode itself
+ * (a LOP3, an FADD and an FFMA per weight, ~4.6 instructions per weight in
+ * all) bounds it, not HBM. */
+
+#define MVT_WARPS 16 /* compute warps; one more warp produces */
+#define MVT_R 4      /* rows per item */
+
+/* Sums each of acc[0..R) over the warp in a transpose pattern (R-1 +
+ * log2(32/R) shuffles instead of 5R); lane l with l % (32/R) == 0 gets
+ * row l / (32/R). */
+template <int R>
+__device__ __forceinline__ float warp_sum_rows(const float (&acc)[R], int lane) {
+    float v[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) v[r] = acc[r];
+#pragma unroll
+    for (int off = 16, n = R; off >= 1; off >>= 1) {
+        if (n > 1) {
+            const bool up = (lane & off) != 0;
+#pragma unroll
+            for (int j = 0; j < n / 2; j++) {
+                float send = up ? v[j] : v[j + n / 2], keep = up ? v[j + n / 2] : v[j];
+                v[j] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+            }
+            n /= 2;
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], off);
+        }
+    }
+    return v[0];
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbar_init(uint64_t *b, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+/* Waits for the phase of the given parity to complete; traps after ~4 s
+ * rather than hang the device on a bug. */
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+    const long long t0 = clock64();
+    for (;;) {
+        uint32_t ok;
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(ok)
+                     : "r"(smem_u32(b)), "r"(parity)
+                     : "memory");
+        if (ok) return;
+        if (clock64() - t0 > 8000000000ll) __trap();
+    }
+}
+/* bytes (a multiple of 16) from global src to shared dst, completing on b */
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(b))
+                 : "memory");
+}
+#endif
+
+/* Shared memory layout of k_mv_q4k_tma: NS stages of SR rows, then x
+ * scaled, x sums, NS tables of SR*nsteps sums, 2*NS mbarriers. */
+static size_t mvt_smem(int64_t n_in, size_t row_bytes, int SR, int NS) {
+    const int64_t nsteps = (n_in / 256 + 3) / 4;
+    return (size_t)NS * SR * row_bytes + (size_t)n_in * 4 + (size_t)(n_in / 256) * 64 + (size_t)NS * SR * nsteps * 4 +
+           (size_t)NS * 16;
+}
+
+__global__ void __launch_bounds__(32 * (MVT_WARPS + 1), 1)
+    k_mv_q4k_tma(const uint8_t *__restrict__ W, int row_bytes, int n_in, int n_out, const float *__restrict__ x,
+                 float *__restrict__ y, int SR, int NS) {
+#if __CUDA_ARCH__ >= 900
+    constexpr int R = MVT_R;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int nsb = n_in / 256, nsteps = (nsb + 3) / 4;
+    const size_t stage_bytes = (size_t)SR * row_bytes;
+    uint8_t *bufs = smem;
+    float4 *xs = (float4 *)(smem + (size_t)NS * stage_bytes); /* [nsb][8 k][8 part] */
+    float2 *xsum = (float2 *)(xs + n_in / 4);                 /* [nsb][8 part] */
+    float *part = (float *)(xsum + nsb * 8);                  /* [NS][SR][nsteps] */
+    uint64_t *full = (uint64_t *)(part + (size_t)NS * SR * nsteps), *empty = full + NS;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    /* this block's stages: [t0, t1) of the matrix's ceil(n_out/SR) */
+    const int nts = (n_out + SR - 1) / SR;
+    const int t0 = (int)((int64_t)blockIdx.x * nts / gridDim.x), t1 = (int)((int64_t)(blockIdx.x + 1) * nts / gridDim.x);
+    const int NT = t1 - t0;
+    auto stage_rows = [&](int t) { const int r0 = (t0 + t) * SR; return n_out - r0 < SR ? n_out - r0 : SR; };
+    auto issue = [&](int t) {
+        const int slot = t % NS;
+        const uint32_t bytes = (uint32_t)stage_rows(t) * (uint32_t)row_bytes;
+        const uint8_t *src = W + (size_t)(t0 + t) * stage_bytes;
+        mbar_expect_tx(&full[slot], bytes);
+        for (uint32_t off = 0; off < bytes; off += 16384)
+            bulk_copy(bufs + (size_t)slot * stage_bytes + off, src + off, bytes - off < 16384 ? bytes - off : 16384,
+                      &full[slot]);
+    };
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NS; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], MVT_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wid == MVT_WARPS && lane == 0)
+        for (int t = 0; t < NT && t < NS; t++) issue(t);
+
+    for (int f = threadIdx.x; f < n_in / 4; f += blockDim.x) {
+        const int sbf = f >> 6, k = (f >> 3) & 7, p = f & 7;
+        float4 v = __ldg((const float4 *)(x + sbf * 256 + 64 * (p >> 1) + 16 * (p & 1) + 32 * (k >> 2) + 4 * (k & 3)));
+        if (k < 4) {
+            v.y *= 0x1p-8f; v.z *= 0x1p-16f; v.w *= 0x1p-12f;
+        } else {
+            v.x *= 0x1p-4f; v.y *= 0x1p-12f; v.z *= 0x1p-8f; v.w *= 0x1p-16f;
+        }
+        xs[f] = v;
+    }
+    for (int f = threadIdx.x; f < nsb * 8; f += blockDim.x) {
+        const int p = f & 7;
+        const float4 *src = (const float4 *)(x + (f >> 3) * 256 + 64 * (p >> 1) + 16 * (p & 1));
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float4 a = __ldg(src + k), b = __ldg(src + 8 + k);
+            s0 += a.x; s0 += a.y; s0 += a.z; s0 += a.w;
+            s1 += b.x; s1 += b.y; s1 += b.z; s1 += b.w;
+        }
+        xsum[f] = make_float2(s0, s1);
+    }
+    __syncthreads();
+
+    if (wid == MVT_WARPS) {
+        /* producer: once stage t is released, add up its rows, refill */
+        auto combine = [&](int t) {
+            const float *pt = part + (size_t)(t % NS) * SR * nsteps;
+            const int rows = stage_rows(t);
+            for (int r = lane; r < rows; r += 32) {
+                float s = 0.f;
+                for (int k = 0; k < nsteps; k++) s += pt[r * nsteps + k];
+                y[(size_t)(t0 + t) * SR + r] = s;
+            }
+        };
+        for (int t = NS; t < NT; t++) {
+            mbar_wait(&empty[t % NS], (uint32_t)((t / NS - 1) & 1));
+            combine(t - NS);
+            __syncwarp();
+            if (lane == 0) issue(t);
+        }
+        for (int t = NT - NS > 0 ? NT - NS : 0; t < NT; t++) {
+            mbar_wait(&empty[t % NS], (uint32_t)((t / NS) & 1));
+            combine(t);
+        }
+        return;
+    }
+
+    const int pt8 = lane & 7, c = pt8 >> 1, q = lane >> 3;
+    const int ssh = 16 * (c & 1);
+    const bool hi_sc = c >= 2;
+    const float M = 8388608.0f;
+    int base = 0; /* items before this stage, for the round-robin */
+    for (int t = 0; t < NT; t++) {
+        const int slot = t % NS;
+        const int groups = (stage_rows(t) + R - 1) / R, items = groups * nsteps;
+        mbar_wait(&full[slot], (uint32_t)((t / NS) & 1));
+        const uint8_t *buf = bufs + (size_t)slot * stage_bytes;
+        float *pt = part + (size_t)slot * SR * nsteps;
+        for (int k = ((wid - base) % MVT_WARPS + MVT_WARPS) % MVT_WARPS; k < items; k += MVT_WARPS) {
+            const int g = k / nsteps, s = k - g * nsteps, sb = 4 * s + q;
+            float acc[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r] = 0.f;
+            if (sb < nsb) {
+                uint4 hd[R], qv[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *b = buf + (size_t)(g * R + r) * row_bytes + sb * 144;
+                    hd[r] = *(const uint4 *)b;
+                    qv[r] = *((const uint4 *)(b + 16) + pt8);
+                }
+                const float4 *xp = xs + sb * 64 + pt8;
+                float xl[16], xh[16];
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    float4 a = xp[8 * kk], b = xp[8 * (kk + 4)];
+                    xl[4 * kk] = a.x; xl[4 * kk + 1] = a.y; xl[4 * kk + 2] = a.z; xl[4 * kk + 3] = a.w;
+                    xh[4 * kk] = b.x; xh[4 * kk + 1] = b.y; xh[4 * kk + 2] = b.z; xh[4 * kk + 3] = b.w;
+                }
+                const float2 xsm = xsum[sb * 8 + pt8];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t qw[4] = {qv[r].x, qv[r].y, qv[r].z, qv[r].w};
+                    float s0 = 0.f, s1 = 0.f, u0 = 0.f, u1 = 0.f;
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++) {
+                        const uint32_t w = qw[kk], v = w >> 12;
+                        s0 = fmaf(u2f((w & 0xFu) | 0x4B000000u) - M, xl[4 * kk], s0);
+                        u0 = fmaf(u2f((w & 0xF00u) | 0x4B000000u) - M, xl[4 * kk + 1], u0);
+                        s0 = fmaf(u2f((w & 0xF0000u) | 0x4B000000u) - M, xl[4 * kk + 2], s0);
+                        u0 = fmaf(u2f((v & 0xF000u) | 0x4B000000u) - M, xl[4 * kk + 3], u0);
+                        s1 = fmaf(u2f((w & 0xF0u) | 0x4B000000u) - M, xh[4 * kk], s1);
+                        u1 = fmaf(u2f((w & 0xF000u) | 0x4B000000u) - M, xh[4 * kk + 1], u1);
+                        s1 = fmaf(u2f((v & 0xF00u) | 0x4B000000u) - M, xh[4 * kk + 2], s1);
+                        u1 = fmaf(u2f((v & 0xF0000u) | 0x4B000000u) - M, xh[4 * kk + 3], u1);
+                    }
+                    const uint32_t w1 = hd[r].y, w2 = hd[r].z, w3 = hd[r].w;
+                    uint32_t S = hi_sc ? (w3 & 0x0F0F0F0Fu) | ((w1 >> 2) & 0x30303030u) : w1 & 0x3F3F3F3Fu;
+                    uint32_t Mn = hi_sc ? ((w3 >> 4) & 0x0F0F0F0Fu) | ((w2 >> 2) & 0x30303030u) : w2 & 0x3F3F3F3Fu;
+                    S >>= ssh;
+                    Mn >>= ssh;
+                    const float d = h2f((uint16_t)(hd[r].x & 0xffff)), dmin = h2f((uint16_t)(hd[r].x >> 16));
+                    acc[r] = d * (qf(S & 0xFF) * (s0 + u0) + qf((S >> 8) & 0xFF) * (s1 + u1)) -
+                             dmin * (qf(Mn & 0xFF) * xsm.x + qf((Mn >> 8) & 0xFF) * xsm.y);
+                }
+            }
+            const float v = warp_sum_rows<R>(acc, lane);
+            if ((lane & (32 / R - 1)) == 0) pt[(g * R + lane / (32 / R)) * nsteps + s] = v;
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[slot]);
+        base += items;
+    }
+#endif
+}
+
+static int cu_dev_attr(cudaDeviceAttr a) {
+    static int cache[2][64];
+    const int i = a == cudaDevAttrMultiProcessorCount ? 0 : 1;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (cache[i][dev]) return cache[i][dev];
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, a, dev) != cudaSuccess) return 0;
+    cache[i][dev] = n;
+    return n;
+}
+
+/* Stage shape for k_mv_q4k_tma: SR rows (a multiple of 4) of about 32 KB per
+ * stage, the most stages (2..8) that fit; false if even two do not (or the
+ * device is older than sm_90). */
+static bool mvt_shape(int64_t n_in, size_t row_bytes, int *SR, int *NS) {
+    int major = 0, dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
+        return false;
+    if (major < 9 || n_in > (1 << 20)) return false;
+    const size_t max = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    /* stages of 16..64 KB and rings of 3..8 measured within 10% of this on
+     * the H200 (5120x17408: 1240..1520 GB/s) */
+    int sr = (int)(32768 / row_bytes) / MVT_R * MVT_R;
+    if (sr < MVT_R) sr = MVT_R;
+    for (int ns = 8; ns >= 2; ns--)
+        if (mvt_smem(n_in, row_bytes, sr, ns) <= max) {
+            *SR = sr;
+            *NS = ns;
+            return true;
+        }
+    return false;
+}
+
+/* Launches k_mv_q4k_tma with `blocks` blocks (0: one per SM); -1 if the
+ * shape does not fit it (the caller falls back), else the launch's error. */
+static int launch_q4k_tma(const void *W, size_t rb, int64_t n_in, int64_t n_out, const float *x, float *y, int blocks,
+                          cudaStream_t st) {
+    int SR, NS;
+    if (!mvt_shape(n_in, rb, &SR, &NS) || rb > (1u << 30) || n_out > 0x7fffffff) return -1;
+    static bool attr_set[64]; /* the opt-in above 48 KiB, once per device (a repeat is harmless) */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return -1;
+    const size_t smem = mvt_smem(n_in, rb, SR, NS);
+    if (!attr_set[dev]) {
+        cudaError_t e = cudaFuncSetAttribute(k_mv_q4k_tma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin));
+        if (e != cudaSuccess) return (int)e;
+        attr_set[dev] = true;
+    }
+    const int64_t nts = (n_out + SR - 1) / SR;
+    int64_t G = blocks > 0 ? blocks : cu_dev_attr(cudaDevAttrMultiProcessorCount);
+    if (G > nts) G = nts;
+    if (G < 1) G = 1;
+    k_mv_q4k_tma<<<(unsigned)G, 32 * (MVT_WARPS + 1), smem, st>>>((const uint8_t *)W, (int)rb, (int)n_in, (int)n_out,
+                                                                    x, y, SR, NS);
+    return (int)cudaGetLastError();
+}
+
 /* n_tok 2..TMAX tokens, any readable type: as k_mv_warp, each decoded sub
  * of each of the R rows is dotted with the n_tok x subs, so W is read once
  * for all tokens. */
@@ -312,7 +619,7 @@ static int check_w(int type, const void *W, int64_t n_in, int64_t n_out) {
 }
 
 /* Kernel families for one token (tnd_cu_matvec_cfg's `kernel`). */
-enum { MV_AUTO = 0, MV_DIRECT = 1, MV_SPECIAL = 2 };
+enum { MV_AUTO = 0, MV_DIRECT = 1, MV_SPECIAL = 2, MV_STREAM = 3 };
 
 /* The family a type gets by default: its own kernel (Q4_K, when x is
  * 16-byte aligned), else the lane-per-sub kernel. (A variant staging the
@@ -379,17 +686,18 @@ static int dispatch1(int fam, int type, int R, int threads, const void *W, int64
 /* Default launch for one token: rows per warp R and threads per block.
  * More rows per warp reuse each x load and its sums more; fewer give more
  * warps, which a short matrix needs to keep every SM's loads in flight. */
-static void mv_shape(int type, int64_t n_out, int64_t pairs, int *R, int *threads) {
+static void mv_shape(int type, int64_t n_in, int64_t n_out, int64_t pairs, int *R, int *threads) {
     int64_t rows = n_out * pairs;
     if (type == TND_TYPE_Q4_K) { /* its own kernel: 4 rows per warp was best on every bench shape */
         *R = rows >= 2048 ? 4 : rows >= 512 ? 2 : 1;
         *threads = 64;
         return;
     }
-    /* lane-per-sub kernel: 4 rows per warp; small blocks on tall matrices,
-     * bigger ones on 4096-row ones (measured on the H200) */
+    /* lane-per-sub kernel: 4 rows per warp; small blocks on tall matrices
+     * and on long rows, bigger ones on 4096x4096 (measured on the H200; at
+     * 17408x5120, 64 threads beat 256 by 20-28% for Q6_K, Q8_0 and Q4_0) */
     *R = rows >= 2048 ? 4 : rows >= 512 ? 2 : 1;
-    *threads = rows >= 8192 ? 64 : 256;
+    *threads = rows >= 8192 || n_in >= 16384 ? 64 : 256;
 }
 
 extern "C" int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
@@ -400,7 +708,7 @@ extern "C" int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_ou
     cudaStream_t st = (cudaStream_t)stream;
     if (n_tok == 1) {
         int R, threads;
-        mv_shape(type, n_out, 1, &R, &threads);
+        mv_shape(type, n_in, n_out, 1, &R, &threads);
         return dispatch1(MV_AUTO, type, R, threads, W, n_in, n_out, x, y, NULL, 1, 0, 0, 1, st);
     }
     size_t rb = tnd_cu_row_bytes(type, n_in);
@@ -418,8 +726,20 @@ extern "C" int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t 
     int e = check_w(type, W, n_in, n_out);
     if (e) return e;
     if (!x || !y || (rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4)) return cudaErrorInvalidValue;
-    if (threads < 32 || threads > 32 * MV_MAX_WARPS || threads % 32 || kernel < 0 || kernel > 2)
+    if (threads < 32 || threads > 32 * MV_MAX_WARPS || threads % 32 || kernel < 0 || kernel > MV_STREAM)
         return cudaErrorInvalidValue;
+    if (kernel == MV_STREAM) {
+        /* the streaming kernel's block shape is fixed: rows_per_warp * threads
+         * / 32 picks the number of blocks instead (below 32: that many, so
+         * the tests reach its grid splits; 32: one per SM, the default) */
+        if (type == TND_TYPE_Q4_K && ((uintptr_t)x & 15) == 0) {
+            const int blocks = rows_per_warp * threads / 32;
+            int e2 = launch_q4k_tma(W, tnd_cu_row_bytes(type, n_in), n_in, n_out, x, y, blocks < 32 ? blocks : 0,
+                                    (cudaStream_t)stream);
+            if (e2 != -1) return e2;
+        }
+        kernel = MV_AUTO;
+    }
     return dispatch1(kernel, type, rows_per_warp, threads, W, n_in, n_out, x, y, NULL, 1, 0, 0, 1,
                      (cudaStream_t)stream);
 }
@@ -433,7 +753,7 @@ extern "C" int tnd_cu_matvec_id(int type, const void *W, int64_t n_in, int64_t n
     int64_t pairs = n_tok * n_used;
     if (pairs > 65535) return cudaErrorInvalidValue; /* grid.y limit */
     int R, threads;
-    mv_shape(type, n_out, pairs, &R, &threads);
+    mv_shape(type, n_in, n_out, pairs, &R, &threads);
     return dispatch1(MV_AUTO, type, R, threads, W, n_in, n_out, x, y, ids, n_used, n_expert, x_per_slot ? 1 : 0,
                      (unsigned)pairs, (cudaStream_t)stream);
 }
