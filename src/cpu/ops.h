@@ -36,6 +36,9 @@ typedef struct tnd_attn_args {
     float softcap;         /* tanh soft-capping of scores; 0 = off */
 } tnd_attn_args;
 
+/* Tests: true forces the scalar attention (the reference of the SIMD one). */
+extern bool tnd_cpu_ops_scalar;
+
 /* Causal multi-head attention with GQA (head h reads kv head h / (n_head /
  * n_kv_head)); the cache must already hold rows up to pos0 + n_tok - 1.
  * Parallel over (token, head) pairs. */

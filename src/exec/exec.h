@@ -104,7 +104,7 @@ struct tnd_ctx {
 
     /* weights */
     const void **w[2];       /* [side][n_slices] address of each slice on that side, or NULL */
-    void **w_owned;          /* [n_slices] GPU buffers to free */
+    void *w_arena;           /* GPU: every resident slice, 256-byte aligned, in slice order */
     void *pinned;            /* the pinned host store (host address), or NULL */
     void *pinned_dev;        /* its device-mapped address */
     /* KV cache: canonical reservation [2][n_layer][n_ctx][kv_dim] f16, and per
@@ -112,6 +112,7 @@ struct tnd_ctx {
     uint16_t *kv_canon;
     size_t kv_canon_bytes;
     void **kv_addr;          /* [n_layer][2] */
+    void *kv_arena;          /* GPU: the K and V caches of the GPU layers */
     /* activations on the host: act_dev[i] is side 0's act[i] as the GPU sees it */
     void *act_dev[A_COUNT];
     uint8_t valid[A_COUNT];  /* bit s: side s holds the latest contents */

@@ -15,6 +15,17 @@
 #include "util.h"
 
 #define ALIGN256(x) (((x) + 255) & ~(uint64_t)255)
+
+/* What a device allocation of n bytes costs against the budget: the CUDA
+ * backend counts what the driver maps (2 MiB pages for large buffers), so
+ * the layout does too, and keeps the number of allocations small (one
+ * arena for the resident weights, one for the KV caches). */
+static uint64_t dev_cost(uint64_t n) {
+    if (!n) return 0;
+    n = (n + 15) & ~(uint64_t)15;
+    if (n >= (1u << 20)) return (n + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
+    return (n + 511) & ~(uint64_t)511;
+}
 #define MIB (1024.0 * 1024.0)
 /* Promotion slots wanted: two lets a copy overlap the op before it, three
  * keeps the copy engine busy across a short op. */
@@ -57,7 +68,7 @@ void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, i
     size_t sz[A_COUNT];
     tnd_act_sizes(hp, nb, sz);
     uint64_t act = 0, store = 0, scratch = 0;
-    for (int i = 0; i < A_COUNT; i++) act += ALIGN256(sz[i]);
+    for (int i = 0; i < A_COUNT; i++) act += dev_cost(sz[i]);
     for (int il = 0; il < hp->n_layer; il++) *(p->kv[il] ? &l->kv_gpu : &l->kv_cpu) += kv_layer;
     int n_used = hp->n_expert ? hp->n_expert_used : 1;
     for (int i = 0; i < m->n_slices; i++) {
@@ -85,13 +96,16 @@ void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, i
     uint64_t att = (uint64_t)nb * hp->n_head * (nb > 1 ? 4 : 264) * (hp->head_dim + 2) * 4;
     if (att > scratch) scratch = att;
     l->act_gpu = act;
-    l->scratch_gpu = scratch + (32u << 20); /* + the cuBLAS workspace */
+    l->scratch_gpu = dev_cost(scratch) + dev_cost(32u << 20); /* + the cuBLAS workspace */
     l->pinned_host = store + act;
+    /* the arenas' page rounding is counted with the weights and the caches */
+    l->w_gpu = dev_cost(l->w_gpu + l->small_gpu) - l->small_gpu;
+    l->kv_gpu = dev_cost(l->kv_gpu);
     uint64_t fixed = l->w_gpu + l->small_gpu + l->kv_gpu + l->act_gpu + l->scratch_gpu;
     if (l->slot_bytes) {
         l->n_slots = WANT_SLOTS;
-        while (l->n_slots > 1 && fixed + l->n_slots * l->slot_bytes > budget) l->n_slots--;
-        l->slots_gpu = l->n_slots * l->slot_bytes;
+        while (l->n_slots > 1 && fixed + l->n_slots * dev_cost(l->slot_bytes) > budget) l->n_slots--;
+        l->slots_gpu = l->n_slots * dev_cost(l->slot_bytes);
     }
     l->gpu_total = fixed + l->slots_gpu;
 }
@@ -151,15 +165,22 @@ static tnd_status alloc_kv(tnd_ctx *c) {
     c->kv_canon = r;
     c->kv_addr = tnd_calloc(2 * (size_t)hp->n_layer, sizeof *c->kv_addr);
     if (!c->kv_addr) return TND_ERR_NOMEM;
+    int n_gpu = 0;
+    for (int l = 0; c->gpu && l < hp->n_layer; l++) n_gpu += c->pl.kv[l] == TND_SIDE_GPU;
+    if (n_gpu) {
+        tnd_status st = gpu_alloc(c, 2 * (size_t)n_gpu * per, &c->kv_arena, "KV cache");
+        if (st) return tnd_fail_wrap(st, "%d GPU layers x %d tokens of context: ", n_gpu, c->n_ctx);
+    }
+    char *next = c->kv_arena;
     for (int l = 0; l < hp->n_layer; l++) {
         for (int kv = 0; kv < 2; kv++) {
             char *canon = (char *)c->kv_canon + ((size_t)kv * hp->n_layer + (size_t)l) * per;
             if (c->pl.kv[l] == TND_SIDE_CPU || !c->gpu) {
                 c->kv_addr[2 * l + kv] = canon;
-                continue;
+            } else {
+                c->kv_addr[2 * l + kv] = next;
+                next += per;
             }
-            tnd_status st = gpu_alloc(c, per, &c->kv_addr[2 * l + kv], "KV cache");
-            if (st) return tnd_fail_wrap(st, "layer %d (%d tokens of context): ", l, c->n_ctx);
         }
     }
     return TND_OK;
@@ -170,8 +191,7 @@ static tnd_status alloc_weights(tnd_ctx *c) {
     int n = m->n_slices;
     c->w[0] = tnd_calloc((size_t)n, sizeof(void *));
     c->w[1] = tnd_calloc((size_t)n, sizeof(void *));
-    c->w_owned = tnd_calloc((size_t)n, sizeof(void *));
-    if (!c->w[0] || !c->w[1] || !c->w_owned) return TND_ERR_NOMEM;
+    if (!c->w[0] || !c->w[1]) return TND_ERR_NOMEM;
     for (int i = 0; i < n; i++) c->w[0][i] = m->slices[i]->data;
     if (!c->gpu) return TND_OK;
     tnd_backend *g = c->side[1].be;
@@ -199,13 +219,18 @@ static tnd_status alloc_weights(tnd_ctx *c) {
             TND_DEBUG("pinned store: %.1f MiB in %.2f s", store / MIB, tnd_time_s() - t0);
         }
     }
+    uint64_t arena = 0;
+    for (int i = 0; i < n; i++)
+        if (tnd_slice_small(m->slices[i]) || c->pl.where[i] == TND_SIDE_GPU) arena += ALIGN256(m->slices[i]->t->nbytes);
+    tnd_status st = arena ? g->iface->buf_alloc(g, arena, &c->w_arena) : TND_OK;
+    if (st) return tnd_fail_wrap(st, "resident weights (%.1f MiB): ", arena / MIB);
+    char *next = c->w_arena;
     for (int i = 0; i < n; i++) {
         const tnd_weight *w = m->slices[i];
         if (!tnd_slice_small(w) && c->pl.where[i] != TND_SIDE_GPU) continue;
-        tnd_status st = g->iface->buf_alloc(g, w->t->nbytes, &c->w_owned[i]);
-        if (st) return tnd_fail_wrap(st, "uploading weight '%.*s': ", (int)w->t->name.len, w->t->name.ptr);
-        if ((st = g->iface->copy_h2d(g, c->w_owned[i], w->data, w->t->nbytes, c->side[1].st))) return st;
-        c->w[1][i] = c->w_owned[i];
+        if ((st = g->iface->copy_h2d(g, next, w->data, w->t->nbytes, c->side[1].st))) return st;
+        c->w[1][i] = next;
+        next += ALIGN256(w->t->nbytes);
     }
     return g->iface->stream_sync(g, c->side[1].st);
 }
@@ -272,7 +297,6 @@ tnd_status tnd_layout_alloc(tnd_ctx *c) {
 }
 
 void tnd_layout_free(tnd_ctx *c) {
-    const tnd_model *m = c->m;
     if (c->planned_only) return;
     tnd_backend *g = c->gpu ? c->side[1].be : NULL;
     for (int s = 0; s < 2; s++) {
@@ -285,10 +309,8 @@ void tnd_layout_free(tnd_ctx *c) {
         }
     }
     if (g) {
-        for (int l = 0; c->kv_addr && l < m->hp.n_layer; l++)
-            if (c->pl.kv[l] == TND_SIDE_GPU)
-                for (int kv = 0; kv < 2; kv++) g->iface->buf_free(g, c->kv_addr[2 * l + kv]);
-        for (int i = 0; c->w_owned && i < m->n_slices; i++) g->iface->buf_free(g, c->w_owned[i]);
+        g->iface->buf_free(g, c->kv_arena);
+        g->iface->buf_free(g, c->w_arena);
         if (c->pinned) g->iface->host_free(g, c->pinned);
         for (int i = 0; c->slot && i < c->lay.n_slots; i++) {
             g->iface->buf_free(g, c->slot[i]);
@@ -303,7 +325,6 @@ void tnd_layout_free(tnd_ctx *c) {
     free(c->kv_addr);
     free(c->w[0]);
     free(c->w[1]);
-    free(c->w_owned);
     free(c->slot);
     free(c->slot_ready);
     free(c->slot_free);

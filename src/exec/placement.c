@@ -156,8 +156,11 @@ tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *
             st = tnd_fail(TND_ERR_ARG, "bad promotion set '%s' (none, all, auto, random:SEED)", promote);
         for (int i = 0; !st && i < m->n_slices; i++) {
             bool r = all || (mix(&seed) & 1);
-            /* the embedding is read a few rows at a time: never worth a copy */
-            if (p->where[i] == TND_SIDE_CPU && !tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd) p->promote[i] = r;
+            /* the embedding is read a few rows at a time and the output head
+             * sees one token a round: never worth a copy */
+            const tnd_weight *w = m->slices[i];
+            if (p->where[i] == TND_SIDE_CPU && !tnd_slice_small(w) && w != &m->tok_embd && i != m->output.id)
+                p->promote[i] = r;
         }
     }
     if (st) tnd_placement_free(p);

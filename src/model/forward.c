@@ -167,10 +167,12 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
         if (p->promote && strcmp(p->promote, "none")) { /* room for the promotion slots */
             uint64_t big = 0;
             for (int i = 0; i < m->n_slices; i++)
-                if (!tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd && m->slices[i]->t->nbytes > big)
+                if (!tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd && i != m->output.id &&
+                    m->slices[i]->t->nbytes > big)
                     big = m->slices[i]->t->nbytes;
             fixed += 3 * big;
         }
+        fixed += 4u << 20; /* the weight and KV arenas round up to 2 MiB pages */
         wbudget = budget > fixed ? budget - fixed : 0;
         if (fixed > budget) {
             /* a policy, not a demand: fall back to the CPU, loudly */
