@@ -5,15 +5,17 @@ FFN tensors from the last layer backwards while they fit; the rest on the
 CPU. It is the "attention on the GPU, FFN split" placement of the hybrid
 execution benchmarks, computed for one model, budget and context.
 
-usage: bench/attn_first.py TANDEM MODEL BUDGET CTX BATCH OUT
-  (BUDGET as tandem takes it: 4523M, 50%)"""
+usage: bench/attn_first.py TANDEM MODEL BUDGET CTX BATCH OUT [PROMOTE]
+  (BUDGET as tandem takes it: 4523M, 50%; PROMOTE as --promote, whose slots
+  take room too)"""
 import json
 import re
 import subprocess
 import sys
 
 tandem, model, budget, ctx, batch, out = sys.argv[1:7]
-base = ["plan", "-m", model, "--vram-budget", budget, "-c", ctx, "-b", batch, "--json"]
+promote = sys.argv[7] if len(sys.argv) > 7 else "none"
+base = ["plan", "-m", model, "--vram-budget", budget, "-c", ctx, "-b", batch, "--promote", promote, "--json"]
 # the GPU's fixed needs (activations, scratch, norms): the plan with no weights there
 fixed = json.loads(subprocess.run([tandem, *base, "--placement", "cpu"], check=True, capture_output=True,
                                   text=True).stdout)

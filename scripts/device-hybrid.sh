@@ -20,7 +20,8 @@ for s in $sections; do
 case $s in
 equiv)
   echo "## GPU equivalence (test_cuda_hybrid)"
-  TND_SRC=. timeout 400 build-device/test_cuda_hybrid 2>&1 | tail -60 || fail=1
+  TND_SRC=. timeout 400 build-device/test_cuda_hybrid >/tmp/tnd/equiv.log 2>&1 || fail=1
+  grep -E "FAIL|diverges|identical|driver" /tmp/tnd/equiv.log | sort | uniq -c | sort -rn | head -30
   ;;
 dense)
   M=/tmp/tnd/qwen3-14b.gguf
@@ -30,7 +31,7 @@ dense)
   for run in "512 0 0" "2048 128 2048"; do
     set -- $run
     ctx=$(( $1 > $3 + $2 ? $1 : $3 + $2 ))
-    python3 bench/attn_first.py $B $M 50% $ctx $1 /tmp/tnd/attn14.txt || fail=1
+    python3 bench/attn_first.py $B $M 50% $ctx $1 /tmp/tnd/attn14.txt auto || fail=1
     # without promotions prefill runs half the model on the CPU: measured at 512 only
     extra=$([ $1 = 512 ] && echo "--placement static")
     timeout 300 $B bench -m $M --device cuda --vram-budget 50% -t $T -p $1 -n $2 -d $3 -r ${REPS:-2} \

@@ -190,7 +190,8 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
     if (stat && c->gpu) {
         /* promotions apply to what static placement leaves on the CPU */
         if ((st = get_perf(c, p, &c->perf)) || (st = tnd_placement_make(m, "cpu", p->promote, 0, 0, &c->pl)) ||
-            (st = tnd_static_place(m, c->perf, wbudget, kv_layer, &c->pl)))
+            (st = tnd_static_place(m, c->perf, wbudget, kv_layer, c->n_ctx, c->n_batch,
+                                   p->promote && strcmp(p->promote, "none"), &c->pl)))
             return st;
         for (int i = 0; i < m->n_slices; i++)
             if (c->pl.where[i] == TND_SIDE_GPU) c->pl.promote[i] = 0;

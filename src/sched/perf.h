@@ -58,9 +58,11 @@ bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, i
 double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt, int pos0);
 
 /* Static placement (ATSInfer Algorithm 1 with the MoE rule, sched/place.h):
- * fills p for a decode round within weight_budget bytes (weights and the
- * KV caches of GPU layers, kv_layer bytes each). *gain: the objective. */
+ * fills p within weight_budget bytes (weights and the KV caches of GPU
+ * layers, kv_layer bytes each), minimizing a decode step at half of n_ctx
+ * plus a prompt token's share of a prefill chunk of n_batch (promote: CPU
+ * slices may be promoted for prefill). */
 tnd_status tnd_static_place(const tnd_model *m, const tnd_perf *pf, uint64_t weight_budget, uint64_t kv_layer,
-                            tnd_placement *p);
+                            int n_ctx, int n_batch, bool promote, tnd_placement *p);
 
 #endif

@@ -2,7 +2,10 @@
  * §8): the items of a decode round in execution order — each weight slice,
  * and each layer's attention with its KV cache as one more item whose bytes
  * are the cache — go to the knapsack DP with switch costs (sched/place.c),
- * under the MoE rule for expert tensors. */
+ * under the MoE rule for expert tensors. The times are those of a round mix
+ * (a decode step and a prompt token's share of a prefill chunk): a
+ * decode-only objective leaves the KV caches on the CPU, whose prefill
+ * attention then dominates long prompts. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,8 +13,38 @@
 #include "sched/place.h"
 #include "util.h"
 
+/* The round mix the placement is optimized for: one decode step at half the
+ * context plus one prompt token's share of a prefill chunk of nb tokens
+ * (requests as long in as out). A CPU slice's prefill share is its CPU time,
+ * or with promotions the copy and the GPU time when that is less. */
+typedef struct mix {
+    int depth, nb;
+    bool promote;
+} mix;
+
+static double slice_cost(const tnd_model *m, const tnd_perf *pf, const mix *x, int sid, int side) {
+    int nt = sid == m->output.id ? 1 : x->nb;
+    double dec = tnd_perf_slice_time(pf, sid, side, 1), pp = tnd_perf_slice_time(pf, sid, side, nt);
+    if (side == TND_SIDE_CPU && x->promote && sid != m->output.id) {
+        double via_gpu = pf->lat + (double)m->slices[sid]->t->nbytes / pf->b_pcie + tnd_perf_slice_time(pf, sid, 1, nt);
+        if (via_gpu < pp) pp = via_gpu;
+    }
+    return dec + pp / x->nb;
+}
+
+/* Attention and the other weightless ops of one layer, same mix. */
+static double attn_cost(const tnd_perf *pf, const mix *x, int side) {
+    const double *at = side ? pf->attn_gpu : pf->attn_cpu, *ot = side ? pf->other_gpu : pf->other_cpu;
+    /* profiled at 1024 cache rows (decode) and from an empty cache (chunks) */
+    double dec = at[0] * (x->depth + 1.0) / 1025.0 + ot[0];
+    int k = x->nb >= 2048 ? 2 : x->nb >= 512 ? 1 : 0;
+    double chunk = k ? at[k] * ((double)x->nb / tnd_perf_nt[k]) * ((double)x->nb / tnd_perf_nt[k]) : at[0];
+    return dec + (chunk + ot[k]) / x->nb;
+}
+
 /* Item i stands for slice ref[i] >= 0, or the attention of layer -ref[i]-1. */
-static int collect(const tnd_model *m, const tnd_perf *pf, uint64_t kv_layer, tnd_place_item *it, int *ref) {
+static int collect(const tnd_model *m, const tnd_perf *pf, const mix *mx, uint64_t kv_layer, tnd_place_item *it,
+                   int *ref) {
     const tnd_hparams *hp = &m->hp;
     double act = sizeof(float) * (double)hp->n_embd;
     double sw = pf->lat + act / pf->b_pcie;
@@ -23,17 +56,17 @@ static int collect(const tnd_model *m, const tnd_perf *pf, uint64_t kv_layer, tn
         bool first_exp = true;
         for (size_t j = 0; j < sizeof seq / sizeof *seq; j++) {
             const tnd_weight *w = seq[j];
-            tnd_place_item x = {.c_switch = sw, .weight = 1, .fixed = -1};
+            tnd_place_item x = {.c_switch = sw + sw / mx->nb, .weight = 1, .fixed = -1};
             if (!w) {
                 x.bytes = kv_layer;
-                x.t_cpu = pf->attn_cpu[0] + pf->other_cpu[0];
-                x.t_gpu = pf->attn_gpu[0] + pf->other_gpu[0];
+                x.t_cpu = attn_cost(pf, mx, TND_SIDE_CPU);
+                x.t_gpu = attn_cost(pf, mx, TND_SIDE_GPU);
                 ref[n] = -l - 1;
             } else {
                 if (!w->t || w->id < 0) continue;
                 x.bytes = w->t->nbytes;
-                x.t_cpu = tnd_perf_slice_time(pf, w->id, TND_SIDE_CPU, 1);
-                x.t_gpu = tnd_perf_slice_time(pf, w->id, TND_SIDE_GPU, 1);
+                x.t_cpu = slice_cost(m, pf, mx, w->id, TND_SIDE_CPU);
+                x.t_gpu = slice_cost(m, pf, mx, w->id, TND_SIDE_GPU);
                 if (w->n_expert > 1) {
                     x.expert = true;
                     x.switch_free = !first_exp; /* gate, up and down of the experts run back to back */
@@ -46,8 +79,8 @@ static int collect(const tnd_model *m, const tnd_perf *pf, uint64_t kv_layer, tn
     }
     const tnd_weight *o = &m->output;
     if (o->id >= 0) {
-        it[n] = (tnd_place_item){.bytes = o->t->nbytes, .t_cpu = tnd_perf_slice_time(pf, o->id, TND_SIDE_CPU, 1),
-                                 .t_gpu = tnd_perf_slice_time(pf, o->id, TND_SIDE_GPU, 1), .c_switch = sw,
+        it[n] = (tnd_place_item){.bytes = o->t->nbytes, .t_cpu = slice_cost(m, pf, mx, o->id, TND_SIDE_CPU),
+                                 .t_gpu = slice_cost(m, pf, mx, o->id, TND_SIDE_GPU), .c_switch = sw,
                                  .weight = 1, .fixed = -1};
         /* a tied head is also the embedding table, which stays on the CPU */
         if (m->hp_tied) it[n].fixed = TND_B_CPU;
@@ -57,7 +90,8 @@ static int collect(const tnd_model *m, const tnd_perf *pf, uint64_t kv_layer, tn
 }
 
 tnd_status tnd_static_place(const tnd_model *m, const tnd_perf *pf, uint64_t weight_budget, uint64_t kv_layer,
-                            tnd_placement *p) {
+                            int n_ctx, int n_batch, bool promote, tnd_placement *p) {
+    mix mx = {.depth = n_ctx / 2, .nb = n_batch > 0 ? n_batch : 1, .promote = promote};
     int cap = m->n_slices + m->hp.n_layer + 1;
     tnd_place_item *it = tnd_calloc((size_t)cap, sizeof *it);
     int *ref = tnd_calloc((size_t)cap, sizeof *ref);
@@ -66,7 +100,7 @@ tnd_status tnd_static_place(const tnd_model *m, const tnd_perf *pf, uint64_t wei
         free(it), free(ref), free(out);
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     }
-    int n = collect(m, pf, kv_layer, it, ref);
+    int n = collect(m, pf, &mx, kv_layer, it, ref);
     double c_last = pf->lat + sizeof(float) * (double)m->hp.n_vocab / pf->b_pcie;
     tnd_place_result res;
     /* Sizes round up to whole units: 1 MiB as in the paper for big budgets,
