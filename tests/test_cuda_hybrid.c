@@ -19,10 +19,11 @@
 
 #define N_GEN 32
 #define TIE 0.25f
-/* The CUDA runtime's own allocations outside the budget: each context's
- * cuBLAS handles keep a little state. Kernel modules are loaded by a
- * warm-up run before any measurement. */
-#define SLACK (32ull << 20)
+/* The driver maps memory in 2 MiB pages; tandem counts its buffers that
+ * way and charges the cuBLAS handle's own memory (64 MiB on the H200, seen
+ * by this test in the session that added the charge) to the budget. Kernel
+ * modules are loaded by a warm-up run before any measurement. */
+#define SLACK (8ull << 20)
 
 static int failures;
 #define CHECK(c, ...)                                                   \
@@ -109,9 +110,11 @@ int main(void) {
     float *ref = malloc(sizeof(float) * (size_t)N_GEN * nv), *got = malloc(sizeof(float) * (size_t)N_GEN * nv);
     int32_t ref_tok[N_GEN], tok[N_GEN];
     struct { const char *placement, *promote, *budget; } cfg[] = {
-        {"gpu", NULL, NULL},         {"layer", NULL, "80%"},          {"layer", "all", "60%"},
+        /* budgets in % of the 92 MiB of weights: the GPU's fixed needs
+         * (activations, scratch, cuBLAS) are ~110 MiB, so these split the model */
+        {"gpu", NULL, NULL},         {"layer", NULL, "150%"},         {"layer", "all", "160%"},
         {"random:1", NULL, NULL},    {"random:2", "random:7", NULL}, {"random:3", "all", NULL},
-        {"static", "auto", "70%"},   {"random:4", "auto", NULL},     {"static", NULL, "90%"},
+        {"static", "auto", "170%"},  {"random:4", "auto", NULL},     {"static", NULL, "140%"},
     };
     int n_cfg = (int)(sizeof cfg / sizeof cfg[0]), same = 0, tie = 0, total = 0;
     { /* warm-up: loads the kernel modules and cuBLAS before memory is measured */

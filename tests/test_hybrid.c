@@ -124,8 +124,9 @@ int main(void) {
     CHECK(strstr(tnd_last_error(), "budget"), "message names the budget: %s", tnd_last_error());
     /* layer policy at a budget: fits (whole layers), never beyond it */
     bp.placement = "layer";
-    bp.vram_budget = 60u << 20;
-    CHECK(tnd_ctx_new(m, &bp, &c) == TND_OK, "layer policy at 60 MiB: %s", tnd_last_error());
+    bp.vram_budget = 150u << 20;
+    CHECK(tnd_ctx_new(m, &bp, &c) == TND_OK, "layer policy at 150 MiB: %s", tnd_last_error());
+    CHECK(c && c->gpu && c->lay.gpu_total <= bp.vram_budget && c->lay.w_gpu > 0, "layer policy: some layers within the budget");
     tnd_ctx_free(c);
     c = NULL;
 

@@ -44,7 +44,7 @@ for k in range(1, k_max + 1):
         print(f"ok random:{k} {' '.join(extra)}")
 
 # --dry-run: the layout, nothing run
-r = subprocess.run([tandem, "run", "-m", model, "-p", "x", "--device", "sim", "--vram-budget", "80M",
+r = subprocess.run([tandem, "run", "-m", model, "-p", "x", "--device", "sim", "--vram-budget", "150M",
                     "--placement", "layer", "--dry-run"], capture_output=True, text=True, timeout=600)
 if r.returncode != 0 or "memory layout" not in r.stdout or "resident weights" not in r.stdout:
     fails += 1

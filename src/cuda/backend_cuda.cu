@@ -56,6 +56,7 @@ struct tnd_stream {
     size_t scratch_size;
     cublasHandle_t blas;
     void *blas_ws;
+    uint64_t blas_own; /* device memory the cuBLAS handle took for itself, charged to the budget */
 };
 struct tnd_event {
     cudaEvent_t e;
@@ -306,6 +307,9 @@ static void cu_stream_free(tnd_backend *b, tnd_stream *s) {
     set_device(c);
     cudaStreamSynchronize(s->s);
     if (s->blas) cublasDestroy(s->blas);
+    pthread_mutex_lock(&c->mu);
+    c->used -= s->blas_own;
+    pthread_mutex_unlock(&c->mu);
     cu_free_raw(c, s->blas_ws);
     cu_free_raw(c, s->scratch);
     cudaStreamDestroy(s->s);
@@ -413,6 +417,11 @@ static tnd_status ensure_blas(cu_ctx *c, tnd_stream *s) {
     tnd_status st = cu_alloc_raw(c, CU_BLAS_WORKSPACE, &s->blas_ws, "cuBLAS workspace");
     if (st) return st;
     cublasHandle_t h;
+    /* A handle allocates device memory of its own (~64 MiB measured on the
+     * H200 with CUDA 13), outside cudaMalloc: the driver's view before and
+     * after is charged to the budget, so the budget holds for everything. */
+    size_t f0 = 0, f1 = 0, tot = 0;
+    cudaMemGetInfo(&f0, &tot);
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
         cu_free_raw(c, s->blas_ws);
         s->blas_ws = NULL;
@@ -426,6 +435,24 @@ static tnd_status ensure_blas(cu_ctx *c, tnd_stream *s) {
         s->blas_ws = NULL;
         return tnd_fail(TND_ERR_BACKEND, "cuda: setting the cuBLAS stream/workspace failed");
     }
+    cudaMemGetInfo(&f1, &tot);
+    uint64_t own = f0 > f1 ? (uint64_t)(f0 - f1) : 0;
+    pthread_mutex_lock(&c->mu);
+    if (c->used + own > c->budget) {
+        uint64_t used = c->used, budget = c->budget;
+        pthread_mutex_unlock(&c->mu);
+        cublasDestroy(h);
+        cu_free_raw(c, s->blas_ws);
+        s->blas_ws = NULL;
+        return tnd_fail(TND_ERR_NOMEM,
+                        "cuda: the cuBLAS handle's own %.1f MiB refused: the VRAM budget is %.1f MiB and %.1f MiB are "
+                        "in use",
+                        own / 1048576.0, budget / 1048576.0, used / 1048576.0);
+    }
+    c->used += own;
+    if (c->used > c->peak) c->peak = c->used;
+    pthread_mutex_unlock(&c->mu);
+    s->blas_own = own;
     s->blas = h;
     return TND_OK;
 }

@@ -101,6 +101,7 @@ struct tnd_ctx {
     tnd_stream *xfer;        /* GPU transfer stream (weight copies) */
     tnd_placement pl;
     tnd_layout lay;
+    uint64_t budget_asked;   /* the GPU budget before any fallback to the CPU */
 
     /* weights */
     const void **w[2];       /* [side][n_slices] address of each slice on that side, or NULL */

@@ -96,7 +96,9 @@ void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, i
     uint64_t att = (uint64_t)nb * hp->n_head * (nb > 1 ? 4 : 264) * (hp->head_dim + 2) * 4;
     if (att > scratch) scratch = att;
     l->act_gpu = act;
-    l->scratch_gpu = dev_cost(scratch) + dev_cost(32u << 20); /* + the cuBLAS workspace */
+    /* + the cuBLAS workspace and the handle's own memory (64 MiB measured on
+     * the H200; the CUDA backend charges what the driver reports) */
+    l->scratch_gpu = dev_cost(scratch) + dev_cost(32u << 20) + (64u << 20);
     l->pinned_host = store + act;
     /* the arenas' page rounding is counted with the weights and the caches */
     l->w_gpu = dev_cost(l->w_gpu + l->small_gpu) - l->small_gpu;
@@ -341,7 +343,8 @@ void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint
         /* one token reads n_used of the n_expert experts */
         if (w->n_expert > 1) b = b / (uint64_t)w->n_expert * (uint64_t)m->hp.n_expert_used;
         if (c->gpu && c->pl.where[i] == TND_SIDE_GPU) *gpu += b;
-        else if (c->gpu && c->pl.promote[i] && c->lay.n_slots) *pcie += w->t->nbytes;
+        /* auto promotes only when it pays, which a decode step never does */
+        else if (c->gpu && c->pl.promote[i] && c->lay.n_slots && !c->pl.promote_auto) *pcie += w->t->nbytes;
         else *cpu += b;
     }
     if (m->hp_tied) {

@@ -150,6 +150,7 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
         tnd_mem_info mi;
         c->side[1].be->iface->mem_info(c->side[1].be, &mi);
         budget = mi.budget ? mi.budget : UINT64_MAX / 4;
+        c->budget_asked = mi.budget;
     }
     const char *spec = p->placement ? p->placement : c->gpu ? "static" : "cpu";
     bool stat = !strcmp(spec, "static");

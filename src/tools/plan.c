@@ -141,8 +141,8 @@ int cmd_plan(int argc, char **argv) {
         json_str(c->pl.desc, strlen(c->pl.desc));
         printf(", \"device\": \"%s\", \"n_ctx\": %d, \"n_batch\": %d", c->gpu ? c->side[1].be->iface->name : "cpu",
                c->n_ctx, c->n_batch);
-        printf(", \"budget_bytes\": %llu, \"gpu_bytes\": %llu", (unsigned long long)l->budget,
-               (unsigned long long)l->gpu_total);
+        printf(", \"budget_bytes\": %llu, \"gpu_bytes\": %llu", (unsigned long long)c->budget_asked,
+               (unsigned long long)(c->gpu ? l->gpu_total : 0));
         printf(", \"gpu\": {\"weights\": %llu, \"norms\": %llu, \"kv_cache\": %llu, \"activations\": %llu, "
                "\"slots\": %llu, \"n_slots\": %d, \"scratch\": %llu}",
                (unsigned long long)l->w_gpu, (unsigned long long)l->small_gpu, (unsigned long long)l->kv_gpu,

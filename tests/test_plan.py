@@ -1,0 +1,60 @@
+"""`tandem plan --device sim --hw PROFILE --vram-budget X --json` (static
+placement, issue: profiler and static placement): for every model at hand
+(the default model, Gemma 3, tiny synth models of three architectures
+including MoE) and budgets from 1 MiB to three times the weights, the JSON
+has budget_bytes, gpu_bytes and slices (name, bytes, backend), gpu_bytes
+never exceeds the budget, the GPU slices' bytes fit in gpu_bytes, and the
+SVG picture is well-formed XML. Both hardware profiles of the paper."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+src = os.environ.get("TND_SRC", ".")
+tandem = os.environ.get("TND_BIN", os.path.join(src, "build", "tandem"))
+tmp = tempfile.mkdtemp()
+models = [os.path.join(src, "models", f) for f in ("SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf")]
+models = [m for m in models if os.path.exists(m)]
+for shape in ("tiny-llama", "tiny-qwen3", "tiny-qwen3moe"):
+    out = os.path.join(tmp, shape + ".gguf")
+    subprocess.run([tandem, "synth", "--shape", shape, "-o", out], check=True, capture_output=True)
+    models.append(out)
+
+fails = 0
+checked = 0
+for model in models:
+    wbytes = os.path.getsize(model)
+    for hw in ("rtx3060-laptop", "rtx4090-desktop"):
+        for budget in ("1M", "10%", "30%", "50%", "100%", "150%", "300%", str(wbytes // 3 + 12345)):
+            for placement in ("static", "layer"):
+                svg = os.path.join(tmp, "p.svg")
+                r = subprocess.run([tandem, "plan", "-m", model, "--device", "sim", "--hw", hw, "--vram-budget", budget,
+                                    "--placement", placement, "-c", "1024", "--json", "--svg", svg],
+                                   capture_output=True, text=True, timeout=600)
+                what = f"{os.path.basename(model)} {hw} {budget} {placement}"
+                if r.returncode != 0:
+                    fails += 1
+                    print("FAIL", what, r.returncode, r.stderr[-300:])
+                    continue
+                j = json.loads(r.stdout)
+                ok = all(k in j for k in ("budget_bytes", "gpu_bytes", "slices")) and j["budget_bytes"] > 0
+                ok = ok and j["gpu_bytes"] <= j["budget_bytes"]
+                ok = ok and all({"name", "bytes", "backend"} <= set(s) for s in j["slices"])
+                ok = ok and all(s["backend"] in ("cpu", "gpu", "promote", "both") for s in j["slices"])
+                on_gpu = sum(s["bytes"] for s in j["slices"] if s["backend"] in ("gpu", "both"))
+                ok = ok and on_gpu <= j["gpu_bytes"]
+                ok = ok and len(j["slices"]) > 0
+                try:
+                    root = ET.parse(svg).getroot()
+                    ok = ok and root.tag.endswith("svg")
+                except ET.ParseError as e:
+                    ok = False
+                    print("bad svg:", e)
+                checked += 1
+                if not ok:
+                    fails += 1
+                    print("FAIL", what, j.get("budget_bytes"), j.get("gpu_bytes"))
+print(f"{checked} plans checked, {fails} failures")
+sys.exit(1 if fails else 0)
