@@ -43,6 +43,31 @@ for k in range(1, k_max + 1):
     else:
         print(f"ok random:{k} {' '.join(extra)}")
 
+# MoE (tiny synth qwen3moe): expert tensors placed either side, promoted ones
+# copied after routing (only the chosen experts)
+import tempfile  # noqa: E402
+moe = os.path.join(tempfile.mkdtemp(), "moe.gguf")
+subprocess.run([tandem, "synth", "--shape", "tiny-qwen3moe", "-o", moe], check=True, capture_output=True)
+
+
+def run_moe(*args):
+    r = subprocess.run([tandem, "run", "-m", moe, "-n", "24", "--temp", "0", "-t", "2", "-b", "7", "-p",
+                        "hello world, this is a test of the experts", *args], capture_output=True, text=True,
+                       timeout=1800)
+    return r.returncode, r.stdout, r.stderr
+
+
+rc, moe_ref, err = run_moe("--device", "cpu")
+assert rc == 0, err
+for k in range(1, k_max + 1):
+    extra = ["--promote", "all" if k % 2 else f"random:{k}"]
+    rc, out, err = run_moe("--device", "sim", "--placement", f"random:{k}", *extra)
+    if rc != 0 or out != moe_ref:
+        fails += 1
+        print(f"FAIL moe random:{k} {extra}: rc={rc}\n--- cpu:\n{moe_ref}\n--- sim:\n{out}\n{err[-500:]}")
+    else:
+        print(f"ok moe random:{k} {' '.join(extra)}")
+
 # --dry-run: the layout, nothing run
 r = subprocess.run([tandem, "run", "-m", model, "-p", "x", "--device", "sim", "--vram-budget", "150M",
                     "--placement", "layer", "--dry-run"], capture_output=True, text=True, timeout=600)

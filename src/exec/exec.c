@@ -45,19 +45,66 @@ static void choose_round_promotions(tnd_ctx *c, int nt) {
     }
 }
 
-/* Queues the copy of the j-th promoted slice of the round into its slot. */
+static bool is_expert_copy(const tnd_ctx *c, int j) { return c->m->slices[c->g.nodes[c->prom[j]].sid]->n_expert > 1; }
+
+static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s);
+
+/* Queues the copy of the j-th promoted slice of the round into its slot. An
+ * expert tensor is copied only once routing has chosen (DESIGN.md §5): the
+ * experts its ids name, each to its own offset in a slot the size of the
+ * whole tensor, so the kernels index it as they would the full tensor. */
 static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
     tnd_backend *g = c->side[1].be;
-    int k = j % c->lay.n_slots, sid = c->g.nodes[c->prom[j]].sid;
-    size_t n = c->m->slices[sid]->t->nbytes;
-    tnd_status st;
-    if ((st = g->iface->stream_wait(g, c->xfer, c->slot_free[k])) ||
-        (st = g->iface->copy_h2d(g, c->slot[k], c->w[0][sid], n, c->xfer)) ||
-        (st = g->iface->event_record(g, c->slot_ready[k], c->xfer)))
+    const tnd_node *nd = &c->g.nodes[c->prom[j]];
+    int k = j % c->lay.n_slots, sid = nd->sid;
+    const tnd_weight *w = c->m->slices[sid];
+    const char *src = c->w[0][sid];
+    char *dst = c->slot[k];
+    size_t n = w->t->nbytes;
+    tnd_status st = g->iface->stream_wait(g, c->xfer, c->slot_free[k]);
+    if (st) return st;
+    if (w->n_expert > 1) {
+        /* the routing ids, on the host (waits for the GPU if it routed) */
+        const tnd_region *r = find_region(c, nd->op.in[2].data);
+        if (!r || r->kind != R_ACT) return tnd_fail(TND_ERR_INTERNAL, "expert ids outside the activations");
+        size_t off = (size_t)((const char *)nd->op.in[2].data - r->base), nb = tnd_tensor_nbytes(&nd->op.in[2]);
+        if ((st = make_current(c, r->idx, off, nb, TND_SIDE_CPU))) return st;
+        const int32_t *ids = (const int32_t *)((const char *)c->side[0].act[r->idx] + off);
+        uint8_t *chosen = c->chosen;
+        memset(chosen, 0, (size_t)w->n_expert);
+        for (size_t i = 0; i < nb / sizeof(int32_t); i++)
+            if (ids[i] >= 0 && ids[i] < w->n_expert) chosen[ids[i]] = 1;
+        size_t per = n / (size_t)w->n_expert, copied = 0;
+        for (int64_t e = 0; e < w->n_expert;) { /* runs of chosen experts, one copy each */
+            if (!chosen[e]) {
+                e++;
+                continue;
+            }
+            int64_t e1 = e;
+            while (e1 < w->n_expert && chosen[e1]) e1++;
+            if ((st = g->iface->copy_h2d(g, dst + e * per, src + e * per, (size_t)(e1 - e) * per, c->xfer))) return st;
+            copied += (size_t)(e1 - e) * per;
+            e = e1;
+        }
+        n = copied;
+    } else if ((st = g->iface->copy_h2d(g, dst, src, n, c->xfer))) {
         return st;
+    }
+    if ((st = g->iface->event_record(g, c->slot_ready[k], c->xfer))) return st;
     c->n_w_copies++;
     c->w_copy_bytes += n;
     return TND_OK;
+}
+
+/* Keeps up to n_slots copies queued from the next promoted node to run
+ * (seen); stops at an expert tensor, whose copy waits until its node is
+ * reached (reached: node seen is about to run, its routing done). */
+static tnd_status prefetch(tnd_ctx *c, int seen, bool reached) {
+    tnd_status st = TND_OK;
+    while (!st && c->prom_next < c->n_prom && c->prom_next < seen + c->lay.n_slots &&
+           ((reached && c->prom_next == seen) || !is_expert_copy(c, c->prom_next)))
+        st = queue_weight_copy(c, c->prom_next++);
+    return st;
 }
 
 /* Makes bytes [off, off+n) of activation b current on side s. */
@@ -147,6 +194,8 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         if ((st = rebase(c, o, s, false, -1))) return st;
     }
     tnd_side *sd = &c->side[s];
+    /* an expert tensor's copy is queued now that routing has run */
+    if (prom && c->prom_next == *prom_seen && (st = prefetch(c, *prom_seen, true))) return st;
     if (prom && (st = sd->be->iface->stream_wait(sd->be, sd->st, c->slot_ready[slot]))) return st;
     if ((st = sd->be->iface->op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
     for (int i = 0; i < TND_OP_MAX_OUT; i++) {
@@ -160,9 +209,8 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     }
     if (prom) {
         if ((st = sd->be->iface->event_record(sd->be, c->slot_free[slot], sd->st))) return st;
-        int j = (*prom_seen)++;
-        (void)j;
-        if (c->prom_next < c->n_prom && (st = queue_weight_copy(c, c->prom_next++))) return st;
+        (*prom_seen)++;
+        if ((st = prefetch(c, *prom_seen, false))) return st;
     }
     return TND_OK;
 }
@@ -193,7 +241,9 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
             int sid = c->g.nodes[i].sid;
             if (sid >= 0 && !tnd_slice_small(c->m->slices[sid]) && promoted(c, sid)) c->prom[c->n_prom++] = i;
         }
-        while (!st && c->prom_next < c->n_prom && c->prom_next < c->lay.n_slots) st = queue_weight_copy(c, c->prom_next++);
+        if (!c->chosen && !(c->chosen = tnd_calloc((size_t)TND_MAX(c->m->hp.n_expert, 1), 1)))
+            return tnd_fail(TND_ERR_NOMEM, "out of memory");
+        st = prefetch(c, 0, false);
     }
     int prom_seen = 0;
     for (int i = 0; !st && i < c->g.n; i++) st = run_node(c, &c->g.nodes[i], &prom_seen);

@@ -344,7 +344,7 @@ void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint
         if (w->n_expert > 1) b = b / (uint64_t)w->n_expert * (uint64_t)m->hp.n_expert_used;
         if (c->gpu && c->pl.where[i] == TND_SIDE_GPU) *gpu += b;
         /* auto promotes only when it pays, which a decode step never does */
-        else if (c->gpu && c->pl.promote[i] && c->lay.n_slots && !c->pl.promote_auto) *pcie += w->t->nbytes;
+        else if (c->gpu && c->pl.promote[i] && c->lay.n_slots && !c->pl.promote_auto) *pcie += b; /* chosen experts only */
         else *cpu += b;
     }
     if (m->hp_tied) {

@@ -46,6 +46,7 @@ void tnd_ctx_free(tnd_ctx *c) {
     tnd_graph_free(&c->g);
     free(c->prom);
     free(c->round_prom);
+    free(c->chosen);
     free(c->logits);
     free(c);
 }

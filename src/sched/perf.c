@@ -494,8 +494,18 @@ double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt) {
     return interp(side ? &pf->t_gpu[sid * TND_PERF_NK] : &pf->t_cpu[sid * TND_PERF_NK], nt);
 }
 
+/* Bytes a promotion of slice sid copies in a round of nt tokens: an expert
+ * tensor copies only the experts routing chose, E (1 - (1 - k/E)^(nt)) of
+ * them on average for uniform routing of k of E experts per token. */
+static double promoted_bytes(const tnd_model *m, int sid, int nt) {
+    const tnd_weight *w = m->slices[sid];
+    if (w->n_expert <= 1) return (double)w->t->nbytes;
+    double E = (double)w->n_expert, k = m->hp.n_expert_used;
+    return (double)w->t->nbytes / E * E * (1.0 - pow(1.0 - k / E, nt));
+}
+
 bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
-    double copy = pf->lat + (double)m->slices[sid]->t->nbytes / pf->b_pcie;
+    double copy = pf->lat + promoted_bytes(m, sid, nt) / pf->b_pcie;
     return copy + tnd_perf_slice_time(pf, sid, TND_SIDE_GPU, nt) < tnd_perf_slice_time(pf, sid, TND_SIDE_CPU, nt);
 }
 
@@ -532,7 +542,9 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
                 if (prom && slot_free) {
                     int s = k++ % n_slots;
                     double start = fmax(xfer, slot_free[s]);
-                    xfer = start + pf->lat + (double)w->t->nbytes / pf->b_pcie;
+                    /* an expert copy cannot start before routing, i.e. before this point */
+                    if (w->n_expert > 1) start = fmax(start, now);
+                    xfer = start + pf->lat + promoted_bytes(m, w->id, nt) / pf->b_pcie;
                     now = fmax(now, xfer);
                     slot_free[s] = now + t;
                 }
