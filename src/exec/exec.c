@@ -207,6 +207,16 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
             c->wlen[r->idx] = (size_t)((const char *)o->data - r->base) + tnd_tensor_nbytes(o);
         }
     }
+    if (c->expert_hits && nd->op.kind == TND_OP_MOE_ROUTE && nd->layer >= 0) { /* calibration: count routings */
+        const tnd_tensor *ids = &nd->op.out[1];
+        const tnd_region *r = find_region(c, ids->data);
+        size_t off = (size_t)((const char *)ids->data - r->base), nb = tnd_tensor_nbytes(ids);
+        if (c->gpu && (st = make_current(c, r->idx, off, nb, TND_SIDE_CPU))) return st;
+        const int32_t *v = (const int32_t *)((const char *)c->side[0].act[r->idx] + off);
+        int E = c->m->hp.n_expert;
+        for (size_t i = 0; i < nb / sizeof(int32_t); i++)
+            if (v[i] >= 0 && v[i] < E) c->expert_hits[(size_t)nd->layer * E + v[i]]++;
+    }
     if (prom) {
         if ((st = sd->be->iface->event_record(sd->be, c->slot_free[slot], sd->st))) return st;
         (*prom_seen)++;

@@ -126,6 +126,7 @@ struct tnd_ctx {
     tnd_event **slot_ready, **slot_free;
     uint8_t *round_prom;     /* [n_slices] promoted this round (promote_auto) */
     uint8_t *chosen;         /* [n_expert] scratch: the experts routing chose */
+    int64_t *expert_hits;    /* [n_layer][n_expert] routing counts (calibration), or NULL */
     int *prom;               /* [prom_cap] promoted node indices of the round */
     int prom_cap;
     int n_prom, prom_next;   /* copies queued so far */

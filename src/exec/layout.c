@@ -204,7 +204,7 @@ static tnd_status alloc_weights(tnd_ctx *c) {
     if (store) {
         tnd_status st = g->iface->host_alloc(g, store, &c->pinned, &c->pinned_dev);
         if (st) {
-            TND_WARN("WARNING: could not pin %.1f MiB of host memory for the weight store (%s); the CPU "
+            TND_WARN("could not pin %.1f MiB of host memory for the weight store (%s); the CPU "
                      "computes from the mapped file and promoted weights copy from pageable memory, several "
                      "times slower", store / MIB, tnd_last_error());
             c->pinned = NULL;

@@ -178,7 +178,7 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
         wbudget = budget > fixed ? budget - fixed : 0;
         if (fixed > budget) {
             /* a policy, not a demand: fall back to the CPU, loudly */
-            TND_WARN("WARNING: the GPU budget (%.1f MiB) cannot hold even the activations and scratch the GPU "
+            TND_WARN("the GPU budget (%.1f MiB) cannot hold even the activations and scratch the GPU "
                      "needs (%.1f MiB); running on the CPU only", budget / 1048576.0, fixed / 1048576.0);
             c->side[1].be->iface->stream_free(c->side[1].be, c->xfer);
             c->side[1].be->iface->stream_free(c->side[1].be, c->side[1].st);

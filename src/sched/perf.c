@@ -339,6 +339,54 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
     return st;
 }
 
+/* Expert popularity (DESIGN.md §11's hot-expert table): a short CPU-only
+ * run over a fixed text counts how often routing picks each expert. */
+#define CALIB_TOKENS 256
+static tnd_status calibrate_experts(const tnd_model *m, tnd_perf *pf) {
+    const tnd_hparams *hp = &m->hp;
+    static const char text[] =
+        "The history of science is the study of the development of science and scientific knowledge, including both "
+        "the natural and social sciences. Science is a body of empirical, theoretical, and practical knowledge about "
+        "the natural world, produced by scientists who emphasize the observation, explanation, and prediction of "
+        "real-world phenomena. def quicksort(xs):\n    if len(xs) <= 1:\n        return xs\n    pivot = xs[0]\n"
+        "    return quicksort([x for x in xs[1:] if x < pivot]) + [pivot] + quicksort([x for x in xs[1:] if x >= pivot])\n"
+        "Paris, Berlin, Madrid, Rome and Lisbon are capitals; 17 * 23 = 391; water boils at 100 degrees Celsius.";
+    int32_t toks[CALIB_TOKENS];
+    int32_t *ids = NULL;
+    size_t n = 0, have = 0;
+    if (m->tok && !tnd_tokenize(m->tok, text, sizeof text - 1, true, false, &ids, &n)) {
+        while (have < CALIB_TOKENS && n) { /* repeat the text to the length wanted */
+            size_t k = TND_MIN(n, (size_t)CALIB_TOKENS - have);
+            memcpy(toks + have, ids, k * sizeof *ids);
+            have += k;
+        }
+    }
+    free(ids);
+    tnd_clear_error();
+    uint64_t s = 7;
+    for (; have < CALIB_TOKENS; have++) { /* no tokenizer: pseudo-random ids */
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        toks[have] = (int32_t)((s >> 33) % (uint64_t)hp->n_vocab);
+    }
+    tnd_ctx_params cp = tnd_ctx_default_params();
+    cp.n_ctx = CALIB_TOKENS;
+    cp.n_batch = 64;
+    tnd_ctx *c;
+    tnd_status st = tnd_ctx_new((tnd_model *)m, &cp, &c);
+    if (st) return st;
+    size_t cells = (size_t)hp->n_layer * hp->n_expert;
+    c->expert_hits = tnd_calloc(cells, sizeof(int64_t));
+    pf->pop = tnd_calloc(cells, sizeof(double));
+    if (!c->expert_hits || !pf->pop) st = tnd_fail(TND_ERR_NOMEM, "out of memory");
+    if (!st) st = tnd_ctx_eval(c, toks, CALIB_TOKENS, NULL);
+    for (size_t i = 0; !st && i < cells; i++) pf->pop[i] = (double)c->expert_hits[i] / CALIB_TOKENS;
+    pf->n_expert = hp->n_expert;
+    free(c->expert_hits);
+    c->expert_hits = NULL;
+    tnd_ctx_free(c);
+    return st;
+}
+
 tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, const tnd_hw *hw,
                           tnd_progress_fn progress, tnd_perf *pf) {
     memset(pf, 0, sizeof *pf);
@@ -350,12 +398,17 @@ tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu
         tnd_perf_free(pf);
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     }
+    tnd_status st = TND_OK;
+    if (m->hp.n_expert > 1 && (st = calibrate_experts(m, pf))) {
+        tnd_perf_free(pf);
+        return tnd_fail_wrap(st, "calibrating expert popularity: ");
+    }
     if (hw) {
         build_from_hw(m, hw, pf);
         return TND_OK;
     }
     meas M = {.cpu = cpu, .gpu = gpu};
-    tnd_status st = cpu->iface->stream_new(cpu, &M.cs);
+    st = cpu->iface->stream_new(cpu, &M.cs);
     if (!st && gpu) {
         if ((st = gpu->iface->stream_new(gpu, &M.gs)) || (st = gpu->iface->event_new(gpu, &M.e0)) ||
             (st = gpu->iface->event_new(gpu, &M.e1)))
@@ -375,7 +428,8 @@ tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu
 void tnd_perf_free(tnd_perf *pf) {
     free(pf->t_cpu);
     free(pf->t_gpu);
-    pf->t_cpu = pf->t_gpu = NULL;
+    free(pf->pop);
+    pf->t_cpu = pf->t_gpu = pf->pop = NULL;
 }
 
 /* ---- cache ---------------------------------------------------------------------- */
@@ -425,7 +479,8 @@ tnd_status tnd_perf_save(const tnd_perf *pf, const char *path) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return tnd_fail(TND_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "tandem-perf 1\nslices %d\nlayers %d\nsource %s\n", pf->n_slices, pf->n_layer, pf->source);
+    fprintf(f, "tandem-perf 2\nslices %d\nlayers %d\nexperts %d\nsource %s\n", pf->n_slices, pf->n_layer,
+            pf->pop ? pf->n_expert : 0, pf->source);
     fprintf(f, "bw %.6e %.6e %.6e\nlat %.6e\n", pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat);
     fprintf(f, "attn %.6e %.6e %.6e %.6e %.6e %.6e\n", pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0],
             pf->attn_gpu[1], pf->attn_gpu[2]);
@@ -434,6 +489,11 @@ tnd_status tnd_perf_save(const tnd_perf *pf, const char *path) {
     for (int i = 0; i < pf->n_slices; i++)
         fprintf(f, "s %d %.6e %.6e %.6e %.6e %.6e %.6e\n", i, *T(pf->t_cpu, i, 0), *T(pf->t_cpu, i, 1),
                 *T(pf->t_cpu, i, 2), *T(pf->t_gpu, i, 0), *T(pf->t_gpu, i, 1), *T(pf->t_gpu, i, 2));
+    for (int l = 0; pf->pop && l < pf->n_layer; l++) {
+        fputc('p', f);
+        for (int e = 0; e < pf->n_expert; e++) fprintf(f, " %.6e", pf->pop[(size_t)l * pf->n_expert + e]);
+        fputc('\n', f);
+    }
     bool bad = ferror(f) != 0;
     if (fclose(f) || bad || rename(tmp, path)) {
         remove(tmp);
@@ -448,8 +508,10 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf) {
     memset(pf, 0, sizeof *pf);
     int ns = -1, nl = -1, ok = 1;
     char line[512];
-    ok &= fgets(line, sizeof line, f) && !strncmp(line, "tandem-perf 1", 13);
-    ok &= fscanf(f, "slices %d\nlayers %d\n", &ns, &nl) == 2 && ns == m->n_slices && nl == m->hp.n_layer;
+    int ne = -1;
+    ok &= fgets(line, sizeof line, f) && !strncmp(line, "tandem-perf 2", 13);
+    ok &= fscanf(f, "slices %d\nlayers %d\nexperts %d\n", &ns, &nl, &ne) == 3 && ns == m->n_slices &&
+          nl == m->hp.n_layer && (ne == 0 || ne == m->hp.n_expert);
     if (ok) {
         pf->n_slices = ns;
         pf->n_layer = nl;
@@ -468,6 +530,12 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf) {
         int id;
         ok = fscanf(f, "s %d %lf %lf %lf %lf %lf %lf\n", &id, T(pf->t_cpu, i, 0), T(pf->t_cpu, i, 1), T(pf->t_cpu, i, 2),
                     T(pf->t_gpu, i, 0), T(pf->t_gpu, i, 1), T(pf->t_gpu, i, 2)) == 7 && id == i;
+    }
+    if (ok && ne > 0) {
+        pf->n_expert = ne;
+        pf->pop = tnd_calloc((size_t)nl * ne, sizeof(double));
+        ok = pf->pop != NULL;
+        for (int i = 0; ok && i < nl * ne; i++) ok = fscanf(f, i % ne ? " %lf" : " p %lf", &pf->pop[i]) == 1;
     }
     fclose(f);
     if (!ok) {

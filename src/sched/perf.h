@@ -25,6 +25,9 @@ typedef struct tnd_perf {
     double other_cpu[TND_PERF_NK], other_gpu[TND_PERF_NK]; /* one layer's weightless ops */
     double b_pcie, b_cpu, b_hbm;      /* bytes/s: pinned host->GPU, CPU read, GPU memory */
     double lat;                       /* fixed cost of one backend switch, s */
+    double *pop;                      /* MoE: [n_layer][n_expert] expected uses of each expert per
+                                         token from a calibration run (the hot-expert table); NULL for dense */
+    int n_expert;
     char source[128];                  /* "measured on ..." or "cost model rtx3060-laptop" */
 } tnd_perf;
 

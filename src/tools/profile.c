@@ -105,7 +105,17 @@ int cmd_profile(int argc, char **argv) {
                    pf->t_gpu[i * 3 + 2]);
             first = 0;
         }
-        printf("]}\n");
+        printf("]");
+        if (pf->pop) {
+            printf(", \"expert_popularity\": [");
+            for (int l = 0; l < pf->n_layer; l++) {
+                printf("%s[", l ? ", " : "");
+                for (int e = 0; e < pf->n_expert; e++) printf("%s%.4f", e ? ", " : "", pf->pop[(size_t)l * pf->n_expert + e]);
+                printf("]");
+            }
+            printf("]");
+        }
+        printf("}\n");
     } else {
         printf("model: %s\nperf DB: %s (%.1f s)\n", m->desc, pf->source, took);
         printf("bandwidth: pinned PCIe %.1f GB/s, CPU read %.1f GB/s, GPU memory %.1f GB/s; switch latency %.1f us\n\n",
@@ -130,6 +140,26 @@ int cmd_profile(int argc, char **argv) {
         printf("| attention (one layer) | | %.3f / %.1f / %.1f | %.3f / %.2f / %.2f | | |\n", 1e3 * pf->attn_cpu[0],
                1e3 * pf->attn_cpu[1], 1e3 * pf->attn_cpu[2], 1e3 * pf->attn_gpu[0], 1e3 * pf->attn_gpu[1],
                1e3 * pf->attn_gpu[2]);
+        if (pf->pop) { /* the hot-expert table, summarized */
+            int E = pf->n_expert, top = E / 8 > 0 ? E / 8 : 1;
+            double share = 0;
+            for (int l = 0; l < pf->n_layer; l++) {
+                double tot = 0, hot = 0, *v = malloc(sizeof(double) * (size_t)E);
+                memcpy(v, pf->pop + (size_t)l * E, sizeof(double) * (size_t)E);
+                for (int e = 0; e < E; e++) tot += v[e];
+                for (int t = 0; t < top; t++) { /* the top experts by selection */
+                    int b = 0;
+                    for (int e = 1; e < E; e++) b = v[e] > v[b] ? e : b;
+                    hot += v[b];
+                    v[b] = -1;
+                }
+                share += tot > 0 ? hot / tot : 0;
+                free(v);
+            }
+            printf("\nexpert popularity (calibration run): the hottest %d of %d experts of a layer take %.0f%% of its "
+                   "routings on average (uniform: %.0f%%)\n",
+                   top, E, 100.0 * share / pf->n_layer, 100.0 * top / E);
+        }
     }
     tnd_ctx_free(c);
     tnd_model_free(m);
