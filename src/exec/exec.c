@@ -130,8 +130,9 @@ static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s) {
     return TND_OK;
 }
 
-/* Rewrites canonical pointer *p (of a tensor of n bytes) into side s's
- * memory, making activations current first when read. */
+/* Rewrites tensor t's canonical data pointer into side s's memory (slot:
+ * the promotion slot holding a weight, or -1), making an activation current
+ * on side s first when the op reads it. */
 static tnd_status rebase(tnd_ctx *c, tnd_tensor *t, int s, bool read, int slot) {
     if (!t->data) return TND_OK;
     const tnd_region *r = find_region(c, t->data);
@@ -226,7 +227,6 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
 }
 
 tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
-    (void)nt;
     memset(c->valid, 0, sizeof c->valid);
     memset(c->wlen, 0, sizeof c->wlen);
     /* the caller wrote ids and positions into the host buffers */

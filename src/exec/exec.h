@@ -162,9 +162,10 @@ void tnd_placement_free(tnd_placement *p);
 tnd_status tnd_placement_write(const tnd_model *m, const tnd_placement *p, FILE *f);
 
 /* ---- layout.c ---- */
-/* Fills *l for model m, placement p, context n_ctx x n_batch, GPU budget. */
+/* Fills *l for model m, placement p, context n_ctx x n_batch, GPU budget
+ * (gpu: a GPU side exists). */
 void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int n_batch, uint64_t budget,
-                        bool promote_any, tnd_layout *l);
+                        bool gpu, tnd_layout *l);
 /* Allocates everything of c's layout on both sides (c->pl and c->lay set). */
 tnd_status tnd_layout_alloc(tnd_ctx *c);
 /* Frees what tnd_layout_alloc allocated. */
@@ -182,6 +183,10 @@ void tnd_act_sizes(const tnd_hparams *hp, int n_batch, size_t sz[A_COUNT]);
  * allocated (tandem plan, --dry-run); only for inspection, then
  * tnd_ctx_free. */
 tnd_status tnd_ctx_plan_only(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
+
+/* The perf DB for c's model and GPU (cached, else measured and cached);
+ * *out is c's to free with tnd_perf_free + free. */
+tnd_status tnd_ctx_get_perf(tnd_ctx *c, const tnd_ctx_params *p, struct tnd_perf **out);
 
 /* ---- exec.c ---- */
 /* Runs c->g (the round of nt tokens) and leaves the logits in c->logits

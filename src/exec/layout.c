@@ -91,9 +91,9 @@ void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, i
         l->kv_gpu = 0;
         return;
     }
-    /* attention splits: n_tok * n_head * splits * (head_dim + 2) floats; the
-     * backend keeps ~264 blocks busy, so splits <= 264 */
-    uint64_t att = (uint64_t)nb * hp->n_head * (nb > 1 ? 4 : 264) * (hp->head_dim + 2) * 4;
+    /* attention splits: n_tok * n_head * splits * (head_dim + 2) floats, the
+     * backend splitting to keep ~264 blocks busy: n_tok * splits <= nb + 264 */
+    uint64_t att = (uint64_t)(nb + 264) * hp->n_head * (hp->head_dim + 2) * 4;
     if (att > scratch) scratch = att;
     l->act_gpu = act;
     /* + the cuBLAS workspace and the handle's own memory (64 MiB measured on

@@ -103,10 +103,7 @@ static tnd_status place_file(const tnd_model *m, const char *path, tnd_placement
         for (int l = 0; l < m->hp.n_layer; l++) {
             snprintf(name, sizeof name, "blk.%d.kv", l);
             if (fnmatch(pat, name, 0)) continue;
-            if (s == 2) {
-                st = tnd_fail(TND_ERR_ARG, "%s:%d: a KV cache cannot be promoted", path, ln);
-                break;
-            }
+            if (s == 2) continue; /* "blk.* promote" means the weights; a KV cache has one home */
             hits++;
             p->kv[l] = (uint8_t)s;
         }
@@ -179,7 +176,9 @@ tnd_status tnd_placement_write(const tnd_model *m, const tnd_placement *p, FILE 
     for (int i = 0; i < m->n_slices; i++) {
         if (tnd_slice_small(m->slices[i])) continue;
         const gguf_str *nm = &m->slices[i]->t->name;
-        fprintf(f, "%.*s %s\n", (int)nm->len, nm->ptr, p->promote[i] ? "promote" : p->where[i] ? "gpu" : "cpu");
+        /* auto candidates are CPU slices: "promote" would copy them every round */
+        fprintf(f, "%.*s %s\n", (int)nm->len, nm->ptr,
+                p->promote[i] && !p->promote_auto ? "promote" : p->where[i] ? "gpu" : "cpu");
     }
     for (int l = 0; l < m->hp.n_layer; l++) fprintf(f, "blk.%d.kv %s\n", l, p->kv[l] ? "gpu" : "cpu");
     return ferror(f) ? tnd_fail(TND_ERR_IO, "writing the placement failed") : TND_OK;

@@ -121,8 +121,14 @@ static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) 
     tnd_mem_info mi;
     c->side[1].be->iface->mem_info(c->side[1].be, &mi);
     char key[160], path[4200];
-    snprintf(key, sizeof key, "%s-%s-%llu", c->side[1].be->iface->name, use_hw ? hw.name : "measured",
-             (unsigned long long)mi.dev_total);
+    uint64_t hh = 0xcbf29ce484222325ull; /* the profile's numbers: an edited file is another machine */
+    if (use_hw) {
+        double v[] = {(double)hw.vram, hw.hbm_bw, hw.gpu_flops, hw.pcie_bw, hw.pcie_pageable_bw, hw.pcie_lat,
+                      hw.launch, hw.cpu_bw, hw.cpu_flops, hw.cpu_op, hw.cpu_threads};
+        for (size_t i = 0; i < sizeof v; i++) hh = (hh ^ ((const unsigned char *)v)[i]) * 0x100000001b3ull;
+    }
+    snprintf(key, sizeof key, "%s-%s-%llu-%016llx", c->side[1].be->iface->name, use_hw ? hw.name : "measured",
+             (unsigned long long)mi.dev_total, (unsigned long long)hh);
     bool cached = !st && tnd_perf_cache_path(c->m, key, path, sizeof path);
     if (!st && cached && !p->reprofile && tnd_perf_load(c->m, path, pf) == TND_OK) {
         TND_INFO("perf DB: %s (%s)", path, pf->source);
@@ -130,7 +136,7 @@ static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) 
         tnd_clear_error();
         if (!use_hw) fprintf(stderr, "tandem: profiling this model on this machine once (cached for later runs)\n");
         st = tnd_perf_build(c->m, c->side[0].be, c->side[1].be, use_hw ? &hw : NULL, use_hw ? NULL : progress_bar, pf);
-        if (!st && cached && tnd_perf_save(pf, path)) {
+        if (!st && cached && !pf->estimated && tnd_perf_save(pf, path)) {
             TND_WARN("could not cache the perf DB: %s", tnd_last_error());
             tnd_clear_error();
         }
@@ -141,6 +147,11 @@ static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) 
     }
     *out = pf;
     return TND_OK;
+}
+
+tnd_status tnd_ctx_get_perf(tnd_ctx *c, const tnd_ctx_params *p, struct tnd_perf **out) {
+    if (!c->gpu) return tnd_fail(TND_ERR_ARG, "a perf DB needs a GPU (--device cuda or sim)");
+    return get_perf(c, p, out);
 }
 
 /* Chooses the placement and the layout, checking it against the budget. */
@@ -154,6 +165,7 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
         c->budget_asked = mi.budget;
     }
     const char *spec = p->placement ? p->placement : c->gpu ? "static" : "cpu";
+    const char *promote = p->promote;
     bool stat = !strcmp(spec, "static");
     uint64_t kv_layer = 2ull * c->n_ctx * (uint64_t)c->kv_dim * sizeof(uint16_t);
     uint64_t wbudget = 0;
@@ -165,16 +177,25 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
         tnd_layout l;
         tnd_layout_compute(m, &all, c->n_ctx, c->n_batch, budget, true, &l);
         tnd_placement_free(&all);
-        uint64_t fixed = l.act_gpu + l.small_gpu + l.scratch_gpu;
-        if (p->promote && strcmp(p->promote, "none")) { /* room for the promotion slots */
+        /* + 4 MiB: the weight and KV arenas round up to 2 MiB pages */
+        uint64_t fixed = l.act_gpu + l.small_gpu + l.scratch_gpu + (4u << 20);
+        if (fixed <= budget && p->promote && strcmp(p->promote, "none")) {
+            /* room for as many promotion slots (up to 3) as fit; none: no promotions */
             uint64_t big = 0;
             for (int i = 0; i < m->n_slices; i++)
                 if (!tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd && i != m->output.id &&
                     m->slices[i]->t->nbytes > big)
                     big = m->slices[i]->t->nbytes;
-            fixed += 3 * big;
+            uint64_t slot = ((big + 255) & ~(uint64_t)255) + (2u << 20); /* page rounding */
+            int k = 3;
+            while (k > 0 && fixed + k * slot > budget) k--;
+            if (!k) {
+                TND_WARN("no room for a promotion slot (%.1f MiB) within the GPU budget: no promotions",
+                         slot / 1048576.0);
+                promote = NULL;
+            }
+            fixed += k * slot;
         }
-        fixed += 4u << 20; /* the weight and KV arenas round up to 2 MiB pages */
         wbudget = budget > fixed ? budget - fixed : 0;
         if (fixed > budget) {
             /* a policy, not a demand: fall back to the CPU, loudly */
@@ -191,13 +212,13 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
     }
     if (stat && c->gpu) {
         /* promotions apply to what static placement leaves on the CPU */
-        if ((st = get_perf(c, p, &c->perf)) || (st = tnd_placement_make(m, "cpu", p->promote, 0, 0, &c->pl)) ||
+        if ((st = get_perf(c, p, &c->perf)) || (st = tnd_placement_make(m, "cpu", promote, 0, 0, &c->pl)) ||
             (st = tnd_static_place(m, c->perf, wbudget, kv_layer, c->n_ctx, c->n_batch,
-                                   p->promote && strcmp(p->promote, "none"), &c->pl)))
+                                   promote && strcmp(promote, "none"), &c->pl)))
             return st;
         for (int i = 0; i < m->n_slices; i++)
             if (c->pl.where[i] == TND_SIDE_GPU) c->pl.promote[i] = 0;
-    } else if ((st = tnd_placement_make(m, stat ? "cpu" : spec, p->promote, wbudget, kv_layer, &c->pl))) {
+    } else if ((st = tnd_placement_make(m, stat ? "cpu" : spec, promote, wbudget, kv_layer, &c->pl))) {
         return st;
     }
     if (c->gpu && c->pl.promote_auto && !c->perf && (st = get_perf(c, p, &c->perf))) return st;

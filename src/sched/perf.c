@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cpu/membw.h"
 #include "sched/perf.h"
@@ -196,7 +197,8 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
             tnd_aligned_free(cb);
         }
     }
-    if (!st && db && M->gpu->iface->host_alloc && !M->gpu->iface->host_alloc(M->gpu, bn, (void **)&hb, &hd)) {
+    if (!st && db && M->gpu->iface->host_alloc && M->gpu->iface->copy_mapped && M->gpu->iface->event_elapsed &&
+        !M->gpu->iface->host_alloc(M->gpu, bn, (void **)&hb, &hd)) {
         const tnd_backend_iface *g = M->gpu->iface;
         memset(hb, 1, bn);
         float ms = 0;
@@ -278,11 +280,16 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
             if (tc < 0) st = tnd_fail_wrap(TND_ERR_BACKEND, "profiling on the CPU: ");
             *T(pf->t_cpu, i, k) = tc;
             double tg = -1;
-            if (gw) {
-                tnd_op g = slice_op(m, w, gw, nt, gx, gy, gids);
+            tnd_op g = slice_op(m, w, gw, nt, gx, gy, gids);
+            if (M->gpu && M->gpu->iface->op_supported && M->gpu->iface->op_supported(M->gpu, &g)) {
+                tnd_clear_error();
+                tg = INFINITY; /* the GPU cannot run it: never place it there */
+            } else if (gw) {
                 tg = time_gpu(M, &g, k == 0 ? 20 : 3);
             }
-            /* no GPU room for this slice: its bytes at the measured HBM rate */
+            /* no GPU room for this slice: its bytes at the measured HBM rate,
+             * an estimate (the DB is then not cached) */
+            if (!(tg > 0)) pf->estimated = true;
             *T(pf->t_gpu, i, k) = tg > 0 ? tg : (double)w->t->nbytes / pf->b_hbm;
         }
         if (gw) M->gpu->iface->buf_free(M->gpu, gw);
@@ -319,6 +326,7 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
             tnd_op gnm = norm_op(m, nt, gx, gy);
             gn = time_gpu(M, &gnm, 10);
         }
+        if (!(ga > 0) || !(gn > 0)) pf->estimated = true;
         pf->attn_gpu[k] = ga > 0 ? ga : pf->attn_cpu[k] / 20;
         pf->other_gpu[k] = gn > 0 ? OTHER_OPS * gn : pf->other_cpu[k] / 20;
     }
@@ -352,11 +360,12 @@ static tnd_status calibrate_experts(const tnd_model *m, tnd_perf *pf) {
         "    return quicksort([x for x in xs[1:] if x < pivot]) + [pivot] + quicksort([x for x in xs[1:] if x >= pivot])\n"
         "Paris, Berlin, Madrid, Rome and Lisbon are capitals; 17 * 23 = 391; water boils at 100 degrees Celsius.";
     int32_t toks[CALIB_TOKENS];
+    int want = TND_MIN(CALIB_TOKENS, hp->n_ctx_train);
     int32_t *ids = NULL;
     size_t n = 0, have = 0;
     if (m->tok && !tnd_tokenize(m->tok, text, sizeof text - 1, true, false, &ids, &n)) {
-        while (have < CALIB_TOKENS && n) { /* repeat the text to the length wanted */
-            size_t k = TND_MIN(n, (size_t)CALIB_TOKENS - have);
+        while (have < (size_t)want && n) { /* repeat the text to the length wanted */
+            size_t k = TND_MIN(n, (size_t)want - have);
             memcpy(toks + have, ids, k * sizeof *ids);
             have += k;
         }
@@ -364,12 +373,12 @@ static tnd_status calibrate_experts(const tnd_model *m, tnd_perf *pf) {
     free(ids);
     tnd_clear_error();
     uint64_t s = 7;
-    for (; have < CALIB_TOKENS; have++) { /* no tokenizer: pseudo-random ids */
+    for (; have < (size_t)want; have++) { /* no tokenizer: pseudo-random ids */
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         toks[have] = (int32_t)((s >> 33) % (uint64_t)hp->n_vocab);
     }
     tnd_ctx_params cp = tnd_ctx_default_params();
-    cp.n_ctx = CALIB_TOKENS;
+    cp.n_ctx = want;
     cp.n_batch = 64;
     tnd_ctx *c;
     tnd_status st = tnd_ctx_new((tnd_model *)m, &cp, &c);
@@ -378,8 +387,8 @@ static tnd_status calibrate_experts(const tnd_model *m, tnd_perf *pf) {
     c->expert_hits = tnd_calloc(cells, sizeof(int64_t));
     pf->pop = tnd_calloc(cells, sizeof(double));
     if (!c->expert_hits || !pf->pop) st = tnd_fail(TND_ERR_NOMEM, "out of memory");
-    if (!st) st = tnd_ctx_eval(c, toks, CALIB_TOKENS, NULL);
-    for (size_t i = 0; !st && i < cells; i++) pf->pop[i] = (double)c->expert_hits[i] / CALIB_TOKENS;
+    if (!st) st = tnd_ctx_eval(c, toks, want, NULL);
+    for (size_t i = 0; !st && i < cells; i++) pf->pop[i] = (double)c->expert_hits[i] / want;
     pf->n_expert = hp->n_expert;
     free(c->expert_hits);
     c->expert_hits = NULL;
@@ -476,7 +485,7 @@ bool tnd_perf_cache_path(const tnd_model *m, const char *gpu_desc, char *buf, si
 
 tnd_status tnd_perf_save(const tnd_perf *pf, const char *path) {
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return tnd_fail(TND_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
     fprintf(f, "tandem-perf 2\nslices %d\nlayers %d\nexperts %d\nsource %s\n", pf->n_slices, pf->n_layer,
@@ -558,6 +567,19 @@ static double interp(const double *t, int nt) {
     return t[TND_PERF_NK - 1] * nt / tnd_perf_nt[TND_PERF_NK - 1];
 }
 
+double tnd_perf_attn_time(const tnd_perf *pf, int side, int nt, int pos0) {
+    const double *at = side ? pf->attn_gpu : pf->attn_cpu;
+    if (nt == 1) return at[0] * (pos0 + 1.0) / (KV_DEPTH + 1.0);
+    /* a chunk's queries see pos0 + nt/2 rows on average: the cost per
+     * (query, row) from the profiled chunk nearest in size (512 or 2048
+     * tokens from an empty cache, nt^2/2 pairs) */
+    int k = nt >= 1024 ? 2 : 1;
+    double per = at[k] / ((double)tnd_perf_nt[k] * tnd_perf_nt[k] / 2.0);
+    return per * nt * (pos0 + nt / 2.0);
+}
+
+double tnd_perf_other_time(const tnd_perf *pf, int side, int nt) { return interp(side ? pf->other_gpu : pf->other_cpu, nt); }
+
 double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt) {
     return interp(side ? &pf->t_gpu[sid * TND_PERF_NK] : &pf->t_cpu[sid * TND_PERF_NK], nt);
 }
@@ -586,9 +608,7 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
     int cur = TND_SIDE_CPU, k = 0;
     double act = sizeof(float) * (double)hp->n_embd * nt;
     double sw = pf->lat + act / pf->b_pcie;
-    /* attention was profiled at KV_DEPTH rows for a decode step, from an
-     * empty cache for chunks: scale by the rows this round attends to */
-    double att_scale = nt == 1 ? (pos0 + 1.0) / (KV_DEPTH + 1.0) : (pos0 + nt / 2.0) / (nt / 2.0);
+
     for (int l = 0; l < hp->n_layer; l++) {
         const tnd_layer *L = &m->layers[l];
         const tnd_weight *seq[] = {&L->wq, &L->wk, &L->wv, NULL, &L->wo, &L->router, &L->ffn_gate, &L->ffn_up,
@@ -599,8 +619,7 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
             double t;
             if (!w) { /* attention, where the KV cache is */
                 side = p->kv[l];
-                t = att_scale * interp(side ? pf->attn_gpu : pf->attn_cpu, nt) +
-                    interp(side ? pf->other_gpu : pf->other_cpu, nt);
+                t = tnd_perf_attn_time(pf, side, nt, pos0) + tnd_perf_other_time(pf, side, nt);
             } else {
                 if (!w->t || w->id < 0) continue;
                 bool prom = n_slots > 0 && p->promote[w->id] &&

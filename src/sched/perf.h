@@ -29,6 +29,7 @@ typedef struct tnd_perf {
                                          token from a calibration run (the hot-expert table); NULL for dense */
     int n_expert;
     char source[128];                  /* "measured on ..." or "cost model rtx3060-laptop" */
+    bool estimated;                   /* some GPU times are estimates (no room to time them): not cached */
 } tnd_perf;
 
 /* Progress callback: done of total steps. */
@@ -47,6 +48,10 @@ bool tnd_perf_cache_path(const tnd_model *m, const char *gpu_desc, char *buf, si
 tnd_status tnd_perf_save(const tnd_perf *pf, const char *path);
 /* TND_ERR_IO if absent; TND_ERR_FORMAT if it does not match m. */
 tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf);
+/* Seconds of one layer's attention on side s for a round of nt tokens at
+ * positions pos0.., and of its other weightless ops. */
+double tnd_perf_attn_time(const tnd_perf *pf, int side, int nt, int pos0);
+double tnd_perf_other_time(const tnd_perf *pf, int side, int nt);
 /* Seconds of slice sid on side s for a round of nt tokens (interpolated
  * between the profiled sizes). */
 double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt);

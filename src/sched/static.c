@@ -32,14 +32,11 @@ static double slice_cost(const tnd_model *m, const tnd_perf *pf, const mix *x, i
     return dec + pp / x->nb;
 }
 
-/* Attention and the other weightless ops of one layer, same mix. */
+/* Attention and the other weightless ops of one layer, same mix: a decode
+ * step at the mix's depth, and a token's share of a chunk at the start. */
 static double attn_cost(const tnd_perf *pf, const mix *x, int side) {
-    const double *at = side ? pf->attn_gpu : pf->attn_cpu, *ot = side ? pf->other_gpu : pf->other_cpu;
-    /* profiled at 1024 cache rows (decode) and from an empty cache (chunks) */
-    double dec = at[0] * (x->depth + 1.0) / 1025.0 + ot[0];
-    int k = x->nb >= 2048 ? 2 : x->nb >= 512 ? 1 : 0;
-    double chunk = k ? at[k] * ((double)x->nb / tnd_perf_nt[k]) * ((double)x->nb / tnd_perf_nt[k]) : at[0];
-    return dec + (chunk + ot[k]) / x->nb;
+    return tnd_perf_attn_time(pf, side, 1, x->depth) + tnd_perf_other_time(pf, side, 1) +
+           (tnd_perf_attn_time(pf, side, x->nb, 0) + tnd_perf_other_time(pf, side, x->nb)) / x->nb;
 }
 
 /* Item i stands for slice ref[i] >= 0, or the attention of layer -ref[i]-1. */
@@ -56,7 +53,8 @@ static int collect(const tnd_model *m, const tnd_perf *pf, const mix *mx, uint64
         bool first_exp = true;
         for (size_t j = 0; j < sizeof seq / sizeof *seq; j++) {
             const tnd_weight *w = seq[j];
-            tnd_place_item x = {.c_switch = sw + sw / mx->nb, .weight = 1, .fixed = -1};
+            /* a chunk's switch moves nb rows: a token's share is lat/nb + a row */
+            tnd_place_item x = {.c_switch = sw + pf->lat / mx->nb + act / pf->b_pcie, .weight = 1, .fixed = -1};
             if (!w) {
                 x.bytes = kv_layer;
                 x.t_cpu = attn_cost(pf, mx, TND_SIDE_CPU);

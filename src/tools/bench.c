@@ -106,14 +106,19 @@ static int measure_limits(int n_threads, limits *L) {
         if (!g->iface->event_elapsed(g, e0, e1, &ms)) best = fmin(best, ms / 1e3);
     }
     L->hbm = (double)n / best / 1e9;
-    /* both at once: four pinned copies queued, the CPU reads 2 GiB meanwhile */
+    /* both at once: four pinned copies queued, the CPU reading meanwhile for
+     * as long as the copies take (from the rates alone), so both rates come
+     * from the same window */
+    int passes = (int)ceil((4.0 * n / (L->pcie * 1e9)) / (2.0 * n / (L->cpu * 1e9)));
+    if (passes < 1) passes = 1;
     g->iface->event_record(g, e0, st);
     for (int r = 0; r < 4; r++) g->iface->copy_h2d(g, d, h, n, st);
     g->iface->event_record(g, e1, st);
-    double t = tnd_cpu_read_once(pool, cbuf, 2 * n);
+    double t = 0;
+    for (int r = 0; r < passes; r++) t += tnd_cpu_read_once(pool, cbuf, 2 * n);
     g->iface->stream_sync(g, st);
     if (!g->iface->event_elapsed(g, e0, e1, &ms)) L->both_pcie = 4.0 * n / (ms / 1e3) / 1e9;
-    L->both_cpu = 2.0 * n / t / 1e9;
+    L->both_cpu = 2.0 * n * passes / t / 1e9;
     rc = 0;
 out:
     if (g) {
@@ -171,7 +176,14 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         double t = (double)(s_cpu + s_pcie) / (both * 1e9) + (double)s_gpu / (L->hbm * 1e9);
         (void)cpu_side;
         k->lim_tg = t > 0 ? 1.0 / t : 0;
-        double tp = (double)(s_cpu + s_pcie) / (L->pcie * 1e9);
+        /* prefill: every chunk copies the non-resident weights once (all of
+         * an expert tensor: a chunk touches nearly every expert) */
+        uint64_t full = 0;
+        for (int i = 0; i < m->n_slices; i++)
+            if (!tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd && c->pl.where[i] != TND_SIDE_GPU)
+                full += m->slices[i]->t->nbytes;
+        double chunks = ceil((double)n_prompt / c->n_batch);
+        double tp = chunks * (double)full / (L->pcie * 1e9);
         k->lim_pp = tp > 0 ? (double)n_prompt / tp : 0;
     }
     int rc = 1;

@@ -44,7 +44,7 @@ static const tnd_weight *role_weight(const tnd_layer *L, int r) {
 
 static const char *side_name(const tnd_ctx *c, int sid) {
     if (!c->gpu) return "cpu";
-    if (c->pl.promote[sid] && c->lay.n_slots) return "promote";
+    if (c->pl.promote[sid] && c->lay.n_slots) return c->pl.promote_auto ? "auto" : "promote";
     return c->pl.where[sid] ? "gpu" : "cpu";
 }
 
@@ -118,11 +118,9 @@ int cmd_plan(int argc, char **argv) {
         return 1;
     }
     /* predictions need a perf DB: the static placement's, or this machine's */
-    tnd_perf pf_own = {0}, *pf = c->perf;
+    tnd_perf *pf_own = NULL, *pf = c->perf;
     if (!pf && c->gpu) {
-        tnd_hw hw;
-        bool use_hw = cp.device == TND_DEVICE_SIM && cp.hw && !tnd_hw_load(cp.hw, &hw);
-        if (!tnd_perf_build(m, c->side[0].be, c->side[1].be, use_hw ? &hw : NULL, NULL, &pf_own)) pf = &pf_own;
+        if (!tnd_ctx_get_perf(c, &cp, &pf_own)) pf = pf_own;
         else tnd_clear_error();
     }
     double t_dec = 0, t_pp = 0, t_pp2 = 0;
@@ -179,7 +177,7 @@ int cmd_plan(int argc, char **argv) {
             for (int il = 0; il < hp->n_layer && !any; il++) any = r == 3 || (role_weight(&m->layers[il], r)->t != NULL);
             if (any) printf(" %s", roles[r]);
         }
-        printf("   (G gpu, C cpu, P promoted every round)\n");
+        printf("   (G gpu, C cpu, P promoted every round, A promoted when it pays)\n");
         for (int il = 0; il < hp->n_layer; il++) {
             printf("%5d", il);
             for (int r = 0; r < N_ROLES; r++) {
@@ -210,7 +208,14 @@ int cmd_plan(int argc, char **argv) {
         float *cells = malloc(sizeof(float) * (size_t)rows * N_ROLES);
         const char **labels = malloc(sizeof(char *) * (size_t)rows);
         char *lab = malloc((size_t)rows * 16);
-        for (int il = 0; il < hp->n_layer && cells; il++) {
+        if (!cells || !labels || !lab) {
+            fprintf(stderr, "tandem: error: out of memory\n");
+            free(cells), free(labels), free(lab);
+            tnd_ctx_free(c);
+            tnd_model_free(m);
+            return 1;
+        }
+        for (int il = 0; il < hp->n_layer; il++) {
             snprintf(lab + il * 16, 16, "blk.%d", il);
             labels[il] = lab + il * 16;
             for (int r = 0; r < N_ROLES; r++) {
@@ -242,7 +247,10 @@ int cmd_plan(int argc, char **argv) {
         }
         if (f) fclose(f);
     }
-    if (pf == &pf_own) tnd_perf_free(&pf_own);
+    if (pf_own) {
+        tnd_perf_free(pf_own);
+        free(pf_own);
+    }
     tnd_ctx_free(c);
     tnd_model_free(m);
     return rc;
