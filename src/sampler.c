@@ -21,12 +21,6 @@ struct tnd_sampler {
     uint8_t *seen;        /* penalty dedup flags, all zero between calls */
 };
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -60,7 +54,7 @@ tnd_sampler_params tnd_sampler_default_params(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t x = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    p.seed = splitmix64(&x);
+    p.seed = tnd_splitmix64(&x);
     return p;
 }
 
@@ -92,7 +86,7 @@ tnd_status tnd_sampler_new(const tnd_sampler_params *p, tnd_sampler **out) {
     }
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&x);
+        s->rng[i] = tnd_splitmix64(&x);
     *out = s;
     return TND_OK;
 }

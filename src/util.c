@@ -147,3 +147,10 @@ const char *tnd_cpu_model_name(void) {
     fclose(f);
     return name;
 }
+
+uint64_t tnd_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}

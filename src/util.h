@@ -43,6 +43,9 @@ double tnd_time_s(void);
 int tnd_physical_cores(void);
 /* The CPU's model name from /proc/cpuinfo ("unknown CPU" if none). Not thread-safe on first call. */
 const char *tnd_cpu_model_name(void);
+/* splitmix64: the next value of the sequence whose state is *state (seeds
+ * generators, makes random placements; deterministic on every machine). */
+uint64_t tnd_splitmix64(uint64_t *state);
 
 #define TND_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define TND_MIN(a, b) ((a) < (b) ? (a) : (b))

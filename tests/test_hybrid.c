@@ -13,6 +13,7 @@
 #include "exec/exec.h"
 #include "sim/sim.h"
 #include "tandem.h"
+#include "util.h"
 
 static int failures;
 #define CHECK(c, ...)                                                   \
@@ -53,13 +54,6 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *cp, const int32_t
     return st;
 }
 
-static uint64_t mix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 int main(void) {
     char path[4096];
     const char *src = getenv("TND_SRC");
@@ -98,10 +92,10 @@ int main(void) {
     for (int k = 0; k < n_place; k++) {
         tnd_ctx_params hp = cp;
         hp.device = TND_DEVICE_SIM;
-        hp.n_batch = 1 + (int)(mix(&seed) % 12); /* prefill in rounds of 1..12 tokens */
+        hp.n_batch = 1 + (int)(tnd_splitmix64(&seed) % 12); /* prefill in rounds of 1..12 tokens */
         snprintf(spec, sizeof spec, "random:%d", k);
         hp.placement = k == 0 ? "gpu" : k == 1 ? "cpu" : spec;
-        int pk = (int)(mix(&seed) % 5); /* none, all, random, auto */
+        int pk = (int)(tnd_splitmix64(&seed) % 5); /* none, all, random, auto */
         snprintf(prom, sizeof prom, "random:%d", 1000 + k);
         hp.promote = pk == 0 ? "none" : pk == 1 ? "all" : pk == 4 ? "auto" : prom;
         tnd_status st = generate(m, &hp, ids, (int)n, tok, got, k % 2 ? 1 + k % 40 : 0);

@@ -167,13 +167,19 @@ static tnd_status rebase(tnd_ctx *c, tnd_tensor *t, int s, bool read, int slot) 
     }
 }
 
+int tnd_exec_node_side(const tnd_ctx *c, const tnd_node *nd, int cur, bool any_promotion, bool *prom) {
+    bool big = nd->sid >= 0 && !tnd_slice_small(c->m->slices[nd->sid]);
+    bool p = c->gpu && big && (any_promotion ? c->lay.n_slots > 0 && c->pl.promote[nd->sid] : promoted(c, nd->sid));
+    if (prom) *prom = p;
+    if (!c->gpu) return TND_SIDE_CPU;
+    if (big) return p ? TND_SIDE_GPU : c->pl.where[nd->sid];
+    if (nd->pin == TND_PIN_KV) return c->pl.kv[nd->layer];
+    return cur;
+}
+
 static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
-    int s = c->cur;
-    bool small = nd->sid >= 0 && tnd_slice_small(c->m->slices[nd->sid]);
-    bool prom = !small && promoted(c, nd->sid);
-    if (nd->sid >= 0 && !small) s = prom ? TND_SIDE_GPU : c->pl.where[nd->sid];
-    else if (nd->pin == TND_PIN_KV) s = c->pl.kv[nd->layer];
-    if (!c->gpu) s = TND_SIDE_CPU;
+    bool prom;
+    int s = tnd_exec_node_side(c, nd, c->cur, false, &prom);
     if (s != c->cur) c->n_switch++;
     c->cur = s;
     tnd_op op = nd->op;

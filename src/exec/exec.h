@@ -189,6 +189,10 @@ tnd_status tnd_ctx_plan_only(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **ou
 tnd_status tnd_ctx_get_perf(tnd_ctx *c, const tnd_ctx_params *p, struct tnd_perf **out);
 
 /* ---- exec.c ---- */
+/* The side node nd runs on after a node on side cur (the rule of the file
+ * comment of exec.c). any_promotion: count every promotion candidate as
+ * promoted (reserving scratch for the worst case); *prom (may be NULL): it is. */
+int tnd_exec_node_side(const tnd_ctx *c, const tnd_node *nd, int cur, bool any_promotion, bool *prom);
 /* Runs c->g (the round of nt tokens) and leaves the logits in c->logits
  * when want_logits. */
 tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits);

@@ -24,13 +24,6 @@ int tnd_slice_layer(const tnd_weight *w) {
     return i > 4 && i < n && s[i] == '.' ? v : -1;
 }
 
-static uint64_t mix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static bool parse_seed(const char *s, uint64_t *seed) {
     char *end;
     if (!*s) return false;
@@ -139,8 +132,8 @@ tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *
         place_layers(m, weight_budget, kv_layer, p);
     } else if (!strncmp(spec, "random:", 7)) {
         if (!parse_seed(spec + 7, &seed)) st = tnd_fail(TND_ERR_ARG, "bad placement '%s': random:SEED needs a number", spec);
-        for (int i = 0; !st && i < m->n_slices; i++) p->where[i] = mix(&seed) & 1;
-        for (int l = 0; !st && l < m->hp.n_layer; l++) p->kv[l] = mix(&seed) & 1;
+        for (int i = 0; !st && i < m->n_slices; i++) p->where[i] = tnd_splitmix64(&seed) & 1;
+        for (int l = 0; !st && l < m->hp.n_layer; l++) p->kv[l] = tnd_splitmix64(&seed) & 1;
         snprintf(p->desc, sizeof p->desc, "%s", spec);
     } else {
         st = place_file(m, spec, p);
@@ -152,7 +145,7 @@ tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *
         if (!all && (strncmp(promote, "random:", 7) || !parse_seed(promote + 7, &seed)))
             st = tnd_fail(TND_ERR_ARG, "bad promotion set '%s' (none, all, auto, random:SEED)", promote);
         for (int i = 0; !st && i < m->n_slices; i++) {
-            bool r = all || (mix(&seed) & 1);
+            bool r = all || (tnd_splitmix64(&seed) & 1);
             /* the embedding is read a few rows at a time and the output head
              * sees one token a round: never worth a copy */
             const tnd_weight *w = m->slices[i];

@@ -53,16 +53,6 @@ void tnd_ctx_free(tnd_ctx *c) {
 
 static tnd_status emit_round(tnd_ctx *c, int nt, int pos0, bool want_logits);
 
-/* Side a node would run on given the previous node's side (the rule of
- * exec.c's run_node, without running anything). */
-static int node_side(const tnd_ctx *c, const tnd_node *nd, int cur) {
-    if (!c->gpu) return TND_SIDE_CPU;
-    if (nd->sid >= 0 && !tnd_slice_small(c->m->slices[nd->sid]))
-        return c->pl.promote[nd->sid] && c->lay.n_slots ? TND_SIDE_GPU : c->pl.where[nd->sid];
-    if (nd->pin == TND_PIN_KV) return c->pl.kv[nd->layer];
-    return cur;
-}
-
 /* Allocates now the GPU scratch of the largest rounds (a full prefill chunk
  * at the end of the context, a decode step), so that a budget too small
  * fails here with a clear message and never mid-generation. */
@@ -74,7 +64,7 @@ static tnd_status reserve_scratch(tnd_ctx *c) {
         tnd_status st = emit_round(c, rounds[r][0], rounds[r][1], true);
         int cur = TND_SIDE_CPU;
         for (int i = 0; !st && i < c->g.n; i++) {
-            cur = node_side(c, &c->g.nodes[i], cur);
+            cur = tnd_exec_node_side(c, &c->g.nodes[i], cur, true, NULL);
             if (cur == TND_SIDE_GPU) st = g->iface->reserve(g, &c->g.nodes[i].op, c->side[1].st);
         }
         if (st) return tnd_fail_wrap(st, "GPU op scratch: ");

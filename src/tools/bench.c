@@ -297,20 +297,26 @@ int cmd_bench(int argc, char **argv) {
     limits L;
     bool have_limits = device == TND_DEVICE_CUDA && want_limits && !measure_limits(n_threads, &L);
     /* the perf DB (cached, or measured now) for the timeline model's predictions */
-    tnd_ctx *pc = NULL;
-    const tnd_perf *pf = NULL;
+    tnd_perf *pf = NULL;
     if (device != TND_DEVICE_CPU) {
         tnd_ctx_params pp = cp;
         pp.placement = "static";
+        tnd_ctx *pc;
         if (tnd_ctx_plan_only(m, &pp, &pc)) {
             fprintf(stderr, "tandem: warning: no predictions: %s\n", tnd_last_error());
-            pc = NULL;
-        } else {
+        } else { /* keep the perf DB, not the planning context and its GPU */
             pf = pc->perf;
+            pc->perf = NULL;
+            tnd_ctx_free(pc);
         }
     }
     int nv = tnd_model_n_vocab(m);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)TND_MAX(need, 1));
+    if (!toks) {
+        fprintf(stderr, "tandem: error: out of memory\n");
+        tnd_model_free(m);
+        return 1;
+    }
     uint64_t x = 0x9E3779B97F4A7C15ull; /* fixed pseudo-random tokens: same work every run */
     for (long i = 0; i < TND_MAX(need, 1); i++) { /* at least one: the warm-up reads toks[0] */
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -379,7 +385,10 @@ int cmd_bench(int argc, char **argv) {
             }
     }
     free(toks);
-    tnd_ctx_free(pc);
+    if (pf) {
+        tnd_perf_free(pf);
+        free(pf);
+    }
     tnd_model_free(m);
     return rc;
 }

@@ -59,12 +59,7 @@
 
 /* ---- random numbers --------------------------------------------------------- */
 
-static inline uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static inline uint64_t splitmix(uint64_t *s) { return tnd_splitmix64(s); }
 
 /* A generator state for one (seed, a, b) triple: independent streams per
  * tensor and block. */
