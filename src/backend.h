@@ -149,6 +149,7 @@ typedef struct tnd_mem_info {
     uint64_t peak;        /* highest `used` so far */
     uint64_t dev_free;    /* device's free memory as the driver reports it (0 if n/a) */
     uint64_t dev_total;   /* device's total memory (0 if n/a) */
+    char dev_name[64];    /* the device's model name ("" if n/a): part of the perf cache key */
 } tnd_mem_info;
 
 typedef struct tnd_backend_iface {

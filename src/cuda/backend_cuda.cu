@@ -42,6 +42,7 @@ struct cu_host {
 
 typedef struct cu_ctx {
     int device;
+    char name[64]; /* the device's model name */
     uint64_t budget, used, peak;
     pthread_mutex_t mu;
     struct cu_alloc *allocs;
@@ -175,6 +176,7 @@ static void cu_mem_info(tnd_backend *b, tnd_mem_info *out) {
     }
     out->dev_free = fr;
     out->dev_total = tot;
+    memcpy(out->dev_name, c->name, sizeof out->dev_name);
 }
 
 /* ---- pinned host memory ----------------------------------------------------- */
@@ -791,6 +793,12 @@ extern "C" tnd_status tnd_backend_cuda_new(const tnd_cuda_params *p, tnd_backend
     }
     c->device = dev;
     c->budget = budget;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+        memcpy(c->name, prop.name, sizeof c->name - 1);
+    } else {
+        cudaGetLastError();
+    }
     pthread_mutex_init(&c->mu, NULL);
     b->iface = &cu_iface;
     b->ctx = c;

@@ -108,15 +108,17 @@ static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) 
     tnd_hw hw;
     bool use_hw = p->device == TND_DEVICE_SIM && p->hw;
     tnd_status st = use_hw ? tnd_hw_load(p->hw, &hw) : TND_OK;
-    tnd_mem_info mi;
+    tnd_mem_info mi = {0};
     c->side[1].be->iface->mem_info(c->side[1].be, &mi);
-    char key[160], path[4200];
+    char key[240], path[4200];
     uint64_t hh = 0xcbf29ce484222325ull; /* the profile's numbers: an edited file is another machine */
     if (use_hw) {
         double v[] = {(double)hw.vram, hw.hbm_bw, hw.gpu_flops, hw.pcie_bw, hw.pcie_pageable_bw, hw.pcie_lat,
                       hw.launch, hw.cpu_bw, hw.cpu_flops, hw.cpu_op, hw.cpu_threads};
         for (size_t i = 0; i < sizeof v; i++) hh = (hh ^ ((const unsigned char *)v)[i]) * 0x100000001b3ull;
     }
+    /* two GPU models of equal memory are different machines */
+    for (const char *q = mi.dev_name; *q; q++) hh = (hh ^ (unsigned char)*q) * 0x100000001b3ull;
     snprintf(key, sizeof key, "%s-%s-%llu-%016llx", c->side[1].be->iface->name, use_hw ? hw.name : "measured",
              (unsigned long long)mi.dev_total, (unsigned long long)hh);
     bool cached = !st && tnd_perf_cache_path(c->m, key, path, sizeof path);
