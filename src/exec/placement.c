@@ -59,14 +59,20 @@ uint64_t tnd_slice_gpu_bytes(const tnd_model *m, const tnd_placement *p, int sid
 void tnd_placement_normalize(const tnd_model *m, tnd_placement *p) {
     const tnd_weight *e[3];
     for (int l = 0; p->split && l < p->n_layer; l++) {
-        if (!p->split[l]) continue;
+        if (!p->split[l]) {
+            if (p->exp) memset(p->exp + (size_t)l * p->n_expert, 0, (size_t)p->n_expert);
+            continue;
+        }
         if (!layer_exps(m, l, e)) {
             p->split[l] = 0;
             continue;
         }
         int g = tnd_placement_gpu_experts(m, p, l);
         bool prom = p->promote[e[0]->id] || p->promote[e[1]->id] || p->promote[e[2]->id];
-        if (g == 0 || g == p->n_expert) p->split[l] = 0;
+        if (g == 0 || g == p->n_expert) {
+            p->split[l] = 0;
+            memset(p->exp + (size_t)l * p->n_expert, 0, (size_t)p->n_expert);
+        }
         for (int j = 0; j < 3; j++) {
             p->where[e[j]->id] = g == p->n_expert ? TND_SIDE_GPU : TND_SIDE_CPU;
             /* all on the GPU: nothing to promote; split: one flag for the three */
