@@ -28,7 +28,10 @@ split_seen = 0
 for model in models:
     wbytes = os.path.getsize(model)
     for hw in ("rtx3060-laptop", "rtx4090-desktop"):
-        for budget in ("1M", "10%", "30%", "50%", "100%", "150%", "300%", str(wbytes // 3 + 12345)):
+        budgets = ["1M", "10%", "30%", "50%", "100%", "150%", "300%", str(wbytes // 3 + 12345)]
+        if "moe" in model:  # around the fixed GPU needs (~110 MiB): experts split between the sides
+            budgets += ["118M", "124M", "130M"]
+        for budget in budgets:
             for placement in ("static", "layer"):
                 svg = os.path.join(tmp, "p.svg")
                 r = subprocess.run([tandem, "plan", "-m", model, "--device", "sim", "--hw", hw, "--vram-budget", budget,
