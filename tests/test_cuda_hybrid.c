@@ -125,7 +125,7 @@ static void test_matmul_id_skip(void) {
                 for (size_t i = 0; i < pairs; i++) ids[i] = (int32_t)((frand() + 1.0f) * 3.0f) - 1; /* -1..4 */
                 ids[0] = -1;
                 for (size_t i = 0; i < yn; i++) yc[i] = sentinel;
-                void *dx, *di, *dy, *hy = NULL;
+                void *dx = NULL, *di = NULL, *dy = NULL, *hy = NULL;
                 CHECK(g->iface->buf_alloc(g, xn * 4, &dx) == TND_OK && g->iface->buf_alloc(g, pairs * 4, &di) == TND_OK,
                       "alloc");
                 if (mapped) CHECK(g->iface->host_alloc(g, yn * 4, &hy, &dy) == TND_OK, "host_alloc");
