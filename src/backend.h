@@ -65,7 +65,13 @@ typedef enum tnd_op_kind {
      * {n_in, n_x, n_tok} with n_x = 1 (every slot reads x[t]) or n_used
      * (slot u reads x[t][u], as the down projection does); in[2] ids: i32
      * {n_used, n_tok}; out[0] y: f32 {n_out, n_used, n_tok}:
-     * y[t][u] = W[ids[t][u]] x[t][n_x == 1 ? 0 : u]. */
+     * y[t][u] = W[ids[t][u]] x[t][n_x == 1 ? 0 : u]. An id of -1 (any
+     * negative id) skips its pair: y[t][u] is left untouched and x[t][u] is
+     * not read (a layer split between the CPU and the GPU runs each side's
+     * experts with the other side's ids at -1); ids >= n_expert are errors.
+     * p.mmid.skip must be set when ids may be negative (backends that
+     * cannot see the ids before launching, as CUDA's, then write through a
+     * temporary); routing ids never are. */
     TND_OP_MATMUL_ID,
     /* Embedding lookup. in[0] table: any supported type {n, n_rows};
      * in[1] ids: i32 {n_ids}; out[0]: f32 {n, n_ids}. */
@@ -135,6 +141,7 @@ typedef struct tnd_op {
         struct { int32_t n_head, n_head_kv, head_dim, pos0; float scale; int32_t window; float softcap; } attn;
         struct { float s; } scale;   /* SOFTMAX (0 is taken as 1) and SCALE */
         struct { int32_t n_used, mode; bool norm; } route;
+        struct { bool skip; } mmid;  /* MATMUL_ID: some ids may be -1 */
     } p;
 } tnd_op;
 

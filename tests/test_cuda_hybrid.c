@@ -7,7 +7,12 @@
  * Tie tolerance: 0.25 logits. The GPU kernels accumulate in another order
  * and prefill casts activations to f16 for cuBLAS; on this model CPU vs GPU
  * logits differ by up to ~0.05 (docs/BENCHMARKS.md), so a top-2 gap under
- * 0.25 can flip; a larger one cannot without a bug. */
+ * 0.25 can flip; a larger one cannot without a bug.
+ *
+ * Also the CUDA MATMUL_ID with skipped ids (split MoE layers, backend.h):
+ * rows of id -1 stay untouched (in device and in mapped host memory), the
+ * others agree with the CPU backend, for decode and prefill shapes. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,11 +91,89 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *cp, const int32_t
     return st;
 }
 
+static uint64_t rng = 0x1234567887654321ull;
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 11) % 2000001) / 1e6f - 1.0f;
+}
+
+static void test_matmul_id_skip(void) {
+    tnd_backend *g = NULL, *cpu = NULL;
+    tnd_cuda_params p = {0};
+    tnd_stream *st = NULL;
+    if (tnd_backend_cuda_new(&p, &g) || tnd_backend_cpu_new(NULL, 0, &cpu) || g->iface->stream_new(g, &st)) {
+        CHECK(0, "backends: %s", tnd_last_error());
+        return;
+    }
+    const int64_t n_in = 256, n_out = 96, n_exp = 5;
+    const int n_used = 3, toks[] = {1, 3, 8, 37};
+    const float sentinel = 12345.0f;
+    size_t wn = (size_t)(n_in * n_out * n_exp);
+    float *w = malloc(wn * sizeof(float));
+    for (size_t i = 0; i < wn; i++) w[i] = frand();
+    void *dw;
+    CHECK(g->iface->buf_alloc(g, wn * sizeof(float), &dw) == TND_OK, "alloc");
+    CHECK(g->iface->copy_h2d(g, dw, w, wn * sizeof(float), st) == TND_OK, "upload");
+    for (size_t ti = 0; ti < sizeof toks / sizeof *toks; ti++)
+        for (int per_slot = 0; per_slot < 2; per_slot++)
+            for (int mapped = 0; mapped < 2; mapped++) {
+                int nt = toks[ti], nx = per_slot ? n_used : 1;
+                size_t pairs = (size_t)nt * n_used, xn = (size_t)nt * nx * n_in, yn = pairs * n_out;
+                float *x = malloc(xn * 4), *yc = malloc(yn * 4), *yg = malloc(yn * 4);
+                int32_t *ids = malloc(pairs * 4);
+                for (size_t i = 0; i < xn; i++) x[i] = frand();
+                for (size_t i = 0; i < pairs; i++) ids[i] = (int32_t)((frand() + 1.0f) * 3.0f) - 1; /* -1..4 */
+                ids[0] = -1;
+                for (size_t i = 0; i < yn; i++) yc[i] = sentinel;
+                void *dx = NULL, *di = NULL, *dy = NULL, *hy = NULL;
+                CHECK(g->iface->buf_alloc(g, xn * 4, &dx) == TND_OK && g->iface->buf_alloc(g, pairs * 4, &di) == TND_OK,
+                      "alloc");
+                if (mapped) CHECK(g->iface->host_alloc(g, yn * 4, &hy, &dy) == TND_OK, "host_alloc");
+                else CHECK(g->iface->buf_alloc(g, yn * 4, &dy) == TND_OK, "alloc y");
+                g->iface->copy_h2d(g, dx, x, xn * 4, st);
+                g->iface->copy_h2d(g, di, ids, pairs * 4, st);
+                if (mapped) memcpy(hy, yc, yn * 4);
+                else g->iface->copy_h2d(g, dy, yc, yn * 4, st);
+                tnd_op op = {.kind = TND_OP_MATMUL_ID, .p.mmid.skip = true};
+                op.in[0] = (tnd_tensor){.data = w, .type = TND_TYPE_F32, .ne = {n_in, n_out, n_exp, 1}};
+                op.in[1] = (tnd_tensor){.data = x, .type = TND_TYPE_F32, .ne = {n_in, nx, nt, 1}};
+                op.in[2] = (tnd_tensor){.data = ids, .type = TND_TYPE_I32, .ne = {n_used, nt, 1, 1}};
+                op.out[0] = (tnd_tensor){.data = yc, .type = TND_TYPE_F32, .ne = {n_out, n_used, nt, 1}};
+                CHECK(cpu->iface->op_run(cpu, &op, NULL) == TND_OK, "cpu: %s", tnd_last_error());
+                op.in[0].data = dw, op.in[1].data = dx, op.in[2].data = di, op.out[0].data = dy;
+                tnd_status s1 = g->iface->op_run(g, &op, st);
+                CHECK(s1 == TND_OK, "cuda matmul_id skip: %s", tnd_last_error());
+                if (!mapped) g->iface->copy_d2h(g, yg, dy, yn * 4, st);
+                CHECK(g->iface->stream_sync(g, st) == TND_OK, "sync: %s", tnd_last_error());
+                if (mapped) memcpy(yg, hy, yn * 4);
+                int bad = 0;
+                for (size_t i = 0; i < yn; i++) {
+                    bool skip = ids[i / n_out] < 0;
+                    /* prefill casts to f16: relative 1e-2 of the row scale (|y| ~ sqrt(n_in)) */
+                    bool ok = skip ? yg[i] == sentinel && yc[i] == sentinel : fabsf(yg[i] - yc[i]) <= 0.2f;
+                    bad += !ok;
+                }
+                CHECK(!bad, "matmul_id skip n_tok %d per_slot %d mapped %d: %d of %zu values wrong", nt, per_slot, mapped,
+                      bad, yn);
+                g->iface->buf_free(g, dx);
+                g->iface->buf_free(g, di);
+                if (mapped) g->iface->host_free(g, hy);
+                else g->iface->buf_free(g, dy);
+                free(x), free(yc), free(yg), free(ids);
+            }
+    g->iface->buf_free(g, dw);
+    free(w);
+    g->iface->stream_free(g, st);
+    tnd_backend_free(g);
+    tnd_backend_free(cpu);
+}
+
 int main(void) {
     if (tnd_cuda_device_count() <= 0) {
         printf("skipped: no CUDA device\n");
         return 77;
     }
+    test_matmul_id_skip();
     char path[4096];
     const char *src = getenv("TND_SRC");
     snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");

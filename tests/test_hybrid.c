@@ -54,6 +54,137 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *cp, const int32_t
     return st;
 }
 
+/* MoE layers split expert by expert (random:K splits most layers, each
+ * expert on a random side), with and without promotions, against the CPU:
+ * logits bit for bit. The tiny qwen3moe comes from `tandem synth`. */
+static void test_moe(int n_place) {
+    const char *bin = getenv("TND_BIN");
+    char path[] = "/tmp/tnd_moe_XXXXXX", cmd[8192];
+    int fd = mkstemp(path);
+    if (!bin || fd < 0) {
+        printf("moe: skipped (no TND_BIN)\n");
+        return;
+    }
+    close(fd);
+    snprintf(cmd, sizeof cmd, "'%s' synth --force --shape tiny-qwen3moe -o '%s' > /dev/null 2>&1", bin, path);
+    CHECK(system(cmd) == 0, "synth tiny-qwen3moe");
+    tnd_model_params mp = tnd_model_default_params();
+    mp.n_threads = 2;
+    tnd_model *m;
+    if (tnd_model_load(path, &mp, &m)) {
+        CHECK(0, "load moe: %s", tnd_last_error());
+        unlink(path);
+        return;
+    }
+    int nv = tnd_model_n_vocab(m), E = m->hp.n_expert;
+    const int32_t ids[] = {1, 17, 33, 250, 7, 99, 3, 480, 12, 64, 5, 301, 77, 2, 190, 8, 400, 11, 23};
+    int n = (int)(sizeof ids / sizeof *ids);
+    size_t nl = (size_t)(N_GEN + 1) * nv;
+    float *ref = malloc(sizeof(float) * nl), *got = malloc(sizeof(float) * nl);
+    int32_t ref_tok[N_GEN], tok[N_GEN];
+    tnd_ctx_params cp = tnd_ctx_default_params();
+    cp.n_ctx = 64;
+    cp.n_batch = 6;
+    CHECK(generate(m, &cp, ids, n, ref_tok, ref, 0) == TND_OK, "moe cpu: %s", tnd_last_error());
+    int split_layers = 0, identical = 0, runs = n_place / 2 > 4 ? n_place / 2 : 4;
+    uint64_t seed = 777;
+    char spec[64], prom[64];
+    for (int k = 0; k < runs; k++) {
+        tnd_ctx_params hp = cp;
+        hp.device = TND_DEVICE_SIM;
+        hp.n_batch = 1 + (int)(tnd_splitmix64(&seed) % 12);
+        snprintf(spec, sizeof spec, "random:%d", 50 + k);
+        snprintf(prom, sizeof prom, "random:%d", 2000 + k);
+        int pk = k % 4;
+        hp.placement = spec;
+        hp.promote = pk == 0 ? "none" : pk == 1 ? "all" : pk == 2 ? prom : "auto";
+        /* the placement really splits layers: count them, and the GPU's experts are resident */
+        tnd_ctx *c;
+        if (tnd_ctx_new(m, &hp, &c) == TND_OK) {
+            for (int l = 0; l < m->hp.n_layer; l++) {
+                if (!c->pl.split[l]) continue;
+                int g = tnd_placement_gpu_experts(m, &c->pl, l);
+                split_layers++;
+                CHECK(g > 0 && g < E && c->exp_gpu, "split layer %d has %d of %d experts on the GPU", l, g, E);
+                const tnd_weight *w = &m->layers[l].up_exps;
+                CHECK(c->w[1][w->id] && tnd_slice_gpu_bytes(m, &c->pl, w->id) == w->t->nbytes / E * g,
+                      "split layer %d: resident experts", l);
+            }
+            tnd_ctx_free(c);
+        }
+        tnd_status st = generate(m, &hp, ids, n, tok, got, k % 2 ? 1 + k % 30 : 0);
+        CHECK(st == TND_OK, "moe %s promote %s: %s", hp.placement, hp.promote, tnd_last_error());
+        if (st) continue;
+        bool same = !memcmp(tok, ref_tok, sizeof tok) && !memcmp(got, ref, sizeof(float) * nl);
+        CHECK(same, "moe placement %s promote %s batch %d: output differs from the CPU", hp.placement, hp.promote,
+              hp.n_batch);
+        identical += same;
+    }
+    CHECK(split_layers >= runs, "random placements split only %d layers in %d runs", split_layers, runs);
+    printf("moe: %d of %d split placements identical to the CPU (%d split layers)\n", identical, runs, split_layers);
+
+    /* placement files: single experts and patterns over them; written back and reloaded the same */
+    char fpath[] = "/tmp/tnd_place_XXXXXX";
+    fd = mkstemp(fpath);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "blk.*.kv gpu\nblk.1.exp.* gpu\nblk.1.exp.1? cpu\nblk.2.exp.3 gpu\nblk.3.ffn_up_exps.weight gpu\n"
+               "blk.3.exp.0 gpu\nblk.3.ffn_*_exps.weight cpu\n");
+    fclose(f);
+    tnd_ctx_params fp = cp;
+    fp.device = TND_DEVICE_SIM;
+    fp.placement = fpath;
+    fp.promote = "all";
+    tnd_ctx *c;
+    CHECK(tnd_ctx_new(m, &fp, &c) == TND_OK, "expert placement file: %s", tnd_last_error());
+    if (c) {
+        CHECK(!c->pl.split[0] && c->pl.split[1] && c->pl.split[2] && !c->pl.split[3], "split layers from the file");
+        CHECK(tnd_placement_gpu_experts(m, &c->pl, 1) == E - 10 && tnd_placement_gpu_experts(m, &c->pl, 2) == 1,
+              "experts on the GPU: %d, %d", tnd_placement_gpu_experts(m, &c->pl, 1),
+              tnd_placement_gpu_experts(m, &c->pl, 2));
+        CHECK(c->pl.promote[m->layers[2].down_exps.id] && c->lay.n_slots > 0, "split layers promote their CPU experts");
+        /* the GPU holds only its experts: the layout is smaller than with whole tensors */
+        uint64_t want = 0;
+        for (int l = 1; l <= 2; l++) {
+            const tnd_weight *e3[] = {&m->layers[l].gate_exps, &m->layers[l].up_exps, &m->layers[l].down_exps};
+            for (int j = 0; j < 3; j++) want += (e3[j]->t->nbytes / E * tnd_placement_gpu_experts(m, &c->pl, l) + 255) & ~255ull;
+        }
+        CHECK(c->lay.w_gpu >= want && c->lay.w_gpu < want + (4u << 20), "resident bytes %llu for %llu of experts",
+              (unsigned long long)c->lay.w_gpu, (unsigned long long)want);
+        FILE *o = fopen(fpath, "w");
+        CHECK(o && tnd_placement_write(m, &c->pl, o) == TND_OK, "write placement");
+        if (o) fclose(o);
+        tnd_ctx *c2;
+        fp.promote = "none";
+        CHECK(tnd_ctx_new(m, &fp, &c2) == TND_OK, "reload: %s", tnd_last_error());
+        if (c2) {
+            CHECK(!memcmp(c2->pl.split, c->pl.split, (size_t)m->hp.n_layer) &&
+                      !memcmp(c2->pl.exp, c->pl.exp, (size_t)m->hp.n_layer * E),
+                  "a written placement reloads the same");
+            tnd_ctx_free(c2);
+        }
+        tnd_ctx_free(c);
+        fp.promote = "all";
+        f = fopen(fpath, "w");
+        fprintf(f, "blk.*.kv gpu\nblk.1.exp.* gpu\nblk.1.exp.1? cpu\nblk.2.exp.3 gpu\n");
+        fclose(f);
+        CHECK(generate(m, &fp, ids, n, tok, got, 3) == TND_OK && !memcmp(got, ref, sizeof(float) * nl),
+              "expert placement file: output differs from the CPU (%s)", tnd_last_error());
+    }
+    f = fopen(fpath, "w");
+    fprintf(f, "blk.1.exp.3 promote\n");
+    fclose(f);
+    CHECK(tnd_ctx_new(m, &fp, &c) == TND_ERR_ARG, "an expert is not promoted by name");
+    f = fopen(fpath, "w");
+    fprintf(f, "blk.1.exp.99 gpu\n");
+    fclose(f);
+    CHECK(tnd_ctx_new(m, &fp, &c) == TND_ERR_ARG && strstr(tnd_last_error(), "matches no"), "no such expert");
+    unlink(fpath);
+    free(ref);
+    free(got);
+    tnd_model_free(m);
+    unlink(path);
+}
+
 int main(void) {
     char path[4096];
     const char *src = getenv("TND_SRC");
@@ -155,6 +286,7 @@ int main(void) {
     free(ref);
     free(got);
     tnd_model_free(m);
+    test_moe(n_place);
     if (failures) fprintf(stderr, "%d failures\n", failures);
     else printf("ok\n");
     return failures ? 1 : 0;

@@ -2,13 +2,16 @@
  * instances (dense and the MoE rule, fixed items, first/last backends,
  * switch-free experts), the budget on large 14B-like instances (with
  * automatic granule coarsening), constructed MoE cases, the layer baseline,
- * the round cost model by hand, argument errors, and the plan SVG. */
+ * the round cost model by hand, argument errors, the plan SVG, and the
+ * per-expert static placement of a tiny MoE model (hot experts first). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "exec/exec.h"
+#include "sched/perf.h"
 #include "sched/place.h"
 #include "sched/plan_svg.h"
 #include "util.h"
@@ -559,7 +562,125 @@ static void test_svg(void) {
     CHECK(access(path, F_OK) != 0, "file written despite the error");
 }
 
+/* Bytes the GPU holds under p: resident slices and experts, KV caches. */
+static uint64_t placed_bytes(const tnd_model *m, const tnd_placement *p, uint64_t kv_layer) {
+    uint64_t b = 0;
+    for (int i = 0; i < m->n_slices; i++)
+        if (!tnd_slice_small(m->slices[i])) b += tnd_slice_gpu_bytes(m, p, i);
+    for (int l = 0; l < m->hp.n_layer; l++) b += p->kv[l] ? kv_layer : 0;
+    return b;
+}
+
+/* tnd_static_place on a synthesized tiny qwen3moe with a hand-made perf DB
+ * (GPU 10x faster, free switches): experts are placed one by one, the
+ * budget is never exceeded, and with a hot-expert table no CPU expert is
+ * more popular than a GPU one. */
+static void test_static_experts(void) {
+    const char *bin = getenv("TND_BIN");
+    char path[] = "/tmp/tnd_place_moe_XXXXXX", cmd[4096];
+    int fd = mkstemp(path);
+    if (!bin || fd < 0) {
+        printf("static experts: skipped (no TND_BIN)\n");
+        return;
+    }
+    close(fd);
+    snprintf(cmd, sizeof cmd, "'%s' synth --force --shape tiny-qwen3moe -o '%s' > /dev/null 2>&1", bin, path);
+    CHECK(system(cmd) == 0, "synth");
+    tnd_model_params mp = tnd_model_default_params();
+    mp.n_threads = 1;
+    tnd_model *m = NULL;
+    if (tnd_model_load(path, &mp, &m) != TND_OK) {
+        CHECK(0, "load: %s", tnd_last_error());
+        unlink(path);
+        return;
+    }
+    int L = m->hp.n_layer, E = m->hp.n_expert, K = m->hp.n_expert_used;
+    tnd_perf pf = {.n_slices = m->n_slices, .n_layer = L, .b_pcie = 1e15, .b_cpu = 50e9, .b_hbm = 1e12, .lat = 0};
+    pf.t_cpu = calloc((size_t)m->n_slices * TND_PERF_NK, sizeof(double));
+    pf.t_gpu = calloc((size_t)m->n_slices * TND_PERF_NK, sizeof(double));
+    for (int i = 0; i < m->n_slices; i++)
+        for (int k = 0; k < TND_PERF_NK; k++) {
+            double t = (double)m->slices[i]->t->nbytes / 50e9 * (1 + tnd_perf_nt[k] / 64.0);
+            pf.t_cpu[i * TND_PERF_NK + k] = tnd_slice_small(m->slices[i]) ? 0 : t;
+            pf.t_gpu[i * TND_PERF_NK + k] = tnd_slice_small(m->slices[i]) ? 0 : t / 10;
+        }
+    for (int k = 0; k < TND_PERF_NK; k++) {
+        pf.attn_cpu[k] = 1e-4 * tnd_perf_nt[k], pf.attn_gpu[k] = 1e-5 * tnd_perf_nt[k];
+        pf.other_cpu[k] = 1e-5, pf.other_gpu[k] = 1e-5;
+    }
+    uint64_t kv_layer = 2ull * 64 * (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim * 2;
+    uint64_t dense = 0, experts = 0;
+    for (int i = 0; i < m->n_slices; i++) {
+        if (tnd_slice_small(m->slices[i])) continue;
+        *(m->slices[i]->n_expert > 1 ? &experts : &dense) += m->slices[i]->t->nbytes;
+    }
+    dense += kv_layer * (uint64_t)L;
+    /* popularity: distinct per layer, n_used uses per token in all */
+    double *pop = calloc((size_t)L * E, sizeof(double));
+    for (int l = 0; l < L; l++) {
+        double sum = 0;
+        for (int e = 0; e < E; e++) sum += pop[l * E + e] = 1.0 + (double)((e * 7 + l * 3) % E) * ((e * 7 + l * 3) % E);
+        for (int e = 0; e < E; e++) pop[l * E + e] *= K / sum;
+    }
+    for (int calib = 0; calib < 2; calib++) {
+        pf.pop = calib ? pop : NULL;
+        pf.n_expert = calib ? E : 0;
+        uint64_t budgets[] = {dense / 2, dense + experts / 8, dense + experts / 3, dense + experts * 3 / 4,
+                              dense + experts + (1u << 20)};
+        for (size_t bi = 0; bi < sizeof budgets / sizeof *budgets; bi++) {
+            uint64_t budget = budgets[bi];
+            tnd_placement p;
+            CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "placement");
+            tnd_status st = tnd_static_place(m, &pf, budget, kv_layer, 64, 32, false, &p);
+            CHECK(st == TND_OK, "static place at %llu: %s", (unsigned long long)budget, tnd_last_error());
+            if (st) {
+                tnd_placement_free(&p);
+                continue;
+            }
+            uint64_t used = placed_bytes(m, &p, kv_layer);
+            CHECK(used <= budget, "budget %llu exceeded: %llu", (unsigned long long)budget, (unsigned long long)used);
+            int n_gpu = 0, n_split = 0;
+            double min_gpu = INFINITY, max_cpu = -INFINITY;
+            for (int l = 0; l < L; l++) {
+                int g = tnd_placement_gpu_experts(m, &p, l);
+                n_gpu += g;
+                n_split += p.split[l];
+                CHECK(p.split[l] == (g > 0 && g < E), "layer %d: split flag vs %d GPU experts", l, g);
+                for (int e = 0; e < E; e++) {
+                    bool on = p.split[l] ? p.exp[l * E + e] == TND_SIDE_GPU : g == E;
+                    if (on) min_gpu = fmin(min_gpu, pop[l * E + e]);
+                    else max_cpu = fmax(max_cpu, pop[l * E + e]);
+                }
+            }
+            if (bi == 0) CHECK(n_gpu == 0, "budget short of the dense part: experts stay on the CPU (%d)", n_gpu);
+            if (bi == 1 || bi == 2 || bi == 3) {
+                CHECK(n_gpu > 0 && n_gpu < L * E, "budget %zu: %d of %d experts on the GPU", bi, n_gpu, L * E);
+                /* the GPU's share of the expert bytes tracks the budget left to experts */
+                uint64_t room = budget - dense, per = experts / (uint64_t)(L * E);
+                CHECK((uint64_t)n_gpu * per <= room && (uint64_t)(n_gpu + L + 8) * per >= room * 9 / 10,
+                      "budget %zu: %d experts of %llu bytes for %llu bytes of room", bi, n_gpu,
+                      (unsigned long long)per, (unsigned long long)room);
+                if (calib) {
+                    CHECK(n_split > 0, "some layers split");
+                    CHECK(min_gpu >= max_cpu, "hot experts first: a GPU expert used %.4f < a CPU one %.4f", min_gpu,
+                          max_cpu);
+                }
+            }
+            if (bi == 4) CHECK(n_gpu == L * E && n_split == 0, "everything fits: all experts (%d) on the GPU", n_gpu);
+            printf("static experts (%s): budget %5.1f MiB: %3d of %d experts on the GPU, %d layers split\n",
+                   calib ? "hot-expert table" : "uniform", budget / 1048576.0, n_gpu, L * E, n_split);
+            tnd_placement_free(&p);
+        }
+    }
+    free(pop);
+    free(pf.t_cpu);
+    free(pf.t_gpu);
+    tnd_model_free(m);
+    unlink(path);
+}
+
 int main(void) {
+    test_static_experts();
     test_dense_vs_brute();
     test_moe_vs_brute();
     test_large();

@@ -24,10 +24,14 @@ for shape in ("tiny-llama", "tiny-qwen3", "tiny-qwen3moe"):
 
 fails = 0
 checked = 0
+split_seen = 0
 for model in models:
     wbytes = os.path.getsize(model)
     for hw in ("rtx3060-laptop", "rtx4090-desktop"):
-        for budget in ("1M", "10%", "30%", "50%", "100%", "150%", "300%", str(wbytes // 3 + 12345)):
+        budgets = ["1M", "10%", "30%", "50%", "100%", "150%", "300%", str(wbytes // 3 + 12345)]
+        if "moe" in model:  # around the fixed GPU needs (~110 MiB): experts split between the sides
+            budgets += ["118M", "124M", "130M"]
+        for budget in budgets:
             for placement in ("static", "layer"):
                 svg = os.path.join(tmp, "p.svg")
                 r = subprocess.run([tandem, "plan", "-m", model, "--device", "sim", "--hw", hw, "--vram-budget", budget,
@@ -46,6 +50,18 @@ for model in models:
                 on_gpu = sum(s["bytes"] for s in j["slices"] if s["backend"] in ("gpu", "both"))
                 ok = ok and on_gpu <= j["gpu_bytes"]
                 ok = ok and len(j["slices"]) > 0
+                # split expert tensors: one entry per expert, the experts of a tensor sum to its bytes
+                per = {}
+                for s in j["slices"]:
+                    if s["name"].endswith("]"):
+                        base = s["name"][:s["name"].rindex("[")]
+                        per.setdefault(base, []).append(s)
+                for base, ex in per.items():
+                    split_seen += 1
+                    ok = ok and len(ex) > 1 and len({e["bytes"] for e in ex}) == 1
+                    ok = ok and {e["backend"] for e in ex} >= {"gpu"} and len({e["backend"] for e in ex}) == 2
+                for e in j.get("experts", []):
+                    ok = ok and 0 <= e["gpu"] <= e["n_expert"] and 0 <= e["gpu_routing_share"] <= 1
                 try:
                     root = ET.parse(svg).getroot()
                     ok = ok and root.tag.endswith("svg")
@@ -56,5 +72,8 @@ for model in models:
                 if not ok:
                     fails += 1
                     print("FAIL", what, j.get("budget_bytes"), j.get("gpu_bytes"))
-print(f"{checked} plans checked, {fails} failures")
+if split_seen == 0:
+    fails += 1
+    print("FAIL: no plan split an expert tensor")
+print(f"{checked} plans checked ({split_seen} split expert tensors), {fails} failures")
 sys.exit(1 if fails else 0)

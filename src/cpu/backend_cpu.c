@@ -127,8 +127,9 @@ static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
         !grow((void **)&c->gx, &c->g_cap_x, sizeof(float) * (size_t)(pairs * n_in)) ||
         !grow((void **)&c->gy, &c->g_cap_y, sizeof(float) * (size_t)(pairs * n_out)))
         return TND_ERR_NOMEM;
+    /* negative ids: skipped pairs, whose rows stay as they are (backend.h) */
     for (int64_t i = 0; i < pairs; i++)
-        if (ids[i] < 0 || ids[i] >= n_exp)
+        if (ids[i] >= n_exp)
             return tnd_fail(TND_ERR_ARG, "matmul_id: expert id %d out of range [0, %lld)", ids[i], (long long)n_exp);
     for (int64_t e = 0; e < n_exp; e++) {
         int64_t n = 0;

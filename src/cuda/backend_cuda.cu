@@ -596,30 +596,39 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         int n_used = (int)ne(&op->in[2], 0);
         bool per_slot = n_used > 1 && rows_of(&op->in[1]) == n_tok * n_used;
         const float *x = (const float *)op->in[1].data;
+        const int32_t *ids_dev = (const int32_t *)op->in[2].data;
+        /* skipping ids (split layers, backend.h): the kernels give NaN rows
+         * for ids they do not know, so they compute into a temporary after
+         * their own scratch and only the kept rows are copied to y */
+        size_t pairs = (size_t)n_tok * (size_t)n_used, base = 0;
+        size_t tmp = op->p.mmid.skip ? (pairs * (size_t)n_out * 4 + 255) & ~(size_t)255 : 0;
+        float *y = (float *)o->data;
         if (n_tok <= CU_MATVEC_MAX_TOK) {
-            e = tnd_cu_matvec_id(a->type, a->data, n_in, n_out, n_exp, x, per_slot, n_tok, (const int32_t *)op->in[2].data,
-                                 n_used, (float *)o->data, cs);
+            if (tmp && (st = ensure_scratch(c, s, tmp))) return st;
+            if (tmp) y = (float *)s->scratch;
+            e = tnd_cu_matvec_id(a->type, a->data, n_in, n_out, n_exp, x, per_slot, n_tok, ids_dev, n_used, y, cs);
         } else {
             /* grouping needs the routing on the host: the planner waits for it
              * anyway (an expert's copy starts once routing has chosen it) */
-            size_t nids = (size_t)n_tok * n_used;
-            int32_t *ids = (int32_t *)malloc(nids * sizeof(int32_t));
+            int32_t *ids = (int32_t *)malloc(pairs * sizeof(int32_t));
             if (!ids) return tnd_fail(TND_ERR_NOMEM, "cuda matmul_id: out of host memory");
-            cudaError_t ce = cudaMemcpyAsync(ids, op->in[2].data, nids * 4, cudaMemcpyDeviceToHost, cs);
+            cudaError_t ce = cudaMemcpyAsync(ids, ids_dev, pairs * 4, cudaMemcpyDeviceToHost, cs);
             if (ce == cudaSuccess) ce = cudaStreamSynchronize(cs);
             if (ce != cudaSuccess) {
                 free(ids);
                 return cu_err(ce, "matmul_id: reading the routing");
             }
-            size_t need = tnd_cu_matmul_id_scratch(n_in, n_out, n_tok, n_used);
-            if ((st = ensure_scratch(c, s, need)) || (st = ensure_blas(c, s))) {
+            base = tnd_cu_matmul_id_scratch(n_in, n_out, n_tok, n_used);
+            if ((st = ensure_scratch(c, s, base + tmp)) || (st = ensure_blas(c, s))) {
                 free(ids);
                 return st;
             }
-            e = tnd_cu_matmul_id(s->blas, a->type, a->data, n_in, n_out, n_exp, x, per_slot, n_tok, ids, n_used,
-                                 (float *)o->data, s->scratch, s->scratch_size, cs);
+            if (tmp) y = (float *)((char *)s->scratch + base);
+            e = tnd_cu_matmul_id(s->blas, a->type, a->data, n_in, n_out, n_exp, x, per_slot, n_tok, ids, n_used, y,
+                                 s->scratch, base, cs);
             free(ids);
         }
+        if (!e && tmp) e = tnd_cu_moe_keep_rows(y, ids_dev, (int64_t)pairs, n_out, (float *)o->data, cs);
         break;
     }
     case TND_OP_GET_ROWS:
@@ -718,9 +727,14 @@ static tnd_status cu_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     if (op->kind == TND_OP_MATMUL && rows_of(&op->in[1]) > CU_MATVEC_MAX_TOK) {
         need = tnd_cu_matmul_scratch(a->ne[0], ne(a, 1), rows_of(&op->in[1]), 0);
         blas = true;
-    } else if (op->kind == TND_OP_MATMUL_ID && rows_of(&op->in[2]) > CU_MATVEC_MAX_TOK) {
-        need = tnd_cu_matmul_id_scratch(a->ne[0], ne(a, 1), rows_of(&op->in[2]), (int)ne(&op->in[2], 0));
-        blas = true;
+    } else if (op->kind == TND_OP_MATMUL_ID) {
+        int64_t n_tok = rows_of(&op->in[2]), n_used = ne(&op->in[2], 0);
+        if (n_tok > CU_MATVEC_MAX_TOK) {
+            need = tnd_cu_matmul_id_scratch(a->ne[0], ne(a, 1), n_tok, (int)n_used);
+            blas = true;
+        }
+        /* the temporary of a skipping matmul_id (cu_op_run) */
+        if (op->p.mmid.skip) need += ((size_t)n_tok * (size_t)n_used * (size_t)ne(a, 1) * 4 + 255) & ~(size_t)255;
     } else if (op->kind == TND_OP_ATTN) {
         int64_t n_tok = ne(a, 2) * ne(a, 3);
         need = tnd_cu_attn_scratch(n_tok, op->p.attn.n_head, op->p.attn.head_dim, op->p.attn.pos0 + n_tok);

@@ -145,6 +145,11 @@ int tnd_cu_copy_sm(void *dst, const void *src, size_t n, tnd_cu_stream stream);
  * n_used <= 32. */
 int tnd_cu_moe_route(const float *logits, int64_t n_tok, int n_expert, int n_used, int mode, bool norm,
                      float *weights, int32_t *ids, tnd_cu_stream stream);
+/* Skipping expert matmuls (split layers): dst[p] = src[p] for each of the
+ * n_pairs rows of n_out floats whose ids[p] >= 0; the other rows of dst are
+ * not touched. dst may be mapped host memory. */
+int tnd_cu_moe_keep_rows(const float *src, const int32_t *ids, int64_t n_pairs, int64_t n_out, float *dst,
+                         tnd_cu_stream stream);
 
 #ifdef __cplusplus
 }

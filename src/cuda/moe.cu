@@ -3,7 +3,9 @@
  * logits (n_expert <= 512). Experts are ranked by logit (the same order as by
  * probability, without the ties that rounding exp() can create); equal
  * logits rank the lower id first. The expert products themselves are
- * tnd_cu_matvec_id (decode) and tnd_cu_matmul_id (grouped by expert). */
+ * tnd_cu_matvec_id (decode) and tnd_cu_matmul_id (grouped by expert);
+ * tnd_cu_moe_keep_rows lets them skip ids (split layers) by computing into a
+ * temporary and keeping only the rows of valid ids. */
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
 
@@ -79,5 +81,23 @@ extern "C" int tnd_cu_moe_route(const float *logits, int64_t n_tok, int n_expert
     const int warps = 4;
     k_moe_route<<<tnd_cu_blocks(n_tok, warps), 32 * warps, 0, (cudaStream_t)stream>>>(logits, n_tok, n_expert,
                                                                                       n_used, mode, norm, weights, ids);
+    return (int)cudaGetLastError();
+}
+
+/* One thread per output float; the row's id is read once per warp-ish run
+ * of threads (rows are n_out >= 32 floats wide in every model). */
+__global__ void k_keep_rows(const float *__restrict__ src, const int32_t *__restrict__ ids, int64_t n, int64_t n_out,
+                            float *__restrict__ dst) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (ids[i / n_out] >= 0) dst[i] = src[i];
+}
+
+extern "C" int tnd_cu_moe_keep_rows(const float *src, const int32_t *ids, int64_t n_pairs, int64_t n_out, float *dst,
+                                    tnd_cu_stream stream) {
+    if (!src || !ids || !dst || n_pairs < 0 || n_out < 1) return cudaErrorInvalidValue;
+    int64_t n = n_pairs * n_out;
+    if (n == 0) return 0;
+    k_keep_rows<<<tnd_cu_blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(src, ids, n, n_out, dst);
     return (int)cudaGetLastError();
 }

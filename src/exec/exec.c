@@ -9,7 +9,19 @@
  * stream, and this thread waits for the GPU only when a CPU op needs a GPU
  * result (or before overwriting a host buffer the GPU is still copying).
  * Promoted slices are copied on the transfer stream into a ring of slots,
- * each copy starting as soon as its slot's previous reader is done. */
+ * each copy starting as soon as its slot's previous reader is done.
+ *
+ * A MoE layer split expert by expert (tnd_placement.split) arrives as a
+ * NONE node, which maps the routing ids to each side's (done here, on the
+ * host: the CPU's experts need the ids there anyway), then the expert ops
+ * twice: reading A_RIG (the GPU's resident experts, compact indices: always
+ * on the GPU) and reading A_RIC (the CPU's experts: on the CPU, or on the
+ * GPU from a slot when the layer is promoted this round). The GPU part is
+ * queued first, so the CPU part runs while the GPU works. Its down
+ * projection writes its rows of A_EY straight into the mapped host buffer
+ * (the CPU part writes the other rows), so no rows have to be gathered;
+ * the CPU waits for that write only before it reads the buffer. When the
+ * CPU part is promoted, both parts write the GPU's A_EY instead. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +45,24 @@ static bool promoted(const tnd_ctx *c, int sid) {
     return c->lay.n_slots > 0 && sid >= 0 && c->pl.promote[sid] && (!c->pl.promote_auto || c->round_prom[sid]);
 }
 
+/* The GPU-resident part of a split layer's expert op (it reads A_RIG). */
+static bool resident_part(const tnd_ctx *c, const tnd_node *nd) {
+    return nd->op.kind == TND_OP_MATMUL_ID && c->side[0].act[A_RIG] && nd->op.in[2].data == c->side[0].act[A_RIG];
+}
+
+/* Node nd reads a weight slice promoted this round. */
+static bool node_promoted(const tnd_ctx *c, const tnd_node *nd) {
+    return nd->sid >= 0 && !tnd_slice_small(c->m->slices[nd->sid]) && !resident_part(c, nd) && promoted(c, nd->sid);
+}
+
+/* The CPU waits for the GPU's writes into host buffer b (split layers' A_EY). */
+static tnd_status wait_mapped(tnd_ctx *c, int b) {
+    if (!c->mapped_pending[b]) return TND_OK;
+    tnd_backend *g = c->side[1].be;
+    c->mapped_pending[b] = false;
+    return g->iface->event_sync(g, c->mapped_ev);
+}
+
 /* promote=auto: this round promotes a candidate when copying it and running
  * it on the GPU costs less than running it on the CPU (the perf DB's times;
  * without one, rounds of 32 tokens or more promote every candidate). Large
@@ -43,6 +73,10 @@ static void choose_round_promotions(tnd_ctx *c, int nt) {
         if (!c->pl.promote[i]) continue;
         c->round_prom[i] = c->perf ? tnd_perf_pays_to_promote(m, c->perf, i, nt) : nt >= 32;
     }
+    /* a split layer's three expert tensors share the ids of the CPU's experts: one decision */
+    int l;
+    for (int i = 0; i < m->n_slices; i++)
+        if (c->pl.promote[i] && tnd_slice_split(m, &c->pl, i, &l)) c->round_prom[i] = c->round_prom[m->layers[l].gate_exps.id];
 }
 
 static bool is_expert_copy(const tnd_ctx *c, int j) { return c->m->slices[c->g.nodes[c->prom[j]].sid]->n_expert > 1; }
@@ -143,6 +177,7 @@ static tnd_status rebase(tnd_ctx *c, tnd_tensor *t, int s, bool read, int slot) 
     case R_ACT:
         if (c->gpu && read) {
             tnd_status st = make_current(c, r->idx, off, n, s);
+            if (!st && s == TND_SIDE_CPU) st = wait_mapped(c, r->idx);
             if (st) return st;
         }
         if (s == TND_SIDE_GPU) t->data = (char *)c->side[1].act[r->idx] + off;
@@ -169,15 +204,68 @@ static tnd_status rebase(tnd_ctx *c, tnd_tensor *t, int s, bool read, int slot) 
 
 int tnd_exec_node_side(const tnd_ctx *c, const tnd_node *nd, int cur, bool any_promotion, bool *prom) {
     bool big = nd->sid >= 0 && !tnd_slice_small(c->m->slices[nd->sid]);
-    bool p = c->gpu && big && (any_promotion ? c->lay.n_slots > 0 && c->pl.promote[nd->sid] : promoted(c, nd->sid));
+    bool res = c->gpu && big && resident_part(c, nd);
+    bool p = c->gpu && big && !res &&
+             (any_promotion ? c->lay.n_slots > 0 && c->pl.promote[nd->sid] : promoted(c, nd->sid));
     if (prom) *prom = p;
     if (!c->gpu) return TND_SIDE_CPU;
+    if (res) return TND_SIDE_GPU;
     if (big) return p ? TND_SIDE_GPU : c->pl.where[nd->sid];
     if (nd->pin == TND_PIN_KV) return c->pl.kv[nd->layer];
     return cur;
 }
 
+/* Host pointer of activation tensor t (canonical) made current on the CPU
+ * (read) or safe for the CPU to overwrite (!read); *idx: its buffer. */
+static tnd_status host_act(tnd_ctx *c, const tnd_tensor *t, bool read, int *idx, void **out) {
+    const tnd_region *r = find_region(c, t->data);
+    if (!r || r->kind != R_ACT) return tnd_fail(TND_ERR_INTERNAL, "expert ids outside the activations");
+    size_t off = (size_t)((const char *)t->data - r->base), nb = tnd_tensor_nbytes(t);
+    tnd_status st = TND_OK;
+    if (c->gpu && read) st = make_current(c, r->idx, off, nb, TND_SIDE_CPU);
+    if (!st && c->gpu) st = wait_mapped(c, r->idx);
+    if (!st && c->gpu && !read && c->host_read_pending[r->idx]) {
+        tnd_backend *g = c->side[1].be;
+        st = g->iface->event_sync(g, c->host_read[r->idx]);
+        c->host_read_pending[r->idx] = false;
+    }
+    *idx = r->idx;
+    *out = (char *)c->side[0].act[r->idx] + off;
+    return st;
+}
+
+/* The NONE node of a split layer: routing ids (in[0]) to the ids of the
+ * CPU's experts (out[0], -1 for the GPU's) and the compact indices of the
+ * GPU's (out[1], -1 for the CPU's), on the host. */
+static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
+    int E = c->pl.n_expert, l = nd->layer, bi, bc, bg;
+    if (!c->exp_gpu || l < 0 || !c->pl.split[l]) return tnd_fail(TND_ERR_INTERNAL, "layer %d is not split", l);
+    const int32_t *ids;
+    int32_t *ric, *rig;
+    tnd_status st;
+    if ((st = host_act(c, &nd->op.in[0], true, &bi, (void **)&ids)) ||
+        (st = host_act(c, &nd->op.out[0], false, &bc, (void **)&ric)) ||
+        (st = host_act(c, &nd->op.out[1], false, &bg, (void **)&rig)))
+        return st;
+    const uint8_t *side = c->pl.exp + (size_t)l * E;
+    const int32_t *gi = c->exp_gpu + (size_t)l * E;
+    int64_t n = tnd_tensor_nelem(&nd->op.in[0]);
+    for (int64_t i = 0; i < n; i++) {
+        int32_t e = ids[i];
+        if (e < 0 || e >= E) return tnd_fail(TND_ERR_INTERNAL, "routing chose expert %d of %d", e, E);
+        ric[i] = side[e] == TND_SIDE_CPU ? e : -1;
+        rig[i] = gi[e];
+    }
+    for (int k = 0; k < 2; k++) {
+        int b = k ? bg : bc;
+        c->valid[b] = 1u << TND_SIDE_CPU;
+        c->wlen[b] = (size_t)n * sizeof(int32_t);
+    }
+    return TND_OK;
+}
+
 static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
+    if (nd->op.kind == TND_OP_NONE && nd->op.out[0].data) return remap_ids(c, nd);
     bool prom;
     int s = tnd_exec_node_side(c, nd, c->cur, false, &prom);
     if (s != c->cur) c->n_switch++;
@@ -188,6 +276,11 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     if (prom) slot = *prom_seen % c->lay.n_slots;
     for (int i = 0; i < TND_OP_MAX_IN; i++)
         if ((st = rebase(c, &op.in[i], s, true, i == 0 ? slot : -1))) return st;
+    bool res = c->gpu && resident_part(c, nd), mapped_out = false;
+    /* the GPU holds only its experts of a split tensor, compacted */
+    if (res) op.in[0].ne[2] = tnd_placement_gpu_experts(c->m, &c->pl, nd->layer);
+    /* the CPU part of a split layer writes rows the GPU part leaves alone */
+    bool disjoint = c->gpu && !res && nd->op.kind == TND_OP_MATMUL_ID && nd->op.in[2].data == c->side[0].act[A_RIC];
     for (int i = 0; i < TND_OP_MAX_OUT; i++) {
         tnd_tensor *o = &op.out[i];
         if (!o->data) continue;
@@ -198,7 +291,14 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
             if ((st = g->iface->event_sync(g, c->host_read[r->idx]))) return st;
             c->host_read_pending[r->idx] = false;
         }
+        /* nor a GPU write into the host buffer, unless their rows are disjoint */
+        if (r && r->kind == R_ACT && s == TND_SIDE_CPU && !disjoint && (st = wait_mapped(c, r->idx))) return st;
         if ((st = rebase(c, o, s, false, -1))) return st;
+        /* the GPU part's expert outputs go where the CPU part's go */
+        if (res && r && r->kind == R_ACT && r->idx == A_EY && !promoted(c, nd->sid)) {
+            o->data = (char *)c->act_dev[A_EY] + ((const char *)nd->op.out[i].data - r->base);
+            mapped_out = true;
+        }
     }
     tnd_side *sd = &c->side[s];
     /* an expert tensor's copy is queued now that routing has run */
@@ -210,8 +310,12 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         if (!o->data) continue;
         const tnd_region *r = find_region(c, o->data);
         if (r && r->kind == R_ACT) {
-            c->valid[r->idx] = (uint8_t)(1u << s);
+            c->valid[r->idx] = (uint8_t)(1u << (mapped_out ? TND_SIDE_CPU : s));
             c->wlen[r->idx] = (size_t)((const char *)o->data - r->base) + tnd_tensor_nbytes(o);
+            if (mapped_out) {
+                if ((st = sd->be->iface->event_record(sd->be, c->mapped_ev, sd->st))) return st;
+                c->mapped_pending[r->idx] = true;
+            }
         }
     }
     if (c->expert_hits && nd->op.kind == TND_OP_MOE_ROUTE && nd->layer >= 0) { /* calibration: count routings */
@@ -253,10 +357,8 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
             c->prom = p;
             c->prom_cap = c->g.n;
         }
-        for (int i = 0; i < c->g.n; i++) {
-            int sid = c->g.nodes[i].sid;
-            if (sid >= 0 && !tnd_slice_small(c->m->slices[sid]) && promoted(c, sid)) c->prom[c->n_prom++] = i;
-        }
+        for (int i = 0; i < c->g.n; i++)
+            if (node_promoted(c, &c->g.nodes[i])) c->prom[c->n_prom++] = i;
         if (!c->chosen && !(c->chosen = tnd_calloc((size_t)TND_MAX(c->m->hp.n_expert, 1), 1)))
             return tnd_fail(TND_ERR_NOMEM, "out of memory");
         st = prefetch(c, 0, false);
@@ -271,6 +373,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
         tnd_status s1 = g->iface->stream_sync(g, c->side[1].st), s2 = g->iface->stream_sync(g, c->xfer);
         if (!st) st = s1 ? s1 : s2;
         memset(c->host_read_pending, 0, sizeof c->host_read_pending);
+        memset(c->mapped_pending, 0, sizeof c->mapped_pending);
     }
     if (!st && want_logits) memcpy(c->logits, c->side[0].act[A_LOGITS], sizeof(float) * (size_t)c->m->hp.n_vocab);
     return st;

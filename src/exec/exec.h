@@ -42,6 +42,8 @@ enum {
     A_RL,     /* [nb][n_expert] router logits (MoE) */
     A_RW,     /* [nb][n_used] routing weights (MoE) */
     A_RI,     /* [nb][n_used] i32 routing ids (MoE) */
+    A_RIC,    /* [nb][n_used] i32 split layers: ids of the CPU-side experts, -1 for the others */
+    A_RIG,    /* [nb][n_used] i32 split layers: GPU-resident experts' compact indices, -1 for the others */
     A_IDS,    /* [nb] i32 token ids */
     A_POS,    /* [nb] i32 positions */
     A_LOGITS, /* [n_vocab] */
@@ -49,10 +51,21 @@ enum {
 };
 
 /* Where each weight slice runs. Small slices (norm weights, biases: 1-D
- * tensors) are replicated on both sides and not placed. */
+ * tensors) are replicated on both sides and not placed.
+ *
+ * MoE layers are placed either by whole tensors (where[] of gate_exps,
+ * up_exps and down_exps, each on its own side) or, when split[l], expert
+ * by expert: exp[l][e] is the side of expert e's gate, up and down (so the
+ * SILU_MUL between them stays on one side). A split layer has experts on
+ * both sides (tnd_placement_normalize unsplits the others); its three
+ * expert tensors then have where = CPU (the host store holds them whole,
+ * the GPU arena only its experts) and one promotion flag shared by the
+ * three (promoting moves the chosen CPU-side experts to a slot). */
 typedef struct tnd_placement {
-    int n_slices, n_layer;
+    int n_slices, n_layer, n_expert; /* n_expert: per MoE layer, 0 for dense models */
     uint8_t *where;    /* [n_slices] TND_SIDE_* of the ops reading the slice */
+    uint8_t *split;    /* [n_layer] 1: the layer's experts are placed one by one (exp[]) */
+    uint8_t *exp;      /* [n_layer][n_expert] TND_SIDE_* of each expert of a split layer; NULL for dense */
     uint8_t *kv;       /* [n_layer] side of the layer's attention and KV cache */
     uint8_t *promote;  /* [n_slices] 1: a CPU slice copied to a GPU slot each round */
     bool promote_auto; /* promote[] are candidates; each round promotes those whose copy
@@ -126,6 +139,10 @@ struct tnd_ctx {
     tnd_event **slot_ready, **slot_free;
     uint8_t *round_prom;     /* [n_slices] promoted this round (promote_auto) */
     uint8_t *chosen;         /* [n_expert] scratch: the experts routing chose */
+    int32_t *exp_gpu;        /* [n_layer][n_expert] split layers: compact index of a GPU-resident expert in
+                                its tensors' arena copy, -1 for CPU-side experts (NULL: no split layer) */
+    tnd_event *mapped_ev;    /* the GPU's last write into a host buffer (split layers' A_EY rows) */
+    bool mapped_pending[A_COUNT]; /* a GPU write into the host buffer may still be running */
     int64_t *expert_hits;    /* [n_layer][n_expert] routing counts (calibration), or NULL */
     int *prom;               /* [prom_cap] promoted node indices of the round */
     int prom_cap;
@@ -150,10 +167,25 @@ struct tnd_ctx {
 /* ---- placement.c ---- */
 /* True for slices that are replicated instead of placed (1-D tensors). */
 bool tnd_slice_small(const tnd_weight *w);
+/* Layer of a slice from its GGUF name ("blk.N."), or -1. */
+int tnd_slice_layer(const tnd_weight *w);
+/* True if slice sid is an expert tensor of a layer p splits expert by
+ * expert (*layer: that layer, may be NULL). */
+bool tnd_slice_split(const tnd_model *m, const tnd_placement *p, int sid, int *layer);
+/* Experts of layer l on the GPU (whole tensors: all or none, from gate_exps). */
+int tnd_placement_gpu_experts(const tnd_model *m, const tnd_placement *p, int l);
+/* Bytes of slice sid resident on the GPU: all of it, a split tensor's GPU
+ * experts, or 0. */
+uint64_t tnd_slice_gpu_bytes(const tnd_model *m, const tnd_placement *p, int sid);
+/* Restores the invariants of split layers: a layer with all its experts on
+ * one side becomes whole tensors on that side; a split layer's expert
+ * tensors get where = CPU and one promotion flag (set if any was). */
+void tnd_placement_normalize(const tnd_model *m, tnd_placement *p);
 /* Builds p from spec: "cpu", "gpu", "layer" (whole layers from the last
  * while they fit in weight_budget bytes, with their KV cache of kv_layer
- * bytes), "random:SEED", or a placement file ("name side" lines, fnmatch
- * patterns, later lines win). promote: NULL/"none", "all", "auto",
+ * bytes), "random:SEED" (MoE: some layers split expert by expert), or a
+ * placement file ("name side" lines, fnmatch patterns, later lines win;
+ * "blk.N.exp.E" names one expert). promote: NULL/"none", "all", "auto",
  * "random:SEED". */
 tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *promote, uint64_t weight_budget,
                               uint64_t kv_layer, tnd_placement *p);

@@ -41,6 +41,7 @@ void tnd_act_sizes(const tnd_hparams *hp, int nb, size_t sz[A_COUNT]) {
         [A_G] = f * nb * used * ff, [A_U] = f * nb * used * ff,
         [A_EY] = hp->n_expert ? f * nb * used * E : 0, [A_RL] = f * nb * hp->n_expert,
         [A_RW] = hp->n_expert ? f * nb * used : 0, [A_RI] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
+        [A_RIC] = hp->n_expert ? sizeof(int32_t) * nb * used : 0, [A_RIG] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
         [A_IDS] = sizeof(int32_t) * nb, [A_POS] = sizeof(int32_t) * nb, [A_LOGITS] = f * hp->n_vocab,
     };
     memcpy(sz, s, sizeof s);
@@ -57,6 +58,13 @@ static uint64_t matmul_scratch(const tnd_weight *w, int nb, int n_used) {
                ALIGN256((uint64_t)w->n_out * w->n_in * 2);
     }
     return ALIGN256((uint64_t)nb * w->n_in * 2) + ALIGN256(rows * w->n_in * 2);
+}
+
+/* + what an expert matmul that skips ids needs (split layers): the CUDA
+ * backend computes into a temporary [pairs][n_out] and copies the kept rows. */
+static uint64_t skip_scratch(const tnd_weight *w, int nb, int n_used) {
+    uint64_t s = nb <= 8 ? 0 : matmul_scratch(w, nb, n_used);
+    return s + ALIGN256((uint64_t)nb * (uint64_t)n_used * (uint64_t)w->n_out * 4);
 }
 
 void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int nb, uint64_t budget,
@@ -78,11 +86,13 @@ void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, i
             l->small_gpu += gpu ? b : 0;
             continue;
         }
+        bool split = tnd_slice_split(m, p, i, NULL);
         if (p->where[i] == TND_SIDE_GPU) l->w_gpu += b;
-        else store += b;
+        else store += b; /* a split tensor: whole in the store, its GPU experts also in the arena */
+        if (split) l->w_gpu += ALIGN256(tnd_slice_gpu_bytes(m, p, i));
         if (p->promote[i] && b > l->slot_bytes) l->slot_bytes = b;
-        if ((p->where[i] == TND_SIDE_GPU || p->promote[i]) && w != &m->tok_embd) {
-            uint64_t s = matmul_scratch(w, nb, n_used);
+        if ((p->where[i] == TND_SIDE_GPU || p->promote[i] || split) && w != &m->tok_embd) {
+            uint64_t s = split ? skip_scratch(w, nb, n_used) : matmul_scratch(w, nb, n_used);
             if (s > scratch) scratch = s;
         }
     }
@@ -224,11 +234,37 @@ static tnd_status alloc_weights(tnd_ctx *c) {
     uint64_t arena = 0;
     for (int i = 0; i < n; i++)
         if (tnd_slice_small(m->slices[i]) || c->pl.where[i] == TND_SIDE_GPU) arena += ALIGN256(m->slices[i]->t->nbytes);
+        else if (tnd_slice_split(m, &c->pl, i, NULL)) arena += ALIGN256(tnd_slice_gpu_bytes(m, &c->pl, i));
     tnd_status st = arena ? g->iface->buf_alloc(g, arena, &c->w_arena) : TND_OK;
     if (st) return tnd_fail_wrap(st, "resident weights (%.1f MiB): ", arena / MIB);
     char *next = c->w_arena;
     for (int i = 0; i < n; i++) {
         const tnd_weight *w = m->slices[i];
+        int l;
+        if (tnd_slice_split(m, &c->pl, i, &l)) {
+            /* Only the GPU's experts, compacted in expert order: the executor
+             * remaps routing ids to these compact indices (A_RIG), so the
+             * kernels see an ordinary smaller expert tensor; a per-expert
+             * pointer table would need new kernel arguments on every backend. */
+            size_t per = w->t->nbytes / (size_t)w->n_expert, at = 0;
+            const uint8_t *side = c->pl.exp + (size_t)l * c->pl.n_expert;
+            for (int64_t e = 0; e < w->n_expert;) { /* one copy per run of GPU experts */
+                if (side[e] != TND_SIDE_GPU) {
+                    e++;
+                    continue;
+                }
+                int64_t e1 = e;
+                while (e1 < w->n_expert && side[e1] == TND_SIDE_GPU) e1++;
+                if ((st = g->iface->copy_h2d(g, next + at, (const char *)w->data + e * per, (size_t)(e1 - e) * per,
+                                             c->side[1].st)))
+                    return st;
+                at += (size_t)(e1 - e) * per;
+                e = e1;
+            }
+            c->w[1][i] = next;
+            next += ALIGN256(at);
+            continue;
+        }
         if (!tnd_slice_small(w) && c->pl.where[i] != TND_SIDE_GPU) continue;
         if ((st = g->iface->copy_h2d(g, next, w->data, w->t->nbytes, c->side[1].st))) return st;
         c->w[1][i] = next;
@@ -250,6 +286,22 @@ static tnd_status alloc_slots(tnd_ctx *c) {
             (st = g->iface->event_new(g, &c->slot_ready[i])) || (st = g->iface->event_new(g, &c->slot_free[i])))
             return st;
     }
+    return TND_OK;
+}
+
+/* Compact GPU index of each expert of a split layer (the arena's order). */
+static tnd_status alloc_expert_map(tnd_ctx *c) {
+    const tnd_placement *p = &c->pl;
+    int L = p->n_layer, E = p->n_expert;
+    bool any = false;
+    for (int l = 0; p->split && l < L; l++) any |= p->split[l] != 0;
+    if (!any || !E) return TND_OK;
+    if (!(c->exp_gpu = tnd_calloc((size_t)L * E, sizeof *c->exp_gpu))) return TND_ERR_NOMEM;
+    for (int l = 0; l < L; l++)
+        for (int e = 0, k = 0; e < E; e++) {
+            bool g = p->split[l] && p->exp[(size_t)l * E + e] == TND_SIDE_GPU;
+            c->exp_gpu[(size_t)l * E + e] = g ? k++ : -1;
+        }
     return TND_OK;
 }
 
@@ -294,6 +346,8 @@ tnd_status tnd_layout_alloc(tnd_ctx *c) {
         for (int i = 0; i < A_COUNT; i++)
             if (c->act_size[i] && (st = g->iface->event_new(g, &c->host_read[i]))) return st;
         if (c->lay.n_slots && (st = alloc_slots(c))) return st;
+        if ((st = g->iface->event_new(g, &c->mapped_ev))) return st;
+        if ((st = alloc_expert_map(c))) return st;
     }
     return build_regions(c);
 }
@@ -322,7 +376,9 @@ void tnd_layout_free(tnd_ctx *c) {
         for (int i = 0; i < A_COUNT; i++)
             if (c->host_read[i]) g->iface->event_free(g, c->host_read[i]);
         if (c->sync_ev) g->iface->event_free(g, c->sync_ev);
+        if (c->mapped_ev) g->iface->event_free(g, c->mapped_ev);
     }
+    free(c->exp_gpu);
     if (c->kv_canon) munmap(c->kv_canon, c->kv_canon_bytes);
     free(c->kv_addr);
     free(c->w[0]);
@@ -342,6 +398,13 @@ void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint
         uint64_t b = w->t->nbytes;
         /* one token reads n_used of the n_expert experts */
         if (w->n_expert > 1) b = b / (uint64_t)w->n_expert * (uint64_t)m->hp.n_expert_used;
+        int l;
+        if (c->gpu && tnd_slice_split(m, &c->pl, i, &l)) {
+            /* uniform routing: the GPU's share of the chosen experts */
+            uint64_t g = b * (uint64_t)tnd_placement_gpu_experts(m, &c->pl, l) / (uint64_t)w->n_expert;
+            *gpu += g;
+            b -= g;
+        }
         if (c->gpu && c->pl.where[i] == TND_SIDE_GPU) *gpu += b;
         /* auto promotes only when it pays, which a decode step never does */
         else if (c->gpu && c->pl.promote[i] && c->lay.n_slots && !c->pl.promote_auto) *pcie += b; /* chosen experts only */

@@ -13,7 +13,6 @@
 
 bool tnd_slice_small(const tnd_weight *w) { return w->t && w->t->n_dims == 1; }
 
-/* Layer of a slice from its GGUF name ("blk.N."), or -1. */
 int tnd_slice_layer(const tnd_weight *w) {
     const char *s = w->t->name.ptr;
     size_t n = w->t->name.len;
@@ -22,6 +21,64 @@ int tnd_slice_layer(const tnd_weight *w) {
     size_t i = 4;
     for (; i < n && s[i] >= '0' && s[i] <= '9' && v < 1000000; i++) v = v * 10 + (s[i] - '0');
     return i > 4 && i < n && s[i] == '.' ? v : -1;
+}
+
+/* The expert tensors of layer l (gate, up, down), or NULL for a dense layer. */
+static bool layer_exps(const tnd_model *m, int l, const tnd_weight *e[3]) {
+    const tnd_layer *L = &m->layers[l];
+    e[0] = &L->gate_exps, e[1] = &L->up_exps, e[2] = &L->down_exps;
+    return m->hp.n_expert > 1 && e[0]->id >= 0 && e[1]->id >= 0 && e[2]->id >= 0;
+}
+
+bool tnd_slice_split(const tnd_model *m, const tnd_placement *p, int sid, int *layer) {
+    const tnd_weight *w = m->slices[sid];
+    if (!p->split || w->n_expert <= 1) return false;
+    int l = tnd_slice_layer(w);
+    if (l < 0 || l >= p->n_layer || !p->split[l]) return false;
+    if (layer) *layer = l;
+    return true;
+}
+
+int tnd_placement_gpu_experts(const tnd_model *m, const tnd_placement *p, int l) {
+    const tnd_weight *e[3];
+    if (!layer_exps(m, l, e)) return 0;
+    if (!p->split || !p->split[l]) return p->where[e[0]->id] == TND_SIDE_GPU ? p->n_expert : 0;
+    int n = 0;
+    for (int i = 0; i < p->n_expert; i++) n += p->exp[(size_t)l * p->n_expert + i] == TND_SIDE_GPU;
+    return n;
+}
+
+uint64_t tnd_slice_gpu_bytes(const tnd_model *m, const tnd_placement *p, int sid) {
+    const tnd_weight *w = m->slices[sid];
+    int l;
+    if (tnd_slice_split(m, p, sid, &l))
+        return w->t->nbytes / (uint64_t)w->n_expert * (uint64_t)tnd_placement_gpu_experts(m, p, l);
+    return p->where[sid] == TND_SIDE_GPU ? w->t->nbytes : 0;
+}
+
+void tnd_placement_normalize(const tnd_model *m, tnd_placement *p) {
+    const tnd_weight *e[3];
+    for (int l = 0; p->split && l < p->n_layer; l++) {
+        if (!p->split[l]) {
+            if (p->exp) memset(p->exp + (size_t)l * p->n_expert, 0, (size_t)p->n_expert);
+            continue;
+        }
+        if (!layer_exps(m, l, e)) {
+            p->split[l] = 0;
+            continue;
+        }
+        int g = tnd_placement_gpu_experts(m, p, l);
+        bool prom = p->promote[e[0]->id] || p->promote[e[1]->id] || p->promote[e[2]->id];
+        if (g == 0 || g == p->n_expert) {
+            p->split[l] = 0;
+            memset(p->exp + (size_t)l * p->n_expert, 0, (size_t)p->n_expert);
+        }
+        for (int j = 0; j < 3; j++) {
+            p->where[e[j]->id] = g == p->n_expert ? TND_SIDE_GPU : TND_SIDE_CPU;
+            /* all on the GPU: nothing to promote; split: one flag for the three */
+            p->promote[e[j]->id] = g < p->n_expert && prom;
+        }
+    }
 }
 
 static bool parse_seed(const char *s, uint64_t *seed) {
@@ -65,7 +122,11 @@ static int side_of(const char *s) {
 }
 
 /* "PATTERN cpu|gpu|promote" lines; PATTERN is an fnmatch pattern over tensor
- * names, or "blk.N.kv" for a layer's attention and KV cache. */
+ * names, "blk.N.kv" for a layer's attention and KV cache, or "blk.N.exp.E"
+ * for expert E of MoE layer N (its gate, up and down; cpu or gpu only).
+ * Naming one expert splits the layer expert by expert (its other experts
+ * start where its ffn_gate_exps tensor was); naming an expert tensor of a
+ * split layer makes the layer whole tensors again. Later lines win. */
 static tnd_status place_file(const tnd_model *m, const char *path, tnd_placement *p) {
     FILE *f = fopen(path, "r");
     if (!f) return tnd_fail(TND_ERR_IO, "cannot open placement file '%s' (placements: cpu, gpu, layer, random:SEED, or a file)", path);
@@ -92,6 +153,26 @@ static tnd_status place_file(const tnd_model *m, const char *path, tnd_placement
             hits++;
             p->where[i] = s == 2 ? TND_SIDE_CPU : (uint8_t)s;
             p->promote[i] = s == 2;
+            int l;
+            if (tnd_slice_split(m, p, i, &l)) p->split[l] = 0;
+        }
+        const tnd_weight *e[3];
+        for (int l = 0; p->exp && l < m->hp.n_layer; l++) {
+            if (!layer_exps(m, l, e)) continue;
+            for (int x = 0; x < p->n_expert; x++) {
+                snprintf(name, sizeof name, "blk.%d.exp.%d", l, x);
+                if (fnmatch(pat, name, 0)) continue;
+                if (s == 2) {
+                    st = tnd_fail(TND_ERR_ARG, "%s:%d: an expert is placed on the cpu or the gpu, not promoted", path, ln);
+                    break;
+                }
+                hits++;
+                if (!p->split[l]) {
+                    p->split[l] = 1;
+                    memset(p->exp + (size_t)l * p->n_expert, p->where[e[0]->id], (size_t)p->n_expert);
+                }
+                p->exp[(size_t)l * p->n_expert + x] = (uint8_t)s;
+            }
         }
         for (int l = 0; l < m->hp.n_layer; l++) {
             snprintf(name, sizeof name, "blk.%d.kv", l);
@@ -112,10 +193,13 @@ tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *
     memset(p, 0, sizeof *p);
     p->n_slices = m->n_slices;
     p->n_layer = m->hp.n_layer;
+    p->n_expert = m->hp.n_expert > 1 ? m->hp.n_expert : 0;
     p->where = tnd_calloc((size_t)m->n_slices + 1, 1);
     p->promote = tnd_calloc((size_t)m->n_slices + 1, 1);
     p->kv = tnd_calloc((size_t)m->hp.n_layer + 1, 1);
-    if (!p->where || !p->promote || !p->kv) {
+    p->split = tnd_calloc((size_t)m->hp.n_layer + 1, 1);
+    if (p->n_expert) p->exp = tnd_calloc((size_t)m->hp.n_layer * p->n_expert, 1);
+    if (!p->where || !p->promote || !p->kv || !p->split || (p->n_expert && !p->exp)) {
         tnd_placement_free(p);
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     }
@@ -134,10 +218,17 @@ tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *
         if (!parse_seed(spec + 7, &seed)) st = tnd_fail(TND_ERR_ARG, "bad placement '%s': random:SEED needs a number", spec);
         for (int i = 0; !st && i < m->n_slices; i++) p->where[i] = tnd_splitmix64(&seed) & 1;
         for (int l = 0; !st && l < m->hp.n_layer; l++) p->kv[l] = tnd_splitmix64(&seed) & 1;
+        /* MoE: three layers in four split expert by expert, each expert on a random side */
+        for (int l = 0; !st && p->exp && l < m->hp.n_layer; l++) {
+            if (tnd_splitmix64(&seed) % 4 == 0) continue;
+            p->split[l] = 1;
+            for (int e = 0; e < p->n_expert; e++) p->exp[(size_t)l * p->n_expert + e] = tnd_splitmix64(&seed) & 1;
+        }
         snprintf(p->desc, sizeof p->desc, "%s", spec);
     } else {
         st = place_file(m, spec, p);
     }
+    if (!st) tnd_placement_normalize(m, p); /* split layers' tensors are CPU ones: promotion candidates */
     if (!st && promote && strcmp(promote, "none")) {
         /* auto: every CPU slice is a candidate; each round picks (exec.c) */
         bool all = !strcmp(promote, "all") || !strcmp(promote, "auto");
@@ -153,6 +244,7 @@ tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *
                 p->promote[i] = r;
         }
     }
+    if (!st) tnd_placement_normalize(m, p);
     if (st) tnd_placement_free(p);
     return st;
 }
@@ -161,7 +253,9 @@ void tnd_placement_free(tnd_placement *p) {
     free(p->where);
     free(p->kv);
     free(p->promote);
-    p->where = p->kv = p->promote = NULL;
+    free(p->split);
+    free(p->exp);
+    p->where = p->kv = p->promote = p->split = p->exp = NULL;
 }
 
 tnd_status tnd_placement_write(const tnd_model *m, const tnd_placement *p, FILE *f) {
@@ -174,5 +268,9 @@ tnd_status tnd_placement_write(const tnd_model *m, const tnd_placement *p, FILE 
                 p->promote[i] && !p->promote_auto ? "promote" : p->where[i] ? "gpu" : "cpu");
     }
     for (int l = 0; l < m->hp.n_layer; l++) fprintf(f, "blk.%d.kv %s\n", l, p->kv[l] ? "gpu" : "cpu");
+    /* split layers: one line per expert (after the tensor lines, which would unsplit them) */
+    for (int l = 0; p->split && l < m->hp.n_layer; l++)
+        for (int e = 0; p->split[l] && e < p->n_expert; e++)
+            fprintf(f, "blk.%d.exp.%d %s\n", l, e, p->exp[(size_t)l * p->n_expert + e] ? "gpu" : "cpu");
     return ferror(f) ? tnd_fail(TND_ERR_IO, "writing the placement failed") : TND_OK;
 }

@@ -218,6 +218,7 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
         memset(c->pl.where, 0, (size_t)m->n_slices);
         memset(c->pl.kv, 0, (size_t)m->hp.n_layer);
         memset(c->pl.promote, 0, (size_t)m->n_slices);
+        memset(c->pl.split, 0, (size_t)m->hp.n_layer);
     }
     tnd_layout_compute(m, &c->pl, c->n_ctx, c->n_batch, budget, c->gpu, &c->lay);
     if (p->verbose) {
@@ -359,29 +360,50 @@ static void moe_ffn(tnd_ctx *c, const tnd_layer *L, int nt) {
     r.out[0] = F(c->side[0].act[A_RW], k, nt, 1);
     r.out[1] = T(c->side[0].act[A_RI], TND_TYPE_I32, k, nt, 1);
     run(c, &r);
-    const tnd_weight *gu[2] = {&L->gate_exps, &L->up_exps};
-    void *dst[2] = {c->side[0].act[A_G], c->side[0].act[A_U]};
-    for (int i = 0; i < 2; i++) {
-        tnd_op op = {.kind = TND_OP_MATMUL_ID};
-        op.in[0] = W(gu[i]);
-        op.in[1] = F(c->side[0].act[A_H], E, 1, nt);
-        op.in[2] = r.out[1];
-        op.out[0] = F(dst[i], F_, k, nt);
-        emit(c, &op, gu[i]->id, TND_PIN_FOLLOW);
+    /* A layer split expert by expert (DESIGN.md §5): the executor maps the
+     * routing ids to those of each side's experts (the NONE node: A_RIG
+     * holds the GPU's compact indices, A_RIC the CPU's ids, -1 elsewhere),
+     * then the GPU's experts run (queued), then the CPU's (on this thread,
+     * meanwhile; on the GPU too when promoted). Each side's MATMUL_IDs skip
+     * the other side's ids, so they fill disjoint rows of A_EY and MOE_SUM
+     * adds the same values in the same order as on one side. */
+    bool split = c->gpu && c->pl.split && c->pl.split[c->emit_layer];
+    const void *part_ids[2] = {r.out[1].data, NULL};
+    if (split) {
+        tnd_op map = {.kind = TND_OP_NONE};
+        map.in[0] = r.out[1];
+        map.out[0] = T(c->side[0].act[A_RIC], TND_TYPE_I32, k, nt, 1);
+        map.out[1] = T(c->side[0].act[A_RIG], TND_TYPE_I32, k, nt, 1);
+        run(c, &map);
+        part_ids[0] = c->side[0].act[A_RIG];
+        part_ids[1] = c->side[0].act[A_RIC];
     }
-    tnd_op act = {.kind = TND_OP_SILU_MUL};
-    act.in[0] = F(c->side[0].act[A_G], F_ * k * nt, 1, 1);
-    act.in[1] = F(c->side[0].act[A_U], F_ * k * nt, 1, 1);
-    act.out[0] = act.in[0];
-    run(c, &act);
-    tnd_op down = {.kind = TND_OP_MATMUL_ID};
-    down.in[0] = W(&L->down_exps);
-    down.in[1] = F(c->side[0].act[A_G], F_, k, nt);
-    down.in[2] = r.out[1];
-    down.out[0] = F(c->side[0].act[A_EY], E, k, nt);
-    emit(c, &down, L->down_exps.id, TND_PIN_FOLLOW);
+    for (int part = 0; part < 2 && part_ids[part]; part++) {
+        tnd_tensor ids = T(part_ids[part], TND_TYPE_I32, k, nt, 1);
+        const tnd_weight *gu[2] = {&L->gate_exps, &L->up_exps};
+        void *dst[2] = {c->side[0].act[A_G], c->side[0].act[A_U]};
+        for (int i = 0; i < 2; i++) {
+            tnd_op op = {.kind = TND_OP_MATMUL_ID, .p.mmid.skip = split};
+            op.in[0] = W(gu[i]);
+            op.in[1] = F(c->side[0].act[A_H], E, 1, nt);
+            op.in[2] = ids;
+            op.out[0] = F(dst[i], F_, k, nt);
+            emit(c, &op, gu[i]->id, TND_PIN_FOLLOW);
+        }
+        tnd_op act = {.kind = TND_OP_SILU_MUL};
+        act.in[0] = F(c->side[0].act[A_G], F_ * k * nt, 1, 1);
+        act.in[1] = F(c->side[0].act[A_U], F_ * k * nt, 1, 1);
+        act.out[0] = act.in[0];
+        run(c, &act);
+        tnd_op down = {.kind = TND_OP_MATMUL_ID, .p.mmid.skip = split};
+        down.in[0] = W(&L->down_exps);
+        down.in[1] = F(c->side[0].act[A_G], F_, k, nt);
+        down.in[2] = ids;
+        down.out[0] = F(c->side[0].act[A_EY], E, k, nt);
+        emit(c, &down, L->down_exps.id, TND_PIN_FOLLOW);
+    }
     tnd_op sum = {.kind = TND_OP_MOE_SUM};
-    sum.in[0] = down.out[0];
+    sum.in[0] = F(c->side[0].act[A_EY], E, k, nt);
     sum.in[1] = r.out[0];
     sum.out[0] = F(c->side[0].act[A_O], E, nt, 1);
     run(c, &sum);

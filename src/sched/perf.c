@@ -599,6 +599,20 @@ bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, i
     return copy + tnd_perf_slice_time(pf, sid, TND_SIDE_GPU, nt) < tnd_perf_slice_time(pf, sid, TND_SIDE_CPU, nt);
 }
 
+/* Share of layer l's expert work (routings) that goes to its GPU experts:
+ * their popularity mass, or their count without a hot-expert table. */
+static double gpu_share(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l) {
+    int E = p->n_expert;
+    if (!pf->pop || pf->n_expert != E) return (double)tnd_placement_gpu_experts(m, p, l) / E;
+    double g = 0, all = 0;
+    for (int e = 0; e < E; e++) {
+        double x = pf->pop[(size_t)l * E + e];
+        all += x;
+        g += p->exp[(size_t)l * E + e] == TND_SIDE_GPU ? x : 0;
+    }
+    return all > 0 ? g / all : (double)tnd_placement_gpu_experts(m, p, l) / E;
+}
+
 double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt, int pos0) {
     const tnd_hparams *hp = &m->hp;
     /* compute runs the ops in order; the transfer stream copies promoted
@@ -620,6 +634,34 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
             if (!w) { /* attention, where the KV cache is */
                 side = p->kv[l];
                 t = tnd_perf_attn_time(pf, side, nt, pos0) + tnd_perf_other_time(pf, side, nt);
+            } else if (w->id >= 0 && tnd_slice_split(m, p, w->id, NULL)) {
+                /* A split layer (exec.c): the GPU's experts queued, the CPU's
+                 * run meanwhile (or after them on the GPU when promoted, once
+                 * their chosen experts are copied); each side does its share
+                 * of the routings. Handled at gate_exps for the three. */
+                if (w != &L->gate_exps) continue;
+                const tnd_weight *ex[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+                double g = gpu_share(m, pf, p, l), tg = 0, tc = 0, tcg = 0, bytes = 0;
+                for (int q = 0; q < 3; q++) {
+                    tg += g * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_GPU, nt);
+                    tc += (1 - g) * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_CPU, nt);
+                    tcg += (1 - g) * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_GPU, nt);
+                    bytes += (1 - g) * promoted_bytes(m, ex[q]->id, nt);
+                }
+                bool prom = n_slots > 0 && p->promote[ex[0]->id] &&
+                            (!p->promote_auto || tnd_perf_pays_to_promote(m, pf, ex[0]->id, nt));
+                double g0 = now + (cur != TND_SIDE_GPU ? sw : 0);
+                if (prom) {
+                    k += 3;
+                    xfer = fmax(xfer, now) + 3 * pf->lat + bytes / pf->b_pcie;
+                    now = fmax(g0 + tg, xfer) + tcg;
+                    cur = TND_SIDE_GPU;
+                } else {
+                    /* the GPU's rows land in the host buffer the CPU sums */
+                    now = fmax(now + (cur != TND_SIDE_CPU ? sw : 0) + tc, g0 + tg + pf->lat);
+                    cur = TND_SIDE_CPU;
+                }
+                continue;
             } else {
                 if (!w->t || w->id < 0) continue;
                 bool prom = n_slots > 0 && p->promote[w->id] &&

@@ -39,18 +39,19 @@ static double attn_cost(const tnd_perf *pf, const mix *x, int side) {
            (tnd_perf_attn_time(pf, side, x->nb, 0) + tnd_perf_other_time(pf, side, x->nb)) / x->nb;
 }
 
-/* Item i stands for slice ref[i] >= 0, or the attention of layer -ref[i]-1. */
+/* Item i stands for slice ref[i] >= 0, the attention of layer -ref[i]-1,
+ * or (ref[i] <= -n_layer-1) expert (l, e) with l*E + e = -ref[i]-n_layer-1. */
 static int collect(const tnd_model *m, const tnd_perf *pf, const mix *mx, uint64_t kv_layer, tnd_place_item *it,
                    int *ref) {
     const tnd_hparams *hp = &m->hp;
     double act = sizeof(float) * (double)hp->n_embd;
     double sw = pf->lat + act / pf->b_pcie;
-    int n = 0;
+    int n = 0, E = hp->n_expert;
     for (int l = 0; l < hp->n_layer; l++) {
         const tnd_layer *L = &m->layers[l];
         const tnd_weight *seq[] = {&L->wq, &L->wk, &L->wv, NULL, &L->wo, &L->router, &L->ffn_gate, &L->ffn_up,
                                    &L->ffn_down, &L->gate_exps, &L->up_exps, &L->down_exps};
-        bool first_exp = true;
+        bool experts = E > 1 && L->gate_exps.id >= 0 && L->up_exps.id >= 0 && L->down_exps.id >= 0;
         for (size_t j = 0; j < sizeof seq / sizeof *seq; j++) {
             const tnd_weight *w = seq[j];
             /* a chunk's switch moves nb rows: a token's share is lat/nb + a row */
@@ -60,16 +61,37 @@ static int collect(const tnd_model *m, const tnd_perf *pf, const mix *mx, uint64
                 x.t_cpu = attn_cost(pf, mx, TND_SIDE_CPU);
                 x.t_gpu = attn_cost(pf, mx, TND_SIDE_GPU);
                 ref[n] = -l - 1;
+            } else if (experts && w == &L->gate_exps) {
+                const tnd_weight *ex[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+                double tc = 0, tg = 0;
+                uint64_t bytes = 0;
+                for (int k = 0; k < 3; k++) {
+                    tc += slice_cost(m, pf, mx, ex[k]->id, TND_SIDE_CPU) / E;
+                    tg += slice_cost(m, pf, mx, ex[k]->id, TND_SIDE_GPU) / E;
+                    bytes += ex[k]->t->nbytes / (uint64_t)E;
+                }
+                /* uses per token relative to uniform (n_used of E) */
+                const double *pop = pf->pop && pf->n_expert == E ? pf->pop + (size_t)l * E : NULL;
+                double uni = (double)hp->n_expert_used / E;
+                for (int e = 0; e < E; e++) {
+                    tnd_place_item y = x;
+                    y.bytes = bytes;
+                    y.t_cpu = tc;
+                    y.t_gpu = tg;
+                    y.weight = pop ? pop[e] / uni : 1.0;
+                    y.expert = true;
+                    y.switch_free = e > 0; /* a layer's experts run side by side */
+                    ref[n] = -hp->n_layer - 1 - (l * E + e);
+                    it[n++] = y;
+                }
+                continue;
+            } else if (experts && (w == &L->up_exps || w == &L->down_exps)) {
+                continue; /* in the experts' items */
             } else {
                 if (!w->t || w->id < 0) continue;
                 x.bytes = w->t->nbytes;
                 x.t_cpu = slice_cost(m, pf, mx, w->id, TND_SIDE_CPU);
                 x.t_gpu = slice_cost(m, pf, mx, w->id, TND_SIDE_GPU);
-                if (w->n_expert > 1) {
-                    x.expert = true;
-                    x.switch_free = !first_exp; /* gate, up and down of the experts run back to back */
-                    first_exp = false;
-                }
                 ref[n] = w->id;
             }
             it[n++] = x;
@@ -90,7 +112,8 @@ static int collect(const tnd_model *m, const tnd_perf *pf, const mix *mx, uint64
 tnd_status tnd_static_place(const tnd_model *m, const tnd_perf *pf, uint64_t weight_budget, uint64_t kv_layer,
                             int n_ctx, int n_batch, bool promote, tnd_placement *p) {
     mix mx = {.depth = n_ctx / 2, .nb = n_batch > 0 ? n_batch : 1, .promote = promote};
-    int cap = m->n_slices + m->hp.n_layer + 1;
+    int L = m->hp.n_layer, E = m->hp.n_expert > 1 ? m->hp.n_expert : 0;
+    int cap = m->n_slices + L + 1 + L * E;
     tnd_place_item *it = tnd_calloc((size_t)cap, sizeof *it);
     int *ref = tnd_calloc((size_t)cap, sizeof *ref);
     uint8_t *out = tnd_calloc((size_t)cap, 1);
@@ -109,18 +132,35 @@ tnd_status tnd_static_place(const tnd_model *m, const tnd_perf *pf, uint64_t wei
     tnd_status st = tnd_place_moe(it, n, weight_budget, granule, TND_B_CPU, TND_B_CPU, c_last, out, &res);
     if (!st) {
         memset(p->where, 0, (size_t)m->n_slices);
-        memset(p->kv, 0, (size_t)m->hp.n_layer);
+        memset(p->kv, 0, (size_t)L);
+        memset(p->split, 0, (size_t)L);
         for (int i = 0; i < n; i++) {
-            if (ref[i] >= 0) p->where[ref[i]] = out[i];
-            else p->kv[-ref[i] - 1] = out[i];
+            if (ref[i] >= 0) {
+                p->where[ref[i]] = out[i];
+            } else if (ref[i] >= -L) {
+                p->kv[-ref[i] - 1] = out[i];
+            } else {
+                int le = -ref[i] - L - 1;
+                p->split[le / E] = 1;
+                p->exp[le] = out[i];
+            }
         }
-        int gl = 0;
+        tnd_placement_normalize(m, p); /* layers with all experts on one side: whole tensors */
+        int gl = 0, ge = 0, se = 0;
         uint64_t wb = 0;
-        for (int l = 0; l < m->hp.n_layer; l++) gl += p->kv[l];
+        for (int l = 0; l < L; l++) gl += p->kv[l];
         for (int i = 0; i < n; i++)
-            if (ref[i] >= 0 && out[i]) wb += it[i].bytes;
-        snprintf(p->desc, sizeof p->desc, "static: %.0f MiB of weights and %d KV caches on the GPU, %d switches",
-                 (double)wb / 1048576.0, gl, res.n_switches);
+            if (ref[i] >= 0 || ref[i] < -L) {
+                if (out[i]) wb += it[i].bytes;
+                if (ref[i] < -L) se++, ge += out[i];
+            }
+        if (se)
+            snprintf(p->desc, sizeof p->desc,
+                     "static: %.0f MiB (%d/%d experts), %d KV caches on the GPU, %d switches",
+                     (double)wb / 1048576.0, ge, se, gl, res.n_switches);
+        else
+            snprintf(p->desc, sizeof p->desc, "static: %.0f MiB of weights and %d KV caches on the GPU, %d switches",
+                     (double)wb / 1048576.0, gl, res.n_switches);
     }
     free(it), free(ref), free(out);
     return st;

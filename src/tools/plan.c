@@ -48,6 +48,23 @@ static const char *side_name(const tnd_ctx *c, int sid) {
     return c->pl.where[sid] ? "gpu" : "cpu";
 }
 
+/* Layer l's experts on the GPU: how many, and their share of the routings
+ * (the perf DB's hot-expert table; the count's share without one). */
+static int gpu_experts(const tnd_ctx *c, const tnd_perf *pf, int l, double *share) {
+    const tnd_model *m = c->m;
+    int E = c->pl.n_expert, g = c->gpu ? tnd_placement_gpu_experts(m, &c->pl, l) : 0;
+    *share = E ? (double)g / E : 0;
+    if (!E || !pf || !pf->pop || pf->n_expert != E || g == 0 || g == E) return g;
+    double on = 0, all = 0;
+    for (int e = 0; e < E; e++) {
+        double x = pf->pop[(size_t)l * E + e];
+        all += x;
+        if (c->pl.split[l] ? c->pl.exp[(size_t)l * E + e] == TND_SIDE_GPU : g == E) on += x;
+    }
+    if (all > 0) *share = on / all;
+    return g;
+}
+
 static void json_str(const char *s, size_t n) {
     putchar('"');
     for (size_t i = 0; i < n; i++) {
@@ -155,6 +172,22 @@ int cmd_plan(int argc, char **argv) {
         printf(", \"slices\": [");
         for (int i = 0; i < m->n_slices; i++) {
             const tnd_weight *w = m->slices[i];
+            int sl;
+            if (c->gpu && tnd_slice_split(m, &c->pl, i, &sl)) {
+                /* one entry per expert: "blk.3.ffn_up_exps[17]" */
+                size_t nl = w->t->name.len;
+                if (nl > 7 && !memcmp(w->t->name.ptr + nl - 7, ".weight", 7)) nl -= 7;
+                for (int e = 0; e < c->pl.n_expert; e++) {
+                    char nm[300];
+                    snprintf(nm, sizeof nm, "%.*s[%d]", (int)nl, w->t->name.ptr, e);
+                    printf("%s{\"name\": ", i || e ? ", " : "");
+                    json_str(nm, strlen(nm));
+                    bool on = c->pl.exp[(size_t)sl * c->pl.n_expert + e] == TND_SIDE_GPU;
+                    printf(", \"bytes\": %llu, \"backend\": \"%s\"}",
+                           (unsigned long long)(w->t->nbytes / (uint64_t)w->n_expert), on ? "gpu" : side_name(c, i));
+                }
+                continue;
+            }
             printf("%s{\"name\": ", i ? ", " : "");
             json_str(w->t->name.ptr, w->t->name.len);
             printf(", \"bytes\": %llu, \"backend\": \"%s\"", (unsigned long long)w->t->nbytes,
@@ -163,6 +196,14 @@ int cmd_plan(int argc, char **argv) {
                 printf(", \"t_cpu_ms\": %.4f, \"t_gpu_ms\": %.4f", 1e3 * tnd_perf_slice_time(pf, i, 0, 1),
                        1e3 * tnd_perf_slice_time(pf, i, 1, 1));
             printf("}");
+        }
+        printf("], \"experts\": [");
+        for (int il = 0, k = 0; c->pl.n_expert && il < hp->n_layer; il++) {
+            double share;
+            int g = gpu_experts(c, pf, il, &share);
+            if (!m->layers[il].gate_exps.t) continue;
+            printf("%s{\"layer\": %d, \"n_expert\": %d, \"gpu\": %d, \"gpu_routing_share\": %.4f}", k++ ? ", " : "",
+                   il, c->pl.n_expert, g, share);
         }
         printf("], \"kv\": [");
         for (int il = 0; il < hp->n_layer; il++)
@@ -177,7 +218,10 @@ int cmd_plan(int argc, char **argv) {
             for (int il = 0; il < hp->n_layer && !any; il++) any = r == 3 || (role_weight(&m->layers[il], r)->t != NULL);
             if (any) printf(" %s", roles[r]);
         }
-        printf("   (G gpu, C cpu, P promoted every round, A promoted when it pays)\n");
+        if (c->pl.n_expert) printf(" gpu_experts");
+        printf("   (G gpu, C cpu, P promoted every round, A promoted when it pays; lower case: split expert by "
+               "expert, the letter for the CPU's experts; gpu_experts: how many are on the GPU and their share of "
+               "the routings)\n");
         for (int il = 0; il < hp->n_layer; il++) {
             printf("%5d", il);
             for (int r = 0; r < N_ROLES; r++) {
@@ -188,8 +232,13 @@ int cmd_plan(int argc, char **argv) {
                 char ch = r == 3 ? (c->gpu && c->pl.kv[il] ? 'G' : 'C')
                           : !w->t ? '-'
                                   : (side_name(c, w->id)[0] - 32);
+                /* split: lower case, the side of the CPU's experts (the GPU's are resident) */
+                if (w && w->t && c->gpu && tnd_slice_split(m, &c->pl, w->id, NULL)) ch = (char)(ch + 32);
                 printf(" %*c", (int)strlen(roles[r]), ch);
             }
+            double share;
+            int g = gpu_experts(c, pf, il, &share);
+            if (c->pl.n_expert && m->layers[il].gate_exps.t) printf(" %4d/%d %3.0f%%", g, c->pl.n_expert, 100 * share);
             printf("\n");
         }
         printf("output: %s   token_embd: %s\n\n", m->output.id >= 0 ? side_name(c, m->output.id) : "-",
@@ -222,6 +271,12 @@ int cmd_plan(int argc, char **argv) {
                 const tnd_weight *w = role_weight(&m->layers[il], r);
                 cells[il * N_ROLES + r] = r == 3 ? (float)(c->gpu && c->pl.kv[il]) : !w->t ? -1.0f
                                                    : (float)(c->gpu && c->pl.where[w->id]);
+                double share;
+                /* a split expert tensor: the share of the routings its GPU experts take */
+                if (w && w->t && c->gpu && tnd_slice_split(m, &c->pl, w->id, NULL)) {
+                    gpu_experts(c, pf, il, &share);
+                    cells[il * N_ROLES + r] = (float)share;
+                }
             }
         }
         labels[hp->n_layer] = "output";
