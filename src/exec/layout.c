@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 
 #include "exec/exec.h"
+#include "sched/perf.h"
 #include "util.h"
 
 #define ALIGN256(x) (((x) + 255) & ~(uint64_t)255)
@@ -400,8 +401,8 @@ void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint
         if (w->n_expert > 1) b = b / (uint64_t)w->n_expert * (uint64_t)m->hp.n_expert_used;
         int l;
         if (c->gpu && tnd_slice_split(m, &c->pl, i, &l)) {
-            /* uniform routing: the GPU's share of the chosen experts */
-            uint64_t g = b * (uint64_t)tnd_placement_gpu_experts(m, &c->pl, l) / (uint64_t)w->n_expert;
+            /* the GPU's share of the chosen experts (popularity, or uniform) */
+            uint64_t g = (uint64_t)((double)b * tnd_perf_gpu_share(m, c->perf, &c->pl, l));
             *gpu += g;
             b -= g;
         }

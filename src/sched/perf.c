@@ -601,9 +601,9 @@ bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, i
 
 /* Share of layer l's expert work (routings) that goes to its GPU experts:
  * their popularity mass, or their count without a hot-expert table. */
-static double gpu_share(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l) {
+double tnd_perf_gpu_share(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l) {
     int E = p->n_expert;
-    if (!pf->pop || pf->n_expert != E) return (double)tnd_placement_gpu_experts(m, p, l) / E;
+    if (!pf || !pf->pop || pf->n_expert != E) return (double)tnd_placement_gpu_experts(m, p, l) / E;
     double g = 0, all = 0;
     for (int e = 0; e < E; e++) {
         double x = pf->pop[(size_t)l * E + e];
@@ -641,7 +641,7 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
                  * of the routings. Handled at gate_exps for the three. */
                 if (w != &L->gate_exps) continue;
                 const tnd_weight *ex[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-                double g = gpu_share(m, pf, p, l), tg = 0, tc = 0, tcg = 0, bytes = 0;
+                double g = tnd_perf_gpu_share(m, pf, p, l), tg = 0, tc = 0, tcg = 0, bytes = 0;
                 for (int q = 0; q < 3; q++) {
                     tg += g * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_GPU, nt);
                     tc += (1 - g) * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_CPU, nt);

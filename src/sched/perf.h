@@ -60,6 +60,11 @@ double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt);
  * running it on the CPU, for a round of nt tokens. */
 bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, int nt);
 
+/* Share of split layer l's routings that go to its GPU experts: their
+ * popularity mass in pf's hot-expert table, or their count without one
+ * (pf may be NULL). */
+double tnd_perf_gpu_share(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l);
+
 /* Timeline model of one round of nt tokens at positions pos0.. under
  * placement p (promotions included: copies on one transfer stream into
  * n_slots slots, each op waiting for its copy): predicted seconds. */

@@ -171,17 +171,15 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     tnd_layout_token_bytes(c, &s_cpu, &s_gpu, &s_pcie);
     if (L && L->hbm > 0) {
         double both = L->both_cpu + L->both_pcie;
-        double cpu_side = (double)s_cpu / (L->both_cpu > 0 ? L->both_cpu : L->cpu);
         /* bytes not resident must be read by the CPU or cross PCIe, both at once at best */
         double t = (double)(s_cpu + s_pcie) / (both * 1e9) + (double)s_gpu / (L->hbm * 1e9);
-        (void)cpu_side;
         k->lim_tg = t > 0 ? 1.0 / t : 0;
         /* prefill: every chunk copies the non-resident weights once (all of
-         * an expert tensor: a chunk touches nearly every expert) */
+         * an expert tensor's non-resident experts: a chunk touches nearly every expert) */
         uint64_t full = 0;
         for (int i = 0; i < m->n_slices; i++)
             if (!tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd && c->pl.where[i] != TND_SIDE_GPU)
-                full += m->slices[i]->t->nbytes;
+                full += m->slices[i]->t->nbytes - tnd_slice_gpu_bytes(m, &c->pl, i);
         double chunks = ceil((double)n_prompt / c->n_batch);
         double tp = chunks * (double)full / (L->pcie * 1e9);
         k->lim_pp = tp > 0 ? (double)n_prompt / tp : 0;
