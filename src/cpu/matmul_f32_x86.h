@@ -397,6 +397,8 @@ typedef struct { __m256i q; } fv_q6_K_cs;
 TGTI void fv_q6_K_cprep(const block_q6_K *b, const fv_q6_K_st *st, const int c, fv_q6_K_cs *cs) {
     (void)st;
     const int h = c / 4, cc = c % 4;
+    /* re-load ql / qh per chunk rather than keep them across chunks (spills) */
+    __asm__ volatile("" : "+r"(b));
     const __m256i m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     __m256i l = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (cc & 1)));
     __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));

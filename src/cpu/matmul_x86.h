@@ -155,61 +155,40 @@ TGTI __m256i dot_ss(__m256i aq, __m256i as) {
 #endif
 }
 
-/* Q4_0 x Q8_0: w = q - 8. */
-TGTI void blk_q4_0(const block_q4_0 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc,
-                  const float *da, int64_t nb) {
-    __m256i q = _mm256_sub_epi8(unpack_nibbles(w[i].qs), _mm256_set1_epi8(8));
-    __m256i aq = _mm256_sign_epi8(q, q);
-    float dw = h2f(w[i].d);
-    for (int t = 0; t < nt; t++) {
-        const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;
-        __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
-        __m256i p = dot_ss(aq, _mm256_sign_epi8(av, q));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * da[t * nb + i]), acc[t]);
-    }
-}
-TGTI void row_q4_0(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys,
-                  const float *da, int64_t nb_) {
-    const block_q4_0 *w = vw;
-    __m256 acc0[NT_MAX], acc1[NT_MAX];
-    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
-    int64_t i = 0, nb = n / 32;
-    for (; i + 2 <= nb; i += 2) {
-        blk_q4_0(w, i, xq, xs, nt, acc0, da, nb_);
-        blk_q4_0(w, i + 1, xq, xs, nt, acc1, da, nb_);
-    }
-    if (i < nb) blk_q4_0(w, i, xq, xs, nt, acc0, da, nb_);
-    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));
-}
-ROW_LOOP_DA(mm_q4_0, row_q4_0, block_q8_0)
+/* The 32 weights of a block as int8: Q4_0 q - 8, Q8_0 q. */
+TGTI __m256i q32_q4_0(const block_q4_0 *w) { return _mm256_sub_epi8(unpack_nibbles(w->qs), _mm256_set1_epi8(8)); }
+TGTI __m256i q32_q8_0(const block_q8_0 *w) { return _mm256_loadu_si256((const __m256i *)w->qs); }
 
-/* Q8_0 x Q8_0. */
-TGTI void blk_q8_0(const block_q8_0 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc,
-                  const float *da, int64_t nb) {
-    __m256i q = _mm256_loadu_si256((const __m256i *)w[i].qs);
-    __m256i aq = _mm256_sign_epi8(q, q);
-    float dw = h2f(w[i].d);
-    for (int t = 0; t < nt; t++) {
-        const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;
-        __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
-        __m256i p = dot_ss(aq, _mm256_sign_epi8(av, q));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * da[t * nb + i]), acc[t]);
-    }
-}
-TGTI void row_q8_0(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys,
-                  const float *da, int64_t nb_) {
-    const block_q8_0 *w = vw;
-    __m256 acc0[NT_MAX], acc1[NT_MAX];
-    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
-    int64_t i = 0, nb = n / 32;
-    for (; i + 2 <= nb; i += 2) {
-        blk_q8_0(w, i, xq, xs, nt, acc0, da, nb_);
-        blk_q8_0(w, i + 1, xq, xs, nt, acc1, da, nb_);
-    }
-    if (i < nb) blk_q8_0(w, i, xq, xs, nt, acc0, da, nb_);
-    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));
-}
-ROW_LOOP_DA(mm_q8_0, row_q8_0, block_q8_0)
+/* FMT x Q8_0, for the formats with q32_FMT. */
+#define ROW_SS(fmt, BT)                                                                                     \
+    TGTI void blk_##fmt(const BT *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc,             \
+                        const float *da, int64_t nb) {                                                      \
+        __m256i q = q32_##fmt(&w[i]);                                                                       \
+        __m256i aq = _mm256_sign_epi8(q, q);                                                                \
+        float dw = h2f(w[i].d);                                                                             \
+        for (int t = 0; t < nt; t++) {                                                                      \
+            const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;                                    \
+            __m256i p = dot_ss(aq, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), q));        \
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * da[t * nb + i]), acc[t]);   \
+        }                                                                                                   \
+    }                                                                                                       \
+    TGTI void row_##fmt(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys, \
+                        const float *da, int64_t nb_) {                                                     \
+        const BT *w = vw;                                                                                   \
+        __m256 acc0[NT_MAX], acc1[NT_MAX];                                                                  \
+        for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();                               \
+        int64_t i = 0, nb = n / 32;                                                                         \
+        for (; i + 2 <= nb; i += 2) {                                                                       \
+            blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                                     \
+            blk_##fmt(w, i + 1, xq, xs, nt, acc1, da, nb_);                                                 \
+        }                                                                                                   \
+        if (i < nb) blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                             \
+        for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));                  \
+    }                                                                                                       \
+    ROW_LOOP_DA(mm_##fmt, row_##fmt, block_q8_0)
+ROW_SS(q4_0, block_q4_0)
+ROW_SS(q8_0, block_q8_0)
+#undef ROW_SS
 
 /* ---- prefill (n_tok >= TND_GEMM_MIN_TOK) ------------------------------------
  * Groups of 8 weight rows are unpacked once into a common form: per element
