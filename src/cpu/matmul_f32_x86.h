@@ -131,7 +131,7 @@ TGT static void tile(int nr, int nt, const float *w, int64_t ws, const float *x,
 #if L == 16
 #define MV_ROWS(nt) ((nt) <= 2 ? 4 : 2)
 #else
-#define MV_ROWS(nt) ((nt) == 1 ? 8 : (nt) == 2 ? 2 : 1)
+#define MV_ROWS(nt) ((nt) == 1 ? 4 : (nt) == 2 ? 2 : 1)
 #endif
 
 /* mv_FMT(W, w_row, nr, x, xs, nt, n_in, y, ys) over FMT##_rt(R, T, ...):
@@ -163,7 +163,14 @@ TGT static void tile(int nr, int nt, const float *w, int64_t ws, const float *x,
         }                                                                                                      \
     }
 
-#define MV_MAXR 8
+#define MV_MAXR 4
+/* Software prefetch distance of the fused decode kernels (bytes ahead in
+ * each row; 0: none). With 4 rows streamed at once, Zen 3's hardware
+ * prefetch alone left Q6_K from DRAM at 60% of the rate with it; 1 KB was
+ * the best of 0.5-2 KB. Build with -DMV_PREFETCH=0 to compare. */
+#ifndef MV_PREFETCH
+#define MV_PREFETCH 1024
+#endif
 #define MV_MAXT TND_F32_MATVEC_MAX_TOK
 
 /* acc[t] += w * x[t][0..L) for the T tokens (xs floats apart). */
@@ -223,6 +230,10 @@ DQ_FLOAT_FORMATS(MV_GENERIC)
             fv_##fmt##_st st[MV_MAXR];                                                                  \
             MV_UNROLL for (int r = 0; r < R; r++) {                                                     \
                 blk[r] = (const BT *)(W + (size_t)r * w_row) + b;                                       \
+                /* every 64-byte line once or a few times: small blocks not each time */              \
+                if (MV_PREFETCH && (sizeof(BT) >= 64 || b % (int64_t)(64 / sizeof(BT)) == 0))           \
+                    for (size_t o = 0; o < sizeof(BT); o += 64)                                         \
+                        _mm_prefetch((const char *)blk[r] + MV_PREFETCH + o, _MM_HINT_T0);              \
                 fv_##fmt##_prep(blk[r], &st[r]);                                                        \
             }                                                                                           \
             /* scales re-read from memory (broadcast loads), not shuffled out of registers */          \
