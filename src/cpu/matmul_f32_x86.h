@@ -438,7 +438,13 @@ MV_FAST(q6_K, block_q6_K, 256, FV_Q6_K_CW)
  * fast one stay unused). */
 static void f32_kernel_fill(tnd_f32_kernel *k) {
     *k = (tnd_f32_kernel){.lanes = L, .max_r = MR, .max_t = MT, .tile = tile};
+#if L == 16
     k->matvec[TND_TYPE_Q4_0] = mv_fast_q4_0;
+#else
+    /* 8 lanes: the generic kernel shares one expand between the two nibbles
+     * of a byte; measured faster than the fast one for Q4_0 on Zen 3. */
+    k->matvec[TND_TYPE_Q4_0] = mv_gen_q4_0;
+#endif
     k->matvec[TND_TYPE_Q4_1] = mv_gen_q4_1;
     k->matvec[TND_TYPE_Q5_0] = mv_gen_q5_0;
     k->matvec[TND_TYPE_Q5_1] = mv_gen_q5_1;
