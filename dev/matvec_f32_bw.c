@@ -22,7 +22,11 @@
  * shape. Before any timing, the output is checked against a double
  * dequantize-then-dot reference on a sample of rows (tolerance of
  * matmul_f32.h), and the batched result against the one-token result
- * bitwise. --int8 adds the int8 path (tnd_cpu_matmul) for comparison. */
+ * bitwise. --int8 adds the int8 path (tnd_cpu_matmul) for comparison.
+ * hot GB/s: the same call repeated on one copy of W, which then stays in
+ * the caches where it fits (L2 + L3 over the threads): the kernel's compute
+ * ceiling; a decode kernel can only reach the read bandwidth if this is
+ * well above it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,9 +202,9 @@ int main(int argc, char **argv) {
     memset(bwbuf, 1, bw_bytes);
     printf("# ISA %s (f32 lanes %d); read-bandwidth buffer %.0f MiB; %d reps; prefill n_tok %d\n", tnd_cpu_isa(),
            tnd_cpu_matmul_f32_lanes(), mb, reps, n_pf);
-    printf("| format | n_in x n_out | thr | MiB | us/tok | GB/s | read BW | frac | cpu GB/s |%s err/bound | prefill tok/s | "
-           "matvec tok/s | ratio |\n", int8 ? " int8 GB/s |" : "");
-    printf("|---|---|---|---|---|---|---|---|---|%s---|---|---|---|\n", int8 ? "---|" : "");
+    printf("| format | n_in x n_out | thr | MiB | us/tok | GB/s | read BW | frac | cpu GB/s | hot GB/s |%s err/bound | "
+           "prefill tok/s | matvec tok/s | ratio |\n", int8 ? " int8 GB/s | int8 frac | int8 hot GB/s |" : "");
+    printf("|---|---|---|---|---|---|---|---|---|---|%s---|---|---|---|\n", int8 ? "---|---|---|" : "");
     for (int ti = 0; ti < n_nt; ti++) {
         tnd_pool *pool = tnd_pool_new(nthreads[ti]);
         for (int yi = 0; yi < n_ty; yi++) {
@@ -235,10 +239,14 @@ int main(int argc, char **argv) {
                 double ct;
                 double dt = time_matvec(tnd_cpu_matmul_f32, pool, wt, W, wbytes, copies, n_in, n_out, x, y1, reps, &ct);
                 double gbs = (double)wbytes / dt / 1e9;
-                char i8[32] = "";
+                double hot = (double)wbytes / time_matvec(tnd_cpu_matmul_f32, pool, wt, W, wbytes, 1, n_in, n_out, x,
+                                                          y1, reps, NULL) / 1e9;
+                char i8[64] = "";
                 if (int8) {
                     double d8 = time_matvec(tnd_cpu_matmul, pool, wt, W, wbytes, copies, n_in, n_out, x, y1, reps, NULL);
-                    snprintf(i8, sizeof i8, " %.2f |", (double)wbytes / d8 / 1e9);
+                    double h8 = time_matvec(tnd_cpu_matmul, pool, wt, W, wbytes, 1, n_in, n_out, x, y1, reps, NULL);
+                    snprintf(i8, sizeof i8, " %.2f | %.0f%% | %.2f |", (double)wbytes / d8 / 1e9,
+                             100.0 * (double)wbytes / d8 / 1e9 / bw, (double)wbytes / h8 / 1e9);
                 }
                 char pf[96] = " - | - | - |";
                 if (pf_here) {
@@ -253,9 +261,9 @@ int main(int argc, char **argv) {
                                             n_pf, NULL) * n_pf; /* n_pf x the best matvec: favours the matvecs */
                     snprintf(pf, sizeof pf, " %.0f | %.0f | %.1f |", n_pf / tp, n_pf / tm, tm / tp);
                 }
-                printf("| %s | %lldx%lld | %d | %.1f | %.1f | %.2f | %.2f | %.0f%% | %.2f |%s %.2f%s%s |%s\n",
+                printf("| %s | %lldx%lld | %d | %.1f | %.1f | %.2f | %.2f | %.0f%% | %.2f | %.2f |%s %.2f%s%s |%s\n",
                        tnd_type_name(wt), (long long)n_in, (long long)n_out, nthreads[ti], (double)wbytes / (1 << 20),
-                       dt * 1e6, gbs, bw, 100.0 * gbs / bw, (double)wbytes / (ct / nthreads[ti]) / 1e9, i8, err, err <= 1 ? "" : " INVALID", same ? "" : " NOT-BITWISE", pf);
+                       dt * 1e6, gbs, bw, 100.0 * gbs / bw, (double)wbytes / (ct / nthreads[ti]) / 1e9, hot, i8, err, err <= 1 ? "" : " INVALID", same ? "" : " NOT-BITWISE", pf);
                 fflush(stdout);
                 tnd_aligned_free(W);
                 free(x), free(y), free(y1);

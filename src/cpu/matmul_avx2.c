@@ -100,87 +100,13 @@ TGT static void quant_q8_K(const float *x, void *vy, int64_t k) {
 /* ---- per-row kernels --------------------------------------------------------
  * Each processes one weight row against nt <= NT_MAX activation rows; the
  * always_inline + constant nt lets the compiler keep accumulators in
- * registers. ROW_LOOP expands the row and token-chunk loops around one. */
-
-#define ROW_LOOP(NAME, ROWFN)                                                                           \
-    TGT static void NAME(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,         \
-                         size_t x_row, int64_t nt, float *y, int64_t ys) {                               \
-        for (int64_t r = 0; r < nr; r++) {                                                             \
-            const void *w = (const char *)W + (size_t)r * w_row;                                       \
-            int64_t t = 0;                                                                             \
-            for (; t + 4 <= nt; t += 4) ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 4, y + t * ys + r, ys); \
-            switch (nt - t) {                                                                          \
-            case 3: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 3, y + t * ys + r, ys); break;   \
-            case 2: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 2, y + t * ys + r, ys); break;   \
-            case 1: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 1, y + t * ys + r, ys); break;   \
-            default: break;                                                                            \
-            }                                                                                          \
-        }                                                                                              \
-    }
-
-
-/* As ROW_LOOP, for the 32-block formats: the activation block scales (half
- * floats) are converted once per call into da (nt x nb floats) instead of
- * once per row and block. ACT is the activation block type. */
-#define ROW_LOOP_DA(NAME, ROWFN, ACT)                                                                   \
-    TGT static void NAME(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,         \
-                         size_t x_row, int64_t nt, float *y, int64_t ys) {                               \
-        int64_t nb = n_in / 32;                                                                        \
-        float *da = tnd_cpu_tls_buf(1, (size_t)(nt * nb) * sizeof(float));                            \
-        if (!da) {                                                                                     \
-            for (int64_t t = 0; t < nt; t++)                                                           \
-                for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;                                  \
-            return;                                                                                    \
-        }                                                                                              \
-        for (int64_t t = 0; t < nt; t++) {                                                             \
-            const ACT *a = (const ACT *)((const char *)xq + t * x_row);                                \
-            for (int64_t i = 0; i < nb; i++) da[t * nb + i] = h2f(a[i].d);                             \
-        }                                                                                              \
-        for (int64_t r = 0; r < nr; r++) {                                                             \
-            const void *w = (const char *)W + (size_t)r * w_row;                                       \
-            int64_t t = 0;                                                                             \
-            for (; t + 4 <= nt; t += 4)                                                                \
-                ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 4, y + t * ys + r, ys, da + t * nb, nb); \
-            switch (nt - t) {                                                                          \
-            case 3: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 3, y + t * ys + r, ys, da + t * nb, nb); break; \
-            case 2: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 2, y + t * ys + r, ys, da + t * nb, nb); break; \
-            case 1: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 1, y + t * ys + r, ys, da + t * nb, nb); break; \
-            default: break;                                                                            \
-            }                                                                                          \
-        }                                                                                              \
-    }
+ * registers. ROW_LOOP / ROW_LOOP_DA (matmul_x86.h) expand the row and
+ * token-chunk loops around one. */
 
 /* The 32-element formats do little work per block, so one accumulator per
  * token would make the FMA latency the limit; blocks alternate between two
  * accumulator sets. */
 
-/* Q4_0 x Q8_0: w = q - 8. */
-TGTI void blk_q4_0(const block_q4_0 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc,
-                  const float *da, int64_t nb) {
-    __m256i q = _mm256_sub_epi8(unpack_nibbles(w[i].qs), _mm256_set1_epi8(8));
-    __m256i aq = _mm256_sign_epi8(q, q);
-    float dw = h2f(w[i].d);
-    for (int t = 0; t < nt; t++) {
-        const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;
-        __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
-        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(av, q)), _mm256_set1_epi16(1));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * da[t * nb + i]), acc[t]);
-    }
-}
-TGTI void row_q4_0(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys,
-                  const float *da, int64_t nb_) {
-    const block_q4_0 *w = vw;
-    __m256 acc0[NT_MAX], acc1[NT_MAX];
-    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
-    int64_t i = 0, nb = n / 32;
-    for (; i + 2 <= nb; i += 2) {
-        blk_q4_0(w, i, xq, xs, nt, acc0, da, nb_);
-        blk_q4_0(w, i + 1, xq, xs, nt, acc1, da, nb_);
-    }
-    if (i < nb) blk_q4_0(w, i, xq, xs, nt, acc0, da, nb_);
-    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));
-}
-ROW_LOOP_DA(mm_q4_0, row_q4_0, block_q8_0)
 
 /* Q4_1 x Q8_1: w = d q + m; the m part is m * s of the activation block. */
 TGTI void blk_q4_1(const block_q4_1 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc, float *accm,
@@ -210,33 +136,6 @@ TGTI void row_q4_1(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
 }
 ROW_LOOP_DA(mm_q4_1, row_q4_1, block_q8_1)
 
-/* Q8_0 x Q8_0. */
-TGTI void blk_q8_0(const block_q8_0 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc,
-                  const float *da, int64_t nb) {
-    __m256i q = _mm256_loadu_si256((const __m256i *)w[i].qs);
-    __m256i aq = _mm256_sign_epi8(q, q);
-    float dw = h2f(w[i].d);
-    for (int t = 0; t < nt; t++) {
-        const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;
-        __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
-        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(av, q)), _mm256_set1_epi16(1));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * da[t * nb + i]), acc[t]);
-    }
-}
-TGTI void row_q8_0(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys,
-                  const float *da, int64_t nb_) {
-    const block_q8_0 *w = vw;
-    __m256 acc0[NT_MAX], acc1[NT_MAX];
-    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
-    int64_t i = 0, nb = n / 32;
-    for (; i + 2 <= nb; i += 2) {
-        blk_q8_0(w, i, xq, xs, nt, acc0, da, nb_);
-        blk_q8_0(w, i + 1, xq, xs, nt, acc1, da, nb_);
-    }
-    if (i < nb) blk_q8_0(w, i, xq, xs, nt, acc0, da, nb_);
-    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));
-}
-ROW_LOOP_DA(mm_q8_0, row_q8_0, block_q8_0)
 
 /* Q4_K x Q8_K: isum = sum_g sc_g * dot_g, msum = sum_g m_g * bsum_g. */
 TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {

@@ -1,17 +1,137 @@
 /* AVX-512 (F, BW, VL, DQ, VNNI) kernels.
  *
- * The prefill kernels of matmul_x86.h compiled with vpdpbusd (AVX512-VNNI on
- * 256-bit vectors, AVX512VL): one instruction per 4-byte dot instead of
- * vpmaddubsw + vpmaddwd, and no 16-bit intermediate to bound. Decode
- * (matvec) keeps the AVX2 kernels, inherited through the table: with all
- * cores reading, they are limited by DRAM, not by instruction throughput. */
+ * Prefill: the kernels of matmul_x86.h compiled with vpdpbusd (AVX512-VNNI
+ * on 256-bit vectors, AVX512VL): one instruction per 4-byte dot instead of
+ * vpmaddubsw + vpmaddwd, and no 16-bit intermediate to bound.
+ *
+ * Decode (matvec, n_tok < TND_GEMM_MIN_TOK):
+ *   Q4_0, Q8_0: the shared 32-block kernels of matmul_x86.h with vpdpbusd;
+ *   Q4_K, Q6_K: 512-bit kernels below, 64 weights per step: the unsigned
+ *     quants u (Q4_K: nibbles, 0..15; Q6_K: 6 bits, 0..63) in element order,
+ *     vpmaddubsw with 64 activation bytes (pairs: at most 2 * 63 * 127 =
+ *     16002, no saturation), then vpdpwssd with the 16-bit group scales
+ *     (one instruction for scale, widen and accumulate). Integer sums are
+ *     exact per super-block, as in the AVX2 kernels.
+ * Other formats inherit the AVX2 kernels through the table. */
 #include <immintrin.h>
 
 #include "cpu/matmul_impl.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 #define TGTI static inline __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"), always_inline))
+#define NT_MAX 4
 #define X86_VNNI 1
 #include "cpu/matmul_x86.h"
 
-void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k) { x86_register_gemm(k); }
+TGTI float hsum512_ps(__m512 v) {
+    return hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+/* 16-bit lanes: lanes 0..15 = a, lanes 16..31 = b. */
+TGTI __m512i w16_pair(short a, short b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(a)), _mm256_set1_epi16(b), 1);
+}
+
+/* Q4_K x Q8_K. Step j (elements 64j..64j+63): the low nibbles of bytes
+ * 32j..32j+31 (group 2j) then their high nibbles (group 2j+1), with the
+ * group scales in the matching 16-bit lanes; the mins go through the
+ * activation's 16-sums as in the AVX2 kernel. */
+TGTI void row5_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
+    const block_q4_K *w = vw;
+    __m512 acc[NT_MAX];
+    __m256 accm[NT_MAX];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n / TND_QK_K; b++) {
+        uint8_t sc[8], mn[8];
+        k4_scales(w[b].scales, sc, mn);
+        float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
+        /* mins as 16 int16 (each twice: bsums come in 16-groups) */
+        __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)mn),
+                                                             _mm_loadl_epi64((const __m128i *)mn)));
+        /* the 8 scales as int16 in lanes 0..7 (vpermw below reads only those) */
+        __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+        __m512i isum[NT_MAX];
+        for (int t = 0; t < nt; t++) isum[t] = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * j));
+            __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(qb, m4)),
+                                           _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4), 1);
+            __m512i s = _mm512_permutexvar_epi16(w16_pair((short)(2 * j), (short)(2 * j + 1)), sc16);
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
+                __m512i av = _mm512_loadu_si512((const void *)(a->qs + 64 * j));
+                isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(u, av), s);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
+            __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), m16);
+            /* d*isum - dmin*msum, both scaled by the activation d */
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_set1_ps(a->d * d), acc[t]);
+            accm[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(a->d * dmin), accm[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) y[t * ys] = hsum512_ps(acc[t]) + hsum_ps(accm[t]);
+}
+ROW_LOOP(mm5_q4_K, row5_q4_K)
+
+/* Q6_K x Q8_K: q = u - 32, u in [0, 63]; the -32 is folded in through the
+ * activation's 16-group sums: isum = sum_g sc_g (dot(u, a)_g - 32 bsum_g).
+ * Per half h (128 elements), from ql (64 bytes) and qh (32 bytes):
+ *   elements 0..63:   low nibbles of ql | (qh bits 0-1 for ql bytes 0..31,
+ *                     bits 2-3 for bytes 32..63) << 4;
+ *   elements 64..127: high nibbles of ql | (qh bits 4-5 / 6-7) << 4.
+ * 16-bit lane l of a step covers elements 2l, 2l+1: group 4 * step + l / 8. */
+TGTI void row5_q6_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
+    const block_q6_K *w = vw;
+    __m512 acc[NT_MAX];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    /* vpermw indices: lanes 8g..8g+7 -> scale g (g = 0..3), then +4 */
+    const __m512i gi = _mm512_srli_epi16(
+        _mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006, 0x00090008, 0x000b000a, 0x000d000c,
+                          0x000f000e, 0x00110010, 0x00130012, 0x00150014, 0x00170016, 0x00190018, 0x001b001a,
+                          0x001d001c, 0x001f001e),
+        3);
+    for (int64_t b = 0; b < n / TND_QK_K; b++) {
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
+        __m512i sc16z = _mm512_castsi256_si512(sc16); /* vpermw below reads lanes 0..15 only */
+        __m512i isum[NT_MAX];
+        for (int t = 0; t < nt; t++) isum[t] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            __m512i ql = _mm512_loadu_si512((const void *)(w[b].ql + 64 * h));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(w[b].qh + 32 * h));
+            __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+            __m512i u[2];
+            u[0] = _mm512_or_si512(_mm512_and_si512(ql, m0f), _mm512_and_si512(_mm512_slli_epi16(qh2, 4), m30));
+            u[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m0f), _mm512_and_si512(qh2, m30));
+            for (int c = 0; c < 2; c++) {
+                __m512i s = _mm512_permutexvar_epi16(_mm512_add_epi16(gi, _mm512_set1_epi16((short)(8 * h + 4 * c))),
+                                                     sc16z);
+                for (int t = 0; t < nt; t++) {
+                    const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
+                    __m512i av = _mm512_loadu_si512((const void *)(a->qs + 128 * h + 64 * c));
+                    isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(u[c], av), s);
+                }
+            }
+        }
+        float d = h2f(w[b].d);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
+            __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), sc16);
+            __m512i s = _mm512_sub_epi32(isum[t], _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(a->d * d), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) y[t * ys] = hsum512_ps(acc[t]);
+}
+ROW_LOOP(mm5_q6_K, row5_q6_K)
+
+void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k) {
+    x86_register_gemm(k);
+    k->mm[TND_TYPE_Q4_0].fn = mm_q4_0;
+    k->mm[TND_TYPE_Q8_0].fn = mm_q8_0;
+    k->mm[TND_TYPE_Q4_K].fn = mm5_q4_K;
+    k->mm[TND_TYPE_Q6_K].fn = mm5_q6_K;
+}

@@ -1,10 +1,11 @@
-/* AVX2 + FMA tile kernel of the f32-activation matmul (8 lanes).
+/* AVX2 + FMA kernels of the f32-activation matmul (8 lanes); the body is
+ * matmul_f32_x86.h.
  *
- * Register blocking: up to 4 weight rows x 3 tokens = 12 accumulators, plus
- * 3 activation vectors and one weight vector (16 ymm registers). Per 8 k:
- * 4 + 3 loads for 12 FMAs, so FMA-bound from L1. The same kernel serves
- * decode (nt <= 3, weights dequantized just before into a small L1 buffer)
- * and prefill, which is what makes their results bit-identical. */
+ * Tile register blocking: up to 4 weight rows x 3 tokens = 12 accumulators,
+ * plus 3 activation vectors and one weight vector (16 ymm registers). Per
+ * 8 k: 4 + 3 loads for 12 FMAs, so FMA-bound from L1. The same tile serves
+ * prefill and the decode of float formats; quantized formats decode through
+ * the fused kernels, which compute the same floats in the same order. */
 #include <immintrin.h>
 
 #include "cpu/matmul_f32_impl.h"
@@ -19,135 +20,9 @@
 
 #define L 8
 #define DQ_WIDTH 8
-#include "cpu/dequant_x86.h"
 #define MR 4
 #define MT 3
+#include "cpu/dequant_x86.h"
+#include "cpu/matmul_f32_x86.h"
 
-/* Fixed reduction tree: (l, l+4), then (l, l+2), then (0, 1). */
-TGTI float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-TGTI void tile_rt(const int R, const int T, const float *w, int64_t ws, const float *x, int64_t xs, int64_t kc,
-                  float *st, int64_t st_rs, int first, int last, float *y, int64_t ys) {
-    __m256 acc[MR][MT];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) acc[r][t] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(st + r * st_rs + t * L);
-    int64_t k = 0;
-    for (; k + L <= kc; k += L) {
-        __m256 xv[MT];
-        for (int t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(x + t * xs + k);
-        for (int r = 0; r < R; r++) {
-            __m256 wv = _mm256_loadu_ps(w + r * ws + k);
-            for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
-        }
-    }
-    if (k < kc) { /* float formats only: n_in not a multiple of 8 */
-        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(kc - k)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        __m256 xv[MT];
-        for (int t = 0; t < T; t++) xv[t] = _mm256_maskload_ps(x + t * xs + k, m);
-        for (int r = 0; r < R; r++) {
-            __m256 wv = _mm256_maskload_ps(w + r * ws + k, m);
-            for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) {
-            if (last) y[t * ys + r] = hsum8(acc[r][t]);
-            else _mm256_storeu_ps(st + r * st_rs + t * L, acc[r][t]);
-        }
-}
-
-TGT static void tile(int nr, int nt, const float *w, int64_t ws, const float *x, int64_t xs, int64_t kc, float *st,
-                     int64_t st_rs, int first, int last, float *y, int64_t ys) {
-#define CASE(R, T) \
-    case (R) * 4 + (T): tile_rt(R, T, w, ws, x, xs, kc, st, st_rs, first, last, y, ys); break;
-    switch (nr * 4 + nt) {
-        CASE(1, 1) CASE(1, 2) CASE(1, 3)
-        CASE(2, 1) CASE(2, 2) CASE(2, 3)
-        CASE(3, 1) CASE(3, 2) CASE(3, 3)
-        CASE(4, 1) CASE(4, 2) CASE(4, 3)
-    default: break;
-    }
-#undef CASE
-}
-
-
-/* ---- fused decode kernels ------------------------------------------------------ */
-
-/* Per block of each of R rows: its scales, then per 32-chunk the quants ->
- * DQ_NV vectors (dq_emit, the dequantizers' own code) -> FMAs into the
- * (row, token) accumulators in ascending k, exactly the tile's order. */
-#define MV_DEF(fmt, BT, QK, KIND)                                                                          \
-    TGTI void mv_##fmt##_rt(const int R, const int T, const uint8_t *W, size_t w_row, const float *x,      \
-                            int64_t xs, int64_t n_in, float *y, int64_t ys) {                              \
-        __m256 acc[4][TND_F32_MATVEC_MAX_TOK];                                                                \
-        for (int r = 0; r < R; r++)                                                                        \
-            for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();                                               \
-        for (int64_t b = 0; b < n_in / (QK); b++) {                                                        \
-            dq_sc s[4];                                                                                    \
-            for (int r = 0; r < R; r++) fmt##_prep((const BT *)(W + (size_t)r * w_row) + b, &s[r]);        \
-            for (int c = 0; c < (QK) / 32; c++) {                                                          \
-                const float *xc = x + b * (QK) + 32 * c;                                                   \
-                for (int r = 0; r < R; r++) {                                                              \
-                    dq_vec w[DQ_NV];                                                                       \
-                    fmt##_emit((const BT *)(W + (size_t)r * w_row) + b, c, &s[r], w);                      \
-                    for (int v = 0; v < DQ_NV; v++)                                                        \
-                        for (int t = 0; t < T; t++)                                                        \
-                            acc[r][t] = _mm256_fmadd_ps(w[v], _mm256_loadu_ps(xc + t * xs + v * L), acc[r][t]);                 \
-                }                                                                                          \
-            }                                                                                              \
-        }                                                                                                  \
-        for (int r = 0; r < R; r++)                                                                        \
-            for (int t = 0; t < T; t++) y[t * ys + r] = hsum8(acc[r][t]);                                   \
-    }                                                                                                      \
-    TGT static void mv_##fmt(const uint8_t *W, size_t w_row, int64_t nr, const float *x, int64_t xs, int nt, \
-                             int64_t n_in, float *y, int64_t ys) {                                         \
-        /* 4 rows for one token (4 independent FMA chains), 2 for two */                                  \
-        int R = nt == 1 ? 4 : nt == 2 ? 2 : 1;                                                             \
-        for (int64_t r0 = 0; r0 < nr; r0 += R) {                                                           \
-            const uint8_t *w = W + (size_t)r0 * w_row;                                                     \
-            float *yr = y + r0;                                                                            \
-            if (nr - r0 < R) {                                                                             \
-                for (int64_t r = r0; r < nr; r++, w += w_row, yr++) {                                      \
-                    switch (nt) {                                                                          \
-                    case 1: mv_##fmt##_rt(1, 1, w, w_row, x, xs, n_in, yr, ys); break;                     \
-                    case 2: mv_##fmt##_rt(1, 2, w, w_row, x, xs, n_in, yr, ys); break;                     \
-                    default: break;                                                                        \
-                    }                                                                                      \
-                }                                                                                          \
-                break;                                                                                     \
-            }                                                                                              \
-            switch (nt) {                                                                                  \
-            case 1: mv_##fmt##_rt(4, 1, w, w_row, x, xs, n_in, yr, ys); break;                             \
-            case 2: mv_##fmt##_rt(2, 2, w, w_row, x, xs, n_in, yr, ys); break;                             \
-            case 3: mv_##fmt##_rt(1, 3, w, w_row, x, xs, n_in, yr, ys); break;                             \
-            case 4: mv_##fmt##_rt(1, 4, w, w_row, x, xs, n_in, yr, ys); break;                             \
-            default: break;                                                                                \
-            }                                                                                              \
-        }                                                                                                  \
-    }
-DQ_FORMATS(MV_DEF)
-DQ_FLOAT_FORMATS(MV_DEF)
-#undef MV_DEF
-
-
-void tnd_f32_kernel_avx2(tnd_f32_kernel *k) {
-    *k = (tnd_f32_kernel){.lanes = L, .max_r = MR, .max_t = MT, .tile = tile};
-    k->matvec[TND_TYPE_Q4_0] = mv_q4_0;
-    k->matvec[TND_TYPE_Q4_1] = mv_q4_1;
-    k->matvec[TND_TYPE_Q5_0] = mv_q5_0;
-    k->matvec[TND_TYPE_Q5_1] = mv_q5_1;
-    k->matvec[TND_TYPE_Q8_0] = mv_q8_0;
-    k->matvec[TND_TYPE_MXFP4] = mv_mxfp4;
-    k->matvec[TND_TYPE_Q2_K] = mv_q2_K;
-    k->matvec[TND_TYPE_Q3_K] = mv_q3_K;
-    k->matvec[TND_TYPE_Q4_K] = mv_q4_K;
-    k->matvec[TND_TYPE_Q5_K] = mv_q5_K;
-    k->matvec[TND_TYPE_Q6_K] = mv_q6_K;
-    k->matvec[TND_TYPE_F16] = mv_f16;
-    k->matvec[TND_TYPE_BF16] = mv_bf16;
-}
+void tnd_f32_kernel_avx2(tnd_f32_kernel *k) { f32_kernel_fill(k); }

@@ -86,6 +86,110 @@ TGTI void k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t m[8]) {
     memcpy(m + 4, &d, 4);
 }
 
+/* ---- decode: row and token loops ---------------------------------------------
+ * Around a per-row kernel ROWFN(n_in, w, xq, x_row, nt, y, ys) for nt <= 4
+ * (constant after inlining, so its accumulators stay in registers). */
+
+#define ROW_LOOP(NAME, ROWFN)                                                                           \
+    TGT static void NAME(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,         \
+                         size_t x_row, int64_t nt, float *y, int64_t ys) {                               \
+        for (int64_t r = 0; r < nr; r++) {                                                             \
+            const void *w = (const char *)W + (size_t)r * w_row;                                       \
+            int64_t t = 0;                                                                             \
+            for (; t + 4 <= nt; t += 4) ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 4, y + t * ys + r, ys); \
+            switch (nt - t) {                                                                          \
+            case 3: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 3, y + t * ys + r, ys); break;   \
+            case 2: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 2, y + t * ys + r, ys); break;   \
+            case 1: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 1, y + t * ys + r, ys); break;   \
+            default: break;                                                                            \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+
+/* As ROW_LOOP, for the 32-block formats: the activation block scales (half
+ * floats) are converted once per call into da (nt x nb floats) instead of
+ * once per row and block. ACT is the activation block type. */
+#define ROW_LOOP_DA(NAME, ROWFN, ACT)                                                                   \
+    TGT static void NAME(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,         \
+                         size_t x_row, int64_t nt, float *y, int64_t ys) {                               \
+        int64_t nb = n_in / 32;                                                                        \
+        float *da = tnd_cpu_tls_buf(1, (size_t)(nt * nb) * sizeof(float));                            \
+        if (!da) {                                                                                     \
+            for (int64_t t = 0; t < nt; t++)                                                           \
+                for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;                                  \
+            return;                                                                                    \
+        }                                                                                              \
+        for (int64_t t = 0; t < nt; t++) {                                                             \
+            const ACT *a = (const ACT *)((const char *)xq + t * x_row);                                \
+            for (int64_t i = 0; i < nb; i++) da[t * nb + i] = h2f(a[i].d);                             \
+        }                                                                                              \
+        for (int64_t r = 0; r < nr; r++) {                                                             \
+            const void *w = (const char *)W + (size_t)r * w_row;                                       \
+            int64_t t = 0;                                                                             \
+            for (; t + 4 <= nt; t += 4)                                                                \
+                ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 4, y + t * ys + r, ys, da + t * nb, nb); \
+            switch (nt - t) {                                                                          \
+            case 3: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 3, y + t * ys + r, ys, da + t * nb, nb); break; \
+            case 2: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 2, y + t * ys + r, ys, da + t * nb, nb); break; \
+            case 1: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 1, y + t * ys + r, ys, da + t * nb, nb); break; \
+            default: break;                                                                            \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+/* ---- decode: Q4_0 and Q8_0 ---------------------------------------------------
+ * Signed x signed int8 dots through |w| (unsigned) and sign(a, w): exact
+ * since |w| <= 128, |a| <= 127. The 32-element formats do little work per
+ * block, so one accumulator per token would make the FMA latency the limit;
+ * blocks alternate between two accumulator sets. */
+
+/* int32 dot of 32 unsigned bytes aq and 32 signed bytes as, in 8 lanes:
+ * vpdpbusd where there is VNNI (one instruction, no 16-bit intermediate),
+ * else vpmaddubsw (pairs: at most 2 * 128 * 127, no saturation) + vpmaddwd. */
+TGTI __m256i dot_ss(__m256i aq, __m256i as) {
+#if X86_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aq, as);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aq, as), _mm256_set1_epi16(1));
+#endif
+}
+
+/* The 32 weights of a block as int8: Q4_0 q - 8, Q8_0 q. */
+TGTI __m256i q32_q4_0(const block_q4_0 *w) { return _mm256_sub_epi8(unpack_nibbles(w->qs), _mm256_set1_epi8(8)); }
+TGTI __m256i q32_q8_0(const block_q8_0 *w) { return _mm256_loadu_si256((const __m256i *)w->qs); }
+
+/* FMT x Q8_0, for the formats with q32_FMT. */
+#define ROW_SS(fmt, BT)                                                                                     \
+    TGTI void blk_##fmt(const BT *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc,             \
+                        const float *da, int64_t nb) {                                                      \
+        __m256i q = q32_##fmt(&w[i]);                                                                       \
+        __m256i aq = _mm256_sign_epi8(q, q);                                                                \
+        float dw = h2f(w[i].d);                                                                             \
+        for (int t = 0; t < nt; t++) {                                                                      \
+            const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;                                    \
+            __m256i p = dot_ss(aq, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), q));        \
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * da[t * nb + i]), acc[t]);   \
+        }                                                                                                   \
+    }                                                                                                       \
+    TGTI void row_##fmt(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys, \
+                        const float *da, int64_t nb_) {                                                     \
+        const BT *w = vw;                                                                                   \
+        __m256 acc0[NT_MAX], acc1[NT_MAX];                                                                  \
+        for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();                               \
+        int64_t i = 0, nb = n / 32;                                                                         \
+        for (; i + 2 <= nb; i += 2) {                                                                       \
+            blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                                     \
+            blk_##fmt(w, i + 1, xq, xs, nt, acc1, da, nb_);                                                 \
+        }                                                                                                   \
+        if (i < nb) blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                             \
+        for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));                  \
+    }                                                                                                       \
+    ROW_LOOP_DA(mm_##fmt, row_##fmt, block_q8_0)
+ROW_SS(q4_0, block_q4_0)
+ROW_SS(q8_0, block_q8_0)
+#undef ROW_SS
+
 /* ---- prefill (n_tok >= TND_GEMM_MIN_TOK) ------------------------------------
  * Groups of 8 weight rows are unpacked once into a common form: per element
  * an unsigned integer u (<= 63) or, for Q8_0, a signed byte; per row and
