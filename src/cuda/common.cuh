@@ -432,6 +432,156 @@ static inline size_t tnd_cu_type_align(int t) {
     }
 }
 
+
+/* ---- f16 tensor-core decode (matvec.cu, k_mvh_*) ----------------------------
+ * Weights are decoded to f16 pairs (half2 as raw 32-bit words) with integer
+ * tricks and fed to mma.sync m16n8k16 (f16 in, f32 accumulate). A 4-bit code
+ * q at bits 0..3 (or 4..7) of a 16-bit lane ORed into 0x6400 is the half
+ * 1024 + q (1024 + 16q): the mantissa's unit at 1024 is 1. Subtracting 1024
+ * (or * 1/16 - 64) is exact, then one HFMA2 applies the sub-block's scale and
+ * min (each the f16 rounding of the exact product d*sc, dmin*m), rounding
+ * the weight once. (Folding the 1024 into the min, (1024+q)*s - (1024s+m),
+ * would cancel: the f16 error of 1024s + m is ~s/2.)
+ *
+ * The helpers work on raw words and are host+device so that a host test
+ * (tests/test_cuda_mvh.cu) can replay a whole warp's fragments. */
+TND_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(a, b, sel);
+#else
+    const uint64_t v = (uint64_t)a | ((uint64_t)b << 32);
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return r;
+#endif
+}
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ __half2 u2h2(uint32_t u) { return *(const __half2 *)&u; }
+__device__ __forceinline__ uint32_t h22u(__half2 h) { return *(const uint32_t *)&h; }
+#else
+/* host: each half of a pair through double (exact for sums and products of
+ * two halves), rounded once to f16 */
+static inline double hbits2d(uint32_t u) { return (double)__half2float(__ushort_as_half((unsigned short)u)); }
+static inline uint32_t d2hbits(double v) { return (uint32_t)__half_as_ushort(__double2half(v)); }
+#endif
+/* a*b + c per half, one rounding (HFMA2) */
+TND_HD uint32_t hfma2u(uint32_t a, uint32_t b, uint32_t c) {
+#ifdef __CUDA_ARCH__
+    return h22u(__hfma2(u2h2(a), u2h2(b), u2h2(c)));
+#else
+    return d2hbits(hbits2d(a) * hbits2d(b) + hbits2d(c)) |
+           (d2hbits(hbits2d(a >> 16) * hbits2d(b >> 16) + hbits2d(c >> 16)) << 16);
+#endif
+}
+TND_HD uint32_t hmul2u(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return h22u(__hmul2(u2h2(a), u2h2(b)));
+#else
+    return d2hbits(hbits2d(a) * hbits2d(b)) | (d2hbits(hbits2d(a >> 16) * hbits2d(b >> 16)) << 16);
+#endif
+}
+TND_HD uint32_t hsub2u(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return h22u(__hsub2(u2h2(a), u2h2(b)));
+#else
+    return d2hbits(hbits2d(a) - hbits2d(b)) | (d2hbits(hbits2d(a >> 16) - hbits2d(b >> 16)) << 16);
+#endif
+}
+/* two floats as a half2 word (round to nearest even), a in the low half */
+TND_HD uint32_t f2h2u(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return h22u(__floats2half2_rn(a, b));
+#else
+    return (uint32_t)__half_as_ushort(__float2half_rn(a)) | ((uint32_t)__half_as_ushort(__float2half_rn(b)) << 16);
+#endif
+}
+
+/* (a & m) | c in one LOP3 (the compiler splits it in two when both m and c
+ * are immediates) */
+TND_HD uint32_t and_or(uint32_t a, uint32_t m, uint32_t c) {
+#ifdef __CUDA_ARCH__
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(m), "r"(c));
+    return r;
+#else
+    return (a & m) | c;
+#endif
+}
+
+#define MVH_1024 0x64006400u  /* (1024, 1024) */
+#define MVH_16TH 0x2C002C00u  /* (1/16, 1/16) */
+#define MVH_M64 0xD400D400u   /* (-64, -64) */
+
+/* Q4_K for the mma path. Lane (g, t) of a warp (g = lane/4, t = lane%4)
+ * owns rows g and g+8 of a 16-row tile; per super-block it reads, per row,
+ * the 16-byte header and the 16-byte pieces j = 0, 1 at qs offset 64j + 16t:
+ * chunk c = 2j + t/2 (subs 2c: low nibbles, 2c+1: high), elements
+ * 16(t%2) .. +15. Word i of a piece gives, per row, the mma A pairs
+ * (bytes 0,2) and (bytes 1,3): elements e, e+2 and e+1, e+3 with e =
+ * 16(t%2) + 4i, low nibbles for the mma of sub 2c, high for sub 2c+1. The
+ * dot product does not care about the order of k, so x is stored in the
+ * same order (mvh_q4k_slot).
+ *
+ * Scale pairs for piece j: broadcast half2 words s_lo, m_lo (sub 2c, m
+ * negated), s_hi, m_hi (sub 2c+1) of one row from its header h[4]. */
+TND_HD void mvh_q4k_scales(const uint32_t (&h)[4], int c0, int j, uint32_t &s_lo, uint32_t &m_lo, uint32_t &s_hi,
+                           uint32_t &m_hi) {
+    /* 6-bit scales and mins of subs 0..3 (j = 0) or 4..7 (j = 1), a byte each */
+    const uint32_t S = j == 0 ? h[1] & 0x3F3F3F3Fu : (h[3] & 0x0F0F0F0Fu) | ((h[1] >> 2) & 0x30303030u);
+    const uint32_t M = j == 0 ? h[2] & 0x3F3F3F3Fu : ((h[3] >> 4) & 0x0F0F0F0Fu) | ((h[2] >> 2) & 0x30303030u);
+    /* bytes 2c0, 2c0+1 into the low bytes of the two halves, 0x64 above */
+    const uint32_t sel = c0 ? 0x4342u : 0x4140u;
+    const uint32_t sc = hsub2u(prmt(S, 0x64u, sel), MVH_1024), mn = hsub2u(prmt(M, 0x64u, sel), MVH_1024);
+    const uint32_t s2 = hmul2u(sc, prmt(h[0], 0, 0x1010u));                /* (d*sc_a, d*sc_b) */
+    const uint32_t m2 = hmul2u(mn, prmt(h[0], 0, 0x3232u) ^ 0x80008000u); /* (-dmin*m_a, -dmin*m_b) */
+    s_lo = prmt(s2, 0, 0x1010u);
+    s_hi = prmt(s2, 0, 0x3232u);
+    m_lo = prmt(m2, 0, 0x1010u);
+    m_hi = prmt(m2, 0, 0x3232u);
+}
+/* One qs word of one row: A pairs lo0 (e, e+2) and lo1 (e+1, e+3) of the
+ * low-nibble sub, hi0, hi1 of the high-nibble sub, scaled. */
+TND_HD void mvh_q4k_word(uint32_t w, uint32_t s_lo, uint32_t m_lo, uint32_t s_hi, uint32_t m_hi, uint32_t &lo0,
+                         uint32_t &lo1, uint32_t &hi0, uint32_t &hi1) {
+    const uint32_t w8 = w >> 8;
+    lo0 = hfma2u(hsub2u(and_or(w, 0x000F000Fu, MVH_1024), MVH_1024), s_lo, m_lo);
+    lo1 = hfma2u(hsub2u(and_or(w8, 0x000F000Fu, MVH_1024), MVH_1024), s_lo, m_lo);
+    hi0 = hfma2u(hfma2u(and_or(w, 0x00F000F0u, MVH_1024), MVH_16TH, MVH_M64), s_hi, m_hi);
+    hi1 = hfma2u(hfma2u(and_or(w8, 0x00F000F0u, MVH_1024), MVH_16TH, MVH_M64), s_hi, m_hi);
+}
+/* One super-block of a 16-row tile, lane t's part: h0, h1 = headers of rows
+ * g, g+8; q0, q1 = their pieces j = 0, 1 (8 words). For each of the 16
+ * mmas m (low sub, high sub alternating) calls mma(m & 1, A0, A1, A2, A3,
+ * xpair(m)): A0 = (row g, k 2t..), A1 = (row g+8, k 2t..), A2 = (row g,
+ * k 2t+8..), A3 = (row g+8, k 2t+8..), xpair(m) = lane's B pair. */
+template <class XF, class MF>
+TND_HD void mvh_q4k_sb(const uint32_t (&h0)[4], const uint32_t (&h1)[4], const uint32_t (&q0)[8],
+                       const uint32_t (&q1)[8], int t, XF xpair, MF mma) {
+    const int c0 = t >> 1;
+TND_UNROLL
+    for (int j = 0; j < 2; j++) {
+        uint32_t sl0, ml0, sh0, mh0, sl1, ml1, sh1, mh1;
+        mvh_q4k_scales(h0, c0, j, sl0, ml0, sh0, mh0);
+        mvh_q4k_scales(h1, c0, j, sl1, ml1, sh1, mh1);
+TND_UNROLL
+        for (int i = 0; i < 4; i++) {
+            uint32_t a_lo0, a_lo1, a_hi0, a_hi1, b_lo0, b_lo1, b_hi0, b_hi1;
+            mvh_q4k_word(q0[4 * j + i], sl0, ml0, sh0, mh0, a_lo0, a_lo1, a_hi0, a_hi1);
+            mvh_q4k_word(q1[4 * j + i], sl1, ml1, sh1, mh1, b_lo0, b_lo1, b_hi0, b_hi1);
+            const int m = (4 * j + i) * 2;
+            mma(0, a_lo0, b_lo0, a_lo1, b_lo1, xpair(m));
+            mma(1, a_hi0, b_hi0, a_hi1, b_hi1, xpair(m + 1));
+        }
+    }
+}
+/* Where x[o..o+3] (o: offset in the super-block, a multiple of 4) goes: the
+ * B pair slot m*4 + t of mma m = (4j + i)*2 + (sub & 1) of lane t. */
+TND_HD int mvh_q4k_slot(int o) {
+    const int s = o >> 5, e = o & 31, c = s >> 1;
+    const int t = 2 * (c & 1) + (e >> 4), i = (e >> 2) & 3, j = c >> 1;
+    return ((4 * j + i) * 2 + (s & 1)) * 4 + t;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -51,6 +51,27 @@ int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_out, const fl
  * blocks (32: one per SM). */
 int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
                       int kernel, int rows_per_warp, int threads, tnd_cu_stream stream);
+/* Kernel family tnd_cu_matvec runs for this type, row length and n_tok
+ * (x 16-byte aligned): TND_CU_MV_F32 (weights decoded exactly to f32, f32
+ * products) or TND_CU_MV_F16MMA (weights and x rounded to f16, tensor-core
+ * products, f32 sums: errors up to ~2e-3 of sum|w x|). The default is
+ * MV_DEFAULT in matvec.cu; env TND_CUDA_MV=old|f16mma overrides it (read
+ * once). Types and shapes the f16 path cannot take always get F32. */
+enum { TND_CU_MV_F32 = 0, TND_CU_MV_F16MMA = 1 };
+int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok);
+/* Forces tnd_cu_matvec's family (TND_CU_MV_F32 or TND_CU_MV_F16MMA; -1:
+ * back to the default / env choice), for benches comparing both in one run.
+ * Not thread-safe against concurrent tnd_cu_matvec calls. */
+void tnd_cu_matvec_set_kind(int kind);
+/* True if the f16 path below can take this type, row length and n_tok on
+ * the current device. */
+bool tnd_cu_matvec_f16mma_supported(int type, int64_t n_in, int n_tok);
+/* The f16 tensor-core path whatever the default (Q4_K; n_tok 1..8; x 16-byte
+ * aligned, n_tok * n_in <= 49152): blocks of tiles_per_block 16-row tiles x
+ * ksplit warps per tile (at most 8 warps; 0, 0: the default shape).
+ * cudaErrorNotSupported (801) for a type or shape it cannot take. */
+int tnd_cu_matvec_f16mma(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
+                         float *y, int tiles_per_block, int ksplit, tnd_cu_stream stream);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
  * y[t][u][r] = sum_k W[ids[t][u]][r][k] * xs[k], xs = x[t] (x [n_tok][n_in])
  * or, if x_per_slot, x[t][u] (x [n_tok][n_used][n_in], the down projection).

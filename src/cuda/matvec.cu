@@ -16,6 +16,9 @@
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define MV_MAX_WARPS 8
 
 /* 32 values of x from sub s (zeros past n_in). */
@@ -483,6 +486,156 @@ __global__ void __launch_bounds__(32 * (MVT_WARPS + 1), 1)
 #endif
 }
 
+
+/* ---- f16 tensor-core decode path (TND_CUDA_MV=f16mma) ---------------------
+ * Why: the kernels above decode every weight exactly to f32 (mask, FADD,
+ * FFMA and their share of scale work: ~4.6 instructions per weight) and
+ * measured bound by that decode at ~37% of the copy bandwidth. Here a weight
+ * costs ~1.6 instructions: per 8 weights of a lane one shift and 4 LOP3 make
+ * f16 pairs 1024+q, 4 HSUB2/HFMA2 remove the offset exactly and 4 HFMA2
+ * apply scale and min (common.cuh, mvh_q4k_*); one mma.sync m16n8k16 then
+ * does 256 multiply-adds of a 16-row tile (f32 accumulation). x is rounded
+ * to f16 once per block into shared memory, in the order the weights come
+ * out of the nibble tricks, and serves up to 8 tokens (the mma's 8 columns:
+ * lane g < n_tok feeds token g), so one launch shape serves n_tok 1..8.
+ *
+ * Accuracy: each product w*x carries the f16 roundings of x (relative
+ * 2^-11), of the weight (2^-11) and of the sub-block's scale and min (2^-11
+ * of |d*sc*q| + |dmin*m|); sums are f32. Tests allow 2e-3 of sum|w x|, the
+ * bound of the cuBLAS f16 path.
+ *
+ * Shape: a block = MB row tiles (16 rows each) x KW warps per tile; the KW
+ * warps of a tile take its super-blocks round-robin (so they read adjacent
+ * bytes of the same rows at the same time) and their sums meet once, at the
+ * end, in shared memory (fixed order: deterministic). Each lane keeps the
+ * next super-block's six 16-byte loads in flight while it decodes the
+ * current one. The launch picks MB, KW so that the grid fits the device in
+ * one wave when it can (mvh_shape). */
+
+#define MVH_XS_MAX (96 * 1024) /* shared bytes for x (f16) per block; wider x falls back */
+
+__device__ __forceinline__ uint4 ld_stream16(const void *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 b) {
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y));
+#endif
+}
+
+/* x (n_tok rows of n_in f32) into shared f16 pairs: token k's super-block
+ * sb at xs + k * xstride + sb * 64, slot mvh_q4k_slot within. */
+__device__ __forceinline__ void mvh_stage_x(uint2 *xs, const float *x, int64_t n_in, int n_tok, int xstride) {
+    const int nq = (int)(n_in / 4);
+    for (int k = 0; k < n_tok; k++) {
+        const float4 *xr = (const float4 *)(x + (int64_t)k * n_in);
+        for (int q = threadIdx.x; q < nq; q += blockDim.x) {
+            const float4 v = __ldg(xr + q);
+            const int sb = q >> 6, o = (q & 63) * 4;
+            xs[k * xstride + sb * 64 + mvh_q4k_slot(o)] = make_uint2(f2h2u(v.x, v.z), f2h2u(v.y, v.w));
+        }
+    }
+}
+
+/* Sums the KW partials of each tile in shared memory (red: MB*KW*32 float4),
+ * warp kw == 0 of a tile writes y: lane (g, t) holds rows g, g+8 of tokens
+ * 2t, 2t+1. */
+__device__ __forceinline__ void mvh_finish(float4 a, float4 *red, int KW, int kw, int wid, int lane, int64_t r0,
+                                           int64_t n_out, int n_tok, float *y) {
+    if (KW > 1) {
+        red[wid * 32 + lane] = a;
+        __syncthreads();
+        if (kw != 0) return;
+        for (int k = 1; k < KW; k++) {
+            const float4 b = red[(wid + k) * 32 + lane];
+            a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w;
+        }
+    }
+    const int t = lane & 3;
+    const int64_t r1 = r0 + 8;
+    if (2 * t < n_tok) {
+        float *yt = y + (int64_t)(2 * t) * n_out;
+        if (r0 < n_out) yt[r0] = a.x;
+        if (r1 < n_out) yt[r1] = a.z;
+    }
+    if (2 * t + 1 < n_tok) {
+        float *yt = y + (int64_t)(2 * t + 1) * n_out;
+        if (r0 < n_out) yt[r0] = a.y;
+        if (r1 < n_out) yt[r1] = a.w;
+    }
+}
+
+/* Q4_K, n_tok 1..8; blockDim.x = 32 * MB * KW. */
+__global__ void __launch_bounds__(256) k_mvh_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                 float *__restrict__ y, int MB, int KW) {
+    extern __shared__ uint4 mvh_dyn[];
+    const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4; /* +4 pairs: tokens' slots in other banks */
+    uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64; /* xz: zeros, read by lanes that feed no token */
+    float4 *red = (float4 *)(xs + n_tok * xstride);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int mi = wid / KW, kw = wid - mi * KW;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t r0 = ((int64_t)blockIdx.x * MB + mi) * 16 + g;
+    /* per row: the header (h) and the pieces (q, lane offset 16t) of this
+     * warp's next super-block, advanced by KW super-blocks per load */
+    const uint8_t *h0p = W + (size_t)(r0 < n_out ? r0 : n_out - 1) * rb + (size_t)kw * 144;
+    const uint8_t *h1p = W + (size_t)(r0 + 8 < n_out ? r0 + 8 : n_out - 1) * rb + (size_t)kw * 144;
+    const uint8_t *q0p = h0p + 16 + 16 * t, *q1p = h1p + 16 + 16 * t;
+    const size_t step = (size_t)KW * 144;
+    /* h0/h1: headers of rows g, g+8; qRJ: piece j of row g (R = 0), g+8 (R = 1) */
+    struct buf {
+        uint4 h0, h1, q00, q01, q10, q11;
+    };
+    auto load = [&](buf &b) {
+        b.h0 = ld_stream16(h0p);
+        b.h1 = ld_stream16(h1p);
+        b.q00 = ld_stream16(q0p);
+        b.q01 = ld_stream16(q0p + 64);
+        b.q10 = ld_stream16(q1p);
+        b.q11 = ld_stream16(q1p + 64);
+        h0p += step, h1p += step, q0p += step, q1p += step;
+    };
+    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}}; /* two chains: low / high subs */
+    const bool feeds = g < n_tok; /* lane g feeds token g's column of B */
+    const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
+    const int xsb = feeds ? 64 : 0;
+    auto compute = [&](const buf &b, int sb) {
+        const uint32_t h0[4] = {b.h0.x, b.h0.y, b.h0.z, b.h0.w}, h1[4] = {b.h1.x, b.h1.y, b.h1.z, b.h1.w};
+        const uint32_t q0[8] = {b.q00.x, b.q00.y, b.q00.z, b.q00.w, b.q01.x, b.q01.y, b.q01.z, b.q01.w};
+        const uint32_t q1[8] = {b.q10.x, b.q10.y, b.q10.z, b.q10.w, b.q11.x, b.q11.y, b.q11.z, b.q11.w};
+        const uint2 *xb = xl + sb * xsb;
+        mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
+                   [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
+                       mma_f16(acc[chain], a0, a1, a2, a3, bx);
+                   });
+    };
+    buf A, B;
+    int sb = kw;
+    if (sb < nsb) load(A); /* in flight while x is staged */
+    mvh_stage_x(xs, x, n_in, n_tok, xstride);
+    for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
+    __syncthreads();
+    /* two super-blocks per trip, so the buffers swap roles without copies */
+    for (; sb < nsb; sb += 2 * KW) {
+        if (sb + KW < nsb) load(B);
+        compute(A, sb);
+        if (sb + KW >= nsb) break;
+        if (sb + 2 * KW < nsb) load(A);
+        compute(B, sb + KW);
+    }
+    const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
+                                 acc[0][3] + acc[1][3]);
+    mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
+}
+
 static int cu_dev_attr(cudaDeviceAttr a) {
     static int cache[2][64];
     const int i = a == cudaDevAttrMultiProcessorCount ? 0 : 1;
@@ -618,6 +771,128 @@ static int check_w(int type, const void *W, int64_t n_in, int64_t n_out) {
     return 0;
 }
 
+
+/* ---- f16 tensor-core path: selection and launch ---------------------------- */
+
+/* THE DEFAULT (flip here after measuring): which family tnd_cu_matvec uses
+ * for the types the f16 path reads. Env TND_CUDA_MV=old|f16mma overrides. */
+#define MV_DEFAULT TND_CU_MV_F16MMA
+
+static int mv_forced = -1; /* tnd_cu_matvec_set_kind */
+
+extern "C" void tnd_cu_matvec_set_kind(int kind) {
+    mv_forced = kind == TND_CU_MV_F32 || kind == TND_CU_MV_F16MMA ? kind : -1;
+}
+
+static int mv_mode(void) {
+    static int mode = -1; /* a benign race: every thread computes the same value */
+    if (mv_forced >= 0) return mv_forced;
+    if (mode < 0) {
+        const char *e = getenv("TND_CUDA_MV");
+        mode = e && strcmp(e, "old") == 0 ? TND_CU_MV_F32 : e && strcmp(e, "f16mma") == 0 ? TND_CU_MV_F16MMA : MV_DEFAULT;
+    }
+    return mode;
+}
+
+/* Whether the f16 path can take this type, row length and token count on
+ * the current device (sm_80+ for mma.sync f16; x staged in shared memory). */
+static bool mvh_supported(int type, int64_t n_in, int n_tok) {
+    if (type != TND_TYPE_Q4_K || n_tok < 1 || n_tok > 8 || n_in <= 0 || n_in % 256 || n_in > (1 << 24)) return false;
+    int major = 0, dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
+        return false;
+    if (major < 8) return false;
+    return (size_t)n_tok * (size_t)(n_in / 256 * 64 + 4) * 8 <= MVH_XS_MAX;
+}
+
+extern "C" bool tnd_cu_matvec_f16mma_supported(int type, int64_t n_in, int n_tok) {
+    return mvh_supported(type, n_in, n_tok);
+}
+
+extern "C" int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok) {
+    return mv_mode() == TND_CU_MV_F16MMA && mvh_supported(type, n_in, n_tok) ? TND_CU_MV_F16MMA : TND_CU_MV_F32;
+}
+
+static size_t mvh_smem(int64_t n_in, int n_tok, int warps) {
+    return (size_t)(64 + n_tok * (n_in / 256 * 64 + 4)) * 8 + (size_t)warps * 32 * 16;
+}
+
+/* Resident blocks per SM of k_mvh_q4k for this block size and shared size
+ * (cached: the occupancy query is not free; 0 on error). */
+static int mvh_occupancy(int warps, size_t smem) {
+    static struct {
+        int dev, warps;
+        size_t smem;
+        int n;
+    } cache[16];
+    static int n_cache;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    for (int i = 0; i < n_cache; i++)
+        if (cache[i].dev == dev && cache[i].warps == warps && cache[i].smem == smem) return cache[i].n;
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_mvh_q4k, 32 * warps, smem) != cudaSuccess) return 0;
+    if (n_cache < 16) cache[n_cache++] = {dev, warps, smem, n};
+    return n;
+}
+
+/* Default launch shape: MB tiles x KW warps per tile. Picks, over blocks of
+ * 4 or 8 warps, the split that keeps the most warps resident on average
+ * over the waves (total warps / waves): one full wave of many warps beats a
+ * second, mostly idle one; ties go to fewer waves, then to less splitting. */
+static void mvh_shape(int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW) {
+    const int64_t tiles = (n_out + 15) / 16, nsb = n_in / 256;
+    const int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
+    double best = -1;
+    int64_t best_waves = 0;
+    *MB = 4, *KW = 1;
+    for (int nw = 4; nw <= 8; nw *= 2) {
+        const int64_t cap = (int64_t)mvh_occupancy(nw, mvh_smem(n_in, n_tok, nw)) * (sms > 0 ? sms : 1);
+        if (cap <= 0) continue;
+        for (int kw = 1; kw <= nw; kw *= 2) {
+            if (kw > 1 && kw > nsb) break;
+            const int mb = nw / kw;
+            const int64_t blocks = (tiles + mb - 1) / mb, waves = (blocks + cap - 1) / cap;
+            const double score = (double)blocks * nw / (double)waves;
+            if (score > best * 1.001 || (score > best * 0.999 && waves < best_waves)) {
+                best = score;
+                best_waves = waves;
+                *MB = mb, *KW = kw;
+            }
+        }
+    }
+}
+
+static int launch_mvh(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                      int MB, int KW, cudaStream_t st) {
+    if (!mvh_supported(type, n_in, n_tok) || ((uintptr_t)x & 15)) return cudaErrorNotSupported;
+    static bool attr_set[64]; /* the opt-in above 48 KiB, once per device, before any occupancy query */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    if (!attr_set[dev]) {
+        cudaError_t e = cudaFuncSetAttribute(k_mvh_q4k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)mvh_smem(MVH_XS_MAX / 2, 1, 8));
+        if (e != cudaSuccess) return (int)e;
+        attr_set[dev] = true;
+    }
+    if (MB <= 0 || KW <= 0) mvh_shape(n_in, n_out, n_tok, &MB, &KW);
+    if (MB * KW > 8) return cudaErrorInvalidValue;
+    const size_t smem = mvh_smem(n_in, n_tok, MB * KW);
+    const int64_t tiles = (n_out + 15) / 16;
+    const unsigned grid = (unsigned)((tiles + MB - 1) / MB);
+    k_mvh_q4k<<<grid, 32 * MB * KW, smem, st>>>((const uint8_t *)W, tnd_cu_row_bytes(type, n_in), n_in, n_out, x, n_tok,
+                                                y, MB, KW);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int tnd_cu_matvec_f16mma(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
+                                    float *y, int tiles_per_block, int ksplit, tnd_cu_stream stream) {
+    int e = check_w(type, W, n_in, n_out);
+    if (e) return e;
+    if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0) return cudaErrorInvalidValue;
+    return launch_mvh(type, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, (cudaStream_t)stream);
+}
+
 /* Kernel families for one token (tnd_cu_matvec_cfg's `kernel`). */
 enum { MV_AUTO = 0, MV_DIRECT = 1, MV_SPECIAL = 2, MV_STREAM = 3 };
 
@@ -706,6 +981,8 @@ extern "C" int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_ou
     if (e) return e;
     if (!x || !y || n_tok < 1 || n_tok > 8) return cudaErrorInvalidValue;
     cudaStream_t st = (cudaStream_t)stream;
+    if (tnd_cu_matvec_kind(type, n_in, n_tok) == TND_CU_MV_F16MMA && ((uintptr_t)x & 15) == 0)
+        return launch_mvh(type, W, n_in, n_out, x, n_tok, y, 0, 0, st);
     if (n_tok == 1) {
         int R, threads;
         mv_shape(type, n_in, n_out, 1, &R, &threads);
