@@ -582,6 +582,61 @@ TND_HD int mvh_q4k_slot(int o) {
     return ((4 * j + i) * 2 + (s & 1)) * 4 + t;
 }
 
+/* Q6_K for the mma path. Lane (g, t), per row and super-block: for half n
+ * (0, 1) and group gi (0, 1), elements l0 .. l0+3 (l0 = 8t + 4gi) of the
+ * subs 4n + j (j = 0..3): the ql word at 64n + 32(j&1) + l0 (low nibbles
+ * for j < 2, high for j >= 2) and the qh word at 128 + 32n + l0 (bits
+ * 2j, 2j+1 of each byte). ql[(2n + h)*2 + gi] (h = j&1), qh[2n + gi]: the
+ * lane's words; sc[4]: the 16 int8 scales; d the f16 bits of d. Lane t's
+ * elements lie in half t/2 of each sub (scale 2(4n+j) + t/2). mma m =
+ * (2n + gi)*4 + j, chains by j & 1. */
+#define MVH_1056 0x64206420u /* (1056, 1056): 1024 + 32 */
+#define MVH_1152 0x64806480u /* (1152, 1152): 1024 + 128 */
+template <class XF, class MF>
+TND_HD void mvh_q6k_sb(const uint32_t (&ql0)[8], const uint32_t (&qh0)[4], const uint32_t (&sc0)[4], uint32_t d0,
+                       const uint32_t (&ql1)[8], const uint32_t (&qh1)[4], const uint32_t (&sc1)[4], uint32_t d1,
+                       int t, XF xpair, MF mma) {
+    const uint32_t sel = (t >> 1) ? 0x4341u : 0x4240u; /* bytes hb, 2+hb of a scale word, 0x64 above */
+    const uint32_t dd0 = prmt(d0, 0, 0x1010u), dd1 = prmt(d1, 0, 0x1010u);
+TND_UNROLL
+    for (int n = 0; n < 2; n++) {
+        uint32_t s0[4], s1[4]; /* broadcast scale of sub 4n + j, rows g and g+8 */
+TND_UNROLL
+        for (int k = 0; k < 2; k++) { /* scale word 2n + k: subs 4n + 2k, 4n + 2k + 1 */
+            const uint32_t p0 = hmul2u(hsub2u(prmt(sc0[2 * n + k] ^ 0x80808080u, 0x64u, sel), MVH_1152), dd0);
+            const uint32_t p1 = hmul2u(hsub2u(prmt(sc1[2 * n + k] ^ 0x80808080u, 0x64u, sel), MVH_1152), dd1);
+            s0[2 * k] = prmt(p0, 0, 0x1010u), s0[2 * k + 1] = prmt(p0, 0, 0x3232u);
+            s1[2 * k] = prmt(p1, 0, 0x1010u), s1[2 * k + 1] = prmt(p1, 0, 0x3232u);
+        }
+TND_UNROLL
+        for (int gi = 0; gi < 2; gi++) {
+            const uint32_t h0 = qh0[2 * n + gi], h1 = qh1[2 * n + gi];
+            const uint32_t h08 = h0 >> 8, h18 = h1 >> 8;
+TND_UNROLL
+            for (int j = 0; j < 4; j++) {
+                const int sh = 4 - 2 * j; /* qh bits 2j.. to bits 4, 5 */
+                const uint32_t l0 = ql0[(2 * n + (j & 1)) * 2 + gi] >> (j >= 2 ? 4 : 0);
+                const uint32_t l1 = ql1[(2 * n + (j & 1)) * 2 + gi] >> (j >= 2 ? 4 : 0);
+                const uint32_t q0a = sh >= 0 ? h0 << sh : h0 >> -sh, q0b = sh >= 0 ? h08 << sh : h08 >> -sh;
+                const uint32_t q1a = sh >= 0 ? h1 << sh : h1 >> -sh, q1b = sh >= 0 ? h18 << sh : h18 >> -sh;
+                /* (1024 + q) for bytes 0, 2 (a) and 1, 3 (b); minus 1056 is q - 32, exact */
+                const uint32_t v0a = and_or(l0, 0x000F000Fu, and_or(q0a, 0x00300030u, MVH_1024));
+                const uint32_t v0b = and_or(l0 >> 8, 0x000F000Fu, and_or(q0b, 0x00300030u, MVH_1024));
+                const uint32_t v1a = and_or(l1, 0x000F000Fu, and_or(q1a, 0x00300030u, MVH_1024));
+                const uint32_t v1b = and_or(l1 >> 8, 0x000F000Fu, and_or(q1b, 0x00300030u, MVH_1024));
+                mma(j & 1, hmul2u(hsub2u(v0a, MVH_1056), s0[j]), hmul2u(hsub2u(v1a, MVH_1056), s1[j]),
+                    hmul2u(hsub2u(v0b, MVH_1056), s0[j]), hmul2u(hsub2u(v1b, MVH_1056), s1[j]),
+                    xpair((2 * n + gi) * 4 + j));
+            }
+        }
+    }
+}
+/* Q6_K slot of x[o..o+3] in a super-block (see mvh_q4k_slot). */
+TND_HD int mvh_q6k_slot(int o) {
+    const int s = o >> 5, e = o & 31, n = s >> 2, j = s & 3;
+    return ((2 * n + ((e >> 2) & 1)) * 4 + j) * 4 + (e >> 3);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -54,9 +54,10 @@ int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, cons
 /* Kernel family tnd_cu_matvec runs for this type, row length and n_tok
  * (x 16-byte aligned): TND_CU_MV_F32 (weights decoded exactly to f32, f32
  * products) or TND_CU_MV_F16MMA (weights and x rounded to f16, tensor-core
- * products, f32 sums: errors up to ~2e-3 of sum|w x|). The default is
- * MV_DEFAULT in matvec.cu; env TND_CUDA_MV=old|f16mma overrides it (read
- * once). Types and shapes the f16 path cannot take always get F32. */
+ * products, f32 sums: errors up to ~2e-3 of sum|w x|). The default per type
+ * is mv_default() in matvec.cu; env TND_CUDA_MV=old|f16mma overrides it
+ * for all types (read once). Types and shapes the f16 path cannot take
+ * (it reads Q4_K and Q6_K, n_tok <= 8, n_tok * n_in <= 49152) get F32. */
 enum { TND_CU_MV_F32 = 0, TND_CU_MV_F16MMA = 1 };
 int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok);
 /* Forces tnd_cu_matvec's family (TND_CU_MV_F32 or TND_CU_MV_F16MMA; -1:
@@ -66,8 +67,8 @@ void tnd_cu_matvec_set_kind(int kind);
 /* True if the f16 path below can take this type, row length and n_tok on
  * the current device. */
 bool tnd_cu_matvec_f16mma_supported(int type, int64_t n_in, int n_tok);
-/* The f16 tensor-core path whatever the default (Q4_K; n_tok 1..8; x 16-byte
- * aligned, n_tok * n_in <= 49152): blocks of tiles_per_block 16-row tiles x
+/* The f16 tensor-core path whatever the default (Q4_K, Q6_K; n_tok 1..8; x
+ * 16-byte aligned, n_tok * n_in <= 49152): blocks of tiles_per_block 16-row tiles x
  * ksplit warps per tile (at most 8 warps; 0, 0: the default shape).
  * cudaErrorNotSupported (801) for a type or shape it cannot take. */
 int tnd_cu_matvec_f16mma(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,

@@ -531,7 +531,8 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1,
 }
 
 /* x (n_tok rows of n_in f32) into shared f16 pairs: token k's super-block
- * sb at xs + k * xstride + sb * 64, slot mvh_q4k_slot within. */
+ * sb at xs + k * xstride + sb * 64, slot mvh_q4k_slot / mvh_q6k_slot within. */
+template <int TY>
 __device__ __forceinline__ void mvh_stage_x(uint2 *xs, const float *x, int64_t n_in, int n_tok, int xstride) {
     const int nq = (int)(n_in / 4);
     for (int k = 0; k < n_tok; k++) {
@@ -539,7 +540,8 @@ __device__ __forceinline__ void mvh_stage_x(uint2 *xs, const float *x, int64_t n
         for (int q = threadIdx.x; q < nq; q += blockDim.x) {
             const float4 v = __ldg(xr + q);
             const int sb = q >> 6, o = (q & 63) * 4;
-            xs[k * xstride + sb * 64 + mvh_q4k_slot(o)] = make_uint2(f2h2u(v.x, v.z), f2h2u(v.y, v.w));
+            const int slot = TY == TND_TYPE_Q4_K ? mvh_q4k_slot(o) : mvh_q6k_slot(o);
+            xs[k * xstride + sb * 64 + slot] = make_uint2(f2h2u(v.x, v.z), f2h2u(v.y, v.w));
         }
     }
 }
@@ -620,7 +622,7 @@ __global__ void __launch_bounds__(256) k_mvh_q4k(const uint8_t *__restrict__ W, 
     buf A, B;
     int sb = kw;
     if (sb < nsb) load(A); /* in flight while x is staged */
-    mvh_stage_x(xs, x, n_in, n_tok, xstride);
+    mvh_stage_x<TND_TYPE_Q4_K>(xs, x, n_in, n_tok, xstride);
     for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
     __syncthreads();
     /* two super-blocks per trip, so the buffers swap roles without copies */
@@ -630,6 +632,80 @@ __global__ void __launch_bounds__(256) k_mvh_q4k(const uint8_t *__restrict__ W, 
         if (sb + KW >= nsb) break;
         if (sb + 2 * KW < nsb) load(A);
         compute(B, sb + KW);
+    }
+    const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
+                                 acc[0][3] + acc[1][3]);
+    mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
+}
+
+/* Lane t's words of one Q6_K super-block at b (2-byte aligned): aligned
+ * 32-bit loads from a = b rounded down to 4 and funnel shifts by 16 bits
+ * when b is 2 mod 4 (every piece is at an offset that is a multiple of 4
+ * from b, so one parity serves all). No byte past the super-block is read:
+ * the word after each 8-byte piece stays inside it, and d's word is read
+ * 4 bytes wide only when d sits in its upper half. */
+__device__ __forceinline__ void mvh_q6k_load(const uint8_t *b, int t, uint32_t (&ql)[8], uint32_t (&qh)[4],
+                                             uint32_t (&sc)[4], uint32_t &d) {
+    const bool odd = ((uintptr_t)b & 2) != 0;
+    const unsigned int *a = (const unsigned int *)((uintptr_t)b & ~(uintptr_t)3);
+    const unsigned int *at = a + 2 * t;
+    const uint32_t sh = odd ? 16u : 0u;
+    uint32_t v[3];
+#pragma unroll
+    for (int p = 0; p < 4; p++) { /* ql pieces at 32p + 8t: (n, h) = (p / 2, p % 2) */
+#pragma unroll
+        for (int k = 0; k < 3; k++) v[k] = __ldg(at + 8 * p + k);
+        ql[2 * p] = __funnelshift_r(v[0], v[1], sh), ql[2 * p + 1] = __funnelshift_r(v[1], v[2], sh);
+    }
+#pragma unroll
+    for (int n = 0; n < 2; n++) { /* qh pieces at 128 + 32n + 8t */
+#pragma unroll
+        for (int k = 0; k < 3; k++) v[k] = __ldg(at + 32 + 8 * n + k);
+        qh[2 * n] = __funnelshift_r(v[0], v[1], sh), qh[2 * n + 1] = __funnelshift_r(v[1], v[2], sh);
+    }
+    uint32_t s[5];
+#pragma unroll
+    for (int k = 0; k < 4; k++) s[k] = __ldg(a + 48 + k); /* scales at 192 */
+    s[4] = odd ? __ldg(a + 52) : (uint32_t)__ldg((const unsigned short *)(a + 52));
+#pragma unroll
+    for (int k = 0; k < 4; k++) sc[k] = __funnelshift_r(s[k], s[k + 1], sh);
+    d = odd ? s[4] >> 16 : s[4] & 0xffffu;
+}
+
+/* Q6_K, n_tok 1..8, as k_mvh_q4k. Rows are only 2-byte aligned (210-byte
+ * super-blocks), so a lane reads its words with aligned 32-bit loads and
+ * funnel shifts (ld_words_a2), one super-block at a time: 2 x 23 loads in
+ * flight per lane, no second buffer (it would cost ~48 registers). */
+__global__ void __launch_bounds__(256) k_mvh_q6k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                 float *__restrict__ y, int MB, int KW) {
+    extern __shared__ uint4 mvh_dyn[];
+    const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
+    uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64;
+    float4 *red = (float4 *)(xs + n_tok * xstride);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int mi = wid / KW, kw = wid - mi * KW;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t r0 = ((int64_t)blockIdx.x * MB + mi) * 16 + g;
+    const uint8_t *b0 = W + (size_t)(r0 < n_out ? r0 : n_out - 1) * rb + (size_t)kw * 210;
+    const uint8_t *b1 = W + (size_t)(r0 + 8 < n_out ? r0 + 8 : n_out - 1) * rb + (size_t)kw * 210;
+    const size_t step = (size_t)KW * 210;
+    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    const bool feeds = g < n_tok;
+    const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
+    const int xsb = feeds ? 64 : 0;
+    mvh_stage_x<TND_TYPE_Q6_K>(xs, x, n_in, n_tok, xstride);
+    for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
+    __syncthreads();
+    for (int sb = kw; sb < nsb; sb += KW, b0 += step, b1 += step) {
+        uint32_t ql0[8], qh0[4], sc0[4], ql1[8], qh1[4], sc1[4], d0, d1;
+        mvh_q6k_load(b0, t, ql0, qh0, sc0, d0);
+        mvh_q6k_load(b1, t, ql1, qh1, sc1, d1);
+        const uint2 *xb = xl + sb * xsb;
+        mvh_q6k_sb(ql0, qh0, sc0, d0, ql1, qh1, sc1, d1, t, [&](int m) { return xb[m * 4]; },
+                   [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
+                       mma_f16(acc[chain], a0, a1, a2, a3, bx);
+                   });
     }
     const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
                                  acc[0][3] + acc[1][3]);
@@ -775,8 +851,15 @@ static int check_w(int type, const void *W, int64_t n_in, int64_t n_out) {
 /* ---- f16 tensor-core path: selection and launch ---------------------------- */
 
 /* THE DEFAULT (flip here after measuring): which family tnd_cu_matvec uses
- * for the types the f16 path reads. Env TND_CUDA_MV=old|f16mma overrides. */
-#define MV_DEFAULT TND_CU_MV_F16MMA
+ * for each type the f16 path reads. Env TND_CUDA_MV=old|f16mma overrides
+ * it for all types. */
+static int mv_default(int type) {
+    switch (type) {
+    case TND_TYPE_Q4_K: return TND_CU_MV_F16MMA;
+    case TND_TYPE_Q6_K: return TND_CU_MV_F16MMA;
+    default: return TND_CU_MV_F32;
+    }
+}
 
 static int mv_forced = -1; /* tnd_cu_matvec_set_kind */
 
@@ -784,20 +867,26 @@ extern "C" void tnd_cu_matvec_set_kind(int kind) {
     mv_forced = kind == TND_CU_MV_F32 || kind == TND_CU_MV_F16MMA ? kind : -1;
 }
 
-static int mv_mode(void) {
-    static int mode = -1; /* a benign race: every thread computes the same value */
-    if (mv_forced >= 0) return mv_forced;
-    if (mode < 0) {
+/* env TND_CUDA_MV: -1 unset (per-type default), else the family forced */
+static int mv_env(void) {
+    static int mode = -2; /* a benign race: every thread computes the same value */
+    if (mode == -2) {
         const char *e = getenv("TND_CUDA_MV");
-        mode = e && strcmp(e, "old") == 0 ? TND_CU_MV_F32 : e && strcmp(e, "f16mma") == 0 ? TND_CU_MV_F16MMA : MV_DEFAULT;
+        mode = e && strcmp(e, "old") == 0 ? TND_CU_MV_F32 : e && strcmp(e, "f16mma") == 0 ? TND_CU_MV_F16MMA : -1;
     }
     return mode;
+}
+
+static int mv_mode(int type) {
+    if (mv_forced >= 0) return mv_forced;
+    const int e = mv_env();
+    return e >= 0 ? e : mv_default(type);
 }
 
 /* Whether the f16 path can take this type, row length and token count on
  * the current device (sm_80+ for mma.sync f16; x staged in shared memory). */
 static bool mvh_supported(int type, int64_t n_in, int n_tok) {
-    if (type != TND_TYPE_Q4_K || n_tok < 1 || n_tok > 8 || n_in <= 0 || n_in % 256 || n_in > (1 << 24)) return false;
+    if ((type != TND_TYPE_Q4_K && type != TND_TYPE_Q6_K) || n_tok < 1 || n_tok > 8 || n_in <= 0 || n_in % 256 || n_in > (1 << 24)) return false;
     int major = 0, dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
         return false;
@@ -810,7 +899,7 @@ extern "C" bool tnd_cu_matvec_f16mma_supported(int type, int64_t n_in, int n_tok
 }
 
 extern "C" int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok) {
-    return mv_mode() == TND_CU_MV_F16MMA && mvh_supported(type, n_in, n_tok) ? TND_CU_MV_F16MMA : TND_CU_MV_F32;
+    return mv_mode(type) == TND_CU_MV_F16MMA && mvh_supported(type, n_in, n_tok) ? TND_CU_MV_F16MMA : TND_CU_MV_F32;
 }
 
 static size_t mvh_smem(int64_t n_in, int n_tok, int warps) {
@@ -819,20 +908,24 @@ static size_t mvh_smem(int64_t n_in, int n_tok, int warps) {
 
 /* Resident blocks per SM of k_mvh_q4k for this block size and shared size
  * (cached: the occupancy query is not free; 0 on error). */
-static int mvh_occupancy(int warps, size_t smem) {
+typedef void (*mvh_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int, int);
+static mvh_kernel mvh_kernel_of(int type) { return type == TND_TYPE_Q6_K ? k_mvh_q6k : k_mvh_q4k; }
+
+static int mvh_occupancy(int type, int warps, size_t smem) {
     static struct {
-        int dev, warps;
+        int dev, type, warps;
         size_t smem;
         int n;
-    } cache[16];
+    } cache[32];
     static int n_cache;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return 0;
     for (int i = 0; i < n_cache; i++)
-        if (cache[i].dev == dev && cache[i].warps == warps && cache[i].smem == smem) return cache[i].n;
+        if (cache[i].dev == dev && cache[i].type == type && cache[i].warps == warps && cache[i].smem == smem)
+            return cache[i].n;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_mvh_q4k, 32 * warps, smem) != cudaSuccess) return 0;
-    if (n_cache < 16) cache[n_cache++] = {dev, warps, smem, n};
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mvh_kernel_of(type), 32 * warps, smem) != cudaSuccess) return 0;
+    if (n_cache < 32) cache[n_cache++] = {dev, type, warps, smem, n};
     return n;
 }
 
@@ -840,14 +933,14 @@ static int mvh_occupancy(int warps, size_t smem) {
  * 4 or 8 warps, the split that keeps the most warps resident on average
  * over the waves (total warps / waves): one full wave of many warps beats a
  * second, mostly idle one; ties go to fewer waves, then to less splitting. */
-static void mvh_shape(int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW) {
+static void mvh_shape(int type, int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW) {
     const int64_t tiles = (n_out + 15) / 16, nsb = n_in / 256;
     const int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
     double best = -1;
     int64_t best_waves = 0;
     *MB = 4, *KW = 1;
     for (int nw = 4; nw <= 8; nw *= 2) {
-        const int64_t cap = (int64_t)mvh_occupancy(nw, mvh_smem(n_in, n_tok, nw)) * (sms > 0 ? sms : 1);
+        const int64_t cap = (int64_t)mvh_occupancy(type, nw, mvh_smem(n_in, n_tok, nw)) * (sms > 0 ? sms : 1);
         if (cap <= 0) continue;
         for (int kw = 1; kw <= nw; kw *= 2) {
             if (kw > 1 && kw > nsb) break;
@@ -866,22 +959,23 @@ static void mvh_shape(int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW) 
 static int launch_mvh(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                       int MB, int KW, cudaStream_t st) {
     if (!mvh_supported(type, n_in, n_tok) || ((uintptr_t)x & 15)) return cudaErrorNotSupported;
-    static bool attr_set[64]; /* the opt-in above 48 KiB, once per device, before any occupancy query */
+    static bool attr_set[2][64]; /* the opt-in above 48 KiB, once per kernel and device, before any occupancy query */
     int dev = 0;
+    const int ki = type == TND_TYPE_Q6_K;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-    if (!attr_set[dev]) {
-        cudaError_t e = cudaFuncSetAttribute(k_mvh_q4k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    if (!attr_set[ki][dev]) {
+        cudaError_t e = cudaFuncSetAttribute(mvh_kernel_of(type), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)mvh_smem(MVH_XS_MAX / 2, 1, 8));
         if (e != cudaSuccess) return (int)e;
-        attr_set[dev] = true;
+        attr_set[ki][dev] = true;
     }
-    if (MB <= 0 || KW <= 0) mvh_shape(n_in, n_out, n_tok, &MB, &KW);
+    if (MB <= 0 || KW <= 0) mvh_shape(type, n_in, n_out, n_tok, &MB, &KW);
     if (MB * KW > 8) return cudaErrorInvalidValue;
     const size_t smem = mvh_smem(n_in, n_tok, MB * KW);
     const int64_t tiles = (n_out + 15) / 16;
     const unsigned grid = (unsigned)((tiles + MB - 1) / MB);
-    k_mvh_q4k<<<grid, 32 * MB * KW, smem, st>>>((const uint8_t *)W, tnd_cu_row_bytes(type, n_in), n_in, n_out, x, n_tok,
-                                                y, MB, KW);
+    mvh_kernel_of(type)<<<grid, 32 * MB * KW, smem, st>>>((const uint8_t *)W, tnd_cu_row_bytes(type, n_in), n_in, n_out,
+                                                          x, n_tok, y, MB, KW);
     return (int)cudaGetLastError();
 }
 
