@@ -1,14 +1,22 @@
-/* The f16 tensor-core decode of matvec.cu (k_mvh_q4k, k_mvh_q6k) replayed on the host:
- * runs in CI without a GPU. For random Q4_K and Q6_K tiles (16 rows x a few
- * super-blocks) every lane's fragments come from the same host+device
- * helpers the kernel uses (mvh_q4k_sb / mvh_q6k_sb, mvh_q*_slot for x), an emulated
- * mma.sync m16n8k16 places them by the PTX fragment layout (A: rows g, g+8,
- * k 2t.., 2t+8..; B: k 2t.., 2t+8.., column g; D: rows g, g+8, columns 2t,
- * 2t+1) and sums in double; tokens 0..7 are the mma's columns. Checked
- * against tnd_ref_dot_f32 with the f16 path's tolerance (2e-3 of
- * sum |w x|), and against the same product computed from the weights and
- * x rounded to f16 the kernel's way (1e-9 relative: catches any misplaced
- * fragment, which the loose tolerance could miss). */
+/* The tensor-core decodes of matvec.cu replayed on the host (runs in CI
+ * without a GPU): every lane's fragments come from the same host+device
+ * helpers the kernels use, an emulated mma.sync places them by the PTX
+ * fragment layout and sums exactly.
+ *
+ * f16 (k_mvh_q4k, k_mvh_q6k: mvh_q4k_sb / mvh_q6k_sb, mvh_q*_slot for x):
+ * m16n8k16 (A: rows g, g+8, k 2t.., 2t+8..; B: k 2t.., 2t+8.., column g;
+ * D: rows g, g+8, columns 2t, 2t+1), tokens 0..7 as the columns. Checked
+ * against tnd_ref_dot_f32 with the f16 path's tolerance (2e-3 of sum |w x|)
+ * and against the product of the weights and x rounded to f16 the kernel's
+ * way (1e-9 relative: catches any misplaced fragment, which the loose
+ * tolerance could miss).
+ *
+ * int8 (k_mvi_q4k: mvi_quant8, mvi_q4k_sb, mvi_q4k_value): m16n8k32 u8 x
+ * s8 (A: rows g, g+8, k 4t.., 16+4t..; B: k 4t.., 16+4t.., column g), x's
+ * byte planes H, L of token k as columns 2k, 2k+1. Checked against the
+ * reference within the grid's rounding bound (half a step per value), and
+ * against the product with x on the grid in double (1e-5 of sum |w x|: the
+ * f32 combination of the exact integer sums), with an outlier in x too. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +190,166 @@ static void check_tile(int ty, int nsb, int n_tok) {
     free(xs);
 }
 
+/* ---- the int8 path (k_mvi_q4k) ---- */
+
+/* lane (g, t)'s B words of sub s (plane g = token g/2's H or L; zeros past
+ * the planes) */
+struct bfetch {
+    const uint2 *xq;
+    int g, t, planes, pstride, sb;
+    TND_HD uint2 operator()(int s) const {
+        return g < planes ? xq[g * pstride + sb * 32 + s * 4 + t] : make_uint2(0, 0);
+    }
+};
+struct sfetch {
+    const int *xsum;
+    TND_HD int operator()(int s) const { return xsum[s]; }
+};
+/* m16n8k32 u8 x s8 for one lane: records its fragments, and returns D from
+ * the matrices gathered so far (the caller runs all 32 lanes per mma first:
+ * see check_i8 for the two-pass replay) */
+struct imma_emu {
+    int (*a)[16][32], (*b)[32][8];
+    const int (*d)[16][8];
+    int g, t, mi;
+    TND_HD void operator()(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx, int (&D)[4]) {
+        const uint32_t r[4] = {a0, a1, a2, a3};
+        for (int i = 0; i < 16; i++) {
+            const int row = g + 8 * ((i >> 2) & 1), k = 4 * t + (i & 3) + 16 * (i >> 3);
+            a[mi][row][k] = (int)((r[i >> 2] >> (8 * (i & 3))) & 255); /* u8 */
+        }
+        for (int i = 0; i < 8; i++) {
+            const int k = 4 * t + (i & 3) + 16 * (i >> 2);
+            b[mi][k][g] = (int)(int8_t)(((i < 4 ? bx.x : bx.y) >> (8 * (i & 3))) & 255); /* s8 */
+        }
+        if (d) {
+            D[0] = d[mi][g][2 * t];
+            D[1] = d[mi][g][2 * t + 1];
+            D[2] = d[mi][g + 8][2 * t];
+            D[3] = d[mi][g + 8][2 * t + 1];
+        } else {
+            D[0] = D[1] = D[2] = D[3] = 0;
+        }
+        mi++;
+    }
+};
+
+static int IA[8][16][32], IB[8][32][8], ID[8][16][8];
+
+static void check_i8(int nsb, int n_tok, bool outlier) {
+    const size_t rb = (size_t)nsb * 144;
+    const int n_in = nsb * 256;
+    uint8_t *w = (uint8_t *)malloc(rb * 16);
+    for (size_t i = 0; i < rb * 16; i++) w[i] = (uint8_t)(rnd() >> 24);
+    for (int r = 0; r < 16; r++)
+        for (int b = 0; b < nsb; b++) {
+            uint8_t *p = w + r * rb + b * 144;
+            uint16_t d = tnd_fp32_to_fp16(unif(0.0002f, 0.002f)), m = tnd_fp32_to_fp16(unif(0.00005f, 0.001f));
+            memcpy(p, &d, 2);
+            memcpy(p + 2, &m, 2);
+        }
+    float *x = (float *)malloc(sizeof(float) * n_in * n_tok);
+    for (int i = 0; i < n_in * n_tok; i++) x[i] = unif(-1, 1);
+    if (outlier) x[7] = 300.0f; /* one large value: its super-block's grid coarsens */
+    /* x quantized as the kernel's prologue does (lane l: elements 8l.. of the super-block) */
+    const int pstride = nsb * 32 + 4;
+    uint2 *xq = (uint2 *)calloc((size_t)2 * n_tok * pstride, sizeof(uint2));
+    int *xsum = (int *)calloc((size_t)n_tok * nsb * 8, sizeof(int));
+    float *dl = (float *)calloc((size_t)n_tok * nsb, sizeof(float));
+    double *xr = (double *)malloc(sizeof(double) * n_in * n_tok); /* x as the grid holds it */
+    for (int k = 0; k < n_tok; k++)
+        for (int sb = 0; sb < nsb; sb++) {
+            const float *v = x + (size_t)k * n_in + sb * 256;
+            float mx = 0;
+            for (int i = 0; i < 256; i++) mx = fmaxf(mx, fabsf(v[i]));
+            const float inv = mx > 0 ? 32639.0f / mx : 0.f;
+            dl[k * nsb + sb] = mx / 32639.0f;
+            for (int l = 0; l < 32; l++) {
+                float e[8];
+                for (int i = 0; i < 8; i++) e[i] = v[8 * l + i];
+                uint2 H, L;
+                int sum;
+                mvi_quant8(e, inv, H, L, sum);
+                xq[(2 * k) * pstride + sb * 32 + l] = H;
+                xq[(2 * k + 1) * pstride + sb * 32 + l] = L;
+                xsum[(k * nsb + sb) * 8 + l / 4] += sum;
+                for (int i = 0; i < 8; i++) {
+                    const int h = (int)(int8_t)(((i < 4 ? H.x : H.y) >> (8 * (i & 3))) & 255);
+                    const int lo = (int)(int8_t)(((i < 4 ? L.x : L.y) >> (8 * (i & 3))) & 255);
+                    xr[(size_t)k * n_in + sb * 256 + 8 * l + i] = (double)dl[k * nsb + sb] * (256.0 * h + lo);
+                }
+            }
+        }
+    double got[16][4] = {{0}};
+    for (int sb = 0; sb < nsb; sb++) {
+        /* pass 1: gather every lane's fragments; then D = A*B exactly; pass 2: the lanes' sums */
+        for (int pass = 0; pass < 2; pass++) {
+            for (int lane = 0; lane < 32; lane++) {
+                const int g = lane >> 2, t = lane & 3, tt = t < n_tok ? t : 0;
+                const uint8_t *b0 = w + g * rb + sb * 144, *b1 = w + (g + 8) * rb + sb * 144;
+                uint32_t h0[4], h1[4], q0[8], q1[8];
+                memcpy(h0, b0, 16);
+                memcpy(h1, b1, 16);
+                for (int c = 0; c < 4; c++) {
+                    memcpy(q0 + 2 * c, b0 + 16 + 32 * c + 8 * t, 8);
+                    memcpy(q1 + 2 * c, b1 + 16 + 32 * c + 8 * t, 8);
+                }
+                bfetch bf = {xq, g, t, 2 * n_tok, pstride, sb};
+                sfetch sf = {xsum + (tt * nsb + sb) * 8};
+                imma_emu em = {IA, IB, pass ? ID : NULL, g, t, 0};
+                int acc[2][5] = {{0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}};
+                mvi_q4k_sb(h0, h1, q0, q1, bf, sf, em, acc);
+                if (pass && t < n_tok) {
+                    got[g][t] += mvi_q4k_value(h0, acc[0], dl[t * nsb + sb]);
+                    got[g + 8][t] += mvi_q4k_value(h1, acc[1], dl[t * nsb + sb]);
+                }
+            }
+            if (!pass)
+                for (int m = 0; m < 8; m++)
+                    for (int r = 0; r < 16; r++)
+                        for (int c = 0; c < 8; c++) {
+                            int v = 0;
+                            for (int k = 0; k < 32; k++) v += IA[m][r][k] * IB[m][k][c];
+                            ID[m][r][c] = v;
+                        }
+        }
+    }
+    float *wf = (float *)malloc(sizeof(float) * n_in);
+    for (int r = 0; r < 16; r++) {
+        const uint8_t *row = w + r * rb;
+        tnd_type_traits_get(TND_TYPE_Q4_K)->to_float(row, wf, n_in);
+        for (int k = 0; k < n_tok; k++) {
+            const float *xt = x + (size_t)k * n_in;
+            double ref = tnd_ref_dot_f32(TND_TYPE_Q4_K, n_in, row, xt), sc = 0, emu = 0, bound = 0;
+            for (int i = 0; i < n_in; i++) {
+                sc += fabs((double)wf[i] * xt[i]);
+                emu += (double)wf[i] * xr[(size_t)k * n_in + i];
+                bound += fabs((double)wf[i]) * dl[k * nsb + i / 256] * 0.5;
+            }
+            checks += 2;
+            /* x's rounding to the grid: at most half a step per value */
+            if (!(fabs(got[r][k] - ref) <= bound * 1.01 + 1e-5 * sc)) {
+                fails++;
+                printf("FAIL i8 nsb=%d row %d tok %d: got %.9g want %.9g (grid bound %g, scale %g)\n", nsb, r, k,
+                       got[r][k], ref, bound, sc);
+            }
+            /* the same grid values in double: only f32 rounding apart */
+            if (!(fabs(got[r][k] - emu) <= 1e-5 * sc)) {
+                fails++;
+                printf("FAIL i8 nsb=%d row %d tok %d: got %.12g, grid arithmetic gives %.12g\n", nsb, r, k,
+                       got[r][k], emu);
+            }
+        }
+    }
+    free(wf);
+    free(w);
+    free(x);
+    free(xq);
+    free(xsum);
+    free(dl);
+    free(xr);
+}
+
 int main() {
     for (int ty = TND_TYPE_Q4_K; ty >= 0; ty = ty == TND_TYPE_Q4_K ? TND_TYPE_Q6_K : -1) {
         check_tile(ty, 1, 1);
@@ -189,6 +357,9 @@ int main() {
         check_tile(ty, 2, 3);
         check_tile(ty, 5, 8);
     }
+    check_i8(1, 1, false);
+    check_i8(3, 2, true);
+    check_i8(2, 4, false);
     /* the scale/min byte unpacking for every sub and lane half */
     for (int it = 0; it < 1000; it++) {
         uint32_t h[4];

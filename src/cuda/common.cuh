@@ -637,6 +637,79 @@ TND_HD int mvh_q6k_slot(int o) {
     return ((2 * n + ((e >> 2) & 1)) * 4 + j) * 4 + (e >> 3);
 }
 
+/* ---- int8 tensor-core decode of Q4_K (matvec.cu, k_mvi_q4k) ----------------
+ * The weights go in as they are: a nibble masked in place is an unsigned
+ * byte (0..15 for the low sub of a chunk, 16*q for the high one), 4 weights
+ * per LOP3, into mma.sync m16n8k32 (u8 x s8, exact s32 sums). x goes in as
+ * two signed byte planes per super-block: x ~ delta * (256*H + L), delta =
+ * max|x| / 32639 over the 256 values, so each x is rounded to a 16-bit grid
+ * (error <= max|x| / 65278); H and L are the mma's columns 2k, 2k+1 for
+ * token k (4 tokens per mma). Per sub-block the s32 results are scaled by
+ * the 6-bit integer scale and summed exactly in s32; d, dmin and delta
+ * apply once per super-block in f32.
+ *
+ * x quantization of 8 values (one lane's part of a super-block; inv =
+ * 32639 / max|x|): H, L bytes of elements 0..3 (.x) and 4..7 (.y), and the
+ * sum of the 16-bit codes. */
+TND_HD void mvi_quant8(const float (&v)[8], float inv, uint2 &H, uint2 &L, int &sum) {
+    uint32_t hw[2] = {0, 0}, lw[2] = {0, 0};
+    sum = 0;
+TND_UNROLL
+    for (int i = 0; i < 8; i++) {
+#ifdef __CUDA_ARCH__
+        const int q = __float2int_rn(v[i] * inv);
+#else
+        const int q = (int)nearbyintf(v[i] * inv);
+#endif
+        const int h = (q + 128) >> 8, l = q - 256 * h; /* h in [-127, 127], l in [-128, 127] */
+        hw[i >> 2] |= (uint32_t)(h & 255) << (8 * (i & 3));
+        lw[i >> 2] |= (uint32_t)(l & 255) << (8 * (i & 3));
+        sum += q;
+    }
+    H = make_uint2(hw[0], hw[1]);
+    L = make_uint2(lw[0], lw[1]);
+}
+/* One super-block of a 16-row tile, lane t's part, for the int8 path. h0,
+ * h1: headers of rows g, g+8; q0, q1: their 8-byte pieces at qs offset 32c
+ * + 8t, c = 0..3 (words 2c, 2c+1: elements 8t.. and 8t+4.. of subs 2c (low
+ * nibbles) and 2c+1 (high)). bpair(s): the lane's B words of sub s; xsum(s):
+ * the sum of the 16-bit codes of sub s of the lane's token t; imma(a0..a3,
+ * b, D): D = A*B. Adds, per row r (0: g, 1: g+8), into acc[r]: [0] sum over
+ * low subs of sc*D(H), [1] over high subs (16x), [2], [3] the same for L,
+ * [4] sum of m * xsum. */
+template <class BF, class SF, class MF>
+TND_HD void mvi_q4k_sb(const uint32_t (&h0)[4], const uint32_t (&h1)[4], const uint32_t (&q0)[8],
+                       const uint32_t (&q1)[8], BF bpair, SF xsum, MF imma, int (&acc)[2][5]) {
+    const uint32_t S0[2] = {h0[1] & 0x3F3F3F3Fu, (h0[3] & 0x0F0F0F0Fu) | ((h0[1] >> 2) & 0x30303030u)};
+    const uint32_t M0[2] = {h0[2] & 0x3F3F3F3Fu, ((h0[3] >> 4) & 0x0F0F0F0Fu) | ((h0[2] >> 2) & 0x30303030u)};
+    const uint32_t S1[2] = {h1[1] & 0x3F3F3F3Fu, (h1[3] & 0x0F0F0F0Fu) | ((h1[1] >> 2) & 0x30303030u)};
+    const uint32_t M1[2] = {h1[2] & 0x3F3F3F3Fu, ((h1[3] >> 4) & 0x0F0F0F0Fu) | ((h1[2] >> 2) & 0x30303030u)};
+TND_UNROLL
+    for (int s = 0; s < 8; s++) {
+        const int c = s >> 1, h = s & 1;
+        const uint32_t mask = h ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+        int D[4];
+        imma(q0[2 * c] & mask, q1[2 * c] & mask, q0[2 * c + 1] & mask, q1[2 * c + 1] & mask, bpair(s), D);
+        const uint32_t sel = 0x4440u | (uint32_t)(s & 3); /* byte s%4, zeros above */
+        const int sc0 = (int)prmt(S0[s >> 2], 0, sel), sc1 = (int)prmt(S1[s >> 2], 0, sel);
+        const int m0 = (int)prmt(M0[s >> 2], 0, sel), m1 = (int)prmt(M1[s >> 2], 0, sel);
+        acc[0][h] += sc0 * D[0];
+        acc[0][2 + h] += sc0 * D[1];
+        acc[1][h] += sc1 * D[2];
+        acc[1][2 + h] += sc1 * D[3];
+        const int X = xsum(s);
+        acc[0][4] += m0 * X;
+        acc[1][4] += m1 * X;
+    }
+}
+/* The f32 value of a super-block's integer sums for one row (header h) and
+ * delta: d * (256 H + L) / 16 - dmin * M, times delta. */
+TND_HD float mvi_q4k_value(const uint32_t (&h)[4], const int (&a)[5], float delta) {
+    const float d = h2f((uint16_t)(h[0] & 0xffff)), dmin = h2f((uint16_t)(h[0] >> 16));
+    const float H = (float)(16 * a[0] + a[1]), L = (float)(16 * a[2] + a[3]);
+    return delta * (d * 0.0625f * fmaf(256.0f, H, L) - dmin * (float)a[4]);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -712,6 +712,144 @@ __global__ void __launch_bounds__(256) k_mvh_q6k(const uint8_t *__restrict__ W, 
     mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
 }
 
+/* ---- int8 tensor-core path for Q4_K (TND_CUDA_MV=i8mma) -------------------
+ * Why: the f16 path still spends ~2.5 instructions per weight turning
+ * nibbles into scaled halves. Here a LOP3 makes 4 weights (common.cuh,
+ * mvi_*): ~1.5 instructions per weight, scale and min work included. x is
+ * quantized per block into shared memory: per (token, super-block) one
+ * warp finds max|x|, rounds x to a 16-bit grid and splits it into byte
+ * planes H, L (mma columns 2k, 2k+1 for token k: n_tok <= 4), with the
+ * sub-block sums of the codes for the min terms. Weights stay exact; the
+ * error is x's rounding, <= max|x over its super-block| / 65278 per value.
+ * Same block shape and split-K reduction as k_mvh_q4k. */
+__device__ __forceinline__ uint2 ld_stream8(const void *p) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void imma_u8s8(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 b, int (&d)[4]) {
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(0));
+#else
+    d[0] = d[1] = d[2] = d[3] = 0;
+#endif
+}
+
+/* shared layout of the int8 path: zeros (32 pairs), then per plane p (2 per
+ * token) its B pairs [sb][sub][t] (stride nsb*32 + 4 pairs: planes in
+ * other banks), then the sums [tok][sb][sub] and deltas [tok][sb] */
+static inline size_t mvi_xbytes(int64_t n_in, int n_tok) {
+    const size_t nsb = (size_t)(n_in / 256);
+    return (32 + 2 * (size_t)n_tok * (nsb * 32 + 4)) * 8 + (size_t)n_tok * nsb * 8 * 4 + (size_t)n_tok * nsb * 4;
+}
+
+__global__ void __launch_bounds__(256) k_mvi_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                 float *__restrict__ y, int MB, int KW) {
+    extern __shared__ uint4 mvh_dyn[];
+    const int nsb = (int)(n_in / 256), pstride = nsb * 32 + 4;
+    uint2 *const xz = (uint2 *)mvh_dyn, *const xq = xz + 32;
+    int *const xsm = (int *)(xq + 2 * n_tok * pstride);
+    float *const dl = (float *)(xsm + n_tok * nsb * 8);
+    float2 *const red = (float2 *)mvh_dyn; /* reused after the main loop */
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int mi = wid / KW, kw = wid - mi * KW;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t r0 = ((int64_t)blockIdx.x * MB + mi) * 16 + g;
+    const uint8_t *h0p = W + (size_t)(r0 < n_out ? r0 : n_out - 1) * rb + (size_t)kw * 144;
+    const uint8_t *h1p = W + (size_t)(r0 + 8 < n_out ? r0 + 8 : n_out - 1) * rb + (size_t)kw * 144;
+    const uint8_t *q0p = h0p + 16 + 8 * t, *q1p = h1p + 16 + 8 * t;
+    const size_t step = (size_t)KW * 144;
+    struct buf {
+        uint4 h0, h1;
+        uint2 q0[4], q1[4];
+    };
+    auto load = [&](buf &b) {
+        b.h0 = ld_stream16(h0p);
+        b.h1 = ld_stream16(h1p);
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            b.q0[c] = ld_stream8(q0p + 32 * c);
+            b.q1[c] = ld_stream8(q1p + 32 * c);
+        }
+        h0p += step, h1p += step, q0p += step, q1p += step;
+    };
+    /* lane (g, t) feeds plane g (token g/2) and reads the sums of token t */
+    const bool feeds = g < 2 * n_tok;
+    const uint2 *xl = (feeds ? xq + g * pstride : xz) + t;
+    const int xsb = feeds ? 32 : 0;
+    const int tt = t < n_tok ? t : 0;
+    float yv[2] = {0.f, 0.f};
+    auto compute = [&](const buf &b, int sb) {
+        const uint32_t h0[4] = {b.h0.x, b.h0.y, b.h0.z, b.h0.w}, h1[4] = {b.h1.x, b.h1.y, b.h1.z, b.h1.w};
+        const uint32_t q0[8] = {b.q0[0].x, b.q0[0].y, b.q0[1].x, b.q0[1].y, b.q0[2].x, b.q0[2].y, b.q0[3].x, b.q0[3].y};
+        const uint32_t q1[8] = {b.q1[0].x, b.q1[0].y, b.q1[1].x, b.q1[1].y, b.q1[2].x, b.q1[2].y, b.q1[3].x, b.q1[3].y};
+        const uint2 *xb = xl + sb * xsb;
+        const int *xs = xsm + (tt * nsb + sb) * 8;
+        int acc[2][5] = {{0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}};
+        mvi_q4k_sb(h0, h1, q0, q1, [&](int s) { return xb[s * 4]; }, [&](int s) { return xs[s]; },
+                   [&](uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx, int(&D)[4]) {
+                       imma_u8s8(a0, a1, a2, a3, bx, D);
+                   },
+                   acc);
+        const float delta = dl[tt * nsb + sb];
+        yv[0] += mvi_q4k_value(h0, acc[0], delta);
+        yv[1] += mvi_q4k_value(h1, acc[1], delta);
+    };
+    buf A, B;
+    int sb = kw;
+    if (sb < nsb) load(A); /* in flight while x is quantized */
+    for (int task = wid; task < n_tok * nsb; task += nw) {
+        const int k = task / nsb, s = task - k * nsb;
+        const float4 *p = (const float4 *)(x + (int64_t)k * n_in + (int64_t)s * 256) + 2 * lane;
+        const float4 u = __ldg(p), v = __ldg(p + 1);
+        const float e[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+        float mx = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) mx = fmaxf(mx, fabsf(e[i]));
+        mx = warp_max(mx);
+        uint2 H, L;
+        int sum;
+        mvi_quant8(e, mx > 0.f ? 32639.0f / mx : 0.f, H, L, sum);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        /* lane = 4 * sub + t: elements 8t.. of the sub */
+        xq[(2 * k) * pstride + s * 32 + lane] = H;
+        xq[(2 * k + 1) * pstride + s * 32 + lane] = L;
+        if ((lane & 3) == 0) xsm[(k * nsb + s) * 8 + (lane >> 2)] = sum;
+        if (lane == 0) dl[k * nsb + s] = mx / 32639.0f;
+    }
+    for (int i = threadIdx.x; i < 32; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
+    __syncthreads();
+    for (; sb < nsb; sb += 2 * KW) {
+        if (sb + KW < nsb) load(B);
+        compute(A, sb);
+        if (sb + KW >= nsb) break;
+        if (sb + 2 * KW < nsb) load(A);
+        compute(B, sb + KW);
+    }
+    /* split-K sums in a fixed order, then lane (g, t) writes rows g, g+8 of token t */
+    float2 a = make_float2(yv[0], yv[1]);
+    if (KW > 1) {
+        __syncthreads(); /* the x area becomes the reduction area */
+        red[wid * 32 + lane] = a;
+        __syncthreads();
+        if (kw != 0) return;
+        for (int k = 1; k < KW; k++) {
+            const float2 b2 = red[(wid + k) * 32 + lane];
+            a.x += b2.x;
+            a.y += b2.y;
+        }
+    }
+    if (t < n_tok) {
+        if (r0 < n_out) y[(int64_t)t * n_out + r0] = a.x;
+        if (r0 + 8 < n_out) y[(int64_t)t * n_out + r0 + 8] = a.y;
+    }
+}
+
 static int cu_dev_attr(cudaDeviceAttr a) {
     static int cache[2][64];
     const int i = a == cudaDevAttrMultiProcessorCount ? 0 : 1;
@@ -848,11 +986,12 @@ static int check_w(int type, const void *W, int64_t n_in, int64_t n_out) {
 }
 
 
-/* ---- f16 tensor-core path: selection and launch ---------------------------- */
+/* ---- tensor-core paths: selection and launch -------------------------------- */
 
 /* THE DEFAULT (flip here after measuring): which family tnd_cu_matvec uses
- * for each type the f16 path reads. Env TND_CUDA_MV=old|f16mma overrides
- * it for all types. */
+ * for each type. Env TND_CUDA_MV=old|f16mma|i8mma overrides it for all
+ * types; a family that cannot take a type or shape falls back to the f32
+ * kernels. */
 static int mv_default(int type) {
     switch (type) {
     case TND_TYPE_Q4_K: return TND_CU_MV_F16MMA;
@@ -864,7 +1003,7 @@ static int mv_default(int type) {
 static int mv_forced = -1; /* tnd_cu_matvec_set_kind */
 
 extern "C" void tnd_cu_matvec_set_kind(int kind) {
-    mv_forced = kind == TND_CU_MV_F32 || kind == TND_CU_MV_F16MMA ? kind : -1;
+    mv_forced = kind == TND_CU_MV_F32 || kind == TND_CU_MV_F16MMA || kind == TND_CU_MV_I8MMA ? kind : -1;
 }
 
 /* env TND_CUDA_MV: -1 unset (per-type default), else the family forced */
@@ -872,7 +1011,11 @@ static int mv_env(void) {
     static int mode = -2; /* a benign race: every thread computes the same value */
     if (mode == -2) {
         const char *e = getenv("TND_CUDA_MV");
-        mode = e && strcmp(e, "old") == 0 ? TND_CU_MV_F32 : e && strcmp(e, "f16mma") == 0 ? TND_CU_MV_F16MMA : -1;
+        mode = !e                          ? -1
+               : strcmp(e, "old") == 0    ? TND_CU_MV_F32
+               : strcmp(e, "f16mma") == 0 ? TND_CU_MV_F16MMA
+               : strcmp(e, "i8mma") == 0  ? TND_CU_MV_I8MMA
+                                          : -1;
     }
     return mode;
 }
@@ -883,49 +1026,66 @@ static int mv_mode(int type) {
     return e >= 0 ? e : mv_default(type);
 }
 
-/* Whether the f16 path can take this type, row length and token count on
- * the current device (sm_80+ for mma.sync f16; x staged in shared memory). */
-static bool mvh_supported(int type, int64_t n_in, int n_tok) {
-    if ((type != TND_TYPE_Q4_K && type != TND_TYPE_Q6_K) || n_tok < 1 || n_tok > 8 || n_in <= 0 || n_in % 256 || n_in > (1 << 24)) return false;
+/* Shared bytes of family fam (F16MMA / I8MMA) for this row length, n_tok
+ * and block size. */
+static size_t mvh_smem(int fam, int64_t n_in, int n_tok, int warps) {
+    if (fam == TND_CU_MV_I8MMA) {
+        const size_t xb = mvi_xbytes(n_in, n_tok), rb = (size_t)warps * 32 * 8; /* reduction reuses x's area */
+        return xb > rb ? xb : rb;
+    }
+    return (size_t)(64 + n_tok * (n_in / 256 * 64 + 4)) * 8 + (size_t)warps * 32 * 16;
+}
+
+/* Whether family fam can take this type, row length and token count on the
+ * current device (sm_80+ for mma.sync; x staged in shared memory). */
+static bool mvh_supported(int fam, int type, int64_t n_in, int n_tok) {
+    if (n_tok < 1 || n_in <= 0 || n_in % 256 || n_in > (1 << 24)) return false;
+    if (fam == TND_CU_MV_F16MMA && ((type != TND_TYPE_Q4_K && type != TND_TYPE_Q6_K) || n_tok > 8)) return false;
+    if (fam == TND_CU_MV_I8MMA && (type != TND_TYPE_Q4_K || n_tok > 4)) return false;
+    if (fam != TND_CU_MV_F16MMA && fam != TND_CU_MV_I8MMA) return false;
     int major = 0, dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
         return false;
     if (major < 8) return false;
-    return (size_t)n_tok * (size_t)(n_in / 256 * 64 + 4) * 8 <= MVH_XS_MAX;
+    return mvh_smem(fam, n_in, n_tok, 0) <= MVH_XS_MAX;
 }
 
 extern "C" bool tnd_cu_matvec_f16mma_supported(int type, int64_t n_in, int n_tok) {
-    return mvh_supported(type, n_in, n_tok);
+    return mvh_supported(TND_CU_MV_F16MMA, type, n_in, n_tok);
+}
+extern "C" bool tnd_cu_matvec_i8mma_supported(int type, int64_t n_in, int n_tok) {
+    return mvh_supported(TND_CU_MV_I8MMA, type, n_in, n_tok);
 }
 
 extern "C" int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok) {
-    return mv_mode(type) == TND_CU_MV_F16MMA && mvh_supported(type, n_in, n_tok) ? TND_CU_MV_F16MMA : TND_CU_MV_F32;
+    const int m = mv_mode(type);
+    return m != TND_CU_MV_F32 && mvh_supported(m, type, n_in, n_tok) ? m : TND_CU_MV_F32;
 }
 
-static size_t mvh_smem(int64_t n_in, int n_tok, int warps) {
-    return (size_t)(64 + n_tok * (n_in / 256 * 64 + 4)) * 8 + (size_t)warps * 32 * 16;
-}
-
-/* Resident blocks per SM of k_mvh_q4k for this block size and shared size
- * (cached: the occupancy query is not free; 0 on error). */
 typedef void (*mvh_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int, int);
-static mvh_kernel mvh_kernel_of(int type) { return type == TND_TYPE_Q6_K ? k_mvh_q6k : k_mvh_q4k; }
+static mvh_kernel mvh_kernel_of(int fam, int type) {
+    return fam == TND_CU_MV_I8MMA ? k_mvi_q4k : type == TND_TYPE_Q6_K ? k_mvh_q6k : k_mvh_q4k;
+}
 
-static int mvh_occupancy(int type, int warps, size_t smem) {
+/* Resident blocks per SM of a kernel for this block size and shared size
+ * (cached: the occupancy query is not free; 0 on error). */
+static int mvh_occupancy(int fam, int type, int warps, size_t smem) {
     static struct {
-        int dev, type, warps;
+        int dev;
+        mvh_kernel k;
+        int warps;
         size_t smem;
         int n;
-    } cache[32];
+    } cache[64];
     static int n_cache;
+    const mvh_kernel k = mvh_kernel_of(fam, type);
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return 0;
     for (int i = 0; i < n_cache; i++)
-        if (cache[i].dev == dev && cache[i].type == type && cache[i].warps == warps && cache[i].smem == smem)
-            return cache[i].n;
+        if (cache[i].dev == dev && cache[i].k == k && cache[i].warps == warps && cache[i].smem == smem) return cache[i].n;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mvh_kernel_of(type), 32 * warps, smem) != cudaSuccess) return 0;
-    if (n_cache < 32) cache[n_cache++] = {dev, type, warps, smem, n};
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, 32 * warps, smem) != cudaSuccess) return 0;
+    if (n_cache < 64) cache[n_cache++] = {dev, k, warps, smem, n};
     return n;
 }
 
@@ -933,14 +1093,15 @@ static int mvh_occupancy(int type, int warps, size_t smem) {
  * 4 or 8 warps, the split that keeps the most warps resident on average
  * over the waves (total warps / waves): one full wave of many warps beats a
  * second, mostly idle one; ties go to fewer waves, then to less splitting. */
-static void mvh_shape(int type, int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW) {
+static void mvh_shape(int fam, int type, int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW) {
     const int64_t tiles = (n_out + 15) / 16, nsb = n_in / 256;
     const int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
     double best = -1;
     int64_t best_waves = 0;
     *MB = 4, *KW = 1;
     for (int nw = 4; nw <= 8; nw *= 2) {
-        const int64_t cap = (int64_t)mvh_occupancy(type, nw, mvh_smem(n_in, n_tok, nw)) * (sms > 0 ? sms : 1);
+        const int64_t cap =
+            (int64_t)mvh_occupancy(fam, type, nw, mvh_smem(fam, n_in, n_tok, nw)) * (sms > 0 ? sms : 1);
         if (cap <= 0) continue;
         for (int kw = 1; kw <= nw; kw *= 2) {
             if (kw > 1 && kw > nsb) break;
@@ -956,26 +1117,26 @@ static void mvh_shape(int type, int64_t n_in, int64_t n_out, int n_tok, int *MB,
     }
 }
 
-static int launch_mvh(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                      int MB, int KW, cudaStream_t st) {
-    if (!mvh_supported(type, n_in, n_tok) || ((uintptr_t)x & 15)) return cudaErrorNotSupported;
-    static bool attr_set[2][64]; /* the opt-in above 48 KiB, once per kernel and device, before any occupancy query */
+static int launch_mvh(int fam, int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
+                      float *y, int MB, int KW, cudaStream_t st) {
+    if (!mvh_supported(fam, type, n_in, n_tok) || ((uintptr_t)x & 15)) return cudaErrorNotSupported;
+    static bool attr_set[3][64]; /* the opt-in above 48 KiB, once per kernel and device, before any occupancy query */
+    const int ki = fam == TND_CU_MV_I8MMA ? 2 : type == TND_TYPE_Q6_K;
     int dev = 0;
-    const int ki = type == TND_TYPE_Q6_K;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
     if (!attr_set[ki][dev]) {
-        cudaError_t e = cudaFuncSetAttribute(mvh_kernel_of(type), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)mvh_smem(MVH_XS_MAX / 2, 1, 8));
+        cudaError_t e = cudaFuncSetAttribute(mvh_kernel_of(fam, type), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)(MVH_XS_MAX + 8 * 32 * 16));
         if (e != cudaSuccess) return (int)e;
         attr_set[ki][dev] = true;
     }
-    if (MB <= 0 || KW <= 0) mvh_shape(type, n_in, n_out, n_tok, &MB, &KW);
+    if (MB <= 0 || KW <= 0) mvh_shape(fam, type, n_in, n_out, n_tok, &MB, &KW);
     if (MB * KW > 8) return cudaErrorInvalidValue;
-    const size_t smem = mvh_smem(n_in, n_tok, MB * KW);
+    const size_t smem = mvh_smem(fam, n_in, n_tok, MB * KW);
     const int64_t tiles = (n_out + 15) / 16;
     const unsigned grid = (unsigned)((tiles + MB - 1) / MB);
-    mvh_kernel_of(type)<<<grid, 32 * MB * KW, smem, st>>>((const uint8_t *)W, tnd_cu_row_bytes(type, n_in), n_in, n_out,
-                                                          x, n_tok, y, MB, KW);
+    mvh_kernel_of(fam, type)<<<grid, 32 * MB * KW, smem, st>>>((const uint8_t *)W, tnd_cu_row_bytes(type, n_in), n_in,
+                                                               n_out, x, n_tok, y, MB, KW);
     return (int)cudaGetLastError();
 }
 
@@ -984,7 +1145,17 @@ extern "C" int tnd_cu_matvec_f16mma(int type, const void *W, int64_t n_in, int64
     int e = check_w(type, W, n_in, n_out);
     if (e) return e;
     if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0) return cudaErrorInvalidValue;
-    return launch_mvh(type, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, (cudaStream_t)stream);
+    return launch_mvh(TND_CU_MV_F16MMA, type, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit,
+                      (cudaStream_t)stream);
+}
+
+extern "C" int tnd_cu_matvec_i8mma(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
+                                   float *y, int tiles_per_block, int ksplit, tnd_cu_stream stream) {
+    int e = check_w(type, W, n_in, n_out);
+    if (e) return e;
+    if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0) return cudaErrorInvalidValue;
+    return launch_mvh(TND_CU_MV_I8MMA, type, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit,
+                      (cudaStream_t)stream);
 }
 
 /* Kernel families for one token (tnd_cu_matvec_cfg's `kernel`). */
@@ -1075,8 +1246,8 @@ extern "C" int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_ou
     if (e) return e;
     if (!x || !y || n_tok < 1 || n_tok > 8) return cudaErrorInvalidValue;
     cudaStream_t st = (cudaStream_t)stream;
-    if (tnd_cu_matvec_kind(type, n_in, n_tok) == TND_CU_MV_F16MMA && ((uintptr_t)x & 15) == 0)
-        return launch_mvh(type, W, n_in, n_out, x, n_tok, y, 0, 0, st);
+    const int kind = tnd_cu_matvec_kind(type, n_in, n_tok);
+    if (kind != TND_CU_MV_F32 && ((uintptr_t)x & 15) == 0) return launch_mvh(kind, type, W, n_in, n_out, x, n_tok, y, 0, 0, st);
     if (n_tok == 1) {
         int R, threads;
         mv_shape(type, n_in, n_out, 1, &R, &threads);
