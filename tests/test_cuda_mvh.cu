@@ -3,7 +3,7 @@
  * helpers the kernels use, an emulated mma.sync places them by the PTX
  * fragment layout and sums exactly.
  *
- * f16 (k_mvh_q4k, k_mvh_q6k: mvh_q4k_sb / mvh_q6k_sb, mvh_q*_slot for x):
+ * f16 (k_mvh_q4k, k_mvh_q6k, k_mvh_q8: mvh_*_sb, mvh_*_slot for x):
  * m16n8k16 (A: rows g, g+8, k 2t.., 2t+8..; B: k 2t.., 2t+8.., column g;
  * D: rows g, g+8, columns 2t, 2t+1), tokens 0..7 as the columns. Checked
  * against tnd_ref_dot_f32 with the f16 path's tolerance (2e-3 of sum |w x|)
@@ -81,6 +81,12 @@ static double emu_weight(int ty, const uint8_t *row, int i) {
         const int q = (b[16 + 32 * (s / 2) + e] >> (4 * (s & 1))) & 15;
         return (double)__half2float(__double2half(sh * q + mh2));
     }
+    if (ty == TND_TYPE_Q8_0) {
+        const uint8_t *b = row + (i / 32) * 34;
+        uint16_t dh;
+        memcpy(&dh, b, 2);
+        return (double)__half2float(__double2half(h2f(dh) * (double)(int8_t)b[2 + i % 32]));
+    }
     const uint8_t *b = row + (i / 256) * 210;
     const int n = s / 4, j = s % 4;
     uint16_t dh;
@@ -91,7 +97,7 @@ static double emu_weight(int ty, const uint8_t *row, int i) {
 }
 
 static void check_tile(int ty, int nsb, int n_tok) {
-    const int sbb = ty == TND_TYPE_Q4_K ? 144 : 210;
+    const int sbb = ty == TND_TYPE_Q4_K ? 144 : ty == TND_TYPE_Q6_K ? 210 : 272;
     const size_t rb = (size_t)nsb * sbb;
     uint8_t *w = (uint8_t *)malloc(rb * 16);
     for (size_t i = 0; i < rb * 16; i++) w[i] = (uint8_t)(rnd() >> 24);
@@ -99,7 +105,12 @@ static void check_tile(int ty, int nsb, int n_tok) {
         for (int b = 0; b < nsb; b++) {
             uint8_t *p = w + r * rb + b * sbb;
             uint16_t d = tnd_fp32_to_fp16(unif(0.0002f, 0.002f)), m = tnd_fp32_to_fp16(unif(0.00005f, 0.001f));
-            memcpy(p + (ty == TND_TYPE_Q4_K ? 0 : 208), &d, 2);
+            if (ty == TND_TYPE_Q8_0)
+                for (int k = 0; k < 8; k++) {
+                    uint16_t dk = tnd_fp32_to_fp16(unif(0.002f, 0.02f) * (rnd() & 1 ? 1 : -1));
+                    memcpy(p + 34 * k, &dk, 2);
+                }
+            else memcpy(p + (ty == TND_TYPE_Q4_K ? 0 : 208), &d, 2);
             if (ty == TND_TYPE_Q4_K) memcpy(p + 2, &m, 2);
         }
     const int n_in = nsb * 256;
@@ -112,7 +123,7 @@ static void check_tile(int ty, int nsb, int n_tok) {
         for (int q = 0; q < n_in / 4; q++) {
             const float *v = x + (size_t)k * n_in + 4 * q;
             const int sb = q >> 6, o = (q & 63) * 4;
-            xs[k * xs_tok + sb * 64 + (ty == TND_TYPE_Q4_K ? mvh_q4k_slot(o) : mvh_q6k_slot(o))] = make_uint2(f2h2u(v[0], v[2]), f2h2u(v[1], v[3]));
+            xs[k * xs_tok + sb * 64 + (ty == TND_TYPE_Q4_K ? mvh_q4k_slot(o) : ty == TND_TYPE_Q6_K ? mvh_q6k_slot(o) : mvh_q8_slot(o))] = make_uint2(f2h2u(v[0], v[2]), f2h2u(v[1], v[3]));
         }
     double D[16][8] = {{0}};
     for (int sb = 0; sb < nsb; sb++) {
@@ -131,6 +142,17 @@ static void check_tile(int ty, int nsb, int n_tok) {
                 memcpy(q1, b1 + 16 + 16 * t, 16);
                 memcpy(q1 + 4, b1 + 80 + 16 * t, 16);
                 mvh_q4k_sb(h0, h1, q0, q1, t, xf, me);
+            } else if (ty == TND_TYPE_Q8_0) {
+                uint32_t qa[2][8], qb[2][8], da[2], db[2];
+                for (int r = 0; r < 2; r++) {
+                    const uint8_t *b = (r ? b1 : b0) + 68 * t;
+                    uint16_t h;
+                    memcpy(&h, b, 2), da[r] = h;
+                    memcpy(&h, b + 34, 2), db[r] = h;
+                    memcpy(qa[r], b + 2, 32);
+                    memcpy(qb[r], b + 36, 32);
+                }
+                mvh_q8_sb(qa[0], qb[0], da[0], db[0], qa[1], qb[1], da[1], db[1], xf, me);
             } else {
                 uint32_t ql[2][8], qh[2][4], sc[2][4], d[2];
                 for (int r = 0; r < 2; r++) {
@@ -351,7 +373,9 @@ static void check_i8(int nsb, int n_tok, bool outlier) {
 }
 
 int main() {
-    for (int ty = TND_TYPE_Q4_K; ty >= 0; ty = ty == TND_TYPE_Q4_K ? TND_TYPE_Q6_K : -1) {
+    static const int tys[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K, TND_TYPE_Q8_0};
+    for (int ti = 0; ti < 3; ti++) {
+        const int ty = tys[ti];
         check_tile(ty, 1, 1);
         check_tile(ty, 3, 1);
         check_tile(ty, 2, 3);

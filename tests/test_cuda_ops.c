@@ -405,7 +405,7 @@ static void test_matvec_mma_refusals(void) {
         int64_t n_in;
         int n_tok;
     } c[] = {{TND_TYPE_Q4_K, 256 * 200, 1}, {TND_TYPE_Q4_K, 256 * 40, 8}, {TND_TYPE_Q6_K, 256 * 200, 1},
-             {TND_TYPE_F32, 256, 1}, {TND_TYPE_Q8_0, 256, 1}};
+             {TND_TYPE_F32, 256, 1}, {TND_TYPE_Q8_0, 32 * 41, 1}};
     for (size_t i = 0; i < TND_ARRAY_LEN(c); i++) {
         size_t wb;
         void *W = make_weights((tnd_type)c[i].type, c[i].n_in, 16, &wb);
@@ -1151,12 +1151,12 @@ int main(int argc, char **argv) {
 
     /* the f16 tensor-core matvec: n_out not a multiple of the 16-row tile,
      * n_in of one super-block, long rows, 1..4 and 8 tokens */
-    static const tnd_type mvh_types[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K};
+    static const tnd_type mvh_types[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K, TND_TYPE_Q8_0};
     for (size_t i = 0; i < TND_ARRAY_LEN(mvh_types); i++) {
         tnd_type t = mvh_types[i];
         for (int nt = 1; nt <= 4; nt++) {
             test_matvec_mma(false, t, 256, 37, nt);
-            test_matvec_mma(false, t, 256 * 21, 1031, nt); /* Q6_K: rows alternate 4- and 2-byte alignment */
+            test_matvec_mma(false, t, 256 * 21, 1031, nt); /* Q6_K, Q8_0: rows alternate 4- and 2-byte alignment */
         }
         test_matvec_mma(false, t, 256 * 23, 67, 1);
         test_matvec_mma(false, t, 256 * 68, 129, 1); /* 17408: the longest row of the bench shapes */
@@ -1171,8 +1171,9 @@ int main(int argc, char **argv) {
     test_matvec_mma(true, TND_TYPE_Q4_K, 256 * 3, 4099, 2);
     test_matvec_mma_refusals();
     static const char *const kind_names[] = {"f32", "f16mma", "i8mma"};
-    printf("matvec default family: Q4_K %s, Q6_K %s (env TND_CUDA_MV=%s)\n",
+    printf("matvec default family: Q4_K %s, Q6_K %s, Q8_0 %s (env TND_CUDA_MV=%s)\n",
            kind_names[tnd_cu_matvec_kind(TND_TYPE_Q4_K, 4096, 1)], kind_names[tnd_cu_matvec_kind(TND_TYPE_Q6_K, 4096, 1)],
+           kind_names[tnd_cu_matvec_kind(TND_TYPE_Q8_0, 4096, 1)],
            getenv("TND_CUDA_MV") ? getenv("TND_CUDA_MV") : "(unset)");
 
     static const tnd_type id_types[] = {TND_TYPE_Q4_K, TND_TYPE_Q8_0, TND_TYPE_MXFP4, TND_TYPE_F16};

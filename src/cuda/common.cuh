@@ -710,6 +710,33 @@ TND_HD float mvi_q4k_value(const uint32_t (&h)[4], const int (&a)[5], float delt
     return delta * (d * 0.0625f * fmaf(256.0f, H, L) - dmin * (float)a[4]);
 }
 
+/* Q8_0 for the f16 mma path, in groups of 8 blocks (256 values, 272 bytes,
+ * "super-blocks" here): lane t owns blocks 2t (a) and 2t+1 (b) of the
+ * group, whole: qa, qb = their 32 quant bytes as 8 words, da, db = the f16
+ * bits of their d, for rows g (0) and g+8 (1). mma m = 8*(block) + word k:
+ * pairs (bytes 0, 2) and (1, 3) of word k as 1024 + (q ^ 0x80) halves,
+ * minus 1152 (exact: q), times d (one rounding). */
+template <class XF, class MF>
+TND_HD void mvh_q8_sb(const uint32_t (&qa0)[8], const uint32_t (&qb0)[8], uint32_t da0, uint32_t db0,
+                      const uint32_t (&qa1)[8], const uint32_t (&qb1)[8], uint32_t da1, uint32_t db1, XF xpair,
+                      MF mma) {
+    const uint32_t dd[2][2] = {{prmt(da0, 0, 0x1010u), prmt(db0, 0, 0x1010u)}, {prmt(da1, 0, 0x1010u), prmt(db1, 0, 0x1010u)}};
+TND_UNROLL
+    for (int m = 0; m < 16; m++) {
+        const int blk = m >> 3, k = m & 7;
+        const uint32_t w0 = (blk ? qb0[k] : qa0[k]) ^ 0x80808080u, w1 = (blk ? qb1[k] : qa1[k]) ^ 0x80808080u;
+        mma(m & 1, hmul2u(hsub2u(prmt(w0, 0x64u, 0x4240u), MVH_1152), dd[0][blk]),
+            hmul2u(hsub2u(prmt(w1, 0x64u, 0x4240u), MVH_1152), dd[1][blk]),
+            hmul2u(hsub2u(prmt(w0, 0x64u, 0x4341u), MVH_1152), dd[0][blk]),
+            hmul2u(hsub2u(prmt(w1, 0x64u, 0x4341u), MVH_1152), dd[1][blk]), xpair(m));
+    }
+}
+/* Q8_0 slot of x[o..o+3] in a group of 8 blocks (see mvh_q4k_slot). */
+TND_HD int mvh_q8_slot(int o) {
+    const int b = o >> 5;
+    return (((b & 1) << 3) + ((o & 31) >> 2)) * 4 + (b >> 1);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -60,7 +60,8 @@ int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, cons
  * <= max|x| over its 256 / 65278). The default per type is mv_default() in
  * matvec.cu; env TND_CUDA_MV=old|f16mma|i8mma overrides it for all types
  * (read once). Types and shapes a family cannot take (f16mma: Q4_K, Q6_K,
- * n_tok <= 8, n_tok * n_in <= 49152) get F32. */
+ * Q8_0 with n_in a multiple of 256, n_tok <= 8, n_tok * n_in <= 49152) get
+ * F32. */
 enum { TND_CU_MV_F32 = 0, TND_CU_MV_F16MMA = 1, TND_CU_MV_I8MMA = 2 };
 int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok);
 /* Forces tnd_cu_matvec's family (TND_CU_MV_F32, _F16MMA or _I8MMA; -1:
@@ -71,8 +72,8 @@ void tnd_cu_matvec_set_kind(int kind);
  * on the current device. */
 bool tnd_cu_matvec_f16mma_supported(int type, int64_t n_in, int n_tok);
 bool tnd_cu_matvec_i8mma_supported(int type, int64_t n_in, int n_tok);
-/* The f16 tensor-core path whatever the default (Q4_K, Q6_K; n_tok 1..8; x
- * 16-byte aligned, n_tok * n_in <= 49152): blocks of tiles_per_block 16-row tiles x
+/* The f16 tensor-core path whatever the default (Q4_K, Q6_K, Q8_0 (n_in a
+ * multiple of 256); n_tok 1..8; x 16-byte aligned, n_tok * n_in <= 49152): blocks of tiles_per_block 16-row tiles x
  * ksplit warps per tile (at most 8 warps; 0, 0: the default shape).
  * cudaErrorNotSupported (801) for a type or shape it cannot take. */
 int tnd_cu_matvec_f16mma(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,

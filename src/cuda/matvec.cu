@@ -12,6 +12,14 @@
  * loads for the next steps in flight while computing). Weights are decoded
  * exactly and products accumulate in f32, with x in f32: no quantization of
  * the activations.
+ *
+ * Two tensor-core families (below, after the f32 kernels) decode with far
+ * fewer instructions per weight: f16 (k_mvh_*, Q4_K, Q6_K, Q8_0: weights and
+ * x rounded to f16, mma.sync m16n8k16, f32 sums) and int8 (k_mvi_q4k:
+ * exact weights, x on a 16-bit grid per 256 values, mma.sync m16n8k32,
+ * exact s32 sums). tnd_cu_matvec picks a family per type through
+ * mv_default() (env TND_CUDA_MV=old|f16mma|i8mma overrides it); the MoE
+ * path (tnd_cu_matvec_id) keeps the f32 kernels.
  */
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
@@ -540,7 +548,7 @@ __device__ __forceinline__ void mvh_stage_x(uint2 *xs, const float *x, int64_t n
         for (int q = threadIdx.x; q < nq; q += blockDim.x) {
             const float4 v = __ldg(xr + q);
             const int sb = q >> 6, o = (q & 63) * 4;
-            const int slot = TY == TND_TYPE_Q4_K ? mvh_q4k_slot(o) : mvh_q6k_slot(o);
+            const int slot = TY == TND_TYPE_Q4_K ? mvh_q4k_slot(o) : TY == TND_TYPE_Q6_K ? mvh_q6k_slot(o) : mvh_q8_slot(o);
             xs[k * xstride + sb * 64 + slot] = make_uint2(f2h2u(v.x, v.z), f2h2u(v.y, v.w));
         }
     }
@@ -706,6 +714,68 @@ __global__ void __launch_bounds__(256) k_mvh_q6k(const uint8_t *__restrict__ W, 
                    [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
                        mma_f16(acc[chain], a0, a1, a2, a3, bx);
                    });
+    }
+    const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
+                                 acc[0][3] + acc[1][3]);
+    mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
+}
+
+/* Lane t's part of one Q8_0 group of 8 blocks at b (2-byte aligned): the
+ * 68 bytes at b + 68t (blocks 2t, 2t+1) with aligned 32-bit loads (the
+ * 18th only when the start is 2 mod 4, as ld_words_a2) and funnel shifts:
+ * block 2t's quants at +2, block 2t+1's at +36, their d at +0 and +34. */
+__device__ __forceinline__ void mvh_q8_load(const uint8_t *b, int t, uint32_t (&qa)[8], uint32_t (&qb)[8],
+                                            uint32_t &da, uint32_t &db) {
+    const uint8_t *p = b + 68 * t;
+    const bool odd = ((uintptr_t)p & 2) != 0;
+    const unsigned int *a = (const unsigned int *)((uintptr_t)p & ~(uintptr_t)3);
+    uint32_t r[18];
+#pragma unroll
+    for (int k = 0; k < 17; k++) r[k] = __ldg(a + k);
+    r[17] = odd ? __ldg(a + 17) : 0u;
+    /* +2 + 4k: word k + odd, shift 16 unless odd; +36 + 4k: word 9 + k, shift 16 if odd */
+    const uint32_t sa = odd ? 0u : 16u, sb = odd ? 16u : 0u;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        qa[k] = odd ? r[k + 1] : __funnelshift_r(r[k], r[k + 1], sa);
+        qb[k] = __funnelshift_r(r[9 + k], r[10 + k], sb);
+    }
+    da = odd ? r[0] >> 16 : r[0] & 0xffffu;
+    db = odd ? r[9] & 0xffffu : r[8] >> 16;
+}
+
+/* Q8_0 in groups of 8 blocks, n_tok 1..8, as k_mvh_q6k (one group at a
+ * time per warp; n_in a multiple of 256). */
+__global__ void __launch_bounds__(256) k_mvh_q8(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                float *__restrict__ y, int MB, int KW) {
+    extern __shared__ uint4 mvh_dyn[];
+    const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
+    uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64;
+    float4 *red = (float4 *)(xs + n_tok * xstride);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int mi = wid / KW, kw = wid - mi * KW;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t r0 = ((int64_t)blockIdx.x * MB + mi) * 16 + g;
+    const uint8_t *b0 = W + (size_t)(r0 < n_out ? r0 : n_out - 1) * rb + (size_t)kw * 272;
+    const uint8_t *b1 = W + (size_t)(r0 + 8 < n_out ? r0 + 8 : n_out - 1) * rb + (size_t)kw * 272;
+    const size_t step = (size_t)KW * 272;
+    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    const bool feeds = g < n_tok;
+    const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
+    const int xsb = feeds ? 64 : 0;
+    mvh_stage_x<TND_TYPE_Q8_0>(xs, x, n_in, n_tok, xstride);
+    for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
+    __syncthreads();
+    for (int sb = kw; sb < nsb; sb += KW, b0 += step, b1 += step) {
+        uint32_t qa0[8], qb0[8], qa1[8], qb1[8], da0, db0, da1, db1;
+        mvh_q8_load(b0, t, qa0, qb0, da0, db0);
+        mvh_q8_load(b1, t, qa1, qb1, da1, db1);
+        const uint2 *xb = xl + sb * xsb;
+        mvh_q8_sb(qa0, qb0, da0, db0, qa1, qb1, da1, db1, [&](int m) { return xb[m * 4]; },
+                  [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
+                      mma_f16(acc[chain], a0, a1, a2, a3, bx);
+                  });
     }
     const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
                                  acc[0][3] + acc[1][3]);
@@ -996,6 +1066,7 @@ static int mv_default(int type) {
     switch (type) {
     case TND_TYPE_Q4_K: return TND_CU_MV_F16MMA;
     case TND_TYPE_Q6_K: return TND_CU_MV_F16MMA;
+    case TND_TYPE_Q8_0: return TND_CU_MV_F16MMA;
     default: return TND_CU_MV_F32;
     }
 }
@@ -1040,7 +1111,9 @@ static size_t mvh_smem(int fam, int64_t n_in, int n_tok, int warps) {
  * current device (sm_80+ for mma.sync; x staged in shared memory). */
 static bool mvh_supported(int fam, int type, int64_t n_in, int n_tok) {
     if (n_tok < 1 || n_in <= 0 || n_in % 256 || n_in > (1 << 24)) return false;
-    if (fam == TND_CU_MV_F16MMA && ((type != TND_TYPE_Q4_K && type != TND_TYPE_Q6_K) || n_tok > 8)) return false;
+    if (fam == TND_CU_MV_F16MMA &&
+        ((type != TND_TYPE_Q4_K && type != TND_TYPE_Q6_K && type != TND_TYPE_Q8_0) || n_tok > 8))
+        return false;
     if (fam == TND_CU_MV_I8MMA && (type != TND_TYPE_Q4_K || n_tok > 4)) return false;
     if (fam != TND_CU_MV_F16MMA && fam != TND_CU_MV_I8MMA) return false;
     int major = 0, dev = 0;
@@ -1064,7 +1137,10 @@ extern "C" int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok) {
 
 typedef void (*mvh_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int, int);
 static mvh_kernel mvh_kernel_of(int fam, int type) {
-    return fam == TND_CU_MV_I8MMA ? k_mvi_q4k : type == TND_TYPE_Q6_K ? k_mvh_q6k : k_mvh_q4k;
+    return fam == TND_CU_MV_I8MMA    ? k_mvi_q4k
+           : type == TND_TYPE_Q6_K ? k_mvh_q6k
+           : type == TND_TYPE_Q8_0 ? k_mvh_q8
+                                   : k_mvh_q4k;
 }
 
 /* Resident blocks per SM of a kernel for this block size and shared size
@@ -1120,8 +1196,8 @@ static void mvh_shape(int fam, int type, int64_t n_in, int64_t n_out, int n_tok,
 static int launch_mvh(int fam, int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
                       float *y, int MB, int KW, cudaStream_t st) {
     if (!mvh_supported(fam, type, n_in, n_tok) || ((uintptr_t)x & 15)) return cudaErrorNotSupported;
-    static bool attr_set[3][64]; /* the opt-in above 48 KiB, once per kernel and device, before any occupancy query */
-    const int ki = fam == TND_CU_MV_I8MMA ? 2 : type == TND_TYPE_Q6_K;
+    static bool attr_set[4][64]; /* the opt-in above 48 KiB, once per kernel and device, before any occupancy query */
+    const int ki = fam == TND_CU_MV_I8MMA ? 2 : type == TND_TYPE_Q6_K ? 1 : type == TND_TYPE_Q8_0 ? 3 : 0;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
     if (!attr_set[ki][dev]) {
