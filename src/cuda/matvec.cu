@@ -721,8 +721,8 @@ __global__ void __launch_bounds__(256) k_mvh_q6k(const uint8_t *__restrict__ W, 
 }
 
 /* Lane t's part of one Q8_0 group of 8 blocks at b (2-byte aligned): the
- * 68 bytes at b + 68t (blocks 2t, 2t+1) with aligned 32-bit loads (the
- * 18th only when the start is 2 mod 4, as ld_words_a2) and funnel shifts:
+ * 68 bytes at b + 68t (blocks 2t, 2t+1) with aligned 32-bit loads (and
+ * a 16-bit one for the last 2 bytes when the start is 2 mod 4) and funnel shifts:
  * block 2t's quants at +2, block 2t+1's at +36, their d at +0 and +34. */
 __device__ __forceinline__ void mvh_q8_load(const uint8_t *b, int t, uint32_t (&qa)[8], uint32_t (&qb)[8],
                                             uint32_t &da, uint32_t &db) {
@@ -732,7 +732,7 @@ __device__ __forceinline__ void mvh_q8_load(const uint8_t *b, int t, uint32_t (&
     uint32_t r[18];
 #pragma unroll
     for (int k = 0; k < 17; k++) r[k] = __ldg(a + k);
-    r[17] = odd ? __ldg(a + 17) : 0u;
+    r[17] = odd ? (uint32_t)__ldg((const unsigned short *)(a + 17)) : 0u; /* bytes 66, 67: nothing past the lane's 68 */
     /* +2 + 4k: word k + odd, shift 16 unless odd; +36 + 4k: word 9 + k, shift 16 if odd */
     const uint32_t sa = odd ? 0u : 16u, sb = odd ? 16u : 0u;
 #pragma unroll
