@@ -204,10 +204,19 @@ int main(int argc, char **argv) {
             CK(B->iface->copy_h2d(B, dx, x, (size_t)(n_in * n_tok_max) * 4, S));
             CK(B->iface->stream_sync(B, S));
 
-            /* variants: the default launch, then kernel (3 = streaming,
-             * 2 = the type's own, 1 = lane-per-sub) x rows per warp x threads */
-            int VK[40], VR[40], VT[40], nv = 0;
+            /* variants: the default launch, the f16 and int8 tensor-core
+             * kernels (default shape, then tiles per block x warps per tile),
+             * then kernel (3 = streaming, 2 = the type's own, 1 =
+             * lane-per-sub) x rows per warp x threads */
+            int VK[64], VR[64], VT[64], nv = 0;
             VK[nv] = VR[nv] = -1, VT[nv++] = 0;
+            {
+                static const int mk[][2] = {{0, 0}, {1, 2}, {1, 4}, {1, 8}, {2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}, {8, 1}};
+                for (size_t i = 0; i < sizeof mk / sizeof mk[0]; i++)
+                    if (tnd_cu_matvec_f16mma_supported(t, n_in, 1)) VK[nv] = 4, VR[nv] = mk[i][0], VT[nv++] = mk[i][1];
+                for (size_t i = 0; i < sizeof mk / sizeof mk[0]; i++)
+                    if (tnd_cu_matvec_i8mma_supported(t, n_in, 1)) VK[nv] = 5, VR[nv] = mk[i][0], VT[nv++] = mk[i][1];
+            }
             for (int k = 3; k >= 1; k--) {
                 if (k >= 2 && t != TND_TYPE_Q4_K) continue;
                 for (int r = 1; r <= 4; r *= 2)
@@ -216,13 +225,15 @@ int main(int argc, char **argv) {
                         VK[nv] = k, VR[nv] = r, VT[nv++] = th;
                     }
             }
-            double def_gbs = 0, def_err = 0, fam_gbs[4] = {0, 0, 0, 0};
-            char fam_var[4][32] = {"", "", "", ""};
+            double def_gbs = 0, def_err = 0, fam_gbs[6] = {0, 0, 0, 0, 0, 0};
+            char fam_var[6][32] = {"", "", "", "", "", ""};
             for (int v = 0; v < nv; v++) {
                 int e;
 #define LAUNCH(c)                                                                                         \
-    (VR[v] < 0 ? tnd_cu_matvec(t, dw[c], n_in, n_out, dx, 1, dy, cs)                                       \
-               : tnd_cu_matvec_cfg(t, dw[c], n_in, n_out, dx, dy, VK[v], VR[v], VT[v], cs))
+    (VR[v] < 0    ? tnd_cu_matvec(t, dw[c], n_in, n_out, dx, 1, dy, cs)                                    \
+     : VK[v] == 4 ? tnd_cu_matvec_f16mma(t, dw[c], n_in, n_out, dx, 1, dy, VR[v], VT[v], cs)               \
+     : VK[v] == 5 ? tnd_cu_matvec_i8mma(t, dw[c], n_in, n_out, dx, 1, dy, VR[v], VT[v], cs)                \
+                  : tnd_cu_matvec_cfg(t, dw[c], n_in, n_out, dx, dy, VK[v], VR[v], VT[v], cs))
                 CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
                 e = LAUNCH(0);
                 if (e) {
@@ -231,7 +242,11 @@ int main(int argc, char **argv) {
                 }
                 CK(B->iface->copy_d2h(B, y, dy, (size_t)n_out * 4, S));
                 CK(B->iface->stream_sync(B, S));
-                /* validate 97 rows spread over the matrix (tolerance as in test_cuda_ops) */
+                /* validate 97 rows spread over the matrix (tolerance as in
+                 * test_cuda_ops: 2e-4 of sum|w x| for the exact-f32 and int8 kernels,
+                 * 2e-3 + n_in * 6e-8 for the f16 path) */
+                const int dkind = tnd_cu_matvec_kind(t, n_in, 1);
+                const bool f16 = VK[v] == 4 || (VR[v] < 0 && dkind == TND_CU_MV_F16MMA);
                 int bad = 0;
                 double err = 0; /* max |y - ref| / sum |w x| */
                 for (int k = 0; k < 97; k++) {
@@ -244,7 +259,7 @@ int main(int argc, char **argv) {
                         for (int j = 0; j < 256; j++) sc += fabs((double)wf[j] * x[i + j]);
                     }
                     if (sc > 0 && fabs(y[r] - ref) / sc > err) err = fabs(y[r] - ref) / sc;
-                    if (!(fabs(y[r] - ref) <= 2e-4 * sc + 1e-6)) {
+                    if (!(fabs(y[r] - ref) <= (f16 ? 2e-3 * sc + n_in * 6e-8 : 2e-4 * sc + 1e-6))) {
                         if (!bad) printf("MISMATCH row %lld: got %g want %g\n", (long long)r, y[r], ref);
                         bad++;
                     }
@@ -258,7 +273,11 @@ int main(int argc, char **argv) {
                 double bytes = (double)wb + n_in * 4.0 + n_out * 4.0;
                 double gbs = bytes / (us * 1e-6) / 1e9;
                 char var[32];
-                if (VR[v] < 0) snprintf(var, sizeof var, "default");
+                if (VR[v] < 0)
+                    snprintf(var, sizeof var, "default (%s)",
+                             f16 ? "f16mma" : dkind == TND_CU_MV_I8MMA ? "i8mma" : "f32");
+                else if (VK[v] == 4) snprintf(var, sizeof var, "f16mma MB%d KW%d", VR[v], VT[v]);
+                else if (VK[v] == 5) snprintf(var, sizeof var, "i8mma MB%d KW%d", VR[v], VT[v]);
                 else snprintf(var, sizeof var, "K%d R%d T%d", VK[v], VR[v], VT[v]);
                 printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n", tnd_type_name(t),
                        (long long)n_in, (long long)n_out, wb / 1048576.0, var, bad ? " MISMATCH" : "", us, gbs,
@@ -274,20 +293,29 @@ int main(int argc, char **argv) {
             }
             if (n_summary < 64)
                 snprintf(summary[n_summary++], sizeof summary[0],
-                         "%-5s %5lldx%-5lld default %5.0f GB/s (%3.0f%%) err %.0e | stream %5.0f | own %-7s %5.0f | lane/sub %-7s %5.0f",
+                         "%-5s %5lldx%-5lld default %5.0f GB/s (%3.0f%%) err %.0e | f16mma %-7s %5.0f (%3.0f%%) | i8mma %-7s %5.0f (%3.0f%%) | stream %5.0f | own %-7s %5.0f | lane/sub %-7s %5.0f",
                          tnd_type_name(t), (long long)n_in, (long long)n_out, def_gbs, 100 * def_gbs / bw, def_err,
+                         fam_var[4], fam_gbs[4], 100 * fam_gbs[4] / bw, fam_var[5], fam_gbs[5], 100 * fam_gbs[5] / bw,
                          fam_gbs[3], fam_var[2], fam_gbs[2], fam_var[1], fam_gbs[1]);
-            /* batched decode: 4 and 8 tokens through the default path */
-            for (int nt = 4; nt <= 8; nt += 4) {
-                for (int i = 0; i < 3; i++) tnd_cu_matvec(t, dw[i % ncopies], n_in, n_out, dx, nt, dy, cs);
-                CK(B->iface->event_record(B, E0, S));
-                for (int i = 0; i < reps; i++) tnd_cu_matvec(t, dw[i % ncopies], n_in, n_out, dx, nt, dy, cs);
-                CK(B->iface->event_record(B, E1, S));
-                double us = time_ms() * 1e3 / reps;
-                double gbs = ((double)wb + nt * (n_in + n_out) * 4.0) / (us * 1e-6) / 1e9;
-                printf("| %s | %lldx%lld | %.1f | n_tok=%d | %.1f | %.0f | %.0f%% |\n", tnd_type_name(t),
-                       (long long)n_in, (long long)n_out, wb / 1048576.0, nt, us, gbs, 100.0 * gbs / bw);
-            }
+            /* batched decode: 2, 4 and 8 tokens through tnd_cu_matvec with
+             * each family forced (f16mma only where it takes the shape) */
+            for (int nt = 2; nt <= 8; nt *= 2)
+                for (int kind = TND_CU_MV_F32; kind <= TND_CU_MV_I8MMA; kind++) {
+                    if (kind == TND_CU_MV_F16MMA && !tnd_cu_matvec_f16mma_supported(t, n_in, nt)) continue;
+                    if (kind == TND_CU_MV_I8MMA && !tnd_cu_matvec_i8mma_supported(t, n_in, nt)) continue;
+                    tnd_cu_matvec_set_kind(kind);
+                    for (int i = 0; i < 3; i++) tnd_cu_matvec(t, dw[i % ncopies], n_in, n_out, dx, nt, dy, cs);
+                    CK(B->iface->event_record(B, E0, S));
+                    for (int i = 0; i < reps; i++) tnd_cu_matvec(t, dw[i % ncopies], n_in, n_out, dx, nt, dy, cs);
+                    CK(B->iface->event_record(B, E1, S));
+                    tnd_cu_matvec_set_kind(-1);
+                    double us = time_ms() * 1e3 / reps;
+                    double gbs = ((double)wb + nt * (n_in + n_out) * 4.0) / (us * 1e-6) / 1e9;
+                    printf("| %s | %lldx%lld | %.1f | n_tok=%d %s | %.1f | %.0f | %.0f%% |\n", tnd_type_name(t),
+                           (long long)n_in, (long long)n_out, wb / 1048576.0, nt,
+                           kind == TND_CU_MV_F16MMA ? "f16mma" : kind == TND_CU_MV_I8MMA ? "i8mma" : "f32", us, gbs,
+                           100.0 * gbs / bw);
+                }
             for (size_t c = 0; c < ncopies; c++) B->iface->buf_free(B, dw[c]);
             B->iface->buf_free(B, dx);
             B->iface->buf_free(B, dy);

@@ -247,8 +247,11 @@ static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) 
     op.out[0] = tens(dy, TND_TYPE_F32, n_out, n_tok, 1);
     char what[160];
     bool f16path = n_tok > 8;
+    const int kind = f16path ? TND_CU_MV_F32 : tnd_cu_matvec_kind(t, n_in, (int)n_tok);
+    bool mvh = kind == TND_CU_MV_F16MMA; /* i8mma keeps the f32 tolerance (test_matvec_mma) */
     snprintf(what, sizeof what, "matmul %-5s n_in=%lld n_out=%lld n_tok=%lld (%s)", tnd_type_name(t), (long long)n_in,
-             (long long)n_out, (long long)n_tok, f16path ? "f16 cuBLAS" : "matvec f32");
+             (long long)n_out, (long long)n_tok,
+             f16path ? "f16 cuBLAS" : mvh ? "matvec f16mma" : kind == TND_CU_MV_I8MMA ? "matvec i8mma" : "matvec f32");
     if (run_op(&op, what)) {
         float *y = (float *)xmalloc((size_t)(n_out * n_tok) * 4);
         dev_download(y, dy, (size_t)(n_out * n_tok) * 4);
@@ -259,9 +262,10 @@ static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) 
          * ~10, with margin). cuBLAS: x and W each rounded to f16 (relative
          * 2^-11), so each product is off by up to ~1e-3 relative: 2e-3 of
          * sum|w x|, plus f16 subnormal flushing of tiny weights: n_in * 6e-8
-         * * max|x|. */
-        double rtol = f16path ? 2e-3 : 2e-4;
-        double atol = f16path ? (double)n_in * 6e-8 * xmax : 1e-6;
+         * * max|x|. The f16 tensor-core matvec: as cuBLAS (see
+         * test_matvec_f16mma). */
+        double rtol = f16path || mvh ? 2e-3 : 2e-4;
+        double atol = f16path || mvh ? (double)n_in * 6e-8 * xmax : 1e-6;
         compare(what, y, ref, sc, n_out * n_tok, rtol, atol);
         free(y);
     }
@@ -313,6 +317,110 @@ static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
     free(y);
     free(ref);
     free(sc);
+}
+
+/* The tensor-core matvecs (tnd_cu_matvec_f16mma, or _i8mma if i8) for n_tok
+ * tokens, every launch shape (tiles per block x warps per tile; 0, 0: the
+ * default).
+ * i8: weights exact, x rounded to a 16-bit grid per 256 values (half a
+ * step: max|x| / 65278 per value, x uniform in (-1, 1) here, so about
+ * 3e-5 of sum|w x| at worst), integer sums exact, then f32: 2e-4 of
+ * sum|w x| as the f32 kernels.
+ * f16:
+ * tolerance 2e-3 of sum|w x| + n_in * 6e-8 * max|x|, as the cuBLAS f16 path:
+ * x and each weight are rounded to f16 (relative 2^-11 each), and the
+ * weight's scale and min are f16 roundings of d*sc and dmin*m (2^-11 of
+ * |d*sc*q| + |dmin*m|, about |w| for these weights), so each product is
+ * off by at most ~3 * 2^-11 = 1.5e-3 relative in the worst case; the f32
+ * sums add ~1e-6; weights below the f16 normal range (6e-5) lose precision:
+ * the atol term. Also: the default shape gives the same bits twice (the
+ * split sums meet in a fixed order). */
+static void test_matvec_mma(bool i8, tnd_type t, int64_t n_in, int64_t n_out, int n_tok) {
+    size_t wb;
+    void *W = make_weights(t, n_in, n_out, &wb);
+    float *x = (float *)xmalloc((size_t)(n_in * n_tok) * 4);
+    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd_unif(-1, 1);
+    double *ref = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
+    double xmax;
+    ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
+    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
+    const size_t yb = (size_t)(n_out * n_tok) * 4;
+    float *dy = (float *)dev_alloc(yb), *y = (float *)xmalloc(yb), *y0 = (float *)xmalloc(yb);
+    static const int shapes[][2] = {{0, 0}, {1, 1}, {1, 3}, {2, 2}, {4, 1}, {1, 8}, {8, 1}, {0, 0}};
+    for (size_t i = 0; i < TND_ARRAY_LEN(shapes); i++) {
+        char what[160];
+        snprintf(what, sizeof what, "matvec_%s %-5s n_in=%lld n_out=%lld n_tok=%d tiles/block=%d warps/tile=%d%s",
+                 i8 ? "i8mma" : "f16mma", tnd_type_name(t), (long long)n_in, (long long)n_out, n_tok, shapes[i][0],
+                 shapes[i][1], i + 1 == TND_ARRAY_LEN(shapes) ? " (again: same bits)" : "");
+        dev_poison(dy, yb);
+        int e = (i8 ? tnd_cu_matvec_i8mma : tnd_cu_matvec_f16mma)(t, dW, n_in, n_out, (const float *)dx, n_tok, dy,
+                                                                  shapes[i][0], shapes[i][1],
+                                                                  (tnd_cu_stream)tnd_cuda_stream_handle(S));
+        tnd_status st = B->iface->stream_sync(B, S);
+        if (e || st) {
+            report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
+            continue;
+        }
+        dev_download(y, dy, yb);
+        if (i8) compare(what, y, ref, sc, n_out * n_tok, 2e-4, 1e-6);
+        else compare(what, y, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+        if (i == 0) memcpy(y0, y, yb);
+        if (i + 1 == TND_ARRAY_LEN(shapes))
+            report(memcmp(y0, y, yb) == 0, "%s: bitwise repeat", what);
+    }
+    dev_free(dW);
+    dev_free(dx);
+    dev_free(dy);
+    free(W);
+    free(x);
+    free(y);
+    free(y0);
+    free(ref);
+    free(sc);
+}
+
+/* Types and shapes the tensor-core paths refuse: cudaErrorNotSupported, and
+ * tnd_cu_matvec_kind does not pick the refusing family (so tnd_cu_matvec
+ * falls back, which test_matmul checks with the right tolerance). */
+static void test_matvec_mma_refusals(void) {
+    /* the int8 path: Q4_K only, n_tok <= 4 */
+    {
+        size_t wb;
+        void *W = make_weights(TND_TYPE_Q6_K, 256, 16, &wb), *W4 = make_weights(TND_TYPE_Q4_K, 256, 16, &wb);
+        void *dW = dev_upload(W, wb), *dW4 = dev_upload(W4, wb);
+        float *dx = (float *)dev_alloc(256 * 8 * 4), *dy = (float *)dev_alloc(16 * 8 * 4);
+        tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
+        int e1 = tnd_cu_matvec_i8mma(TND_TYPE_Q6_K, dW, 256, 16, dx, 1, dy, 0, 0, cs);
+        int e2 = tnd_cu_matvec_i8mma(TND_TYPE_Q4_K, dW4, 256, 16, dx, 5, dy, 0, 0, cs);
+        report(e1 == 801 && e2 == 801, "matvec_i8mma refuses Q6_K and 5 tokens (got %d, %d)", e1, e2);
+        dev_free(dW);
+        dev_free(dW4);
+        dev_free(dx);
+        dev_free(dy);
+        free(W);
+        free(W4);
+    }
+    static const struct {
+        int type;
+        int64_t n_in;
+        int n_tok;
+    } c[] = {{TND_TYPE_Q4_K, 256 * 200, 1}, {TND_TYPE_Q4_K, 256 * 40, 8}, {TND_TYPE_Q6_K, 256 * 200, 1},
+             {TND_TYPE_F32, 256, 1}, {TND_TYPE_Q8_0, 32 * 41, 1}};
+    for (size_t i = 0; i < TND_ARRAY_LEN(c); i++) {
+        size_t wb;
+        void *W = make_weights((tnd_type)c[i].type, c[i].n_in, 16, &wb);
+        void *dW = dev_upload(W, wb);
+        float *dx = (float *)dev_alloc((size_t)(c[i].n_in * c[i].n_tok) * 4), *dy = (float *)dev_alloc(16 * 4 * 8);
+        int e = tnd_cu_matvec_f16mma(c[i].type, dW, c[i].n_in, 16, dx, c[i].n_tok, dy, 0, 0,
+                                     (tnd_cu_stream)tnd_cuda_stream_handle(S));
+        int kind = tnd_cu_matvec_kind(c[i].type, c[i].n_in, c[i].n_tok);
+        report(e == 801 && kind != TND_CU_MV_F16MMA, "matvec_f16mma refuses %s n_in=%lld n_tok=%d (got %d, kind %d)",
+               tnd_type_name((tnd_type)c[i].type), (long long)c[i].n_in, c[i].n_tok, e, kind);
+        dev_free(dW);
+        dev_free(dx);
+        dev_free(dy);
+        free(W);
+    }
 }
 
 /* ---- expert matmul -------------------------------------------------------------- */
@@ -1040,6 +1148,33 @@ int main(int argc, char **argv) {
     test_matvec_cfg(TND_TYPE_Q5_K, 256 * 9, 13);
     test_matvec_cfg(TND_TYPE_BF16, 417, 13);
     test_matvec_cfg(TND_TYPE_F32, 417, 13);
+
+    /* the f16 tensor-core matvec: n_out not a multiple of the 16-row tile,
+     * n_in of one super-block, long rows, 1..4 and 8 tokens */
+    static const tnd_type mvh_types[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K, TND_TYPE_Q8_0};
+    for (size_t i = 0; i < TND_ARRAY_LEN(mvh_types); i++) {
+        tnd_type t = mvh_types[i];
+        for (int nt = 1; nt <= 4; nt++) {
+            test_matvec_mma(false, t, 256, 37, nt);
+            test_matvec_mma(false, t, 256 * 21, 1031, nt); /* Q6_K, Q8_0: rows alternate 4- and 2-byte alignment */
+        }
+        test_matvec_mma(false, t, 256 * 23, 67, 1);
+        test_matvec_mma(false, t, 256 * 68, 129, 1); /* 17408: the longest row of the bench shapes */
+        test_matvec_mma(false, t, 256 * 5, 16, 8);
+        test_matvec_mma(false, t, 256 * 3, 4099, 8);
+    }
+    for (int nt = 1; nt <= 4; nt++) {
+        test_matvec_mma(true, TND_TYPE_Q4_K, 256, 37, nt);
+        test_matvec_mma(true, TND_TYPE_Q4_K, 256 * 21, 1031, nt);
+    }
+    test_matvec_mma(true, TND_TYPE_Q4_K, 256 * 68, 129, 1);
+    test_matvec_mma(true, TND_TYPE_Q4_K, 256 * 3, 4099, 2);
+    test_matvec_mma_refusals();
+    static const char *const kind_names[] = {"f32", "f16mma", "i8mma"};
+    printf("matvec default family: Q4_K %s, Q6_K %s, Q8_0 %s (env TND_CUDA_MV=%s)\n",
+           kind_names[tnd_cu_matvec_kind(TND_TYPE_Q4_K, 4096, 1)], kind_names[tnd_cu_matvec_kind(TND_TYPE_Q6_K, 4096, 1)],
+           kind_names[tnd_cu_matvec_kind(TND_TYPE_Q8_0, 4096, 1)],
+           getenv("TND_CUDA_MV") ? getenv("TND_CUDA_MV") : "(unset)");
 
     static const tnd_type id_types[] = {TND_TYPE_Q4_K, TND_TYPE_Q8_0, TND_TYPE_MXFP4, TND_TYPE_F16};
     for (size_t i = 0; i < TND_ARRAY_LEN(id_types); i++) {

@@ -432,6 +432,311 @@ static inline size_t tnd_cu_type_align(int t) {
     }
 }
 
+
+/* ---- f16 tensor-core decode (matvec.cu, k_mvh_*) ----------------------------
+ * Weights are decoded to f16 pairs (half2 as raw 32-bit words) with integer
+ * tricks and fed to mma.sync m16n8k16 (f16 in, f32 accumulate). A 4-bit code
+ * q at bits 0..3 (or 4..7) of a 16-bit lane ORed into 0x6400 is the half
+ * 1024 + q (1024 + 16q): the mantissa's unit at 1024 is 1. Subtracting 1024
+ * (or * 1/16 - 64) is exact, then one HFMA2 applies the sub-block's scale and
+ * min (each the f16 rounding of the exact product d*sc, dmin*m), rounding
+ * the weight once. (Folding the 1024 into the min, (1024+q)*s - (1024s+m),
+ * would cancel: the f16 error of 1024s + m is ~s/2.)
+ *
+ * The helpers work on raw words and are host+device so that a host test
+ * (tests/test_cuda_mvh.cu) can replay a whole warp's fragments. */
+TND_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(a, b, sel);
+#else
+    const uint64_t v = (uint64_t)a | ((uint64_t)b << 32);
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return r;
+#endif
+}
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ __half2 u2h2(uint32_t u) { return *(const __half2 *)&u; }
+__device__ __forceinline__ uint32_t h22u(__half2 h) { return *(const uint32_t *)&h; }
+#else
+/* host: each half of a pair through double (exact for sums and products of
+ * two halves), rounded once to f16 */
+static inline double hbits2d(uint32_t u) { return (double)__half2float(__ushort_as_half((unsigned short)u)); }
+static inline uint32_t d2hbits(double v) { return (uint32_t)__half_as_ushort(__double2half(v)); }
+#endif
+/* a*b + c per half, one rounding (HFMA2) */
+TND_HD uint32_t hfma2u(uint32_t a, uint32_t b, uint32_t c) {
+#ifdef __CUDA_ARCH__
+    return h22u(__hfma2(u2h2(a), u2h2(b), u2h2(c)));
+#else
+    return d2hbits(hbits2d(a) * hbits2d(b) + hbits2d(c)) |
+           (d2hbits(hbits2d(a >> 16) * hbits2d(b >> 16) + hbits2d(c >> 16)) << 16);
+#endif
+}
+TND_HD uint32_t hmul2u(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return h22u(__hmul2(u2h2(a), u2h2(b)));
+#else
+    return d2hbits(hbits2d(a) * hbits2d(b)) | (d2hbits(hbits2d(a >> 16) * hbits2d(b >> 16)) << 16);
+#endif
+}
+TND_HD uint32_t hsub2u(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return h22u(__hsub2(u2h2(a), u2h2(b)));
+#else
+    return d2hbits(hbits2d(a) - hbits2d(b)) | (d2hbits(hbits2d(a >> 16) - hbits2d(b >> 16)) << 16);
+#endif
+}
+/* two floats as a half2 word (round to nearest even), a in the low half */
+TND_HD uint32_t f2h2u(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return h22u(__floats2half2_rn(a, b));
+#else
+    return (uint32_t)__half_as_ushort(__float2half_rn(a)) | ((uint32_t)__half_as_ushort(__float2half_rn(b)) << 16);
+#endif
+}
+
+/* (a & m) | c in one LOP3 (the compiler splits it in two when both m and c
+ * are immediates) */
+TND_HD uint32_t and_or(uint32_t a, uint32_t m, uint32_t c) {
+#ifdef __CUDA_ARCH__
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(m), "r"(c));
+    return r;
+#else
+    return (a & m) | c;
+#endif
+}
+
+#define MVH_1024 0x64006400u  /* (1024, 1024) */
+#define MVH_16TH 0x2C002C00u  /* (1/16, 1/16) */
+#define MVH_M64 0xD400D400u   /* (-64, -64) */
+
+/* Q4_K for the mma path. Lane (g, t) of a warp (g = lane/4, t = lane%4)
+ * owns rows g and g+8 of a 16-row tile; per super-block it reads, per row,
+ * the 16-byte header and the 16-byte pieces j = 0, 1 at qs offset 64j + 16t:
+ * chunk c = 2j + t/2 (subs 2c: low nibbles, 2c+1: high), elements
+ * 16(t%2) .. +15. Word i of a piece gives, per row, the mma A pairs
+ * (bytes 0,2) and (bytes 1,3): elements e, e+2 and e+1, e+3 with e =
+ * 16(t%2) + 4i, low nibbles for the mma of sub 2c, high for sub 2c+1. The
+ * dot product does not care about the order of k, so x is stored in the
+ * same order (mvh_q4k_slot).
+ *
+ * Scale pairs for piece j: broadcast half2 words s_lo, m_lo (sub 2c, m
+ * negated), s_hi, m_hi (sub 2c+1) of one row from its header h[4]. */
+TND_HD void mvh_q4k_scales(const uint32_t (&h)[4], int c0, int j, uint32_t &s_lo, uint32_t &m_lo, uint32_t &s_hi,
+                           uint32_t &m_hi) {
+    /* 6-bit scales and mins of subs 0..3 (j = 0) or 4..7 (j = 1), a byte each */
+    const uint32_t S = j == 0 ? h[1] & 0x3F3F3F3Fu : (h[3] & 0x0F0F0F0Fu) | ((h[1] >> 2) & 0x30303030u);
+    const uint32_t M = j == 0 ? h[2] & 0x3F3F3F3Fu : ((h[3] >> 4) & 0x0F0F0F0Fu) | ((h[2] >> 2) & 0x30303030u);
+    /* bytes 2c0, 2c0+1 into the low bytes of the two halves, 0x64 above */
+    const uint32_t sel = c0 ? 0x4342u : 0x4140u;
+    const uint32_t sc = hsub2u(prmt(S, 0x64u, sel), MVH_1024), mn = hsub2u(prmt(M, 0x64u, sel), MVH_1024);
+    const uint32_t s2 = hmul2u(sc, prmt(h[0], 0, 0x1010u));                /* (d*sc_a, d*sc_b) */
+    const uint32_t m2 = hmul2u(mn, prmt(h[0], 0, 0x3232u) ^ 0x80008000u); /* (-dmin*m_a, -dmin*m_b) */
+    s_lo = prmt(s2, 0, 0x1010u);
+    s_hi = prmt(s2, 0, 0x3232u);
+    m_lo = prmt(m2, 0, 0x1010u);
+    m_hi = prmt(m2, 0, 0x3232u);
+}
+/* One qs word of one row: A pairs lo0 (e, e+2) and lo1 (e+1, e+3) of the
+ * low-nibble sub, hi0, hi1 of the high-nibble sub, scaled. */
+TND_HD void mvh_q4k_word(uint32_t w, uint32_t s_lo, uint32_t m_lo, uint32_t s_hi, uint32_t m_hi, uint32_t &lo0,
+                         uint32_t &lo1, uint32_t &hi0, uint32_t &hi1) {
+    const uint32_t w8 = w >> 8;
+    lo0 = hfma2u(hsub2u(and_or(w, 0x000F000Fu, MVH_1024), MVH_1024), s_lo, m_lo);
+    lo1 = hfma2u(hsub2u(and_or(w8, 0x000F000Fu, MVH_1024), MVH_1024), s_lo, m_lo);
+    hi0 = hfma2u(hfma2u(and_or(w, 0x00F000F0u, MVH_1024), MVH_16TH, MVH_M64), s_hi, m_hi);
+    hi1 = hfma2u(hfma2u(and_or(w8, 0x00F000F0u, MVH_1024), MVH_16TH, MVH_M64), s_hi, m_hi);
+}
+/* One super-block of a 16-row tile, lane t's part: h0, h1 = headers of rows
+ * g, g+8; q0, q1 = their pieces j = 0, 1 (8 words). For each of the 16
+ * mmas m (low sub, high sub alternating) calls mma(m & 1, A0, A1, A2, A3,
+ * xpair(m)): A0 = (row g, k 2t..), A1 = (row g+8, k 2t..), A2 = (row g,
+ * k 2t+8..), A3 = (row g+8, k 2t+8..), xpair(m) = lane's B pair. */
+template <class XF, class MF>
+TND_HD void mvh_q4k_sb(const uint32_t (&h0)[4], const uint32_t (&h1)[4], const uint32_t (&q0)[8],
+                       const uint32_t (&q1)[8], int t, XF xpair, MF mma) {
+    const int c0 = t >> 1;
+TND_UNROLL
+    for (int j = 0; j < 2; j++) {
+        uint32_t sl0, ml0, sh0, mh0, sl1, ml1, sh1, mh1;
+        mvh_q4k_scales(h0, c0, j, sl0, ml0, sh0, mh0);
+        mvh_q4k_scales(h1, c0, j, sl1, ml1, sh1, mh1);
+TND_UNROLL
+        for (int i = 0; i < 4; i++) {
+            uint32_t a_lo0, a_lo1, a_hi0, a_hi1, b_lo0, b_lo1, b_hi0, b_hi1;
+            mvh_q4k_word(q0[4 * j + i], sl0, ml0, sh0, mh0, a_lo0, a_lo1, a_hi0, a_hi1);
+            mvh_q4k_word(q1[4 * j + i], sl1, ml1, sh1, mh1, b_lo0, b_lo1, b_hi0, b_hi1);
+            const int m = (4 * j + i) * 2;
+            mma(0, a_lo0, b_lo0, a_lo1, b_lo1, xpair(m));
+            mma(1, a_hi0, b_hi0, a_hi1, b_hi1, xpair(m + 1));
+        }
+    }
+}
+/* Where x[o..o+3] (o: offset in the super-block, a multiple of 4) goes: the
+ * B pair slot m*4 + t of mma m = (4j + i)*2 + (sub & 1) of lane t. */
+TND_HD int mvh_q4k_slot(int o) {
+    const int s = o >> 5, e = o & 31, c = s >> 1;
+    const int t = 2 * (c & 1) + (e >> 4), i = (e >> 2) & 3, j = c >> 1;
+    return ((4 * j + i) * 2 + (s & 1)) * 4 + t;
+}
+
+/* Q6_K for the mma path. Lane (g, t), per row and super-block: for half n
+ * (0, 1) and group gi (0, 1), elements l0 .. l0+3 (l0 = 8t + 4gi) of the
+ * subs 4n + j (j = 0..3): the ql word at 64n + 32(j&1) + l0 (low nibbles
+ * for j < 2, high for j >= 2) and the qh word at 128 + 32n + l0 (bits
+ * 2j, 2j+1 of each byte). ql[(2n + h)*2 + gi] (h = j&1), qh[2n + gi]: the
+ * lane's words; sc[4]: the 16 int8 scales; d the f16 bits of d. Lane t's
+ * elements lie in half t/2 of each sub (scale 2(4n+j) + t/2). mma m =
+ * (2n + gi)*4 + j, chains by j & 1. */
+#define MVH_1056 0x64206420u /* (1056, 1056): 1024 + 32 */
+#define MVH_1152 0x64806480u /* (1152, 1152): 1024 + 128 */
+template <class XF, class MF>
+TND_HD void mvh_q6k_sb(const uint32_t (&ql0)[8], const uint32_t (&qh0)[4], const uint32_t (&sc0)[4], uint32_t d0,
+                       const uint32_t (&ql1)[8], const uint32_t (&qh1)[4], const uint32_t (&sc1)[4], uint32_t d1,
+                       int t, XF xpair, MF mma) {
+    const uint32_t sel = (t >> 1) ? 0x4341u : 0x4240u; /* bytes hb, 2+hb of a scale word, 0x64 above */
+    const uint32_t dd0 = prmt(d0, 0, 0x1010u), dd1 = prmt(d1, 0, 0x1010u);
+TND_UNROLL
+    for (int n = 0; n < 2; n++) {
+        uint32_t s0[4], s1[4]; /* broadcast scale of sub 4n + j, rows g and g+8 */
+TND_UNROLL
+        for (int k = 0; k < 2; k++) { /* scale word 2n + k: subs 4n + 2k, 4n + 2k + 1 */
+            const uint32_t p0 = hmul2u(hsub2u(prmt(sc0[2 * n + k] ^ 0x80808080u, 0x64u, sel), MVH_1152), dd0);
+            const uint32_t p1 = hmul2u(hsub2u(prmt(sc1[2 * n + k] ^ 0x80808080u, 0x64u, sel), MVH_1152), dd1);
+            s0[2 * k] = prmt(p0, 0, 0x1010u), s0[2 * k + 1] = prmt(p0, 0, 0x3232u);
+            s1[2 * k] = prmt(p1, 0, 0x1010u), s1[2 * k + 1] = prmt(p1, 0, 0x3232u);
+        }
+TND_UNROLL
+        for (int gi = 0; gi < 2; gi++) {
+            const uint32_t h0 = qh0[2 * n + gi], h1 = qh1[2 * n + gi];
+            const uint32_t h08 = h0 >> 8, h18 = h1 >> 8;
+TND_UNROLL
+            for (int j = 0; j < 4; j++) {
+                const int sh = 4 - 2 * j; /* qh bits 2j.. to bits 4, 5 */
+                const uint32_t l0 = ql0[(2 * n + (j & 1)) * 2 + gi] >> (j >= 2 ? 4 : 0);
+                const uint32_t l1 = ql1[(2 * n + (j & 1)) * 2 + gi] >> (j >= 2 ? 4 : 0);
+                const uint32_t q0a = sh >= 0 ? h0 << sh : h0 >> -sh, q0b = sh >= 0 ? h08 << sh : h08 >> -sh;
+                const uint32_t q1a = sh >= 0 ? h1 << sh : h1 >> -sh, q1b = sh >= 0 ? h18 << sh : h18 >> -sh;
+                /* (1024 + q) for bytes 0, 2 (a) and 1, 3 (b); minus 1056 is q - 32, exact */
+                const uint32_t v0a = and_or(l0, 0x000F000Fu, and_or(q0a, 0x00300030u, MVH_1024));
+                const uint32_t v0b = and_or(l0 >> 8, 0x000F000Fu, and_or(q0b, 0x00300030u, MVH_1024));
+                const uint32_t v1a = and_or(l1, 0x000F000Fu, and_or(q1a, 0x00300030u, MVH_1024));
+                const uint32_t v1b = and_or(l1 >> 8, 0x000F000Fu, and_or(q1b, 0x00300030u, MVH_1024));
+                mma(j & 1, hmul2u(hsub2u(v0a, MVH_1056), s0[j]), hmul2u(hsub2u(v1a, MVH_1056), s1[j]),
+                    hmul2u(hsub2u(v0b, MVH_1056), s0[j]), hmul2u(hsub2u(v1b, MVH_1056), s1[j]),
+                    xpair((2 * n + gi) * 4 + j));
+            }
+        }
+    }
+}
+/* Q6_K slot of x[o..o+3] in a super-block (see mvh_q4k_slot). */
+TND_HD int mvh_q6k_slot(int o) {
+    const int s = o >> 5, e = o & 31, n = s >> 2, j = s & 3;
+    return ((2 * n + ((e >> 2) & 1)) * 4 + j) * 4 + (e >> 3);
+}
+
+/* ---- int8 tensor-core decode of Q4_K (matvec.cu, k_mvi_q4k) ----------------
+ * The weights go in as they are: a nibble masked in place is an unsigned
+ * byte (0..15 for the low sub of a chunk, 16*q for the high one), 4 weights
+ * per LOP3, into mma.sync m16n8k32 (u8 x s8, exact s32 sums). x goes in as
+ * two signed byte planes per super-block: x ~ delta * (256*H + L), delta =
+ * max|x| / 32639 over the 256 values, so each x is rounded to a 16-bit grid
+ * (error <= max|x| / 65278); H and L are the mma's columns 2k, 2k+1 for
+ * token k (4 tokens per mma). Per sub-block the s32 results are scaled by
+ * the 6-bit integer scale and summed exactly in s32; d, dmin and delta
+ * apply once per super-block in f32.
+ *
+ * x quantization of 8 values (one lane's part of a super-block; inv =
+ * 32639 / max|x|): H, L bytes of elements 0..3 (.x) and 4..7 (.y), and the
+ * sum of the 16-bit codes. */
+TND_HD void mvi_quant8(const float (&v)[8], float inv, uint2 &H, uint2 &L, int &sum) {
+    uint32_t hw[2] = {0, 0}, lw[2] = {0, 0};
+    sum = 0;
+TND_UNROLL
+    for (int i = 0; i < 8; i++) {
+#ifdef __CUDA_ARCH__
+        const int q = __float2int_rn(v[i] * inv);
+#else
+        const int q = (int)nearbyintf(v[i] * inv);
+#endif
+        const int h = (q + 128) >> 8, l = q - 256 * h; /* h in [-127, 127], l in [-128, 127] */
+        hw[i >> 2] |= (uint32_t)(h & 255) << (8 * (i & 3));
+        lw[i >> 2] |= (uint32_t)(l & 255) << (8 * (i & 3));
+        sum += q;
+    }
+    H = make_uint2(hw[0], hw[1]);
+    L = make_uint2(lw[0], lw[1]);
+}
+/* One super-block of a 16-row tile, lane t's part, for the int8 path. h0,
+ * h1: headers of rows g, g+8; q0, q1: their 8-byte pieces at qs offset 32c
+ * + 8t, c = 0..3 (words 2c, 2c+1: elements 8t.. and 8t+4.. of subs 2c (low
+ * nibbles) and 2c+1 (high)). bpair(s): the lane's B words of sub s; xsum(s):
+ * the sum of the 16-bit codes of sub s of the lane's token t; imma(a0..a3,
+ * b, D): D = A*B. Adds, per row r (0: g, 1: g+8), into acc[r]: [0] sum over
+ * low subs of sc*D(H), [1] over high subs (16x), [2], [3] the same for L,
+ * [4] sum of m * xsum. */
+template <class BF, class SF, class MF>
+TND_HD void mvi_q4k_sb(const uint32_t (&h0)[4], const uint32_t (&h1)[4], const uint32_t (&q0)[8],
+                       const uint32_t (&q1)[8], BF bpair, SF xsum, MF imma, int (&acc)[2][5]) {
+    const uint32_t S0[2] = {h0[1] & 0x3F3F3F3Fu, (h0[3] & 0x0F0F0F0Fu) | ((h0[1] >> 2) & 0x30303030u)};
+    const uint32_t M0[2] = {h0[2] & 0x3F3F3F3Fu, ((h0[3] >> 4) & 0x0F0F0F0Fu) | ((h0[2] >> 2) & 0x30303030u)};
+    const uint32_t S1[2] = {h1[1] & 0x3F3F3F3Fu, (h1[3] & 0x0F0F0F0Fu) | ((h1[1] >> 2) & 0x30303030u)};
+    const uint32_t M1[2] = {h1[2] & 0x3F3F3F3Fu, ((h1[3] >> 4) & 0x0F0F0F0Fu) | ((h1[2] >> 2) & 0x30303030u)};
+TND_UNROLL
+    for (int s = 0; s < 8; s++) {
+        const int c = s >> 1, h = s & 1;
+        const uint32_t mask = h ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+        int D[4];
+        imma(q0[2 * c] & mask, q1[2 * c] & mask, q0[2 * c + 1] & mask, q1[2 * c + 1] & mask, bpair(s), D);
+        const uint32_t sel = 0x4440u | (uint32_t)(s & 3); /* byte s%4, zeros above */
+        const int sc0 = (int)prmt(S0[s >> 2], 0, sel), sc1 = (int)prmt(S1[s >> 2], 0, sel);
+        const int m0 = (int)prmt(M0[s >> 2], 0, sel), m1 = (int)prmt(M1[s >> 2], 0, sel);
+        acc[0][h] += sc0 * D[0];
+        acc[0][2 + h] += sc0 * D[1];
+        acc[1][h] += sc1 * D[2];
+        acc[1][2 + h] += sc1 * D[3];
+        const int X = xsum(s);
+        acc[0][4] += m0 * X;
+        acc[1][4] += m1 * X;
+    }
+}
+/* The f32 value of a super-block's integer sums for one row (header h) and
+ * delta: d * (256 H + L) / 16 - dmin * M, times delta. */
+TND_HD float mvi_q4k_value(const uint32_t (&h)[4], const int (&a)[5], float delta) {
+    const float d = h2f((uint16_t)(h[0] & 0xffff)), dmin = h2f((uint16_t)(h[0] >> 16));
+    const float H = (float)(16 * a[0] + a[1]), L = (float)(16 * a[2] + a[3]);
+    return delta * (d * 0.0625f * fmaf(256.0f, H, L) - dmin * (float)a[4]);
+}
+
+/* Q8_0 for the f16 mma path, in groups of 8 blocks (256 values, 272 bytes,
+ * "super-blocks" here): lane t owns blocks 2t (a) and 2t+1 (b) of the
+ * group, whole: qa, qb = their 32 quant bytes as 8 words, da, db = the f16
+ * bits of their d, for rows g (0) and g+8 (1). mma m = 8*(block) + word k:
+ * pairs (bytes 0, 2) and (1, 3) of word k as 1024 + (q ^ 0x80) halves,
+ * minus 1152 (exact: q), times d (one rounding). */
+template <class XF, class MF>
+TND_HD void mvh_q8_sb(const uint32_t (&qa0)[8], const uint32_t (&qb0)[8], uint32_t da0, uint32_t db0,
+                      const uint32_t (&qa1)[8], const uint32_t (&qb1)[8], uint32_t da1, uint32_t db1, XF xpair,
+                      MF mma) {
+    const uint32_t dd[2][2] = {{prmt(da0, 0, 0x1010u), prmt(db0, 0, 0x1010u)}, {prmt(da1, 0, 0x1010u), prmt(db1, 0, 0x1010u)}};
+TND_UNROLL
+    for (int m = 0; m < 16; m++) {
+        const int blk = m >> 3, k = m & 7;
+        const uint32_t w0 = (blk ? qb0[k] : qa0[k]) ^ 0x80808080u, w1 = (blk ? qb1[k] : qa1[k]) ^ 0x80808080u;
+        mma(m & 1, hmul2u(hsub2u(prmt(w0, 0x64u, 0x4240u), MVH_1152), dd[0][blk]),
+            hmul2u(hsub2u(prmt(w1, 0x64u, 0x4240u), MVH_1152), dd[1][blk]),
+            hmul2u(hsub2u(prmt(w0, 0x64u, 0x4341u), MVH_1152), dd[0][blk]),
+            hmul2u(hsub2u(prmt(w1, 0x64u, 0x4341u), MVH_1152), dd[1][blk]), xpair(m));
+    }
+}
+/* Q8_0 slot of x[o..o+3] in a group of 8 blocks (see mvh_q4k_slot). */
+TND_HD int mvh_q8_slot(int o) {
+    const int b = o >> 5;
+    return (((b & 1) << 3) + ((o & 31) >> 2)) * 4 + (b >> 1);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -51,6 +51,36 @@ int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_out, const fl
  * blocks (32: one per SM). */
 int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
                       int kernel, int rows_per_warp, int threads, tnd_cu_stream stream);
+/* Kernel family tnd_cu_matvec runs for this type, row length and n_tok
+ * (x 16-byte aligned): TND_CU_MV_F32 (weights decoded exactly to f32, f32
+ * products), TND_CU_MV_F16MMA (weights and x rounded to f16, tensor-core
+ * products, f32 sums: errors up to ~2e-3 of sum|w x|) or TND_CU_MV_I8MMA
+ * (Q4_K, n_tok <= 4: exact integer weights, x rounded to a 16-bit grid per
+ * 256 values, int8 tensor-core products, exact s32 sums: error per value
+ * <= max|x| over its 256 / 65278). The default per type is mv_default() in
+ * matvec.cu; env TND_CUDA_MV=old|f16mma|i8mma overrides it for all types
+ * (read once). Types and shapes a family cannot take (f16mma: Q4_K, Q6_K,
+ * Q8_0 with n_in a multiple of 256, n_tok <= 8, n_tok * n_in <= 49152) get
+ * F32. */
+enum { TND_CU_MV_F32 = 0, TND_CU_MV_F16MMA = 1, TND_CU_MV_I8MMA = 2 };
+int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok);
+/* Forces tnd_cu_matvec's family (TND_CU_MV_F32, _F16MMA or _I8MMA; -1:
+ * back to the default / env choice), for benches comparing both in one run.
+ * Not thread-safe against concurrent tnd_cu_matvec calls. */
+void tnd_cu_matvec_set_kind(int kind);
+/* True if the f16 (i8) path below can take this type, row length and n_tok
+ * on the current device. */
+bool tnd_cu_matvec_f16mma_supported(int type, int64_t n_in, int n_tok);
+bool tnd_cu_matvec_i8mma_supported(int type, int64_t n_in, int n_tok);
+/* The f16 tensor-core path whatever the default (Q4_K, Q6_K, Q8_0 (n_in a
+ * multiple of 256); n_tok 1..8; x 16-byte aligned, n_tok * n_in <= 49152): blocks of tiles_per_block 16-row tiles x
+ * ksplit warps per tile (at most 8 warps; 0, 0: the default shape).
+ * cudaErrorNotSupported (801) for a type or shape it cannot take. */
+int tnd_cu_matvec_f16mma(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
+                         float *y, int tiles_per_block, int ksplit, tnd_cu_stream stream);
+/* The int8 path likewise (Q4_K, n_tok 1..4, n_tok * n_in <= ~90000). */
+int tnd_cu_matvec_i8mma(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
+                        float *y, int tiles_per_block, int ksplit, tnd_cu_stream stream);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
  * y[t][u][r] = sum_k W[ids[t][u]][r][k] * xs[k], xs = x[t] (x [n_tok][n_in])
  * or, if x_per_slot, x[t][u] (x [n_tok][n_used][n_in], the down projection).
