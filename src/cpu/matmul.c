@@ -31,7 +31,7 @@ static uint64_t xgetbv0(void) {
 
 /* cpuid rather than __builtin_cpu_supports: clang 14 does not know every
  * feature name we need (f16c), and the OS must enable the register state. */
-tnd_cpu_isa_id tnd_cpu_isa_best(void) {
+static tnd_cpu_isa_id detect_isa(void) {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return TND_ISA_SCALAR;
@@ -49,6 +49,17 @@ tnd_cpu_isa_id tnd_cpu_isa_best(void) {
 #else
     return TND_ISA_SCALAR;
 #endif
+}
+
+/* Detected once: cpuid traps to the hypervisor in a VM (microseconds, far
+ * more under some sandboxes), and kernels ask per call and per worker. */
+static pthread_once_t g_best_once = PTHREAD_ONCE_INIT;
+static tnd_cpu_isa_id g_best;
+static void best_init(void) { g_best = detect_isa(); }
+
+tnd_cpu_isa_id tnd_cpu_isa_best(void) {
+    pthread_once(&g_best_once, best_init);
+    return g_best;
 }
 
 static const char *const k_isa_names[] = {"scalar", "avx2", "avx512"};
