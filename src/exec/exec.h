@@ -162,6 +162,10 @@ struct tnd_ctx {
     tnd_status err;          /* first failure of the round */
     /* counters (tests, --verbose) */
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes;
+    /* TND_TRACE=1, a diagnostic: every node waits for its side and its time
+     * is summed per cell (tnd_exec_trace_cell); printed by tnd_ctx_free */
+    struct tnd_trace_cell *trace;
+    int trace_prefill;       /* the round being traced has more than one token */
 };
 
 /* ---- placement.c ---- */
@@ -228,5 +232,7 @@ int tnd_exec_node_side(const tnd_ctx *c, const tnd_node *nd, int cur, bool any_p
 /* Runs c->g (the round of nt tokens) and leaves the logits in c->logits
  * when want_logits. */
 tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits);
+/* Prints the TND_TRACE table of c (nothing when tracing is off). */
+void tnd_exec_trace_print(const tnd_ctx *c, FILE *f);
 
 #endif
