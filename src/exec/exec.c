@@ -149,19 +149,7 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
         memset(chosen, 0, (size_t)w->n_expert);
         for (size_t i = 0; i < nb / sizeof(int32_t); i++)
             if (ids[i] >= 0 && ids[i] < w->n_expert) chosen[ids[i]] = 1;
-        size_t per = n / (size_t)w->n_expert, copied = 0;
-        for (int64_t e = 0; e < w->n_expert;) { /* runs of chosen experts, one copy each */
-            if (!chosen[e]) {
-                e++;
-                continue;
-            }
-            int64_t e1 = e;
-            while (e1 < w->n_expert && chosen[e1]) e1++;
-            if ((st = g->iface->copy_h2d(g, dst + e * per, src + e * per, (size_t)(e1 - e) * per, c->xfer))) return st;
-            copied += (size_t)(e1 - e) * per;
-            e = e1;
-        }
-        n = copied;
+        if ((st = tnd_copy_experts(g, dst, src, n, w->n_expert, chosen, 1, false, c->xfer, &n))) return st;
     } else if ((st = g->iface->copy_h2d(g, dst, src, n, c->xfer))) {
         return st;
     }

@@ -211,6 +211,12 @@ void tnd_layout_print(const tnd_layout *l, FILE *f);
 /* Weight bytes one decode token reads on the CPU, on the GPU (resident),
  * and copies over PCIe (promoted); MoE experts count n_used / n_expert. */
 void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie);
+/* Copies (host to GPU, on st) the experts e of an expert tensor (nbytes
+ * over n_expert experts at src) whose mark[e] == want, one copy per run of
+ * consecutive ones: to dst + e * per_expert, or packed from dst on when
+ * compact. *copied: the bytes queued. */
+tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t nbytes, int64_t n_expert,
+                            const uint8_t *mark, uint8_t want, bool compact, tnd_stream *st, size_t *copied);
 /* Activation buffer sizes for n_batch tokens. */
 void tnd_act_sizes(const tnd_hparams *hp, int n_batch, size_t sz[A_COUNT]);
 
