@@ -159,13 +159,22 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
     return TND_OK;
 }
 
+/* The j-th promoted node reads the same routing ids as the seen-th (the
+ * gate, up and down projections of one layer). */
+static bool same_routing(const tnd_ctx *c, int j, int seen) {
+    const tnd_node *a = &c->g.nodes[c->prom[j]], *b = &c->g.nodes[c->prom[seen]];
+    return a->layer == b->layer && a->op.in[2].data == b->op.in[2].data;
+}
+
 /* Keeps up to n_slots copies queued from the next promoted node to run
  * (seen); stops at an expert tensor, whose copy waits until its node is
- * reached (reached: node seen is about to run, its routing done). */
+ * reached (reached: node seen is about to run, its routing done) — and
+ * then the layer's other expert tensors of the same routing follow at once,
+ * so the link does not idle while the first one computes. */
 static tnd_status prefetch(tnd_ctx *c, int seen, bool reached) {
     tnd_status st = TND_OK;
     while (!st && c->prom_next < c->n_prom && c->prom_next < seen + c->lay.n_slots &&
-           ((reached && c->prom_next == seen) || !is_expert_copy(c, c->prom_next)))
+           (!is_expert_copy(c, c->prom_next) || (reached && same_routing(c, c->prom_next, seen))))
         st = queue_weight_copy(c, c->prom_next++);
     return st;
 }

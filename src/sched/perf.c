@@ -668,6 +668,7 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
 
     for (int l = 0; l < hp->n_layer; l++) {
         const tnd_layer *L = &m->layers[l];
+        double routed = -1; /* when routing of this layer was done (first promoted expert op) */
         const tnd_weight *seq[] = {&L->wq, &L->wk, &L->wv, NULL, &L->wo, &L->router, &L->ffn_gate, &L->ffn_up,
                                    &L->ffn_down, &L->gate_exps, &L->up_exps, &L->down_exps};
         for (size_t j = 0; j < sizeof seq / sizeof *seq; j++) {
@@ -711,8 +712,12 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
                 if (prom && slot_free) {
                     int s = k++ % n_slots;
                     double start = fmax(xfer, slot_free[s]);
-                    /* an expert copy cannot start before routing, i.e. before this point */
-                    if (w->n_expert > 1) start = fmax(start, now);
+                    /* an expert copy cannot start before routing, i.e. before
+                     * the layer's first expert op; the others follow at once */
+                    if (w->n_expert > 1) {
+                        if (routed < 0) routed = now;
+                        start = fmax(start, routed);
+                    }
                     xfer = start + pf->lat + promoted_bytes(m, pf, w->id, nt) / pf->b_pcie;
                     now = fmax(now, xfer);
                     slot_free[s] = now + t;
