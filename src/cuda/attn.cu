@@ -19,7 +19,12 @@
 #define AT_THREADS 128
 #define AT_MAXO 32      /* outputs per thread: ratio * head_dim <= 32 * 128 */
 #define AT_MAX_RATIO 16
-#define AT_TARGET_BLOCKS 264
+/* Decode has few (kv head, token) pairs: the keys are split into ranges of
+ * AT_SPLIT_MIN keys or more until about 4 blocks per SM (132 on the H200)
+ * are in flight; whole AT_C tiles per range left decode with ~64 blocks each
+ * walking 128+ keys serially (119 us per layer at 1024 rows). */
+#define AT_TARGET_BLOCKS 528
+#define AT_SPLIT_MIN 32
 
 __global__ void __launch_bounds__(AT_THREADS)
 k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *__restrict__ V,
@@ -151,11 +156,11 @@ __global__ void k_attn_combine(const float *__restrict__ part, float *__restrict
 static int attn_splits(int64_t n_tok, int n_head_kv, int64_t n_kv_max, int64_t *per_split) {
     int64_t base = n_tok * n_head_kv;
     int64_t ns = (AT_TARGET_BLOCKS + base - 1) / base;
-    int64_t tiles = (n_kv_max + AT_C - 1) / AT_C;
-    if (ns > tiles) ns = tiles;
+    int64_t chunks = (n_kv_max + AT_SPLIT_MIN - 1) / AT_SPLIT_MIN;
+    if (ns > chunks) ns = chunks;
     if (ns < 1) ns = 1;
     int64_t per = (n_kv_max + ns - 1) / ns;
-    per = (per + AT_C - 1) / AT_C * AT_C; /* whole tiles per split */
+    per = (per + AT_SPLIT_MIN - 1) / AT_SPLIT_MIN * AT_SPLIT_MIN; /* k_attn takes any range; whole warps' worth */
     *per_split = per;
     return (int)((n_kv_max + per - 1) / per);
 }
