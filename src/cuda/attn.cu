@@ -269,12 +269,16 @@ template <int HD>
 static int attn_tc_launch(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok, int n_head,
                           int n_head_kv, int64_t pos0, float scale, float softcap, int64_t window, void *scratch,
                           size_t scratch_size, cudaStream_t st) {
-    static bool attr_set = false;
+    /* > 48 KB of dynamic shared memory needs the opt-in, once per device */
+    static unsigned attr_set = 0;
     const size_t smem = fa_smem_bytes(HD);
-    if (!attr_set) {
-        int e = (int)cudaFuncSetAttribute(k_attn_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    int dev = 0;
+    int e = (int)cudaGetDevice(&dev);
+    if (e) return e;
+    if (dev >= 32 || !(__atomic_load_n(&attr_set, __ATOMIC_RELAXED) & (1u << dev))) {
+        e = (int)cudaFuncSetAttribute(k_attn_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e) return e;
-        attr_set = true;
+        if (dev < 32) __atomic_fetch_or(&attr_set, 1u << dev, __ATOMIC_RELAXED);
     }
     const int ratio = n_head / n_head_kv;
     const int64_t rtiles = (n_tok * ratio + FA_BQ - 1) / FA_BQ, n_kv_max = pos0 + n_tok;
@@ -286,7 +290,7 @@ static int attn_tc_launch(const float *q, const uint16_t *K, const uint16_t *V, 
     dim3 grid((unsigned)ns, (unsigned)rtiles, (unsigned)n_head_kv);
     k_attn_tc<HD><<<grid, FA_THREADS, smem, st>>>(q, K, V, o, part, n_tok, n_head, n_head_kv, pos0, scale, softcap,
                                                   window, (int)ns, per);
-    int e = (int)cudaGetLastError();
+    e = (int)cudaGetLastError();
     if (e || ns == 1) return e;
     k_attn_combine<<<(unsigned)(n_tok * n_head), HD >= 128 ? 128 : HD, 0, st>>>(part, o, HD, (int)ns);
     return (int)cudaGetLastError();
@@ -320,8 +324,10 @@ extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V,
     int ratio = n_head / n_head_kv;
     if (ratio * head_dim > AT_MAXO * AT_THREADS) return cudaErrorInvalidValue;
     cudaStream_t st = (cudaStream_t)stream;
-    /* 8-byte K/V loads: rows start at multiples of head_dim (a multiple of 16) */
-    if (n_tok >= FA_MIN_TOK && !attn_old_only() && (((uintptr_t)K | (uintptr_t)V) & 7) == 0) {
+    /* 8-byte K/V loads (rows start at multiples of head_dim, a multiple of
+     * 16) and 8-byte o / scratch stores */
+    if (n_tok >= FA_MIN_TOK && !attn_old_only() &&
+        (((uintptr_t)K | (uintptr_t)V | (uintptr_t)o | (uintptr_t)scratch) & 7) == 0) {
         switch (head_dim) {
         case 64:
             return attn_tc_launch<64>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,
