@@ -1,6 +1,7 @@
 /* Causal attention over an f16 KV cache: split-K over the keys ("flash
- * decoding") plus a combine pass; serves decode (n_tok = 1) and prefill
- * chunks alike.
+ * decoding") plus a combine pass. k_attn serves decode (n_tok < FA_MIN_TOK)
+ * and every shape the tensor-core prefill kernel k_attn_tc (below) does not
+ * take; TND_CUDA_ATTN=old sends every call to k_attn.
  *
  * A block owns one kv head, one query token and one key range; it computes
  * all the q heads of that kv head's GQA group together, so each K/V row is
