@@ -40,6 +40,7 @@
 #include "cpu/matmul_amx.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -61,6 +62,13 @@
  * AVX-512; the compiler splits them elsewhere). */
 typedef float amx_v16f __attribute__((vector_size(64)));
 typedef int32_t amx_v16i __attribute__((vector_size(64)));
+/* unpacking weights */
+typedef uint8_t amx_v16u8 __attribute__((vector_size(16)));
+typedef uint8_t amx_v32u8 __attribute__((vector_size(32)));
+typedef int8_t amx_v32s8 __attribute__((vector_size(32)));
+typedef int16_t amx_v32s16 __attribute__((vector_size(64)));
+typedef uint16_t amx_v32u16 __attribute__((vector_size(64)));
+typedef uint8_t amx_v64u8 __attribute__((vector_size(64)));
 
 /* tile registers */
 #define T_C0 0
@@ -155,8 +163,8 @@ static void emu_dpbssd(amx_emu *E, int c, int a, int b) {
 #if AMX_BUILD
 #define AMX_HW 1
 #define SFX(x) hw_##x
-#define TGT __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,fma")))
-#define TGTI static inline __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,fma"), always_inline))
+#define TGT __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,fma,f16c")))
+#define TGTI static inline __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,fma,f16c"), always_inline))
 #include "cpu/matmul_amx_body.h"
 #undef AMX_HW
 #undef SFX

@@ -19,6 +19,7 @@
 /* acc += a * b (b a vector) / acc -= a * b (b a scalar), fused */
 #define V_FMA(acc, a, b) ((acc) = (amx_v16f)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(acc)))
 #define V_FNMA_S(acc, a, b) ((acc) = (amx_v16f)_mm512_fnmadd_ps((__m512)(a), _mm512_set1_ps(b), (__m512)(acc)))
+#define H2F(h) _cvtsh_ss(h) /* exact, like tnd_fp16_to_fp32 */
 #else
 #define TL_PARAM amx_emu *E,
 #define TL_ARG E,
@@ -31,6 +32,7 @@
 #define TL_RELEASE() ((void)E)
 #define V_FMA(acc, a, b) ((acc) = (acc) + (a) * (b))
 #define V_FNMA_S(acc, a, b) ((acc) = (acc) - (a) * (b))
+#define H2F(h) tnd_fp16_to_fp32(h)
 #endif
 
 /* ---- weight panels -------------------------------------------------------- */
@@ -52,61 +54,139 @@ TGTI void SFX(transpose16)(amx_v16i r[16]) {
 #undef AMX_STAGE
 }
 
-/* One weight row to int8 (e; super formats: e = high part, e2 = low part of
- * sc * q, see matmul_amx.c) and its scales, written with a stride of 16
- * floats (one per panel column): cs per block (block formats) or per
- * super-block, cm (Q4_K) per 32-element group. */
-TGTI void SFX(unpack_row)(const int FMT, const void *vw, int64_t K, int8_t *e, int8_t *e2, float *cs, float *cm) {
+/* Loads 16 rows of 64 bytes (src + n * stride), rows >= rows zero, and
+ * transposes them: t[l] = dword l of every row. */
+TGTI void SFX(load_t)(amx_v16i t[16], const char *src, size_t stride, int rows) {
+    for (int n = 0; n < 16; n++) {
+        if (n < rows) memcpy(&t[n], src + (size_t)n * stride, 64);
+        else t[n] = (amx_v16i){0};
+    }
+    SFX(transpose16)(t);
+}
+
+/* Block formats: one weight row's k-range [0, K) to int8 e and its block
+ * scales cs (stride 16 floats: one per panel column). */
+TGTI void SFX(unpack_blk)(const int FMT, const void *vw, int64_t K, int8_t *e, float *cs) {
     if (FMT == AF_Q4_0) {
         const block_q4_0 *w = vw;
         for (int64_t b = 0; b < K / 32; b++) {
-            for (int j = 0; j < 16; j++) {
-                e[32 * b + j] = (int8_t)((w[b].qs[j] & 0xF) - 8);
-                e[32 * b + 16 + j] = (int8_t)((w[b].qs[j] >> 4) - 8);
-            }
-            cs[16 * b] = tnd_fp16_to_fp32(w[b].d);
+            amx_v16u8 q, lo, hi;
+            memcpy(&q, w[b].qs, 16);
+            lo = (q & 15) - 8, hi = (q >> 4) - 8; /* wraps to the int8 bit pattern */
+            memcpy(e + 32 * b, &lo, 16);
+            memcpy(e + 32 * b + 16, &hi, 16);
+            cs[16 * b] = H2F(w[b].d);
         }
-    } else if (FMT == AF_Q8_0) {
+    } else {
         const block_q8_0 *w = vw;
         for (int64_t b = 0; b < K / 32; b++) {
             memcpy(e + 32 * b, w[b].qs, 32);
-            cs[16 * b] = tnd_fp16_to_fp32(w[b].d);
+            cs[16 * b] = H2F(w[b].d);
         }
-    } else if (FMT == AF_Q4_K) {
-        const block_q4_K *w = vw;
-        for (int64_t b = 0; b < K / TND_QK_K; b++) {
-            uint8_t sc[8], mn[8];
-            for (int g = 0; g < 8; g++) tnd_get_scale_min_k4(g, w[b].scales, &sc[g], &mn[g]);
-            float dmin = tnd_fp16_to_fp32(w[b].dmin);
-            cs[16 * b] = tnd_fp16_to_fp32(w[b].d);
-            for (int g = 0; g < 8; g++) cm[16 * (8 * b + g)] = dmin * (float)mn[g];
-            int8_t *h = e + TND_QK_K * b, *l = e2 + TND_QK_K * b;
-            for (int j = 0; j < 4; j++)
-                for (int i = 0; i < 32; i++) {
-                    /* element 64j+i: low nibble (group 2j); 64j+32+i: high (2j+1) */
-                    int v0 = sc[2 * j] * (w[b].qs[32 * j + i] & 0xF), v1 = sc[2 * j + 1] * (w[b].qs[32 * j + i] >> 4);
-                    h[64 * j + i] = (int8_t)(v0 >> 7), l[64 * j + i] = (int8_t)(v0 & 127);
-                    h[64 * j + 32 + i] = (int8_t)(v1 >> 7), l[64 * j + 32 + i] = (int8_t)(v1 & 127);
+    }
+}
+
+/* Super formats, one B line of 4 elements x 16 rows: x holds the unsigned
+ * quants (byte 4n + j: row n, element j), s16 each row's group scale twice
+ * (16-bit lanes 2n, 2n + 1), off16 (OFF) likewise an offset. The products
+ * x * s16 + off16 (16-bit, even and odd bytes apart) are split into a high
+ * and a low line: v = 128 hi + lo, lo in [0, 127]; hi - bias. */
+TGTI void SFX(split_line)(amx_v16i x, const int16_t *s16, const int OFF, const int16_t *off16, int bias, uint8_t *hi,
+                          uint8_t *lo) {
+    amx_v32s16 s;
+    memcpy(&s, s16, 64);
+    amx_v32u16 xu = (amx_v32u16)x;
+    amx_v32s16 pe = (amx_v32s16)(xu & 0xFF) * s, po = (amx_v32s16)(xu >> 8) * s;
+    if (OFF) {
+        amx_v32s16 o;
+        memcpy(&o, off16, 64);
+        pe += o, po += o;
+    }
+    amx_v32s16 l = (pe & 127) | ((po & 127) << 8), h = (pe >> 7) | ((po >> 7) << 8);
+    memcpy(lo, &l, 64);
+    if (bias) {
+        amx_v64u8 hb = (amx_v64u8)h - (uint8_t)bias;
+        memcpy(hi, &hb, 64);
+    } else memcpy(hi, &h, 64);
+}
+
+/* Super formats, one super-block of 16 rows (src: row 0's block, rows
+ * w_row apart; rows >= rows zero) into 64 B lines of the high (qh) and low
+ * (ql) planes, scales cs (d per row), Q4_K mins cm (dmin * m per group and
+ * row). The packed quants are transposed first (2 or 3 16 x 16 dword
+ * transposes instead of 8), then each B line is made from its transposed
+ * packed line with the row scales as 16-bit lanes:
+ *   Q4_K: packed dword D = 8j + p holds elements 64j + 4p.. in its low
+ *     nibbles (line 16j + p, group 2j) and 64j + 32 + 4p.. in its high ones
+ *     (line 16j + 8 + p, group 2j + 1); v = sc * q in [0, 945].
+ *   Q6_K: line L (h = L / 32, c = L % 32 / 8, l = L % 8) takes the low (c
+ *     < 2) or high nibbles of ql dword 16h + 8(c & 1) + l and bits 2c, 2c+1
+ *     of qh dword 8h + l; group L / 4; v = sc * (u - 32) + 4096 in [32,
+ *     8192], hi biased by 32 so it is sc * q's high part. */
+TGTI void SFX(panel_sup)(const int FMT, const char *src, size_t w_row, int rows, uint8_t *qh, uint8_t *ql,
+                         float *cs, float *cm) {
+    uint32_t s16[16][16], o16[16][16]; /* [group][row]: the scale (offset) in both 16-bit halves */
+    for (int n = 0; n < 16; n++) {
+        if (n >= rows) {
+            cs[n] = 0.0f;
+            for (int g = 0; g < 16; g++) s16[g][n] = 0, o16[g][n] = FMT == AF_Q4_K ? 0 : 4096u * 0x10001u;
+            if (FMT == AF_Q4_K)
+                for (int g = 0; g < 8; g++) cm[16 * g + n] = 0.0f;
+            continue;
+        }
+        if (FMT == AF_Q4_K) {
+            const block_q4_K *w = (const block_q4_K *)(src + (size_t)n * w_row);
+            /* the 6-bit scales and mins as bytes (layout of the K-quants'
+             * 12 scale bytes) */
+            uint32_t u0, u1, u2;
+            memcpy(&u0, w->scales, 4);
+            memcpy(&u1, w->scales + 4, 4);
+            memcpy(&u2, w->scales + 8, 4);
+            uint32_t sw[2] = {u0 & 0x3f3f3f3fu, (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4)};
+            uint32_t mw[2] = {u1 & 0x3f3f3f3fu, ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4)};
+            float dmin = H2F(w->dmin);
+            for (int g = 0; g < 8; g++) {
+                uint32_t a = (sw[g / 4] >> (8 * (g % 4))) & 0xff, m = (mw[g / 4] >> (8 * (g % 4))) & 0xff;
+                s16[g][n] = a * 0x10001u;
+                cm[16 * g + n] = dmin * (float)m;
+            }
+            cs[n] = H2F(w->d);
+        } else {
+            const block_q6_K *w = (const block_q6_K *)(src + (size_t)n * w_row);
+            for (int g = 0; g < 16; g++) {
+                uint32_t a = (uint16_t)w->scales[g], o = (uint16_t)(4096 - 32 * w->scales[g]);
+                s16[g][n] = a * 0x10001u, o16[g][n] = o * 0x10001u;
+            }
+            cs[n] = H2F(w->d);
+        }
+    }
+    const amx_v16i m0f = (amx_v16i){0} + 0x0F0F0F0F, m03 = (amx_v16i){0} + 0x03030303;
+    if (FMT == AF_Q4_K) {
+        amx_v16i t[2][16];
+        for (int c = 0; c < 2; c++) SFX(load_t)(t[c], src + offsetof(block_q4_K, qs) + 64 * c, w_row, rows);
+        for (int j = 0; j < 4; j++)
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p++) {
+                amx_v16i v = t[j / 2][8 * (j % 2) + p];
+                int L = 16 * j + p;
+                SFX(split_line)(v & m0f, (const int16_t *)s16[2 * j], 0, NULL, 0, qh + 64 * L, ql + 64 * L);
+                SFX(split_line)((v >> 4) & m0f, (const int16_t *)s16[2 * j + 1], 0, NULL, 0, qh + 64 * (L + 8),
+                                ql + 64 * (L + 8));
+            }
+    } else {
+        amx_v16i tl[2][16], th[16];
+        for (int h = 0; h < 2; h++) SFX(load_t)(tl[h], src + offsetof(block_q6_K, ql) + 64 * h, w_row, rows);
+        SFX(load_t)(th, src + offsetof(block_q6_K, qh), w_row, rows);
+        for (int h = 0; h < 2; h++)
+            for (int c = 0; c < 4; c++)
+#pragma GCC unroll 8
+                for (int l = 0; l < 8; l++) {
+                    int L = 32 * h + 8 * c + l;
+                    amx_v16i v = tl[h][8 * (c & 1) + l];
+                    amx_v16i x = (c < 2 ? v & m0f : (v >> 4) & m0f) | (((th[8 * h + l] >> (2 * c)) & m03) << 4);
+                    SFX(split_line)(x, (const int16_t *)s16[L / 4], 1, (const int16_t *)o16[L / 4], 32, qh + 64 * L,
+                                    ql + 64 * L);
                 }
-        }
-    } else { /* AF_Q6_K */
-        const block_q6_K *w = vw;
-        for (int64_t b = 0; b < K / TND_QK_K; b++) {
-            cs[16 * b] = tnd_fp16_to_fp32(w[b].d);
-            int8_t *h = e + TND_QK_K * b, *l = e2 + TND_QK_K * b;
-            for (int half = 0; half < 2; half++)
-                for (int c = 0; c < 4; c++) {
-                    const uint8_t *ql = w[b].ql + 64 * half + 32 * (c & 1), *qh = w[b].qh + 32 * half;
-                    int base = 128 * half + 32 * c;
-                    for (int i = 0; i < 32; i++) {
-                        int lo = c >= 2 ? ql[i] >> 4 : ql[i] & 0xF, hi = (qh[i] >> (2 * c)) & 3;
-                        /* v = sc * q in [-4064, 4096]; v + 4096 >= 0 splits
-                         * without relying on signed shifts */
-                        int v = w[b].scales[(base + i) / 16] * ((lo | (hi << 4)) - 32) + 4096;
-                        h[base + i] = (int8_t)(v / 128 - 32), l[base + i] = (int8_t)(v % 128);
-                    }
-                }
-        }
     }
 }
 
@@ -114,45 +194,35 @@ TGTI void SFX(unpack_row)(const int FMT, const void *vw, int64_t K, int8_t *e, i
  * order (dword i/4 of row n at byte (i/4) * 64 + 4n, so 16 consecutive
  * 64-byte lines are one B tile of K = 64, 8 lines one of K = 32), missing
  * rows and the tail past K zero. q2: the low parts (super formats).
- * Works in chunks of 256 elements: the 16 rows' chunk is unpacked into st
- * (and st2; 16 x 256 bytes each, so they stay in L1), then each 64-element
- * column of it is one 16 x 16 dword transpose. */
+ * Block formats go through st (16 x 256 bytes, L1): 256 elements of each
+ * row unpacked, then each 64-element column is one 16 x 16 dword transpose;
+ * super formats go one super-block at a time through panel_sup. */
 TGT static void SFX(panel)(const int FMT, const char *W, size_t w_row, int rows, int64_t K, uint8_t *q, uint8_t *q2,
-                           float *cs, float *cm, int8_t *st, int8_t *st2) {
-    const int SUPER = FMT == AF_Q4_K || FMT == AF_Q6_K, MIN = FMT == AF_Q4_K;
-    const tnd_type_traits *tr = tnd_type_traits_get(FMT == AF_Q4_0   ? TND_TYPE_Q4_0
-                                                    : FMT == AF_Q8_0 ? TND_TYPE_Q8_0
-                                                    : FMT == AF_Q4_K ? TND_TYPE_Q4_K
-                                                                     : TND_TYPE_Q6_K);
-    int64_t bs = tr->block_size;
+                           float *cs, float *cm, int8_t *st) {
+    if (FMT == AF_Q4_K || FMT == AF_Q6_K) {
+        size_t bsz = FMT == AF_Q4_K ? sizeof(block_q4_K) : sizeof(block_q6_K);
+        for (int64_t b = 0; b < K / TND_QK_K; b++)
+            SFX(panel_sup)(FMT, W + (size_t)b * bsz, w_row, rows, q + 4096 * b, q2 + 4096 * b, cs + 16 * b,
+                           FMT == AF_Q4_K ? cm + 16 * 8 * b : NULL);
+        return;
+    }
+    size_t bsz = FMT == AF_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     for (int64_t k0 = 0; k0 < K; k0 += 256) {
         int64_t len = K - k0 < 256 ? K - k0 : 256, lp = (len + 63) & ~(int64_t)63;
-        int64_t sb = k0 / (SUPER ? TND_QK_K : 32); /* first scale step of the chunk */
         for (int n = 0; n < 16; n++) {
-            int8_t *e = st + 256 * n, *e2 = st2 + 256 * n;
+            int8_t *e = st + 256 * n;
             if (n < rows) {
-                SFX(unpack_row)(FMT, W + (size_t)n * w_row + (size_t)(k0 / bs) * tr->type_size, len, e, e2,
-                                cs + 16 * sb + n, MIN ? cm + 16 * 8 * sb + n : NULL);
+                SFX(unpack_blk)(FMT, W + (size_t)n * w_row + (size_t)(k0 / 32) * bsz, len, e, cs + 16 * (k0 / 32) + n);
                 memset(e + len, 0, (size_t)(lp - len));
             } else {
                 memset(e, 0, 256);
-                if (SUPER) memset(e2, 0, 256);
-                for (int64_t s = sb; s < sb + (SUPER ? 1 : len / 32); s++) {
-                    cs[16 * s + n] = 0.0f;
-                    if (MIN)
-                        for (int g = 0; g < 8; g++) cm[16 * (8 * s + g) + n] = 0.0f;
-                }
+                for (int64_t b = k0 / 32; b < (k0 + len) / 32; b++) cs[16 * b + n] = 0.0f;
             }
         }
-        for (int plane = 0; plane < 1 + SUPER; plane++) {
-            const int8_t *src = plane ? st2 : st;
-            uint8_t *dst = (plane ? q2 : q) + 16 * k0;
-            for (int64_t c = 0; c < lp / 64; c++) {
-                amx_v16i r[16];
-                for (int n = 0; n < 16; n++) r[n] = *(const amx_v16i *)(src + 256 * n + 64 * c);
-                SFX(transpose16)(r);
-                for (int l = 0; l < 16; l++) *(amx_v16i *)(dst + 1024 * c + 64 * l) = r[l];
-            }
+        for (int64_t c = 0; c < lp / 64; c++) {
+            amx_v16i r[16];
+            SFX(load_t)(r, (const char *)st + 64 * c, 256, 16);
+            for (int l = 0; l < 16; l++) memcpy(q + 16 * k0 + 1024 * c + 64 * l, &r[l], 64);
         }
     }
 }
@@ -276,17 +346,17 @@ TGTI void SFX(gemm)(const int FMT, int64_t K, const void *W, size_t w_row, int64
     int64_t P = (int64_t)(AMX_PANEL_BYTES / pbytes);
     P = P < 1 ? 1 : P > AMX_PANELS_MAX ? AMX_PANELS_MAX : P;
     if (P > np) P = np;
-    size_t ka = 16 * 256, tab = sf * (MIN ? 9 : 1);
+    size_t ka = 16 * 256, tab = sf * (MIN ? 9 : 1); /* ka: panel's staging */
     size_t pad = nt < 16 ? AMX_ALIGN64(16 * x_row) : 0;
-    uint8_t *buf = tnd_cpu_tls_buf(1, (size_t)P * pbytes + 2 * ka + tab + 2048 + pad);
+    uint8_t *buf = tnd_cpu_tls_buf(1, (size_t)P * pbytes + ka + tab + 2048 + pad);
     if (!buf) {
         for (int64_t t = 0; t < nt; t++)
             for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;
         return;
     }
     uint8_t *panels = buf;
-    int8_t *st = (int8_t *)(buf + (size_t)P * pbytes), *st2 = st + ka;
-    float *da = (float *)(buf + (size_t)P * pbytes + 2 * ka), *dsa = da + 16 * ns;
+    int8_t *st = (int8_t *)(buf + (size_t)P * pbytes);
+    float *da = (float *)(buf + (size_t)P * pbytes + ka), *dsa = da + 16 * ns;
     int32_t *cb = (int32_t *)((uint8_t *)da + tab);
     const char *xb = xq;
     if (pad) {
@@ -319,7 +389,7 @@ TGTI void SFX(gemm)(const int FMT, int64_t K, const void *W, size_t w_row, int64
             int rows = nr - r < 16 ? (int)(nr - r) : 16;
             float *pcs = (float *)(pb + sq * (SUPER ? 2 : 1));
             SFX(panel)(FMT, (const char *)W + (size_t)r * w_row, w_row, rows, K, pb, pb + sq, pcs, MIN ? pcs + 16 * ns : NULL,
-                       st, st2);
+                       st);
         }
         /* Token blocks of 16; a last partial one is shifted back to end at
          * nt (recomputing some tokens, writing only new ones). */
@@ -375,3 +445,4 @@ AMX_WRAP(gemm_q6_K, AF_Q6_K)
 #undef TL_RELEASE
 #undef V_FMA
 #undef V_FNMA_S
+#undef H2F
