@@ -90,12 +90,13 @@ TGTI void SFX(unpack_blk)(const int FMT, const void *vw, int64_t K, int8_t *e, f
  * quants (byte 4n + j: row n, element j), s16 each row's group scale twice
  * (16-bit lanes 2n, 2n + 1), off16 (OFF) likewise an offset. The products
  * x * s16 + off16 (16-bit, even and odd bytes apart) are split into a high
- * and a low line: v = 128 hi + lo, lo in [0, 127]; hi - bias. */
-TGTI void SFX(split_line)(amx_v16i x, const int16_t *s16, const int OFF, const int16_t *off16, int bias, uint8_t *hi,
+ * and a low line: v = 128 hi + lo, lo in [0, 127]; hi - bias. (Vectors go
+ * by pointer: by value they would change the ABI of the emulated build.) */
+TGTI void SFX(split_line)(const amx_v16i *x, const int16_t *s16, const int OFF, const int16_t *off16, int bias, uint8_t *hi,
                           uint8_t *lo) {
     amx_v32s16 s;
     memcpy(&s, s16, 64);
-    amx_v32u16 xu = (amx_v32u16)x;
+    amx_v32u16 xu = (amx_v32u16)*x;
     amx_v32s16 pe = (amx_v32s16)(xu & 0xFF) * s, po = (amx_v32s16)(xu >> 8) * s;
     if (OFF) {
         amx_v32s16 o;
@@ -167,11 +168,10 @@ TGTI void SFX(panel_sup)(const int FMT, const char *src, size_t w_row, int rows,
         for (int j = 0; j < 4; j++)
 #pragma GCC unroll 8
             for (int p = 0; p < 8; p++) {
-                amx_v16i v = t[j / 2][8 * (j % 2) + p];
+                amx_v16i v = t[j / 2][8 * (j % 2) + p], x0 = v & m0f, x1 = (v >> 4) & m0f;
                 int L = 16 * j + p;
-                SFX(split_line)(v & m0f, (const int16_t *)s16[2 * j], 0, NULL, 0, qh + 64 * L, ql + 64 * L);
-                SFX(split_line)((v >> 4) & m0f, (const int16_t *)s16[2 * j + 1], 0, NULL, 0, qh + 64 * (L + 8),
-                                ql + 64 * (L + 8));
+                SFX(split_line)(&x0, (const int16_t *)s16[2 * j], 0, NULL, 0, qh + 64 * L, ql + 64 * L);
+                SFX(split_line)(&x1, (const int16_t *)s16[2 * j + 1], 0, NULL, 0, qh + 64 * (L + 8), ql + 64 * (L + 8));
             }
     } else {
         amx_v16i tl[2][16], th[16];
@@ -184,7 +184,7 @@ TGTI void SFX(panel_sup)(const int FMT, const char *src, size_t w_row, int rows,
                     int L = 32 * h + 8 * c + l;
                     amx_v16i v = tl[h][8 * (c & 1) + l];
                     amx_v16i x = (c < 2 ? v & m0f : (v >> 4) & m0f) | (((th[8 * h + l] >> (2 * c)) & m03) << 4);
-                    SFX(split_line)(x, (const int16_t *)s16[L / 4], 1, (const int16_t *)o16[L / 4], 32, qh + 64 * L,
+                    SFX(split_line)(&x, (const int16_t *)s16[L / 4], 1, (const int16_t *)o16[L / 4], 32, qh + 64 * L,
                                     ql + 64 * L);
                 }
     }
