@@ -672,6 +672,58 @@ static void test_static_experts(void) {
             tnd_placement_free(&p);
         }
     }
+    /* The perf DB survives its cache file, the hot-expert table and the
+     * one-expert CPU times included. */
+    pf.pop = pop;
+    pf.n_expert = E;
+    pf.t_cpu_one = calloc((size_t)m->n_slices, sizeof(double));
+    for (int i = 0; i < m->n_slices; i++)
+        if (m->slices[i]->n_expert > 1) pf.t_cpu_one[i] = pf.t_cpu[i * TND_PERF_NK] / K;
+    char db[] = "/tmp/tnd_perf_XXXXXX";
+    int dfd = mkstemp(db);
+    CHECK(dfd >= 0, "temp file");
+    if (dfd >= 0) {
+        close(dfd);
+        tnd_perf back;
+        CHECK(tnd_perf_save(&pf, db) == TND_OK, "save: %s", tnd_last_error());
+        CHECK(tnd_perf_load(m, db, &back) == TND_OK, "load: %s", tnd_last_error());
+        double worst = 0;
+#define REL(a, b) fmax(worst, fabs((a) - (b)) / fmax(fabs(a), 1e-30))
+        for (int i = 0; back.t_cpu && i < m->n_slices; i++) {
+            for (int k = 0; k < TND_PERF_NK; k++) {
+                worst = REL(pf.t_cpu[i * TND_PERF_NK + k], back.t_cpu[i * TND_PERF_NK + k]);
+                worst = REL(pf.t_gpu[i * TND_PERF_NK + k], back.t_gpu[i * TND_PERF_NK + k]);
+            }
+            worst = REL(pf.t_cpu_one[i], back.t_cpu_one[i]);
+        }
+        for (int i = 0; back.pop && i < L * E; i++) worst = REL(pop[i], back.pop[i]);
+#undef REL
+        CHECK(back.t_cpu && back.pop && back.n_expert == E && worst < 1e-5, "round trip: worst relative error %g",
+              worst);
+        tnd_perf_free(&back);
+        unlink(db);
+    }
+    /* A split layer's CPU part in a decode step: one-expert times in
+     * proportion (no fixed cost) predict exactly the routing share; a fixed
+     * cost per op makes the step dearer. */
+    tnd_placement p;
+    CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "placement");
+    if (tnd_static_place(m, &pf, dense + experts / 3, kv_layer, 64, 32, false, &p) == TND_OK) {
+        int n_split = 0;
+        for (int l = 0; l < L; l++) n_split += p.split[l];
+        double lin = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
+        double *one = pf.t_cpu_one;
+        pf.t_cpu_one = NULL;
+        double share = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
+        pf.t_cpu_one = one;
+        for (int i = 0; i < m->n_slices; i++) one[i] *= 3;
+        double fixed = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
+        CHECK(n_split > 0 && fabs(lin - share) <= 1e-9 * share && fixed > share,
+              "split decode: %d split layers, linear %.9g vs share %.9g, with fixed cost %.9g", n_split, lin, share,
+              fixed);
+    }
+    tnd_placement_free(&p);
+    free(pf.t_cpu_one);
     free(pop);
     free(pf.t_cpu);
     free(pf.t_gpu);

@@ -82,6 +82,8 @@ static void build_from_hw(const tnd_model *m, const tnd_hw *hw, tnd_perf *pf) {
             *T(pf->t_cpu, i, k) = tnd_hw_op_time_cpu(hw, &op);
             *T(pf->t_gpu, i, k) = tnd_hw_op_time_gpu(hw, &op);
         }
+        /* the cost model reads weights per chosen expert: linear */
+        if (m->slices[i]->n_expert > 1) pf->t_cpu_one[i] = *T(pf->t_cpu, i, 0) / TND_MAX(m->hp.n_expert_used, 1);
     }
     for (int k = 0; k < TND_PERF_NK; k++) {
         int nt = tnd_perf_nt[k];
@@ -275,6 +277,18 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
             else if (k == 0) {
                 M->evict = evict;
                 tc = time_cpu(M, &op, 5);
+                if (w->n_expert > 1 && tc >= 0 && hp->n_expert_used <= 64) {
+                    /* the token's first expert only, the others skipped */
+                    int n_used = TND_MAX(hp->n_expert_used, 1);
+                    int32_t keep[64];
+                    memcpy(keep, ids, sizeof(int32_t) * (size_t)n_used);
+                    for (int u = 1; u < n_used; u++) ids[u] = -1;
+                    op.p.mmid.skip = true;
+                    pf->t_cpu_one[i] = time_cpu(M, &op, 5);
+                    op.p.mmid.skip = false;
+                    memcpy(ids, keep, sizeof(int32_t) * (size_t)n_used);
+                    if (pf->t_cpu_one[i] < 0) tc = -1;
+                }
                 M->evict = NULL;
             } else tc = time_cpu(M, &op, 1);
             if (tc < 0) st = tnd_fail_wrap(TND_ERR_BACKEND, "profiling on the CPU: ");
@@ -300,6 +314,7 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
         if (rep[i] < 0 || rep[i] == i) continue;
         memcpy(T(pf->t_cpu, i, 0), T(pf->t_cpu, rep[i], 0), sizeof(double) * TND_PERF_NK);
         memcpy(T(pf->t_gpu, i, 0), T(pf->t_gpu, rep[i], 0), sizeof(double) * TND_PERF_NK);
+        pf->t_cpu_one[i] = pf->t_cpu_one[rep[i]];
     }
     free(rep);
     tnd_aligned_free(evict);
@@ -403,8 +418,9 @@ tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu
     pf->n_slices = m->n_slices;
     pf->n_layer = m->hp.n_layer;
     pf->t_cpu = tnd_calloc((size_t)m->n_slices * TND_PERF_NK + 1, sizeof(double));
+    pf->t_cpu_one = tnd_calloc((size_t)m->n_slices + 1, sizeof(double));
     pf->t_gpu = tnd_calloc((size_t)m->n_slices * TND_PERF_NK + 1, sizeof(double));
-    if (!pf->t_cpu || !pf->t_gpu) {
+    if (!pf->t_cpu || !pf->t_gpu || !pf->t_cpu_one) {
         tnd_perf_free(pf);
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     }
@@ -437,9 +453,10 @@ tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu
 
 void tnd_perf_free(tnd_perf *pf) {
     free(pf->t_cpu);
+    free(pf->t_cpu_one);
     free(pf->t_gpu);
     free(pf->pop);
-    pf->t_cpu = pf->t_gpu = pf->pop = NULL;
+    pf->t_cpu = pf->t_gpu = pf->pop = pf->t_cpu_one = NULL;
 }
 
 /* ---- cache ---------------------------------------------------------------------- */
@@ -489,7 +506,7 @@ tnd_status tnd_perf_save(const tnd_perf *pf, const char *path) {
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return tnd_fail(TND_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "tandem-perf 2\nslices %d\nlayers %d\nexperts %d\nsource %s\n", pf->n_slices, pf->n_layer,
+    fprintf(f, "tandem-perf 3\nslices %d\nlayers %d\nexperts %d\nsource %s\n", pf->n_slices, pf->n_layer,
             pf->pop ? pf->n_expert : 0, pf->source);
     fprintf(f, "bw %.6e %.6e %.6e\nlat %.6e\n", pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat);
     fprintf(f, "attn %.6e %.6e %.6e %.6e %.6e %.6e\n", pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0],
@@ -497,8 +514,8 @@ tnd_status tnd_perf_save(const tnd_perf *pf, const char *path) {
     fprintf(f, "other %.6e %.6e %.6e %.6e %.6e %.6e\n", pf->other_cpu[0], pf->other_cpu[1], pf->other_cpu[2],
             pf->other_gpu[0], pf->other_gpu[1], pf->other_gpu[2]);
     for (int i = 0; i < pf->n_slices; i++)
-        fprintf(f, "s %d %.6e %.6e %.6e %.6e %.6e %.6e\n", i, *T(pf->t_cpu, i, 0), *T(pf->t_cpu, i, 1),
-                *T(pf->t_cpu, i, 2), *T(pf->t_gpu, i, 0), *T(pf->t_gpu, i, 1), *T(pf->t_gpu, i, 2));
+        fprintf(f, "s %d %.6e %.6e %.6e %.6e %.6e %.6e %.6e\n", i, *T(pf->t_cpu, i, 0), *T(pf->t_cpu, i, 1),
+                *T(pf->t_cpu, i, 2), *T(pf->t_gpu, i, 0), *T(pf->t_gpu, i, 1), *T(pf->t_gpu, i, 2), pf->t_cpu_one[i]);
     for (int l = 0; pf->pop && l < pf->n_layer; l++) {
         fputc('p', f);
         for (int e = 0; e < pf->n_expert; e++) fprintf(f, " %.6e", pf->pop[(size_t)l * pf->n_expert + e]);
@@ -519,7 +536,7 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf) {
     int ns = -1, nl = -1, ok = 1;
     char line[512];
     int ne = -1;
-    ok &= fgets(line, sizeof line, f) && !strncmp(line, "tandem-perf 2", 13);
+    ok &= fgets(line, sizeof line, f) && !strncmp(line, "tandem-perf 3", 13);
     ok &= fscanf(f, "slices %d\nlayers %d\nexperts %d\n", &ns, &nl, &ne) == 3 && ns == m->n_slices &&
           nl == m->hp.n_layer && (ne == 0 || ne == m->hp.n_expert);
     if (ok) {
@@ -527,7 +544,8 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf) {
         pf->n_layer = nl;
         pf->t_cpu = tnd_calloc((size_t)ns * TND_PERF_NK + 1, sizeof(double));
         pf->t_gpu = tnd_calloc((size_t)ns * TND_PERF_NK + 1, sizeof(double));
-        ok &= pf->t_cpu && pf->t_gpu;
+        pf->t_cpu_one = tnd_calloc((size_t)ns + 1, sizeof(double));
+        ok &= pf->t_cpu && pf->t_gpu && pf->t_cpu_one;
     }
     ok = ok && fgets(line, sizeof line, f) && !strncmp(line, "source ", 7);
     if (ok) snprintf(pf->source, sizeof pf->source, "%.*s", (int)strcspn(line + 7, "\n"), line + 7);
@@ -538,8 +556,9 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf) {
                       &pf->other_gpu[0], &pf->other_gpu[1], &pf->other_gpu[2]) == 6;
     for (int i = 0; ok && i < ns; i++) {
         int id;
-        ok = fscanf(f, "s %d %lf %lf %lf %lf %lf %lf\n", &id, T(pf->t_cpu, i, 0), T(pf->t_cpu, i, 1), T(pf->t_cpu, i, 2),
-                    T(pf->t_gpu, i, 0), T(pf->t_gpu, i, 1), T(pf->t_gpu, i, 2)) == 7 && id == i;
+        ok = fscanf(f, "s %d %lf %lf %lf %lf %lf %lf %lf\n", &id, T(pf->t_cpu, i, 0), T(pf->t_cpu, i, 1),
+                    T(pf->t_cpu, i, 2), T(pf->t_gpu, i, 0), T(pf->t_gpu, i, 1), T(pf->t_gpu, i, 2),
+                    &pf->t_cpu_one[i]) == 8 && id == i;
     }
     if (ok && ne > 0) {
         pf->n_expert = ne;
@@ -622,11 +641,26 @@ static split_cost split_times(const tnd_model *m, const tnd_perf *pf, const tnd_
     const tnd_layer *L = &m->layers[l];
     const tnd_weight *ex[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     double g = tnd_perf_gpu_share(m, pf, p, l), chosen = experts_chosen(m, pf, p, l, TND_SIDE_CPU, nt);
+    /* A GPU expert op over many tokens runs one GEMM per chosen expert, so
+     * its time follows the experts it has more than its routings; a decode
+     * step's single kernel follows the routings. */
+    double fg = g;
+    if (nt > 8) {
+        double cg = experts_chosen(m, pf, p, l, TND_SIDE_GPU, nt);
+        fg = cg + chosen > 0 ? cg / (cg + chosen) : g;
+    }
+    /* The CPU part of a decode step: between one chosen expert (t_cpu_one,
+     * which carries the op's fixed cost) and all n_used of them, by the
+     * expected number it gets. */
+    double k = TND_MAX(m->hp.n_expert_used, 1), n_cpu = (1 - g) * k;
     split_cost sc = {0, 0, 0, 0};
     for (int q = 0; q < 3; q++) {
-        sc.tg += g * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_GPU, nt);
-        sc.tc += (1 - g) * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_CPU, nt);
-        sc.tcg += (1 - g) * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_GPU, nt);
+        int id = ex[q]->id;
+        double tcpu = tnd_perf_slice_time(pf, id, TND_SIDE_CPU, nt), one = pf->t_cpu_one ? pf->t_cpu_one[id] : 0;
+        sc.tg += fg * tnd_perf_slice_time(pf, id, TND_SIDE_GPU, nt);
+        sc.tc += nt == 1 && one > 0 && k > 1 && n_cpu > 0 ? one + (tcpu - one) * fmax(n_cpu - 1, 0) / (k - 1)
+                                                        : (1 - g) * tcpu;
+        sc.tcg += (1 - fg) * tnd_perf_slice_time(pf, id, TND_SIDE_GPU, nt);
         sc.bytes += (double)ex[q]->t->nbytes / ex[q]->n_expert * chosen;
     }
     return sc;

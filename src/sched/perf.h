@@ -21,6 +21,9 @@ extern const int tnd_perf_nt[TND_PERF_NK];
 typedef struct tnd_perf {
     int n_slices, n_layer;
     double *t_cpu, *t_gpu;            /* [n_slices][TND_PERF_NK] seconds; 0 for small slices */
+    double *t_cpu_one;                /* [n_slices] expert slices: CPU seconds of a decode step whose token
+                                         chose one of them (a split layer's CPU part, with only some of the
+                                         chosen experts, costs between this and t_cpu); 0 otherwise */
     double attn_cpu[TND_PERF_NK], attn_gpu[TND_PERF_NK];   /* one layer's attention */
     double other_cpu[TND_PERF_NK], other_gpu[TND_PERF_NK]; /* one layer's weightless ops */
     double b_pcie, b_cpu, b_hbm;      /* bytes/s: pinned host->GPU, CPU read, GPU memory */
