@@ -242,6 +242,11 @@ int main(int argc, char **argv) {
             static const int cps[][2] = {{3, 1}, {4, 1}, {6, 1}, {3, 2}, {4, 2}};
             static const int cpg[][5] = {{4, 1, 4, 1, -1}, {2, 2, 4, 1, -1}, {4, 2, 3, 1, -1}, {4, 1, 4, 1, 1},
                                          {4, 1, 4, 1, 2},  {2, 2, 4, 1, 2},  {4, 1, 6, 2, 1}};
+            int cpd[6];
+            if (cp && tnd_cu_matvec_f16cp_shape(n_in, n_out, 1, cpd))
+                printf("| %s | %lldx%lld | | f16cp default: MB%d KW%d NS%d SBS%d grid %d (%d blocks/SM resident) | | | | |\n",
+                       tnd_type_name(t), (long long)n_in, (long long)n_out, cpd[0], cpd[1], cpd[2], cpd[3], cpd[4],
+                       cpd[5]);
             if (cp) {
                 ADDV(V_F16CP, 0, 0, 0, 0, 0, 0, 0);
                 for (size_t i = 0; i < sizeof cpw / sizeof cpw[0]; i++)
@@ -269,8 +274,10 @@ int main(int argc, char **argv) {
             if (cp) { /* probes: pattern in VR, its shape in VP */
                 ADDV(V_PROBE, 0, 0, 4, 0, 0, 0, 0);
                 ADDV(V_PROBE, 0, 0, 8, 0, 0, 0, 0);
-                static const int pm[][2] = {{0, 0}, {4, 1}, {2, 2}, {4, 2}, {8, 1}};
-                for (size_t i = 0; i < sizeof pm / sizeof pm[0]; i++) ADDV(V_PROBE, 1, 0, pm[i][0], pm[i][1], 0, 0, 0);
+                static const int pm[][3] = {{0, 0, 0}, {4, 1, 0}, {2, 2, 0}, {4, 2, 0}, {8, 1, 0},
+                                            {0, 0, 1}, {4, 2, 1}, {8, 1, 1}};
+                for (size_t i = 0; i < sizeof pm / sizeof pm[0]; i++)
+                    ADDV(V_PROBE, 1, 0, pm[i][0], pm[i][1], pm[i][2], 0, 0);
                 static const int pc[][5] = {{0, 0, 0, 0, 0}, {4, 1, 3, 1, 0}, {4, 1, 4, 1, 0}, {4, 1, 6, 1, 0},
                                             {4, 1, 4, 2, 0}, {2, 2, 4, 1, 0}, {8, 1, 3, 1, 0}, {4, 2, 3, 2, 0},
                                             {4, 1, 4, 1, -1}, {4, 1, 4, 1, 1}};
@@ -301,7 +308,8 @@ int main(int argc, char **argv) {
                     snprintf(var, sizeof var, "f16cp MB%d KW%d NS%d SBS%d G%d%s", P[0], P[1], P[2], P[3], P[4],
                              P[5] ? " bulk" : "");
                 else if (VK[v] == V_PROBE && VR[v] == 0) snprintf(var, sizeof var, "probe contiguous B%d/SM", P[0]);
-                else if (VK[v] == V_PROBE && VR[v] == 1) snprintf(var, sizeof var, "probe f16mma MB%d KW%d", P[0], P[1]);
+                else if (VK[v] == V_PROBE && VR[v] == 1)
+                    snprintf(var, sizeof var, "probe f16mma MB%d KW%d%s", P[0], P[1], P[2] ? " max-resident" : "");
                 else if (VK[v] == V_PROBE)
                     snprintf(var, sizeof var, "probe f16cp MB%d KW%d NS%d SBS%d G%d%s", P[0], P[1], P[2], P[3], P[4],
                              P[5] ? " bulk" : "");

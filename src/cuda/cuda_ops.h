@@ -97,12 +97,17 @@ bool tnd_cu_matvec_f16cp_supported(int type, int64_t n_in, int n_tok);
 int tnd_cu_matvec_f16cp(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                         int tiles_per_block, int ksplit, int stages, int sb_per_stage, int blocks, int bulk,
                         tnd_cu_stream stream);
+/* The default f16cp launch for this shape: shape[0..5] = tiles per block,
+ * warps per tile, stages, super-blocks per stage, grid, resident blocks per
+ * SM; false if f16cp cannot take it. */
+bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok, int *shape);
 /* Bandwidth probe for the bench: reads a Q4_K matrix's bytes as pattern 0
  * (contiguous, fully coalesced; a: blocks of 256 threads per SM, 0: 4), 1
- * (k_mvh_q4k's loads, MB = a, KW = b) or 2 (f16cp's ring: a..d, g, bulk as
- * tnd_cu_matvec_f16cp's shape arguments), with x staged as the kernels do
- * (n_tok 1), the data XORed into a sink instead of decoded. y is not
- * written (but must be valid). */
+ * (k_mvh_q4k's loads, MB = a, KW = b; c = 1: as many blocks per SM as fit
+ * the probe, else no more than k_mvh_q4k's) or 2 (f16cp's ring: a..d, g,
+ * bulk as tnd_cu_matvec_f16cp's shape arguments, as resident as the
+ * kernel), with x staged as the kernels do (n_tok 1), the data XORed into
+ * a sink instead of decoded. y is not written (but must be valid). */
 int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y, int a,
                         int b, int c, int d, int g, int bulk, tnd_cu_stream stream);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];

@@ -1533,12 +1533,25 @@ static int mvc_prepare(void) {
     cudaError_t e = cudaSuccess;
     for (int k = 0; k < 4 && e == cudaSuccess; k++)
         e = cudaFuncSetAttribute(mvc_kernel_of(k & 1, k >> 1), cudaFuncAttributeMaxDynamicSharedMemorySize, max);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_mvh_q4k_t<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)(MVH_XS_MAX + 8 * 32 * 16));
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mvh_q4k_t<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, max);
     if (e != cudaSuccess) return (int)e;
     attr_set[dev] = true;
     return 0;
+}
+
+/* Dynamic shared bytes (>= smem) with which no more than occ blocks fit
+ * per SM: the probes need fewer registers than the kernels they mimic and
+ * would otherwise run more blocks at once. */
+static size_t mvc_pad_smem(size_t smem, int occ) {
+    int dev = 0, per_sm = 0, reserved = 0;
+    if (occ <= 0 || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
+        return smem;
+    size_t p = ((size_t)per_sm / (size_t)occ - (size_t)reserved) & ~(size_t)1023;
+    const size_t max = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    if (p > max) p = max;
+    return p > smem ? p : smem;
 }
 
 /* Resident blocks of k_mvc_q4k per SM for this block and shared size
@@ -1670,9 +1683,20 @@ static int launch_mvc(bool probe, const void *W, int64_t n_in, int64_t n_out, co
     const int64_t grid = mvc_grid(groups, occ, G);
     if (grid <= 0 || grid > 0x7fffffff) return cudaErrorInvalidValue;
     const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
-    mvc_kernel_of(probe, bulk != 0)<<<(unsigned)grid, 32 * MB * KW, smem, st>>>((const uint8_t *)W, rb, n_in, n_out, x,
-                                                                              n_tok, y, MB, KW, NS, SBS);
+    mvc_kernel_of(probe, bulk != 0)<<<(unsigned)grid, 32 * MB * KW, probe ? mvc_pad_smem(smem, occ) : smem, st>>>(
+        (const uint8_t *)W, rb, n_in, n_out, x, n_tok, y, MB, KW, NS, SBS);
     return (int)cudaGetLastError();
+}
+
+extern "C" bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok, int *shape) {
+    if (!shape || n_out <= 0 || !mvc_supported(TND_TYPE_Q4_K, n_in, n_tok)) return false;
+    mvc_shape(n_in, n_out, n_tok, &shape[0], &shape[1], &shape[2], &shape[3]);
+    const size_t smem = mvc_smem(n_in, n_tok, shape[0], shape[1], shape[2], shape[3]);
+    const int64_t tiles = (n_out + 15) / 16, groups = (tiles + shape[0] - 1) / shape[0];
+    const int occ = mvc_occupancy(shape[0] * shape[1], smem, false);
+    shape[4] = (int)mvc_grid(groups, occ, 0);
+    shape[5] = occ;
+    return occ > 0;
 }
 
 extern "C" int tnd_cu_matvec_f16cp(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
@@ -1708,8 +1732,11 @@ extern "C" int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int
         if (MB <= 0 || KW <= 0) mvh_shape(TND_CU_MV_F16MMA, TND_TYPE_Q4_K, n_in, n_out, 1, &MB, &KW);
         if (MB * KW > 8) return cudaErrorInvalidValue;
         const int64_t tiles = (n_out + 15) / 16;
-        k_mvh_q4k_t<true><<<(unsigned)((tiles + MB - 1) / MB), 32 * MB * KW, mvh_smem(TND_CU_MV_F16MMA, n_in, 1, MB * KW),
-                            st>>>((const uint8_t *)W, rb, n_in, n_out, x, 1, y, MB, KW);
+        size_t smem = mvh_smem(TND_CU_MV_F16MMA, n_in, 1, MB * KW);
+        if (!c) /* as resident as k_mvh_q4k (c = 1: as many blocks as fit) */
+            smem = mvc_pad_smem(smem, mvh_occupancy(TND_CU_MV_F16MMA, TND_TYPE_Q4_K, MB * KW, smem));
+        k_mvh_q4k_t<true><<<(unsigned)((tiles + MB - 1) / MB), 32 * MB * KW, smem, st>>>((const uint8_t *)W, rb, n_in,
+                                                                                           n_out, x, 1, y, MB, KW);
         return (int)cudaGetLastError();
     }
     if (pattern == 2) return launch_mvc(true, W, n_in, n_out, x, 1, y, a, b, c, d, g, bulk, st);
