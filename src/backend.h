@@ -141,7 +141,11 @@ typedef struct tnd_op {
         struct { int32_t n_head, n_head_kv, head_dim, pos0; float scale; int32_t window; float softcap; } attn;
         struct { float s; } scale;   /* SOFTMAX (0 is taken as 1) and SCALE */
         struct { int32_t n_used, mode; bool norm; } route;
-        struct { bool skip; } mmid;  /* MATMUL_ID: some ids may be -1 */
+        struct {
+            bool skip;                /* some ids may be -1 */
+            const int32_t *ids_host;  /* optional: the ids, current on the host (a backend that groups
+                                         pairs by expert on the host then needs no read-back) */
+        } mmid;                       /* MATMUL_ID */
     } p;
 } tnd_op;
 

@@ -1334,6 +1334,18 @@ int main(int argc, char **argv) {
     test_attn(1, 8, 4, 128, 1000, 50.0f, 0);  /* gemma-style soft-capping */
     test_attn(1, 8, 4, 128, 1000, 0, 300);    /* sliding window, decode */
     test_attn(17, 6, 2, 64, 200, 30.0f, 64);  /* both, prefill chunk crossing the window edge */
+    test_attn(512, 40, 8, 128, 0, 0, 0);      /* tensor-core prefill (n_tok >= 16): Qwen3-14B-like chunk */
+    test_attn(2048, 32, 4, 128, 0, 0, 0);     /* Qwen3-30B-A3B-like 2048-token chunk from empty */
+    test_attn(100, 32, 4, 128, 900, 0, 0);    /* pos0 > 0 with a chunk: key splits and the combine pass */
+    test_attn(16, 40, 8, 128, 3000, 0, 0);    /* smallest tensor-core chunk, long context, many splits */
+    test_attn(77, 10, 2, 80, 130, 0, 0);      /* head_dim 80, ratio 5 */
+    test_attn(40, 16, 2, 256, 70, 0, 0);      /* head_dim 256, ratio 8 */
+    test_attn(33, 16, 1, 64, 20, 0, 0);       /* ratio 16 */
+    test_attn(70, 8, 8, 96, 500, 0, 100);     /* ratio 1, window over several tiles */
+    test_attn(50, 8, 4, 128, 200, 50.0f, 64); /* soft-cap and window, tensor-core path */
+    test_attn(20, 6, 2, 72, 10, 0, 0);        /* head_dim 72: no tensor-core kernel, k_attn */
+    test_attn(1, 32, 4, 128, 1023, 0, 0);     /* decode over 1024 rows, 30B-A3B heads (32-key splits) */
+    test_attn(1, 40, 8, 128, 20000, 0, 0);    /* decode, long context */
 
     test_softmax(1001, 3, 0.7f);
     test_softmax(7, 17, 1.0f);

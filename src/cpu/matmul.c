@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/matmul_amx.h"
 #include "cpu/matmul_impl.h"
 #include "util.h"
 
@@ -289,6 +290,9 @@ void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_i
          * far less than the scalar path. */
         if ((n_tok >= TND_GEMM_MIN_TOK || !j.fn) && n_in % TND_CHUNK == 0) j.gemm = k->mm[wt].gemm;
     }
+    /* AMX prefill kernels (matmul_amx.c) take over where the CPU has them */
+    tnd_gemm_kernel amx = n_in % TND_CHUNK == 0 ? tnd_cpu_amx_select(wt, n_tok) : NULL;
+    if (amx) j.gemm = amx;
     j.act = tr->vec_dot_type;
     size_t aux_bytes = j.gemm ? (size_t)(n_in / TND_CHUNK) * (size_t)n_tok * sizeof(tnd_act_aux) : 0;
     if (tr->vec_dot_type == TND_TYPE_F32) {

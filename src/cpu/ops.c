@@ -97,7 +97,9 @@ static void attn_worker(void *arg, int ith, int nth) {
 #endif
     int64_t kv_stride = (int64_t)n_kv * hd;
     int n_pos_max = a->pos0 + a->n_tok;
-    float *scores = malloc(sizeof(float) * (size_t)n_pos_max + sizeof(float) * (size_t)hd);
+    /* the thread's reusable scratch (a malloc per call, freed at once, can
+     * make glibc trim and re-fault a thread's arena every decode step) */
+    float *scores = tnd_cpu_tls_buf(1, sizeof(float) * (size_t)n_pos_max + sizeof(float) * (size_t)hd);
     if (!scores) return; /* cannot happen in practice; output stays unwritten */
     float *acc = scores + n_pos_max;
     int total = a->n_tok * a->n_head;
@@ -126,7 +128,6 @@ static void attn_worker(void *arg, int ith, int nth) {
         float *o = a->out + (int64_t)t * a->n_head * hd + (int64_t)h * hd;
         for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
     }
-    free(scores);
 }
 
 void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a) {

@@ -1,6 +1,7 @@
 /* Causal attention over an f16 KV cache: split-K over the keys ("flash
- * decoding") plus a combine pass; serves decode (n_tok = 1) and prefill
- * chunks alike.
+ * decoding") plus a combine pass. k_attn serves decode (n_tok < FA_MIN_TOK)
+ * and every shape the tensor-core prefill kernel k_attn_tc (below) does not
+ * take; TND_CUDA_ATTN=old sends every call to k_attn.
  *
  * A block owns one kv head, one query token and one key range; it computes
  * all the q heads of that kv head's GQA group together, so each K/V row is
@@ -12,6 +13,10 @@
  * The key range is split only as far as needed to fill the GPU (decode has
  * few (head, token) pairs, prefill many).
  */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/attn_tc.cuh"
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
 
@@ -19,7 +24,12 @@
 #define AT_THREADS 128
 #define AT_MAXO 32      /* outputs per thread: ratio * head_dim <= 32 * 128 */
 #define AT_MAX_RATIO 16
-#define AT_TARGET_BLOCKS 264
+/* Decode has few (kv head, token) pairs: the keys are split into ranges of
+ * AT_SPLIT_MIN keys or more until about 4 blocks per SM (132 on the H200)
+ * are in flight; whole AT_C tiles per range left decode with ~64 blocks each
+ * walking 128+ keys serially (119 us per layer at 1024 rows). */
+#define AT_TARGET_BLOCKS 528
+#define AT_SPLIT_MIN 32
 
 __global__ void __launch_bounds__(AT_THREADS)
 k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *__restrict__ V,
@@ -148,14 +158,153 @@ __global__ void k_attn_combine(const float *__restrict__ part, float *__restrict
     }
 }
 
+/* ---- tensor-core prefill (attn_tc.cuh has the layout) ----------------------
+ * Why: k_attn re-reads every K/V row for every query and runs its dot
+ * products on CUDA cores with a warp reduction per (key, head): ~4 TFLOP/s,
+ * 8.1 ms per layer for a 2048-token chunk. Here a block stages a 64-key K/V
+ * tile in shared memory once for its 64 (token, head) rows, and Q K^T and
+ * P V run on mma.sync. Tiles wholly above the diagonal are never visited
+ * (the block's key range ends at its last token), tiles wholly masked for a
+ * warp are skipped by that warp. */
+#define FA_MIN_TOK 16       /* fewer queries: k_attn (decode-shaped) */
+#define FA_TARGET_BLOCKS 264 /* 2 per SM; split the keys only below that */
+
+__device__ __forceinline__ void fa_mma(float (&d)[4], const uint32_t (&a)[4], uint2 b) {
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+#endif
+}
+
+/* grid (n_split, row tiles, n_head_kv); FA_THREADS threads; fa_smem_bytes(HD) */
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS)
+k_attn_tc(const float *__restrict__ q, const uint16_t *__restrict__ K, const uint16_t *__restrict__ V,
+          float *__restrict__ o, float *__restrict__ part, int64_t n_tok, int n_head, int n_head_kv, int64_t pos0,
+          float scale, float softcap, int64_t window, int n_split, int64_t per) {
+    extern __shared__ uint4 fa_smem[];
+    const int ld = HD + FA_PAD, ldv = FA_BK + FA_PAD;
+    uint16_t *qh = (uint16_t *)fa_smem, *ql = qh + FA_BQ * ld, *ks = ql + FA_BQ * ld, *vt = ks + FA_BK * ld;
+    const int c = blockIdx.x, g = blockIdx.z;
+    const int ratio = n_head / n_head_kv;
+    const fa_geom b = fa_block(blockIdx.y, c, per, n_tok, ratio, pos0, window);
+    const int64_t kv_stride = (int64_t)n_head_kv * HD;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+    for (int i = tid; i < FA_BQ * HD; i += FA_THREADS) fa_stage_q(i, q, qh, ql, b.r0, b.M, ratio, n_head, g, HD, scale);
+
+    const int64_t wr0 = b.r0 + 16 * w;
+    const bool wact = wr0 < b.M;
+    const int64_t tw0 = wr0 / ratio, tw1 = (wr0 + 15 < b.M ? wr0 + 15 : b.M - 1) / ratio;
+    const int64_t wlo = fa_lo(tw0, pos0, window), whi = pos0 + tw1;
+    float O[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
+    const uint16_t *qwh = qh + 16 * w * ld, *qwl = ql + 16 * w * ld;
+
+    for (int64_t kt = b.kb; kt < b.ke; kt += FA_BK) {
+        const int nk = (int)(b.ke - kt < FA_BK ? b.ke - kt : FA_BK);
+        __syncthreads(); /* the previous tile is read (and Q staged) */
+        for (int i = tid; i < FA_BK * HD / 4; i += FA_THREADS) {
+            fa_stage_k(i, K, ks, kt, nk, kv_stride, g, HD);
+            fa_stage_v(i, V, vt, kt, nk, kv_stride, g, HD);
+        }
+        __syncthreads();
+        /* warp-uniform: rows past the end, or a tile wholly masked for the warp */
+        if (!wact || kt > whi || kt + nk <= wlo) continue;
+        float S[FA_BK / 8][4];
+#pragma unroll
+        for (int j = 0; j < FA_BK / 8; j++) S[j][0] = S[j][1] = S[j][2] = S[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t ah[4], al[4];
+            fa_afrag(qwh, ld, kk, gq, tq, ah);
+            fa_afrag(qwl, ld, kk, gq, tq, al);
+#pragma unroll
+            for (int j = 0; j < FA_BK / 8; j++) {
+                const uint2 bk = fa_bfrag(ks, ld, j, kk, gq, tq);
+                fa_mma(S[j], ah, bk);
+                fa_mma(S[j], al, bk);
+            }
+        }
+        float mx[2];
+        fa_mask(S, wr0, gq, tq, kt, nk, b.M, ratio, pos0, window, softcap, mx);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        }
+        fa_softmax<HD>(S, O, m, l, mx);
+#pragma unroll
+        for (int s = 0; s < FA_BK / 16; s++) {
+            uint32_t ah[4], al[4];
+            fa_pfrag(S, s, ah, al);
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                const uint2 bv = fa_bfrag(vt, ldv, n, s, gq, tq);
+                fa_mma(O[n], ah, bv);
+                fa_mma(O[n], al, bv);
+            }
+        }
+    }
+    if (!wact) return;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+    fa_store<HD>(O, m, l, wr0, gq, tq, b.M, ratio, n_head, g, n_split, c, o, part);
+}
+
+/* TND_CUDA_ATTN=old: k_attn for every call (a way out without a rebuild) */
+static bool attn_old_only() {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TND_CUDA_ATTN");
+        v = e && !strcmp(e, "old") ? 1 : 0;
+    }
+    return v == 1;
+}
+
+template <int HD>
+static int attn_tc_launch(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok, int n_head,
+                          int n_head_kv, int64_t pos0, float scale, float softcap, int64_t window, void *scratch,
+                          size_t scratch_size, cudaStream_t st) {
+    /* > 48 KB of dynamic shared memory needs the opt-in, once per device */
+    static unsigned attr_set = 0;
+    const size_t smem = fa_smem_bytes(HD);
+    int dev = 0;
+    int e = (int)cudaGetDevice(&dev);
+    if (e) return e;
+    if (dev >= 32 || !(__atomic_load_n(&attr_set, __ATOMIC_RELAXED) & (1u << dev))) {
+        e = (int)cudaFuncSetAttribute(k_attn_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e) return e;
+        if (dev < 32) __atomic_fetch_or(&attr_set, 1u << dev, __ATOMIC_RELAXED);
+    }
+    const int ratio = n_head / n_head_kv;
+    const int64_t rtiles = (n_tok * ratio + FA_BQ - 1) / FA_BQ, n_kv_max = pos0 + n_tok;
+    const size_t per_split_bytes = (size_t)n_tok * n_head * (HD + 2) * sizeof(float);
+    int64_t per;
+    const int64_t ns = fa_splits(n_tok, ratio, n_head_kv, n_kv_max, FA_TARGET_BLOCKS,
+                                 (int64_t)(scratch_size / per_split_bytes), &per);
+    float *part = (float *)scratch;
+    dim3 grid((unsigned)ns, (unsigned)rtiles, (unsigned)n_head_kv);
+    k_attn_tc<HD><<<grid, FA_THREADS, smem, st>>>(q, K, V, o, part, n_tok, n_head, n_head_kv, pos0, scale, softcap,
+                                                  window, (int)ns, per);
+    e = (int)cudaGetLastError();
+    if (e || ns == 1) return e;
+    k_attn_combine<<<(unsigned)(n_tok * n_head), HD >= 128 ? 128 : HD, 0, st>>>(part, o, HD, (int)ns);
+    return (int)cudaGetLastError();
+}
+
 static int attn_splits(int64_t n_tok, int n_head_kv, int64_t n_kv_max, int64_t *per_split) {
     int64_t base = n_tok * n_head_kv;
     int64_t ns = (AT_TARGET_BLOCKS + base - 1) / base;
-    int64_t tiles = (n_kv_max + AT_C - 1) / AT_C;
-    if (ns > tiles) ns = tiles;
+    int64_t chunks = (n_kv_max + AT_SPLIT_MIN - 1) / AT_SPLIT_MIN;
+    if (ns > chunks) ns = chunks;
     if (ns < 1) ns = 1;
     int64_t per = (n_kv_max + ns - 1) / ns;
-    per = (per + AT_C - 1) / AT_C * AT_C; /* whole tiles per split */
+    per = (per + AT_SPLIT_MIN - 1) / AT_SPLIT_MIN * AT_SPLIT_MIN; /* k_attn takes any range; whole warps' worth */
     *per_split = per;
     return (int)((n_kv_max + per - 1) / per);
 }
@@ -175,12 +324,36 @@ extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V,
         return cudaErrorInvalidValue;
     int ratio = n_head / n_head_kv;
     if (ratio * head_dim > AT_MAXO * AT_THREADS) return cudaErrorInvalidValue;
+    cudaStream_t st = (cudaStream_t)stream;
+    /* 8-byte K/V loads (rows start at multiples of head_dim, a multiple of
+     * 16) and 8-byte o / scratch stores */
+    if (n_tok >= FA_MIN_TOK && !attn_old_only() &&
+        (((uintptr_t)K | (uintptr_t)V | (uintptr_t)o | (uintptr_t)scratch) & 7) == 0) {
+        switch (head_dim) {
+        case 64:
+            return attn_tc_launch<64>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,
+                                      scratch_size, st);
+        case 80:
+            return attn_tc_launch<80>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,
+                                      scratch_size, st);
+        case 96:
+            return attn_tc_launch<96>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,
+                                      scratch_size, st);
+        case 128:
+            return attn_tc_launch<128>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,
+                                       scratch_size, st);
+        case 256:
+            return attn_tc_launch<256>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,
+                                       scratch_size, st);
+        default:
+            break; /* other head sizes: k_attn */
+        }
+    }
     int64_t n_kv_max = pos0 + n_tok, per;
     int ns = attn_splits(n_tok, n_head_kv, n_kv_max, &per);
     size_t need = (size_t)n_tok * n_head * ns * (head_dim + 2) * sizeof(float);
     if (scratch_size < need) return cudaErrorInvalidValue;
     size_t smem = (size_t)ratio * (head_dim + AT_C + 3) * sizeof(float);
-    cudaStream_t st = (cudaStream_t)stream;
     dim3 grid((unsigned)ns, (unsigned)n_head_kv, (unsigned)n_tok);
     float *part = (float *)scratch;
     k_attn<<<grid, AT_THREADS, smem, st>>>(q, (const __half *)K, (const __half *)V, part, n_head, n_head_kv,

@@ -51,6 +51,7 @@ typedef struct cu_ctx {
     size_t n_hosts, cap_hosts;
 } cu_ctx;
 
+#define CU_STAGES 4
 struct tnd_stream {
     cudaStream_t s;
     void *scratch;
@@ -58,6 +59,15 @@ struct tnd_stream {
     cublasHandle_t blas;
     void *blas_ws;
     uint64_t blas_own; /* device memory the cuBLAS handle took for itself, charged to the budget */
+    /* Pinned, mapped staging for the grouped expert matmul's pair lists: a
+     * pageable upload would queue on the copy engine behind the weight
+     * copies of the transfer stream (milliseconds during prefill); an SM
+     * copy out of mapped memory does not. A ring, each piece reused once the
+     * kernels that read it are done (its event). */
+    int32_t *stage_h[CU_STAGES], *stage_d[CU_STAGES];
+    cudaEvent_t stage_ev[CU_STAGES];
+    size_t stage_cap; /* int32s per piece */
+    int stage_next;
 };
 struct tnd_event {
     cudaEvent_t e;
@@ -314,8 +324,40 @@ static void cu_stream_free(tnd_backend *b, tnd_stream *s) {
     pthread_mutex_unlock(&c->mu);
     cu_free_raw(c, s->blas_ws);
     cu_free_raw(c, s->scratch);
+    for (int i = 0; i < CU_STAGES; i++) {
+        if (s->stage_h[i]) cudaFreeHost(s->stage_h[i]);
+        if (s->stage_ev[i]) cudaEventDestroy(s->stage_ev[i]);
+    }
     cudaStreamDestroy(s->s);
     free(s);
+}
+
+/* The next staging piece of s with room for n int32s, free to overwrite
+ * (*idx: record stage_ev[*idx] on s after the work that reads it). */
+static tnd_status stage_take(tnd_stream *s, size_t n, int32_t **h, int32_t **d, int *idx) {
+    if (n > s->stage_cap) {
+        cudaError_t e = cudaStreamSynchronize(s->s); /* queued kernels may read the old pieces */
+        for (int i = 0; e == cudaSuccess && i < CU_STAGES; i++) {
+            if (s->stage_h[i]) cudaFreeHost(s->stage_h[i]);
+            s->stage_h[i] = s->stage_d[i] = NULL;
+            if (!s->stage_ev[i]) e = cudaEventCreateWithFlags(&s->stage_ev[i], cudaEventDisableTiming);
+            if (e == cudaSuccess) e = cudaHostAlloc((void **)&s->stage_h[i], n * sizeof(int32_t), cudaHostAllocMapped);
+            if (e == cudaSuccess) e = cudaHostGetDevicePointer((void **)&s->stage_d[i], s->stage_h[i], 0);
+        }
+        if (e != cudaSuccess) {
+            s->stage_cap = 0;
+            return cu_err(e, "pinned staging for expert ids");
+        }
+        s->stage_cap = n;
+    }
+    int i = s->stage_next;
+    s->stage_next = (i + 1) % CU_STAGES;
+    cudaError_t e = cudaEventSynchronize(s->stage_ev[i]); /* its last reader is done */
+    if (e != cudaSuccess) return cu_err(e, "waiting for a staging piece");
+    *h = s->stage_h[i];
+    *d = s->stage_d[i];
+    *idx = i;
+    return TND_OK;
 }
 
 static tnd_status cu_stream_sync(tnd_backend *b, tnd_stream *s) {
@@ -597,36 +639,47 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         bool per_slot = n_used > 1 && rows_of(&op->in[1]) == n_tok * n_used;
         const float *x = (const float *)op->in[1].data;
         const int32_t *ids_dev = (const int32_t *)op->in[2].data;
-        /* skipping ids (split layers, backend.h): the kernels give NaN rows
-         * for ids they do not know, so they compute into a temporary after
-         * their own scratch and only the kept rows are copied to y */
-        size_t pairs = (size_t)n_tok * (size_t)n_used, base = 0;
-        size_t tmp = op->p.mmid.skip ? (pairs * (size_t)n_out * 4 + 255) & ~(size_t)255 : 0;
+        /* skipping ids (split layers, backend.h): the decode kernels give NaN
+         * rows for ids they do not know, so they compute into a temporary
+         * after their own scratch and only the kept rows are copied to y;
+         * the grouped path writes only the kept rows itself */
+        size_t pairs = (size_t)n_tok * (size_t)n_used;
+        bool grouped = n_tok > CU_MATVEC_MAX_TOK;
+        size_t tmp = op->p.mmid.skip && !grouped ? (pairs * (size_t)n_out * 4 + 255) & ~(size_t)255 : 0;
         float *y = (float *)o->data;
-        if (n_tok <= CU_MATVEC_MAX_TOK) {
+        if (!grouped) {
             if (tmp && (st = ensure_scratch(c, s, tmp))) return st;
             if (tmp) y = (float *)s->scratch;
             e = tnd_cu_matvec_id(a->type, a->data, n_in, n_out, n_exp, x, per_slot, n_tok, ids_dev, n_used, y, cs);
         } else {
-            /* grouping needs the routing on the host: the planner waits for it
-             * anyway (an expert's copy starts once routing has chosen it) */
-            int32_t *ids = (int32_t *)malloc(pairs * sizeof(int32_t));
-            if (!ids) return tnd_fail(TND_ERR_NOMEM, "cuda matmul_id: out of host memory");
-            cudaError_t ce = cudaMemcpyAsync(ids, ids_dev, pairs * 4, cudaMemcpyDeviceToHost, cs);
-            if (ce == cudaSuccess) ce = cudaStreamSynchronize(cs);
-            if (ce != cudaSuccess) {
-                free(ids);
-                return cu_err(ce, "matmul_id: reading the routing");
+            /* grouping needs the routing on the host: the executor hands it
+             * over when it has it (split and promoted layers), else it is
+             * read back here, which waits for the queued work */
+            const int32_t *ids = op->p.mmid.ids_host;
+            int32_t *own = NULL;
+            if (!ids) {
+                if (!(own = (int32_t *)malloc(pairs * sizeof(int32_t))))
+                    return tnd_fail(TND_ERR_NOMEM, "cuda matmul_id: out of host memory");
+                cudaError_t ce = cudaMemcpyAsync(own, ids_dev, pairs * 4, cudaMemcpyDeviceToHost, cs);
+                if (ce == cudaSuccess) ce = cudaStreamSynchronize(cs);
+                if (ce != cudaSuccess) {
+                    free(own);
+                    return cu_err(ce, "matmul_id: reading the routing");
+                }
+                ids = own;
             }
-            base = tnd_cu_matmul_id_scratch(n_in, n_out, n_tok, n_used);
-            if ((st = ensure_scratch(c, s, base + tmp)) || (st = ensure_blas(c, s))) {
-                free(ids);
+            size_t base = tnd_cu_matmul_id_scratch(n_in, n_out, n_tok, n_used);
+            int32_t *sh = NULL, *sd = NULL;
+            int si = 0;
+            if ((st = ensure_scratch(c, s, base)) || (st = ensure_blas(c, s)) ||
+                (st = stage_take(s, 2 * pairs, &sh, &sd, &si))) {
+                free(own);
                 return st;
             }
-            if (tmp) y = (float *)((char *)s->scratch + base);
-            e = tnd_cu_matmul_id(s->blas, a->type, a->data, n_in, n_out, n_exp, x, per_slot, n_tok, ids, n_used, y,
-                                 s->scratch, base, cs);
-            free(ids);
+            e = tnd_cu_matmul_id(s->blas, a->type, a->data, n_in, n_out, n_exp, x, per_slot, n_tok, ids, n_used,
+                                 op->p.mmid.skip, y, s->scratch, base, sh, sd, cs);
+            if (!e) e = (int)cudaEventRecord(s->stage_ev[si], cs);
+            free(own);
         }
         if (!e && tmp) e = tnd_cu_moe_keep_rows(y, ids_dev, (int64_t)pairs, n_out, (float *)o->data, cs);
         break;
@@ -733,8 +786,9 @@ static tnd_status cu_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
             need = tnd_cu_matmul_id_scratch(a->ne[0], ne(a, 1), n_tok, (int)n_used);
             blas = true;
         }
-        /* the temporary of a skipping matmul_id (cu_op_run) */
-        if (op->p.mmid.skip) need += ((size_t)n_tok * (size_t)n_used * (size_t)ne(a, 1) * 4 + 255) & ~(size_t)255;
+        /* the temporary of a skipping decode matmul_id (cu_op_run) */
+        if (op->p.mmid.skip && n_tok <= CU_MATVEC_MAX_TOK)
+            need += ((size_t)n_tok * (size_t)n_used * (size_t)ne(a, 1) * 4 + 255) & ~(size_t)255;
     } else if (op->kind == TND_OP_ATTN) {
         int64_t n_tok = ne(a, 2) * ne(a, 3);
         need = tnd_cu_attn_scratch(n_tok, op->p.attn.n_head, op->p.attn.head_dim, op->p.attn.pos0 + n_tok);

@@ -136,12 +136,17 @@ int tnd_cu_dequant_f16(int type, const void *W, int64_t n_in, int64_t r0, int64_
                        tnd_cu_stream stream);
 /* Expert matmul for larger batches: groups the (token, slot) pairs by expert
  * on the host (ids_host: the routing result, already on the host), then one
- * f16 GEMM per used expert. Same contract as tnd_cu_matvec_id; scratch at
- * least tnd_cu_matmul_id_scratch() bytes. Synchronizes nothing. */
+ * f16 GEMM per used expert. Same contract as tnd_cu_matvec_id, except for
+ * negative ids: with skip their rows of y are left untouched (backend.h's
+ * MATMUL_ID), without it they become NaN. Scratch at least
+ * tnd_cu_matmul_id_scratch() bytes. stage_host/stage_dev (may be NULL):
+ * pinned mapped memory of 2 * n_tok * n_used int32s, free to overwrite, for
+ * uploading the grouping without the copy engine. Synchronizes nothing. */
 size_t tnd_cu_matmul_id_scratch(int64_t n_in, int64_t n_out, int64_t n_tok, int n_used);
 int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
                      int64_t n_expert, const float *x, bool x_per_slot, int64_t n_tok, const int32_t *ids_host,
-                     int n_used, float *y, void *scratch, size_t scratch_size, tnd_cu_stream stream);
+                     int n_used, bool skip, float *y, void *scratch, size_t scratch_size, int32_t *stage_host,
+                     const int32_t *stage_dev, tnd_cu_stream stream);
 
 /* ---- getrows.cu ------------------------------------------------------------
  * out[i][k] = float(table[ids[i]][k]); table rows of n elements. Bad ids give

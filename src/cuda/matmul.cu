@@ -157,7 +157,8 @@ extern "C" size_t tnd_cu_matmul_id_scratch(int64_t n_in, int64_t n_out, int64_t 
 
 extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
                                 int64_t n_expert, const float *x, bool x_per_slot, int64_t n_tok, const int32_t *ids_host,
-                                int n_used, float *y, void *scratch, size_t scratch_size, tnd_cu_stream stream) {
+                                int n_used, bool skip, float *y, void *scratch, size_t scratch_size,
+                                int32_t *stage_host, const int32_t *stage_dev, tnd_cu_stream stream) {
     if (!blas || !W || !x || !y || !ids_host || !scratch || n_tok < 1 || n_used < 1 || n_expert < 1)
         return cudaErrorInvalidValue;
     size_t rb = tnd_cu_row_bytes(type, n_in);
@@ -196,10 +197,8 @@ extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64
     }
     free(fill);
     char *sp = (char *)scratch;
-    int32_t *d_tok = (int32_t *)sp;
-    sp += align256((size_t)pairs * 4);
-    int32_t *d_pair = (int32_t *)sp;
-    sp += align256((size_t)pairs * 4);
+    int32_t *d_tok = (int32_t *)sp, *d_pair = d_tok + pairs; /* as order[]: one upload */
+    sp += 2 * align256((size_t)pairs * 4);
     __half *xg = (__half *)sp;
     sp += align256((size_t)pairs * n_in * 2);
     float *yg = (float *)sp;
@@ -208,13 +207,19 @@ extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64
     cudaStream_t st = (cudaStream_t)stream;
     cublasHandle_t h = (cublasHandle_t)blas;
     int e = 0;
-    /* The upload reads order[] from pageable memory: cudaMemcpyAsync stages
-     * it before returning, so freeing it afterwards is safe. */
-    e = (int)cudaMemcpyAsync(d_tok, order, (size_t)pairs * sizeof(int32_t), cudaMemcpyHostToDevice, st);
-    if (!e) e = (int)cudaMemcpyAsync(d_pair, pair, (size_t)pairs * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+    /* Through the caller's pinned staging with an SM copy when given (no
+     * copy-engine queue); else from pageable memory, which cudaMemcpyAsync
+     * stages before returning, so freeing order[] afterwards is safe. */
+    if (stage_host && stage_dev) {
+        memcpy(stage_host, order, (size_t)pairs * 2 * sizeof(int32_t));
+        e = tnd_cu_copy_sm(d_tok, stage_dev, (size_t)pairs * 2 * sizeof(int32_t), stream);
+    } else {
+        e = (int)cudaMemcpyAsync(d_tok, order, (size_t)pairs * 2 * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+    }
     if (!e) e = bind_stream(h, st);
-    if (!e) {
-        k_gather_f16<<<tnd_cu_blocks(pairs * n_in, 256), 256, 0, st>>>(x, d_tok, n_in, pairs, xg);
+    int64_t good = cnt[n_expert], nbad = pairs - good;
+    if (!e && good > 0) { /* only the pairs some expert computes */
+        k_gather_f16<<<tnd_cu_blocks(good * n_in, 256), 256, 0, st>>>(x, d_tok, n_in, good, xg);
         e = (int)cudaGetLastError();
     }
     for (int64_t ex = 0; !e && ex < n_expert; ex++) {
@@ -224,12 +229,11 @@ extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64
         e = tnd_cu_dequant_f16(type, we, n_in, 0, n_out, (uint16_t *)wh, stream);
         if (!e) e = gemm_f16(h, wh, n_out, n_in, xg + b * n_in, n, yg + b * n_out, n_out);
     }
-    int64_t good = cnt[n_expert], nbad = pairs - good;
     if (!e && good > 0) {
         k_scatter_rows<<<tnd_cu_blocks(good * n_out, 256), 256, 0, st>>>(yg, d_pair, n_out, good, y);
         e = (int)cudaGetLastError();
     }
-    if (!e && nbad > 0) {
+    if (!e && nbad > 0 && !skip) {
         k_fill_nan<<<tnd_cu_blocks(nbad * n_out, 256), 256, 0, st>>>(y, d_pair + good, n_out, nbad);
         e = (int)cudaGetLastError();
     }

@@ -29,6 +29,44 @@
 #include "sched/perf.h"
 #include "util.h"
 
+/* ---- TND_TRACE -------------------------------------------------------------
+ * Cells: (decode|prefill) x side x (op kind | activation copies | waits for
+ * a promoted weight's copy) x part (plain, promoted, a split layer's GPU
+ * part, its CPU part). Synchronizing after every node removes all overlap:
+ * the table shows what each piece costs alone, to compare with the perf DB. */
+enum { TR_ACT = TND_OP_COUNT, TR_WCOPY, TR_OPS };
+enum { TR_PLAIN, TR_PROM, TR_SPLIT_GPU, TR_SPLIT_CPU, TR_PARTS };
+struct tnd_trace_cell {
+    double s;
+    int64_t n;
+};
+
+static void trace_add(tnd_ctx *c, int side, int op, int part, double s) {
+    struct tnd_trace_cell *t = &c->trace[((c->trace_prefill * 2 + side) * TR_OPS + op) * TR_PARTS + part];
+    t->s += s;
+    t->n++;
+}
+
+/* Waits for side s's queued work (tracing only). */
+static tnd_status trace_sync(tnd_ctx *c, int s) {
+    return s == TND_SIDE_GPU ? c->side[1].be->iface->stream_sync(c->side[1].be, c->side[1].st) : TND_OK;
+}
+
+void tnd_exec_trace_print(const tnd_ctx *c, FILE *f) {
+    if (!c->trace) return;
+    static const char *const parts[TR_PARTS] = {"", " promoted", " split:gpu", " split:cpu"};
+    fprintf(f, "trace (every node synchronized): phase side op part: calls, total ms, us per call\n");
+    for (int i = 0; i < 2 * 2 * TR_OPS * TR_PARTS; i++) {
+        const struct tnd_trace_cell *t = &c->trace[i];
+        if (!t->n) continue;
+        int part = i % TR_PARTS, op = i / TR_PARTS % TR_OPS, side = i / TR_PARTS / TR_OPS % 2, ph = i / TR_PARTS / TR_OPS / 2;
+        const char *name = op == TR_ACT ? "activation copies" : op == TR_WCOPY ? "wait for weight copy"
+                                                                               : tnd_op_name((tnd_op_kind)op);
+        fprintf(f, "  %-7s %-3s %-20s%-10s %8lld %10.2f %10.1f\n", ph ? "prefill" : "decode", side ? "gpu" : "cpu",
+                name, parts[part], (long long)t->n, 1e3 * t->s, 1e6 * t->s / (double)t->n);
+    }
+}
+
 static const tnd_region *find_region(const tnd_ctx *c, const void *p) {
     const char *q = p;
     int lo = 0, hi = c->n_reg - 1, hit = -1;
@@ -74,9 +112,12 @@ static void choose_round_promotions(tnd_ctx *c, int nt) {
         c->round_prom[i] = c->perf ? tnd_perf_pays_to_promote(m, c->perf, i, nt) : nt >= 32;
     }
     /* a split layer's three expert tensors share the ids of the CPU's experts: one decision */
-    int l;
-    for (int i = 0; i < m->n_slices; i++)
-        if (c->pl.promote[i] && tnd_slice_split(m, &c->pl, i, &l)) c->round_prom[i] = c->round_prom[m->layers[l].gate_exps.id];
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const tnd_layer *L = &m->layers[l];
+        if (!c->pl.split || !c->pl.split[l] || L->gate_exps.id < 0 || !c->pl.promote[L->gate_exps.id]) continue;
+        bool p = c->perf ? tnd_perf_split_pays_to_promote(m, c->perf, &c->pl, l, nt) : nt >= 32;
+        c->round_prom[L->gate_exps.id] = c->round_prom[L->up_exps.id] = c->round_prom[L->down_exps.id] = p;
+    }
 }
 
 static bool is_expert_copy(const tnd_ctx *c, int j) { return c->m->slices[c->g.nodes[c->prom[j]].sid]->n_expert > 1; }
@@ -108,19 +149,7 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
         memset(chosen, 0, (size_t)w->n_expert);
         for (size_t i = 0; i < nb / sizeof(int32_t); i++)
             if (ids[i] >= 0 && ids[i] < w->n_expert) chosen[ids[i]] = 1;
-        size_t per = n / (size_t)w->n_expert, copied = 0;
-        for (int64_t e = 0; e < w->n_expert;) { /* runs of chosen experts, one copy each */
-            if (!chosen[e]) {
-                e++;
-                continue;
-            }
-            int64_t e1 = e;
-            while (e1 < w->n_expert && chosen[e1]) e1++;
-            if ((st = g->iface->copy_h2d(g, dst + e * per, src + e * per, (size_t)(e1 - e) * per, c->xfer))) return st;
-            copied += (size_t)(e1 - e) * per;
-            e = e1;
-        }
-        n = copied;
+        if ((st = tnd_copy_experts(g, dst, src, n, w->n_expert, chosen, 1, false, c->xfer, &n))) return st;
     } else if ((st = g->iface->copy_h2d(g, dst, src, n, c->xfer))) {
         return st;
     }
@@ -130,13 +159,22 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
     return TND_OK;
 }
 
+/* The j-th promoted node reads the same routing ids as the seen-th (the
+ * gate, up and down projections of one layer). */
+static bool same_routing(const tnd_ctx *c, int j, int seen) {
+    const tnd_node *a = &c->g.nodes[c->prom[j]], *b = &c->g.nodes[c->prom[seen]];
+    return a->layer == b->layer && a->op.in[2].data == b->op.in[2].data;
+}
+
 /* Keeps up to n_slots copies queued from the next promoted node to run
  * (seen); stops at an expert tensor, whose copy waits until its node is
- * reached (reached: node seen is about to run, its routing done). */
+ * reached (reached: node seen is about to run, its routing done) — and
+ * then the layer's other expert tensors of the same routing follow at once,
+ * so the link does not idle while the first one computes. */
 static tnd_status prefetch(tnd_ctx *c, int seen, bool reached) {
     tnd_status st = TND_OK;
     while (!st && c->prom_next < c->n_prom && c->prom_next < seen + c->lay.n_slots &&
-           ((reached && c->prom_next == seen) || !is_expert_copy(c, c->prom_next)))
+           (!is_expert_copy(c, c->prom_next) || (reached && same_routing(c, c->prom_next, seen))))
         st = queue_weight_copy(c, c->prom_next++);
     return st;
 }
@@ -265,7 +303,12 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
 }
 
 static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
-    if (nd->op.kind == TND_OP_NONE && nd->op.out[0].data) return remap_ids(c, nd);
+    double tr = c->trace ? tnd_time_s() : 0;
+    if (nd->op.kind == TND_OP_NONE && nd->op.out[0].data) {
+        tnd_status st = remap_ids(c, nd);
+        if (c->trace) trace_add(c, TND_SIDE_CPU, TND_OP_NONE, TR_PLAIN, tnd_time_s() - tr);
+        return st;
+    }
     bool prom;
     int s = tnd_exec_node_side(c, nd, c->cur, false, &prom);
     if (s != c->cur) c->n_switch++;
@@ -277,6 +320,13 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     for (int i = 0; i < TND_OP_MAX_IN; i++)
         if ((st = rebase(c, &op.in[i], s, true, i == 0 ? slot : -1))) return st;
     bool res = c->gpu && resident_part(c, nd), mapped_out = false;
+    /* routing ids the host holds already: a grouping GPU backend needs no read-back */
+    if (s == TND_SIDE_GPU && op.kind == TND_OP_MATMUL_ID) {
+        const tnd_region *r = find_region(c, nd->op.in[2].data);
+        if (r && r->kind == R_ACT && (c->valid[r->idx] & (1u << TND_SIDE_CPU)))
+            op.p.mmid.ids_host =
+                (const int32_t *)((const char *)c->side[0].act[r->idx] + ((const char *)nd->op.in[2].data - r->base));
+    }
     /* the GPU holds only its experts of a split tensor, compacted */
     if (res) op.in[0].ne[2] = tnd_placement_gpu_experts(c->m, &c->pl, nd->layer);
     /* the CPU part of a split layer writes rows the GPU part leaves alone */
@@ -301,10 +351,25 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         }
     }
     tnd_side *sd = &c->side[s];
+    int part = res ? TR_SPLIT_GPU : disjoint ? TR_SPLIT_CPU : prom ? TR_PROM : TR_PLAIN;
+    if (c->trace) {
+        if (c->gpu && (st = trace_sync(c, TND_SIDE_GPU))) return st;
+        trace_add(c, s, TR_ACT, part, tnd_time_s() - tr);
+    }
     /* an expert tensor's copy is queued now that routing has run */
     if (prom && c->prom_next == *prom_seen && (st = prefetch(c, *prom_seen, true))) return st;
     if (prom && (st = sd->be->iface->stream_wait(sd->be, sd->st, c->slot_ready[slot]))) return st;
+    if (c->trace && prom) {
+        tr = tnd_time_s();
+        if ((st = sd->be->iface->event_sync(sd->be, c->slot_ready[slot]))) return st;
+        trace_add(c, s, TR_WCOPY, part, tnd_time_s() - tr);
+    }
+    if (c->trace) tr = tnd_time_s();
     if ((st = sd->be->iface->op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
+    if (c->trace) {
+        if ((st = trace_sync(c, s))) return st;
+        trace_add(c, s, op.kind, part, tnd_time_s() - tr);
+    }
     for (int i = 0; i < TND_OP_MAX_OUT; i++) {
         const tnd_tensor *o = &nd->op.out[i];
         if (!o->data) continue;
@@ -345,6 +410,10 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     c->cur = TND_SIDE_CPU;
     c->n_prom = c->prom_next = 0;
     tnd_status st = TND_OK;
+    if (!c->trace && getenv("TND_TRACE") && atoi(getenv("TND_TRACE")) > 0 &&
+        !(c->trace = tnd_calloc(2 * 2 * TR_OPS * TR_PARTS, sizeof *c->trace)))
+        return tnd_fail(TND_ERR_NOMEM, "out of memory");
+    c->trace_prefill = nt > 1;
     if (c->lay.n_slots && c->pl.promote_auto) {
         if (!c->round_prom && !(c->round_prom = tnd_calloc((size_t)c->m->n_slices + 1, 1)))
             return tnd_fail(TND_ERR_NOMEM, "out of memory");

@@ -162,6 +162,10 @@ struct tnd_ctx {
     tnd_status err;          /* first failure of the round */
     /* counters (tests, --verbose) */
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes;
+    /* TND_TRACE=1, a diagnostic: every node waits for its side and its time
+     * is summed per cell (tnd_exec_trace_cell); printed by tnd_ctx_free */
+    struct tnd_trace_cell *trace;
+    int trace_prefill;       /* the round being traced has more than one token */
 };
 
 /* ---- placement.c ---- */
@@ -207,6 +211,12 @@ void tnd_layout_print(const tnd_layout *l, FILE *f);
 /* Weight bytes one decode token reads on the CPU, on the GPU (resident),
  * and copies over PCIe (promoted); MoE experts count n_used / n_expert. */
 void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie);
+/* Copies (host to GPU, on st) the experts e of an expert tensor (nbytes
+ * over n_expert experts at src) whose mark[e] == want, one copy per run of
+ * consecutive ones: to dst + e * per_expert, or packed from dst on when
+ * compact. *copied: the bytes queued. */
+tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t nbytes, int64_t n_expert,
+                            const uint8_t *mark, uint8_t want, bool compact, tnd_stream *st, size_t *copied);
 /* Activation buffer sizes for n_batch tokens. */
 void tnd_act_sizes(const tnd_hparams *hp, int n_batch, size_t sz[A_COUNT]);
 
@@ -228,5 +238,7 @@ int tnd_exec_node_side(const tnd_ctx *c, const tnd_node *nd, int cur, bool any_p
 /* Runs c->g (the round of nt tokens) and leaves the logits in c->logits
  * when want_logits. */
 tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits);
+/* Prints the TND_TRACE table of c (nothing when tracing is off). */
+void tnd_exec_trace_print(const tnd_ctx *c, FILE *f);
 
 #endif

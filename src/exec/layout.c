@@ -61,11 +61,11 @@ static uint64_t matmul_scratch(const tnd_weight *w, int nb, int n_used) {
     return ALIGN256((uint64_t)nb * w->n_in * 2) + ALIGN256(rows * w->n_in * 2);
 }
 
-/* + what an expert matmul that skips ids needs (split layers): the CUDA
- * backend computes into a temporary [pairs][n_out] and copies the kept rows. */
+/* What an expert matmul that skips ids needs (split layers): the CUDA
+ * decode kernels compute into a temporary [pairs][n_out] and copy the kept
+ * rows; the grouped prefill path writes the kept rows itself. */
 static uint64_t skip_scratch(const tnd_weight *w, int nb, int n_used) {
-    uint64_t s = nb <= 8 ? 0 : matmul_scratch(w, nb, n_used);
-    return s + ALIGN256((uint64_t)nb * (uint64_t)n_used * (uint64_t)w->n_out * 4);
+    return nb <= 8 ? ALIGN256((uint64_t)nb * (uint64_t)n_used * (uint64_t)w->n_out * 4) : matmul_scratch(w, nb, n_used);
 }
 
 void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int nb, uint64_t budget,
@@ -247,21 +247,10 @@ static tnd_status alloc_weights(tnd_ctx *c) {
              * remaps routing ids to these compact indices (A_RIG), so the
              * kernels see an ordinary smaller expert tensor; a per-expert
              * pointer table would need new kernel arguments on every backend. */
-            size_t per = w->t->nbytes / (size_t)w->n_expert, at = 0;
-            const uint8_t *side = c->pl.exp + (size_t)l * c->pl.n_expert;
-            for (int64_t e = 0; e < w->n_expert;) { /* one copy per run of GPU experts */
-                if (side[e] != TND_SIDE_GPU) {
-                    e++;
-                    continue;
-                }
-                int64_t e1 = e;
-                while (e1 < w->n_expert && side[e1] == TND_SIDE_GPU) e1++;
-                if ((st = g->iface->copy_h2d(g, next + at, (const char *)w->data + e * per, (size_t)(e1 - e) * per,
-                                             c->side[1].st)))
-                    return st;
-                at += (size_t)(e1 - e) * per;
-                e = e1;
-            }
+            size_t at = 0;
+            st = tnd_copy_experts(g, next, w->data, w->t->nbytes, w->n_expert, c->pl.exp + (size_t)l * c->pl.n_expert,
+                                  TND_SIDE_GPU, true, c->side[1].st, &at);
+            if (st) return st;
             c->w[1][i] = next;
             next += ALIGN256(at);
             continue;
@@ -272,6 +261,27 @@ static tnd_status alloc_weights(tnd_ctx *c) {
         next += ALIGN256(w->t->nbytes);
     }
     return g->iface->stream_sync(g, c->side[1].st);
+}
+
+tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t nbytes, int64_t n_expert,
+                            const uint8_t *mark, uint8_t want, bool compact, tnd_stream *st, size_t *copied) {
+    size_t per = nbytes / (size_t)n_expert, at = 0;
+    for (int64_t e = 0; e < n_expert;) { /* one copy per run of marked experts */
+        if (mark[e] != want) {
+            e++;
+            continue;
+        }
+        int64_t e1 = e;
+        while (e1 < n_expert && mark[e1] == want) e1++;
+        size_t n = (size_t)(e1 - e) * per;
+        tnd_status s = g->iface->copy_h2d(g, (char *)dst + (compact ? at : (size_t)e * per),
+                                          (const char *)src + (size_t)e * per, n, st);
+        if (s) return s;
+        at += n;
+        e = e1;
+    }
+    *copied = at;
+    return TND_OK;
 }
 
 static tnd_status alloc_slots(tnd_ctx *c) {

@@ -30,6 +30,8 @@ tnd_ctx_params tnd_ctx_default_params(void) {
 
 void tnd_ctx_free(tnd_ctx *c) {
     if (!c) return;
+    tnd_exec_trace_print(c, stderr);
+    free(c->trace);
     tnd_layout_free(c);
     if (c->xfer) c->side[1].be->iface->stream_free(c->side[1].be, c->xfer);
     for (int s = 1; s >= 0; s--) {

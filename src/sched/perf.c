@@ -281,6 +281,7 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
             *T(pf->t_cpu, i, k) = tc;
             double tg = -1;
             tnd_op g = slice_op(m, w, gw, nt, gx, gy, gids);
+            g.p.mmid.ids_host = ids; /* as the executor hands them over (exec.c) */
             if (M->gpu && M->gpu->iface->op_supported && M->gpu->iface->op_supported(M->gpu, &g)) {
                 tnd_clear_error();
                 tg = INFINITY; /* the GPU cannot run it: never place it there */
@@ -584,18 +585,60 @@ double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt) {
     return interp(side ? &pf->t_gpu[sid * TND_PERF_NK] : &pf->t_cpu[sid * TND_PERF_NK], nt);
 }
 
+/* Experts of layer l that a round of nt tokens routes to, among those on
+ * side `side` of p (every expert when p is NULL): sum over experts of
+ * 1 - (1 - q)^nt, q the share of tokens that pick the expert (its hot-expert
+ * table entry; k/E, uniform, without one). */
+static double experts_chosen(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int side, int nt) {
+    int E = m->hp.n_expert;
+    double k = m->hp.n_expert_used, sum = 0;
+    bool hot = pf && pf->pop && pf->n_expert == E && l >= 0 && l < pf->n_layer;
+    for (int e = 0; e < E; e++) {
+        if (p && p->exp && p->exp[(size_t)l * E + e] != side) continue;
+        double q = hot ? pf->pop[(size_t)l * E + e] : k / E;
+        q = q < 0 ? 0 : q > 1 ? 1 : q;
+        sum += 1.0 - pow(1.0 - q, nt);
+    }
+    return sum;
+}
+
 /* Bytes a promotion of slice sid copies in a round of nt tokens: an expert
- * tensor copies only the experts routing chose, E (1 - (1 - k/E)^(nt)) of
- * them on average for uniform routing of k of E experts per token. */
-static double promoted_bytes(const tnd_model *m, int sid, int nt) {
+ * tensor copies only the experts routing chose. */
+static double promoted_bytes(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
     const tnd_weight *w = m->slices[sid];
     if (w->n_expert <= 1) return (double)w->t->nbytes;
-    double E = (double)w->n_expert, k = m->hp.n_expert_used;
-    return (double)w->t->nbytes / E * E * (1.0 - pow(1.0 - k / E, nt));
+    return (double)w->t->nbytes / w->n_expert * experts_chosen(m, pf, NULL, tnd_slice_layer(w), 0, nt);
+}
+
+/* A split layer l's three expert tensors for a round of nt tokens: GPU
+ * seconds of its resident experts' share (tg), CPU seconds of the CPU
+ * experts' share (tc), GPU seconds of that share when promoted (tcg), and
+ * the bytes promoting the CPU experts copies (those routing chose). */
+typedef struct {
+    double tg, tc, tcg, bytes;
+} split_cost;
+
+static split_cost split_times(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt) {
+    const tnd_layer *L = &m->layers[l];
+    const tnd_weight *ex[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    double g = tnd_perf_gpu_share(m, pf, p, l), chosen = experts_chosen(m, pf, p, l, TND_SIDE_CPU, nt);
+    split_cost sc = {0, 0, 0, 0};
+    for (int q = 0; q < 3; q++) {
+        sc.tg += g * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_GPU, nt);
+        sc.tc += (1 - g) * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_CPU, nt);
+        sc.tcg += (1 - g) * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_GPU, nt);
+        sc.bytes += (double)ex[q]->t->nbytes / ex[q]->n_expert * chosen;
+    }
+    return sc;
+}
+
+bool tnd_perf_split_pays_to_promote(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt) {
+    split_cost sc = split_times(m, pf, p, l, nt);
+    return 3 * pf->lat + sc.bytes / pf->b_pcie + sc.tcg < sc.tc;
 }
 
 bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
-    double copy = pf->lat + promoted_bytes(m, sid, nt) / pf->b_pcie;
+    double copy = pf->lat + promoted_bytes(m, pf, sid, nt) / pf->b_pcie;
     return copy + tnd_perf_slice_time(pf, sid, TND_SIDE_GPU, nt) < tnd_perf_slice_time(pf, sid, TND_SIDE_CPU, nt);
 }
 
@@ -625,6 +668,7 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
 
     for (int l = 0; l < hp->n_layer; l++) {
         const tnd_layer *L = &m->layers[l];
+        double routed = -1; /* when routing of this layer was done (first promoted expert op) */
         const tnd_weight *seq[] = {&L->wq, &L->wk, &L->wv, NULL, &L->wo, &L->router, &L->ffn_gate, &L->ffn_up,
                                    &L->ffn_down, &L->gate_exps, &L->up_exps, &L->down_exps};
         for (size_t j = 0; j < sizeof seq / sizeof *seq; j++) {
@@ -640,16 +684,10 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
                  * their chosen experts are copied); each side does its share
                  * of the routings. Handled at gate_exps for the three. */
                 if (w != &L->gate_exps) continue;
-                const tnd_weight *ex[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-                double g = tnd_perf_gpu_share(m, pf, p, l), tg = 0, tc = 0, tcg = 0, bytes = 0;
-                for (int q = 0; q < 3; q++) {
-                    tg += g * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_GPU, nt);
-                    tc += (1 - g) * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_CPU, nt);
-                    tcg += (1 - g) * tnd_perf_slice_time(pf, ex[q]->id, TND_SIDE_GPU, nt);
-                    bytes += (1 - g) * promoted_bytes(m, ex[q]->id, nt);
-                }
-                bool prom = n_slots > 0 && p->promote[ex[0]->id] &&
-                            (!p->promote_auto || tnd_perf_pays_to_promote(m, pf, ex[0]->id, nt));
+                split_cost sc = split_times(m, pf, p, l, nt);
+                double tg = sc.tg, tc = sc.tc, tcg = sc.tcg, bytes = sc.bytes;
+                bool prom = n_slots > 0 && p->promote[w->id] &&
+                            (!p->promote_auto || tnd_perf_split_pays_to_promote(m, pf, p, l, nt));
                 double g0 = now + (cur != TND_SIDE_GPU ? sw : 0);
                 if (prom) {
                     k += 3;
@@ -657,7 +695,10 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
                     now = fmax(g0 + tg, xfer) + tcg;
                     cur = TND_SIDE_GPU;
                 } else {
-                    /* the GPU's rows land in the host buffer the CPU sums */
+                    /* the GPU's rows land in the host buffer the CPU sums; the
+                     * CPU also maps the ids, applies the activation and sums
+                     * the experts (weightless ops, as many as a layer's) */
+                    tc += tnd_perf_other_time(pf, TND_SIDE_CPU, nt);
                     now = fmax(now + (cur != TND_SIDE_CPU ? sw : 0) + tc, g0 + tg + pf->lat);
                     cur = TND_SIDE_CPU;
                 }
@@ -671,9 +712,13 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
                 if (prom && slot_free) {
                     int s = k++ % n_slots;
                     double start = fmax(xfer, slot_free[s]);
-                    /* an expert copy cannot start before routing, i.e. before this point */
-                    if (w->n_expert > 1) start = fmax(start, now);
-                    xfer = start + pf->lat + promoted_bytes(m, w->id, nt) / pf->b_pcie;
+                    /* an expert copy cannot start before routing, i.e. before
+                     * the layer's first expert op; the others follow at once */
+                    if (w->n_expert > 1) {
+                        if (routed < 0) routed = now;
+                        start = fmax(start, routed);
+                    }
+                    xfer = start + pf->lat + promoted_bytes(m, pf, w->id, nt) / pf->b_pcie;
                     now = fmax(now, xfer);
                     slot_free[s] = now + t;
                 }

@@ -59,6 +59,10 @@ double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt);
 /* promote=auto's rule: copying slice sid and running it on the GPU beats
  * running it on the CPU, for a round of nt tokens. */
 bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, int nt);
+/* The same for the CPU experts of split layer l (its three expert tensors
+ * promote together): copying the ones routing chose and running their share
+ * on the GPU beats running it on the CPU. */
+bool tnd_perf_split_pays_to_promote(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt);
 
 /* Share of split layer l's routings that go to its GPU experts: their
  * popularity mass in pf's hot-expert table, or their count without one
