@@ -13,11 +13,11 @@
  * device-to-device copy rate (bytes read + written), the practical HBM peak.
  *
  * For Q4_K the run also sweeps the f16cp ring (tnd_cu_matvec_f16cp: "f16cp
- * MBm KWk NSs SBSb Gg [bulk]" = m tiles x k warps per tile per block, a
- * ring of s stages of b super-blocks per warp, grid g: 0 resident blocks
- * looping over the tile groups, n at most n blocks per SM, -1 one block per
- * group; bulk: a cp.async.bulk per row and stage instead of 16-byte
- * cp.async) and
+ * MBm KWk NSs SBSb Gg [bulk] [2tiles]" = m tiles x k warps per tile per
+ * block, a ring of s stages of b super-blocks per warp, grid g: 0 resident
+ * blocks looping over the tile groups, n at most n blocks per SM, -1 one
+ * block per group; bulk: a cp.async.bulk per row and stage instead of
+ * 16-byte cp.async; 2tiles: 32 rows per warp, m counts tile pairs) and
  * the bandwidth probes (tnd_cu_matvec_probe: the same bytes read in the
  * pattern of f16mma, of f16cp, and contiguously, only XORed, no decode:
  * the ceiling of each pattern). The summary line of each shape shows the
@@ -225,8 +225,8 @@ int main(int argc, char **argv) {
              * bandwidth probes (Q4_K: the same bytes read in the pattern of
              * f16mma, of f16cp, and contiguously, XORed, no decode) */
             enum { V_F16MMA = 4, V_I8MMA = 5, V_F16CP = 6, V_PROBE = 7, V_FAMS = 8 };
-            static int VK[200], VR[200], VT[200], VP[200][6];
-            int nv = 0, bulk = 0;
+            static int VK[256], VR[256], VT[256], VP[256][6];
+            int nv = 0, bulk = 0; /* f16cp flags for ADDV */
 #define ADDV(k, r, th, a, b, c, d, e) \
     (VK[nv] = (k), VR[nv] = (r), VT[nv] = (th), VP[nv][0] = (a), VP[nv][1] = (b), VP[nv][2] = (c), VP[nv][3] = (d), \
      VP[nv][4] = (e), VP[nv][5] = bulk, nv++)
@@ -261,6 +261,13 @@ int main(int argc, char **argv) {
                         if (i < 4 || j == 1) ADDV(V_F16CP, 0, 0, cpw[i][0], cpw[i][1], cps[j][0], cps[j][1], 0);
                 for (size_t i = 0; i < sizeof cpg / sizeof cpg[0]; i++)
                     ADDV(V_F16CP, 0, 0, cpg[i][0], cpg[i][1], cpg[i][2], cpg[i][3], cpg[i][4]);
+                /* two tiles per warp (MB counts pairs), both copy kinds */
+                static const int tt2[][5] = {{4, 1, 3, 1, 0}, {4, 1, 4, 1, 0}, {2, 2, 3, 1, 0}, {2, 1, 4, 1, 0},
+                                             {1, 4, 3, 1, 0}, {2, 2, 4, 1, 0}, {4, 2, 3, 1, 0}, {2, 4, 3, 1, 0},
+                                             {4, 1, 3, 2, 0}, {2, 1, 6, 1, 0}, {2, 2, 3, 1, -1}, {4, 1, 4, 1, 1}};
+                for (bulk = TND_CU_F16CP_TT2; bulk <= (TND_CU_F16CP_TT2 | TND_CU_F16CP_BULK); bulk++)
+                    for (size_t i = 0; i < sizeof tt2 / sizeof tt2[0]; i++)
+                        ADDV(V_F16CP, 0, 0, tt2[i][0], tt2[i][1], tt2[i][2], tt2[i][3], tt2[i][4]);
                 bulk = 0;
             }
             for (int k = 3; k >= 1; k--) {
@@ -284,6 +291,10 @@ int main(int argc, char **argv) {
                 for (bulk = 0; bulk < 2; bulk++)
                     for (size_t i = 0; i < sizeof pc / sizeof pc[0]; i++)
                         ADDV(V_PROBE, 2, 0, pc[i][0], pc[i][1], pc[i][2], pc[i][3], pc[i][4]);
+                for (bulk = TND_CU_F16CP_TT2; bulk <= (TND_CU_F16CP_TT2 | TND_CU_F16CP_BULK); bulk++) {
+                    ADDV(V_PROBE, 2, 0, 4, 1, 3, 1, 0);
+                    ADDV(V_PROBE, 2, 0, 2, 2, 3, 1, 0);
+                }
                 bulk = 0;
             }
 #undef ADDV
@@ -305,14 +316,14 @@ int main(int argc, char **argv) {
                 else if (VK[v] == V_F16MMA) snprintf(var, sizeof var, "f16mma MB%d KW%d", VR[v], VT[v]);
                 else if (VK[v] == V_I8MMA) snprintf(var, sizeof var, "i8mma MB%d KW%d", VR[v], VT[v]);
                 else if (VK[v] == V_F16CP)
-                    snprintf(var, sizeof var, "f16cp MB%d KW%d NS%d SBS%d G%d%s", P[0], P[1], P[2], P[3], P[4],
-                             P[5] ? " bulk" : "");
+                    snprintf(var, sizeof var, "f16cp MB%d KW%d NS%d SBS%d G%d%s%s", P[0], P[1], P[2], P[3], P[4],
+                             P[5] & TND_CU_F16CP_BULK ? " bulk" : "", P[5] & TND_CU_F16CP_TT2 ? " 2tiles" : "");
                 else if (VK[v] == V_PROBE && VR[v] == 0) snprintf(var, sizeof var, "probe contiguous B%d/SM", P[0]);
                 else if (VK[v] == V_PROBE && VR[v] == 1)
                     snprintf(var, sizeof var, "probe f16mma MB%d KW%d%s", P[0], P[1], P[2] ? " max-resident" : "");
                 else if (VK[v] == V_PROBE)
-                    snprintf(var, sizeof var, "probe f16cp MB%d KW%d NS%d SBS%d G%d%s", P[0], P[1], P[2], P[3], P[4],
-                             P[5] ? " bulk" : "");
+                    snprintf(var, sizeof var, "probe f16cp MB%d KW%d NS%d SBS%d G%d%s%s", P[0], P[1], P[2], P[3],
+                             P[4], P[5] & TND_CU_F16CP_BULK ? " bulk" : "", P[5] & TND_CU_F16CP_TT2 ? " 2tiles" : "");
                 else snprintf(var, sizeof var, "K%d R%d T%d", VK[v], VR[v], VT[v]);
                 CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
                 e = LAUNCH(0);

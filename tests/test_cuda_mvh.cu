@@ -393,9 +393,9 @@ struct ring_copy {
     int *hits;
     const uint8_t *src;
     size_t rb;
-    int stage, valid, *bad;
+    int stage, rows, valid, *bad;
     TND_HD void operator()(int doff, int r, int soff) const {
-        if (doff < 0 || doff + 16 > stage || doff % 16 || r < 0 || r >= 16 || soff < 0 || soff + 16 > valid * 144 ||
+        if (doff < 0 || doff + 16 > stage || doff % 16 || r < 0 || r >= rows || soff < 0 || soff + 16 > valid * 144 ||
             hits[doff / 16]++) {
             ++*bad;
             return;
@@ -404,11 +404,12 @@ struct ring_copy {
     }
 };
 
-static void check_ring(int nsb, int sbs) {
+static void check_ring(int nsb, int sbs, int tt) {
+    const int rows = 16 * tt;
     const size_t rb = (size_t)nsb * 144;
-    uint8_t *w = (uint8_t *)malloc(rb * 16);
-    for (size_t i = 0; i < rb * 16; i++) w[i] = (uint8_t)(rnd() >> 24);
-    const int stage = 16 * mvc_stride(sbs);
+    uint8_t *w = (uint8_t *)malloc(rb * rows);
+    for (size_t i = 0; i < rb * rows; i++) w[i] = (uint8_t)(rnd() >> 24);
+    const int stage = rows * mvc_stride(sbs);
     uint8_t *buf = (uint8_t *)malloc(stage);
     int *hits = (int *)malloc(sizeof(int) * (stage / 16));
     int bad = 0;
@@ -416,19 +417,23 @@ static void check_ring(int nsb, int sbs) {
         const int valid = nsb - sb0 < sbs ? nsb - sb0 : sbs;
         memset(buf, 0xEE, stage);
         memset(hits, 0, sizeof(int) * (stage / 16));
-        ring_copy rc = {buf, hits, w + (size_t)sb0 * 144, rb, stage, valid, &bad};
-        for (int lane = 0; lane < 32; lane++) mvc_stage_copies(lane, sbs, valid, rc);
+        ring_copy rc = {buf, hits, w + (size_t)sb0 * 144, rb, stage, rows, valid, &bad};
+        for (int lane = 0; lane < 32; lane++) mvc_stage_copies(lane, rows, sbs, valid, rc);
         for (int u = 0; u < valid; u++)
-            for (int lane = 0; lane < 32; lane++) {
-                const int g = lane >> 2, t = lane & 3;
-                int o[6];
-                mvc_offsets(sbs, g, t, u, o);
-                /* k_mvh_q4k's global reads: h0p, h1p, q0p, q0p + 64, q1p, q1p + 64 */
-                const uint8_t *h0 = w + g * rb + (size_t)(sb0 + u) * 144, *h1 = h0 + 8 * rb;
-                const uint8_t *want[6] = {h0, h1, h0 + 16 + 16 * t, h0 + 80 + 16 * t, h1 + 16 + 16 * t, h1 + 80 + 16 * t};
-                for (int k = 0; k < 6; k++)
-                    if (o[k] < 0 || o[k] + 16 > stage || memcmp(buf + o[k], want[k], 16)) bad++;
-            }
+            for (int ti = 0; ti < tt; ti++)
+                for (int lane = 0; lane < 32; lane++) {
+                    const int g = lane >> 2, t = lane & 3;
+                    int o[6];
+                    mvc_offsets(sbs, g, t, u, o);
+                    /* k_mvh_q4k's global reads of tile ti: h0p, h1p, q0p, q0p + 64, q1p, q1p + 64 */
+                    const uint8_t *h0 = w + (16 * ti + g) * rb + (size_t)(sb0 + u) * 144, *h1 = h0 + 8 * rb;
+                    const uint8_t *want[6] = {h0, h1, h0 + 16 + 16 * t, h0 + 80 + 16 * t, h1 + 16 + 16 * t,
+                                              h1 + 80 + 16 * t};
+                    for (int k = 0; k < 6; k++) {
+                        const int off = o[k] + 16 * ti * mvc_stride(sbs); /* as k_mvc_q4k's second tile */
+                        if (off < 0 || off + 16 > stage || memcmp(buf + off, want[k], 16)) bad++;
+                    }
+                }
         for (int u = 0; u < sbs; u++)
             for (int k = 0; k < 6; k++)
                 for (int ph = 0; ph < 4; ph++) {
@@ -448,7 +453,7 @@ static void check_ring(int nsb, int sbs) {
     checks++;
     if (bad) {
         fails++;
-        printf("FAIL ring nsb=%d sbs=%d: %d bad copies or reads\n", nsb, sbs, bad);
+        printf("FAIL ring nsb=%d sbs=%d tiles=%d: %d bad copies or reads\n", nsb, sbs, tt, bad);
     }
     free(w);
     free(buf);
@@ -456,11 +461,12 @@ static void check_ring(int nsb, int sbs) {
 }
 
 int main() {
-    for (int sbs = 1; sbs <= 8; sbs++) {
-        check_ring(1, sbs);
-        check_ring(7, sbs);
-        check_ring(20, sbs);
-    }
+    for (int sbs = 1; sbs <= 8; sbs++)
+        for (int tt = 1; tt <= 2; tt++) {
+            check_ring(1, sbs, tt);
+            check_ring(7, sbs, tt);
+            check_ring(20, sbs, tt);
+        }
     static const int tys[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K, TND_TYPE_Q8_0};
     for (int ti = 0; ti < 3; ti++) {
         const int ty = tys[ti];

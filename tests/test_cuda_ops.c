@@ -388,7 +388,8 @@ static void test_matvec_mma(bool i8, tnd_type t, int64_t n_in, int64_t n_out, in
  * cp.async ring) for n_tok tokens over launch shapes (tiles per block x
  * warps per tile, ring stages x super-blocks per stage, grid: 0 resident
  * blocks looping over tile groups, k at most k per SM, -1 a block per tile
- * group; 16-byte cp.async or bulk copies): against the reference with test_matvec_mma's f16 tolerance, and
+ * group; 16-byte cp.async or bulk copies; one or two tiles per warp):
+ * against the reference with test_matvec_mma's f16 tolerance, and
  * bit for bit against tnd_cu_matvec_f16mma with the same tiles per block
  * and warps per tile where the summation order is the same (one warp per
  * tile, or one super-block per stage). Then through tnd_cu_matvec with the
@@ -406,11 +407,13 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
     const size_t yb = (size_t)(n_out * n_tok) * 4;
     float *dy = (float *)dev_alloc(yb), *y = (float *)xmalloc(yb), *y1 = (float *)xmalloc(yb);
     tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
-    /* MB, KW, NS, SBS, grid, bulk */
+    /* MB, KW, NS, SBS, grid, flags (1 bulk copies, 2 two tiles per warp) */
     static const int shapes[][6] = {{0, 0, 0, 0, 0, 0}, {1, 1, 2, 1, 0, 0}, {4, 1, 3, 2, 0, 0}, {2, 2, 3, 1, 0, 0},
                                     {1, 4, 4, 2, 0, 0}, {1, 8, 3, 1, 1, 0}, {8, 1, 6, 1, 1, 0}, {2, 4, 5, 3, -1, 0},
                                     {4, 2, 8, 1, 2, 0}, {2, 1, 4, 4, 1, 0}, {0, 0, 0, 0, 0, 1}, {1, 1, 2, 1, 0, 1},
-                                    {4, 1, 3, 2, 0, 1},  {2, 2, 3, 1, 1, 1}, {1, 8, 4, 3, -1, 1}};
+                                    {4, 1, 3, 2, 0, 1}, {2, 2, 3, 1, 1, 1}, {1, 8, 4, 3, -1, 1}, {0, 0, 0, 0, 0, 2},
+                                    {1, 1, 3, 1, 0, 2}, {2, 2, 3, 2, 1, 2}, {4, 2, 3, 1, -1, 2}, {1, 1, 2, 1, 0, 3},
+                                    {2, 4, 4, 3, 0, 3}};
     const bool ok = tnd_cu_matvec_f16cp_supported(t, n_in, n_tok);
     if (!ok) { /* x alone too wide for shared memory */
         int e = tnd_cu_matvec_f16cp(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, 0, 0, 0, 0, 0, 0, cs);
@@ -420,14 +423,16 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
     for (size_t i = 0; ok && i < TND_ARRAY_LEN(shapes); i++) {
         const int *c = shapes[i];
         char what[200];
-        snprintf(what, sizeof what, "matvec_f16cp n_in=%lld n_out=%lld n_tok=%d MB=%d KW=%d NS=%d SBS=%d grid=%d%s",
-                 (long long)n_in, (long long)n_out, n_tok, c[0], c[1], c[2], c[3], c[4], c[5] ? " bulk" : "");
+        snprintf(what, sizeof what, "matvec_f16cp n_in=%lld n_out=%lld n_tok=%d MB=%d KW=%d NS=%d SBS=%d grid=%d%s%s",
+                 (long long)n_in, (long long)n_out, n_tok, c[0], c[1], c[2], c[3], c[4],
+                 c[5] & TND_CU_F16CP_BULK ? " bulk" : "", c[5] & TND_CU_F16CP_TT2 ? " 2tiles" : "");
         dev_poison(dy, yb);
         int e = tnd_cu_matvec_f16cp(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4],
                                     c[5], cs);
         tnd_status st = B->iface->stream_sync(B, S);
         if (e == 1 && c[0]) { /* this explicit shape's shared memory does not fit: at least its ring and x */
-            const double need = (double)c[0] * c[1] * c[2] * 16 * 144 * c[3] + (double)n_in * n_tok * 2;
+            const double need = (double)c[0] * c[1] * c[2] * 16 * 144 * c[3] * (c[5] & TND_CU_F16CP_TT2 ? 2 : 1) +
+                                (double)n_in * n_tok * 2;
             report(need > 160 * 1024, "%s: refused as too big for shared memory", what);
             continue;
         }
@@ -437,7 +442,7 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
         }
         dev_download(y, dy, yb);
         compare(what, y, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
-        if (c[0] > 0 && (c[1] == 1 || c[3] == 1) && tnd_cu_matvec_f16mma_supported(t, n_in, n_tok)) {
+        if (c[0] > 0 && (c[1] == 1 || c[3] == 1) && c[0] * c[1] <= 8 && tnd_cu_matvec_f16mma_supported(t, n_in, n_tok)) {
             dev_poison(dy, yb);
             e = tnd_cu_matvec_f16mma(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, c[0], c[1], cs);
             st = B->iface->stream_sync(B, S);

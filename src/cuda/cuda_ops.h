@@ -87,15 +87,18 @@ int tnd_cu_matvec_i8mma(int type, const void *W, int64_t n_in, int64_t n_out, co
  * tiles_per_block 16-row tiles x ksplit warps per tile (at most 8 warps),
  * rings of `stages` (2..8) stages of sb_per_stage super-blocks x 16 rows;
  * blocks: grid of resident blocks looping over tile groups (0: as many as
- * fit, k > 0: at most k per SM, -1: one block per tile group); bulk: rows
- * copied with cp.async.bulk and an mbarrier per stage (sm_90) instead of
- * 16-byte cp.async. 0 for any shape argument: the default. Same bits as
- * tnd_cu_matvec_f16mma with the same tiles_per_block and ksplit when ksplit
- * is 1 or sb_per_stage is 1. cudaErrorNotSupported (801) for a type or
- * shape it cannot take; 1 for a shape whose shared memory does not fit. */
+ * fit, k > 0: at most k per SM, -1: one block per tile group); flags:
+ * TND_CU_F16CP_BULK rows copied with cp.async.bulk and an mbarrier per
+ * stage (sm_90) instead of 16-byte cp.async, TND_CU_F16CP_TT2 two tiles
+ * (32 rows) per warp (tiles_per_block then counts pairs). 0 for any shape
+ * argument: the default. Same bits as tnd_cu_matvec_f16mma with ksplit
+ * warps per tile when ksplit is 1 or sb_per_stage is 1.
+ * cudaErrorNotSupported (801) for a type or shape it cannot take; 1 for a
+ * shape whose shared memory does not fit. */
+enum { TND_CU_F16CP_BULK = 1, TND_CU_F16CP_TT2 = 2 };
 bool tnd_cu_matvec_f16cp_supported(int type, int64_t n_in, int n_tok);
 int tnd_cu_matvec_f16cp(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                        int tiles_per_block, int ksplit, int stages, int sb_per_stage, int blocks, int bulk,
+                        int tiles_per_block, int ksplit, int stages, int sb_per_stage, int blocks, int flags,
                         tnd_cu_stream stream);
 /* The default f16cp launch for this shape: shape[0..5] = tiles per block,
  * warps per tile, stages, super-blocks per stage, grid, resident blocks per
@@ -105,11 +108,11 @@ bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok, int *shap
  * (contiguous, fully coalesced; a: blocks of 256 threads per SM, 0: 4), 1
  * (k_mvh_q4k's loads, MB = a, KW = b; c = 1: as many blocks per SM as fit
  * the probe, else no more than k_mvh_q4k's) or 2 (f16cp's ring: a..d, g,
- * bulk as tnd_cu_matvec_f16cp's shape arguments, as resident as the
+ * flags as tnd_cu_matvec_f16cp's shape arguments, as resident as the
  * kernel), with x staged as the kernels do (n_tok 1), the data XORed into
  * a sink instead of decoded. y is not written (but must be valid). */
 int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y, int a,
-                        int b, int c, int d, int g, int bulk, tnd_cu_stream stream);
+                        int b, int c, int d, int g, int flags, tnd_cu_stream stream);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
  * y[t][u][r] = sum_k W[ids[t][u]][r][k] * xs[k], xs = x[t] (x [n_tok][n_in])
  * or, if x_per_slot, x[t][u] (x [n_tok][n_used][n_in], the down projection).

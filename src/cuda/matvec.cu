@@ -993,19 +993,20 @@ __device__ __forceinline__ void named_bar(int id, int threads) {
 
 #define MVC_MAX_NS 8
 
-/* Shared bytes of k_mvc_q4k (rings, reduction, x, the bulk path's mbarriers). */
-static size_t mvc_smem(int64_t n_in, int n_tok, int MB, int KW, int NS, int SBS) {
+/* Shared bytes of k_mvc_q4k with TT tiles per warp (rings, reduction, x,
+ * the bulk path's mbarriers). */
+static size_t mvc_smem(int64_t n_in, int n_tok, int MB, int KW, int NS, int SBS, int TT) {
     const size_t nw = (size_t)MB * KW;
-    return nw * NS * 16 * (size_t)mvc_stride(SBS) + 2 * nw * 32 * 16 + (size_t)(64 + n_tok * (n_in / 256 * 64 + 4)) * 8 +
-           nw * NS * 8;
+    return nw * NS * 16 * TT * (size_t)mvc_stride(SBS) + 2 * nw * 32 * 16 * TT +
+           (size_t)(64 + n_tok * (n_in / 256 * 64 + 4)) * 8 + nw * NS * 8;
 }
 
 /* A warp's issue cursor: stage j of its i-th tile goes to ring slot `slot`
  * (a struct, not a lambda, so that it is inlined and stays in registers).
- * BULK: each of lanes 0..15 copies its row's run with one cp.async.bulk
+ * BULK: each of lanes 0..16*TT-1 copies its row's run with one cp.async.bulk
  * completing on the slot's mbarrier (lane 0 arms it with the byte count);
  * else 16-byte cp.async by all lanes, a commit group per stage. */
-template <bool BULK>
+template <bool BULK, int TT>
 struct mvc_ring {
     const uint8_t *W;
     size_t rb;
@@ -1020,7 +1021,7 @@ struct mvc_ring {
      * empty groups past the end keep the wait counts uniform) */
     __device__ __forceinline__ void issue_next() {
         if (issued < total) {
-            const int64_t tile = ((int64_t)blockIdx.x + i * gridDim.x) * MB + mi;
+            const int64_t tile = ((int64_t)blockIdx.x + i * gridDim.x) * MB + mi; /* of TT tiles */
             const int sb0 = (kw + j * KW) * SBS;
             const int valid = nsb - sb0 < SBS ? nsb - sb0 : SBS;
             uint8_t *dst = mine + slot * stage_bytes;
@@ -1030,16 +1031,16 @@ struct mvc_ring {
             if (BULK) {
 #if __CUDA_ARCH__ >= 900
                 const uint32_t bytes = (uint32_t)valid * 144;
-                if (lane == 0) mbar_expect_tx(bars + slot, 16 * bytes);
-                if (lane < 16) {
-                    int64_t row = tile * 16 + lane;
+                if (lane == 0) mbar_expect_tx(bars + slot, 16 * TT * bytes);
+                if (lane < 16 * TT) {
+                    int64_t row = tile * (16 * TT) + lane;
                     row = row < rlast ? row : rlast;
-                    bulk_copy(dst + lane * (stage_bytes / 16), src + (size_t)row * rbb, bytes, bars + slot);
+                    bulk_copy(dst + lane * (stage_bytes / (16 * TT)), src + (size_t)row * rbb, bytes, bars + slot);
                 }
 #endif
             } else {
-                mvc_stage_copies(lane, SBS, valid, [&](int doff, int r, int soff) {
-                    int64_t row = tile * 16 + r;
+                mvc_stage_copies(lane, 16 * TT, SBS, valid, [&](int doff, int r, int soff) {
+                    int64_t row = tile * (16 * TT) + r;
                     row = row < rlast ? row : rlast;
                     cp_async16(dst + doff, src + (size_t)row * rbb + soff);
                 });
@@ -1052,23 +1053,26 @@ struct mvc_ring {
     }
 };
 
-/* at most 256 threads; 128 registers, or ptxas stops at 80 and spills in
- * the loop (no occupancy is lost: shared memory allows ~16 warps per SM) */
-template <bool PROBE, bool BULK>
-__global__ void __maxnreg__(128) k_mvc_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+/* at most 256 threads; 128 registers (168 with two tiles per warp), or
+ * ptxas stops at 80 and spills in the loop (no occupancy is lost: shared
+ * memory allows ~16 warps per SM). TT: 16-row tiles per warp (1 or 2: two
+ * tiles share each x fragment load and give the mmas two more independent
+ * chains); a "tile" below is then TT tiles (16*TT rows). */
+template <bool PROBE, bool BULK, int TT>
+__global__ void __maxnreg__(TT == 2 ? 168 : 128) k_mvc_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
                                                  int64_t n_out, const float *__restrict__ x, int n_tok,
                                                  float *__restrict__ y, int MB, int KW, int NS, int SBS) {
     extern __shared__ uint4 mvh_dyn[];
     const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
-    const int stage_bytes = 16 * mvc_stride(SBS), nw = MB * KW;
+    const int stride = mvc_stride(SBS), stage_bytes = 16 * TT * stride, nw = MB * KW;
     uint8_t *const ring = (uint8_t *)mvh_dyn;
     float4 *const red = (float4 *)(ring + (size_t)nw * NS * stage_bytes);
-    uint2 *const xz = (uint2 *)(red + 2 * nw * 32), *const xs = xz + 64;
+    uint2 *const xz = (uint2 *)(red + 2 * nw * 32 * TT), *const xs = xz + 64;
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     uint64_t *const bars = (uint64_t *)(xs + n_tok * xstride) + wid * NS; /* this warp's, one per slot */
     const int mi = wid / KW, kw = wid - mi * KW;
     const int g = lane >> 2, t = lane & 3;
-    const int64_t tiles = (n_out + 15) / 16, groups = (tiles + MB - 1) / MB;
+    const int64_t tiles = (n_out + 16 * TT - 1) / (16 * TT), groups = (tiles + MB - 1) / MB;
     const int nst = (nsb + SBS - 1) / SBS;                       /* stages per tile */
     const int per = kw < nst ? (nst - kw + KW - 1) / KW : 0;     /* this warp's stages per tile */
     const int64_t my_groups = blockIdx.x < groups ? (groups - 1 - blockIdx.x) / gridDim.x + 1 : 0;
@@ -1084,7 +1088,7 @@ __global__ void __maxnreg__(128) k_mvc_q4k(const uint8_t *__restrict__ W, size_t
         __syncwarp();
 #endif
     }
-    mvc_ring<BULK> ring_ = {W, rb, n_out, mine, bars, total, nsb, SBS, KW, NS, MB, per, stage_bytes, kw, mi, lane,
+    mvc_ring<BULK, TT> ring_ = {W, rb, n_out, mine, bars, total, nsb, SBS, KW, NS, MB, per, stage_bytes, kw, mi, lane,
                             0, 0, 0, 0};
     for (int k = 0; k < NS - 1; k++) ring_.issue_next(); /* in flight while x is staged */
     mvh_stage_x<TND_TYPE_Q4_K>(xs, x, n_in, n_tok, xstride);
@@ -1097,10 +1101,10 @@ __global__ void __maxnreg__(128) k_mvc_q4k(const uint8_t *__restrict__ W, size_t
     uint32_t sink = 0;
     int slot = 0;
     uint32_t phase = 0; /* of the slot's mbarrier (bulk path) */
-    float acc[2][4];
+    float acc[TT][2][4];
     for (int64_t i = 0; i < my_groups; i++) {
 #pragma unroll
-        for (int k = 0; k < 8; k++) acc[k >> 2][k & 3] = 0.f;
+        for (int k = 0; k < 8 * TT; k++) acc[k >> 3][(k >> 2) & 1][k & 3] = 0.f;
         for (int jj = 0; jj < per; jj++) {
             __syncwarp(); /* every lane is done with the slot refilled now */
             ring_.issue_next();
@@ -1117,50 +1121,64 @@ __global__ void __maxnreg__(128) k_mvc_q4k(const uint8_t *__restrict__ W, size_t
             for (int u = 0; u < SBS && sb0 + u < nsb; u++) {
                 int o[6];
                 mvc_offsets(SBS, g, t, u, o);
-                const uint4 H0 = *(const uint4 *)(stg + o[0]), H1 = *(const uint4 *)(stg + o[1]);
-                const uint4 Q00 = *(const uint4 *)(stg + o[2]), Q01 = *(const uint4 *)(stg + o[3]);
-                const uint4 Q10 = *(const uint4 *)(stg + o[4]), Q11 = *(const uint4 *)(stg + o[5]);
-                if (PROBE) {
-                    sink ^= H0.x ^ H0.y ^ H0.z ^ H0.w ^ H1.x ^ H1.y ^ H1.z ^ H1.w;
-                    sink ^= Q00.x ^ Q00.y ^ Q00.z ^ Q00.w ^ Q01.x ^ Q01.y ^ Q01.z ^ Q01.w;
-                    sink ^= Q10.x ^ Q10.y ^ Q10.z ^ Q10.w ^ Q11.x ^ Q11.y ^ Q11.z ^ Q11.w;
-                    continue;
-                }
-                const uint32_t h0[4] = {H0.x, H0.y, H0.z, H0.w}, h1[4] = {H1.x, H1.y, H1.z, H1.w};
-                const uint32_t q0[8] = {Q00.x, Q00.y, Q00.z, Q00.w, Q01.x, Q01.y, Q01.z, Q01.w};
-                const uint32_t q1[8] = {Q10.x, Q10.y, Q10.z, Q10.w, Q11.x, Q11.y, Q11.z, Q11.w};
                 const uint2 *xb = xl + (sb0 + u) * xsb;
-                mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
-                           [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
-                               mma_f16(acc[chain], a0, a1, a2, a3, bx);
-                           });
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++) {
+                    const uint8_t *st2 = stg + tt * 16 * stride;
+                    const uint4 H0 = *(const uint4 *)(st2 + o[0]), H1 = *(const uint4 *)(st2 + o[1]);
+                    const uint4 Q00 = *(const uint4 *)(st2 + o[2]), Q01 = *(const uint4 *)(st2 + o[3]);
+                    const uint4 Q10 = *(const uint4 *)(st2 + o[4]), Q11 = *(const uint4 *)(st2 + o[5]);
+                    if (PROBE) {
+                        sink ^= H0.x ^ H0.y ^ H0.z ^ H0.w ^ H1.x ^ H1.y ^ H1.z ^ H1.w;
+                        sink ^= Q00.x ^ Q00.y ^ Q00.z ^ Q00.w ^ Q01.x ^ Q01.y ^ Q01.z ^ Q01.w;
+                        sink ^= Q10.x ^ Q10.y ^ Q10.z ^ Q10.w ^ Q11.x ^ Q11.y ^ Q11.z ^ Q11.w;
+                        continue;
+                    }
+                    const uint32_t h0[4] = {H0.x, H0.y, H0.z, H0.w}, h1[4] = {H1.x, H1.y, H1.z, H1.w};
+                    const uint32_t q0[8] = {Q00.x, Q00.y, Q00.z, Q00.w, Q01.x, Q01.y, Q01.z, Q01.w};
+                    const uint32_t q1[8] = {Q10.x, Q10.y, Q10.z, Q10.w, Q11.x, Q11.y, Q11.z, Q11.w};
+                    mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
+                               [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
+                                   mma_f16(acc[tt][chain], a0, a1, a2, a3, bx);
+                               });
+                }
             }
             if (++slot == NS) slot = 0, phase ^= 1;
         }
-        if (PROBE) continue;
-        /* this tile's sums: KW partials in a fixed order (as mvh_finish) */
-        float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
-                               acc[0][3] + acc[1][3]);
-        if (KW > 1) {
-            float4 *rd = red + (i & 1) * nw * 32;
-            rd[wid * 32 + lane] = a;
-            named_bar(1 + mi, 32 * KW);
-            if (kw != 0) continue;
-            for (int k = 1; k < KW; k++) {
-                const float4 b = rd[(wid + k) * 32 + lane];
-                a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w;
+        if (!PROBE) { /* (a continue for PROBE would leave this unreachable: a front-end warning) */
+            /* this tile's sums: KW partials in a fixed order (as mvh_finish) */
+            float4 a[TT];
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                a[tt] = make_float4(acc[tt][0][0] + acc[tt][1][0], acc[tt][0][1] + acc[tt][1][1],
+                                    acc[tt][0][2] + acc[tt][1][2], acc[tt][0][3] + acc[tt][1][3]);
+            if (KW > 1) {
+                float4 *rd = red + (i & 1) * nw * 32 * TT;
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++) rd[(wid * TT + tt) * 32 + lane] = a[tt];
+                named_bar(1 + mi, 32 * KW);
+                if (kw != 0) continue;
+                for (int k = 1; k < KW; k++)
+#pragma unroll
+                    for (int tt = 0; tt < TT; tt++) {
+                        const float4 b = rd[((wid + k) * TT + tt) * 32 + lane];
+                        a[tt].x += b.x; a[tt].y += b.y; a[tt].z += b.z; a[tt].w += b.w;
+                    }
             }
-        }
-        const int64_t r0 = ((int64_t)blockIdx.x + i * gridDim.x) * MB * 16 + mi * 16 + g, r1 = r0 + 8;
-        if (2 * t < n_tok) {
-            float *yt = y + (int64_t)(2 * t) * n_out;
-            if (r0 < n_out) yt[r0] = a.x;
-            if (r1 < n_out) yt[r1] = a.z;
-        }
-        if (2 * t + 1 < n_tok) {
-            float *yt = y + (int64_t)(2 * t + 1) * n_out;
-            if (r0 < n_out) yt[r0] = a.y;
-            if (r1 < n_out) yt[r1] = a.w;
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) {
+                const int64_t r0 = (((int64_t)blockIdx.x + i * gridDim.x) * MB + mi) * (16 * TT) + 16 * tt + g, r1 = r0 + 8;
+                if (2 * t < n_tok) {
+                    float *yt = y + (int64_t)(2 * t) * n_out;
+                    if (r0 < n_out) yt[r0] = a[tt].x;
+                    if (r1 < n_out) yt[r1] = a[tt].z;
+                }
+                if (2 * t + 1 < n_tok) {
+                    float *yt = y + (int64_t)(2 * t + 1) * n_out;
+                    if (r0 < n_out) yt[r0] = a[tt].y;
+                    if (r1 < n_out) yt[r1] = a[tt].w;
+                }
+            }
         }
     }
     if (!BULK) cp_async_wait(0); /* (bulk: every issued stage was waited for) */
@@ -1517,9 +1535,11 @@ extern "C" int tnd_cu_matvec_i8mma(int type, const void *W, int64_t n_in, int64_
 /* ---- f16cp (k_mvc_q4k): launch ---------------------------------------------- */
 
 typedef void (*mvc_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int, int, int, int);
-static mvc_kernel mvc_kernel_of(bool probe, bool bulk) {
-    return probe ? (bulk ? k_mvc_q4k<true, true> : k_mvc_q4k<true, false>)
-                 : (bulk ? k_mvc_q4k<false, true> : k_mvc_q4k<false, false>);
+static mvc_kernel mvc_kernel_of(bool probe, int flags) {
+    static const mvc_kernel k[2][4] = {
+        {k_mvc_q4k<false, false, 1>, k_mvc_q4k<false, true, 1>, k_mvc_q4k<false, false, 2>, k_mvc_q4k<false, true, 2>},
+        {k_mvc_q4k<true, false, 1>, k_mvc_q4k<true, true, 1>, k_mvc_q4k<true, false, 2>, k_mvc_q4k<true, true, 2>}};
+    return k[probe ? 1 : 0][flags & 3]; /* bit 0: TND_CU_F16CP_BULK, bit 1: TND_CU_F16CP_TT2 */
 }
 
 /* The opt-in above 48 KiB for the k_mvc_q4k instances and the probes,
@@ -1531,7 +1551,7 @@ static int mvc_prepare(void) {
     if (attr_set[dev]) return 0;
     const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     cudaError_t e = cudaSuccess;
-    for (int k = 0; k < 4 && e == cudaSuccess; k++)
+    for (int k = 0; k < 8 && e == cudaSuccess; k++)
         e = cudaFuncSetAttribute(mvc_kernel_of(k & 1, k >> 1), cudaFuncAttributeMaxDynamicSharedMemorySize, max);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mvh_q4k_t<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, max);
     if (e != cudaSuccess) return (int)e;
@@ -1556,24 +1576,23 @@ static size_t mvc_pad_smem(size_t smem, int occ) {
 
 /* Resident blocks of k_mvc_q4k per SM for this block and shared size
  * (cached; 0 on error or if it does not fit). */
-static int mvc_occupancy(int warps, size_t smem, bool bulk) {
+static int mvc_occupancy(int warps, size_t smem, int flags) {
     static struct {
         int dev, warps;
         size_t smem;
-        int n;
-        bool bulk;
+        int n, flags;
     } cache[256];
     static int n_cache;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || mvc_prepare()) return 0;
     if (smem > (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin)) return 0;
     for (int i = 0; i < n_cache; i++)
-        if (cache[i].dev == dev && cache[i].warps == warps && cache[i].smem == smem && cache[i].bulk == bulk)
+        if (cache[i].dev == dev && cache[i].warps == warps && cache[i].smem == smem && cache[i].flags == flags)
             return cache[i].n;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mvc_kernel_of(false, bulk), 32 * warps, smem) != cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mvc_kernel_of(false, flags), 32 * warps, smem) != cudaSuccess)
         return 0;
-    if (n_cache < 256) cache[n_cache++] = {dev, warps, smem, n, bulk};
+    if (n_cache < 256) cache[n_cache++] = {dev, warps, smem, n, flags};
     return n;
 }
 
@@ -1624,7 +1643,7 @@ static void mvc_shape(int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW, 
                     const int64_t nst = (nsb + sbs - 1) / sbs;
                     if (kw > 1 && kw > nst) break;
                     const int mb = nw / kw;
-                    const int occ = mvc_occupancy(nw, mvc_smem(n_in, n_tok, mb, kw, ns, sbs), false);
+                    const int occ = mvc_occupancy(nw, mvc_smem(n_in, n_tok, mb, kw, ns, sbs, 1), 0);
                     if (occ <= 0) continue;
                     const int64_t groups = (tiles + mb - 1) / mb, grid = mvc_grid(groups, occ, 0);
                     const int64_t rounds = (groups + grid - 1) / grid;
@@ -1649,7 +1668,7 @@ static bool mvc_supported(int type, int64_t n_in, int n_tok) {
         return false;
     if (major < 8) return false;
     /* the smallest useful ring (4 warps of 1 x 3 stages of one super-block) must fit */
-    return mvc_smem(n_in, n_tok, 4, 1, 3, 1) <= (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    return mvc_smem(n_in, n_tok, 4, 1, 3, 1, 1) <= (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
 }
 
 extern "C" bool tnd_cu_matvec_f16cp_supported(int type, int64_t n_in, int n_tok) {
@@ -1657,9 +1676,10 @@ extern "C" bool tnd_cu_matvec_f16cp_supported(int type, int64_t n_in, int n_tok)
 }
 
 static int launch_mvc(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                      int MB, int KW, int NS, int SBS, int G, int bulk, cudaStream_t st) {
+                      int MB, int KW, int NS, int SBS, int G, int flags, cudaStream_t st) {
     if (!mvc_supported(TND_TYPE_Q4_K, n_in, n_tok) || ((uintptr_t)x & 15)) return cudaErrorNotSupported;
-    if (bulk) { /* cp.async.bulk and mbarrier tx counts: sm_90 */
+    if (flags & ~3) return cudaErrorInvalidValue;
+    if (flags & TND_CU_F16CP_BULK) { /* cp.async.bulk and mbarrier tx counts: sm_90 */
         int major = 0, dev = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
@@ -1676,14 +1696,15 @@ static int launch_mvc(bool probe, const void *W, int64_t n_in, int64_t n_out, co
         if (SBS <= 0) SBS = sbs;
     }
     if (MB * KW > 8 || NS < 2 || NS > MVC_MAX_NS || SBS > 8) return cudaErrorInvalidValue;
-    const size_t smem = mvc_smem(n_in, n_tok, MB, KW, NS, SBS);
-    const int occ = mvc_occupancy(MB * KW, smem, bulk != 0);
+    const int TT = flags & TND_CU_F16CP_TT2 ? 2 : 1;
+    const size_t smem = mvc_smem(n_in, n_tok, MB, KW, NS, SBS, TT);
+    const int occ = mvc_occupancy(MB * KW, smem, flags);
     if (occ <= 0) return cudaErrorInvalidValue; /* does not fit */
-    const int64_t tiles = (n_out + 15) / 16, groups = (tiles + MB - 1) / MB;
+    const int64_t tiles = (n_out + 16 * TT - 1) / (16 * TT), groups = (tiles + MB - 1) / MB;
     const int64_t grid = mvc_grid(groups, occ, G);
     if (grid <= 0 || grid > 0x7fffffff) return cudaErrorInvalidValue;
     const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
-    mvc_kernel_of(probe, bulk != 0)<<<(unsigned)grid, 32 * MB * KW, probe ? mvc_pad_smem(smem, occ) : smem, st>>>(
+    mvc_kernel_of(probe, flags)<<<(unsigned)grid, 32 * MB * KW, probe ? mvc_pad_smem(smem, occ) : smem, st>>>(
         (const uint8_t *)W, rb, n_in, n_out, x, n_tok, y, MB, KW, NS, SBS);
     return (int)cudaGetLastError();
 }
@@ -1691,9 +1712,9 @@ static int launch_mvc(bool probe, const void *W, int64_t n_in, int64_t n_out, co
 extern "C" bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok, int *shape) {
     if (!shape || n_out <= 0 || !mvc_supported(TND_TYPE_Q4_K, n_in, n_tok)) return false;
     mvc_shape(n_in, n_out, n_tok, &shape[0], &shape[1], &shape[2], &shape[3]);
-    const size_t smem = mvc_smem(n_in, n_tok, shape[0], shape[1], shape[2], shape[3]);
+    const size_t smem = mvc_smem(n_in, n_tok, shape[0], shape[1], shape[2], shape[3], 1);
     const int64_t tiles = (n_out + 15) / 16, groups = (tiles + shape[0] - 1) / shape[0];
-    const int occ = mvc_occupancy(shape[0] * shape[1], smem, false);
+    const int occ = mvc_occupancy(shape[0] * shape[1], smem, 0);
     shape[4] = (int)mvc_grid(groups, occ, 0);
     shape[5] = occ;
     return occ > 0;
@@ -1701,18 +1722,18 @@ extern "C" bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok
 
 extern "C" int tnd_cu_matvec_f16cp(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
                                    float *y, int tiles_per_block, int ksplit, int stages, int sb_per_stage, int blocks,
-                                   int bulk, tnd_cu_stream stream) {
+                                   int flags, tnd_cu_stream stream) {
     int e = check_w(type, W, n_in, n_out);
     if (e) return e;
     if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0 || stages < 0 || sb_per_stage < 0)
         return cudaErrorInvalidValue;
     if (type != TND_TYPE_Q4_K) return cudaErrorNotSupported;
-    return launch_mvc(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, stages, sb_per_stage, blocks, bulk,
+    return launch_mvc(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, stages, sb_per_stage, blocks, flags,
                       (cudaStream_t)stream);
 }
 
 extern "C" int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
-                                   int a, int b, int c, int d, int g, int bulk, tnd_cu_stream stream) {
+                                   int a, int b, int c, int d, int g, int flags, tnd_cu_stream stream) {
     int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
     if (e) return e;
     if (!x || !y || ((uintptr_t)x & 15)) return cudaErrorInvalidValue;
@@ -1739,7 +1760,7 @@ extern "C" int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int
                                                                                            n_out, x, 1, y, MB, KW);
         return (int)cudaGetLastError();
     }
-    if (pattern == 2) return launch_mvc(true, W, n_in, n_out, x, 1, y, a, b, c, d, g, bulk, st);
+    if (pattern == 2) return launch_mvc(true, W, n_in, n_out, x, 1, y, a, b, c, d, g, flags, st);
     return cudaErrorInvalidValue;
 }
 
