@@ -327,9 +327,13 @@ int main(int argc, char **argv) {
                 else snprintf(var, sizeof var, "K%d R%d T%d", VK[v], VR[v], VT[v]);
                 CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
                 e = LAUNCH(0);
-                if (e && VK[v] == V_F16CP && P[0] > 0) { /* an explicit ring shape whose shared memory does not fit */
-                    printf("| %s | %lldx%lld | %.1f | %s | - | - | - | does not fit (%s) |\n", tnd_type_name(t),
-                           (long long)n_in, (long long)n_out, wb / 1048576.0, var, tnd_cu_error_string(e));
+                if (e && (VK[v] == V_F16CP || VK[v] == V_PROBE)) {
+                    /* error 1 (invalid value): an explicit ring shape whose shared memory does not fit; any other
+                     * error is a failure, but the sweep goes on */
+                    printf("| %s | %lldx%lld | %.1f | %s | - | - | - | %s (%s) |\n", tnd_type_name(t), (long long)n_in,
+                           (long long)n_out, wb / 1048576.0, var, e == 1 ? "does not fit" : "LAUNCH FAILED",
+                           tnd_cu_error_string(e));
+                    if (e != 1) failures++;
                     continue;
                 }
                 if (e) {
