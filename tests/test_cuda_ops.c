@@ -248,10 +248,15 @@ static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) 
     char what[160];
     bool f16path = n_tok > 8;
     const int kind = f16path ? TND_CU_MV_F32 : tnd_cu_matvec_kind(t, n_in, (int)n_tok);
-    bool mvh = kind == TND_CU_MV_F16MMA; /* i8mma keeps the f32 tolerance (test_matvec_mma) */
+    /* f16cp: the f16 path's math; i8mma keeps the f32 tolerance (test_matvec_mma) */
+    bool mvh = kind == TND_CU_MV_F16MMA || kind == TND_CU_MV_F16CP;
     snprintf(what, sizeof what, "matmul %-5s n_in=%lld n_out=%lld n_tok=%lld (%s)", tnd_type_name(t), (long long)n_in,
              (long long)n_out, (long long)n_tok,
-             f16path ? "f16 cuBLAS" : mvh ? "matvec f16mma" : kind == TND_CU_MV_I8MMA ? "matvec i8mma" : "matvec f32");
+             f16path                        ? "f16 cuBLAS"
+             : kind == TND_CU_MV_F16CP      ? "matvec f16cp"
+             : mvh                          ? "matvec f16mma"
+             : kind == TND_CU_MV_I8MMA      ? "matvec i8mma"
+                                            : "matvec f32");
     if (run_op(&op, what)) {
         float *y = (float *)xmalloc((size_t)(n_out * n_tok) * 4);
         dev_download(y, dy, (size_t)(n_out * n_tok) * 4);
@@ -375,6 +380,102 @@ static void test_matvec_mma(bool i8, tnd_type t, int64_t n_in, int64_t n_out, in
     free(x);
     free(y);
     free(y0);
+    free(ref);
+    free(sc);
+}
+
+/* The f16cp matvec (tnd_cu_matvec_f16cp: the f16 path's math through a
+ * cp.async ring) for n_tok tokens over launch shapes (tiles per block x
+ * warps per tile, ring stages x super-blocks per stage, grid: 0 resident
+ * blocks looping over tile groups, k at most k per SM, -1 a block per tile
+ * group; 16-byte cp.async or bulk copies; one or two tiles per warp):
+ * against the reference with test_matvec_mma's f16 tolerance, and
+ * bit for bit against tnd_cu_matvec_f16mma with the same tiles per block
+ * and warps per tile where the summation order is the same (one warp per
+ * tile, or one super-block per stage). Then through tnd_cu_matvec with the
+ * family forced. */
+static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
+    const tnd_type t = TND_TYPE_Q4_K;
+    size_t wb;
+    void *W = make_weights(t, n_in, n_out, &wb);
+    float *x = (float *)xmalloc((size_t)(n_in * n_tok) * 4);
+    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd_unif(-1, 1);
+    double *ref = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
+    double xmax;
+    ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
+    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
+    const size_t yb = (size_t)(n_out * n_tok) * 4;
+    float *dy = (float *)dev_alloc(yb), *y = (float *)xmalloc(yb), *y1 = (float *)xmalloc(yb);
+    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
+    /* MB, KW, NS, SBS, grid, flags (1 bulk copies, 2 two tiles per warp) */
+    static const int shapes[][6] = {{0, 0, 0, 0, 0, 0}, {1, 1, 2, 1, 0, 0}, {4, 1, 3, 2, 0, 0}, {2, 2, 3, 1, 0, 0},
+                                    {1, 4, 4, 2, 0, 0}, {1, 8, 3, 1, 1, 0}, {8, 1, 6, 1, 1, 0}, {2, 4, 5, 3, -1, 0},
+                                    {4, 2, 8, 1, 2, 0}, {2, 1, 4, 4, 1, 0}, {0, 0, 0, 0, 0, 1}, {1, 1, 2, 1, 0, 1},
+                                    {4, 1, 3, 2, 0, 1}, {2, 2, 3, 1, 1, 1}, {1, 8, 4, 3, -1, 1}, {0, 0, 0, 0, 0, 2},
+                                    {1, 1, 3, 1, 0, 2}, {2, 2, 3, 2, 1, 2}, {4, 2, 3, 1, -1, 2}, {1, 1, 2, 1, 0, 3},
+                                    {2, 4, 4, 3, 0, 3}};
+    const bool ok = tnd_cu_matvec_f16cp_supported(t, n_in, n_tok);
+    if (!ok) { /* x alone too wide for shared memory */
+        int e = tnd_cu_matvec_f16cp(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, 0, 0, 0, 0, 0, 0, cs);
+        report(e == 801 && n_in * n_tok * 2 > 150 * 1024, "matvec_f16cp n_in=%lld n_tok=%d refused (got %d)",
+               (long long)n_in, n_tok, e);
+    }
+    for (size_t i = 0; ok && i < TND_ARRAY_LEN(shapes); i++) {
+        const int *c = shapes[i];
+        char what[200];
+        snprintf(what, sizeof what, "matvec_f16cp n_in=%lld n_out=%lld n_tok=%d MB=%d KW=%d NS=%d SBS=%d grid=%d%s%s",
+                 (long long)n_in, (long long)n_out, n_tok, c[0], c[1], c[2], c[3], c[4],
+                 c[5] & TND_CU_F16CP_BULK ? " bulk" : "", c[5] & TND_CU_F16CP_TT2 ? " 2tiles" : "");
+        dev_poison(dy, yb);
+        int e = tnd_cu_matvec_f16cp(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4],
+                                    c[5], cs);
+        tnd_status st = B->iface->stream_sync(B, S);
+        if (e == 1 && c[0]) { /* this explicit shape's shared memory does not fit: at least its ring and x */
+            const double need = (double)c[0] * c[1] * c[2] * 16 * 144 * c[3] * (c[5] & TND_CU_F16CP_TT2 ? 2 : 1) +
+                                (double)n_in * n_tok * 2;
+            report(need > 160 * 1024, "%s: refused as too big for shared memory", what);
+            continue;
+        }
+        if (e || st) {
+            report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
+            continue;
+        }
+        dev_download(y, dy, yb);
+        compare(what, y, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+        if (c[0] > 0 && (c[1] == 1 || c[3] == 1) && c[0] * c[1] <= 8 && tnd_cu_matvec_f16mma_supported(t, n_in, n_tok)) {
+            dev_poison(dy, yb);
+            e = tnd_cu_matvec_f16mma(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, c[0], c[1], cs);
+            st = B->iface->stream_sync(B, S);
+            dev_download(y1, dy, yb);
+            report(!e && !st && memcmp(y, y1, yb) == 0, "%s: same bits as f16mma MB=%d KW=%d", what, c[0], c[1]);
+        }
+    }
+    /* the family through tnd_cu_matvec */
+    tnd_cu_matvec_set_kind(TND_CU_MV_F16CP);
+    const int kind = tnd_cu_matvec_kind(t, n_in, n_tok);
+    dev_poison(dy, yb);
+    int e = tnd_cu_matvec(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, cs);
+    tnd_status st = B->iface->stream_sync(B, S);
+    tnd_cu_matvec_set_kind(-1);
+    char what[160];
+    snprintf(what, sizeof what, "matvec forced f16cp n_in=%lld n_out=%lld n_tok=%d (kind %d)", (long long)n_in,
+             (long long)n_out, n_tok, kind);
+    if (e || st) report(false, "%s: launch %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
+    else {
+        dev_download(y, dy, yb);
+        compare(what, y, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+        report(kind == (tnd_cu_matvec_f16cp_supported(t, n_in, n_tok) ? TND_CU_MV_F16CP
+                        : tnd_cu_matvec_f16mma_supported(t, n_in, n_tok) ? TND_CU_MV_F16MMA
+                                                                           : TND_CU_MV_F32),
+               "%s: family", what);
+    }
+    dev_free(dW);
+    dev_free(dx);
+    dev_free(dy);
+    free(W);
+    free(x);
+    free(y);
+    free(y1);
     free(ref);
     free(sc);
 }
@@ -1169,8 +1270,31 @@ int main(int argc, char **argv) {
     }
     test_matvec_mma(true, TND_TYPE_Q4_K, 256 * 68, 129, 1);
     test_matvec_mma(true, TND_TYPE_Q4_K, 256 * 3, 4099, 2);
+    /* f16cp: n_out not a multiple of 16 (and of the tile groups), n_in =
+     * 256 k for k not a multiple of the stage, 1..8 tokens, the longest row */
+    for (int nt = 1; nt <= 8; nt++) {
+        test_matvec_f16cp(256, 37, nt);
+        test_matvec_f16cp(256 * 7, 1031, nt);
+    }
+    test_matvec_f16cp(256 * 20, 4099, 1);
+    test_matvec_f16cp(256 * 21, 333, 3);
+    test_matvec_f16cp(256 * 68, 129, 1);
+    test_matvec_f16cp(256 * 68, 77, 8); /* x too wide for the ring with 8 tokens: refused or fitted */
+    {
+        size_t wb;
+        void *W = make_weights(TND_TYPE_Q6_K, 256, 16, &wb);
+        void *dW = dev_upload(W, wb);
+        float *dx = (float *)dev_alloc(256 * 4), *dy = (float *)dev_alloc(16 * 4);
+        int e = tnd_cu_matvec_f16cp(TND_TYPE_Q6_K, dW, 256, 16, dx, 1, dy, 0, 0, 0, 0, 0, 0,
+                                    (tnd_cu_stream)tnd_cuda_stream_handle(S));
+        report(e == 801 && !tnd_cu_matvec_f16cp_supported(TND_TYPE_Q6_K, 256, 1), "matvec_f16cp refuses Q6_K (got %d)", e);
+        dev_free(dW);
+        dev_free(dx);
+        dev_free(dy);
+        free(W);
+    }
     test_matvec_mma_refusals();
-    static const char *const kind_names[] = {"f32", "f16mma", "i8mma"};
+    static const char *const kind_names[] = {"f32", "f16mma", "i8mma", "f16cp"};
     printf("matvec default family: Q4_K %s, Q6_K %s, Q8_0 %s (env TND_CUDA_MV=%s)\n",
            kind_names[tnd_cu_matvec_kind(TND_TYPE_Q4_K, 4096, 1)], kind_names[tnd_cu_matvec_kind(TND_TYPE_Q6_K, 4096, 1)],
            kind_names[tnd_cu_matvec_kind(TND_TYPE_Q8_0, 4096, 1)],

@@ -58,13 +58,13 @@ int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, cons
  * (Q4_K, n_tok <= 4: exact integer weights, x rounded to a 16-bit grid per
  * 256 values, int8 tensor-core products, exact s32 sums: error per value
  * <= max|x| over its 256 / 65278). The default per type is mv_default() in
- * matvec.cu; env TND_CUDA_MV=old|f16mma|i8mma overrides it for all types
+ * matvec.cu; env TND_CUDA_MV=old|f16mma|i8mma|f16cp overrides it for all types
  * (read once). Types and shapes a family cannot take (f16mma: Q4_K, Q6_K,
  * Q8_0 with n_in a multiple of 256, n_tok <= 8, n_tok * n_in <= 49152) get
- * F32. */
-enum { TND_CU_MV_F32 = 0, TND_CU_MV_F16MMA = 1, TND_CU_MV_I8MMA = 2 };
+ * F32 (f16cp: F16MMA first, same math). */
+enum { TND_CU_MV_F32 = 0, TND_CU_MV_F16MMA = 1, TND_CU_MV_I8MMA = 2, TND_CU_MV_F16CP = 3 };
 int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok);
-/* Forces tnd_cu_matvec's family (TND_CU_MV_F32, _F16MMA or _I8MMA; -1:
+/* Forces tnd_cu_matvec's family (TND_CU_MV_F32, _F16MMA, _I8MMA or _F16CP; -1:
  * back to the default / env choice), for benches comparing both in one run.
  * Not thread-safe against concurrent tnd_cu_matvec calls. */
 void tnd_cu_matvec_set_kind(int kind);
@@ -81,6 +81,38 @@ int tnd_cu_matvec_f16mma(int type, const void *W, int64_t n_in, int64_t n_out, c
 /* The int8 path likewise (Q4_K, n_tok 1..4, n_tok * n_in <= ~90000). */
 int tnd_cu_matvec_i8mma(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
                         float *y, int tiles_per_block, int ksplit, tnd_cu_stream stream);
+/* TND_CU_MV_F16CP (env TND_CUDA_MV=f16cp): the f16 path's math for Q4_K
+ * (n_in a multiple of 256, n_tok 1..8, x 16-byte aligned) with the weights
+ * streamed through a per-warp cp.async ring in shared memory. Blocks of
+ * tiles_per_block 16-row tiles x ksplit warps per tile (at most 8 warps),
+ * rings of `stages` (2..8) stages of sb_per_stage super-blocks x 16 rows;
+ * blocks: grid of resident blocks looping over tile groups (0: as many as
+ * fit, k > 0: at most k per SM, -1: one block per tile group); flags:
+ * TND_CU_F16CP_BULK rows copied with cp.async.bulk and an mbarrier per
+ * stage (sm_90) instead of 16-byte cp.async, TND_CU_F16CP_TT2 two tiles
+ * (32 rows) per warp (tiles_per_block then counts pairs). 0 for any shape
+ * argument: the default. Same bits as tnd_cu_matvec_f16mma with ksplit
+ * warps per tile when ksplit is 1 or sb_per_stage is 1.
+ * cudaErrorNotSupported (801) for a type or shape it cannot take; 1 for a
+ * shape whose shared memory does not fit. */
+enum { TND_CU_F16CP_BULK = 1, TND_CU_F16CP_TT2 = 2 };
+bool tnd_cu_matvec_f16cp_supported(int type, int64_t n_in, int n_tok);
+int tnd_cu_matvec_f16cp(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                        int tiles_per_block, int ksplit, int stages, int sb_per_stage, int blocks, int flags,
+                        tnd_cu_stream stream);
+/* The default f16cp launch for this shape: shape[0..5] = tiles per block,
+ * warps per tile, stages, super-blocks per stage, grid, resident blocks per
+ * SM; false if f16cp cannot take it. */
+bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok, int *shape);
+/* Bandwidth probe for the bench: reads a Q4_K matrix's bytes as pattern 0
+ * (contiguous, fully coalesced; a: blocks of 256 threads per SM, 0: 4), 1
+ * (k_mvh_q4k's loads, MB = a, KW = b; c = 1: as many blocks per SM as fit
+ * the probe, else no more than k_mvh_q4k's) or 2 (f16cp's ring: a..d, g,
+ * flags as tnd_cu_matvec_f16cp's shape arguments, as resident as the
+ * kernel), with x staged as the kernels do (n_tok 1), the data XORed into
+ * a sink instead of decoded. y is not written (but must be valid). */
+int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y, int a,
+                        int b, int c, int d, int g, int flags, tnd_cu_stream stream);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
  * y[t][u][r] = sum_k W[ids[t][u]][r][k] * xs[k], xs = x[t] (x [n_tok][n_in])
  * or, if x_per_slot, x[t][u] (x [n_tok][n_used][n_in], the down projection).

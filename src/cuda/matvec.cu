@@ -17,9 +17,10 @@
  * fewer instructions per weight: f16 (k_mvh_*, Q4_K, Q6_K, Q8_0: weights and
  * x rounded to f16, mma.sync m16n8k16, f32 sums) and int8 (k_mvi_q4k:
  * exact weights, x on a 16-bit grid per 256 values, mma.sync m16n8k32,
- * exact s32 sums). tnd_cu_matvec picks a family per type through
- * mv_default() (env TND_CUDA_MV=old|f16mma|i8mma overrides it); the MoE
- * path (tnd_cu_matvec_id) keeps the f32 kernels.
+ * exact s32 sums). f16cp (k_mvc_q4k, Q4_K) is the f16 family's math fed
+ * through a cp.async ring in shared memory. tnd_cu_matvec picks a family
+ * per type through mv_default() (env TND_CUDA_MV=old|f16mma|i8mma|f16cp
+ * overrides it); the MoE path (tnd_cu_matvec_id) keeps the f32 kernels.
  */
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
@@ -582,10 +583,13 @@ __device__ __forceinline__ void mvh_finish(float4 a, float4 *red, int KW, int kw
     }
 }
 
-/* Q4_K, n_tok 1..8; blockDim.x = 32 * MB * KW. */
-__global__ void __launch_bounds__(256) k_mvh_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
-                                                 float *__restrict__ y, int MB, int KW) {
+/* Q4_K, n_tok 1..8; blockDim.x = 32 * MB * KW. PROBE: the same loads and
+ * x staging, the data only XORed into a sink (the bandwidth ceiling of this
+ * access pattern, for the bench; y is left alone). */
+template <bool PROBE>
+__global__ void __launch_bounds__(256) k_mvh_q4k_t(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                   int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                   float *__restrict__ y, int MB, int KW) {
     extern __shared__ uint4 mvh_dyn[];
     const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4; /* +4 pairs: tokens' slots in other banks */
     uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64; /* xz: zeros, read by lanes that feed no token */
@@ -617,7 +621,14 @@ __global__ void __launch_bounds__(256) k_mvh_q4k(const uint8_t *__restrict__ W, 
     const bool feeds = g < n_tok; /* lane g feeds token g's column of B */
     const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
     const int xsb = feeds ? 64 : 0;
+    uint32_t sink = 0;
     auto compute = [&](const buf &b, int sb) {
+        if (PROBE) {
+            sink ^= b.h0.x ^ b.h0.y ^ b.h0.z ^ b.h0.w ^ b.h1.x ^ b.h1.y ^ b.h1.z ^ b.h1.w;
+            sink ^= b.q00.x ^ b.q00.y ^ b.q00.z ^ b.q00.w ^ b.q01.x ^ b.q01.y ^ b.q01.z ^ b.q01.w;
+            sink ^= b.q10.x ^ b.q10.y ^ b.q10.z ^ b.q10.w ^ b.q11.x ^ b.q11.y ^ b.q11.z ^ b.q11.w;
+            return;
+        }
         const uint32_t h0[4] = {b.h0.x, b.h0.y, b.h0.z, b.h0.w}, h1[4] = {b.h1.x, b.h1.y, b.h1.z, b.h1.w};
         const uint32_t q0[8] = {b.q00.x, b.q00.y, b.q00.z, b.q00.w, b.q01.x, b.q01.y, b.q01.z, b.q01.w};
         const uint32_t q1[8] = {b.q10.x, b.q10.y, b.q10.z, b.q10.w, b.q11.x, b.q11.y, b.q11.z, b.q11.w};
@@ -641,10 +652,15 @@ __global__ void __launch_bounds__(256) k_mvh_q4k(const uint8_t *__restrict__ W, 
         if (sb + 2 * KW < nsb) load(A);
         compute(B, sb + KW);
     }
+    if (PROBE) {
+        if (sink == 0x2545F491u) y[0] = 0.f; /* keeps the loads; practically never taken */
+        return;
+    }
     const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
                                  acc[0][3] + acc[1][3]);
     mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
 }
+#define k_mvh_q4k k_mvh_q4k_t<false>
 
 /* Lane t's words of one Q6_K super-block at b (2-byte aligned): aligned
  * 32-bit loads from a = b rounded down to 4 and funnel shifts by 16 bits
@@ -920,6 +936,276 @@ __global__ void __launch_bounds__(256) k_mvi_q4k(const uint8_t *__restrict__ W, 
     }
 }
 
+/* ---- f16 tensor-core Q4_K through a cp.async ring (TND_CUDA_MV=f16cp) -----
+ * Why: k_mvh_q4k holds its next super-block in registers (six 16-byte
+ * loads per lane, ~2.3 KB per warp in flight) and measured at ~50% of the
+ * copy bandwidth, as did the int8 variant with half the decode
+ * instructions: bound by bytes in flight, not by instructions. Here each
+ * warp streams its tiles' super-blocks through its own ring of NS stages in
+ * shared memory with 16-byte cp.async (no registers held): a stage is SBS
+ * consecutive super-blocks of the tile's 16 rows (runs of SBS*144 bytes per
+ * row, consecutive lanes on consecutive bytes), and NS-1 stages stay in
+ * flight while the warp decodes the oldest one with the same mvh_q4k_sb
+ * fragments and mma as k_mvh_q4k (so with KW == 1, or SBS == 1, the sums
+ * are k_mvh_q4k's with the same MB, KW, bit for bit). Warps run free of
+ * each other (a cp.async group per stage, __syncwarp), except that the KW
+ * warps of a tile meet once per tile on a named barrier to add their sums
+ * in a fixed order.
+ *
+ * Blocks are persistent when the grid is smaller than the tile groups:
+ * block b takes groups b, b + grid, ... of MB tiles, and each warp's ring
+ * runs on across its tiles (no drain between them). Warp kw of a tile takes
+ * stages kw, kw + KW, ... of it. Shared memory: the rings, two reduction
+ * buffers (a tile's partials are read while the next tile's are written),
+ * then x as in k_mvh_q4k. BULK: the copies as one cp.async.bulk per row
+ * and stage (fewer instructions; completion on a per-slot mbarrier, sm_90)
+ * instead of 16-byte cp.async. PROBE: the same copies and shared reads,
+ * data XORed into a sink, no decode (the bench's ceiling for this
+ * pattern). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+/* waits until at most n (0..7) of this thread's groups are pending */
+__device__ __forceinline__ void cp_async_wait(int n) {
+#if __CUDA_ARCH__ >= 800
+    switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+    }
+#endif
+}
+__device__ __forceinline__ void named_bar(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+#define MVC_MAX_NS 8
+
+/* Shared bytes of k_mvc_q4k with TT tiles per warp (rings, reduction, x,
+ * the bulk path's mbarriers). */
+static size_t mvc_smem(int64_t n_in, int n_tok, int MB, int KW, int NS, int SBS, int TT) {
+    const size_t nw = (size_t)MB * KW;
+    return nw * NS * 16 * TT * (size_t)mvc_stride(SBS) + 2 * nw * 32 * 16 * TT +
+           (size_t)(64 + n_tok * (n_in / 256 * 64 + 4)) * 8 + nw * NS * 8;
+}
+
+/* A warp's issue cursor: stage j of its i-th tile goes to ring slot `slot`
+ * (a struct, not a lambda, so that it is inlined and stays in registers).
+ * BULK: each of lanes 0..16*TT-1 copies its row's run with one cp.async.bulk
+ * completing on the slot's mbarrier (lane 0 arms it with the byte count);
+ * else 16-byte cp.async by all lanes, a commit group per stage. */
+template <bool BULK, int TT>
+struct mvc_ring {
+    const uint8_t *W;
+    size_t rb;
+    int64_t n_out;
+    uint8_t *mine;
+    uint64_t *bars;
+    int64_t total;
+    int nsb, SBS, KW, NS, MB, per, stage_bytes, kw, mi, lane;
+    int64_t i, issued;
+    int j, slot;
+    /* copies the next stage (if any); cp.async: commits a group (always:
+     * empty groups past the end keep the wait counts uniform) */
+    __device__ __forceinline__ void issue_next() {
+        if (issued < total) {
+            const int64_t tile = ((int64_t)blockIdx.x + i * gridDim.x) * MB + mi; /* of TT tiles */
+            const int sb0 = (kw + j * KW) * SBS;
+            const int valid = nsb - sb0 < SBS ? nsb - sb0 : SBS;
+            uint8_t *dst = mine + slot * stage_bytes;
+            const uint8_t *src = W + (size_t)sb0 * 144;
+            const int64_t rlast = n_out - 1;
+            const size_t rbb = rb;
+            if (BULK) {
+#if __CUDA_ARCH__ >= 900
+                const uint32_t bytes = (uint32_t)valid * 144;
+                if (lane == 0) mbar_expect_tx(bars + slot, 16 * TT * bytes);
+                if (lane < 16 * TT) {
+                    int64_t row = tile * (16 * TT) + lane;
+                    row = row < rlast ? row : rlast;
+                    bulk_copy(dst + lane * (stage_bytes / (16 * TT)), src + (size_t)row * rbb, bytes, bars + slot);
+                }
+#endif
+            } else {
+                mvc_stage_copies(lane, 16 * TT, SBS, valid, [&](int doff, int r, int soff) {
+                    int64_t row = tile * (16 * TT) + r;
+                    row = row < rlast ? row : rlast;
+                    cp_async16(dst + doff, src + (size_t)row * rbb + soff);
+                });
+            }
+            if (++j == per) j = 0, i++;
+        }
+        issued++;
+        if (!BULK) cp_async_commit();
+        if (++slot == NS) slot = 0;
+    }
+};
+
+/* at most 256 threads; 128 registers (168 with two tiles per warp), or
+ * ptxas stops at 80 and spills in the loop (no occupancy is lost: shared
+ * memory allows ~16 warps per SM). TT: 16-row tiles per warp (1 or 2: two
+ * tiles share each x fragment load and give the mmas two more independent
+ * chains); a "tile" below is then TT tiles (16*TT rows). */
+template <bool PROBE, bool BULK, int TT>
+__global__ void __maxnreg__(TT == 2 ? 168 : 128) k_mvc_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                 float *__restrict__ y, int MB, int KW, int NS, int SBS) {
+    extern __shared__ uint4 mvh_dyn[];
+    const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
+    const int stride = mvc_stride(SBS), stage_bytes = 16 * TT * stride, nw = MB * KW;
+    uint8_t *const ring = (uint8_t *)mvh_dyn;
+    float4 *const red = (float4 *)(ring + (size_t)nw * NS * stage_bytes);
+    uint2 *const xz = (uint2 *)(red + 2 * nw * 32 * TT), *const xs = xz + 64;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    uint64_t *const bars = (uint64_t *)(xs + n_tok * xstride) + wid * NS; /* this warp's, one per slot */
+    const int mi = wid / KW, kw = wid - mi * KW;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t tiles = (n_out + 16 * TT - 1) / (16 * TT), groups = (tiles + MB - 1) / MB;
+    const int nst = (nsb + SBS - 1) / SBS;                       /* stages per tile */
+    const int per = kw < nst ? (nst - kw + KW - 1) / KW : 0;     /* this warp's stages per tile */
+    const int64_t my_groups = blockIdx.x < groups ? (groups - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    const int64_t total = my_groups * per;
+    uint8_t *const mine = ring + (size_t)wid * NS * stage_bytes;
+
+    if (BULK) {
+#if __CUDA_ARCH__ >= 900
+        if (lane == 0) {
+            for (int k = 0; k < NS; k++) mbar_init(bars + k, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncwarp();
+#endif
+    }
+    mvc_ring<BULK, TT> ring_ = {W, rb, n_out, mine, bars, total, nsb, SBS, KW, NS, MB, per, stage_bytes, kw, mi, lane,
+                            0, 0, 0, 0};
+    for (int k = 0; k < NS - 1; k++) ring_.issue_next(); /* in flight while x is staged */
+    mvh_stage_x<TND_TYPE_Q4_K>(xs, x, n_in, n_tok, xstride);
+    for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
+    __syncthreads();
+
+    const bool feeds = g < n_tok;
+    const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
+    const int xsb = feeds ? 64 : 0;
+    uint32_t sink = 0;
+    int slot = 0;
+    uint32_t phase = 0; /* of the slot's mbarrier (bulk path) */
+    float acc[TT][2][4];
+    for (int64_t i = 0; i < my_groups; i++) {
+#pragma unroll
+        for (int k = 0; k < 8 * TT; k++) acc[k >> 3][(k >> 2) & 1][k & 3] = 0.f;
+        for (int jj = 0; jj < per; jj++) {
+            __syncwarp(); /* every lane is done with the slot refilled now */
+            ring_.issue_next();
+            if (BULK) {
+#if __CUDA_ARCH__ >= 900
+                mbar_wait(bars + slot, phase); /* the bulk copies' bytes are visible once it completes */
+#endif
+            } else {
+                cp_async_wait(NS - 1);
+                __syncwarp(); /* and every lane's copies of this stage are visible */
+            }
+            const int sb0 = (kw + jj * KW) * SBS;
+            const uint8_t *stg = mine + slot * stage_bytes;
+            for (int u = 0; u < SBS && sb0 + u < nsb; u++) {
+                int o[6];
+                mvc_offsets(SBS, g, t, u, o);
+                const uint2 *xb = xl + (sb0 + u) * xsb;
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++) {
+                    const uint8_t *st2 = stg + tt * 16 * stride;
+                    const uint4 H0 = *(const uint4 *)(st2 + o[0]), H1 = *(const uint4 *)(st2 + o[1]);
+                    const uint4 Q00 = *(const uint4 *)(st2 + o[2]), Q01 = *(const uint4 *)(st2 + o[3]);
+                    const uint4 Q10 = *(const uint4 *)(st2 + o[4]), Q11 = *(const uint4 *)(st2 + o[5]);
+                    if (PROBE) {
+                        sink ^= H0.x ^ H0.y ^ H0.z ^ H0.w ^ H1.x ^ H1.y ^ H1.z ^ H1.w;
+                        sink ^= Q00.x ^ Q00.y ^ Q00.z ^ Q00.w ^ Q01.x ^ Q01.y ^ Q01.z ^ Q01.w;
+                        sink ^= Q10.x ^ Q10.y ^ Q10.z ^ Q10.w ^ Q11.x ^ Q11.y ^ Q11.z ^ Q11.w;
+                        continue;
+                    }
+                    const uint32_t h0[4] = {H0.x, H0.y, H0.z, H0.w}, h1[4] = {H1.x, H1.y, H1.z, H1.w};
+                    const uint32_t q0[8] = {Q00.x, Q00.y, Q00.z, Q00.w, Q01.x, Q01.y, Q01.z, Q01.w};
+                    const uint32_t q1[8] = {Q10.x, Q10.y, Q10.z, Q10.w, Q11.x, Q11.y, Q11.z, Q11.w};
+                    mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
+                               [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
+                                   mma_f16(acc[tt][chain], a0, a1, a2, a3, bx);
+                               });
+                }
+            }
+            if (++slot == NS) slot = 0, phase ^= 1;
+        }
+        if (!PROBE) { /* (a continue for PROBE would leave this unreachable: a front-end warning) */
+            /* this tile's sums: KW partials in a fixed order (as mvh_finish) */
+            float4 a[TT];
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                a[tt] = make_float4(acc[tt][0][0] + acc[tt][1][0], acc[tt][0][1] + acc[tt][1][1],
+                                    acc[tt][0][2] + acc[tt][1][2], acc[tt][0][3] + acc[tt][1][3]);
+            if (KW > 1) {
+                float4 *rd = red + (i & 1) * nw * 32 * TT;
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++) rd[(wid * TT + tt) * 32 + lane] = a[tt];
+                named_bar(1 + mi, 32 * KW);
+                if (kw != 0) continue;
+                for (int k = 1; k < KW; k++)
+#pragma unroll
+                    for (int tt = 0; tt < TT; tt++) {
+                        const float4 b = rd[((wid + k) * TT + tt) * 32 + lane];
+                        a[tt].x += b.x; a[tt].y += b.y; a[tt].z += b.z; a[tt].w += b.w;
+                    }
+            }
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) {
+                const int64_t r0 = (((int64_t)blockIdx.x + i * gridDim.x) * MB + mi) * (16 * TT) + 16 * tt + g, r1 = r0 + 8;
+                if (2 * t < n_tok) {
+                    float *yt = y + (int64_t)(2 * t) * n_out;
+                    if (r0 < n_out) yt[r0] = a[tt].x;
+                    if (r1 < n_out) yt[r1] = a[tt].z;
+                }
+                if (2 * t + 1 < n_tok) {
+                    float *yt = y + (int64_t)(2 * t + 1) * n_out;
+                    if (r0 < n_out) yt[r0] = a[tt].y;
+                    if (r1 < n_out) yt[r1] = a[tt].w;
+                }
+            }
+        }
+    }
+    if (!BULK) cp_async_wait(0); /* (bulk: every issued stage was waited for) */
+    if (PROBE && sink == 0x2545F491u) y[0] = 0.f; /* keeps the reads; practically never taken */
+}
+
+/* Pure bandwidth probe: the n bytes at W read once, fully coalesced (each
+ * thread U 16-byte loads in flight per step), XORed into a sink. */
+__global__ void __launch_bounds__(256) k_probe_stream(const uint4 *__restrict__ W, size_t n16, float *__restrict__ y) {
+    constexpr int U = 4;
+    const size_t nt = (size_t)gridDim.x * blockDim.x;
+    uint32_t sink = 0;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + (U - 1) * nt < n16; i += U * nt) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) v[u] = ld_stream16(W + i + u * nt);
+#pragma unroll
+        for (int u = 0; u < U; u++) sink ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n16; i += nt) {
+        const uint4 v = ld_stream16(W + i);
+        sink ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (sink == 0x2545F491u) y[0] = 0.f;
+}
+
 static int cu_dev_attr(cudaDeviceAttr a) {
     static int cache[2][64];
     const int i = a == cudaDevAttrMultiProcessorCount ? 0 : 1;
@@ -1059,7 +1345,7 @@ static int check_w(int type, const void *W, int64_t n_in, int64_t n_out) {
 /* ---- tensor-core paths: selection and launch -------------------------------- */
 
 /* THE DEFAULT (flip here after measuring): which family tnd_cu_matvec uses
- * for each type. Env TND_CUDA_MV=old|f16mma|i8mma overrides it for all
+ * for each type. Env TND_CUDA_MV=old|f16mma|i8mma|f16cp overrides it for all
  * types; a family that cannot take a type or shape falls back to the f32
  * kernels. */
 /* Measured on the H200 (docs/BENCHMARKS.md, session 3), GB/s at 5120x17408:
@@ -1076,7 +1362,9 @@ static int mv_default(int type) {
 static int mv_forced = -1; /* tnd_cu_matvec_set_kind */
 
 extern "C" void tnd_cu_matvec_set_kind(int kind) {
-    mv_forced = kind == TND_CU_MV_F32 || kind == TND_CU_MV_F16MMA || kind == TND_CU_MV_I8MMA ? kind : -1;
+    mv_forced = kind == TND_CU_MV_F32 || kind == TND_CU_MV_F16MMA || kind == TND_CU_MV_I8MMA || kind == TND_CU_MV_F16CP
+                    ? kind
+                    : -1;
 }
 
 /* env TND_CUDA_MV: -1 unset (per-type default), else the family forced */
@@ -1088,6 +1376,7 @@ static int mv_env(void) {
                : strcmp(e, "old") == 0    ? TND_CU_MV_F32
                : strcmp(e, "f16mma") == 0 ? TND_CU_MV_F16MMA
                : strcmp(e, "i8mma") == 0  ? TND_CU_MV_I8MMA
+               : strcmp(e, "f16cp") == 0  ? TND_CU_MV_F16CP
                                           : -1;
     }
     return mode;
@@ -1132,8 +1421,15 @@ extern "C" bool tnd_cu_matvec_i8mma_supported(int type, int64_t n_in, int n_tok)
     return mvh_supported(TND_CU_MV_I8MMA, type, n_in, n_tok);
 }
 
+static bool mvc_supported(int type, int64_t n_in, int n_tok);
+
 extern "C" int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok) {
-    const int m = mv_mode(type);
+    int m = mv_mode(type);
+    /* f16cp falls back to f16mma (same math) where it cannot take the shape */
+    if (m == TND_CU_MV_F16CP) {
+        if (mvc_supported(type, n_in, n_tok)) return m;
+        m = TND_CU_MV_F16MMA;
+    }
     return m != TND_CU_MV_F32 && mvh_supported(m, type, n_in, n_tok) ? m : TND_CU_MV_F32;
 }
 
@@ -1236,6 +1532,238 @@ extern "C" int tnd_cu_matvec_i8mma(int type, const void *W, int64_t n_in, int64_
                       (cudaStream_t)stream);
 }
 
+/* ---- f16cp (k_mvc_q4k): launch ---------------------------------------------- */
+
+typedef void (*mvc_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int, int, int, int);
+static mvc_kernel mvc_kernel_of(bool probe, int flags) {
+    static const mvc_kernel k[2][4] = {
+        {k_mvc_q4k<false, false, 1>, k_mvc_q4k<false, true, 1>, k_mvc_q4k<false, false, 2>, k_mvc_q4k<false, true, 2>},
+        {k_mvc_q4k<true, false, 1>, k_mvc_q4k<true, true, 1>, k_mvc_q4k<true, false, 2>, k_mvc_q4k<true, true, 2>}};
+    return k[probe ? 1 : 0][flags & 3]; /* bit 0: TND_CU_F16CP_BULK, bit 1: TND_CU_F16CP_TT2 */
+}
+
+/* The opt-in above 48 KiB for the k_mvc_q4k instances and the probes,
+ * once per device. */
+static int mvc_prepare(void) {
+    static bool attr_set[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    if (attr_set[dev]) return 0;
+    const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    cudaError_t e = cudaSuccess;
+    for (int k = 0; k < 8 && e == cudaSuccess; k++)
+        e = cudaFuncSetAttribute(mvc_kernel_of(k & 1, k >> 1), cudaFuncAttributeMaxDynamicSharedMemorySize, max);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mvh_q4k_t<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, max);
+    if (e != cudaSuccess) return (int)e;
+    attr_set[dev] = true;
+    return 0;
+}
+
+/* Dynamic shared bytes (>= smem) with which no more than occ blocks fit
+ * per SM: the probes need fewer registers than the kernels they mimic and
+ * would otherwise run more blocks at once. */
+static size_t mvc_pad_smem(size_t smem, int occ) {
+    int dev = 0, per_sm = 0, reserved = 0;
+    if (occ <= 0 || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
+        return smem;
+    size_t p = ((size_t)per_sm / (size_t)occ - (size_t)reserved) & ~(size_t)1023;
+    const size_t max = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    if (p > max) p = max;
+    return p > smem ? p : smem;
+}
+
+/* Resident blocks of k_mvc_q4k per SM for this block and shared size
+ * (cached; 0 on error or if it does not fit). */
+static int mvc_occupancy(int warps, size_t smem, int flags) {
+    static struct {
+        int dev, warps;
+        size_t smem;
+        int n, flags;
+    } cache[256];
+    static int n_cache;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || mvc_prepare()) return 0;
+    if (smem > (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin)) return 0;
+    for (int i = 0; i < n_cache; i++)
+        if (cache[i].dev == dev && cache[i].warps == warps && cache[i].smem == smem && cache[i].flags == flags)
+            return cache[i].n;
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mvc_kernel_of(false, flags), 32 * warps, smem) != cudaSuccess)
+        return 0;
+    if (n_cache < 256) cache[n_cache++] = {dev, warps, smem, n, flags};
+    return n;
+}
+
+/* Grid for G (> 0: G blocks per SM, at most the resident count; 0: the
+ * resident count; -1: one block per tile group, no persistence): the
+ * fewest blocks that take the same number of rounds of tile groups as the
+ * resident (or asked) count, so every block does the same work. */
+static int64_t mvc_grid(int64_t groups, int occ, int G) {
+    const int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
+    if (G < 0) return groups;
+    const int per_sm = G > 0 && G < occ ? G : occ;
+    const int64_t cap = (int64_t)per_sm * (sms > 0 ? sms : 1);
+    if (cap <= 0) return 0;
+    const int64_t rounds = (groups + cap - 1) / cap;
+    return (groups + rounds - 1) / rounds;
+}
+
+/* Default shape (a first guess until the bench's sweep says better): over
+ * blocks of 4 or 8 warps (MB x KW) and rings of SBS = 1 or 2 super-blocks
+ * x NS = 3..6 stages that fit, the best score: warps busy per SM on average
+ * over the run (tile groups per block and KW's share of a tile's stages
+ * rounded up), counted up to 16 (enough to issue the decode), plus an
+ * eighth of the super-block tiles in flight per SM, counted up to 48 (~110
+ * KB: more than HBM needs per SM at ~1 us latency). Cached per shape: the
+ * search costs dozens of occupancy queries. */
+static void mvc_shape(int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW, int *NS, int *SBS) {
+    static struct {
+        int dev;
+        int64_t n_in, n_out;
+        int n_tok, s[4];
+    } cache[64];
+    static int n_cache, next;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;
+    for (int i = 0; i < n_cache; i++)
+        if (cache[i].dev == dev && cache[i].n_in == n_in && cache[i].n_out == n_out && cache[i].n_tok == n_tok) {
+            *MB = cache[i].s[0], *KW = cache[i].s[1], *NS = cache[i].s[2], *SBS = cache[i].s[3];
+            return;
+        }
+    const int64_t tiles = (n_out + 15) / 16, nsb = n_in / 256;
+    const int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
+    double best = -1;
+    *MB = 4, *KW = 1, *NS = 3, *SBS = 1;
+    for (int sbs = 1; sbs <= 2; sbs++)
+        for (int ns = 3; ns <= 6; ns++)
+            for (int nw = 4; nw <= 8; nw *= 2)
+                for (int kw = 1; kw <= nw; kw *= 2) {
+                    const int64_t nst = (nsb + sbs - 1) / sbs;
+                    if (kw > 1 && kw > nst) break;
+                    const int mb = nw / kw;
+                    const int occ = mvc_occupancy(nw, mvc_smem(n_in, n_tok, mb, kw, ns, sbs, 1), 0);
+                    if (occ <= 0) continue;
+                    const int64_t groups = (tiles + mb - 1) / mb, grid = mvc_grid(groups, occ, 0);
+                    const int64_t rounds = (groups + grid - 1) / grid;
+                    /* warps busy on average, per SM, capped by what a warp's ring can feed */
+                    const double kbal = (double)nst / (double)(kw * ((nst + kw - 1) / kw));
+                    double busy = (double)groups * nw / (double)rounds * kbal / (double)(sms > 0 ? sms : 1);
+                    const double inflight = busy * (ns - 1) * sbs; /* super-block tiles in flight per SM */
+                    const double score = (busy < 16 ? busy : 16) + (inflight < 48 ? inflight : 48) / 8;
+                    if (score > best * 1.001) {
+                        best = score;
+                        *MB = mb, *KW = kw, *NS = ns, *SBS = sbs;
+                    }
+                }
+    const int i = n_cache < 64 ? n_cache++ : next++ % 64; /* a benign race, as mvh_occupancy's */
+    cache[i] = {dev, n_in, n_out, n_tok, {*MB, *KW, *NS, *SBS}};
+}
+
+static bool mvc_supported(int type, int64_t n_in, int n_tok) {
+    if (type != TND_TYPE_Q4_K || n_tok < 1 || n_tok > 8 || n_in <= 0 || n_in % 256 || n_in > (1 << 24)) return false;
+    int major = 0, dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
+        return false;
+    if (major < 8) return false;
+    /* the smallest useful ring (4 warps of 1 x 3 stages of one super-block) must fit */
+    return mvc_smem(n_in, n_tok, 4, 1, 3, 1, 1) <= (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+}
+
+extern "C" bool tnd_cu_matvec_f16cp_supported(int type, int64_t n_in, int n_tok) {
+    return mvc_supported(type, n_in, n_tok);
+}
+
+static int launch_mvc(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                      int MB, int KW, int NS, int SBS, int G, int flags, cudaStream_t st) {
+    if (!mvc_supported(TND_TYPE_Q4_K, n_in, n_tok) || ((uintptr_t)x & 15)) return cudaErrorNotSupported;
+    if (flags & ~3) return cudaErrorInvalidValue;
+    if (flags & TND_CU_F16CP_BULK) { /* cp.async.bulk and mbarrier tx counts: sm_90 */
+        int major = 0, dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
+            return cudaErrorNotSupported;
+    }
+    int e = mvc_prepare();
+    if (e) return e;
+    if (MB <= 0 || KW <= 0 || NS <= 0 || SBS <= 0) {
+        int mb, kw, ns, sbs;
+        mvc_shape(n_in, n_out, n_tok, &mb, &kw, &ns, &sbs);
+        if (MB <= 0) MB = mb;
+        if (KW <= 0) KW = kw;
+        if (NS <= 0) NS = ns;
+        if (SBS <= 0) SBS = sbs;
+    }
+    if (MB * KW > 8 || NS < 2 || NS > MVC_MAX_NS || SBS > 8) return cudaErrorInvalidValue;
+    const int TT = flags & TND_CU_F16CP_TT2 ? 2 : 1;
+    const size_t smem = mvc_smem(n_in, n_tok, MB, KW, NS, SBS, TT);
+    const int occ = mvc_occupancy(MB * KW, smem, flags);
+    if (occ <= 0) return cudaErrorInvalidValue; /* does not fit */
+    const int64_t tiles = (n_out + 16 * TT - 1) / (16 * TT), groups = (tiles + MB - 1) / MB;
+    const int64_t grid = mvc_grid(groups, occ, G);
+    if (grid <= 0 || grid > 0x7fffffff) return cudaErrorInvalidValue;
+    const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
+    mvc_kernel_of(probe, flags)<<<(unsigned)grid, 32 * MB * KW, probe ? mvc_pad_smem(smem, occ) : smem, st>>>(
+        (const uint8_t *)W, rb, n_in, n_out, x, n_tok, y, MB, KW, NS, SBS);
+    return (int)cudaGetLastError();
+}
+
+extern "C" bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok, int *shape) {
+    if (!shape || n_out <= 0 || !mvc_supported(TND_TYPE_Q4_K, n_in, n_tok)) return false;
+    mvc_shape(n_in, n_out, n_tok, &shape[0], &shape[1], &shape[2], &shape[3]);
+    const size_t smem = mvc_smem(n_in, n_tok, shape[0], shape[1], shape[2], shape[3], 1);
+    const int64_t tiles = (n_out + 15) / 16, groups = (tiles + shape[0] - 1) / shape[0];
+    const int occ = mvc_occupancy(shape[0] * shape[1], smem, 0);
+    shape[4] = (int)mvc_grid(groups, occ, 0);
+    shape[5] = occ;
+    return occ > 0;
+}
+
+extern "C" int tnd_cu_matvec_f16cp(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
+                                   float *y, int tiles_per_block, int ksplit, int stages, int sb_per_stage, int blocks,
+                                   int flags, tnd_cu_stream stream) {
+    int e = check_w(type, W, n_in, n_out);
+    if (e) return e;
+    if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0 || stages < 0 || sb_per_stage < 0)
+        return cudaErrorInvalidValue;
+    if (type != TND_TYPE_Q4_K) return cudaErrorNotSupported;
+    return launch_mvc(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, stages, sb_per_stage, blocks, flags,
+                      (cudaStream_t)stream);
+}
+
+extern "C" int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
+                                   int a, int b, int c, int d, int g, int flags, tnd_cu_stream stream) {
+    int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
+    if (e) return e;
+    if (!x || !y || ((uintptr_t)x & 15)) return cudaErrorInvalidValue;
+    cudaStream_t st = (cudaStream_t)stream;
+    const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
+    if (pattern == 0) {
+        if ((e = mvc_prepare())) return e;
+        const int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
+        const int64_t grid = (a > 0 ? a : 4) * (sms > 0 ? sms : 1);
+        k_probe_stream<<<(unsigned)grid, 256, 0, st>>>((const uint4 *)W, rb * (size_t)n_out / 16, y);
+        return (int)cudaGetLastError();
+    }
+    if (pattern == 1) {
+        if (!mvh_supported(TND_CU_MV_F16MMA, TND_TYPE_Q4_K, n_in, 1)) return cudaErrorNotSupported;
+        if ((e = mvc_prepare())) return e;
+        int MB = a, KW = b;
+        if (MB <= 0 || KW <= 0) mvh_shape(TND_CU_MV_F16MMA, TND_TYPE_Q4_K, n_in, n_out, 1, &MB, &KW);
+        if (MB * KW > 8) return cudaErrorInvalidValue;
+        const int64_t tiles = (n_out + 15) / 16;
+        size_t smem = mvh_smem(TND_CU_MV_F16MMA, n_in, 1, MB * KW);
+        if (!c) /* as resident as k_mvh_q4k (c = 1: as many blocks as fit) */
+            smem = mvc_pad_smem(smem, mvh_occupancy(TND_CU_MV_F16MMA, TND_TYPE_Q4_K, MB * KW, smem));
+        k_mvh_q4k_t<true><<<(unsigned)((tiles + MB - 1) / MB), 32 * MB * KW, smem, st>>>((const uint8_t *)W, rb, n_in,
+                                                                                           n_out, x, 1, y, MB, KW);
+        return (int)cudaGetLastError();
+    }
+    if (pattern == 2) return launch_mvc(true, W, n_in, n_out, x, 1, y, a, b, c, d, g, flags, st);
+    return cudaErrorInvalidValue;
+}
+
 /* Kernel families for one token (tnd_cu_matvec_cfg's `kernel`). */
 enum { MV_AUTO = 0, MV_DIRECT = 1, MV_SPECIAL = 2, MV_STREAM = 3 };
 
@@ -1325,6 +1853,8 @@ extern "C" int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_ou
     if (!x || !y || n_tok < 1 || n_tok > 8) return cudaErrorInvalidValue;
     cudaStream_t st = (cudaStream_t)stream;
     const int kind = tnd_cu_matvec_kind(type, n_in, n_tok);
+    if (kind == TND_CU_MV_F16CP && ((uintptr_t)x & 15) == 0)
+        return launch_mvc(false, W, n_in, n_out, x, n_tok, y, 0, 0, 0, 0, 0, 0, st);
     if (kind != TND_CU_MV_F32 && ((uintptr_t)x & 15) == 0) return launch_mvh(kind, type, W, n_in, n_out, x, n_tok, y, 0, 0, st);
     if (n_tok == 1) {
         int R, threads;
