@@ -98,6 +98,7 @@ static void build_from_hw(const tnd_model *m, const tnd_hw *hw, tnd_perf *pf) {
     pf->b_cpu = hw->cpu_bw;
     pf->b_hbm = hw->hbm_bw;
     pf->lat = hw->pcie_lat + hw->launch;
+    pf->launch = hw->launch;
     snprintf(pf->source, sizeof pf->source, "cost model of hardware profile %s", hw->name);
 }
 
@@ -234,6 +235,11 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
         qsort(pair, 21, sizeof(double), cmp_double);
         qsort(alone, 21, sizeof(double), cmp_double);
         pf->lat = (pair[10] - alone[10]) / 2;
+        /* queuing GPU ops costs the host a few microseconds each, whatever the GPU does */
+        double q0 = tnd_time_s();
+        for (int r = 0; r < 64; r++) g->op_run(M->gpu, &gn, M->gs);
+        pf->launch = (tnd_time_s() - q0) / 64;
+        g->stream_sync(M->gpu, M->gs);
         g->host_free(M->gpu, hb);
     }
     if (pf->b_hbm <= 0) pf->b_hbm = 1e12;
@@ -508,7 +514,7 @@ tnd_status tnd_perf_save(const tnd_perf *pf, const char *path) {
     if (!f) return tnd_fail(TND_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
     fprintf(f, "tandem-perf 3\nslices %d\nlayers %d\nexperts %d\nsource %s\n", pf->n_slices, pf->n_layer,
             pf->pop ? pf->n_expert : 0, pf->source);
-    fprintf(f, "bw %.6e %.6e %.6e\nlat %.6e\n", pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat);
+    fprintf(f, "bw %.6e %.6e %.6e\nlat %.6e %.6e\n", pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch);
     fprintf(f, "attn %.6e %.6e %.6e %.6e %.6e %.6e\n", pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0],
             pf->attn_gpu[1], pf->attn_gpu[2]);
     fprintf(f, "other %.6e %.6e %.6e %.6e %.6e %.6e\n", pf->other_cpu[0], pf->other_cpu[1], pf->other_cpu[2],
@@ -549,7 +555,8 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf) {
     }
     ok = ok && fgets(line, sizeof line, f) && !strncmp(line, "source ", 7);
     if (ok) snprintf(pf->source, sizeof pf->source, "%.*s", (int)strcspn(line + 7, "\n"), line + 7);
-    ok = ok && fscanf(f, "bw %lf %lf %lf\nlat %lf\n", &pf->b_pcie, &pf->b_cpu, &pf->b_hbm, &pf->lat) == 4;
+    ok = ok && fscanf(f, "bw %lf %lf %lf\nlat %lf %lf\n", &pf->b_pcie, &pf->b_cpu, &pf->b_hbm, &pf->lat,
+                      &pf->launch) == 5;
     ok = ok && fscanf(f, "attn %lf %lf %lf %lf %lf %lf\n", &pf->attn_cpu[0], &pf->attn_cpu[1], &pf->attn_cpu[2],
                       &pf->attn_gpu[0], &pf->attn_gpu[1], &pf->attn_gpu[2]) == 6;
     ok = ok && fscanf(f, "other %lf %lf %lf %lf %lf %lf\n", &pf->other_cpu[0], &pf->other_cpu[1], &pf->other_cpu[2],
@@ -729,11 +736,14 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
                     now = fmax(g0 + tg, xfer) + tcg;
                     cur = TND_SIDE_GPU;
                 } else {
-                    /* the GPU's rows land in the host buffer the CPU sums; the
-                     * CPU also maps the ids, applies the activation and sums
-                     * the experts (weightless ops, as many as a layer's) */
-                    tc += tnd_perf_other_time(pf, TND_SIDE_CPU, nt);
-                    now = fmax(now + (cur != TND_SIDE_CPU ? sw : 0) + tc, g0 + tg + pf->lat);
+                    /* The CPU waits for the routing ids and for the
+                     * activation (two switches), queues the GPU part (seven
+                     * ops: three expert ops, their row copies, the
+                     * activation), then runs its own with the weightless ops
+                     * around it (mapping the ids, the activation, the sum);
+                     * the GPU's rows land in the host buffer the CPU sums. */
+                    tc += tnd_perf_other_time(pf, TND_SIDE_CPU, nt) + 7 * pf->launch;
+                    now = fmax(now + (cur != TND_SIDE_CPU ? 2 * sw : 0) + tc, g0 + tg + pf->lat);
                     cur = TND_SIDE_CPU;
                 }
                 continue;

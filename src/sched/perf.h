@@ -28,6 +28,8 @@ typedef struct tnd_perf {
     double other_cpu[TND_PERF_NK], other_gpu[TND_PERF_NK]; /* one layer's weightless ops */
     double b_pcie, b_cpu, b_hbm;      /* bytes/s: pinned host->GPU, CPU read, GPU memory */
     double lat;                       /* fixed cost of one backend switch, s */
+    double launch;                    /* host seconds to queue one small GPU op (a decode step's split
+                                         layer queues its GPU part before the CPU part starts) */
     double *pop;                      /* MoE: [n_layer][n_expert] expected uses of each expert per
                                          token from a calibration run (the hot-expert table); NULL for dense */
     int n_expert;
