@@ -430,6 +430,10 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
         int e = tnd_cu_matvec_f16cp(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4],
                                     c[5], cs);
         tnd_status st = B->iface->stream_sync(B, S);
+        if ((c[5] & TND_CU_F16CP_TT2) && !c[0]) { /* refused (matvec.cu: failed to launch on the H200) */
+            report(e == 801, "%s: refused (got %d)", what, e);
+            continue;
+        }
         if (e == 1 && c[0]) { /* this explicit shape's shared memory does not fit: at least its ring and x */
             const double need = (double)c[0] * c[1] * c[2] * 16 * 144 * c[3] * (c[5] & TND_CU_F16CP_TT2 ? 2 : 1) +
                                 (double)n_in * n_tok * 2;

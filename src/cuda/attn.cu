@@ -330,21 +330,12 @@ extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V,
     if (n_tok >= FA_MIN_TOK && !attn_old_only() &&
         (((uintptr_t)K | (uintptr_t)V | (uintptr_t)o | (uintptr_t)scratch) & 7) == 0) {
         switch (head_dim) {
-        case 64:
-            return attn_tc_launch<64>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,
-                                      scratch_size, st);
-        case 80:
-            return attn_tc_launch<80>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,
-                                      scratch_size, st);
-        case 96:
-            return attn_tc_launch<96>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,
-                                      scratch_size, st);
-        case 128:
-            return attn_tc_launch<128>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,
-                                       scratch_size, st);
-        case 256:
-            return attn_tc_launch<256>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,
-                                       scratch_size, st);
+#define TC(HD)                                                                                                   \
+    case HD:                                                                                                     \
+        return attn_tc_launch<HD>(q, K, V, o, n_tok, n_head, n_head_kv, pos0, scale, softcap, window, scratch,    \
+                                  scratch_size, st);
+            TC(64) TC(80) TC(96) TC(128) TC(256)
+#undef TC
         default:
             break; /* other head sizes: k_attn */
         }
