@@ -301,7 +301,7 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
             *T(pf->t_cpu, i, k) = tc;
             double tg = -1;
             tnd_op g = slice_op(m, w, gw, nt, gx, gy, gids);
-            g.p.mmid.ids_host = ids; /* as the executor hands them over (exec.c) */
+            if (g.kind == TND_OP_MATMUL_ID) g.p.mmid.ids_host = ids; /* as the executor hands them over (exec.c) */
             if (M->gpu && M->gpu->iface->op_supported && M->gpu->iface->op_supported(M->gpu, &g)) {
                 tnd_clear_error();
                 tg = INFINITY; /* the GPU cannot run it: never place it there */
