@@ -242,6 +242,20 @@ typedef struct tnd_backend_iface {
      * executor reserves the largest ops of a round when it lays memory out,
      * and a budget that is too small fails then, not mid-generation. */
     tnd_status (*reserve)(tnd_backend *b, const tnd_op *op, tnd_stream *s);
+
+    /* -- weights -- */
+    /* OPTIONAL (NULL: weights are read as uploaded). Called once after a
+     * resident weight w (a 2-D tensor in a buf_alloc buffer) is uploaded and
+     * before any op reads it, only for weights that TND_OP_MATMUL alone
+     * reads (never embedding tables, expert tensors, or buffers that are
+     * refilled later). May re-lay the bytes in place, queued on s (order
+     * other streams after it); allocates no device memory. The backend
+     * remembers the ranges it re-laid: MATMUL over exactly that tensor
+     * reads the new layout, any other op touching the range fails with
+     * TND_ERR_UNSUPPORTED; freeing the buffer forgets them. A second call
+     * for the same tensor is a no-op. The CUDA backend re-lays Q4_K
+     * tensors of n_out % 16 == 0 (env TND_CUDA_REPACK=0: never). */
+    tnd_status (*weight_prepare)(tnd_backend *b, const tnd_tensor *w, tnd_stream *s);
 } tnd_backend_iface;
 
 struct tnd_backend {

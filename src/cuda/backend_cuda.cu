@@ -31,7 +31,15 @@ extern "C" {
 
 struct cu_alloc {
     void *ptr;
+    size_t size;
     uint64_t counted;
+};
+/* A weight re-laid by weight_prepare (the Q4_K tile layout): bytes
+ * [base, base + size) of an n_out x n_in tensor. */
+struct cu_tiled {
+    uintptr_t base;
+    size_t size;
+    int64_t n_in, n_out;
 };
 struct cu_host {
     void *host, *dev;
@@ -49,6 +57,8 @@ typedef struct cu_ctx {
     size_t n_allocs, cap_allocs;
     struct cu_host *hosts;
     size_t n_hosts, cap_hosts;
+    struct cu_tiled *tiled; /* sorted by base, disjoint (under mu) */
+    size_t n_tiled, cap_tiled;
 } cu_ctx;
 
 #define CU_STAGES 4
@@ -141,6 +151,7 @@ static tnd_status cu_alloc_raw(cu_ctx *c, size_t size, void **out, const char *w
         c->cap_allocs = cap;
     }
     c->allocs[c->n_allocs].ptr = p;
+    c->allocs[c->n_allocs].size = size;
     c->allocs[c->n_allocs].counted = cnt;
     c->n_allocs++;
     if (c->used > c->peak) c->peak = c->used;
@@ -149,11 +160,15 @@ static tnd_status cu_alloc_raw(cu_ctx *c, size_t size, void **out, const char *w
     return TND_OK;
 }
 
+static void tiled_forget(cu_ctx *c, uintptr_t lo, uintptr_t hi);
+
 static void cu_free_raw(cu_ctx *c, void *ptr) {
     if (!ptr) return;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->n_allocs; i++) {
         if (c->allocs[i].ptr == ptr) {
+            /* a later buffer at the same address holds plain weights */
+            tiled_forget(c, (uintptr_t)ptr, (uintptr_t)ptr + c->allocs[i].size);
             c->used -= c->allocs[i].counted;
             c->allocs[i] = c->allocs[--c->n_allocs];
             pthread_mutex_unlock(&c->mu);
@@ -507,8 +522,7 @@ static int64_t rows_of(const tnd_tensor *t) { return ne(t, 1) * ne(t, 2) * ne(t,
 
 #define ARG_FAIL(...) return tnd_fail(TND_ERR_ARG, __VA_ARGS__)
 
-static tnd_status cu_op_supported(tnd_backend *b, const tnd_op *op) {
-    (void)b;
+static tnd_status op_check(const tnd_op *op) {
     const tnd_tensor *a = &op->in[0], *o = &op->out[0];
     const char *nm = tnd_op_name(op->kind);
     if (!a->data || !o->data) ARG_FAIL("cuda %s: missing input or output data", nm);
@@ -612,9 +626,140 @@ static tnd_status cu_op_supported(tnd_backend *b, const tnd_op *op) {
     }
 }
 
+/* ---- re-laid weights (weight_prepare) ---------------------------------------- */
+
+/* Index of the re-laid range that overlaps [lo, hi), or -1 (mu held). The
+ * ranges are disjoint and sorted: only the last one starting below hi can
+ * overlap. */
+static long tiled_find(const cu_ctx *c, uintptr_t lo, uintptr_t hi) {
+    size_t a = 0, z = c->n_tiled; /* first range with base >= hi */
+    while (a < z) {
+        size_t m = (a + z) / 2;
+        if (c->tiled[m].base < hi) a = m + 1;
+        else z = m;
+    }
+    if (a == 0) return -1;
+    const struct cu_tiled *t = &c->tiled[a - 1];
+    return t->base + t->size > lo ? (long)(a - 1) : -1;
+}
+
+/* Drops the ranges inside [lo, hi) (mu held). */
+static void tiled_forget(cu_ctx *c, uintptr_t lo, uintptr_t hi) {
+    size_t k = 0;
+    for (size_t i = 0; i < c->n_tiled; i++)
+        if (c->tiled[i].base < lo || c->tiled[i].base >= hi) c->tiled[k++] = c->tiled[i];
+    c->n_tiled = k;
+}
+
+/* Whether a tensor's bytes [data, data + nbytes) touch a re-laid range. */
+static void tensor_span(const tnd_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+    size_t n = tnd_tensor_nbytes(t);
+    *lo = (uintptr_t)t->data;
+    *hi = *lo + (n ? n : 1);
+}
+
+/* The ops' view of re-laid weights: a MATMUL whose W is exactly a re-laid
+ * tensor reads it through the tiled kernels (*w_tiled); any other op, or
+ * a MATMUL over part of one, touching a re-laid range is refused. */
+static tnd_status tiled_check(cu_ctx *c, const tnd_op *op, bool *w_tiled) {
+    *w_tiled = false;
+    pthread_mutex_lock(&c->mu);
+    if (c->n_tiled == 0) {
+        pthread_mutex_unlock(&c->mu);
+        return TND_OK;
+    }
+    const char *nm = tnd_op_name(op->kind);
+    for (int k = 0; k < TND_OP_MAX_IN + TND_OP_MAX_OUT; k++) {
+        const tnd_tensor *t = k < TND_OP_MAX_IN ? &op->in[k] : &op->out[k - TND_OP_MAX_IN];
+        if (!t->data) continue;
+        uintptr_t lo, hi;
+        tensor_span(t, &lo, &hi);
+        long i = tiled_find(c, lo, hi);
+        if (i < 0) continue;
+        const struct cu_tiled r = c->tiled[i];
+        if (op->kind == TND_OP_MATMUL && k == 0 && lo == r.base && t->type == TND_TYPE_Q4_K && t->ne[0] == r.n_in &&
+            ne(t, 1) == r.n_out && ne(t, 2) == 1 && ne(t, 3) == 1) {
+            *w_tiled = true;
+            continue;
+        }
+        pthread_mutex_unlock(&c->mu);
+        return tnd_fail(TND_ERR_UNSUPPORTED,
+                        "cuda %s: %s %d (%p, %zu bytes) lies in a Q4_K weight re-laid in place at upload "
+                        "(%lld x %lld at %p); only a matmul over that whole tensor can read it (TND_CUDA_REPACK=0 "
+                        "keeps weights as uploaded)",
+                        nm, k < TND_OP_MAX_IN ? "input" : "output", k < TND_OP_MAX_IN ? k : k - TND_OP_MAX_IN,
+                        t->data, (size_t)(hi - lo), (long long)r.n_out, (long long)r.n_in, (void *)r.base);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return TND_OK;
+}
+
+static bool repack_enabled(void) {
+    static int on = -1; /* a benign race: every thread computes the same value */
+    if (on < 0) {
+        const char *e = getenv("TND_CUDA_REPACK");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on != 0;
+}
+
+static tnd_status cu_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_stream *s) {
+    cu_ctx *c = ctx_of(b);
+    if (!w || !w->data || !repack_enabled() || w->type != TND_TYPE_Q4_K || ne(w, 2) != 1 || ne(w, 3) != 1)
+        return TND_OK;
+    const int64_t n_in = w->ne[0], n_out = ne(w, 1);
+    set_device(c);
+    if (((uintptr_t)w->data & 15) || !tnd_cu_q4kt_supported(n_in, n_out)) return TND_OK; /* stays as uploaded */
+    const uintptr_t lo = (uintptr_t)w->data;
+    const size_t size = tnd_cu_row_size(TND_TYPE_Q4_K, n_in) * (size_t)n_out;
+    pthread_mutex_lock(&c->mu);
+    long i = tiled_find(c, lo, lo + size);
+    if (i >= 0) {
+        const struct cu_tiled r = c->tiled[i];
+        pthread_mutex_unlock(&c->mu);
+        if (r.base == lo && r.size == size && r.n_in == n_in) return TND_OK; /* already re-laid */
+        return tnd_fail(TND_ERR_ARG, "cuda weight_prepare: %p (%zu bytes) overlaps a re-laid weight at %p", w->data,
+                        size, (void *)r.base);
+    }
+    if (c->n_tiled == c->cap_tiled) {
+        size_t cap = c->cap_tiled ? 2 * c->cap_tiled : 64;
+        void *p = realloc(c->tiled, cap * sizeof *c->tiled);
+        if (!p) {
+            pthread_mutex_unlock(&c->mu);
+            return tnd_fail(TND_ERR_NOMEM, "cuda: out of host memory");
+        }
+        c->tiled = (struct cu_tiled *)p;
+        c->cap_tiled = cap;
+    }
+    /* queued before the range is recorded, under the lock: an op that sees
+     * the range is queued after the repack on s's order */
+    int e = tnd_cu_q4kt_repack(w->data, n_in, n_out, s->s);
+    if (e) {
+        pthread_mutex_unlock(&c->mu);
+        return cu_err((cudaError_t)e, "re-laying a Q4_K weight");
+    }
+    size_t at = c->n_tiled;
+    while (at > 0 && c->tiled[at - 1].base > lo) {
+        c->tiled[at] = c->tiled[at - 1];
+        at--;
+    }
+    c->tiled[at] = {lo, size, n_in, n_out};
+    c->n_tiled++;
+    pthread_mutex_unlock(&c->mu);
+    return TND_OK;
+}
+
+static tnd_status cu_op_supported(tnd_backend *b, const tnd_op *op) {
+    tnd_status st = op_check(op);
+    bool tiled;
+    return st ? st : tiled_check(ctx_of(b), op, &tiled);
+}
+
 static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     cu_ctx *c = ctx_of(b);
-    tnd_status st = cu_op_supported(b, op);
+    bool w_tiled = false;
+    tnd_status st = op_check(op);
+    if (!st) st = tiled_check(c, op, &w_tiled);
     if (st) return st;
     const tnd_tensor *a = &op->in[0], *o = &op->out[0];
     cudaStream_t cs = s->s;
@@ -623,13 +768,18 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     switch (op->kind) {
     case TND_OP_MATMUL: {
         int64_t n_in = a->ne[0], n_out = ne(a, 1), n_tok = rows_of(&op->in[1]);
+        const float *x = (const float *)op->in[1].data;
         if (n_tok <= CU_MATVEC_MAX_TOK) {
-            e = tnd_cu_matvec(a->type, a->data, n_in, n_out, (const float *)op->in[1].data, (int)n_tok, (float *)o->data, cs);
+            /* a re-laid W: only the tiled kernel reads it, whatever TND_CUDA_MV says */
+            e = w_tiled ? tnd_cu_matvec_q4kt(a->data, n_in, n_out, x, (int)n_tok, (float *)o->data, 0, 0, 0, cs)
+                        : tnd_cu_matvec(a->type, a->data, n_in, n_out, x, (int)n_tok, (float *)o->data, cs);
         } else {
             size_t need = tnd_cu_matmul_scratch(n_in, n_out, n_tok, 0);
             if ((st = ensure_scratch(c, s, need)) || (st = ensure_blas(c, s))) return st;
-            e = tnd_cu_matmul(s->blas, a->type, a->data, n_in, n_out, (const float *)op->in[1].data, n_tok,
-                              (float *)o->data, s->scratch, s->scratch_size, 0, cs);
+            e = w_tiled ? tnd_cu_matmul_q4kt(s->blas, a->data, n_in, n_out, x, n_tok, (float *)o->data, s->scratch,
+                                             s->scratch_size, 0, cs)
+                        : tnd_cu_matmul(s->blas, a->type, a->data, n_in, n_out, x, n_tok, (float *)o->data,
+                                        s->scratch, s->scratch_size, 0, cs);
         }
         break;
     }
@@ -767,6 +917,7 @@ static void cu_free(tnd_backend *b) {
     }
     free(c->allocs);
     free(c->hosts);
+    free(c->tiled);
     pthread_mutex_destroy(&c->mu);
     free(c);
     free(b);
@@ -824,6 +975,7 @@ static const tnd_backend_iface cu_iface = {
     cu_op_supported,
     cu_op_run,
     cu_reserve,
+    cu_weight_prepare,
 };
 
 extern "C" void *tnd_cuda_stream_handle(tnd_stream *s) { return s ? (void *)s->s : NULL; }

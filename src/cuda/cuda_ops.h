@@ -110,9 +110,35 @@ bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok, int *shap
  * the probe, else no more than k_mvh_q4k's) or 2 (f16cp's ring: a..d, g,
  * flags as tnd_cu_matvec_f16cp's shape arguments, as resident as the
  * kernel), with x staged as the kernels do (n_tok 1), the data XORed into
- * a sink instead of decoded. y is not written (but must be valid). */
+ * a sink instead of decoded. y is not written (but must be valid).
+ * Pattern 3: k_mvt_q4k's loads on a matrix in the Q4_K tile layout (a, b:
+ * MB, KW, 0 0 the default; c as for 1; d: depth, 0 the default). */
 int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y, int a,
                         int b, int c, int d, int g, int flags, tnd_cu_stream stream);
+
+/* Q4_K tile layout (q4k_tile.cuh): resident Q4_K weights re-laid in place
+ * so that the f16 tensor-core decoder reads each 16-row tile as one
+ * contiguous stream. Only the functions below (and tnd_cu_matmul_q4kt)
+ * can read a tensor once it is re-laid. */
+/* True if an n_out x n_in Q4_K tensor can be re-laid on the current device
+ * (n_in % 256 == 0, n_out % 16 == 0, a 16-row group fits the opt-in shared
+ * memory: n_in up to ~25k on the H200; sm_80+). */
+bool tnd_cu_q4kt_supported(int64_t n_in, int64_t n_out);
+/* Re-lays W (n_out rows of n_in Q4_K values, 16-byte aligned) in place,
+ * queued on stream; no device memory beyond the kernel's shared memory.
+ * cudaErrorNotSupported (801) if !tnd_cu_q4kt_supported. Repacking twice
+ * scrambles the tensor: the caller remembers what it re-laid. */
+int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_stream stream);
+/* y = W x for a re-laid W, n_tok 1..8 (x any 4-byte alignment; tokens run
+ * in groups when x is too wide for shared memory), the f16 tensor-core
+ * math of tnd_cu_matvec_f16mma (same bits for the same shape): blocks of
+ * tiles_per_block tiles x ksplit warps per tile (at most 8 warps; 0, 0:
+ * the default shape), depth 1..4 super-blocks in flight per lane (0: the
+ * default, tnd_cu_matvec_q4kt_depth()). */
+int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                       int tiles_per_block, int ksplit, int depth, tnd_cu_stream stream);
+/* The default depth (env TND_CUDA_TILE_DEPTH=1..4 overrides the built-in). */
+int tnd_cu_matvec_q4kt_depth(void);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
  * y[t][u][r] = sum_k W[ids[t][u]][r][k] * xs[k], xs = x[t] (x [n_tok][n_in])
  * or, if x_per_slot, x[t][u] (x [n_tok][n_used][n_in], the down projection).
@@ -137,6 +163,13 @@ int tnd_cu_matmul(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64
 /* Decodes rows [r0, r1) of W into out (f16 bits, [r1-r0][n_in]). */
 int tnd_cu_dequant_f16(int type, const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out,
                        tnd_cu_stream stream);
+/* tnd_cu_matmul for a Q4_K W in the tile layout (tnd_cu_q4kt_repack):
+ * same contract and scratch; chunk_rows is rounded down to a multiple of
+ * 16 (at least 16). */
+int tnd_cu_matmul_q4kt(tnd_cu_blas blas, const void *W, int64_t n_in, int64_t n_out, const float *x, int64_t n_tok,
+                       float *y, void *scratch, size_t scratch_size, int64_t chunk_rows, tnd_cu_stream stream);
+/* tnd_cu_dequant_f16 for a re-laid Q4_K W; r0 and r1 multiples of 16. */
+int tnd_cu_dequant_f16_q4kt(const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out, tnd_cu_stream stream);
 /* Expert matmul for larger batches: groups the (token, slot) pairs by expert
  * on the host (ids_host: the routing result, already on the host), then one
  * f16 GEMM per used expert. Same contract as tnd_cu_matvec_id, except for

@@ -12,6 +12,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
+#include "cuda/q4k_tile.cuh"
 
 #define MM_DEFAULT_CHUNK 4096
 
@@ -64,6 +65,46 @@ extern "C" int tnd_cu_dequant_f16(int type, const void *W, int64_t n_in, int64_t
     return (int)cudaGetLastError();
 }
 
+/* Rows [r0, r0 + nrows) of a Q4_K W in the tile layout (q4k_tile.cuh; r0
+ * and nrows multiples of 16): one thread per (row, super-block) gathers
+ * the block's 9 16-byte units, then decodes it as k_dequant_f16 does.
+ * Threads run row-fastest within a group, so a warp's unit loads fall in
+ * the same chunks. */
+__global__ void k_dequant_f16_q4kt(const uint8_t *__restrict__ W, size_t rb, int64_t n_in, int64_t r0,
+                                   int64_t nrows, __half *__restrict__ out) {
+    const int64_t nsb = n_in / 256;
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= nrows * nsb) return;
+    const int r = (int)(idx & 15);
+    const int64_t rest = idx >> 4, sb = rest % nsb, grp = rest / nsb;
+    const int64_t row = r0 + grp * 16 + r;
+    uint4 blk[Q4KT_BLOCK / 16];
+#pragma unroll
+    for (int u = 0; u < Q4KT_BLOCK / 16; u++) blk[u] = __ldg((const uint4 *)(W + q4k_tile_offset(rb, row, sb, 16 * u)));
+    __half2 *o = (__half2 *)(out + (row - r0) * n_in + sb * 256);
+#pragma unroll
+    for (int s = 0; s < 8; s++) {
+        sub32 w;
+        load_sub<TND_TYPE_Q4_K>((const uint8_t *)blk, s, 256, w);
+#pragma unroll
+        for (int i = 0; i < 16; i += 2) {
+            o[s * 16 + i / 2] = __floats2half2_rn(w.a0 * w.q[i] + w.b0, w.a0 * w.q[i + 1] + w.b0);
+            o[s * 16 + 8 + i / 2] = __floats2half2_rn(w.a1 * w.q[16 + i] + w.b1, w.a1 * w.q[17 + i] + w.b1);
+        }
+    }
+}
+
+extern "C" int tnd_cu_dequant_f16_q4kt(const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out,
+                                       tnd_cu_stream stream) {
+    if (!W || !out || n_in <= 0 || n_in % 256 || r0 < 0 || r1 <= r0 || r0 % 16 || r1 % 16) return cudaErrorInvalidValue;
+    if ((uintptr_t)W & 15) return cudaErrorMisalignedAddress;
+    const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
+    const int64_t total = (r1 - r0) * (n_in / 256);
+    k_dequant_f16_q4kt<<<tnd_cu_blocks(total, 256), 256, 0, (cudaStream_t)stream>>>(
+        (const uint8_t *)W, rb, n_in, r0, r1 - r0, (__half *)out);
+    return (int)cudaGetLastError();
+}
+
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 extern "C" size_t tnd_cu_matmul_scratch(int64_t n_in, int64_t n_out, int64_t n_tok, int64_t chunk_rows) {
@@ -95,13 +136,15 @@ static int gemm_f16(cublasHandle_t h, const __half *Wh, int64_t rows, int64_t n_
     return cs == CUBLAS_STATUS_SUCCESS ? 0 : 1000 + (int)cs;
 }
 
-extern "C" int tnd_cu_matmul(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
-                             const float *x, int64_t n_tok, float *y, void *scratch, size_t scratch_size,
-                             int64_t chunk_rows, tnd_cu_stream stream) {
+/* tiled: W is a Q4_K tensor in the tile layout (chunks of whole groups) */
+static int matmul(tnd_cu_blas blas, int type, bool tiled, const void *W, int64_t n_in, int64_t n_out, const float *x,
+                  int64_t n_tok, float *y, void *scratch, size_t scratch_size, int64_t chunk_rows,
+                  tnd_cu_stream stream) {
     if (!blas || !x || !y || !scratch || n_tok < 1 || n_out < 1 || n_in < 1) return cudaErrorInvalidValue;
     if (n_in > 0x7fffffff || n_out > 0x7fffffff || n_tok > 0x7fffffff) return cudaErrorInvalidValue;
     if (chunk_rows <= 0) chunk_rows = MM_DEFAULT_CHUNK;
     if (chunk_rows > n_out) chunk_rows = n_out;
+    if (tiled) chunk_rows = chunk_rows < 16 ? 16 : chunk_rows & ~(int64_t)15; /* n_out % 16 == 0: whole groups */
     if (scratch_size < tnd_cu_matmul_scratch(n_in, n_out, n_tok, chunk_rows)) return cudaErrorInvalidValue;
     cudaStream_t st = (cudaStream_t)stream;
     cublasHandle_t h = (cublasHandle_t)blas;
@@ -115,12 +158,26 @@ extern "C" int tnd_cu_matmul(tnd_cu_blas blas, int type, const void *W, int64_t 
     if (e) return e;
     for (int64_t r0 = 0; r0 < n_out; r0 += chunk_rows) {
         int64_t r1 = r0 + chunk_rows < n_out ? r0 + chunk_rows : n_out;
-        e = tnd_cu_dequant_f16(type, W, n_in, r0, r1, (uint16_t *)wh, stream);
+        e = tiled ? tnd_cu_dequant_f16_q4kt(W, n_in, r0, r1, (uint16_t *)wh, stream)
+                  : tnd_cu_dequant_f16(type, W, n_in, r0, r1, (uint16_t *)wh, stream);
         if (e) return e;
         e = gemm_f16(h, wh, r1 - r0, n_in, xh, n_tok, y + r0, n_out);
         if (e) return e;
     }
     return 0;
+}
+
+extern "C" int tnd_cu_matmul(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out, const float *x,
+                             int64_t n_tok, float *y, void *scratch, size_t scratch_size, int64_t chunk_rows,
+                             tnd_cu_stream stream) {
+    return matmul(blas, type, false, W, n_in, n_out, x, n_tok, y, scratch, scratch_size, chunk_rows, stream);
+}
+
+extern "C" int tnd_cu_matmul_q4kt(tnd_cu_blas blas, const void *W, int64_t n_in, int64_t n_out, const float *x,
+                                  int64_t n_tok, float *y, void *scratch, size_t scratch_size, int64_t chunk_rows,
+                                  tnd_cu_stream stream) {
+    if (!q4k_tile_ok(n_in, n_out)) return cudaErrorInvalidValue;
+    return matmul(blas, TND_TYPE_Q4_K, true, W, n_in, n_out, x, n_tok, y, scratch, scratch_size, chunk_rows, stream);
 }
 
 /* ---- expert matmul, grouped by expert ----------------------------------- */

@@ -24,6 +24,7 @@
  */
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
+#include "cuda/q4k_tile.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -661,6 +662,132 @@ __global__ void __launch_bounds__(256) k_mvh_q4k_t(const uint8_t *__restrict__ W
     mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
 }
 #define k_mvh_q4k k_mvh_q4k_t<false>
+
+/* ---- Q4_K in the tile layout (q4k_tile.cuh): k_mvt_q4k ---------------------
+ * Why: k_mvh_q4k's lanes read, per super-block, 16 separate 144-byte
+ * segments a row stride apart; the bandwidth probes (the same loads, no
+ * decode) measured that pattern at 35-63% of the copy bandwidth on the
+ * H200, a contiguous read at 85%. Resident weights re-laid once at upload
+ * (tnd_cu_q4kt_repack) hold a tile's super-block as one 2304-byte chunk in
+ * the order the lanes read it: four fully coalesced 512-byte warp loads
+ * (q00, q01, q10, q11) and one 256-byte header load, and the chunks of a
+ * tile follow each other, so the KW warps of a tile stream one contiguous
+ * range. The math is k_mvh_q4k's (mvh_q4k_sb, mvh_finish): with the same
+ * MB, KW the sums are the same bits.
+ *
+ * DEPTH: super-blocks whose loads are in flight while the lane decodes one
+ * (k_mvh_q4k: 1), a ring of DEPTH + 1 register buffers of 96 bytes per
+ * lane. n_out is a multiple of 16 (q4k_tile_ok): a tile is all in or all
+ * out; the tiles of the last block past n_out load the last tile (so every
+ * warp reaches the reduction's barrier) and write nothing. */
+template <bool PROBE, int DEPTH>
+__global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                 float *__restrict__ y, int MB, int KW) {
+    extern __shared__ uint4 mvh_dyn[];
+    const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
+    uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64;
+    float4 *red = (float4 *)(xs + n_tok * xstride);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int mi = wid / KW, kw = wid - mi * KW;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t tile = (int64_t)blockIdx.x * MB + mi, last = n_out / 16 - 1;
+    const int64_t r0 = tile * 16 + g;
+    /* this warp's chunks: base + sb * Q4KT_CHUNK */
+    const uint8_t *const base = W + (size_t)(tile <= last ? tile : last) * 16 * rb;
+    const uint8_t *const qp = base + 16 * lane, *const hp = base + Q4KT_HDR + 16 * g;
+    struct buf {
+        uint4 h0, h1, q00, q01, q10, q11;
+    };
+    auto load = [&](buf &b, int sb) {
+        const size_t o = (size_t)sb * Q4KT_CHUNK;
+        b.q00 = ld_stream16(qp + o);
+        b.q01 = ld_stream16(qp + o + 512);
+        b.q10 = ld_stream16(qp + o + 1024);
+        b.q11 = ld_stream16(qp + o + 1536);
+        b.h0 = ld_stream16(hp + o);
+        b.h1 = ld_stream16(hp + o + 128);
+    };
+    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    const bool feeds = g < n_tok;
+    const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
+    const int xsb = feeds ? 64 : 0;
+    uint32_t sink = 0;
+    auto compute = [&](const buf &b, int sb) {
+        if (PROBE) {
+            sink ^= b.h0.x ^ b.h0.y ^ b.h0.z ^ b.h0.w ^ b.h1.x ^ b.h1.y ^ b.h1.z ^ b.h1.w;
+            sink ^= b.q00.x ^ b.q00.y ^ b.q00.z ^ b.q00.w ^ b.q01.x ^ b.q01.y ^ b.q01.z ^ b.q01.w;
+            sink ^= b.q10.x ^ b.q10.y ^ b.q10.z ^ b.q10.w ^ b.q11.x ^ b.q11.y ^ b.q11.z ^ b.q11.w;
+            return;
+        }
+        const uint32_t h0[4] = {b.h0.x, b.h0.y, b.h0.z, b.h0.w}, h1[4] = {b.h1.x, b.h1.y, b.h1.z, b.h1.w};
+        const uint32_t q0[8] = {b.q00.x, b.q00.y, b.q00.z, b.q00.w, b.q01.x, b.q01.y, b.q01.z, b.q01.w};
+        const uint32_t q1[8] = {b.q10.x, b.q10.y, b.q10.z, b.q10.w, b.q11.x, b.q11.y, b.q11.z, b.q11.w};
+        const uint2 *xb = xl + sb * xsb;
+        mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
+                   [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
+                       mma_f16(acc[chain], a0, a1, a2, a3, bx);
+                   });
+    };
+    buf ring[DEPTH + 1];
+    /* the first DEPTH chunks in flight while x is staged */
+#pragma unroll
+    for (int i = 0; i < DEPTH; i++)
+        if (kw + i * KW < nsb) load(ring[i], kw + i * KW);
+    if (((uintptr_t)x & 15) == 0) {
+        mvh_stage_x<TND_TYPE_Q4_K>(xs, x, n_in, n_tok, xstride);
+    } else { /* x not 16-byte aligned: the same staging from single floats */
+        const int nq = (int)(n_in / 4);
+        for (int k = 0; k < n_tok; k++)
+            for (int q = threadIdx.x; q < nq; q += blockDim.x) {
+                const float *v = x + (int64_t)k * n_in + 4 * q;
+                xs[k * xstride + (q >> 6) * 64 + mvh_q4k_slot((q & 63) * 4)] =
+                    make_uint2(f2h2u(__ldg(v), __ldg(v + 2)), f2h2u(__ldg(v + 1), __ldg(v + 3)));
+            }
+    }
+    for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
+    __syncthreads();
+    /* step i decodes ring[i % (DEPTH + 1)] after queuing the load of step
+     * i + DEPTH into the buffer step i - 1 used; unrolled by the ring's
+     * length so every buffer index is a constant (registers) */
+    bool more = true;
+    for (int i0 = 0; more; i0 += DEPTH + 1) {
+#pragma unroll
+        for (int u = 0; u <= DEPTH; u++) {
+            const int sb = kw + (i0 + u) * KW;
+            if (sb >= nsb) {
+                more = false;
+                break;
+            }
+            if (sb + DEPTH * KW < nsb) load(ring[(u + DEPTH) % (DEPTH + 1)], sb + DEPTH * KW);
+            compute(ring[u], sb);
+        }
+    }
+    if (PROBE) {
+        if (sink == 0x2545F491u) y[0] = 0.f; /* keeps the loads; practically never taken */
+        return;
+    }
+    const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
+                                 acc[0][3] + acc[1][3]);
+    mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
+}
+
+/* In-place repack of one 16-row group per block into the tile layout:
+ * the group (16 * rb bytes) into shared memory, then written back in
+ * chunk order, 16-byte units (q4k_tile_src gives each unit's source). */
+__global__ void __launch_bounds__(512) k_q4kt_repack(uint8_t *__restrict__ W, size_t rb) {
+    extern __shared__ uint4 mvh_dyn[];
+    uint4 *const grp = (uint4 *)(W + (size_t)blockIdx.x * 16 * rb);
+    const int nu = (int)rb, upr = (int)(rb / 16); /* units: 16 * rb / 16; per row */
+    for (int i = threadIdx.x; i < nu; i += blockDim.x) mvh_dyn[i] = grp[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < nu; i += blockDim.x) {
+        const int sb = i / (Q4KT_CHUNK / 16), k = i - sb * (Q4KT_CHUNK / 16);
+        int r, o;
+        q4k_tile_src(16 * k, &r, &o);
+        grp[i] = mvh_dyn[r * upr + sb * (Q4KT_BLOCK / 16) + (o >> 4)];
+    }
+}
 
 /* Lane t's words of one Q6_K super-block at b (2-byte aligned): aligned
  * 32-bit loads from a = b rounded down to 4 and funnel shifts by 16 bits
@@ -1441,33 +1568,35 @@ static mvh_kernel mvh_kernel_of(int fam, int type) {
                                    : k_mvh_q4k;
 }
 
-/* Resident blocks per SM of a kernel for this block size and shared size
+/* Resident blocks per SM of kernel k for this block size and shared size
  * (cached: the occupancy query is not free; 0 on error). */
-static int mvh_occupancy(int fam, int type, int warps, size_t smem) {
+static int mvh_occupancy_k(mvh_kernel k, int warps, size_t smem) {
     static struct {
         int dev;
         mvh_kernel k;
         int warps;
         size_t smem;
         int n;
-    } cache[64];
+    } cache[256];
     static int n_cache;
-    const mvh_kernel k = mvh_kernel_of(fam, type);
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return 0;
     for (int i = 0; i < n_cache; i++)
         if (cache[i].dev == dev && cache[i].k == k && cache[i].warps == warps && cache[i].smem == smem) return cache[i].n;
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, 32 * warps, smem) != cudaSuccess) return 0;
-    if (n_cache < 64) cache[n_cache++] = {dev, k, warps, smem, n};
+    if (n_cache < 256) cache[n_cache++] = {dev, k, warps, smem, n}; /* a benign race, as the other caches */
     return n;
+}
+static int mvh_occupancy(int fam, int type, int warps, size_t smem) {
+    return mvh_occupancy_k(mvh_kernel_of(fam, type), warps, smem);
 }
 
 /* Default launch shape: MB tiles x KW warps per tile. Picks, over blocks of
  * 4 or 8 warps, the split that keeps the most warps resident on average
  * over the waves (total warps / waves): one full wave of many warps beats a
  * second, mostly idle one; ties go to fewer waves, then to less splitting. */
-static void mvh_shape(int fam, int type, int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW) {
+static void mvh_shape_k(mvh_kernel k, int fam, int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW) {
     const int64_t tiles = (n_out + 15) / 16, nsb = n_in / 256;
     const int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
     double best = -1;
@@ -1475,7 +1604,7 @@ static void mvh_shape(int fam, int type, int64_t n_in, int64_t n_out, int n_tok,
     *MB = 4, *KW = 1;
     for (int nw = 4; nw <= 8; nw *= 2) {
         const int64_t cap =
-            (int64_t)mvh_occupancy(fam, type, nw, mvh_smem(fam, n_in, n_tok, nw)) * (sms > 0 ? sms : 1);
+            (int64_t)mvh_occupancy_k(k, nw, mvh_smem(fam, n_in, n_tok, nw)) * (sms > 0 ? sms : 1);
         if (cap <= 0) continue;
         for (int kw = 1; kw <= nw; kw *= 2) {
             if (kw > 1 && kw > nsb) break;
@@ -1489,6 +1618,10 @@ static void mvh_shape(int fam, int type, int64_t n_in, int64_t n_out, int n_tok,
             }
         }
     }
+}
+
+static void mvh_shape(int fam, int type, int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW) {
+    mvh_shape_k(mvh_kernel_of(fam, type), fam, n_in, n_out, n_tok, MB, KW);
 }
 
 static int launch_mvh(int fam, int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
@@ -1736,6 +1869,115 @@ extern "C" int tnd_cu_matvec_f16cp(int type, const void *W, int64_t n_in, int64_
                       (cudaStream_t)stream);
 }
 
+/* ---- Q4_K tile layout: repack and launch (k_mvt_q4k) ------------------------- */
+
+#define MVT_MAX_DEPTH 4
+/* THE DEFAULT depth (flip after the bench's sweep): super-blocks in flight
+ * per lane while one is decoded. Env TND_CUDA_TILE_DEPTH=1..4 overrides. */
+#define MVT_DEFAULT_DEPTH 2
+
+static mvh_kernel mvt_kernel_of(bool probe, int depth) {
+    static const mvh_kernel k[2][MVT_MAX_DEPTH] = {
+        {k_mvt_q4k<false, 1>, k_mvt_q4k<false, 2>, k_mvt_q4k<false, 3>, k_mvt_q4k<false, 4>},
+        {k_mvt_q4k<true, 1>, k_mvt_q4k<true, 2>, k_mvt_q4k<true, 3>, k_mvt_q4k<true, 4>}};
+    return k[probe ? 1 : 0][depth - 1];
+}
+
+static int mvt_depth(void) {
+    static int d = 0; /* a benign race: every thread computes the same value */
+    if (!d) {
+        const char *e = getenv("TND_CUDA_TILE_DEPTH");
+        const int v = e ? atoi(e) : 0;
+        d = v >= 1 && v <= MVT_MAX_DEPTH ? v : MVT_DEFAULT_DEPTH;
+    }
+    return d;
+}
+
+/* The opt-in shared memory of the tiled kernels, the probes and the repack,
+ * once per device. */
+static int mvt_prepare(void) {
+    static bool attr_set[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    if (attr_set[dev]) return 0;
+    const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    cudaError_t e = cudaSuccess;
+    for (int k = 0; k < 2 * MVT_MAX_DEPTH && e == cudaSuccess; k++)
+        e = cudaFuncSetAttribute(mvt_kernel_of(k >= MVT_MAX_DEPTH, k % MVT_MAX_DEPTH + 1),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 k >= MVT_MAX_DEPTH ? max : (int)(MVH_XS_MAX + 8 * 32 * 16));
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_q4kt_repack, cudaFuncAttributeMaxDynamicSharedMemorySize, max);
+    if (e != cudaSuccess) return (int)e;
+    attr_set[dev] = true;
+    return 0;
+}
+
+/* Most tokens one launch of k_mvt_q4k takes for this row length (x staged
+ * in shared memory, as f16mma); more tokens run in groups. 0: none. */
+static int mvt_max_tok(int64_t n_in) {
+    int n = 0;
+    while (n < 8 && mvh_smem(TND_CU_MV_F16MMA, n_in, n + 1, 0) <= MVH_XS_MAX) n++;
+    return n;
+}
+
+extern "C" bool tnd_cu_q4kt_supported(int64_t n_in, int64_t n_out) {
+    if (!q4k_tile_ok(n_in, n_out) || n_in > (1 << 24) || n_out > 0x7fffffff) return false;
+    if (!mvh_supported(TND_CU_MV_F16MMA, TND_TYPE_Q4_K, n_in, 1)) return false; /* sm_80+, one token's x fits */
+    const size_t group = 16 * tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
+    return group <= (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+}
+
+extern "C" int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_stream stream) {
+    int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
+    if (e) return e;
+    if (!tnd_cu_q4kt_supported(n_in, n_out)) return cudaErrorNotSupported;
+    if ((e = mvt_prepare())) return e;
+    const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
+    k_q4kt_repack<<<(unsigned)(n_out / 16), 512, 16 * rb, (cudaStream_t)stream>>>((uint8_t *)W, rb);
+    return (int)cudaGetLastError();
+}
+
+/* One launch of k_mvt_q4k (or its probe) for n_tok <= mvt_max_tok tokens.
+ * pad (probe): 0 as resident as the kernel, 1 as many blocks as fit. */
+static int launch_mvt1(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                       int MB, int KW, int depth, int pad, cudaStream_t st) {
+    const mvh_kernel k = mvt_kernel_of(false, depth);
+    if (MB <= 0 || KW <= 0) mvh_shape_k(k, TND_CU_MV_F16MMA, n_in, n_out, n_tok, &MB, &KW);
+    if (MB * KW > 8) return cudaErrorInvalidValue;
+    size_t smem = mvh_smem(TND_CU_MV_F16MMA, n_in, n_tok, MB * KW);
+    if (probe && !pad) smem = mvc_pad_smem(smem, mvh_occupancy_k(k, MB * KW, smem));
+    const int64_t tiles = n_out / 16;
+    mvt_kernel_of(probe, depth)<<<(unsigned)((tiles + MB - 1) / MB), 32 * MB * KW, smem, st>>>(
+        (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in, n_out, x, n_tok, y, MB, KW);
+    return (int)cudaGetLastError();
+}
+
+static int launch_mvt(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                      int MB, int KW, int depth, int pad, cudaStream_t st) {
+    if (!tnd_cu_q4kt_supported(n_in, n_out)) return cudaErrorNotSupported;
+    if (depth <= 0) depth = mvt_depth();
+    if (depth > MVT_MAX_DEPTH || MB < 0 || KW < 0) return cudaErrorInvalidValue;
+    int e = mvt_prepare();
+    if (e) return e;
+    const int per = mvt_max_tok(n_in);
+    if (per < 1) return cudaErrorNotSupported;
+    for (int k0 = 0; k0 < n_tok && !e; k0 += per) /* x too wide for all tokens at once: token groups */
+        e = launch_mvt1(probe, W, n_in, n_out, x + (int64_t)k0 * n_in, n_tok - k0 < per ? n_tok - k0 : per,
+                        y + (int64_t)k0 * n_out, MB, KW, depth, pad, st);
+    return e;
+}
+
+extern "C" int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                                  int tiles_per_block, int ksplit, int depth, tnd_cu_stream stream) {
+    int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
+    if (e) return e;
+    if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0 || depth < 0)
+        return cudaErrorInvalidValue;
+    return launch_mvt(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, depth, 0, (cudaStream_t)stream);
+}
+
+extern "C" int tnd_cu_matvec_q4kt_depth(void) { return mvt_depth(); }
+
 extern "C" int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
                                    int a, int b, int c, int d, int g, int flags, tnd_cu_stream stream) {
     int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
@@ -1765,6 +2007,7 @@ extern "C" int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int
         return (int)cudaGetLastError();
     }
     if (pattern == 2) return launch_mvc(true, W, n_in, n_out, x, 1, y, a, b, c, d, g, flags, st);
+    if (pattern == 3) return launch_mvt(true, W, n_in, n_out, x, 1, y, a, b, d, c, st);
     return cudaErrorInvalidValue;
 }
 

@@ -199,6 +199,19 @@ static tnd_status alloc_kv(tnd_ctx *c) {
     return TND_OK;
 }
 
+/* True for a slice that only TND_OP_MATMUL reads, so that a backend may
+ * re-lay it at upload (weight_prepare): the recipe (model/forward.c) reads
+ * every 2-D slice through op_matmul except the embedding table (GET_ROWS,
+ * and the tied output head is the same slice) and expert tensors
+ * (MATMUL_ID, copied per expert for split layers). 1-D slices are norms
+ * and biases. Promotion slots are refilled raw each round and never pass
+ * here. A recipe that reads such a slice otherwise fails loudly in the
+ * backend, never silently. */
+static bool slice_matmul_only(const tnd_model *m, int sid) {
+    const tnd_weight *w = m->slices[sid];
+    return !tnd_slice_small(w) && w->n_expert <= 1 && w != &m->tok_embd && sid != m->tok_embd.id;
+}
+
 static tnd_status alloc_weights(tnd_ctx *c) {
     const tnd_model *m = c->m;
     int n = m->n_slices;
@@ -257,6 +270,12 @@ static tnd_status alloc_weights(tnd_ctx *c) {
         }
         if (!tnd_slice_small(w) && c->pl.where[i] != TND_SIDE_GPU) continue;
         if ((st = g->iface->copy_h2d(g, next, w->data, w->t->nbytes, c->side[1].st))) return st;
+        /* the backend may re-lay a weight that only dense matmuls read (CUDA: Q4_K tiles) */
+        if (g->iface->weight_prepare && slice_matmul_only(m, i)) {
+            tnd_tensor t = {next, w->type, {w->n_in, w->n_out, 1, 1}};
+            if ((st = g->iface->weight_prepare(g, &t, c->side[1].st)))
+                return tnd_fail_wrap(st, "%.*s: ", (int)w->t->name.len, w->t->name.ptr);
+        }
         c->w[1][i] = next;
         next += ALIGN256(w->t->nbytes);
     }
