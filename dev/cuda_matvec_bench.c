@@ -24,6 +24,13 @@
  * best of each. Lead's sweep (well under a minute):
  *
  *   build/dev_cuda_matvec_bench 50 -t Q4_K -s 5120x17408,4096x14336
+ *
+ * Q4_K shapes the tile layout takes (q4k_tile.cuh: n_out % 16 == 0, a
+ * 16-row group in shared memory) end with the tiled rows: the weight
+ * copies re-laid in place, "tiled MBm KWk Dd" (k_mvt_q4k: m tiles x k
+ * warps per tile, d super-blocks in flight per lane, 0 = default) and
+ * "probe tiled ..." (its loads only), then n_tok 2, 4, 8; the summary
+ * line gets the best of each.
  */
 #include <math.h>
 #include <stdio.h>
@@ -153,6 +160,31 @@ static bool in_list(const char *list, const char *name) {
     return false;
 }
 
+/* 97 rows spread over the matrix against the reference: the number that
+ * miss the f16 path's tolerance (2e-3 of sum|w x| + n_in * 6e-8, as
+ * test_cuda_ops); *err: max |y - ref| / sum|w x|. */
+static int validate_f16(tnd_type t, const uint8_t *w, int64_t n_in, int64_t n_out, const float *x, const float *y,
+                        double *err) {
+    int bad = 0;
+    *err = 0;
+    for (int k = 0; k < 97; k++) {
+        int64_t r = (int64_t)k * (n_out - 1) / 96;
+        const uint8_t *row = w + tnd_row_size(t, n_in) * (size_t)r;
+        double ref = tnd_ref_dot_f32(t, n_in, row, x), sc = 0;
+        float wf[256];
+        for (int64_t i = 0; i < n_in; i += 256) {
+            tnd_type_traits_get(t)->to_float(row + tnd_row_size(t, i), wf, 256);
+            for (int j = 0; j < 256; j++) sc += fabs((double)wf[j] * x[i + j]);
+        }
+        if (sc > 0 && fabs(y[r] - ref) / sc > *err) *err = fabs(y[r] - ref) / sc;
+        if (!(fabs(y[r] - ref) <= 2e-3 * sc + n_in * 6e-8)) {
+            if (!bad) printf("MISMATCH row %lld: got %g want %g\n", (long long)r, y[r], ref);
+            bad++;
+        }
+    }
+    return bad;
+}
+
 int main(int argc, char **argv) {
     int reps = 50;
     const char *tlist = NULL, *slist = NULL;
@@ -186,7 +218,7 @@ int main(int argc, char **argv) {
     const size_t n_main = sizeof types / sizeof types[0] * (sizeof shapes / sizeof shapes[0]);
     const size_t n_cases = n_main + sizeof others / sizeof others[0];
     int failures = 0;
-    char summary[64][600];
+    char summary[64][800];
     int n_summary = 0;
     for (size_t ci = 0; ci < n_cases; ci++) {
             const size_t ns = sizeof shapes / sizeof shapes[0];
@@ -435,6 +467,84 @@ int main(int argc, char **argv) {
                            us, gbs,
                            100.0 * gbs / bw);
                 }
+            /* The Q4_K tile layout: the copies re-laid in place
+             * (tnd_cu_q4kt_repack), then the tiled kernel ("tiled MBm KWk
+             * Dd": m tiles x k warps per tile, d super-blocks in flight per
+             * lane; 0: the default) and its probe (the same loads, XORed),
+             * then batched decode with the default shape. */
+            if (t == TND_TYPE_Q4_K && tnd_cu_q4kt_supported(n_in, n_out)) {
+                for (size_t c = 0; c < ncopies; c++) {
+                    int e = tnd_cu_q4kt_repack(dw[c], n_in, n_out, cs);
+                    if (e) {
+                        printf("repack failed: %s\n", tnd_cu_error_string(e));
+                        return 1;
+                    }
+                }
+                CK(B->iface->stream_sync(B, S));
+                double tiled_gbs = 0, tprobe_gbs = 0;
+                char tiled_var[64] = "", tprobe_var[64] = "";
+                static const int tw[][2] = {{0, 0}, {4, 1}, {2, 2}, {1, 4}, {8, 1}, {4, 2}, {2, 4}, {1, 8}};
+                for (int probe = 0; probe < 2; probe++)
+                    for (int d = 0; d <= 4; d++)
+                        for (size_t i = 0; i < sizeof tw / sizeof tw[0]; i++) {
+                            const int MB = tw[i][0], KW = tw[i][1];
+                            if (probe && i > 4) continue; /* probes: the default and one-warp-per-tile shapes */
+                            char var[64];
+                            snprintf(var, sizeof var, "%s MB%d KW%d D%d", probe ? "probe tiled" : "tiled", MB, KW, d);
+#define TLAUNCH(c)                                                                                  \
+    (probe ? tnd_cu_matvec_probe(3, dw[c], n_in, n_out, dx, dy, MB, KW, 0, d, 0, 0, cs)             \
+           : tnd_cu_matvec_q4kt(dw[c], n_in, n_out, dx, 1, dy, MB, KW, d, cs))
+                            CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
+                            int e = TLAUNCH(0);
+                            if (e) {
+                                printf("| %s | %lldx%lld | %.1f | %s | - | - | - | LAUNCH FAILED (%s) |\n",
+                                       tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, var,
+                                       tnd_cu_error_string(e));
+                                failures++;
+                                continue;
+                            }
+                            CK(B->iface->copy_d2h(B, y, dy, (size_t)n_out * 4, S));
+                            CK(B->iface->stream_sync(B, S));
+                            double err = 0;
+                            int bad = probe ? 0 : validate_f16(t, w, n_in, n_out, x, y, &err);
+                            if (bad) failures++;
+                            for (int k = 0; k < 3; k++) TLAUNCH(k % ncopies);
+                            CK(B->iface->event_record(B, E0, S));
+                            for (int k = 0; k < reps; k++) TLAUNCH(k % ncopies);
+                            CK(B->iface->event_record(B, E1, S));
+#undef TLAUNCH
+                            double us = time_ms() * 1e3 / reps;
+                            double gbs = ((double)wb + n_in * 4.0 + n_out * 4.0) / (us * 1e-6) / 1e9;
+                            printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n", tnd_type_name(t),
+                                   (long long)n_in, (long long)n_out, wb / 1048576.0, var, bad ? " MISMATCH" : "", us,
+                                   gbs, 100.0 * gbs / bw, err);
+                            double *best = probe ? &tprobe_gbs : &tiled_gbs;
+                            if (gbs > *best) {
+                                *best = gbs;
+                                snprintf(probe ? tprobe_var : tiled_var, sizeof tiled_var, "%s",
+                                         var + (probe ? 12 : 6));
+                            }
+                        }
+                for (int nt = 2; nt <= 8; nt *= 2) {
+                    for (int i = 0; i < 3; i++) tnd_cu_matvec_q4kt(dw[i % ncopies], n_in, n_out, dx, nt, dy, 0, 0, 0, cs);
+                    CK(B->iface->event_record(B, E0, S));
+                    for (int i = 0; i < reps; i++)
+                        tnd_cu_matvec_q4kt(dw[i % ncopies], n_in, n_out, dx, nt, dy, 0, 0, 0, cs);
+                    CK(B->iface->event_record(B, E1, S));
+                    double us = time_ms() * 1e3 / reps;
+                    double gbs = ((double)wb + nt * (n_in + n_out) * 4.0) / (us * 1e-6) / 1e9;
+                    printf("| %s | %lldx%lld | %.1f | n_tok=%d tiled | %.1f | %.0f | %.0f%% |\n", tnd_type_name(t),
+                           (long long)n_in, (long long)n_out, wb / 1048576.0, nt, us, gbs, 100.0 * gbs / bw);
+                }
+                if (n_summary > 0) {
+                    char *sm = summary[n_summary - 1];
+                    size_t n = strlen(sm);
+                    snprintf(sm + n, sizeof summary[0] - n,
+                             "\n        tiled (default depth %d) %s %5.0f (%3.0f%%) | probe tiled %s %5.0f (%3.0f%%)",
+                             tnd_cu_matvec_q4kt_depth(), tiled_var, tiled_gbs, 100 * tiled_gbs / bw, tprobe_var,
+                             tprobe_gbs, 100 * tprobe_gbs / bw);
+                }
+            }
             for (size_t c = 0; c < ncopies; c++) B->iface->buf_free(B, dw[c]);
             B->iface->buf_free(B, dx);
             B->iface->buf_free(B, dy);

@@ -28,6 +28,7 @@
 #include "util.h"
 #ifdef TND_HAVE_CUDA
 #include "cuda/cuda_ops.h"
+#include "cuda/q4k_tile.cuh"
 #endif
 
 #ifndef TND_HAVE_CUDA
@@ -1200,6 +1201,253 @@ static void test_budget(void) {
     tnd_backend_free(b2);
 }
 
+/* ---- Q4_K tile layout (weights re-laid at upload) ---------------------------------------------- */
+
+/* The host's repack of a whole tensor (q4k_tile_pack_group per group). */
+static void *host_q4kt(const void *W, int64_t n_in, int64_t n_out) {
+    const size_t rb = tnd_row_size(TND_TYPE_Q4_K, n_in);
+    uint8_t *t = (uint8_t *)xmalloc(rb * (size_t)n_out);
+    for (int64_t g = 0; g < n_out / 16; g++)
+        q4k_tile_pack_group(t + (size_t)g * 16 * rb, (const uint8_t *)W + (size_t)g * 16 * rb, rb);
+    return t;
+}
+
+/* tnd_cu_q4kt_repack against the host's permutation (bytes), then
+ * tnd_cu_matvec_q4kt on the re-laid copy for n_tok tokens over launch
+ * shapes (tiles per block x warps per tile x depth; 0: defaults): against
+ * the reference with the f16 path's tolerance (test_matvec_mma), and bit
+ * for bit against tnd_cu_matvec_f16mma on the original layout with the
+ * same tiles per block and warps per tile where f16mma takes the shape
+ * (same fragments, same summation order). Also x 4 bytes off alignment. */
+static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
+    const tnd_type t = TND_TYPE_Q4_K;
+    size_t wb;
+    void *W = make_weights(t, n_in, n_out, &wb);
+    float *x = (float *)xmalloc((size_t)(n_in * n_tok + 1) * 4);
+    for (int64_t i = 0; i < n_in * n_tok + 1; i++) x[i] = rnd_unif(-1, 1);
+    double *ref = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
+    double *ref1 = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc1 = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
+    double xmax, xmax1;
+    ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
+    ref_matmul(t, W, n_in, n_out, x + 1, n_tok, ref1, sc1, &xmax1); /* for the misaligned x */
+    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
+    void *dW0 = dev_upload(W, wb), *dW = dev_upload(W, wb);
+    float *dx = (float *)dev_upload(x, (size_t)(n_in * n_tok + 1) * 4);
+    char what[200];
+    snprintf(what, sizeof what, "q4kt n_in=%lld n_out=%lld n_tok=%d", (long long)n_in, (long long)n_out, n_tok);
+    if (!tnd_cu_q4kt_supported(n_in, n_out)) {
+        report(false, "%s: tnd_cu_q4kt_supported refuses the shape", what);
+        goto out;
+    }
+    {
+        int e = tnd_cu_q4kt_repack(dW, n_in, n_out, cs);
+        tnd_status st = B->iface->stream_sync(B, S);
+        uint8_t *got = (uint8_t *)xmalloc(wb), *want = (uint8_t *)host_q4kt(W, n_in, n_out);
+        dev_download(got, dW, wb);
+        report(!e && !st && memcmp(got, want, wb) == 0, "%s: device repack == host permutation (launch %d)", what, e);
+        free(got);
+        free(want);
+    }
+    {
+        const size_t yb = (size_t)(n_out * n_tok) * 4;
+        float *dy = (float *)dev_alloc(yb), *y = (float *)xmalloc(yb), *y1 = (float *)xmalloc(yb);
+        static const int shapes[][3] = {{0, 0, 0}, {1, 1, 1}, {1, 3, 2}, {2, 2, 3}, {4, 1, 4},
+                                        {1, 8, 2}, {8, 1, 1}, {2, 4, 4}, {4, 2, 2}};
+        for (size_t i = 0; i < TND_ARRAY_LEN(shapes); i++) {
+            const int *c = shapes[i];
+            char w2[260];
+            snprintf(w2, sizeof w2, "%s tiles/block=%d warps/tile=%d depth=%d", what, c[0], c[1], c[2]);
+            dev_poison(dy, yb);
+            int e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], cs);
+            tnd_status st = B->iface->stream_sync(B, S);
+            if (e || st) {
+                report(false, "%s: launch %s / %s", w2, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
+                continue;
+            }
+            dev_download(y, dy, yb);
+            compare(w2, y, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+            if (c[0] > 0 && tnd_cu_matvec_f16mma_supported(t, n_in, n_tok)) {
+                dev_poison(dy, yb);
+                e = tnd_cu_matvec_f16mma(t, dW0, n_in, n_out, dx, n_tok, dy, c[0], c[1], cs);
+                st = B->iface->stream_sync(B, S);
+                dev_download(y1, dy, yb);
+                report(!e && !st && memcmp(y, y1, yb) == 0, "%s: same bits as f16mma on the original layout", w2);
+            }
+        }
+        /* x 4 bytes past a 16-byte boundary: the kernel stages it from single floats */
+        dev_poison(dy, yb);
+        int e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx + 1, n_tok, dy, 0, 0, 0, cs);
+        tnd_status st = B->iface->stream_sync(B, S);
+        snprintf(what + strlen(what), sizeof what - strlen(what), " x misaligned");
+        if (e || st) report(false, "%s: launch %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
+        else {
+            dev_download(y, dy, yb);
+            compare(what, y, ref1, sc1, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax1);
+        }
+        /* refusals: more than 8 warps per block, depth past the ring's maximum */
+        e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 4, 4, 0, cs);
+        int e2 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 5, cs);
+        report(e == 1 && e2 == 1, "%s: refuses 16 warps per block (%d) and depth 5 (%d)", what, e, e2);
+        dev_free(dy);
+        free(y);
+        free(y1);
+    }
+out:
+    dev_free(dW0);
+    dev_free(dW);
+    dev_free(dx);
+    free(W);
+    free(x);
+    free(ref);
+    free(sc);
+    free(ref1);
+    free(sc1);
+}
+
+/* A MATMUL over W (uploaded at dW) through op_run vs the reference, n_tok
+ * tokens; tol: the f16 path's (decode f16mma / tiled, prefill cuBLAS). */
+static bool q4kt_matmul_op(const char *what, void *dW, const void *W, int64_t n_in, int64_t n_out, int64_t n_tok,
+                           float *out_y) {
+    float *x = (float *)xmalloc((size_t)(n_in * n_tok) * 4);
+    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd_unif(-1, 1);
+    double *ref = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
+    double xmax;
+    ref_matmul(TND_TYPE_Q4_K, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
+    void *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
+    const size_t yb = (size_t)(n_out * n_tok) * 4;
+    float *dy = (float *)dev_alloc(yb), *y = (float *)xmalloc(yb);
+    dev_poison(dy, yb);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_MATMUL;
+    op.in[0] = tens(dW, TND_TYPE_Q4_K, n_in, n_out, 1);
+    op.in[1] = tens(dx, TND_TYPE_F32, n_in, n_tok, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n_out, n_tok, 1);
+    bool ok = run_op(&op, what);
+    if (ok) {
+        dev_download(y, dy, yb);
+        ok = compare(what, y, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+        if (out_y) memcpy(out_y, y, yb);
+    }
+    dev_free(dx);
+    dev_free(dy);
+    free(x);
+    free(y);
+    free(ref);
+    free(sc);
+    return ok;
+}
+
+/* weight_prepare as the executor uses it (layout.c): upload, prepare, then
+ * MATMUL ops through op_run for decode (n_tok 1..8: the tiled kernel,
+ * whatever TND_CUDA_MV says) and prefill (n_tok > 8: the tiled dequant,
+ * several row chunks when n_out > 4096); a second prepare is a no-op;
+ * GET_ROWS, MATMUL_ID and a MATMUL over part of the tensor are refused
+ * with a message naming the re-laid weight; once the buffer is freed, a
+ * new buffer at the same place reads as uploaded. A shape the layout
+ * cannot take (n_out % 16 != 0) stays as uploaded. */
+static void test_weight_prepare(int64_t n_in, int64_t n_out) {
+    const tnd_type t = TND_TYPE_Q4_K;
+    char what[200];
+    size_t wb;
+    void *W = make_weights(t, n_in, n_out, &wb);
+    void *dW = dev_upload(W, wb);
+    tnd_tensor wt = tens(dW, t, n_in, n_out, 1);
+    if (!B->iface->weight_prepare) {
+        report(false, "cuda backend has no weight_prepare");
+        return;
+    }
+    tnd_status st = B->iface->weight_prepare(B, &wt, S);
+    if (!st) st = B->iface->stream_sync(B, S);
+    const bool tiles = q4k_tile_ok(n_in, n_out) && tnd_cu_q4kt_supported(n_in, n_out) &&
+                       !(getenv("TND_CUDA_REPACK") && strcmp(getenv("TND_CUDA_REPACK"), "0") == 0);
+    {
+        uint8_t *got = (uint8_t *)xmalloc(wb);
+        dev_download(got, dW, wb);
+        void *want = tiles ? host_q4kt(W, n_in, n_out) : NULL;
+        report(!st && memcmp(got, tiles ? want : W, wb) == 0, "weight_prepare Q4_K %lldx%lld: %s (%s)",
+               (long long)n_out, (long long)n_in, tiles ? "re-laid as the host's permutation" : "left as uploaded",
+               st ? tnd_last_error() : "ok");
+        free(got);
+        free(want);
+    }
+    static const int64_t toks[] = {1, 2, 5, 8, 9, 64};
+    float *y1 = (float *)xmalloc((size_t)n_out * 4), *y2 = (float *)xmalloc((size_t)n_out * 4);
+    for (size_t k = 0; k < TND_ARRAY_LEN(toks); k++) {
+        snprintf(what, sizeof what, "matmul prepared Q4_K n_in=%lld n_out=%lld n_tok=%lld (%s)", (long long)n_in,
+                 (long long)n_out, (long long)toks[k], toks[k] > 8 ? "prefill" : "decode");
+        q4kt_matmul_op(what, dW, W, n_in, n_out, toks[k], NULL);
+    }
+    /* a second prepare changes nothing: the same bits for the same x */
+    uint64_t keep = rng_state;
+    snprintf(what, sizeof what, "matmul prepared Q4_K n_in=%lld n_out=%lld n_tok=1 (before re-prepare)",
+             (long long)n_in, (long long)n_out);
+    q4kt_matmul_op(what, dW, W, n_in, n_out, 1, y1);
+    st = B->iface->weight_prepare(B, &wt, S);
+    rng_state = keep;
+    snprintf(what, sizeof what, "matmul prepared Q4_K n_in=%lld n_out=%lld n_tok=1 (after re-prepare)",
+             (long long)n_in, (long long)n_out);
+    bool ok = q4kt_matmul_op(what, dW, W, n_in, n_out, 1, y2);
+    report(!st && ok && memcmp(y1, y2, (size_t)n_out * 4) == 0, "weight_prepare twice is a no-op (%s)",
+           st ? tnd_last_error() : "ok");
+    if (tiles) {
+        /* GET_ROWS of the table: refused, not read wrongly */
+        int32_t ids[3] = {0, (int32_t)(n_out / 2), (int32_t)(n_out - 1)};
+        void *dids = dev_upload(ids, sizeof ids);
+        float *dout = (float *)dev_alloc((size_t)n_in * 3 * 4);
+        tnd_op op;
+        memset(&op, 0, sizeof op);
+        op.kind = TND_OP_GET_ROWS;
+        op.in[0] = wt;
+        op.in[1] = tens(dids, TND_TYPE_I32, 3, 1, 1);
+        op.out[0] = tens(dout, TND_TYPE_F32, n_in, 3, 1);
+        st = B->iface->op_run(B, &op, S);
+        report(st == TND_ERR_UNSUPPORTED && strstr(tnd_last_error(), "re-laid") != NULL,
+               "get_rows over a re-laid Q4_K weight is refused: %s", st ? tnd_last_error() : "(ran)");
+        /* MATMUL_ID viewing it as 2 experts of n_out/2 rows */
+        if (n_out % 2 == 0) {
+            float *dx = (float *)dev_alloc((size_t)n_in * 4), *dy = (float *)dev_alloc((size_t)n_out * 4);
+            int32_t id = 1;
+            void *did = dev_upload(&id, 4);
+            memset(&op, 0, sizeof op);
+            op.kind = TND_OP_MATMUL_ID;
+            op.in[0] = tens(dW, t, n_in, n_out / 2, 2);
+            op.in[1] = tens(dx, TND_TYPE_F32, n_in, 1, 1);
+            op.in[2] = tens(did, TND_TYPE_I32, 1, 1, 1);
+            op.out[0] = tens(dy, TND_TYPE_F32, n_out / 2, 1, 1);
+            st = B->iface->op_run(B, &op, S);
+            report(st == TND_ERR_UNSUPPORTED && strstr(tnd_last_error(), "re-laid") != NULL,
+                   "matmul_id over a re-laid Q4_K weight is refused: %s", st ? tnd_last_error() : "(ran)");
+            /* MATMUL over its second half only */
+            memset(&op, 0, sizeof op);
+            op.kind = TND_OP_MATMUL;
+            op.in[0] = tens((uint8_t *)dW + wb / 2, t, n_in, n_out / 2, 1);
+            op.in[1] = tens(dx, TND_TYPE_F32, n_in, 1, 1);
+            op.out[0] = tens(dy, TND_TYPE_F32, n_out / 2, 1, 1);
+            st = B->iface->op_run(B, &op, S);
+            report(st == TND_ERR_UNSUPPORTED, "matmul over half a re-laid Q4_K weight is refused: %s",
+                   st ? tnd_last_error() : "(ran)");
+            dev_free(dx);
+            dev_free(dy);
+            dev_free(did);
+        }
+        B->iface->stream_sync(B, S);
+        dev_free(dids);
+        dev_free(dout);
+    }
+    /* freed: the backend forgets the range; a fresh upload (the allocator
+     * likely hands out the same address) reads as uploaded */
+    dev_free(dW);
+    void *dW2 = dev_upload(W, wb);
+    snprintf(what, sizeof what, "matmul Q4_K n_in=%lld n_out=%lld n_tok=1 after freeing a re-laid buffer%s",
+             (long long)n_in, (long long)n_out, dW2 == dW ? " (same address)" : "");
+    q4kt_matmul_op(what, dW2, W, n_in, n_out, 1, NULL);
+    dev_free(dW2);
+    free(W);
+    free(y1);
+    free(y2);
+}
+
 /* ---- driver ------------------------------------------------------------------------------- */
 
 /* Row length per type for the odd shapes: 3 blocks of 256, 13 blocks of 32,
@@ -1298,6 +1546,21 @@ int main(int argc, char **argv) {
         free(W);
     }
     test_matvec_mma_refusals();
+    /* the Q4_K tile layout: n_out a multiple of 16 but not of 128 (48,
+     * 4112), one super-block, the longest bench row (17408: 1 or 2 tokens
+     * per launch, token groups beyond), 1..8 tokens */
+    for (int nt = 1; nt <= 8; nt++) {
+        test_matvec_q4kt(256, 48, nt);
+        test_matvec_q4kt(256 * 20, 144, nt);
+    }
+    test_matvec_q4kt(256 * 68, 128, 1);
+    test_matvec_q4kt(256 * 68, 48, 3);
+    test_matvec_q4kt(256 * 68, 16, 8);
+    test_matvec_q4kt(256 * 7, 4112, 2);
+    test_weight_prepare(256 * 3, 4112); /* prefill: two row chunks of the tiled dequant */
+    test_weight_prepare(256 * 20, 48);
+    test_weight_prepare(256 * 68, 32);
+    test_weight_prepare(256 * 3, 40);   /* n_out % 16 != 0: stays as uploaded */
     static const char *const kind_names[] = {"f32", "f16mma", "i8mma", "f16cp"};
     printf("matvec default family: Q4_K %s, Q6_K %s, Q8_0 %s (env TND_CUDA_MV=%s)\n",
            kind_names[tnd_cu_matvec_kind(TND_TYPE_Q4_K, 4096, 1)], kind_names[tnd_cu_matvec_kind(TND_TYPE_Q6_K, 4096, 1)],

@@ -272,6 +272,11 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
         void *gw = gpu_ok ? gpu_buf(M, w->t->nbytes) : NULL;
         if (gw) {
             M->gpu->iface->copy_h2d(M->gpu, gw, w->data, w->t->nbytes, M->gs);
+            /* laid out as the executor lays resident weights (layout.c), so the kernel timed is the one that runs */
+            tnd_tensor t = {gw, w->type, {w->n_in, w->n_out, 1, 1}};
+            if (M->gpu->iface->weight_prepare && w->n_expert <= 1 && w != &m->tok_embd &&
+                M->gpu->iface->weight_prepare(M->gpu, &t, M->gs))
+                st = tnd_fail_wrap(TND_ERR_BACKEND, "profiling on the GPU: ");
             M->gpu->iface->stream_sync(M->gpu, M->gs);
         }
         for (int k = 0; k < TND_PERF_NK && !st; k++) {
