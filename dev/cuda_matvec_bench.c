@@ -27,8 +27,9 @@
  *
  * Q4_K shapes the tile layout takes (q4k_tile.cuh: n_out % 16 == 0, a
  * 16-row group in shared memory) end with the tiled rows: the weight
- * copies re-laid in place, "tiled MBm KWk Dd" (k_mvt_q4k: m tiles x k
- * warps per tile, d super-blocks in flight per lane, 0 = default) and
+ * copies re-laid in place, "tiled MBm KWk Dd PFp" (k_mvt_q4k: m tiles x k
+ * warps per tile, d super-blocks in flight per lane, 0 = default; p = 1:
+ * an L2 prefetch 4 chunks past the loads in flight) and
  * "probe tiled ..." (its loads only), then n_tok 2, 4, 8; the summary
  * line gets the best of each.
  */
@@ -485,15 +486,17 @@ int main(int argc, char **argv) {
                 char tiled_var[64] = "", tprobe_var[64] = "";
                 static const int tw[][2] = {{0, 0}, {4, 1}, {2, 2}, {1, 4}, {8, 1}, {4, 2}, {2, 4}, {1, 8}};
                 for (int probe = 0; probe < 2; probe++)
+                    for (int pf = 0; pf < 2; pf++)
                     for (int d = 0; d <= 4; d++)
                         for (size_t i = 0; i < sizeof tw / sizeof tw[0]; i++) {
                             const int MB = tw[i][0], KW = tw[i][1];
                             if (probe && i > 4) continue; /* probes: the default and one-warp-per-tile shapes */
                             char var[64];
-                            snprintf(var, sizeof var, "%s MB%d KW%d D%d", probe ? "probe tiled" : "tiled", MB, KW, d);
+                            snprintf(var, sizeof var, "%s MB%d KW%d D%d PF%d", probe ? "probe tiled" : "tiled", MB, KW,
+                                     d, pf);
 #define TLAUNCH(c)                                                                                  \
-    (probe ? tnd_cu_matvec_probe(3, dw[c], n_in, n_out, dx, dy, MB, KW, 0, d, 0, 0, cs)             \
-           : tnd_cu_matvec_q4kt(dw[c], n_in, n_out, dx, 1, dy, MB, KW, d, cs))
+    (probe ? tnd_cu_matvec_probe(3, dw[c], n_in, n_out, dx, dy, MB, KW, 0, d, pf, 0, cs)            \
+           : tnd_cu_matvec_q4kt(dw[c], n_in, n_out, dx, 1, dy, MB, KW, d, pf, cs))
                             CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
                             int e = TLAUNCH(0);
                             if (e) {
@@ -526,10 +529,11 @@ int main(int argc, char **argv) {
                             }
                         }
                 for (int nt = 2; nt <= 8; nt *= 2) {
-                    for (int i = 0; i < 3; i++) tnd_cu_matvec_q4kt(dw[i % ncopies], n_in, n_out, dx, nt, dy, 0, 0, 0, cs);
+                    for (int i = 0; i < 3; i++)
+                        tnd_cu_matvec_q4kt(dw[i % ncopies], n_in, n_out, dx, nt, dy, 0, 0, 0, -1, cs);
                     CK(B->iface->event_record(B, E0, S));
                     for (int i = 0; i < reps; i++)
-                        tnd_cu_matvec_q4kt(dw[i % ncopies], n_in, n_out, dx, nt, dy, 0, 0, 0, cs);
+                        tnd_cu_matvec_q4kt(dw[i % ncopies], n_in, n_out, dx, nt, dy, 0, 0, 0, -1, cs);
                     CK(B->iface->event_record(B, E1, S));
                     double us = time_ms() * 1e3 / reps;
                     double gbs = ((double)wb + nt * (n_in + n_out) * 4.0) / (us * 1e-6) / 1e9;
@@ -540,8 +544,8 @@ int main(int argc, char **argv) {
                     char *sm = summary[n_summary - 1];
                     size_t n = strlen(sm);
                     snprintf(sm + n, sizeof summary[0] - n,
-                             "\n        tiled (default depth %d) %s %5.0f (%3.0f%%) | probe tiled %s %5.0f (%3.0f%%)",
-                             tnd_cu_matvec_q4kt_depth(), tiled_var, tiled_gbs, 100 * tiled_gbs / bw, tprobe_var,
+                             "\n        tiled (default depth %d, prefetch %d) %s %5.0f (%3.0f%%) | probe tiled %s %5.0f (%3.0f%%)",
+                             tnd_cu_matvec_q4kt_depth(), (int)tnd_cu_matvec_q4kt_prefetch(), tiled_var, tiled_gbs, 100 * tiled_gbs / bw, tprobe_var,
                              tprobe_gbs, 100 * tprobe_gbs / bw);
                 }
             }

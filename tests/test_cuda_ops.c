@@ -1251,14 +1251,16 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
     {
         const size_t yb = (size_t)(n_out * n_tok) * 4;
         float *dy = (float *)dev_alloc(yb), *y = (float *)xmalloc(yb), *y1 = (float *)xmalloc(yb);
-        static const int shapes[][3] = {{0, 0, 0}, {1, 1, 1}, {1, 3, 2}, {2, 2, 3}, {4, 1, 4},
-                                        {1, 8, 2}, {8, 1, 1}, {2, 4, 4}, {4, 2, 2}};
+        /* tiles per block, warps per tile, depth, L2 prefetch (-1: default) */
+        static const int shapes[][4] = {{0, 0, 0, -1}, {1, 1, 1, 0}, {1, 3, 2, 1}, {2, 2, 3, 0}, {4, 1, 4, 1},
+                                        {1, 8, 2, 0},  {8, 1, 1, 1}, {2, 4, 4, 0}, {4, 2, 2, 1}};
         for (size_t i = 0; i < TND_ARRAY_LEN(shapes); i++) {
             const int *c = shapes[i];
             char w2[260];
-            snprintf(w2, sizeof w2, "%s tiles/block=%d warps/tile=%d depth=%d", what, c[0], c[1], c[2]);
+            snprintf(w2, sizeof w2, "%s tiles/block=%d warps/tile=%d depth=%d prefetch=%d", what, c[0], c[1], c[2],
+                     c[3]);
             dev_poison(dy, yb);
-            int e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], cs);
+            int e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], cs);
             tnd_status st = B->iface->stream_sync(B, S);
             if (e || st) {
                 report(false, "%s: launch %s / %s", w2, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
@@ -1276,7 +1278,7 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
         }
         /* x 4 bytes past a 16-byte boundary: the kernel stages it from single floats */
         dev_poison(dy, yb);
-        int e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx + 1, n_tok, dy, 0, 0, 0, cs);
+        int e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx + 1, n_tok, dy, 0, 0, 0, -1, cs);
         tnd_status st = B->iface->stream_sync(B, S);
         snprintf(what + strlen(what), sizeof what - strlen(what), " x misaligned");
         if (e || st) report(false, "%s: launch %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
@@ -1284,10 +1286,12 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
             dev_download(y, dy, yb);
             compare(what, y, ref1, sc1, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax1);
         }
-        /* refusals: more than 8 warps per block, depth past the ring's maximum */
-        e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 4, 4, 0, cs);
-        int e2 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 5, cs);
-        report(e == 1 && e2 == 1, "%s: refuses 16 warps per block (%d) and depth 5 (%d)", what, e, e2);
+        /* refusals: more than 8 warps per block, depth past the ring's maximum, an unknown prefetch */
+        e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 4, 4, 0, -1, cs);
+        int e2 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 5, -1, cs);
+        int e3 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, 2, cs);
+        report(e == 1 && e2 == 1 && e3 == 1, "%s: refuses 16 warps per block (%d), depth 5 (%d), prefetch 2 (%d)",
+               what, e, e2, e3);
         dev_free(dy);
         free(y);
         free(y1);

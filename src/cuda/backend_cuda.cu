@@ -771,7 +771,7 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         const float *x = (const float *)op->in[1].data;
         if (n_tok <= CU_MATVEC_MAX_TOK) {
             /* a re-laid W: only the tiled kernel reads it, whatever TND_CUDA_MV says */
-            e = w_tiled ? tnd_cu_matvec_q4kt(a->data, n_in, n_out, x, (int)n_tok, (float *)o->data, 0, 0, 0, cs)
+            e = w_tiled ? tnd_cu_matvec_q4kt(a->data, n_in, n_out, x, (int)n_tok, (float *)o->data, 0, 0, 0, -1, cs)
                         : tnd_cu_matvec(a->type, a->data, n_in, n_out, x, (int)n_tok, (float *)o->data, cs);
         } else {
             size_t need = tnd_cu_matmul_scratch(n_in, n_out, n_tok, 0);

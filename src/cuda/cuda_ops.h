@@ -112,7 +112,8 @@ bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok, int *shap
  * kernel), with x staged as the kernels do (n_tok 1), the data XORed into
  * a sink instead of decoded. y is not written (but must be valid).
  * Pattern 3: k_mvt_q4k's loads on a matrix in the Q4_K tile layout (a, b:
- * MB, KW, 0 0 the default; c as for 1; d: depth, 0 the default). */
+ * MB, KW, 0 0 the default; c as for 1; d: depth, 0 the default; g: L2
+ * prefetch as tnd_cu_matvec_q4kt's). */
 int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y, int a,
                         int b, int c, int d, int g, int flags, tnd_cu_stream stream);
 
@@ -134,11 +135,15 @@ int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_stream strea
  * math of tnd_cu_matvec_f16mma (same bits for the same shape): blocks of
  * tiles_per_block tiles x ksplit warps per tile (at most 8 warps; 0, 0:
  * the default shape), depth 1..4 super-blocks in flight per lane (0: the
- * default, tnd_cu_matvec_q4kt_depth()). */
+ * default, tnd_cu_matvec_q4kt_depth()), prefetch 1: an L2 prefetch of the
+ * chunk 4 steps past the loads in flight, 0: none, -1: the default
+ * (tnd_cu_matvec_q4kt_prefetch()). */
 int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                       int tiles_per_block, int ksplit, int depth, tnd_cu_stream stream);
-/* The default depth (env TND_CUDA_TILE_DEPTH=1..4 overrides the built-in). */
+                       int tiles_per_block, int ksplit, int depth, int prefetch, tnd_cu_stream stream);
+/* The defaults (env TND_CUDA_TILE_DEPTH=1..4 and TND_CUDA_TILE_PF=0|1
+ * override the built-in ones). */
 int tnd_cu_matvec_q4kt_depth(void);
+bool tnd_cu_matvec_q4kt_prefetch(void);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
  * y[t][u][r] = sum_k W[ids[t][u]][r][k] * xs[k], xs = x[t] (x [n_tok][n_in])
  * or, if x_per_slot, x[t][u] (x [n_tok][n_used][n_in], the down projection).

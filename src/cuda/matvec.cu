@@ -677,10 +677,14 @@ __global__ void __launch_bounds__(256) k_mvh_q4k_t(const uint8_t *__restrict__ W
  *
  * DEPTH: super-blocks whose loads are in flight while the lane decodes one
  * (k_mvh_q4k: 1), a ring of DEPTH + 1 register buffers of 96 bytes per
- * lane. n_out is a multiple of 16 (q4k_tile_ok): a tile is all in or all
- * out; the tiles of the last block past n_out load the last tile (so every
- * warp reaches the reduction's barrier) and write nothing. */
-template <bool PROBE, int DEPTH>
+ * lane. PF: besides, lanes 0..17 ask L2 for the 128-byte lines of the
+ * chunk MVT_PF_AHEAD steps past the ring (prefetch.global.L2: more bytes in
+ * flight at no register cost). n_out is a multiple of 16 (q4k_tile_ok): a
+ * tile is all in or all out; the tiles of the last block past n_out load
+ * the last tile (so every warp reaches the reduction's barrier) and write
+ * nothing. */
+#define MVT_PF_AHEAD 4
+template <bool PROBE, int DEPTH, bool PF>
 __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
                                                  int64_t n_out, const float *__restrict__ x, int n_tok,
                                                  float *__restrict__ y, int MB, int KW) {
@@ -760,6 +764,9 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
                 break;
             }
             if (sb + DEPTH * KW < nsb) load(ring[(u + DEPTH) % (DEPTH + 1)], sb + DEPTH * KW);
+            if (PF && lane < Q4KT_CHUNK / 128 && sb + (DEPTH + MVT_PF_AHEAD) * KW < nsb)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t)(sb + (DEPTH + MVT_PF_AHEAD) * KW) *
+                                                                        Q4KT_CHUNK + 128 * lane));
             compute(ring[u], sb);
         }
     }
@@ -1872,15 +1879,19 @@ extern "C" int tnd_cu_matvec_f16cp(int type, const void *W, int64_t n_in, int64_
 /* ---- Q4_K tile layout: repack and launch (k_mvt_q4k) ------------------------- */
 
 #define MVT_MAX_DEPTH 4
-/* THE DEFAULT depth (flip after the bench's sweep): super-blocks in flight
- * per lane while one is decoded. Env TND_CUDA_TILE_DEPTH=1..4 overrides. */
+/* THE DEFAULTS (flip after the bench's sweep): super-blocks in flight per
+ * lane while one is decoded (env TND_CUDA_TILE_DEPTH=1..4 overrides), and
+ * whether the L2 prefetch runs ahead (env TND_CUDA_TILE_PF=0|1). */
 #define MVT_DEFAULT_DEPTH 2
+#define MVT_DEFAULT_PF 0
 
-static mvh_kernel mvt_kernel_of(bool probe, int depth) {
-    static const mvh_kernel k[2][MVT_MAX_DEPTH] = {
-        {k_mvt_q4k<false, 1>, k_mvt_q4k<false, 2>, k_mvt_q4k<false, 3>, k_mvt_q4k<false, 4>},
-        {k_mvt_q4k<true, 1>, k_mvt_q4k<true, 2>, k_mvt_q4k<true, 3>, k_mvt_q4k<true, 4>}};
-    return k[probe ? 1 : 0][depth - 1];
+static mvh_kernel mvt_kernel_of(bool probe, int depth, bool pf) {
+    static const mvh_kernel k[2][2][MVT_MAX_DEPTH] = {
+        {{k_mvt_q4k<false, 1, false>, k_mvt_q4k<false, 2, false>, k_mvt_q4k<false, 3, false>, k_mvt_q4k<false, 4, false>},
+         {k_mvt_q4k<false, 1, true>, k_mvt_q4k<false, 2, true>, k_mvt_q4k<false, 3, true>, k_mvt_q4k<false, 4, true>}},
+        {{k_mvt_q4k<true, 1, false>, k_mvt_q4k<true, 2, false>, k_mvt_q4k<true, 3, false>, k_mvt_q4k<true, 4, false>},
+         {k_mvt_q4k<true, 1, true>, k_mvt_q4k<true, 2, true>, k_mvt_q4k<true, 3, true>, k_mvt_q4k<true, 4, true>}}};
+    return k[probe ? 1 : 0][pf ? 1 : 0][depth - 1];
 }
 
 static int mvt_depth(void) {
@@ -1893,6 +1904,15 @@ static int mvt_depth(void) {
     return d;
 }
 
+static bool mvt_pf(void) {
+    static int pf = -1; /* a benign race, as mvt_depth's */
+    if (pf < 0) {
+        const char *e = getenv("TND_CUDA_TILE_PF");
+        pf = e ? atoi(e) != 0 : MVT_DEFAULT_PF;
+    }
+    return pf != 0;
+}
+
 /* The opt-in shared memory of the tiled kernels, the probes and the repack,
  * once per device. */
 static int mvt_prepare(void) {
@@ -1902,10 +1922,12 @@ static int mvt_prepare(void) {
     if (attr_set[dev]) return 0;
     const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     cudaError_t e = cudaSuccess;
-    for (int k = 0; k < 2 * MVT_MAX_DEPTH && e == cudaSuccess; k++)
-        e = cudaFuncSetAttribute(mvt_kernel_of(k >= MVT_MAX_DEPTH, k % MVT_MAX_DEPTH + 1),
+    for (int k = 0; k < 4 * MVT_MAX_DEPTH && e == cudaSuccess; k++) { /* k: probe, pf, depth - 1 */
+        const bool probe = k >= 2 * MVT_MAX_DEPTH;
+        e = cudaFuncSetAttribute(mvt_kernel_of(probe, k % MVT_MAX_DEPTH + 1, (k / MVT_MAX_DEPTH) & 1),
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 k >= MVT_MAX_DEPTH ? max : (int)(MVH_XS_MAX + 8 * 32 * 16));
+                                 probe ? max : (int)(MVH_XS_MAX + 8 * 32 * 16));
+    }
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_q4kt_repack, cudaFuncAttributeMaxDynamicSharedMemorySize, max);
     if (e != cudaSuccess) return (int)e;
     attr_set[dev] = true;
@@ -1940,43 +1962,46 @@ extern "C" int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_s
 /* One launch of k_mvt_q4k (or its probe) for n_tok <= mvt_max_tok tokens.
  * pad (probe): 0 as resident as the kernel, 1 as many blocks as fit. */
 static int launch_mvt1(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                       int MB, int KW, int depth, int pad, cudaStream_t st) {
-    const mvh_kernel k = mvt_kernel_of(false, depth);
+                       int MB, int KW, int depth, bool pf, int pad, cudaStream_t st) {
+    const mvh_kernel k = mvt_kernel_of(false, depth, pf);
     if (MB <= 0 || KW <= 0) mvh_shape_k(k, TND_CU_MV_F16MMA, n_in, n_out, n_tok, &MB, &KW);
     if (MB * KW > 8) return cudaErrorInvalidValue;
     size_t smem = mvh_smem(TND_CU_MV_F16MMA, n_in, n_tok, MB * KW);
     if (probe && !pad) smem = mvc_pad_smem(smem, mvh_occupancy_k(k, MB * KW, smem));
     const int64_t tiles = n_out / 16;
-    mvt_kernel_of(probe, depth)<<<(unsigned)((tiles + MB - 1) / MB), 32 * MB * KW, smem, st>>>(
+    mvt_kernel_of(probe, depth, pf)<<<(unsigned)((tiles + MB - 1) / MB), 32 * MB * KW, smem, st>>>(
         (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in, n_out, x, n_tok, y, MB, KW);
     return (int)cudaGetLastError();
 }
 
 static int launch_mvt(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                      int MB, int KW, int depth, int pad, cudaStream_t st) {
+                      int MB, int KW, int depth, int prefetch, int pad, cudaStream_t st) {
     if (!tnd_cu_q4kt_supported(n_in, n_out)) return cudaErrorNotSupported;
     if (depth <= 0) depth = mvt_depth();
-    if (depth > MVT_MAX_DEPTH || MB < 0 || KW < 0) return cudaErrorInvalidValue;
+    if (depth > MVT_MAX_DEPTH || MB < 0 || KW < 0 || prefetch > 1) return cudaErrorInvalidValue;
+    const bool pf = prefetch < 0 ? mvt_pf() : prefetch == 1;
     int e = mvt_prepare();
     if (e) return e;
     const int per = mvt_max_tok(n_in);
     if (per < 1) return cudaErrorNotSupported;
     for (int k0 = 0; k0 < n_tok && !e; k0 += per) /* x too wide for all tokens at once: token groups */
         e = launch_mvt1(probe, W, n_in, n_out, x + (int64_t)k0 * n_in, n_tok - k0 < per ? n_tok - k0 : per,
-                        y + (int64_t)k0 * n_out, MB, KW, depth, pad, st);
+                        y + (int64_t)k0 * n_out, MB, KW, depth, pf, pad, st);
     return e;
 }
 
 extern "C" int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                                  int tiles_per_block, int ksplit, int depth, tnd_cu_stream stream) {
+                                  int tiles_per_block, int ksplit, int depth, int prefetch, tnd_cu_stream stream) {
     int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
     if (e) return e;
     if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0 || depth < 0)
         return cudaErrorInvalidValue;
-    return launch_mvt(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, depth, 0, (cudaStream_t)stream);
+    return launch_mvt(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, depth, prefetch, 0,
+                      (cudaStream_t)stream);
 }
 
 extern "C" int tnd_cu_matvec_q4kt_depth(void) { return mvt_depth(); }
+extern "C" bool tnd_cu_matvec_q4kt_prefetch(void) { return mvt_pf(); }
 
 extern "C" int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
                                    int a, int b, int c, int d, int g, int flags, tnd_cu_stream stream) {
@@ -2007,7 +2032,7 @@ extern "C" int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int
         return (int)cudaGetLastError();
     }
     if (pattern == 2) return launch_mvc(true, W, n_in, n_out, x, 1, y, a, b, c, d, g, flags, st);
-    if (pattern == 3) return launch_mvt(true, W, n_in, n_out, x, 1, y, a, b, d, c, st);
+    if (pattern == 3) return launch_mvt(true, W, n_in, n_out, x, 1, y, a, b, d, g, c, st);
     return cudaErrorInvalidValue;
 }
 
