@@ -746,8 +746,16 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
         const tnd_layer *L = &m->layers[l];
         const tnd_weight *seq[] = {&L->wq, &L->wk, &L->wv, NULL, &L->wo, &L->router, &L->ffn_gate, &L->ffn_up,
                                    &L->ffn_down, &L->gate_exps, &L->up_exps, &L->down_exps};
+        /* TND_LOG=3: the clocks through layer 1, to set beside a TND_TRACE=2 table */
+        const bool show = l == 1 && tnd_log_level() >= TND_LOG_DEBUG;
+        const double h0 = ck.host, g0 = ck.gpu;
         for (size_t j = 0; j < sizeof seq / sizeof *seq; j++) {
             const tnd_weight *w = seq[j];
+            static const char *const names[] = {"wq",     "wk",       "wv",     "attention", "wo",      "router",
+                                                "ffn_gate", "ffn_up", "ffn_down", "gate_exps", "up_exps", "down_exps"};
+            if (show && j && (!seq[j - 1] || seq[j - 1]->t))
+                TND_DEBUG("model nt %d layer 1 after %-9s host %8.1f us, gpu %8.1f us, on %s", nt, names[j - 1],
+                          1e6 * (ck.host - h0), 1e6 * (ck.gpu - g0), ck.cur ? "gpu" : "cpu");
             if (!w) { /* attention, where the KV cache is, with the layer's weightless ops */
                 int side = p->kv[l];
                 double t = tnd_perf_attn_time(pf, side, nt, pos0) + tnd_perf_other_time(pf, side, nt);
