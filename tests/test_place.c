@@ -723,6 +723,34 @@ static void test_static_experts(void) {
               fixed);
     }
     tnd_placement_free(&p);
+    /* Two clocks: all on the GPU, a decode step without launch costs is the
+     * sum of the GPU's times; queuing each op costs the host pf.launch, and
+     * when that exceeds the kernels the step is bound by the queuing. */
+    CHECK(tnd_placement_make(m, "gpu", NULL, 0, 0, &p) == TND_OK, "gpu placement");
+    {
+        double sum = 0;
+        int n_ops = 0;
+        for (int l = 0; l < L; l++) {
+            sum += tnd_perf_attn_time(&pf, TND_SIDE_GPU, 1, 16) + tnd_perf_other_time(&pf, TND_SIDE_GPU, 1);
+            n_ops += 11; /* attention and the layer's ten weightless ops */
+        }
+        for (int i = 0; i < m->n_slices; i++)
+            if (!tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd) {
+                sum += tnd_perf_slice_time(&pf, i, TND_SIDE_GPU, 1);
+                n_ops++;
+            }
+        double free_q = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
+        pf.launch = 1e-3; /* far above every kernel of the tiny model */
+        double bound = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
+        pf.launch = 0;
+        /* (plus the activation's trips, at the test DB's PCIe rate: picoseconds) */
+        CHECK(fabs(free_q - sum) <= 1e-9, "all on the GPU, free queuing: %.9g vs sum of times %.9g", free_q,
+              sum);
+        /* (one more queued op: the activation's copy to the GPU) */
+        CHECK(bound >= (n_ops + 1) * 1e-3 && bound <= (n_ops + 1) * 1e-3 + sum + 1e-9,
+              "queuing-bound step: %.6g s for %d ops at 1 ms (kernels %.6g s)", bound, n_ops, sum);
+    }
+    tnd_placement_free(&p);
     free(pf.t_cpu_one);
     free(pop);
     free(pf.t_cpu);

@@ -32,9 +32,13 @@
 /* ---- TND_TRACE -------------------------------------------------------------
  * Cells: (decode|prefill) x side x (op kind | activation copies | waits for
  * a promoted weight's copy) x part (plain, promoted, a split layer's GPU
- * part, its CPU part). Synchronizing after every node removes all overlap:
- * the table shows what each piece costs alone, to compare with the perf DB. */
-enum { TR_ACT = TND_OP_COUNT, TR_WCOPY, TR_OPS };
+ * part, its CPU part). TND_TRACE=1 synchronizes after every node, which
+ * removes all overlap: the table shows what each piece costs alone, to
+ * compare with the perf DB. TND_TRACE=2 never synchronizes: each cell is
+ * the host thread's own time (a CPU op's run, a GPU op's queuing, waits for
+ * GPU results inside the activation copies), so the cells add up to the
+ * round as it really ran. */
+enum { TR_ACT = TND_OP_COUNT, TR_WCOPY, TR_DRAIN, TR_OPS };
 enum { TR_PLAIN, TR_PROM, TR_SPLIT_GPU, TR_SPLIT_CPU, TR_PARTS };
 struct tnd_trace_cell {
     double s;
@@ -47,21 +51,25 @@ static void trace_add(tnd_ctx *c, int side, int op, int part, double s) {
     t->n++;
 }
 
-/* Waits for side s's queued work (tracing only). */
+/* Waits for side s's queued work (TND_TRACE=1 only). */
 static tnd_status trace_sync(tnd_ctx *c, int s) {
-    return s == TND_SIDE_GPU ? c->side[1].be->iface->stream_sync(c->side[1].be, c->side[1].st) : TND_OK;
+    return s == TND_SIDE_GPU && c->trace_mode == 1 ? c->side[1].be->iface->stream_sync(c->side[1].be, c->side[1].st)
+                                                   : TND_OK;
 }
 
 void tnd_exec_trace_print(const tnd_ctx *c, FILE *f) {
     if (!c->trace) return;
     static const char *const parts[TR_PARTS] = {"", " promoted", " split:gpu", " split:cpu"};
-    fprintf(f, "trace (every node synchronized): phase side op part: calls, total ms, us per call\n");
+    fprintf(f, "trace (%s): phase side op part: calls, total ms, us per call\n",
+            c->trace_mode == 1 ? "every node synchronized" : "host time, nothing synchronized");
     for (int i = 0; i < 2 * 2 * TR_OPS * TR_PARTS; i++) {
         const struct tnd_trace_cell *t = &c->trace[i];
         if (!t->n) continue;
         int part = i % TR_PARTS, op = i / TR_PARTS % TR_OPS, side = i / TR_PARTS / TR_OPS % 2, ph = i / TR_PARTS / TR_OPS / 2;
-        const char *name = op == TR_ACT ? "activation copies" : op == TR_WCOPY ? "wait for weight copy"
-                                                                               : tnd_op_name((tnd_op_kind)op);
+        const char *name = op == TR_ACT     ? "activation copies"
+                           : op == TR_WCOPY ? "wait for weight copy"
+                           : op == TR_DRAIN ? "end of round"
+                                            : tnd_op_name((tnd_op_kind)op);
         fprintf(f, "  %-7s %-3s %-20s%-10s %8lld %10.2f %10.1f\n", ph ? "prefill" : "decode", side ? "gpu" : "cpu",
                 name, parts[part], (long long)t->n, 1e3 * t->s, 1e6 * t->s / (double)t->n);
     }
@@ -359,7 +367,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     /* an expert tensor's copy is queued now that routing has run */
     if (prom && c->prom_next == *prom_seen && (st = prefetch(c, *prom_seen, true))) return st;
     if (prom && (st = sd->be->iface->stream_wait(sd->be, sd->st, c->slot_ready[slot]))) return st;
-    if (c->trace && prom) {
+    if (c->trace_mode == 1 && prom) {
         tr = tnd_time_s();
         if ((st = sd->be->iface->event_sync(sd->be, c->slot_ready[slot]))) return st;
         trace_add(c, s, TR_WCOPY, part, tnd_time_s() - tr);
@@ -410,8 +418,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     c->cur = TND_SIDE_CPU;
     c->n_prom = c->prom_next = 0;
     tnd_status st = TND_OK;
-    if (!c->trace && getenv("TND_TRACE") && atoi(getenv("TND_TRACE")) > 0 &&
-        !(c->trace = tnd_calloc(2 * 2 * TR_OPS * TR_PARTS, sizeof *c->trace)))
+    if (c->trace_mode && !c->trace && !(c->trace = tnd_calloc(2 * 2 * TR_OPS * TR_PARTS, sizeof *c->trace)))
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     c->trace_prefill = nt > 1;
     if (c->lay.n_slots && c->pl.promote_auto) {
@@ -434,6 +441,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     }
     int prom_seen = 0;
     for (int i = 0; !st && i < c->g.n; i++) st = run_node(c, &c->g.nodes[i], &prom_seen);
+    double tr = c->trace ? tnd_time_s() : 0; /* the logits' copy and the drain: the round's tail */
     if (!st && want_logits && c->gpu)
         st = make_current(c, A_LOGITS, 0, sizeof(float) * (size_t)c->m->hp.n_vocab, TND_SIDE_CPU);
     if (c->gpu) {
@@ -443,6 +451,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
         if (!st) st = s1 ? s1 : s2;
         memset(c->host_read_pending, 0, sizeof c->host_read_pending);
         memset(c->mapped_pending, 0, sizeof c->mapped_pending);
+        if (c->trace) trace_add(c, TND_SIDE_GPU, TR_DRAIN, TR_PLAIN, tnd_time_s() - tr);
     }
     if (!st && want_logits) memcpy(c->logits, c->side[0].act[A_LOGITS], sizeof(float) * (size_t)c->m->hp.n_vocab);
     return st;

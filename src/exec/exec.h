@@ -162,8 +162,9 @@ struct tnd_ctx {
     tnd_status err;          /* first failure of the round */
     /* counters (tests, --verbose) */
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes;
-    /* TND_TRACE=1, a diagnostic: every node waits for its side and its time
-     * is summed per cell (tnd_exec_trace_cell); printed by tnd_ctx_free */
+    /* TND_TRACE=1|2 (trace_mode, read once at creation), a diagnostic:
+     * node times summed per cell (exec.c); printed by tnd_ctx_free */
+    int trace_mode;
     struct tnd_trace_cell *trace;
     int trace_prefill;       /* the round being traced has more than one token */
 };

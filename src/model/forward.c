@@ -254,6 +254,8 @@ tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) {
     c->n_ctx = n_ctx;
     c->n_batch = nb;
     c->kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    const char *tr = getenv("TND_TRACE");
+    c->trace_mode = tr && atoi(tr) >= 2 ? 2 : tr && atoi(tr) > 0 ? 1 : 0;
     tnd_status st = tnd_backend_cpu_new(m->pool, 0, &c->side[0].be);
     if (!st) st = c->side[0].be->iface->stream_new(c->side[0].be, &c->side[0].st);
     if (!st && p->device != TND_DEVICE_CPU) st = new_gpu(c, p);

@@ -25,7 +25,7 @@ static void usage(FILE *f) {
                "  -p, --n-prompt N   prompt tokens for the prefill test (default 512; 0 = skip)\n"
                "  -n, --n-gen N      tokens for the decode test (default 128; 0 = skip)\n"
                "  -d, --depth D      tokens already in the cache before the decode test (default 0)\n"
-               "  -b, --batch-size N prefill chunk size (default: the prompt length)\n"
+               "  -b, --batch-size N prefill chunk size (default: the prompt length, else 512 for -d)\n"
                "  -t, --threads N    CPU threads (default: physical cores)\n"
                "  -r, --repetitions N (default 3)\n"
                "  -o, --output md|json (default md)\n"
@@ -284,7 +284,9 @@ int cmd_bench(int argc, char **argv) {
     tnd_ctx_params cp = tnd_ctx_default_params();
     long need = TND_MAX(n_prompt, depth + n_gen);
     cp.n_ctx = (int)TND_MAX(need, 16);
-    cp.n_batch = (int)(batch ? batch : TND_MAX(n_prompt, 1));
+    /* the prompt in one chunk; without a prompt test, the depth is filled in
+     * chunks of 512 (one token at a time would take minutes on a big model) */
+    cp.n_batch = (int)(batch ? batch : n_prompt ? n_prompt : TND_MIN(TND_MAX(depth, 1), 512));
     cp.device = device;
     cp.hw = hw;
     if (budget && tnd_parse_budget(budget, m, &cp.vram_budget)) {
