@@ -108,6 +108,54 @@ TGT static void quant_q8_K(const float *x, void *vy, int64_t k) {
  * accumulator sets. */
 
 
+/* Q8_0 x Q8_0 (the sign transfer above). */
+/* FMT x Q8_0, for the formats with q32_FMT. */
+#define ROW_SS(fmt, BT)                                                                                     \
+    TGTI void blk_##fmt(const BT *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc,             \
+                        const float *da, int64_t nb) {                                                      \
+        __m256i q = q32_##fmt(&w[i]);                                                                       \
+        __m256i aq = _mm256_sign_epi8(q, q);                                                                \
+        float dw = h2f(w[i].d);                                                                             \
+        for (int t = 0; t < nt; t++) {                                                                      \
+            const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;                                    \
+            __m256i p = dot_ss(aq, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), q));        \
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * da[t * nb + i]), acc[t]);   \
+        }                                                                                                   \
+    }                                                                                                       \
+    TGTI void row_##fmt(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys, \
+                        const float *da, int64_t nb_) {                                                     \
+        const BT *w = vw;                                                                                   \
+        __m256 acc0[NT_MAX], acc1[NT_MAX];                                                                  \
+        for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();                               \
+        int64_t i = 0, nb = n / 32;                                                                         \
+        for (; i + 2 <= nb; i += 2) {                                                                       \
+            blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                                     \
+            blk_##fmt(w, i + 1, xq, xs, nt, acc1, da, nb_);                                                 \
+        }                                                                                                   \
+        if (i < nb) blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                             \
+        for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));                  \
+    }                                                                                                       \
+    ROW_LOOP_DA(mm_##fmt, row_##fmt, block_q8_0)
+ROW_SS(q8_0, block_q8_0)
+#undef ROW_SS
+
+/* Q4_0 x Q8_0: q4_0_rows (matmul_x86.h), 4 rows per pass for one token. */
+#define Q4_0_CALL(w_, x_, t_, R_, NT_, y_, ...) \
+    q4_0_rows(nb, w_, w_row, x_, x_row, da + (t_) * nb, nsa + (t_) * nb, R_, NT_, y_, ys)
+
+TGT static void mm_q4_0(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
+                        int64_t nt, float *y, int64_t ys) {
+    int64_t nb = n_in / 32;
+    PREP_BUF(nb);
+    q8_0_prep(xq, x_row, nt, nb, da, nsa);
+    /* da + t_ * nb: q4_0_rows indexes tokens from its first one */
+    switch (ROWS_FOR(nt)) {
+    case 4: ROWS_BY(Q4_0_CALL, 4, 0); break;
+    case 2: ROWS_BY(Q4_0_CALL, 2, 0); break;
+    default: ROWS_BY(Q4_0_CALL, 1, 0); break;
+    }
+}
+
 /* Q4_1 x Q8_1: w = d q + m; the m part is m * s of the activation block. */
 TGTI void blk_q4_1(const block_q4_1 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc, float *accm,
                   const float *da, int64_t nb) {
