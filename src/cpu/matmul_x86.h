@@ -156,15 +156,12 @@ TGTI __m256i dot_ss(__m256i aq, __m256i as) {
 /* The 32 weights of a Q8_0 block as int8. */
 TGTI __m256i q32_q8_0(const block_q8_0 *w) { return _mm256_loadu_si256((const __m256i *)w->qs); }
 
-/* ---- decode: Q4_0 -------------------------------------------------------------
- * The unsigned nibbles u = q + 8 against the signed activations:
- * dot(q, a) = dot(u, a) - 8 sum(a). The activation block sums are computed
- * once per call and enter as -sum(a) added to each of the 8 int32 lanes of a
- * block's product (8 lanes: -8 sum(a) in all), as the start value of vpdpbusd
- * where there is VNNI. One 16-byte load gives all 32 nibbles: broadcast to
- * both halves, the upper half shifted right by 4 (per 32-bit lane). R rows go
- * together so they share the activation loads, sums and scales; the integer
- * part of each block is exact, the float sum over blocks is in 8 lanes. */
+/* ---- decode: Q4_0 (helpers) ----------------------------------------------------
+ * The kernels (matmul_avx2.c, matmul_avx512.c) dot the unsigned nibbles
+ * u = q + 8 with the signed activations: dot(q, a) = dot(u, a) - 8 sum(a),
+ * the activation block sums computed once per call. One 16-byte load gives
+ * all 32 nibbles: broadcast to both halves, the upper half shifted right by
+ * 4 (per 32-bit lane). */
 
 /* Per token t and 32-block i of the Q8_0 activations: the scale as float
  * (da) and minus the sum of the quants (nsa), at t * nb + i. */
@@ -183,41 +180,6 @@ TGTI void q8_0_prep(const char *xq, size_t x_row, int64_t nt, int64_t nb, float 
 TGTI __m256i nib32(const uint8_t *qs) {
     __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
     return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0f));
-}
-
-/* c + the int32 lanes of dot(u, a): u unsigned <= 127 (pairs cannot saturate
- * vpmaddubsw), a signed. */
-TGTI __m256i dot_u_add(__m256i u, __m256i a, __m256i c) {
-#if X86_VNNI
-    return _mm256_dpbusd_epi32(c, u, a);
-#else
-    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)), c);
-#endif
-}
-
-/* R rows (w_row bytes apart) x NT tokens of Q4_0 x Q8_0; R * NT <= 8. */
-TGTI void q4_0_rows(int64_t nb, const char *w, size_t w_row, const char *xq, size_t x_row, const float *da,
-                    const int32_t *nsa, const int R, const int NT, float *y, int64_t ys) {
-    __m256 acc[4][4];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        __m256i a[4];
-        for (int t = 0; t < NT; t++)
-            a[t] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(xq + t * x_row))[i].qs);
-        for (int r = 0; r < R; r++) {
-            const block_q4_0 *b = (const block_q4_0 *)(w + r * w_row) + i;
-            __m256i u = nib32(b->qs);
-            __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16((short)b->d));
-            for (int t = 0; t < NT; t++) {
-                __m256i p = dot_u_add(u, a[t], _mm256_set1_epi32(nsa[t * nb + i]));
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_set1_ps(da[t * nb + i])),
-                                            acc[r][t]);
-            }
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < NT; t++) y[t * ys + r] = hsum_ps(acc[r][t]);
 }
 
 /* Rows in groups of R (the rest one by one), tokens in groups of up to 4. */
