@@ -129,6 +129,7 @@ TGT static void quant_q8_K(const float *x, void *vy, int64_t k) {
         for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();                               \
         int64_t i = 0, nb = n / 32;                                                                         \
         for (; i + 2 <= nb; i += 2) {                                                                       \
+            pf_ahead(&w[i], (2 * (int)sizeof(BT) + 63) / 64);                                               \
             blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                                     \
             blk_##fmt(w, i + 1, xq, xs, nt, acc1, da, nb_);                                                 \
         }                                                                                                   \
@@ -170,7 +171,11 @@ TGTI uint64_t h16x4(const char *const *w, size_t off) {
     return (uint64_t)h[0] | (uint64_t)h[1] << 16 | (uint64_t)h[2] << 32 | (uint64_t)h[3] << 48;
 }
 
-/* 4 rows w[0..3] x NT tokens; outputs of rows 0..nrow-1 stored. */
+/* Prefetch distance per row stream, bytes. */
+#define Q4_0_PF 768
+
+/* 4 rows w[0..3] (consecutive rows) x NT tokens; outputs of rows 0..nrow-1
+ * stored. */
 TGTI void q4_0_x4(int64_t nb, const char *const *w, const char *xq, size_t x_row, const float *da4, const int32_t *n4,
                   const int NT, int nrow, float *y, int64_t ys) {
     __m256 acc[4];
@@ -181,6 +186,12 @@ TGTI void q4_0_x4(int64_t nb, const char *const *w, const char *xq, size_t x_row
     for (; i < nb; i += 2) {
         int two = i + 1 < nb;
         size_t off = (size_t)i * bs;
+        /* Four interleaved streams (see pf_ahead): each row Q4_0_PF bytes
+         * ahead, past its end the same row of the next group (rows are
+         * w_row = nb * bs bytes, groups 4 rows). */
+        size_t pf = off + Q4_0_PF;
+        if (pf >= (size_t)nb * bs) pf += 3 * (size_t)nb * bs;
+        for (int r = 0; r < 4; r++) _mm_prefetch(w[r] + pf, _MM_HINT_T0);
         uint64_t h0 = h16x4(w, off), h1 = two ? h16x4(w, off + bs) : h0;
         /* lanes 0..3: the rows' scales of block i, 4..7: of block i + 1 */
         __m256 dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)h1, (long long)h0));
@@ -304,6 +315,7 @@ TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
+        pf_ahead(&w[b], 3); /* 144 bytes */
         __m128i sm = k4_scales_v(w[b].scales);
         /* scales as int16 in both halves; mins as int16, each twice (bsums
          * come in 16-groups) */
@@ -354,6 +366,7 @@ TGTI void row_q6_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
+        pf_ahead(&w[b], 4); /* 210 bytes */
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
         /* scales 0..7, then 8..15, as int16 in both halves */
         __m256i sc_h[2] = {_mm256_permute4x64_epi64(sc16, 0x44), _mm256_permute4x64_epi64(sc16, 0xee)};

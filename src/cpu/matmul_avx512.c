@@ -45,6 +45,7 @@ TGTI void row5_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
+        pf_ahead(&w[b], 3); /* 144 bytes */
         uint8_t sc[8], mn[8];
         k4_scales(w[b].scales, sc, mn);
         float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
@@ -97,6 +98,7 @@ TGTI void row5_q6_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt
                           0x001d001c, 0x001f001e),
         3);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
+        pf_ahead(&w[b], 4); /* 210 bytes */
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
         __m512i sc16z = _mm512_castsi256_si512(sc16); /* vpermw below reads lanes 0..15 only */
         __m512i isum[NT_MAX];
@@ -196,6 +198,11 @@ TGTI __m512 d16_q8_0(const block_q8_0 *b) {
             }                                                                                               \
             for (int r = 0; r < R; r++) {                                                                   \
                 const BT *b = (const BT *)(w + r * w_row) + i;                                              \
+                /* R interleaved streams: each row ahead, past its end the \
+                 * same row of the next group */                                                            \
+                const char *pf = (const char *)b + PF_DIST;                                                 \
+                if (pf >= w + r * w_row + (size_t)nb * sizeof(BT)) pf += (size_t)(R - 1) * w_row;           \
+                for (int l = 0; l < (2 * (int)sizeof(BT) + 63) / 64; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0); \
                 __m512i u = u64_##fmt(b);                                                                   \
                 __m512 dw = d16_##fmt(b);                                                                   \
                 for (int t = 0; t < NT; t++)                                                                \

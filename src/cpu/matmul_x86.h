@@ -86,6 +86,20 @@ TGTI void k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t m[8]) {
     memcpy(m + 4, &d, 4);
 }
 
+/* ---- decode: software prefetch ---------------------------------------------------
+ * A decode matvec streams each weight row once; on the machines measured the
+ * hardware prefetchers ramp up too slowly for these short streams (or for
+ * several interleaved ones) and the kernels read DRAM well below the
+ * streaming rate. So each kernel step that consumes S bytes of a stream
+ * prefetches ceil(S / 64) lines PF_DIST bytes ahead of it: points spaced at
+ * most 64 bytes apart, so every line gets one. Rows are contiguous, so
+ * ahead of a row's end is the next row, where the next pass goes. */
+#define PF_DIST 1024
+
+TGTI void pf_ahead(const void *p, const int lines) {
+    for (int k = 0; k < lines; k++) _mm_prefetch((const char *)p + PF_DIST + 64 * k, _MM_HINT_T0);
+}
+
 /* ---- decode: row and token loops ---------------------------------------------
  * Around a per-row kernel ROWFN(n_in, w, xq, x_row, nt, y, ys) for nt <= 4
  * (constant after inlining, so its accumulators stay in registers). */
