@@ -11,10 +11,17 @@
  * Shapes are n_in x n_out (ne0 x ne1 of the GGUF tensor): 4096x14336 is an
  * FFN up projection of an 8B model, 14336x4096 its down projection.
  *
- * Method. Read bandwidth: a streaming sum over a buffer far larger than the
- * last-level cache (-m MB, default 1024), with the same thread count. Decode:
- * each call (one token) runs over a rotation of copies of W totalling >= -m
- * MB, so every call reads its weights from DRAM as a real decode step does.
+ * Method. Decode: each call (one token) runs over a rotation of copies of W
+ * totalling >= -m MB, so every call reads its weights from DRAM as a real
+ * decode step does. Read bandwidth: a streaming sum over a buffer of -m MB
+ * (far larger than the last-level cache), with the same thread count.
+ * The two are measured alternately: each of the -r repetitions is one read
+ * pass, then one pass over the rotation per kernel (f32, and int8 with
+ * --int8), a repetition's kernel rate being the median over its calls; the
+ * table reports medians over the repetitions of the read bandwidth, of each
+ * kernel rate and of each repetition's ratio kernel / read (frac), so that
+ * a noisy neighbour slows both sides of the ratio alike. A last line counts
+ * the (format, shape) cells whose frac reaches 85%.
  * Prefill: one call with n_tok tokens (weights read once) against n_tok
  * one-token calls over the rotation; ratio = tokens/s of the first over the
  * second; by default only for shapes of at most 4096 x 4096 weights (the
@@ -23,10 +30,10 @@
  * dequantize-then-dot reference on a sample of rows (tolerance of
  * matmul_f32.h), and the batched result against the one-token result
  * bitwise. --int8 adds the int8 path (tnd_cpu_matmul) for comparison.
- * hot GB/s: the same call repeated on one copy of W, which then stays in
- * the caches where it fits (L2 + L3 over the threads): the kernel's compute
- * ceiling; a decode kernel can only reach the read bandwidth if this is
- * well above it. */
+ * hot GB/s: the median of the same call repeated on one copy of W, which
+ * then stays in the caches where it fits (L2 + L3 over the threads): the
+ * kernel's compute ceiling; a decode kernel can only reach the read
+ * bandwidth if this is well above it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,11 +51,15 @@
 #include <immintrin.h>
 #endif
 
-/* Read bandwidth, best of reps whole passes (cpu/membw.h), GB/s. */
-static double measure_bw(tnd_pool *pool, const uint8_t *buf, size_t n, int reps) {
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) best = fmin(best, tnd_cpu_read_once(pool, buf, n));
-    return (double)n / best / 1e9;
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n) (sorts v). */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -122,20 +133,22 @@ static double cpu_time_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Seconds of the fastest one-token call over the rotation of copies (the
- * best of many filters out other processes on a shared machine); *cpu: mean
- * CPU seconds of the process per call. */
-static double time_matvec(mm_fn f, tnd_pool *pool, tnd_type wt, const uint8_t *W, size_t wbytes, int copies,
-                          int64_t n_in, int64_t n_out, const float *x, float *y, int calls, double *cpu) {
-    for (int c = 0; c < copies; c++) f(pool, wt, W + (size_t)c * wbytes, n_in, n_out, x, 1, y); /* warm-up */
-    double best = 1e30, c0 = cpu_time_s();
+/* One pass of one-token calls over copies 0..copies-1 of W (after one
+ * warm-up call): returns the median GB/s of weights over the calls; *cpu
+ * (if given): CPU seconds of the process per call. */
+static double pass_rate(mm_fn f, tnd_pool *pool, tnd_type wt, const uint8_t *W, size_t wbytes, int copies,
+                        int64_t n_in, int64_t n_out, const float *x, float *y, int calls, double *cpu) {
+    f(pool, wt, W, n_in, n_out, x, 1, y);
+    double *r = malloc((size_t)calls * sizeof *r), c0 = cpu_time_s();
     for (int k = 0; k < calls; k++) {
         double t0 = tnd_time_s();
         f(pool, wt, W + (size_t)(k % copies) * wbytes, n_in, n_out, x, 1, y);
-        best = fmin(best, tnd_time_s() - t0);
+        r[k] = (double)wbytes / (tnd_time_s() - t0) / 1e9;
     }
     if (cpu) *cpu = (cpu_time_s() - c0) / calls;
-    return best;
+    double m = median(r, calls);
+    free(r);
+    return m;
 }
 
 static int parse_list(const char *arg, char **out, int max) {
@@ -149,7 +162,7 @@ static int parse_list(const char *arg, char **out, int max) {
 int main(int argc, char **argv) {
     const char *threads_arg = NULL, *types_arg = "Q4_0,Q8_0,Q4_K,Q6_K",
                *shapes_arg = "4096x4096,4096x14336,5120x17408,14336x4096";
-    int reps = 30, n_pf = 512, prefill = 1, int8 = 0; /* prefill: 0 none, 1 small shapes, 2 all */
+    int reps = 11, n_pf = 512, prefill = 1, int8 = 0; /* prefill: 0 none, 1 small shapes, 2 all */
     double mb = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads_arg = argv[++i];
@@ -200,11 +213,12 @@ int main(int argc, char **argv) {
     uint8_t *bwbuf = tnd_aligned_alloc(bw_bytes);
     if (!bwbuf) return 1;
     memset(bwbuf, 1, bw_bytes);
-    printf("# ISA %s (f32 lanes %d); read-bandwidth buffer %.0f MiB; %d reps; prefill n_tok %d\n", tnd_cpu_isa(),
+    printf("# ISA %s (f32 lanes %d); read-bandwidth buffer %.0f MiB; %d interleaved reps, medians; prefill n_tok %d\n", tnd_cpu_isa(),
            tnd_cpu_matmul_f32_lanes(), mb, reps, n_pf);
     printf("| format | n_in x n_out | thr | MiB | us/tok | GB/s | read BW | frac | cpu GB/s | hot GB/s |%s err/bound | "
            "prefill tok/s | matvec tok/s | ratio |\n", int8 ? " int8 GB/s | int8 frac | int8 hot GB/s |" : "");
     printf("|---|---|---|---|---|---|---|---|---|---|%s---|---|---|---|\n", int8 ? "---|---|---|" : "");
+    int n_cells = 0, n_pass = 0, n_pass8 = 0;
     for (int ti = 0; ti < n_nt; ti++) {
         tnd_pool *pool = tnd_pool_new(nthreads[ti]);
         for (int yi = 0; yi < n_ty; yi++) {
@@ -235,19 +249,32 @@ int main(int argc, char **argv) {
                     tnd_cpu_matmul_f32(pool, wt, W, n_in, n_out, x + t * n_in, 1, y1);
                     same = same && !memcmp(y1, y + t * n_out, (size_t)n_out * sizeof(float));
                 }
-                double bw = measure_bw(pool, bwbuf, bw_bytes, 3);
-                double ct;
-                double dt = time_matvec(tnd_cpu_matmul_f32, pool, wt, W, wbytes, copies, n_in, n_out, x, y1, reps, &ct);
-                double gbs = (double)wbytes / dt / 1e9;
-                double hot = (double)wbytes / time_matvec(tnd_cpu_matmul_f32, pool, wt, W, wbytes, 1, n_in, n_out, x,
-                                                          y1, reps, NULL) / 1e9;
+                /* interleaved repetitions: read pass, f32 pass, int8 pass */
+                double *bwv = malloc((size_t)reps * 6 * sizeof(double)), *gv = bwv + reps, *fv = gv + reps,
+                       *cv = fv + reps, *g8 = cv + reps, *f8 = g8 + reps;
+                for (int r = 0; r < reps; r++) {
+                    bwv[r] = (double)bw_bytes / tnd_cpu_read_once(pool, bwbuf, bw_bytes) / 1e9;
+                    gv[r] = pass_rate(tnd_cpu_matmul_f32, pool, wt, W, wbytes, copies, n_in, n_out, x, y1, copies, &cv[r]);
+                    fv[r] = gv[r] / bwv[r];
+                    if (int8) {
+                        g8[r] = pass_rate(tnd_cpu_matmul, pool, wt, W, wbytes, copies, n_in, n_out, x, y1, copies, NULL);
+                        f8[r] = g8[r] / bwv[r];
+                    }
+                }
+                double gbs = median(gv, reps), bw = median(bwv, reps), frac = median(fv, reps), ct = median(cv, reps);
+                double dt = (double)wbytes / gbs / 1e9;
+                int hot_calls = reps * 4;
+                double hot = pass_rate(tnd_cpu_matmul_f32, pool, wt, W, wbytes, 1, n_in, n_out, x, y1, hot_calls, NULL);
+                n_cells++;
+                n_pass += frac >= 0.85;
                 char i8[64] = "";
                 if (int8) {
-                    double d8 = time_matvec(tnd_cpu_matmul, pool, wt, W, wbytes, copies, n_in, n_out, x, y1, reps, NULL);
-                    double h8 = time_matvec(tnd_cpu_matmul, pool, wt, W, wbytes, 1, n_in, n_out, x, y1, reps, NULL);
-                    snprintf(i8, sizeof i8, " %.2f | %.0f%% | %.2f |", (double)wbytes / d8 / 1e9,
-                             100.0 * (double)wbytes / d8 / 1e9 / bw, (double)wbytes / h8 / 1e9);
+                    double m8 = median(g8, reps), fr8 = median(f8, reps);
+                    double h8 = pass_rate(tnd_cpu_matmul, pool, wt, W, wbytes, 1, n_in, n_out, x, y1, hot_calls, NULL);
+                    n_pass8 += fr8 >= 0.85;
+                    snprintf(i8, sizeof i8, " %.2f | %.0f%% | %.2f |", m8, 100.0 * fr8, h8);
                 }
+                free(bwv);
                 char pf[96] = " - | - | - |";
                 if (pf_here) {
                     /* best of 2; matvecs: n_pf one-token calls over the rotation */
@@ -257,13 +284,13 @@ int main(int argc, char **argv) {
                         tnd_cpu_matmul_f32(pool, wt, W, n_in, n_out, x, n_pf, y);
                         tp = fmin(tp, tnd_time_s() - t0);
                     }
-                    double tm = time_matvec(tnd_cpu_matmul_f32, pool, wt, W, wbytes, copies, n_in, n_out, x, y1,
-                                            n_pf, NULL) * n_pf; /* n_pf x the best matvec: favours the matvecs */
+                    double tm = (double)wbytes / pass_rate(tnd_cpu_matmul_f32, pool, wt, W, wbytes, copies, n_in, n_out,
+                                                           x, y1, n_pf, NULL) / 1e9 * n_pf; /* n_pf x the median matvec */
                     snprintf(pf, sizeof pf, " %.0f | %.0f | %.1f |", n_pf / tp, n_pf / tm, tm / tp);
                 }
                 printf("| %s | %lldx%lld | %d | %.1f | %.1f | %.2f | %.2f | %.0f%% | %.2f | %.2f |%s %.2f%s%s |%s\n",
                        tnd_type_name(wt), (long long)n_in, (long long)n_out, nthreads[ti], (double)wbytes / (1 << 20),
-                       dt * 1e6, gbs, bw, 100.0 * gbs / bw, (double)wbytes / (ct / nthreads[ti]) / 1e9, hot, i8, err, err <= 1 ? "" : " INVALID", same ? "" : " NOT-BITWISE", pf);
+                       dt * 1e6, gbs, bw, 100.0 * frac, (double)wbytes / (ct / nthreads[ti]) / 1e9, hot, i8, err, err <= 1 ? "" : " INVALID", same ? "" : " NOT-BITWISE", pf);
                 fflush(stdout);
                 tnd_aligned_free(W);
                 free(x), free(y), free(y1);
@@ -271,6 +298,9 @@ int main(int argc, char **argv) {
         }
         tnd_pool_free(pool);
     }
+    printf("# cells at >= 85%% of the read bandwidth (median frac): f32 %d of %d", n_pass, n_cells);
+    if (int8) printf(", int8 %d of %d", n_pass8, n_cells);
+    printf("\n");
     tnd_aligned_free(bwbuf);
     return 0;
 }

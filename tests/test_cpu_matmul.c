@@ -209,12 +209,14 @@ int main(int argc, char **argv) {
             const tnd_type_traits *tr = tnd_type_traits_get(wt);
             int64_t bs = tr->block_size;
             /* n_in: one block, and odd block counts (not multiples of 256 or
-             * of a vector where the block allows it). */
+             * of a vector where the block allows it); for the 32-blocks also
+             * even counts (the 512-bit kernels take blocks in pairs) that
+             * are not multiples of 8. */
             int64_t nins_k[] = {256, 768, 1280};
-            int64_t nins_32[] = {32, 96, 224, 800};
+            int64_t nins_32[] = {32, 96, 224, 800, 64, 576};
             int64_t nins_1[] = {1, 7, 33, 301};
             int64_t *nins = bs == 256 ? nins_k : bs == 32 ? nins_32 : nins_1;
-            int n_nins = bs == 256 ? 3 : 4;
+            int n_nins = bs == 256 ? 3 : bs == 32 ? 6 : 4;
             int64_t nouts[] = {1, 3, 17, 37};
             int64_t ntoks[] = {1, 2, 3, 5, 17};
             long before = g_checked;

@@ -22,13 +22,15 @@
 
 /* ---- ISA detection and selection ----------------------------------------- */
 
+uint64_t tnd_cpu_xgetbv0(void) {
 #if defined(__x86_64__) || defined(__i386__)
-static uint64_t xgetbv0(void) {
     uint32_t eax, edx;
     __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
     return ((uint64_t)edx << 32) | eax;
-}
+#else
+    return 0;
 #endif
+}
 
 /* cpuid rather than __builtin_cpu_supports: clang 14 does not know every
  * feature name we need (f16c), and the OS must enable the register state. */
@@ -38,7 +40,7 @@ static tnd_cpu_isa_id detect_isa(void) {
     if (!__get_cpuid(1, &a, &b, &c, &d)) return TND_ISA_SCALAR;
     bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
     if (!(osxsave && avx && fma && f16c)) return TND_ISA_SCALAR;
-    uint64_t xcr0 = xgetbv0();
+    uint64_t xcr0 = tnd_cpu_xgetbv0();
     if ((xcr0 & 0x6) != 0x6) return TND_ISA_SCALAR;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return TND_ISA_SCALAR;
     bool avx2 = b & (1u << 5);

@@ -179,21 +179,13 @@ static bool g_amx_ok;
 static const char *g_amx_state = "absent (not x86-64)";
 static _Atomic int g_amx_mode;
 
-#if AMX_BUILD
-static uint64_t amx_xgetbv0(void) {
-    uint32_t eax, edx;
-    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
-    return ((uint64_t)edx << 32) | eax;
-}
-#endif
-
 static void amx_init(void) {
 #if AMX_BUILD
     unsigned a, b, c, d;
     if (tnd_cpu_isa_best() != TND_ISA_AVX512) g_amx_state = "absent (no AVX-512)";
     else if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)))
         g_amx_state = "absent (no AMX-TILE/AMX-INT8)";
-    else if ((amx_xgetbv0() & (3ull << 17)) != (3ull << 17)) g_amx_state = "absent (OS does not enable tile state)";
+    else if ((tnd_cpu_xgetbv0() & (3ull << 17)) != (3ull << 17)) g_amx_state = "absent (OS does not enable tile state)";
     /* Linux: the tile data state must be asked for once per process
      * (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); without it the first tile
      * instruction kills the process. */

@@ -108,6 +108,155 @@ TGT static void quant_q8_K(const float *x, void *vy, int64_t k) {
  * accumulator sets. */
 
 
+/* Q8_0 x Q8_0 (the sign transfer above). */
+/* FMT x Q8_0, for the formats with q32_FMT. */
+#define ROW_SS(fmt, BT)                                                                                     \
+    TGTI void blk_##fmt(const BT *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc,             \
+                        const float *da, int64_t nb) {                                                      \
+        __m256i q = q32_##fmt(&w[i]);                                                                       \
+        __m256i aq = _mm256_sign_epi8(q, q);                                                                \
+        float dw = h2f(w[i].d);                                                                             \
+        for (int t = 0; t < nt; t++) {                                                                      \
+            const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;                                    \
+            __m256i p = dot_ss(aq, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), q));        \
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * da[t * nb + i]), acc[t]);   \
+        }                                                                                                   \
+    }                                                                                                       \
+    TGTI void row_##fmt(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys, \
+                        const float *da, int64_t nb_) {                                                     \
+        const BT *w = vw;                                                                                   \
+        __m256 acc0[NT_MAX], acc1[NT_MAX];                                                                  \
+        for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();                               \
+        int64_t i = 0, nb = n / 32;                                                                         \
+        for (; i + 2 <= nb; i += 2) {                                                                       \
+            pf_ahead(&w[i], (2 * (int)sizeof(BT) + 63) / 64);                                               \
+            blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                                     \
+            blk_##fmt(w, i + 1, xq, xs, nt, acc1, da, nb_);                                                 \
+        }                                                                                                   \
+        if (i < nb) blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                             \
+        for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));                  \
+    }                                                                                                       \
+    ROW_LOOP_DA(mm_##fmt, row_##fmt, block_q8_0)
+ROW_SS(q8_0, block_q8_0)
+#undef ROW_SS
+
+/* Q4_0 x Q8_0, 4 rows at a time. Per block and row the nibbles u = q + 8
+ * (nib32) go through vpmaddubsw into 16 int16 pair sums; three vphaddw and
+ * one vpmaddwd fold the 4 rows into one vector of int32 (lanes r and r + 4:
+ * row r), to which the offset -8 sum(a) of the block is added once (-4
+ * sum(a) per lane, two lanes per row), then one conversion and one FMA for
+ * all 4 rows.
+ * The 4 rows' scales of two blocks are gathered in integer registers and
+ * converted at once. All integer work is exact; only the float sum over
+ * blocks (in 2 lanes per row) differs from the reference's order. */
+
+/* Per token t and block i: the activation scale 4 times at da4 + 4 (t nb +
+ * i), and -4 times the sum of its quants at n4[t nb + i]. */
+TGT static void q4_0_prep4(const char *xq, size_t x_row, int64_t nt, int64_t nb, float *da4, int32_t *n4) {
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    for (int64_t t = 0; t < nt; t++) {
+        const block_q8_0 *a = (const block_q8_0 *)(xq + t * x_row);
+        for (int64_t i = 0; i < nb; i++) {
+            _mm_storeu_ps(da4 + 4 * (t * nb + i), _mm_set1_ps(h2f(a[i].d)));
+            n4[t * nb + i] = -4 * hsum_epi32(dot_us(ones8, _mm256_loadu_si256((const __m256i *)a[i].qs)));
+        }
+    }
+}
+
+/* The half floats at byte off of 4 rows, as one 64-bit word (row k in bits
+ * 16k..16k+15). */
+TGTI uint64_t h16x4(const char *const *w, size_t off) {
+    uint16_t h[4];
+    for (int k = 0; k < 4; k++) memcpy(&h[k], w[k] + off, 2);
+    return (uint64_t)h[0] | (uint64_t)h[1] << 16 | (uint64_t)h[2] << 32 | (uint64_t)h[3] << 48;
+}
+
+/* Prefetch distance per row stream, bytes. */
+#define Q4_0_PF 768
+
+/* 4 rows w[0..3] (consecutive rows) x NT tokens; outputs of rows 0..nrow-1
+ * stored. */
+TGTI void q4_0_x4(int64_t nb, const char *const *w, const char *xq, size_t x_row, const float *da4, const int32_t *n4,
+                  const int NT, int nrow, float *y, int64_t ys) {
+    __m256 acc[4];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    const size_t bs = sizeof(block_q4_0);
+    int64_t i = 0;
+    for (; i < nb; i += 2) {
+        int two = i + 1 < nb;
+        size_t off = (size_t)i * bs;
+        /* Four interleaved streams (see pf_ahead): each row Q4_0_PF bytes
+         * ahead, past its end the same row of the next group (rows are
+         * w_row = nb * bs bytes, groups 4 rows). */
+        size_t pf = off + Q4_0_PF;
+        if (pf >= (size_t)nb * bs) pf += 3 * (size_t)nb * bs;
+        for (int r = 0; r < 4; r++) _mm_prefetch(w[r] + pf, _MM_HINT_T0);
+        uint64_t h0 = h16x4(w, off), h1 = two ? h16x4(w, off + bs) : h0;
+        /* lanes 0..3: the rows' scales of block i, 4..7: of block i + 1 */
+        __m256 dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)h1, (long long)h0));
+        __m256 v[4];
+        for (int t = 0; t < NT; t++) {
+            const float *d = da4 + 4 * (t * nb + i);
+            v[t] = _mm256_mul_ps(dw, two ? _mm256_loadu_ps(d) : _mm256_broadcast_ps((const __m128 *)d));
+        }
+        for (int k = 0; k < 1 + two; k++) {
+            __m256i u[4];
+            for (int r = 0; r < 4; r++) u[r] = nib32((const uint8_t *)(w[r] + off + k * bs + 2));
+            for (int t = 0; t < NT; t++) {
+                __m256i a = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(xq + t * x_row))[i + k].qs);
+                __m256i p[4];
+                for (int r = 0; r < 4; r++) p[r] = _mm256_maddubs_epi16(u[r], a);
+                /* 16-bit sums of 4 pairs stay below 4 * 2 * 15 * 127 = 15240 */
+                __m256i s = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+                s = _mm256_add_epi32(_mm256_madd_epi16(s, ones), _mm256_set1_epi32(n4[t * nb + i + k]));
+                __m256 sc = k ? _mm256_permute2f128_ps(v[t], v[t], 0x11) : _mm256_permute2f128_ps(v[t], v[t], 0x00);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        __m128 r4 = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
+        if (nrow == 4) _mm_storeu_ps(y + t * ys, r4);
+        else {
+            float tmp[4];
+            _mm_storeu_ps(tmp, r4);
+            memcpy(y + t * ys, tmp, (size_t)nrow * sizeof(float));
+        }
+    }
+}
+
+TGT static void mm_q4_0(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
+                        int64_t nt, float *y, int64_t ys) {
+    int64_t nb = n_in / 32;
+    float *da4 = tnd_cpu_tls_buf(1, (size_t)(nt * nb) * 20);
+    if (!da4) {
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;
+        return;
+    }
+    int32_t *n4 = (int32_t *)(da4 + 4 * nt * nb);
+    q4_0_prep4((const char *)xq, x_row, nt, nb, da4, n4);
+    for (int64_t r = 0; r < nr; r += 4) {
+        /* a last group of fewer rows repeats its last row */
+        int nrow = nr - r < 4 ? (int)(nr - r) : 4;
+        const char *w[4];
+        for (int k = 0; k < 4; k++) w[k] = (const char *)W + (size_t)(r + (k < nrow ? k : nrow - 1)) * w_row;
+        for (int64_t t = 0; t < nt; t += 4) {
+            const char *x = (const char *)xq + t * x_row;
+            const float *d = da4 + 4 * t * nb;
+            const int32_t *n = n4 + t * nb;
+            float *yt = y + t * ys + r;
+            switch (nt - t < 4 ? nt - t : 4) {
+            case 1: q4_0_x4(nb, w, x, x_row, d, n, 1, nrow, yt, ys); break;
+            case 2: q4_0_x4(nb, w, x, x_row, d, n, 2, nrow, yt, ys); break;
+            case 3: q4_0_x4(nb, w, x, x_row, d, n, 3, nrow, yt, ys); break;
+            default: q4_0_x4(nb, w, x, x_row, d, n, 4, nrow, yt, ys); break;
+            }
+        }
+    }
+}
+
 /* Q4_1 x Q8_1: w = d q + m; the m part is m * s of the activation block. */
 TGTI void blk_q4_1(const block_q4_1 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc, float *accm,
                   const float *da, int64_t nb) {
@@ -137,25 +286,49 @@ TGTI void row_q4_1(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
 ROW_LOOP_DA(mm_q4_1, row_q4_1, block_q8_1)
 
 
-/* Q4_K x Q8_K: isum = sum_g sc_g * dot_g, msum = sum_g m_g * bsum_g. */
+/* Vector of 16 int16 whose every word is word k of v (within each 128-bit
+ * half): one vpshufb with a constant index. */
+#define W16_BCAST(v, k) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(0x0100 + 0x0202 * (k))))
+/* As W16_BCAST, word k in the lower half and word k2 in the upper one. */
+#define W16_BCAST2(v, k, k2)                                                                          \
+    _mm256_shuffle_epi8((v), _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (k2))),        \
+                                              _mm_set1_epi16((short)(0x0100 + 0x0202 * (k)))))
+
+/* The 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K / Q5_K
+ * super-block: unpacked in integer registers, moved over in two words (not
+ * byte by byte, which would make the moves the limit). */
+TGTI __m128i k4_scales_v(const uint8_t *s) {
+    uint8_t sc[8], m[8];
+    k4_scales(s, sc, m);
+    uint64_t a, b;
+    memcpy(&a, sc, 8);
+    memcpy(&b, m, 8);
+    return _mm_set_epi64x((long long)b, (long long)a);
+}
+
+/* Q4_K x Q8_K: isum = sum_g sc_g * dot_g, msum = sum_g m_g * bsum_g. The
+ * group scales reach the vpmaddwd as vectors through vpshufb from one
+ * vector of all 8. */
 TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
     const block_q4_K *w = vw;
     __m256 acc[NT_MAX];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
-        uint8_t sc[8], mn[8];
-        k4_scales(w[b].scales, sc, mn);
-        float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
-        /* mins as 16 int16 (each twice: bsums come in 16-groups) */
-        __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)mn),
-                                                             _mm_loadl_epi64((const __m128i *)mn)));
+        pf_ahead(&w[b], 3); /* 144 bytes */
+        __m128i sm = k4_scales_v(w[b].scales);
+        /* scales as int16 in both halves; mins as int16, each twice (bsums
+         * come in 16-groups) */
+        __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+        __m256 dd = _mm256_cvtph_ps(_mm_set1_epi32((int)((uint32_t)w[b].d | (uint32_t)w[b].dmin << 16)));
         __m256i isum[NT_MAX];
         for (int t = 0; t < nt; t++) isum[t] = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             __m256i qb = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * j));
-            __m256i lo = _mm256_and_si256(qb, _mm256_set1_epi8(0x0f));
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), _mm256_set1_epi8(0x0f));
-            __m256i s_lo = _mm256_set1_epi16(sc[2 * j]), s_hi = _mm256_set1_epi16(sc[2 * j + 1]);
+            __m256i lo = _mm256_and_si256(qb, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+            __m256i s_lo = W16_BCAST(sc16, 2 * j), s_hi = W16_BCAST(sc16, 2 * j + 1);
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
                 __m256i a0 = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * j));
@@ -168,9 +341,11 @@ TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
         for (int t = 0; t < nt; t++) {
             const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
             __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), m16);
-            /* d*isum - dmin*msum, both scaled by the activation d */
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(a->d * d), acc[t]);
-            acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(a->d * dmin), acc[t]);
+            /* d*isum - dmin*msum, both scaled by the activation d (lanes of
+             * dd: d, dmin alternating) */
+            __m256 da = _mm256_mul_ps(dd, _mm256_set1_ps(a->d));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_permute_ps(da, 0x00), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_permute_ps(da, 0x55), acc[t]);
         }
     }
     for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(acc[t]);
@@ -178,14 +353,23 @@ TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
 ROW_LOOP(mm_q4_K, row_q4_K)
 
 /* Q6_K x Q8_K: q = u - 32 with u in [0, 63]; the -32 is folded in through the
- * activation's 16-group sums: isum = sum_g sc_g (dot(u, a)_g - 32 bsum_g). */
+ * activation's 16-group sums: isum = sum_g sc_g (dot(u, a)_g - 32 bsum_g).
+ * Per half h (128 elements) the four 32-runs of u are
+ *   ql[0..31] & 15 | (qh bits 0-1) << 4,  ql[32..63] & 15 | (qh bits 2-3) << 4,
+ *   ql[0..31] >> 4 | (qh bits 4-5) << 4,  ql[32..63] >> 4 | (qh bits 6-7) << 4,
+ * the qh bits moved into place by 16-bit shifts and a 0x30 mask (bits that
+ * cross a byte boundary land outside the mask). The group scales come from
+ * one vector of all 16 through vpshufb. */
 TGTI void row_q6_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
     const block_q6_K *w = vw;
     __m256 acc[NT_MAX];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
+        pf_ahead(&w[b], 4); /* 210 bytes */
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
+        /* scales 0..7, then 8..15, as int16 in both halves */
+        __m256i sc_h[2] = {_mm256_permute4x64_epi64(sc16, 0x44), _mm256_permute4x64_epi64(sc16, 0xee)};
         __m256i isum[NT_MAX];
         for (int t = 0; t < nt; t++) isum[t] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
@@ -193,17 +377,14 @@ TGTI void row_q6_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
             __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[b].ql + 64 * h + 32));
             __m256i qh = _mm256_loadu_si256((const __m256i *)(w[b].qh + 32 * h));
             __m256i u[4];
-            u[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            u[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-            u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+            u[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            u[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
             u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
             for (int c = 0; c < 4; c++) {
                 /* scales of the two 16-groups of this 32-run: low half, high half */
-                int g = 8 * h + 2 * c;
-                __m256i s = _mm256_set_m128i(_mm_set1_epi16(w[b].scales[g + 1]), _mm_set1_epi16(w[b].scales[g]));
+                __m256i s = W16_BCAST2(sc_h[h], 2 * c, 2 * c + 1);
                 for (int t = 0; t < nt; t++) {
                     const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
                     __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * h + 32 * c));
@@ -211,12 +392,12 @@ TGTI void row_q6_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
                 }
             }
         }
-        float d = h2f(w[b].d);
+        __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)w[b].d));
         for (int t = 0; t < nt; t++) {
             const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
             __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), sc16);
             __m256i s = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(corr, 5));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a->d * d), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a->d)), acc[t]);
         }
     }
     for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(acc[t]);

@@ -5,7 +5,9 @@
  * vpmaddubsw + vpmaddwd, and no 16-bit intermediate to bound.
  *
  * Decode (matvec, n_tok < TND_GEMM_MIN_TOK):
- *   Q4_0, Q8_0: the shared 32-block kernels of matmul_x86.h with vpdpbusd;
+ *   Q4_0, Q8_0: 512-bit kernels below, two 32-blocks per vector, vpdpbusd
+ *     on unsigned weights with the offset taken out through the activation
+ *     block sums;
  *   Q4_K, Q6_K: 512-bit kernels below, 64 weights per step: the unsigned
  *     quants u (Q4_K: nibbles, 0..15; Q6_K: 6 bits, 0..63) in element order,
  *     vpmaddubsw with 64 activation bytes (pairs: at most 2 * 63 * 127 =
@@ -43,6 +45,7 @@ TGTI void row5_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
+        pf_ahead(&w[b], 3); /* 144 bytes */
         uint8_t sc[8], mn[8];
         k4_scales(w[b].scales, sc, mn);
         float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
@@ -95,6 +98,7 @@ TGTI void row5_q6_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt
                           0x001d001c, 0x001f001e),
         3);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
+        pf_ahead(&w[b], 4); /* 210 bytes */
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
         __m512i sc16z = _mm512_castsi256_si512(sc16); /* vpermw below reads lanes 0..15 only */
         __m512i isum[NT_MAX];
@@ -128,10 +132,127 @@ TGTI void row5_q6_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt
 }
 ROW_LOOP(mm5_q6_K, row5_q6_K)
 
+/* ---- Q4_0 and Q8_0 x Q8_0 ------------------------------------------------------
+ * Two 32-blocks per 512-bit vector. The weights enter vpdpbusd as unsigned
+ * bytes u: Q4_0 its nibbles (q + 8), Q8_0 q + 128 (q xor 0x80). The offset
+ * comes back out through the activation block sums (q8_0_prep, once per
+ * call): dot(q, a) = dot(u, a) - OFF sum(a), spread over the block's 8 int32
+ * lanes as vpdpbusd's start value (OFF / 8 sum(a) each; 1 << OFFSH = OFF / 8).
+ * Integer sums are exact per block (at most 4 * 255 * 128 per lane); the
+ * float sum over blocks runs in 16 lanes. An odd last block goes alone in
+ * the lower half (the upper half all zeros). */
+
+/* u for blocks b[0] (lower half) and b[1] (upper half), element order. */
+TGTI __m512i u64_q4_0(const block_q4_0 *b) {
+    __m512i v = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs))),
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[1].qs)), 1);
+    /* per 16 bytes: low nibbles (elements 0..15), then high (16..31) */
+    return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0f));
+}
+TGTI __m512i u64_q8_0(const block_q8_0 *b) {
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs)),
+                                   _mm256_loadu_si256((const __m256i *)b[1].qs), 1);
+    return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+}
+/* u of one block, upper half zero. */
+TGTI __m512i u32_q4_0(const block_q4_0 *b) { return _mm512_zextsi256_si512(nib32(b->qs)); }
+TGTI __m512i u32_q8_0(const block_q8_0 *b) {
+    return _mm512_zextsi256_si512(
+        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs), _mm256_set1_epi8((char)0x80)));
+}
+/* The scales of b[0] (lanes 0..7) and b[1] (lanes 8..15): one load holding
+ * both half floats and one vpermw. Q4_0: d at 16-bit words 0 and 9 of 32
+ * bytes; Q8_0: words 0 and 17 of 64 bytes (both within the pair). */
+TGTI __m512 d16_q4_0(const block_q4_0 *b) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)b);
+    return _mm512_cvtph_ps(_mm256_permutexvar_epi16(_mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9), v));
+}
+TGTI __m512 d16_q8_0(const block_q8_0 *b) {
+    __m512i v = _mm512_loadu_si512((const void *)b);
+    __m512i idx = _mm512_zextsi256_si512(_mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17, 17));
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, v)));
+}
+
+/* R rows x NT tokens (R * NT <= 8) of FMT x Q8_0. */
+#define ROWS512(fmt, BT, OFFSH)                                                                                  \
+    TGTI void fmt##_rows512(int64_t nb, const char *w, size_t w_row, const char *xq, size_t x_row, const float *da, \
+                            const int32_t *nsa, const int R, const int NT, float *y, int64_t ys) {              \
+        __m512 acc[4][4];                                                                                   \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();                                   \
+        /* lanes 0..7 from element 0, 8..15 from element 1 */                                               \
+        const __m512i pidx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);            \
+        int64_t i = 0;                                                                                      \
+        for (; i + 2 <= nb; i += 2) {                                                                       \
+            __m512i a[4], c[4];                                                                             \
+            __m512 s[4];                                                                                    \
+            for (int t = 0; t < NT; t++) {                                                                  \
+                const block_q8_0 *ab = (const block_q8_0 *)(xq + t * x_row) + i;                            \
+                a[t] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab[0].qs)), \
+                                          _mm256_loadu_si256((const __m256i *)ab[1].qs), 1);                \
+                __m128i n2 = _mm_loadl_epi64((const __m128i *)(nsa + t * nb + i));                          \
+                c[t] = _mm512_slli_epi32(_mm512_permutexvar_epi32(pidx, _mm512_zextsi128_si512(n2)), OFFSH); \
+                __m128 d2 = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(da + t * nb + i)));          \
+                s[t] = _mm512_permutexvar_ps(pidx, _mm512_zextps128_ps512(d2));                             \
+            }                                                                                               \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const BT *b = (const BT *)(w + r * w_row) + i;                                              \
+                /* R interleaved streams: each row ahead, past its end the \
+                 * same row of the next group */                                                            \
+                const char *pf = (const char *)b + PF_DIST;                                                 \
+                if (pf >= w + r * w_row + (size_t)nb * sizeof(BT)) pf += (size_t)(R - 1) * w_row;           \
+                for (int l = 0; l < (2 * (int)sizeof(BT) + 63) / 64; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0); \
+                __m512i u = u64_##fmt(b);                                                                   \
+                __m512 dw = d16_##fmt(b);                                                                   \
+                for (int t = 0; t < NT; t++)                                                                \
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c[t], u, a[t])),     \
+                                                _mm512_mul_ps(dw, s[t]), acc[r][t]);                        \
+            }                                                                                               \
+        }                                                                                                   \
+        if (i < nb) {                                                                                       \
+            __m512i a[4], c[4];                                                                             \
+            for (int t = 0; t < NT; t++) {                                                                  \
+                const block_q8_0 *ab = (const block_q8_0 *)(xq + t * x_row) + i;                            \
+                a[t] = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)ab->qs));                 \
+                c[t] = _mm512_zextsi256_si512(_mm256_set1_epi32(nsa[t * nb + i] * (1 << OFFSH)));           \
+            }                                                                                               \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const BT *b = (const BT *)(w + r * w_row) + i;                                              \
+                __m512i u = u32_##fmt(b);                                                                   \
+                float dw = h2f(b->d);                                                                       \
+                for (int t = 0; t < NT; t++)                                                                \
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c[t], u, a[t])),     \
+                                                _mm512_set1_ps(dw * da[t * nb + i]), acc[r][t]);            \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int t = 0; t < NT; t++) y[t * ys + r] = hsum512_ps(acc[r][t]);                             \
+    }                                                                                                       \
+    TGT static void mm5_##fmt(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,        \
+                              size_t x_row, int64_t nt, float *y, int64_t ys) {                             \
+        int64_t nb = n_in / 32;                                                                             \
+        PREP_BUF(nb);                                                                                       \
+        q8_0_prep(xq, x_row, nt, nb, da, nsa);                                                              \
+        switch (ROWS_FOR(nt)) {                                                                             \
+        case 4: ROWS_BY(fmt##_CALL512, 4, 0); break;                                                        \
+        case 2: ROWS_BY(fmt##_CALL512, 2, 0); break;                                                        \
+        default: ROWS_BY(fmt##_CALL512, 1, 0); break;                                                       \
+        }                                                                                                   \
+    }
+
+#define q4_0_CALL512(w_, x_, t_, R_, NT_, y_, ...) \
+    q4_0_rows512(nb, w_, w_row, x_, x_row, da + (t_) * nb, nsa + (t_) * nb, R_, NT_, y_, ys)
+#define q8_0_CALL512(w_, x_, t_, R_, NT_, y_, ...) \
+    q8_0_rows512(nb, w_, w_row, x_, x_row, da + (t_) * nb, nsa + (t_) * nb, R_, NT_, y_, ys)
+ROWS512(q4_0, block_q4_0, 0)
+ROWS512(q8_0, block_q8_0, 4)
+#undef ROWS512
+
 void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k) {
     x86_register_gemm(k);
-    k->mm[TND_TYPE_Q4_0].fn = mm_q4_0;
-    k->mm[TND_TYPE_Q8_0].fn = mm_q8_0;
+    k->mm[TND_TYPE_Q4_0].fn = mm5_q4_0;
+    k->mm[TND_TYPE_Q8_0].fn = mm5_q8_0;
     k->mm[TND_TYPE_Q4_K].fn = mm5_q4_K;
     k->mm[TND_TYPE_Q6_K].fn = mm5_q6_K;
 }

@@ -58,6 +58,9 @@ void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k);
  * calls; slot 0 is the driver's, slot 1 the kernels'. NULL if out of memory. */
 void *tnd_cpu_tls_buf(int slot, size_t n);
 
+/* XCR0, the register state the OS enables (xgetbv 0); only to be called
+ * where cpuid reports OSXSAVE. 0 off x86. */
+uint64_t tnd_cpu_xgetbv0(void);
 /* Highest ISA this CPU (and OS) supports. */
 tnd_cpu_isa_id tnd_cpu_isa_best(void);
 /* Selects the ISA used from now on; returns false (and changes nothing) if

@@ -86,6 +86,20 @@ TGTI void k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t m[8]) {
     memcpy(m + 4, &d, 4);
 }
 
+/* ---- decode: software prefetch ---------------------------------------------------
+ * A decode matvec streams each weight row once; on the machines measured the
+ * hardware prefetchers ramp up too slowly for these short streams (or for
+ * several interleaved ones) and the kernels read DRAM well below the
+ * streaming rate. So each kernel step that consumes S bytes of a stream
+ * prefetches ceil(S / 64) lines PF_DIST bytes ahead of it: points spaced at
+ * most 64 bytes apart, so every line gets one. Rows are contiguous, so
+ * ahead of a row's end is the next row, where the next pass goes. */
+#define PF_DIST 1024
+
+TGTI void pf_ahead(const void *p, const int lines) {
+    for (int k = 0; k < lines; k++) _mm_prefetch((const char *)p + PF_DIST + 64 * k, _MM_HINT_T0);
+}
+
 /* ---- decode: row and token loops ---------------------------------------------
  * Around a per-row kernel ROWFN(n_in, w, xq, x_row, nt, y, ys) for nt <= 4
  * (constant after inlining, so its accumulators stay in registers). */
@@ -138,11 +152,9 @@ TGTI void k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t m[8]) {
         }                                                                                              \
     }
 
-/* ---- decode: Q4_0 and Q8_0 ---------------------------------------------------
- * Signed x signed int8 dots through |w| (unsigned) and sign(a, w): exact
- * since |w| <= 128, |a| <= 127. The 32-element formats do little work per
- * block, so one accumulator per token would make the FMA latency the limit;
- * blocks alternate between two accumulator sets. */
+/* ---- decode: 32-block formats x Q8_0 -----------------------------------------
+ * Q8_0 (matmul_avx2.c): signed x signed int8 dots through |w| (unsigned) and
+ * sign(a, w): exact since |w| <= 128, |a| <= 127. */
 
 /* int32 dot of 32 unsigned bytes aq and 32 signed bytes as, in 8 lanes:
  * vpdpbusd where there is VNNI (one instruction, no 16-bit intermediate),
@@ -155,40 +167,77 @@ TGTI __m256i dot_ss(__m256i aq, __m256i as) {
 #endif
 }
 
-/* The 32 weights of a block as int8: Q4_0 q - 8, Q8_0 q. */
-TGTI __m256i q32_q4_0(const block_q4_0 *w) { return _mm256_sub_epi8(unpack_nibbles(w->qs), _mm256_set1_epi8(8)); }
+/* The 32 weights of a Q8_0 block as int8. */
 TGTI __m256i q32_q8_0(const block_q8_0 *w) { return _mm256_loadu_si256((const __m256i *)w->qs); }
 
-/* FMT x Q8_0, for the formats with q32_FMT. */
-#define ROW_SS(fmt, BT)                                                                                     \
-    TGTI void blk_##fmt(const BT *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc,             \
-                        const float *da, int64_t nb) {                                                      \
-        __m256i q = q32_##fmt(&w[i]);                                                                       \
-        __m256i aq = _mm256_sign_epi8(q, q);                                                                \
-        float dw = h2f(w[i].d);                                                                             \
-        for (int t = 0; t < nt; t++) {                                                                      \
-            const block_q8_0 *a = (const block_q8_0 *)(xq + t * xs) + i;                                    \
-            __m256i p = dot_ss(aq, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), q));        \
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * da[t * nb + i]), acc[t]);   \
-        }                                                                                                   \
-    }                                                                                                       \
-    TGTI void row_##fmt(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys, \
-                        const float *da, int64_t nb_) {                                                     \
-        const BT *w = vw;                                                                                   \
-        __m256 acc0[NT_MAX], acc1[NT_MAX];                                                                  \
-        for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();                               \
-        int64_t i = 0, nb = n / 32;                                                                         \
-        for (; i + 2 <= nb; i += 2) {                                                                       \
-            blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                                     \
-            blk_##fmt(w, i + 1, xq, xs, nt, acc1, da, nb_);                                                 \
-        }                                                                                                   \
-        if (i < nb) blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                             \
-        for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));                  \
-    }                                                                                                       \
-    ROW_LOOP_DA(mm_##fmt, row_##fmt, block_q8_0)
-ROW_SS(q4_0, block_q4_0)
-ROW_SS(q8_0, block_q8_0)
-#undef ROW_SS
+/* ---- decode: Q4_0 (helpers) ----------------------------------------------------
+ * The kernels (matmul_avx2.c, matmul_avx512.c) dot the unsigned nibbles
+ * u = q + 8 with the signed activations: dot(q, a) = dot(u, a) - 8 sum(a),
+ * the activation block sums computed once per call. One 16-byte load gives
+ * all 32 nibbles: broadcast to both halves, the upper half shifted right by
+ * 4 (per 32-bit lane). */
+
+/* Per token t and 32-block i of the Q8_0 activations: the scale as float
+ * (da) and minus the sum of the quants (nsa), at t * nb + i. */
+TGTI void q8_0_prep(const char *xq, size_t x_row, int64_t nt, int64_t nb, float *da, int32_t *nsa) {
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    for (int64_t t = 0; t < nt; t++) {
+        const block_q8_0 *a = (const block_q8_0 *)(xq + t * x_row);
+        for (int64_t i = 0; i < nb; i++) {
+            da[t * nb + i] = h2f(a[i].d);
+            nsa[t * nb + i] = -hsum_epi32(dot_us(ones8, _mm256_loadu_si256((const __m256i *)a[i].qs)));
+        }
+    }
+}
+
+/* The 32 quants of a Q4_0 block as unsigned bytes, in element order. */
+TGTI __m256i nib32(const uint8_t *qs) {
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0f));
+}
+
+/* Rows in groups of R (the rest one by one), tokens in groups of up to 4. */
+#define ROWS_BY(ROWFN, R_, ...)                                                                                     \
+    do {                                                                                                        \
+        int64_t r_ = 0;                                                                                         \
+        for (; r_ + (R_) <= nr; r_ += (R_))                                                                     \
+            for (int64_t t_ = 0; t_ < nt; t_ += 4) {                                                            \
+                int k_ = nt - t_ < 4 ? (int)(nt - t_) : 4;                                                      \
+                const char *w_ = (const char *)W + (size_t)r_ * w_row, *x_ = (const char *)xq + t_ * x_row;     \
+                float *y_ = y + t_ * ys + r_;                                                                   \
+                if ((R_) == 4) ROWFN(w_, x_, t_, 4, 1, y_, __VA_ARGS__);                                        \
+                else if ((R_) == 2) ROWFN(w_, x_, t_, 2, 2, y_, __VA_ARGS__);                                   \
+                else if (k_ == 4) ROWFN(w_, x_, t_, 1, 4, y_, __VA_ARGS__);                                     \
+                else if (k_ == 3) ROWFN(w_, x_, t_, 1, 3, y_, __VA_ARGS__);                                     \
+                else if (k_ == 2) ROWFN(w_, x_, t_, 1, 2, y_, __VA_ARGS__);                                     \
+                else ROWFN(w_, x_, t_, 1, 1, y_, __VA_ARGS__);                                                  \
+            }                                                                                                   \
+        for (; r_ < nr; r_++)                                                                                   \
+            for (int64_t t_ = 0; t_ < nt; t_ += 4) {                                                            \
+                int k_ = nt - t_ < 4 ? (int)(nt - t_) : 4;                                                      \
+                const char *w_ = (const char *)W + (size_t)r_ * w_row, *x_ = (const char *)xq + t_ * x_row;     \
+                float *y_ = y + t_ * ys + r_;                                                                   \
+                if (k_ == 4) ROWFN(w_, x_, t_, 1, 4, y_, __VA_ARGS__);                                          \
+                else if (k_ == 3) ROWFN(w_, x_, t_, 1, 3, y_, __VA_ARGS__);                                     \
+                else if (k_ == 2) ROWFN(w_, x_, t_, 1, 2, y_, __VA_ARGS__);                                     \
+                else ROWFN(w_, x_, t_, 1, 1, y_, __VA_ARGS__);                                                  \
+            }                                                                                                   \
+    } while (0)
+
+/* Row-group size for nt tokens: R * min(nt, 4) accumulators <= 4, except
+ * that 3 and 4 tokens take one row. */
+#define ROWS_FOR(nt) ((nt) == 1 ? 4 : (nt) == 2 ? 2 : 1)
+
+/* Calls the per-format prep (activation scales and sums) into the kernels'
+ * buffer: nt * nb floats, then nt * nb int32. NaN if out of memory. */
+#define PREP_BUF(nb)                                                                                            \
+    float *da = tnd_cpu_tls_buf(1, (size_t)(nt * (nb)) * 8);                                                    \
+    if (!da) {                                                                                                  \
+        for (int64_t t = 0; t < nt; t++)                                                                        \
+            for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;                                               \
+        return;                                                                                                 \
+    }                                                                                                           \
+    int32_t *nsa = (int32_t *)(da + nt * (nb))
 
 /* ---- prefill (n_tok >= TND_GEMM_MIN_TOK) ------------------------------------
  * Groups of 8 weight rows are unpacked once into a common form: per element
