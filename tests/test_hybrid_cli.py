@@ -5,6 +5,7 @@ cleanly. The SimGPU computes with the CPU's kernels, so outputs must be
 identical byte for byte. Runs under ThreadSanitizer in CI (scripts/test.sh).
 Env TND_HYBRID_K: how many seeds (default 3)."""
 import os
+import re
 import subprocess
 import sys
 
@@ -119,6 +120,19 @@ if r.returncode != 0 or ".exp." not in text or rc != 0 or out != moe_ref:
     print("FAIL plan --save with split experts:", r.returncode, rc, r.stderr[-300:], err[-300:])
 else:
     print("ok plan --save / --placement with split experts")
+
+# bench on a split static placement reports the decode routings its GPU
+# experts took next to the hot-expert table's share: the profile calibrates
+# on one text, the bench reads another, and the table must carry over
+r = subprocess.run([tandem, "bench", "-m", moe, "--device", "sim", "--hw", "rtx3060-laptop", "--vram-budget", "108M",
+                    "-p", "0", "-n", "48", "-r", "1", "-t", "2", "--placement", "static"],
+                   capture_output=True, text=True, timeout=900)
+m = re.search(r"GPU experts took (\d+)% of the split layers' decode routings \(hot-expert table: (\d+)%\)", r.stdout)
+if r.returncode != 0 or not m or not 0 < int(m.group(1)) < 100 or abs(int(m.group(1)) - int(m.group(2))) > 10:
+    fails += 1
+    print("FAIL bench routing share:", r.returncode, r.stdout[-600:], r.stderr[-400:])
+else:
+    print(f"ok bench routing share: measured {m.group(1)}%, hot-expert table {m.group(2)}%")
 
 # --dry-run: the layout, nothing run
 r = subprocess.run([tandem, "run", "-m", model, "-p", "x", "--device", "sim", "--vram-budget", "150M",

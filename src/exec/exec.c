@@ -302,6 +302,10 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
         ric[i] = side[e] == TND_SIDE_CPU ? e : -1;
         rig[i] = gi[e];
     }
+    if (n == c->m->hp.n_expert_used) { /* one token: a decode step */
+        c->n_route_dec += (uint64_t)n;
+        for (int64_t i = 0; i < n; i++) c->n_route_dec_gpu += side[ids[i]] == TND_SIDE_GPU;
+    }
     for (int k = 0; k < 2; k++) {
         int b = k ? bg : bc;
         c->valid[b] = 1u << TND_SIDE_CPU;

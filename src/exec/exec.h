@@ -162,6 +162,9 @@ struct tnd_ctx {
     tnd_status err;          /* first failure of the round */
     /* counters (tests, --verbose) */
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes;
+    /* split layers' routings of decode steps: all, and those to GPU experts
+     * (bench sets them beside the hot-expert table's prediction) */
+    uint64_t n_route_dec, n_route_dec_gpu;
     /* TND_TRACE=1|2 (trace_mode, read once at creation), a diagnostic:
      * node times summed per cell (exec.c); printed by tnd_ctx_free */
     int trace_mode;

@@ -144,6 +144,7 @@ typedef struct config {
     double gpu_mib, lim_tg, lim_pp; /* limits in tokens/s (0: unknown) */
     double pred_tg, pred_pp;        /* the timeline model's tokens/s (0: no perf DB) */
     char desc[96];                  /* the placement as built */
+    double route_gpu, route_pred;   /* decode: split layers' routings to GPU experts, measured and predicted (-1: none) */
 } config;
 
 static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const int32_t *toks, long n_prompt,
@@ -153,6 +154,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     if (k->placement[0]) cp.placement = k->placement;
     cp.promote = k->promote;
     tnd_ctx *c;
+    k->route_gpu = k->route_pred = -1;
     if (tnd_ctx_new(m, &cp, &c)) return 1;
     k->gpu_mib = c->lay.gpu_total / 1048576.0;
     snprintf(k->desc, sizeof k->desc, "%s", c->pl.desc);
@@ -213,9 +215,45 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         stats(r);
     }
     rc = 0;
+    /* how much of the split layers' decode routing the GPU's experts took,
+     * against the hot-expert table the placement was made from */
+    if (c->n_route_dec) {
+        k->route_gpu = (double)c->n_route_dec_gpu / (double)c->n_route_dec;
+        double sum = 0;
+        int n = 0;
+        for (int l = 0; pf && l < m->hp.n_layer; l++)
+            if (c->pl.split && c->pl.split[l]) sum += tnd_perf_gpu_share(m, pf, &c->pl, l), n++;
+        if (n) k->route_pred = sum / n;
+    }
 out:
     tnd_ctx_free(c);
     return rc;
+}
+
+/* The tokens the tests run: text, where the model has a tokenizer, since an
+ * MoE model's routing (and so its speed under a hot-expert placement)
+ * depends on what it reads; the profile calibrates on other text
+ * (sched/perf.c), so the placement is not judged on its own data. Without a
+ * tokenizer, fixed pseudo-random ids. Either way the same work every run. */
+static void fill_tokens(const tnd_model *m, int32_t *toks, long n, int nv) {
+    static const char text[] =
+        "Rivers shape the land they cross. Over thousands of years a river cuts valleys, carries sand and stones "
+        "downstream and builds deltas where it meets the sea. Farmers settled on the fertile plains beside rivers, "
+        "and the first cities grew there. int main(void) { for (int i = 0; i < 10; i++) printf(\"%d\\n\", i * i); "
+        "return 0; } The committee met on Tuesday to review the budget for the new library, which opens in March "
+        "with 40,000 books, a reading room and free classes for children and adults.";
+    int32_t *ids = NULL;
+    size_t k = 0;
+    long have = 0;
+    if (m->tok && !tnd_tokenize(m->tok, text, sizeof text - 1, true, false, &ids, &k) && k > 0)
+        for (; have < n; have++) toks[have] = ids[(size_t)have % k];
+    free(ids);
+    tnd_clear_error();
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (; have < n; have++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        toks[have] = (int32_t)(x % (uint64_t)nv);
+    }
 }
 
 static const char *device_name(tnd_device d) { return d == TND_DEVICE_CUDA ? "cuda" : d == TND_DEVICE_SIM ? "sim" : "cpu"; }
@@ -317,11 +355,7 @@ int cmd_bench(int argc, char **argv) {
         tnd_model_free(m);
         return 1;
     }
-    uint64_t x = 0x9E3779B97F4A7C15ull; /* fixed pseudo-random tokens: same work every run */
-    for (long i = 0; i < TND_MAX(need, 1); i++) { /* at least one: the warm-up reads toks[0] */
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        toks[i] = (int32_t)(x % (uint64_t)nv);
-    }
+    fill_tokens(m, toks, TND_MAX(need, 1), nv); /* at least one: the warm-up reads toks[0] */
     char name_pp[32], name_tg[48];
     snprintf(name_pp, sizeof name_pp, "pp%ld", n_prompt);
     if (depth) snprintf(name_tg, sizeof name_tg, "tg%ld @ d%ld", n_gen, depth);
@@ -382,6 +416,13 @@ int cmd_bench(int argc, char **argv) {
                 double pred = i == 0 && n_prompt ? cfg[k].pred_pp : cfg[k].pred_tg;
                 if (pred > 0) printf(" %.1f | %.2f |\n", pred, r->mean / pred);
                 else printf(" - | - |\n");
+            }
+        for (int k = 0; k < n_cfg; k++)
+            if (cfg[k].route_gpu >= 0) {
+                printf("\nplacement %d: GPU experts took %.0f%% of the split layers' decode routings", k + 1,
+                       100 * cfg[k].route_gpu);
+                if (cfg[k].route_pred >= 0) printf(" (hot-expert table: %.0f%%)", 100 * cfg[k].route_pred);
+                printf("\n");
             }
     }
     free(toks);
