@@ -30,8 +30,15 @@
  * copies re-laid in place, "tiled MBm KWk Dd PFp" (k_mvt_q4k: m tiles x k
  * warps per tile, d super-blocks in flight per lane, 0 = default; p = 1:
  * an L2 prefetch 4 chunks past the loads in flight) and
- * "probe tiled ..." (its loads only), then n_tok 2, 4, 8; the summary
- * line gets the best of each.
+ * "probe tiled ..." (its loads only), then the shared-memory feeds of the
+ * same decode (tnd_cu_matvec_q4kt_fed: "ring cpasync|bulk NSn MBm KWk", a
+ * ring of n 2304-byte chunks per warp filled with 16-byte cp.async or one
+ * cp.async.bulk per chunk; 0 = default) and "probe ring ..." (its copies
+ * and shared reads only), then n_tok 2, 4, 8 with the default dispatch
+ * (TND_CUDA_TILE_FEED / TND_CUDA_TILE_NS pick it); the summary line gets
+ * the best of each. Sweep of the tiled rows:
+ *
+ *   build/dev_cuda_matvec_bench 50 -t Q4_K -s 5120x17408,4096x4096,4096x14336,14336x4096
  */
 #include <math.h>
 #include <stdio.h>
@@ -219,7 +226,7 @@ int main(int argc, char **argv) {
     const size_t n_main = sizeof types / sizeof types[0] * (sizeof shapes / sizeof shapes[0]);
     const size_t n_cases = n_main + sizeof others / sizeof others[0];
     int failures = 0;
-    char summary[64][800];
+    char summary[64][1400];
     int n_summary = 0;
     for (size_t ci = 0; ci < n_cases; ci++) {
             const size_t ns = sizeof shapes / sizeof shapes[0];
@@ -528,6 +535,59 @@ int main(int argc, char **argv) {
                                          var + (probe ? 12 : 6));
                             }
                         }
+                /* the shared-memory feeds (tnd_cu_matvec_q4kt_fed: "ring FEED NSn MBm
+                 * KWk", n stages of one chunk per warp) and their probes */
+                double ring_gbs = 0, rprobe_gbs = 0;
+                char ring_var[64] = "", rprobe_var[64] = "";
+                static const int rw[][2] = {{0, 0}, {4, 1}, {2, 2}, {8, 1}, {4, 2}, {2, 4}};
+                for (int probe = 0; probe < 2; probe++)
+                    for (int feed = TND_CU_TILE_CPASYNC; feed <= TND_CU_TILE_BULK; feed++)
+                        for (int ns = 2; ns <= 8; ns += 2)
+                            for (size_t i = 0; i < sizeof rw / sizeof rw[0]; i++) {
+                                const int MB = rw[i][0], KW = rw[i][1];
+                                if (probe && i > 3) continue; /* probes: the default and one-warp-per-tile shapes */
+                                char var[64];
+                                snprintf(var, sizeof var, "%s %s NS%d MB%d KW%d", probe ? "probe ring" : "ring",
+                                         feed == TND_CU_TILE_BULK ? "bulk" : "cpasync", ns, MB, KW);
+#define RLAUNCH(c)                                                                                  \
+    (probe ? tnd_cu_matvec_probe(4, dw[c], n_in, n_out, dx, dy, MB, KW, 0, ns, feed, 0, cs)         \
+           : tnd_cu_matvec_q4kt_fed(dw[c], n_in, n_out, dx, 1, dy, MB, KW, feed, ns, cs))
+                                CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
+                                int e = RLAUNCH(0);
+                                if (e == 801) { /* the device lacks the feed, or the ring does not fit */
+                                    printf("| %s | %lldx%lld | %.1f | %s | - | - | - | not supported here |\n",
+                                           tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, var);
+                                    continue;
+                                }
+                                if (e) {
+                                    printf("| %s | %lldx%lld | %.1f | %s | - | - | - | LAUNCH FAILED (%s) |\n",
+                                           tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, var,
+                                           tnd_cu_error_string(e));
+                                    failures++;
+                                    continue;
+                                }
+                                CK(B->iface->copy_d2h(B, y, dy, (size_t)n_out * 4, S));
+                                CK(B->iface->stream_sync(B, S));
+                                double err = 0;
+                                int bad = probe ? 0 : validate_f16(t, w, n_in, n_out, x, y, &err);
+                                if (bad) failures++;
+                                for (int k = 0; k < 3; k++) RLAUNCH(k % ncopies);
+                                CK(B->iface->event_record(B, E0, S));
+                                for (int k = 0; k < reps; k++) RLAUNCH(k % ncopies);
+                                CK(B->iface->event_record(B, E1, S));
+#undef RLAUNCH
+                                double us = time_ms() * 1e3 / reps;
+                                double gbs = ((double)wb + n_in * 4.0 + n_out * 4.0) / (us * 1e-6) / 1e9;
+                                printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n",
+                                       tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, var,
+                                       bad ? " MISMATCH" : "", us, gbs, 100.0 * gbs / bw, err);
+                                double *best = probe ? &rprobe_gbs : &ring_gbs;
+                                if (gbs > *best) {
+                                    *best = gbs;
+                                    snprintf(probe ? rprobe_var : ring_var, sizeof ring_var, "%s",
+                                             var + (probe ? 11 : 5));
+                                }
+                            }
                 for (int nt = 2; nt <= 8; nt *= 2) {
                     for (int i = 0; i < 3; i++)
                         tnd_cu_matvec_q4kt(dw[i % ncopies], n_in, n_out, dx, nt, dy, 0, 0, 0, -1, cs);
@@ -537,7 +597,7 @@ int main(int argc, char **argv) {
                     CK(B->iface->event_record(B, E1, S));
                     double us = time_ms() * 1e3 / reps;
                     double gbs = ((double)wb + nt * (n_in + n_out) * 4.0) / (us * 1e-6) / 1e9;
-                    printf("| %s | %lldx%lld | %.1f | n_tok=%d tiled | %.1f | %.0f | %.0f%% |\n", tnd_type_name(t),
+                    printf("| %s | %lldx%lld | %.1f | n_tok=%d tiled default | %.1f | %.0f | %.0f%% |\n", tnd_type_name(t),
                            (long long)n_in, (long long)n_out, wb / 1048576.0, nt, us, gbs, 100.0 * gbs / bw);
                 }
                 if (n_summary > 0) {
@@ -547,6 +607,12 @@ int main(int argc, char **argv) {
                              "\n        tiled (default depth %d, prefetch %d) %s %5.0f (%3.0f%%) | probe tiled %s %5.0f (%3.0f%%)",
                              tnd_cu_matvec_q4kt_depth(), (int)tnd_cu_matvec_q4kt_prefetch(), tiled_var, tiled_gbs, 100 * tiled_gbs / bw, tprobe_var,
                              tprobe_gbs, 100 * tprobe_gbs / bw);
+                    n = strlen(sm);
+                    static const char *const feed_names[] = {"default", "regs", "cpasync", "bulk"};
+                    snprintf(sm + n, sizeof summary[0] - n,
+                             "\n        ring (default feed %s, NS%d) %s %5.0f (%3.0f%%) | probe ring %s %5.0f (%3.0f%%)",
+                             feed_names[tnd_cu_matvec_q4kt_feed()], tnd_cu_matvec_q4kt_stages(), ring_var, ring_gbs,
+                             100 * ring_gbs / bw, rprobe_var, rprobe_gbs, 100 * rprobe_gbs / bw);
                 }
             }
             for (size_t c = 0; c < ncopies; c++) B->iface->buf_free(B, dw[c]);

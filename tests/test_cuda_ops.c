@@ -1275,6 +1275,29 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
                 dev_download(y1, dy, yb);
                 report(!e && !st && memcmp(y, y1, yb) == 0, "%s: same bits as f16mma on the original layout", w2);
             }
+            /* the shared-memory feeds: the same bits as the register-fed kernel with the same shape
+             * (every ring depth); with the default shape, against the reference */
+            for (int feed = TND_CU_TILE_CPASYNC; feed <= TND_CU_TILE_BULK; feed++) {
+                if (!tnd_cu_matvec_q4kt_feed_supported(feed)) continue;
+                for (int ns = 2; ns <= 8; ns += 2) {
+                    char w3[300];
+                    snprintf(w3, sizeof w3, "%s feed=%s stages=%d", w2, feed == TND_CU_TILE_BULK ? "bulk" : "cpasync",
+                             ns);
+                    dev_poison(dy, yb);
+                    e = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], feed, ns, cs);
+                    st = B->iface->stream_sync(B, S);
+                    if (e || st) {
+                        report(false, "%s: launch %s / %s", w3, e ? tnd_cu_error_string(e) : "ok",
+                               st ? tnd_last_error() : "ok");
+                        continue;
+                    }
+                    dev_download(y1, dy, yb);
+                    if (c[0] > 0)
+                        report(memcmp(y, y1, yb) == 0, "%s: same bits as the register-fed tiled kernel", w3);
+                    else
+                        compare(w3, y1, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+                }
+            }
         }
         /* x 4 bytes past a 16-byte boundary: the kernel stages it from single floats */
         dev_poison(dy, yb);
@@ -1291,6 +1314,12 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
         int e2 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 5, -1, cs);
         int e3 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, 2, cs);
         report(e == 1 && e2 == 1 && e3 == 1, "%s: refuses 16 warps per block (%d), depth 5 (%d), prefetch 2 (%d)",
+               what, e, e2, e3);
+        /* the fed variant: 3 stages, an unknown feed, 16 warps per block */
+        e = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, 0, 0, TND_CU_TILE_CPASYNC, 3, cs);
+        e2 = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 7, 0, cs);
+        e3 = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, 4, 4, TND_CU_TILE_CPASYNC, 0, cs);
+        report(e == 1 && e2 == 1 && e3 == 1, "%s: fed refuses 3 stages (%d), feed 7 (%d), 16 warps per block (%d)",
                what, e, e2, e3);
         dev_free(dy);
         free(y);

@@ -113,7 +113,9 @@ bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok, int *shap
  * a sink instead of decoded. y is not written (but must be valid).
  * Pattern 3: k_mvt_q4k's loads on a matrix in the Q4_K tile layout (a, b:
  * MB, KW, 0 0 the default; c as for 1; d: depth, 0 the default; g: L2
- * prefetch as tnd_cu_matvec_q4kt's). */
+ * prefetch as tnd_cu_matvec_q4kt's). Pattern 4: the shared-memory ring of
+ * tnd_cu_matvec_q4kt_fed on a re-laid matrix (a, b: MB, KW; c as for 1;
+ * d: stages, 0 the default; g: feed, TND_CU_TILE_CPASYNC or _BULK). */
 int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y, int a,
                         int b, int c, int d, int g, int flags, tnd_cu_stream stream);
 
@@ -144,6 +146,28 @@ int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *
  * override the built-in ones). */
 int tnd_cu_matvec_q4kt_depth(void);
 bool tnd_cu_matvec_q4kt_prefetch(void);
+/* How the tiled decode feeds its weights: REGS the register-held loads of
+ * tnd_cu_matvec_q4kt (depth, prefetch as given there), CPASYNC / BULK a
+ * ring of `stages` 2304-byte chunks per warp in shared memory filled with
+ * 16-byte cp.async (sm_80+) / one cp.async.bulk per chunk (sm_90+). With
+ * depth 0 and prefetch -1, tnd_cu_matvec_q4kt uses the default feed
+ * (tnd_cu_matvec_q4kt_feed()) with the default stages, falling back to
+ * REGS where the ring cannot run. */
+enum { TND_CU_TILE_DEFAULT = 0, TND_CU_TILE_REGS = 1, TND_CU_TILE_CPASYNC = 2, TND_CU_TILE_BULK = 3 };
+/* tnd_cu_matvec_q4kt through the given feed (DEFAULT: the default one) with
+ * stages 2, 4, 6 or 8 per warp (0: the default); the same bits as
+ * tnd_cu_matvec_q4kt for the same tiles_per_block, ksplit (both > 0).
+ * cudaErrorNotSupported (801) where the device lacks the feed, W is not
+ * 16-byte aligned or the rings and x do not fit shared memory. */
+int tnd_cu_matvec_q4kt_fed(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                           int tiles_per_block, int ksplit, int feed, int stages, tnd_cu_stream stream);
+/* True if the current device can run this feed (BULK: sm_90+). */
+bool tnd_cu_matvec_q4kt_feed_supported(int feed);
+/* The default feed (env TND_CUDA_TILE_FEED=regs|cpasync|bulk, else
+ * built in; what the device lacks falls back to the next simpler one) and
+ * stages (env TND_CUDA_TILE_NS=2|4|6|8). */
+int tnd_cu_matvec_q4kt_feed(void);
+int tnd_cu_matvec_q4kt_stages(void);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
  * y[t][u][r] = sum_k W[ids[t][u]][r][k] * xs[k], xs = x[t] (x [n_tok][n_in])
  * or, if x_per_slot, x[t][u] (x [n_tok][n_used][n_in], the down projection).

@@ -683,6 +683,24 @@ __global__ void __launch_bounds__(256) k_mvh_q4k_t(const uint8_t *__restrict__ W
  * tile is all in or all out; the tiles of the last block past n_out load
  * the last tile (so every warp reaches the reduction's barrier) and write
  * nothing. */
+/* x into shared f16 as mvh_stage_x (any 4-byte alignment of x), and the
+ * 64 zero pairs xz that lanes feeding no token read. */
+__device__ __forceinline__ void mvt_stage_x(uint2 *xz, uint2 *xs, const float *x, int64_t n_in, int n_tok,
+                                            int xstride) {
+    if (((uintptr_t)x & 15) == 0) {
+        mvh_stage_x<TND_TYPE_Q4_K>(xs, x, n_in, n_tok, xstride);
+    } else { /* x not 16-byte aligned: the same staging from single floats */
+        const int nq = (int)(n_in / 4);
+        for (int k = 0; k < n_tok; k++)
+            for (int q = threadIdx.x; q < nq; q += blockDim.x) {
+                const float *v = x + (int64_t)k * n_in + 4 * q;
+                xs[k * xstride + (q >> 6) * 64 + mvh_q4k_slot((q & 63) * 4)] =
+                    make_uint2(f2h2u(__ldg(v), __ldg(v + 2)), f2h2u(__ldg(v + 1), __ldg(v + 3)));
+            }
+    }
+    for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
+}
+
 #define MVT_PF_AHEAD 4
 template <bool PROBE, int DEPTH, bool PF>
 __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
@@ -738,18 +756,7 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
 #pragma unroll
     for (int i = 0; i < DEPTH; i++)
         if (kw + i * KW < nsb) load(ring[i], kw + i * KW);
-    if (((uintptr_t)x & 15) == 0) {
-        mvh_stage_x<TND_TYPE_Q4_K>(xs, x, n_in, n_tok, xstride);
-    } else { /* x not 16-byte aligned: the same staging from single floats */
-        const int nq = (int)(n_in / 4);
-        for (int k = 0; k < n_tok; k++)
-            for (int q = threadIdx.x; q < nq; q += blockDim.x) {
-                const float *v = x + (int64_t)k * n_in + 4 * q;
-                xs[k * xstride + (q >> 6) * 64 + mvh_q4k_slot((q & 63) * 4)] =
-                    make_uint2(f2h2u(__ldg(v), __ldg(v + 2)), f2h2u(__ldg(v + 1), __ldg(v + 3)));
-            }
-    }
-    for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
+    mvt_stage_x(xz, xs, x, n_in, n_tok, xstride);
     __syncthreads();
     /* step i decodes ring[i % (DEPTH + 1)] after queuing the load of step
      * i + DEPTH into the buffer step i - 1 used; unrolled by the ring's
@@ -1603,15 +1610,18 @@ static int mvh_occupancy(int fam, int type, int warps, size_t smem) {
  * 4 or 8 warps, the split that keeps the most warps resident on average
  * over the waves (total warps / waves): one full wave of many warps beats a
  * second, mostly idle one; ties go to fewer waves, then to less splitting. */
-static void mvh_shape_k(mvh_kernel k, int fam, int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW) {
+static void mvh_shape_k(mvh_kernel k, int fam, int64_t n_in, int64_t n_out, int n_tok, size_t extra_per_warp, int *MB,
+                        int *KW) {
     const int64_t tiles = (n_out + 15) / 16, nsb = n_in / 256;
     const int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
+    const size_t smax = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     double best = -1;
     int64_t best_waves = 0;
     *MB = 4, *KW = 1;
     for (int nw = 4; nw <= 8; nw *= 2) {
-        const int64_t cap =
-            (int64_t)mvh_occupancy_k(k, nw, mvh_smem(fam, n_in, n_tok, nw)) * (sms > 0 ? sms : 1);
+        const size_t smem = mvh_smem(fam, n_in, n_tok, nw) + (size_t)nw * extra_per_warp;
+        if (smem > smax) continue;
+        const int64_t cap = (int64_t)mvh_occupancy_k(k, nw, smem) * (sms > 0 ? sms : 1);
         if (cap <= 0) continue;
         for (int kw = 1; kw <= nw; kw *= 2) {
             if (kw > 1 && kw > nsb) break;
@@ -1628,7 +1638,7 @@ static void mvh_shape_k(mvh_kernel k, int fam, int64_t n_in, int64_t n_out, int 
 }
 
 static void mvh_shape(int fam, int type, int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW) {
-    mvh_shape_k(mvh_kernel_of(fam, type), fam, n_in, n_out, n_tok, MB, KW);
+    mvh_shape_k(mvh_kernel_of(fam, type), fam, n_in, n_out, n_tok, 0, MB, KW);
 }
 
 static int launch_mvh(int fam, int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
@@ -1876,13 +1886,163 @@ extern "C" int tnd_cu_matvec_f16cp(int type, const void *W, int64_t n_in, int64_
                       (cudaStream_t)stream);
 }
 
+/* ---- Q4_K in the tile layout, fed through shared memory: k_mvs_q4k --------
+ * Why: k_mvt_q4k holds its loads in registers, and the H200 measured its
+ * loads alone (the probe) at 64% of the copy bandwidth at every depth: a
+ * deeper register ring costs occupancy (DEPTH 3-4: 170 registers) as fast
+ * as it adds bytes in flight, while a contiguous read with 8 blocks per SM
+ * reaches 85%. A chunk (one super-block of a tile) is 2304 contiguous bytes,
+ * so here each warp streams its chunks through its own ring of NS stages in
+ * shared memory, 2304 bytes each, filled asynchronously (no registers held
+ * while in flight): FEED 0 with 16-byte cp.async (sm_80; lane l copies the
+ * 16-byte units l, l + 32, .. of the chunk, one commit group per stage),
+ * FEED 1 with one cp.async.bulk by lane 0 per stage, completing on the
+ * stage's mbarrier (sm_90). The first NS stages are queued before x is
+ * staged, so the weight stream starts at once; the warp then waits for its
+ * oldest stage, decodes it and refills that slot with the stage NS ahead,
+ * so NS - 1..NS stages stay in flight.
+ *
+ * Lanes read the same six 16-byte pieces as k_mvt_q4k's loads, from the
+ * ring instead of global memory (lane-contiguous: no bank conflicts; the
+ * headers are broadcasts), and decode them with the same mvh_q4k_sb and
+ * mma order, warp kw of a tile taking super-blocks kw, kw + KW, ..: with
+ * the same MB, KW the sums are k_mvt_q4k's, bit for bit. Shared memory:
+ * the rings, the mbarriers (bulk), then x and the reduction as k_mvt_q4k.
+ * PROBE: the same copies and shared reads, data XORed into a sink. */
+#define MVS_MAX_NS 8
+
+/* Shared bytes of k_mvs_q4k: rings, mbarriers (16-byte padded), x and the
+ * reduction. */
+static size_t mvs_smem(int64_t n_in, int n_tok, int warps, int NS) {
+    const size_t bars = ((size_t)warps * NS * 8 + 15) / 16 * 16;
+    return (size_t)warps * NS * Q4KT_CHUNK + bars + (size_t)(64 + n_tok * (n_in / 256 * 64 + 4)) * 8 +
+           (size_t)warps * 32 * 16;
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait_n() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+template <bool PROBE, int FEED, int NS>
+__global__ void __launch_bounds__(256) k_mvs_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                 float *__restrict__ y, int MB, int KW) {
+    extern __shared__ uint4 mvh_dyn[];
+    const int warps = MB * KW;
+    const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    uint8_t *const rings = (uint8_t *)mvh_dyn;
+    uint64_t *const bars = (uint64_t *)(rings + (size_t)warps * NS * Q4KT_CHUNK);
+    uint2 *const xz = (uint2 *)(rings + (size_t)warps * NS * Q4KT_CHUNK + ((size_t)warps * NS * 8 + 15) / 16 * 16);
+    uint2 *const xs = xz + 64;
+    float4 *red = (float4 *)(xs + n_tok * xstride);
+    const int mi = wid / KW, kw = wid - mi * KW;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t tile = (int64_t)blockIdx.x * MB + mi, last = n_out / 16 - 1;
+    const int64_t r0 = tile * 16 + g;
+    const uint8_t *const base = W + (size_t)(tile <= last ? tile : last) * 16 * rb;
+    uint8_t *const ring = rings + (size_t)wid * NS * Q4KT_CHUNK;
+    uint64_t *const bar = bars + wid * NS;
+    const int per = kw < nsb ? (nsb - kw + KW - 1) / KW : 0; /* this warp's super-blocks */
+    (void)bar;
+    /* stage i (super-block kw + i * KW) into slot i % NS */
+    auto issue = [&](int i) {
+        if (FEED == 0) {
+            if (i < per) {
+                const uint8_t *src = base + (size_t)(kw + i * KW) * Q4KT_CHUNK;
+                uint8_t *dst = ring + (i % NS) * Q4KT_CHUNK;
+#pragma unroll
+                for (int k = 0; k < 5; k++) {
+                    const int u = lane + 32 * k;
+                    if (u < Q4KT_CHUNK / 16) cp_async16(dst + 16 * u, src + 16 * u);
+                }
+            }
+            cp_async_commit(); /* empty past the end: the group count stays uniform */
+        } else {
+#if __CUDA_ARCH__ >= 900
+            if (i < per && lane == 0) {
+                /* the slot's previous reads (generic proxy) before the copy's writes (async proxy) */
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                mbar_expect_tx(bar + i % NS, Q4KT_CHUNK);
+                bulk_copy(ring + (i % NS) * Q4KT_CHUNK, base + (size_t)(kw + i * KW) * Q4KT_CHUNK, Q4KT_CHUNK,
+                          bar + i % NS);
+            }
+#endif
+        }
+    };
+    if (FEED == 1) {
+#if __CUDA_ARCH__ >= 900
+        if (lane == 0) {
+            for (int k = 0; k < NS; k++) mbar_init(bar + k, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncwarp();
+#endif
+    }
+#pragma unroll
+    for (int i = 0; i < NS; i++) issue(i); /* in flight while x is staged */
+    mvt_stage_x(xz, xs, x, n_in, n_tok, xstride);
+    __syncthreads();
+    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    const bool feeds = g < n_tok;
+    const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
+    const int xsb = feeds ? 64 : 0;
+    uint32_t sink = 0;
+    for (int i = 0; i < per; i++) {
+        const int slot = i % NS;
+        if (FEED == 0) {
+            cp_async_wait_n<NS - 1>(); /* stage i's group done (stages i+1..i+NS-1 may pend) */
+        } else {
+#if __CUDA_ARCH__ >= 900
+            mbar_wait(bar + slot, (uint32_t)((i / NS) & 1));
+#endif
+        }
+        __syncwarp(); /* every lane's copies of the stage visible to all */
+        const uint8_t *s = ring + slot * Q4KT_CHUNK;
+        const uint4 q00 = *(const uint4 *)(s + 16 * lane), q01 = *(const uint4 *)(s + 512 + 16 * lane);
+        const uint4 q10 = *(const uint4 *)(s + 1024 + 16 * lane), q11 = *(const uint4 *)(s + 1536 + 16 * lane);
+        const uint4 b0 = *(const uint4 *)(s + Q4KT_HDR + 16 * g), b1 = *(const uint4 *)(s + Q4KT_HDR + 128 + 16 * g);
+        if (PROBE) {
+            sink ^= b0.x ^ b0.y ^ b0.z ^ b0.w ^ b1.x ^ b1.y ^ b1.z ^ b1.w;
+            sink ^= q00.x ^ q00.y ^ q00.z ^ q00.w ^ q01.x ^ q01.y ^ q01.z ^ q01.w;
+            sink ^= q10.x ^ q10.y ^ q10.z ^ q10.w ^ q11.x ^ q11.y ^ q11.z ^ q11.w;
+        } else {
+            const uint32_t h0[4] = {b0.x, b0.y, b0.z, b0.w}, h1[4] = {b1.x, b1.y, b1.z, b1.w};
+            const uint32_t q0[8] = {q00.x, q00.y, q00.z, q00.w, q01.x, q01.y, q01.z, q01.w};
+            const uint32_t q1[8] = {q10.x, q10.y, q10.z, q10.w, q11.x, q11.y, q11.z, q11.w};
+            const uint2 *xb = xl + (kw + i * KW) * xsb;
+            mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
+                       [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
+                           mma_f16(acc[chain], a0, a1, a2, a3, bx);
+                       });
+        }
+        __syncwarp(); /* every lane's reads of the slot done before it is refilled */
+        issue(i + NS);
+    }
+    if (FEED == 0) cp_async_wait_n<0>(); /* nothing left writing shared memory at exit */
+    if (PROBE) {
+        if (sink == 0x2545F491u) y[0] = 0.f; /* keeps the reads; practically never taken */
+        return;
+    }
+    const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
+                                 acc[0][3] + acc[1][3]);
+    mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
+}
+
 /* ---- Q4_K tile layout: repack and launch (k_mvt_q4k) ------------------------- */
 
 #define MVT_MAX_DEPTH 4
 /* THE DEFAULTS (flip after the bench's sweep): super-blocks in flight per
  * lane while one is decoded (env TND_CUDA_TILE_DEPTH=1..4 overrides), and
  * whether the L2 prefetch runs ahead (env TND_CUDA_TILE_PF=0|1). */
-#define MVT_DEFAULT_DEPTH 2
+/* Measured on the H200 (copy bandwidth 4271 GB/s), default launch shape,
+ * 4096x4096 / 4096x14336 / 5120x17408 / 14336x4096: DEPTH 1 PF 0 32% / 53%
+ * / 52% / 52% of the copy bandwidth, the best; DEPTH 3-4 worse (170
+ * registers: fewer warps resident); PF 1 never helped. */
+#define MVT_DEFAULT_DEPTH 1
 #define MVT_DEFAULT_PF 0
 
 static mvh_kernel mvt_kernel_of(bool probe, int depth, bool pf) {
@@ -1964,7 +2124,7 @@ extern "C" int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_s
 static int launch_mvt1(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                        int MB, int KW, int depth, bool pf, int pad, cudaStream_t st) {
     const mvh_kernel k = mvt_kernel_of(false, depth, pf);
-    if (MB <= 0 || KW <= 0) mvh_shape_k(k, TND_CU_MV_F16MMA, n_in, n_out, n_tok, &MB, &KW);
+    if (MB <= 0 || KW <= 0) mvh_shape_k(k, TND_CU_MV_F16MMA, n_in, n_out, n_tok, 0, &MB, &KW);
     if (MB * KW > 8) return cudaErrorInvalidValue;
     size_t smem = mvh_smem(TND_CU_MV_F16MMA, n_in, n_tok, MB * KW);
     if (probe && !pad) smem = mvc_pad_smem(smem, mvh_occupancy_k(k, MB * KW, smem));
@@ -1990,18 +2150,152 @@ static int launch_mvt(bool probe, const void *W, int64_t n_in, int64_t n_out, co
     return e;
 }
 
+static int launch_mvs(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                      int MB, int KW, int feed, int ns, int pad, cudaStream_t st);
+
 extern "C" int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                                   int tiles_per_block, int ksplit, int depth, int prefetch, tnd_cu_stream stream) {
     int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
     if (e) return e;
     if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0 || depth < 0)
         return cudaErrorInvalidValue;
+    if (depth == 0 && prefetch == -1) { /* all defaults: the default feed, k_mvt_q4k where it cannot run */
+        const int feed = tnd_cu_matvec_q4kt_feed();
+        if (feed != TND_CU_TILE_REGS) {
+            e = launch_mvs(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, feed, 0, 0,
+                           (cudaStream_t)stream);
+            if (e != cudaErrorNotSupported) return e;
+        }
+    }
     return launch_mvt(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, depth, prefetch, 0,
                       (cudaStream_t)stream);
 }
 
 extern "C" int tnd_cu_matvec_q4kt_depth(void) { return mvt_depth(); }
 extern "C" bool tnd_cu_matvec_q4kt_prefetch(void) { return mvt_pf(); }
+
+/* ---- the shared-memory feeds of the tiled decode (k_mvs_q4k) ---------------- */
+
+/* THE DEFAULTS (flip after the bench's sweep): the feed (env
+ * TND_CUDA_TILE_FEED=regs|cpasync|bulk; bulk needs sm_90, cpasync sm_80,
+ * an unsupported choice falls back to the next simpler one) and stages per
+ * warp's ring (env TND_CUDA_TILE_NS=2|4|6|8). */
+#define MVS_DEFAULT_FEED TND_CU_TILE_BULK
+#define MVS_DEFAULT_NS 4
+
+static mvh_kernel mvs_kernel_of(bool probe, int feed, int ns) {
+    static const mvh_kernel k[2][2][4] = {
+        {{k_mvs_q4k<false, 0, 2>, k_mvs_q4k<false, 0, 4>, k_mvs_q4k<false, 0, 6>, k_mvs_q4k<false, 0, 8>},
+         {k_mvs_q4k<false, 1, 2>, k_mvs_q4k<false, 1, 4>, k_mvs_q4k<false, 1, 6>, k_mvs_q4k<false, 1, 8>}},
+        {{k_mvs_q4k<true, 0, 2>, k_mvs_q4k<true, 0, 4>, k_mvs_q4k<true, 0, 6>, k_mvs_q4k<true, 0, 8>},
+         {k_mvs_q4k<true, 1, 2>, k_mvs_q4k<true, 1, 4>, k_mvs_q4k<true, 1, 6>, k_mvs_q4k<true, 1, 8>}}};
+    return k[probe ? 1 : 0][feed == TND_CU_TILE_BULK ? 1 : 0][ns / 2 - 1];
+}
+
+static bool mvs_ns_ok(int ns) { return ns == 2 || ns == 4 || ns == 6 || ns == 8; }
+
+extern "C" bool tnd_cu_matvec_q4kt_feed_supported(int feed) {
+    int major = 0, dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
+        return false;
+    if (feed == TND_CU_TILE_BULK) return major >= 9;
+    if (feed == TND_CU_TILE_CPASYNC || feed == TND_CU_TILE_REGS) return major >= 8;
+    return false;
+}
+
+extern "C" int tnd_cu_matvec_q4kt_feed(void) {
+    static int f = 0; /* a benign race: every thread computes the same value */
+    if (!f) {
+        const char *e = getenv("TND_CUDA_TILE_FEED");
+        int v = !e                          ? MVS_DEFAULT_FEED
+                : strcmp(e, "regs") == 0    ? TND_CU_TILE_REGS
+                : strcmp(e, "cpasync") == 0 ? TND_CU_TILE_CPASYNC
+                : strcmp(e, "bulk") == 0    ? TND_CU_TILE_BULK
+                                            : MVS_DEFAULT_FEED;
+        if (v == TND_CU_TILE_BULK && !tnd_cu_matvec_q4kt_feed_supported(v)) v = TND_CU_TILE_CPASYNC;
+        if (v == TND_CU_TILE_CPASYNC && !tnd_cu_matvec_q4kt_feed_supported(v)) v = TND_CU_TILE_REGS;
+        f = v;
+    }
+    return f;
+}
+
+extern "C" int tnd_cu_matvec_q4kt_stages(void) {
+    static int n = 0; /* a benign race, as the feed's */
+    if (!n) {
+        const char *e = getenv("TND_CUDA_TILE_NS");
+        const int v = e ? atoi(e) : 0;
+        n = mvs_ns_ok(v) ? v : MVS_DEFAULT_NS;
+    }
+    return n;
+}
+
+/* The opt-in shared memory of k_mvs_q4k's variants, once per device. */
+static int mvs_prepare(void) {
+    static bool attr_set[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    if (attr_set[dev]) return 0;
+    const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    cudaError_t e = cudaSuccess;
+    for (int k = 0; k < 16 && e == cudaSuccess; k++) /* k: probe, feed, ns / 2 - 1 */
+        e = cudaFuncSetAttribute(mvs_kernel_of(k >= 8, (k & 4) ? TND_CU_TILE_BULK : TND_CU_TILE_CPASYNC, 2 * (k % 4) + 2),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, max);
+    if (e != cudaSuccess) return (int)e;
+    attr_set[dev] = true;
+    return 0;
+}
+
+/* One launch of k_mvs_q4k (or its probe) for n_tok tokens whose x fits
+ * beside the rings; pad as launch_mvt1's. */
+static int launch_mvs1(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                       int MB, int KW, int feed, int ns, int pad, cudaStream_t st) {
+    const mvh_kernel k = mvs_kernel_of(false, feed, ns);
+    if (MB <= 0 || KW <= 0)
+        mvh_shape_k(k, TND_CU_MV_F16MMA, n_in, n_out, n_tok, (size_t)ns * (Q4KT_CHUNK + 8), &MB, &KW);
+    if (MB * KW > 8) return cudaErrorInvalidValue;
+    size_t smem = mvs_smem(n_in, n_tok, MB * KW, ns);
+    if (smem > (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin)) return cudaErrorNotSupported;
+    if (probe && !pad) smem = mvc_pad_smem(smem, mvh_occupancy_k(k, MB * KW, smem));
+    const int64_t tiles = n_out / 16;
+    mvs_kernel_of(probe, feed, ns)<<<(unsigned)((tiles + MB - 1) / MB), 32 * MB * KW, smem, st>>>(
+        (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in, n_out, x, n_tok, y, MB, KW);
+    return (int)cudaGetLastError();
+}
+
+/* k_mvs_q4k over all n_tok tokens (token groups as wide as x and the rings
+ * allow). cudaErrorNotSupported where the feed, W's alignment or shared
+ * memory rule it out (the caller falls back to k_mvt_q4k). */
+static int launch_mvs(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                      int MB, int KW, int feed, int ns, int pad, cudaStream_t st) {
+    if (!tnd_cu_q4kt_supported(n_in, n_out)) return cudaErrorNotSupported;
+    if (ns <= 0) ns = tnd_cu_matvec_q4kt_stages();
+    if (!mvs_ns_ok(ns) || MB < 0 || KW < 0 || MB * KW > 8 || (feed != TND_CU_TILE_CPASYNC && feed != TND_CU_TILE_BULK))
+        return cudaErrorInvalidValue;
+    if (!tnd_cu_matvec_q4kt_feed_supported(feed) || ((uintptr_t)W & 15)) return cudaErrorNotSupported;
+    int e = mvs_prepare();
+    if (e) return e;
+    const size_t smax = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    const int warps = MB > 0 && KW > 0 ? MB * KW : 8; /* the default shape: at most 8 warps */
+    int per = mvt_max_tok(n_in);
+    while (per > 0 && mvs_smem(n_in, per, warps, ns) > smax) per--;
+    if (per < 1) return cudaErrorNotSupported;
+    for (int k0 = 0; k0 < n_tok && !e; k0 += per)
+        e = launch_mvs1(probe, W, n_in, n_out, x + (int64_t)k0 * n_in, n_tok - k0 < per ? n_tok - k0 : per,
+                        y + (int64_t)k0 * n_out, MB, KW, feed, ns, pad, st);
+    return e;
+}
+
+extern "C" int tnd_cu_matvec_q4kt_fed(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                                      int tiles_per_block, int ksplit, int feed, int stages, tnd_cu_stream stream) {
+    int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
+    if (e) return e;
+    if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0 || stages < 0) return cudaErrorInvalidValue;
+    if (feed == TND_CU_TILE_DEFAULT) feed = tnd_cu_matvec_q4kt_feed();
+    if (feed == TND_CU_TILE_REGS)
+        return launch_mvt(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, 0, -1, 0, (cudaStream_t)stream);
+    return launch_mvs(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, feed, stages, 0,
+                      (cudaStream_t)stream);
+}
 
 extern "C" int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
                                    int a, int b, int c, int d, int g, int flags, tnd_cu_stream stream) {
@@ -2033,6 +2327,7 @@ extern "C" int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int
     }
     if (pattern == 2) return launch_mvc(true, W, n_in, n_out, x, 1, y, a, b, c, d, g, flags, st);
     if (pattern == 3) return launch_mvt(true, W, n_in, n_out, x, 1, y, a, b, d, g, c, st);
+    if (pattern == 4) return launch_mvs(true, W, n_in, n_out, x, 1, y, a, b, g, d, c, st);
     return cudaErrorInvalidValue;
 }
 
