@@ -294,18 +294,6 @@ ROW_LOOP_DA(mm_q4_1, row_q4_1, block_q8_1)
     _mm256_shuffle_epi8((v), _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (k2))),        \
                                               _mm_set1_epi16((short)(0x0100 + 0x0202 * (k)))))
 
-/* The 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K / Q5_K
- * super-block: unpacked in integer registers, moved over in two words (not
- * byte by byte, which would make the moves the limit). */
-TGTI __m128i k4_scales_v(const uint8_t *s) {
-    uint8_t sc[8], m[8];
-    k4_scales(s, sc, m);
-    uint64_t a, b;
-    memcpy(&a, sc, 8);
-    memcpy(&b, m, 8);
-    return _mm_set_epi64x((long long)b, (long long)a);
-}
-
 /* Q4_K x Q8_K: isum = sum_g sc_g * dot_g, msum = sum_g m_g * bsum_g. The
  * group scales reach the vpmaddwd as vectors through vpshufb from one
  * vector of all 8. */
