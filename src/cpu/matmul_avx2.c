@@ -172,7 +172,7 @@ TGTI uint64_t h16x4(const char *const *w, size_t off) {
 }
 
 /* Prefetch distance per row stream, bytes. */
-#define Q4_0_PF 768
+#define Q4_0_PF 3072
 
 /* 4 rows w[0..3] (consecutive rows) x NT tokens; outputs of rows 0..nrow-1
  * stored. */
@@ -182,16 +182,19 @@ TGTI void q4_0_x4(int64_t nb, const char *const *w, const char *xq, size_t x_row
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     const size_t bs = sizeof(block_q4_0);
+    /* Four interleaved streams (see pf_ahead): each row Q4_0_PF bytes
+     * ahead, past its end the same row of the following groups (rows are
+     * rowb = nb * bs bytes, groups 4 rows): offset pf_base + pf_off. */
+    const size_t rowb = (size_t)nb * bs;
+    size_t pf_off = Q4_0_PF, pf_base = 0;
+    while (pf_off >= rowb) pf_off -= rowb, pf_base += 4 * rowb;
     int64_t i = 0;
     for (; i < nb; i += 2) {
         int two = i + 1 < nb;
         size_t off = (size_t)i * bs;
-        /* Four interleaved streams (see pf_ahead): each row Q4_0_PF bytes
-         * ahead, past its end the same row of the next group (rows are
-         * w_row = nb * bs bytes, groups 4 rows). */
-        size_t pf = off + Q4_0_PF;
-        if (pf >= (size_t)nb * bs) pf += 3 * (size_t)nb * bs;
-        for (int r = 0; r < 4; r++) _mm_prefetch(w[r] + pf, _MM_HINT_T0);
+        for (int r = 0; r < 4; r++) _mm_prefetch(w[r] + pf_base + pf_off, _MM_HINT_T0);
+        pf_off += 2 * bs;
+        if (pf_off >= rowb) pf_off -= rowb, pf_base += 4 * rowb;
         uint64_t h0 = h16x4(w, off), h1 = two ? h16x4(w, off + bs) : h0;
         /* lanes 0..3: the rows' scales of block i, 4..7: of block i + 1 */
         __m256 dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)h1, (long long)h0));
