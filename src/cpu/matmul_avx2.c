@@ -4,9 +4,10 @@
  * Built without -march flags: every function carries the target attribute,
  * and matmul.c only calls them after checking the CPU (cpuid + XCR0).
  *
- * Products (decode and small n_tok): one weight row at a time, its blocks
- * unpacked once into int8 vectors and dotted with up to 4 tokens' activations
- * (so weights are read once per call for n_tok <= 4 and from L1 after that).
+ * Products (decode and small n_tok): one weight row at a time (Q4_0: four),
+ * its blocks unpacked once into int8 vectors and dotted with up to 4 tokens'
+ * activations (so weights are read once per call for n_tok <= 4 and from L1
+ * after that), the weight streams prefetched ahead (pf_ahead).
  * Per block the integer sum is exact (as in the reference); the float sum over
  * blocks runs in 8 lanes with FMA, so it differs from the sequential
  * reference only by rounding (tolerance in tests/test_cpu_matmul.c).
@@ -103,13 +104,9 @@ TGT static void quant_q8_K(const float *x, void *vy, int64_t k) {
  * registers. ROW_LOOP / ROW_LOOP_DA (matmul_x86.h) expand the row and
  * token-chunk loops around one. */
 
-/* The 32-element formats do little work per block, so one accumulator per
- * token would make the FMA latency the limit; blocks alternate between two
- * accumulator sets. */
-
-
-/* Q8_0 x Q8_0 (the sign transfer above). */
-/* FMT x Q8_0, for the formats with q32_FMT. */
+/* Q8_0 x Q8_0 through the sign transfer above. The 32-element formats do
+ * little work per block, so one accumulator per token would make the FMA
+ * latency the limit; blocks alternate between two accumulator sets. */
 #define ROW_SS(fmt, BT)                                                                                     \
     TGTI void blk_##fmt(const BT *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc,             \
                         const float *da, int64_t nb) {                                                      \
