@@ -217,11 +217,13 @@ int main(int argc, char **argv) {
             int64_t nins_1[] = {1, 7, 33, 301};
             int64_t *nins = bs == 256 ? nins_k : bs == 32 ? nins_32 : nins_1;
             int n_nins = bs == 256 ? 3 : bs == 32 ? 6 : 4;
-            int64_t nouts[] = {1, 3, 17, 37};
+            /* n_out: every remainder mod 4 (the decode kernels take rows in
+             * groups of 4) on one thread and across thread shares */
+            int64_t nouts[] = {1, 3, 6, 17, 37};
             int64_t ntoks[] = {1, 2, 3, 5, 17};
             long before = g_checked;
             for (int a = 0; a < n_nins; a++)
-                for (int b = 0; b < 4; b++)
+                for (int b = 0; b < 5; b++)
                     for (int c = 0; c < 5; c++) {
                         if (quick && (a + b + c) % 3) continue;
                         test_shape(pools[(a + b + c) % 3], (tnd_cpu_isa_id)isa, wt, nins[a], nouts[b], ntoks[c]);

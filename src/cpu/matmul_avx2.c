@@ -4,9 +4,10 @@
  * Built without -march flags: every function carries the target attribute,
  * and matmul.c only calls them after checking the CPU (cpuid + XCR0).
  *
- * Products (decode and small n_tok): one weight row at a time, its blocks
- * unpacked once into int8 vectors and dotted with up to 4 tokens' activations
- * (so weights are read once per call for n_tok <= 4 and from L1 after that).
+ * Products (decode and small n_tok): one weight row at a time (Q4_0: four),
+ * its blocks unpacked once into int8 vectors and dotted with up to 4 tokens'
+ * activations (so weights are read once per call for n_tok <= 4 and from L1
+ * after that), the weight streams prefetched ahead (pf_ahead).
  * Per block the integer sum is exact (as in the reference); the float sum over
  * blocks runs in 8 lanes with FMA, so it differs from the sequential
  * reference only by rounding (tolerance in tests/test_cpu_matmul.c).
@@ -103,13 +104,9 @@ TGT static void quant_q8_K(const float *x, void *vy, int64_t k) {
  * registers. ROW_LOOP / ROW_LOOP_DA (matmul_x86.h) expand the row and
  * token-chunk loops around one. */
 
-/* The 32-element formats do little work per block, so one accumulator per
- * token would make the FMA latency the limit; blocks alternate between two
- * accumulator sets. */
-
-
-/* Q8_0 x Q8_0 (the sign transfer above). */
-/* FMT x Q8_0, for the formats with q32_FMT. */
+/* Q8_0 x Q8_0 through the sign transfer above. The 32-element formats do
+ * little work per block, so one accumulator per token would make the FMA
+ * latency the limit; blocks alternate between two accumulator sets. */
 #define ROW_SS(fmt, BT)                                                                                     \
     TGTI void blk_##fmt(const BT *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc,             \
                         const float *da, int64_t nb) {                                                      \
@@ -172,7 +169,7 @@ TGTI uint64_t h16x4(const char *const *w, size_t off) {
 }
 
 /* Prefetch distance per row stream, bytes. */
-#define Q4_0_PF 768
+#define Q4_0_PF 3072
 
 /* 4 rows w[0..3] (consecutive rows) x NT tokens; outputs of rows 0..nrow-1
  * stored. */
@@ -182,16 +179,19 @@ TGTI void q4_0_x4(int64_t nb, const char *const *w, const char *xq, size_t x_row
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     const size_t bs = sizeof(block_q4_0);
+    /* Four interleaved streams (see pf_ahead): each row Q4_0_PF bytes
+     * ahead, past its end the same row of the following groups (rows are
+     * rowb = nb * bs bytes, groups 4 rows): offset pf_base + pf_off. */
+    const size_t rowb = (size_t)nb * bs;
+    size_t pf_off = Q4_0_PF, pf_base = 0;
+    while (pf_off >= rowb) pf_off -= rowb, pf_base += 4 * rowb;
     int64_t i = 0;
     for (; i < nb; i += 2) {
         int two = i + 1 < nb;
         size_t off = (size_t)i * bs;
-        /* Four interleaved streams (see pf_ahead): each row Q4_0_PF bytes
-         * ahead, past its end the same row of the next group (rows are
-         * w_row = nb * bs bytes, groups 4 rows). */
-        size_t pf = off + Q4_0_PF;
-        if (pf >= (size_t)nb * bs) pf += 3 * (size_t)nb * bs;
-        for (int r = 0; r < 4; r++) _mm_prefetch(w[r] + pf, _MM_HINT_T0);
+        for (int r = 0; r < 4; r++) _mm_prefetch(w[r] + pf_base + pf_off, _MM_HINT_T0);
+        pf_off += 2 * bs;
+        if (pf_off >= rowb) pf_off -= rowb, pf_base += 4 * rowb;
         uint64_t h0 = h16x4(w, off), h1 = two ? h16x4(w, off + bs) : h0;
         /* lanes 0..3: the rows' scales of block i, 4..7: of block i + 1 */
         __m256 dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)h1, (long long)h0));
@@ -293,18 +293,6 @@ ROW_LOOP_DA(mm_q4_1, row_q4_1, block_q8_1)
 #define W16_BCAST2(v, k, k2)                                                                          \
     _mm256_shuffle_epi8((v), _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (k2))),        \
                                               _mm_set1_epi16((short)(0x0100 + 0x0202 * (k)))))
-
-/* The 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K / Q5_K
- * super-block: unpacked in integer registers, moved over in two words (not
- * byte by byte, which would make the moves the limit). */
-TGTI __m128i k4_scales_v(const uint8_t *s) {
-    uint8_t sc[8], m[8];
-    k4_scales(s, sc, m);
-    uint64_t a, b;
-    memcpy(&a, sc, 8);
-    memcpy(&b, m, 8);
-    return _mm_set_epi64x((long long)b, (long long)a);
-}
 
 /* Q4_K x Q8_K: isum = sum_g sc_g * dot_g, msum = sum_g m_g * bsum_g. The
  * group scales reach the vpmaddwd as vectors through vpshufb from one

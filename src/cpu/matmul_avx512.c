@@ -46,14 +46,12 @@ TGTI void row5_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
         pf_ahead(&w[b], 3); /* 144 bytes */
-        uint8_t sc[8], mn[8];
-        k4_scales(w[b].scales, sc, mn);
+        __m128i sm = k4_scales_v(w[b].scales);
         float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
         /* mins as 16 int16 (each twice: bsums come in 16-groups) */
-        __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)mn),
-                                                             _mm_loadl_epi64((const __m128i *)mn)));
+        __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
         /* the 8 scales as int16 in lanes 0..7 (vpermw below reads only those) */
-        __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+        __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
         __m512i isum[NT_MAX];
         for (int t = 0; t < nt; t++) isum[t] = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {

@@ -86,6 +86,18 @@ TGTI void k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t m[8]) {
     memcpy(m + 4, &d, 4);
 }
 
+/* The 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K / Q5_K
+ * super-block: unpacked in integer registers, moved over in two words (not
+ * byte by byte, which would make the moves the limit). */
+TGTI __m128i k4_scales_v(const uint8_t *s) {
+    uint8_t sc[8], m[8];
+    k4_scales(s, sc, m);
+    uint64_t a, b;
+    memcpy(&a, sc, 8);
+    memcpy(&b, m, 8);
+    return _mm_set_epi64x((long long)b, (long long)a);
+}
+
 /* ---- decode: software prefetch ---------------------------------------------------
  * A decode matvec streams each weight row once; on the machines measured the
  * hardware prefetchers ramp up too slowly for these short streams (or for
