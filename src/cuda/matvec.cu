@@ -2179,8 +2179,13 @@ extern "C" bool tnd_cu_matvec_q4kt_prefetch(void) { return mvt_pf(); }
 /* THE DEFAULTS (flip after the bench's sweep): the feed (env
  * TND_CUDA_TILE_FEED=regs|cpasync|bulk; bulk needs sm_90, cpasync sm_80,
  * an unsupported choice falls back to the next simpler one) and stages per
- * warp's ring (env TND_CUDA_TILE_NS=2|4|6|8). */
-#define MVS_DEFAULT_FEED TND_CU_TILE_BULK
+ * warp's ring (env TND_CUDA_TILE_NS=2|4|6|8).
+ * Measured on the H200 (session 5, 5120x17408, default launch shape, % of
+ * the 4271 GB/s copy): regs (k_mvt_q4k, depth 1) 52%; cpasync 45/45/39/35%
+ * and bulk 44/42/37/30% at NS 2/4/6/8. The rings raise the loads-only
+ * ceiling (probe: 71% against the register feed's 64%) but the decode out
+ * of shared memory loses more than that: the register feed stays. */
+#define MVS_DEFAULT_FEED TND_CU_TILE_REGS
 #define MVS_DEFAULT_NS 4
 
 static mvh_kernel mvs_kernel_of(bool probe, int feed, int ns) {

@@ -36,6 +36,9 @@ static void usage(FILE *f) {
                "                         random:SEED or a file; Q: none, all, auto, random:SEED\n"
                "      --hw PROFILE       SimGPU timing profile (with --device sim)\n"
                "      --no-limits        skip measuring the bandwidths behind the physical limit\n"
+               "      --tokens text|random  what the tests read (default text: a fixed English\n"
+               "                         passage, repeated; random: fixed pseudo-random ids, as\n"
+               "                         llama-bench). MoE speed depends on the routing it causes.\n"
                "\n"
                "With a GPU, the bandwidths of DESIGN.md §12 are measured first (CPU read, pinned\n"
                "PCIe, HBM, and CPU + PCIe at once) and each result is reported against its\n"
@@ -217,7 +220,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     rc = 0;
     /* how much of the split layers' decode routing the GPU's experts took,
      * against the hot-expert table the placement was made from */
-    if (c->n_route_dec) {
+    if (c->n_route_dec >= 16 * (uint64_t)m->hp.n_expert_used) { /* 16 decode steps at least: a share, not noise */
         k->route_gpu = (double)c->n_route_dec_gpu / (double)c->n_route_dec;
         double sum = 0;
         int n = 0;
@@ -230,7 +233,7 @@ out:
     return rc;
 }
 
-/* The tokens the tests run: text, where the model has a tokenizer, since an
+/* The tokens the tests run: text, where the model has a tokenizer (m not NULL), since an
  * MoE model's routing (and so its speed under a hot-expert placement)
  * depends on what it reads; the profile calibrates on other text
  * (sched/perf.c), so the placement is not judged on its own data. Without a
@@ -245,7 +248,7 @@ static void fill_tokens(const tnd_model *m, int32_t *toks, long n, int nv) {
     int32_t *ids = NULL;
     size_t k = 0;
     long have = 0;
-    if (m->tok && !tnd_tokenize(m->tok, text, sizeof text - 1, true, false, &ids, &k) && k > 0)
+    if (m && m->tok && !tnd_tokenize(m->tok, text, sizeof text - 1, true, false, &ids, &k) && k > 0)
         for (; have < n; have++) toks[have] = ids[(size_t)have % k];
     free(ids);
     tnd_clear_error();
@@ -262,6 +265,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *fmt = "md", *budget = NULL, *hw = NULL;
     tnd_device device = TND_DEVICE_CPU;
     long n_prompt = 512, n_gen = 128, depth = 0, threads = 0, reps = 3, batch = 0;
+    bool text_tokens = true;
     static config cfg[MAX_CONFIGS];
     int n_cfg = 0;
     bool want_limits = true;
@@ -282,6 +286,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) ok = tools_parse_int(v, 1, 1 << 16, &batch);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = tools_parse_int(v, 1, 1024, &threads);
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) ok = tools_parse_int(v, 1, 64, &reps);
+        else if (!strcmp(a, "--tokens")) ok = v && ((text_tokens = !strcmp(v, "text")) || !strcmp(v, "random"));
         else if (!strcmp(a, "--device")) {
             ok = v && (!strcmp(v, "cpu") || !strcmp(v, "cuda") || !strcmp(v, "sim"));
             if (ok) device = !strcmp(v, "cuda") ? TND_DEVICE_CUDA : !strcmp(v, "sim") ? TND_DEVICE_SIM : TND_DEVICE_CPU;
@@ -355,7 +360,7 @@ int cmd_bench(int argc, char **argv) {
         tnd_model_free(m);
         return 1;
     }
-    fill_tokens(m, toks, TND_MAX(need, 1), nv); /* at least one: the warm-up reads toks[0] */
+    fill_tokens(text_tokens ? m : NULL, toks, TND_MAX(need, 1), nv); /* at least one: the warm-up reads toks[0] */
     char name_pp[32], name_tg[48];
     snprintf(name_pp, sizeof name_pp, "pp%ld", n_prompt);
     if (depth) snprintf(name_tg, sizeof name_tg, "tg%ld @ d%ld", n_gen, depth);
