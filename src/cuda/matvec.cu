@@ -584,6 +584,35 @@ __device__ __forceinline__ void mvh_finish(float4 a, float4 *red, int KW, int kw
     }
 }
 
+/* The six 16-byte pieces a lane holds of one Q4_K super-block of its 16-row
+ * tile (headers of rows g and g+8, quant pieces 16t and 16t+64 of each),
+ * whatever the layout or feed they came through. */
+struct q4k_pieces {
+    uint4 h0, h1, q00, q01, q10, q11;
+};
+
+/* One super-block step of the f16 tensor-core Q4_K decode: x pairs at xb,
+ * sums into acc's two chains; PROBE only folds the bytes into sink (the
+ * bandwidth probes). Shared by k_mvh_q4k, k_mvt_q4k and k_mvs_q4k so the
+ * three feeds give the same bits. */
+template <bool PROBE>
+__device__ __forceinline__ void q4k_step(const q4k_pieces &b, const uint2 *xb, int t, float (&acc)[2][4],
+                                         uint32_t &sink) {
+    if (PROBE) {
+        sink ^= b.h0.x ^ b.h0.y ^ b.h0.z ^ b.h0.w ^ b.h1.x ^ b.h1.y ^ b.h1.z ^ b.h1.w;
+        sink ^= b.q00.x ^ b.q00.y ^ b.q00.z ^ b.q00.w ^ b.q01.x ^ b.q01.y ^ b.q01.z ^ b.q01.w;
+        sink ^= b.q10.x ^ b.q10.y ^ b.q10.z ^ b.q10.w ^ b.q11.x ^ b.q11.y ^ b.q11.z ^ b.q11.w;
+        return;
+    }
+    const uint32_t h0[4] = {b.h0.x, b.h0.y, b.h0.z, b.h0.w}, h1[4] = {b.h1.x, b.h1.y, b.h1.z, b.h1.w};
+    const uint32_t q0[8] = {b.q00.x, b.q00.y, b.q00.z, b.q00.w, b.q01.x, b.q01.y, b.q01.z, b.q01.w};
+    const uint32_t q1[8] = {b.q10.x, b.q10.y, b.q10.z, b.q10.w, b.q11.x, b.q11.y, b.q11.z, b.q11.w};
+    mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
+               [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
+                   mma_f16(acc[chain], a0, a1, a2, a3, bx);
+               });
+}
+
 /* Q4_K, n_tok 1..8; blockDim.x = 32 * MB * KW. PROBE: the same loads and
  * x staging, the data only XORed into a sink (the bandwidth ceiling of this
  * access pattern, for the bench; y is left alone). */
@@ -606,9 +635,7 @@ __global__ void __launch_bounds__(256) k_mvh_q4k_t(const uint8_t *__restrict__ W
     const uint8_t *q0p = h0p + 16 + 16 * t, *q1p = h1p + 16 + 16 * t;
     const size_t step = (size_t)KW * 144;
     /* h0/h1: headers of rows g, g+8; qRJ: piece j of row g (R = 0), g+8 (R = 1) */
-    struct buf {
-        uint4 h0, h1, q00, q01, q10, q11;
-    };
+    typedef q4k_pieces buf;
     auto load = [&](buf &b) {
         b.h0 = ld_stream16(h0p);
         b.h1 = ld_stream16(h1p);
@@ -623,22 +650,7 @@ __global__ void __launch_bounds__(256) k_mvh_q4k_t(const uint8_t *__restrict__ W
     const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
     const int xsb = feeds ? 64 : 0;
     uint32_t sink = 0;
-    auto compute = [&](const buf &b, int sb) {
-        if (PROBE) {
-            sink ^= b.h0.x ^ b.h0.y ^ b.h0.z ^ b.h0.w ^ b.h1.x ^ b.h1.y ^ b.h1.z ^ b.h1.w;
-            sink ^= b.q00.x ^ b.q00.y ^ b.q00.z ^ b.q00.w ^ b.q01.x ^ b.q01.y ^ b.q01.z ^ b.q01.w;
-            sink ^= b.q10.x ^ b.q10.y ^ b.q10.z ^ b.q10.w ^ b.q11.x ^ b.q11.y ^ b.q11.z ^ b.q11.w;
-            return;
-        }
-        const uint32_t h0[4] = {b.h0.x, b.h0.y, b.h0.z, b.h0.w}, h1[4] = {b.h1.x, b.h1.y, b.h1.z, b.h1.w};
-        const uint32_t q0[8] = {b.q00.x, b.q00.y, b.q00.z, b.q00.w, b.q01.x, b.q01.y, b.q01.z, b.q01.w};
-        const uint32_t q1[8] = {b.q10.x, b.q10.y, b.q10.z, b.q10.w, b.q11.x, b.q11.y, b.q11.z, b.q11.w};
-        const uint2 *xb = xl + sb * xsb;
-        mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
-                   [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
-                       mma_f16(acc[chain], a0, a1, a2, a3, bx);
-                   });
-    };
+    auto compute = [&](const buf &b, int sb) { q4k_step<PROBE>(b, xl + sb * xsb, t, acc, sink); };
     buf A, B;
     int sb = kw;
     if (sb < nsb) load(A); /* in flight while x is staged */
@@ -718,9 +730,7 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
     /* this warp's chunks: base + sb * Q4KT_CHUNK */
     const uint8_t *const base = W + (size_t)(tile <= last ? tile : last) * 16 * rb;
     const uint8_t *const qp = base + 16 * lane, *const hp = base + Q4KT_HDR + 16 * g;
-    struct buf {
-        uint4 h0, h1, q00, q01, q10, q11;
-    };
+    typedef q4k_pieces buf;
     auto load = [&](buf &b, int sb) {
         const size_t o = (size_t)sb * Q4KT_CHUNK;
         b.q00 = ld_stream16(qp + o);
@@ -735,22 +745,7 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
     const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
     const int xsb = feeds ? 64 : 0;
     uint32_t sink = 0;
-    auto compute = [&](const buf &b, int sb) {
-        if (PROBE) {
-            sink ^= b.h0.x ^ b.h0.y ^ b.h0.z ^ b.h0.w ^ b.h1.x ^ b.h1.y ^ b.h1.z ^ b.h1.w;
-            sink ^= b.q00.x ^ b.q00.y ^ b.q00.z ^ b.q00.w ^ b.q01.x ^ b.q01.y ^ b.q01.z ^ b.q01.w;
-            sink ^= b.q10.x ^ b.q10.y ^ b.q10.z ^ b.q10.w ^ b.q11.x ^ b.q11.y ^ b.q11.z ^ b.q11.w;
-            return;
-        }
-        const uint32_t h0[4] = {b.h0.x, b.h0.y, b.h0.z, b.h0.w}, h1[4] = {b.h1.x, b.h1.y, b.h1.z, b.h1.w};
-        const uint32_t q0[8] = {b.q00.x, b.q00.y, b.q00.z, b.q00.w, b.q01.x, b.q01.y, b.q01.z, b.q01.w};
-        const uint32_t q1[8] = {b.q10.x, b.q10.y, b.q10.z, b.q10.w, b.q11.x, b.q11.y, b.q11.z, b.q11.w};
-        const uint2 *xb = xl + sb * xsb;
-        mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
-                   [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
-                       mma_f16(acc[chain], a0, a1, a2, a3, bx);
-                   });
-    };
+    auto compute = [&](const buf &b, int sb) { q4k_step<PROBE>(b, xl + sb * xsb, t, acc, sink); };
     buf ring[DEPTH + 1];
     /* the first DEPTH chunks in flight while x is staged */
 #pragma unroll
@@ -2002,23 +1997,11 @@ __global__ void __launch_bounds__(256) k_mvs_q4k(const uint8_t *__restrict__ W, 
         }
         __syncwarp(); /* every lane's copies of the stage visible to all */
         const uint8_t *s = ring + slot * Q4KT_CHUNK;
-        const uint4 q00 = *(const uint4 *)(s + 16 * lane), q01 = *(const uint4 *)(s + 512 + 16 * lane);
-        const uint4 q10 = *(const uint4 *)(s + 1024 + 16 * lane), q11 = *(const uint4 *)(s + 1536 + 16 * lane);
-        const uint4 b0 = *(const uint4 *)(s + Q4KT_HDR + 16 * g), b1 = *(const uint4 *)(s + Q4KT_HDR + 128 + 16 * g);
-        if (PROBE) {
-            sink ^= b0.x ^ b0.y ^ b0.z ^ b0.w ^ b1.x ^ b1.y ^ b1.z ^ b1.w;
-            sink ^= q00.x ^ q00.y ^ q00.z ^ q00.w ^ q01.x ^ q01.y ^ q01.z ^ q01.w;
-            sink ^= q10.x ^ q10.y ^ q10.z ^ q10.w ^ q11.x ^ q11.y ^ q11.z ^ q11.w;
-        } else {
-            const uint32_t h0[4] = {b0.x, b0.y, b0.z, b0.w}, h1[4] = {b1.x, b1.y, b1.z, b1.w};
-            const uint32_t q0[8] = {q00.x, q00.y, q00.z, q00.w, q01.x, q01.y, q01.z, q01.w};
-            const uint32_t q1[8] = {q10.x, q10.y, q10.z, q10.w, q11.x, q11.y, q11.z, q11.w};
-            const uint2 *xb = xl + (kw + i * KW) * xsb;
-            mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
-                       [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
-                           mma_f16(acc[chain], a0, a1, a2, a3, bx);
-                       });
-        }
+        q4k_pieces b;
+        b.q00 = *(const uint4 *)(s + 16 * lane), b.q01 = *(const uint4 *)(s + 512 + 16 * lane);
+        b.q10 = *(const uint4 *)(s + 1024 + 16 * lane), b.q11 = *(const uint4 *)(s + 1536 + 16 * lane);
+        b.h0 = *(const uint4 *)(s + Q4KT_HDR + 16 * g), b.h1 = *(const uint4 *)(s + Q4KT_HDR + 128 + 16 * g);
+        q4k_step<PROBE>(b, xl + (kw + i * KW) * xsb, t, acc, sink);
         __syncwarp(); /* every lane's reads of the slot done before it is refilled */
         issue(i + NS);
     }
