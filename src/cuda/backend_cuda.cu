@@ -736,6 +736,7 @@ static tnd_status cu_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_str
     int e = tnd_cu_q4kt_repack(w->data, n_in, n_out, s->s);
     if (e) {
         pthread_mutex_unlock(&c->mu);
+        if (e == cudaErrorNotSupported) return TND_OK; /* refused before launching: stays as uploaded */
         return cu_err((cudaError_t)e, "re-laying a Q4_K weight");
     }
     size_t at = c->n_tiled;

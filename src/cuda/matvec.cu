@@ -1354,6 +1354,14 @@ static int cu_dev_attr(cudaDeviceAttr a) {
     return n;
 }
 
+/* The dynamic shared memory the f16 tensor-core kernels opt into: x's area
+ * and the reduction, capped at what the device allows (launches that need
+ * more are refused by mvh_supported). */
+static int mvh_attr_smem(void) {
+    const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin), want = MVH_XS_MAX + 8 * 32 * 16;
+    return max < want ? max : want;
+}
+
 /* Stage shape for k_mv_q4k_tma: SR rows (a multiple of 4) of about 32 KB per
  * stage, the most stages (2..8) that fit; false if even two do not (or the
  * device is older than sm_90). */
@@ -1547,7 +1555,10 @@ static bool mvh_supported(int fam, int type, int64_t n_in, int n_tok) {
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
         return false;
     if (major < 8) return false;
-    return mvh_smem(fam, n_in, n_tok, 0) <= MVH_XS_MAX;
+    /* and the largest block (8 warps) within the device's opt-in shared
+     * memory: 99 KiB on sm_86/89/120 (RTX 30/40/50), below MVH_XS_MAX's */
+    return mvh_smem(fam, n_in, n_tok, 0) <= MVH_XS_MAX &&
+           mvh_smem(fam, n_in, n_tok, 8) <= (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
 }
 
 extern "C" bool tnd_cu_matvec_f16mma_supported(int type, int64_t n_in, int n_tok) {
@@ -1645,7 +1656,7 @@ static int launch_mvh(int fam, int type, const void *W, int64_t n_in, int64_t n_
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
     if (!attr_set[ki][dev]) {
         cudaError_t e = cudaFuncSetAttribute(mvh_kernel_of(fam, type), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)(MVH_XS_MAX + 8 * 32 * 16));
+                                             mvh_attr_smem());
         if (e != cudaSuccess) return (int)e;
         attr_set[ki][dev] = true;
     }
@@ -2069,7 +2080,7 @@ static int mvt_prepare(void) {
         const bool probe = k >= 2 * MVT_MAX_DEPTH;
         e = cudaFuncSetAttribute(mvt_kernel_of(probe, k % MVT_MAX_DEPTH + 1, (k / MVT_MAX_DEPTH) & 1),
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 probe ? max : (int)(MVH_XS_MAX + 8 * 32 * 16));
+                                 probe ? max : mvh_attr_smem());
     }
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_q4kt_repack, cudaFuncAttributeMaxDynamicSharedMemorySize, max);
     if (e != cudaSuccess) return (int)e;
@@ -2081,7 +2092,9 @@ static int mvt_prepare(void) {
  * in shared memory, as f16mma); more tokens run in groups. 0: none. */
 static int mvt_max_tok(int64_t n_in) {
     int n = 0;
-    while (n < 8 && mvh_smem(TND_CU_MV_F16MMA, n_in, n + 1, 0) <= MVH_XS_MAX) n++;
+    while (n < 8 && mvh_smem(TND_CU_MV_F16MMA, n_in, n + 1, 0) <= MVH_XS_MAX &&
+           mvh_smem(TND_CU_MV_F16MMA, n_in, n + 1, 8) <= (size_t)mvh_attr_smem())
+        n++;
     return n;
 }
 
@@ -2096,7 +2109,10 @@ extern "C" int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_s
     int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
     if (e) return e;
     if (!tnd_cu_q4kt_supported(n_in, n_out)) return cudaErrorNotSupported;
-    if ((e = mvt_prepare())) return e;
+    if (mvt_prepare()) { /* nothing launched: the weight stays as uploaded */
+        (void)cudaGetLastError();
+        return cudaErrorNotSupported;
+    }
     const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
     k_q4kt_repack<<<(unsigned)(n_out / 16), 512, 16 * rb, (cudaStream_t)stream>>>((uint8_t *)W, rb);
     return (int)cudaGetLastError();

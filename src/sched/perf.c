@@ -119,7 +119,7 @@ typedef struct meas {
  * typical run of its small ops, not the luckiest. */
 static double time_cpu(meas *M, const tnd_op *op, int reps) {
     double t[16];
-    if (reps > 15) reps = 15;
+    reps = reps < 1 ? 1 : reps > 15 ? 15 : reps;
     for (int r = 0; r <= reps; r++) {
         if (M->evict) tnd_cpu_read_once(M->pool, M->evict, M->evict_n);
         double t0 = tnd_time_s();

@@ -249,7 +249,7 @@ static void fill_tokens(const tnd_model *m, int32_t *toks, long n, int nv) {
     size_t k = 0;
     long have = 0;
     if (m && m->tok && !tnd_tokenize(m->tok, text, sizeof text - 1, true, false, &ids, &k) && k > 0)
-        for (; have < n; have++) toks[have] = ids[(size_t)have % k];
+        for (; have < n; have++) toks[have] = (int32_t)((uint32_t)ids[(size_t)have % k] % (uint32_t)nv);
     free(ids);
     tnd_clear_error();
     uint64_t x = 0x9E3779B97F4A7C15ull;
