@@ -7,20 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "gguf.h"
 #include "tandem.h"
-
-static int n_fail;
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            if (n_fail++ < 30) {                                                  \
-                fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-                fprintf(stderr, __VA_ARGS__);                                     \
-                fputc('\n', stderr);                                              \
-            }                                                                     \
-        }                                                                         \
-    } while (0)
 
 /* tokenizer.chat_template of SmolLM2-135M-Instruct (HuggingFaceTB). */
 static const char smollm2_tmpl[] =
@@ -184,10 +173,5 @@ int main(void) {
         printf("default model not found: embedded template copy only\n");
     }
     test_errors();
-    if (n_fail) {
-        fprintf(stderr, "test_chat: %d failure(s)\n", n_fail);
-        return 1;
-    }
-    printf("test_chat: ok\n");
-    return 0;
+    return tc_summary();
 }

@@ -24,31 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "cpu/matmul.h"
 #include "cpu/matmul_amx.h"
 #include "cpu/matmul_impl.h"
 #include "util.h"
 
-static int g_fail;
-static long g_checked;
-#define CHECK(c, ...)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            g_fail++;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static uint64_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-static float frand(void) { return (float)((rnd() >> 40) * (1.0 / (1 << 23))) - 1.0f; } /* [-1, 1) */
+static long g_checked; /* output entries compared */
 
 enum { W_QUANT, W_BYTES, W_EXTREME };
 
@@ -58,11 +40,11 @@ static void make_weights(tnd_type wt, int kind, void *W, int64_t n_in, int64_t n
     size_t wrow = tnd_row_size(wt, n_in);
     if (kind == W_BYTES) {
         uint8_t *p = W;
-        for (size_t i = 0; i < wrow * (size_t)n_out; i++) p[i] = (uint8_t)(rnd() >> 33);
+        for (size_t i = 0; i < wrow * (size_t)n_out; i++) p[i] = (uint8_t)(tc_xorshift() >> 33);
         int64_t nb = n_in / tr->block_size * n_out;
         for (int64_t b = 0; b < nb; b++) {
-            uint16_t d = tnd_fp32_to_fp16(0.001f + 0.02f * (frand() + 1.0f));
-            uint16_t d2 = tnd_fp32_to_fp16(0.001f + 0.01f * (frand() + 1.0f));
+            uint16_t d = tnd_fp32_to_fp16(0.001f + 0.02f * (tc_frand() + 1.0f));
+            uint16_t d2 = tnd_fp32_to_fp16(0.001f + 0.01f * (tc_frand() + 1.0f));
             switch (wt) {
             case TND_TYPE_Q4_0: ((block_q4_0 *)W)[b].d = d; break;
             case TND_TYPE_Q8_0: ((block_q8_0 *)W)[b].d = d; break;
@@ -82,7 +64,7 @@ static void make_weights(tnd_type wt, int kind, void *W, int64_t n_in, int64_t n
         for (int64_t i = 0; i < n_in; i++)
             wf[i] = kind == W_EXTREME
                         ? (r % 4 == 0 ? -1.0f : r % 4 == 1 ? 1.0f : r % 4 == 2 ? ((i / 16) % 2 ? 1.0f : -1.0f) : -0.5f)
-                        : frand() * sc * (1.0f + (float)((i / 32) % 3));
+                        : tc_frand() * sc * (1.0f + (float)((i / 32) % 3));
         tr->from_float(wf, (char *)W + (size_t)r * wrow, n_in);
     }
     free(wf);
@@ -91,7 +73,7 @@ static void make_weights(tnd_type wt, int kind, void *W, int64_t n_in, int64_t n
 static void make_x(float *x, int64_t n_in, int64_t n_tok, bool extreme) {
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t i = 0; i < n_in; i++) {
-            float v = frand();
+            float v = tc_frand();
             if ((i % 97) == 5) v *= 20.0f;
             if (extreme) v = t % 3 == 0 ? 1.0f : t % 3 == 1 ? -1.0f : (i % 2 ? 3.0f : -3.0f);
             x[t * n_in + i] = v;
@@ -259,6 +241,7 @@ static void run_mode(tnd_amx_mode mode, tnd_pool **pools, int npools) {
 }
 
 int main(void) {
+    tc_rng = 0x2545f4914f6cdd1dull;
     printf("ISA %s, AMX %s\n", tnd_cpu_isa(), tnd_cpu_amx_state());
     /* selection rules */
     CHECK(tnd_cpu_amx_force(TND_AMX_EMU), "force emu");
@@ -276,21 +259,16 @@ int main(void) {
         return 1;
     }
     run_mode(TND_AMX_EMU, pools, 2);
-    printf("emulated tiles: %ld entries checked, %d failures\n", g_checked, g_fail);
+    printf("emulated tiles: %ld entries checked, %d failures\n", g_checked, tc_fails);
     if (tnd_cpu_amx_supported()) {
         long before = g_checked;
-        int fb = g_fail;
+        int fb = tc_fails;
         run_mode(TND_AMX_HW, pools, 2);
-        printf("AMX: %ld entries checked, %d failures\n", g_checked - before, g_fail - fb);
+        printf("AMX: %ld entries checked, %d failures\n", g_checked - before, tc_fails - fb);
     } else {
         printf("AMX hardware test skipped: AMX %s\n", tnd_cpu_amx_state());
     }
     tnd_pool_free(pools[0]);
     tnd_pool_free(pools[1]);
-    if (g_fail) {
-        fprintf(stderr, "%d failures\n", g_fail);
-        return 1;
-    }
-    printf("ok\n");
-    return 0;
+    return tc_summary();
 }

@@ -7,19 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "cpu/ops.h"
 #include "cpu/pool.h"
 #include "quant/quant.h"
 
-static int failures, checks;
-
-static uint64_t rng = 0x1234567;
-static float frand(void) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((int64_t)(rng >> 40) - (1 << 23)) / (float)(1 << 23);
-}
-
 int main(void) {
+    tc_rng = 0x1234567;
     struct { int hd, n_head, n_kv, n_tok, pos0, window; float softcap; int threads; } cases[] = {
         {64, 9, 3, 7, 0, 0, 0, 1},   {128, 8, 2, 1, 300, 0, 0, 3}, {16, 4, 4, 33, 5, 0, 0, 2},
         {256, 2, 1, 5, 17, 0, 0, 2}, {128, 6, 1, 19, 40, 16, 0, 4}, {64, 4, 2, 9, 3, 0, 30.0f, 2},
@@ -31,8 +25,8 @@ int main(void) {
         size_t qn = (size_t)nt * nh * hd, kn = (size_t)rows * nkv * hd;
         float *q = malloc(qn * 4), *o1 = malloc(qn * 4), *o2 = malloc(qn * 4);
         uint16_t *k = malloc(kn * 2), *v = malloc(kn * 2);
-        for (size_t i = 0; i < qn; i++) q[i] = frand();
-        for (size_t i = 0; i < kn; i++) k[i] = tnd_fp32_to_fp16(frand()), v[i] = tnd_fp32_to_fp16(frand());
+        tc_fill_frand(q, qn);
+        for (size_t i = 0; i < kn; i++) k[i] = tnd_fp32_to_fp16(tc_frand()), v[i] = tnd_fp32_to_fp16(tc_frand());
         tnd_pool *pool = tnd_pool_new(cases[c].threads);
         tnd_attn_args a = {.q = q, .k = k, .v = v, .out = o1, .n_tok = nt, .pos0 = p0, .n_head = nh, .n_kv_head = nkv,
                            .head_dim = hd, .window = cases[c].window, .scale = 1.0f / sqrtf((float)hd),
@@ -45,15 +39,10 @@ int main(void) {
         float worst = 0;
         for (size_t i = 0; i < qn; i++) worst = fmaxf(worst, fabsf(o1[i] - o2[i]));
         /* values in [-1, 1], scores summed over <= 256 products: a few ulps of 1 */
-        checks++;
-        if (!(worst <= 2e-5f)) {
-            failures++;
-            fprintf(stderr, "FAIL case %zu (hd %d, heads %d/%d, %d tokens at %d): max diff %g\n", c, hd, nh, nkv, nt,
-                    p0, worst);
-        }
+        CHECK(worst <= 2e-5f, "case %zu (hd %d, heads %d/%d, %d tokens at %d): max diff %g", c, hd, nh, nkv, nt, p0,
+              worst);
         tnd_pool_free(pool);
         free(q), free(o1), free(o2), free(k), free(v);
     }
-    printf("%d of %d attention cases match the scalar reference\n", checks - failures, checks);
-    return failures ? 1 : 0;
+    return tc_summary();
 }

@@ -22,34 +22,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "cpu/matmul.h"
 #include "cpu/matmul_impl.h"
 #include "util.h"
 
-static int g_fail;
-static long g_checked;
-#define CHECK(c, ...)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            g_fail++;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (float)((g_rng >> 40) * (1.0 / (1 << 23))) - 1.0f;
-}
+static long g_checked; /* outputs compared */
 
 /* Activations shaped like a transformer's: mostly small, a few outliers. */
 static void fill_x(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        x[i] = frand();
+        x[i] = tc_frand();
         if ((i % 97) == 5) x[i] *= 20.0f;
     }
 }
@@ -105,7 +88,7 @@ static void test_shape_x(tnd_pool *pool, tnd_cpu_isa_id isa, tnd_type wt, int64_
         float sc = 0.05f + 0.1f * (float)(r % 7);
         for (int64_t i = 0; i < n_in; i++)
             wf[i] = extreme ? (r % 4 == 0 ? -1.0f : r % 4 == 1 ? 1.0f : r % 4 == 2 ? ((i / 16) % 2 ? 1.0f : -1.0f) : -0.5f)
-                            : frand() * sc * (1.0f + (float)((i / 32) % 3));
+                            : tc_frand() * sc * (1.0f + (float)((i / 32) % 3));
         tr->from_float(wf, (char *)W + r * wrow, n_in);
     }
     float *x = malloc((size_t)(n_in * n_tok) * sizeof(float));
@@ -194,6 +177,7 @@ static void test_act_quant(void) {
 }
 
 int main(int argc, char **argv) {
+    tc_rng = 0x9e3779b97f4a7c15ull;
     bool quick = argc > 1 && !strcmp(argv[1], "quick");
     tnd_cpu_isa_id best = tnd_cpu_isa_best();
     printf("best ISA here: %d\n", (int)best);
@@ -240,7 +224,5 @@ int main(int argc, char **argv) {
         }
     }
     for (int i = 0; i < 3; i++) tnd_pool_free(pools[i]);
-    if (g_fail) printf("test_cpu_matmul: %d failures\n", g_fail);
-    else printf("test_cpu_matmul: ok\n");
-    return g_fail != 0;
+    return tc_summary();
 }

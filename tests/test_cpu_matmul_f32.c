@@ -23,32 +23,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "cpu/dequant.h"
 #include "cpu/matmul_f32.h"
 #include "cpu/matmul_impl.h"
 #include "util.h"
 
-static int g_fail;
-static long g_checked;
-#define CHECK(c, ...)                                                    \
-    do {                                                                 \
-        if (!(c)) {                                                      \
-            if (g_fail < 40) {                                           \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
-                fprintf(stderr, __VA_ARGS__);                            \
-                fputc('\n', stderr);                                     \
-            }                                                            \
-            g_fail++;                                                    \
-        }                                                                \
-    } while (0)
+static long g_checked; /* values compared */
 
-static uint64_t g_rng = 0x243f6a8885a308d3ull;
-static uint32_t rnd32(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
+static uint32_t rnd32(void) { return (uint32_t)(tc_xorshift() >> 16); }
 static float frand(void) { return (float)((rnd32() >> 8) * (1.0 / (1 << 23))) - 1.0f; } /* [-1, 1) */
 
 /* Activations shaped like a transformer's: mostly small, a few outliers. */
@@ -260,6 +243,7 @@ static void test_many_tokens(tnd_pool *pool, int isa, tnd_type t, int64_t n_in) 
 }
 
 int main(void) {
+    tc_rng = 0x243f6a8885a308d3ull;
     tnd_pool *pools[3] = {NULL, tnd_pool_new(2), tnd_pool_new(3)};
     if (!pools[1] || !pools[2]) {
         fprintf(stderr, "pool: %s\n", tnd_last_error());
@@ -304,10 +288,5 @@ int main(void) {
     tnd_cpu_isa_force(best);
     tnd_pool_free(pools[1]);
     tnd_pool_free(pools[2]);
-    if (g_fail) {
-        fprintf(stderr, "%d failures\n", g_fail);
-        return 1;
-    }
-    printf("ok\n");
-    return 0;
+    return tc_summary();
 }

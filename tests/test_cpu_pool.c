@@ -7,18 +7,8 @@
 #include <string.h>
 
 #include "cpu/pool.h"
+#include "check.h"
 #include "util.h"
-
-static int g_fail;
-#define CHECK(c, ...)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            g_fail = 1;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 #define MAXT 16
 
@@ -121,6 +111,5 @@ int main(void) {
     tnd_pool *p = tnd_pool_new(0);
     CHECK(p && tnd_pool_size(p) >= 1 && tnd_pool_size(p) <= 512, "default pool");
     tnd_pool_free(p);
-    if (!g_fail) printf("test_cpu_pool: ok\n");
-    return g_fail;
+    return tc_summary();
 }

@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "check.h"
 #include "exec/exec.h"
+#include "model_fixture.h"
 #include "tandem.h"
 
 #define N_GEN 32
@@ -30,26 +32,8 @@
  * modules are loaded by a warm-up run before any measurement. */
 #define SLACK (8ull << 20)
 
-static int failures;
-#define CHECK(c, ...)                                                   \
-    do {                                                                \
-        if (!(c)) {                                                     \
-            failures++;                                                 \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);        \
-            fprintf(stderr, __VA_ARGS__);                               \
-            fputc('\n', stderr);                                        \
-        }                                                               \
-    } while (0)
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static float top2_gap(const float *x, int n) {
-    int b = argmax(x, n);
+    int b = tc_argmax(x, n);
     float s = -1e30f;
     for (int i = 0; i < n; i++)
         if (i != b && x[i] > s) s = x[i];
@@ -76,7 +60,7 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *cp, const int32_t
     int nv = tnd_model_n_vocab(m);
     st = tnd_ctx_eval(c, ids, n, lg);
     for (int i = 0; !st && i < N_GEN; i++) {
-        out[i] = argmax(lg + (size_t)i * nv, nv);
+        out[i] = tc_argmax(lg + (size_t)i * nv, nv);
         if (i + 1 < N_GEN) st = tnd_ctx_eval(c, &out[i], 1, lg + (size_t)(i + 1) * nv);
     }
     if (c->gpu && grew) {
@@ -91,11 +75,8 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *cp, const int32_t
     return st;
 }
 
-static uint64_t rng = 0x1234567887654321ull;
-static float frand(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 11) % 2000001) / 1e6f - 1.0f;
-}
+/* uniform on a grid of 1e-6 in [-1, 1] */
+static float frand(void) { return (float)((tc_xorshift() >> 11) % 2000001) / 1e6f - 1.0f; }
 
 static void test_matmul_id_skip(void) {
     tnd_backend *g = NULL, *cpu = NULL;
@@ -173,21 +154,12 @@ int main(void) {
         printf("skipped: no CUDA device\n");
         return 77;
     }
+    tc_rng = 0x1234567887654321ull;
     test_matmul_id_skip();
     char path[4096];
-    const char *src = getenv("TND_SRC");
-    snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");
-    if (getenv("TND_MODEL")) snprintf(path, sizeof path, "%s", getenv("TND_MODEL"));
-    if (access(path, R_OK) != 0) {
-        printf("skipped: %s missing\n", path);
-        return 77;
-    }
-    tnd_model_params mp = tnd_model_default_params();
-    tnd_model *m;
-    if (tnd_model_load(path, &mp, &m)) {
-        fprintf(stderr, "load: %s\n", tnd_last_error());
-        return 1;
-    }
+    if (!fx_default_model(path, sizeof path, true)) return 77;
+    tnd_model *m = fx_load(path, 0);
+    if (!m) return 1;
     int nv = tnd_model_n_vocab(m);
     const char *prompts[] = {"The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):"};
     float *ref = malloc(sizeof(float) * (size_t)N_GEN * nv), *got = malloc(sizeof(float) * (size_t)N_GEN * nv);
@@ -248,5 +220,5 @@ int main(void) {
     free(ref);
     free(got);
     tnd_model_free(m);
-    return failures ? 1 : 0;
+    return tc_summary();
 }

@@ -23,21 +23,12 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "check.h"
 #include "exec/exec.h"
+#include "model_fixture.h"
 #include "model/model.h"
 #include "tandem.h"
 #include "util.h"
-
-static int failures;
-#define CHECK(c, ...)                                            \
-    do {                                                         \
-        if (!(c)) {                                              \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fputc('\n', stderr);                                 \
-        }                                                        \
-    } while (0)
 
 #define N_DEC 6
 
@@ -82,26 +73,12 @@ int main(void) {
         printf("skipped: no CUDA device\n");
         return 77;
     }
-    const char *bin = getenv("TND_BIN");
-    if (!bin || access(bin, X_OK) != 0) {
-        printf("skipped: TND_BIN (the tandem binary, for synth) not set\n");
-        return 77;
-    }
-    char dir[] = "/tmp/tnd_repack_XXXXXX", path[256], cmd[1024];
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    snprintf(path, sizeof path, "%s/tiny-qwen3.gguf", dir);
-    snprintf(cmd, sizeof cmd, "'%s' synth --shape tiny-qwen3 -o '%s' --seed 5 -t 2 > /dev/null", bin, path);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "FAIL: %s\n", cmd);
-        return 1;
-    }
-    tnd_model_params mp = tnd_model_default_params();
-    tnd_model *m;
-    if (tnd_model_load(path, &mp, &m)) {
-        fprintf(stderr, "load: %s\n", tnd_last_error());
+    char path[64];
+    int rc = fx_synth("tiny-qwen3", "--seed 5 -t 2", path, sizeof path);
+    if (rc) return rc;
+    tnd_model *m = fx_load(path, 0);
+    if (!m) {
+        unlink(path);
         return 1;
     }
     const bool off = getenv("TND_CUDA_REPACK") && strcmp(getenv("TND_CUDA_REPACK"), "0") == 0;
@@ -158,7 +135,5 @@ int main(void) {
     free(gpu);
     tnd_model_free(m);
     unlink(path);
-    rmdir(dir);
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    return tc_summary();
 }

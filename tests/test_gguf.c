@@ -11,19 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "gguf.h"
 #include "util.h"
-
-static int g_fails, g_checks;
-
-#define CHECK(c)                                                                  \
-    do {                                                                          \
-        g_checks++;                                                               \
-        if (!(c)) {                                                               \
-            g_fails++;                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-        }                                                                         \
-    } while (0)
 
 static char g_dir[512];
 
@@ -107,23 +97,16 @@ static void expect_fail_(int line, const bb *b, tnd_status st, const char *f1, c
     tnd_status got = open_bb(b, &g);
     const char *m = tnd_last_error();
     bool ok = got == st && strstr(m, "bad.gguf") && (!f1 || strstr(m, f1)) && (!f2 || strstr(m, f2));
-    g_checks++;
-    if (!ok) {
-        g_fails++;
+    if (!tc_count(ok))
         fprintf(stderr, "line %d: expected status %s with '%s' '%s'; got %s: %s\n", line, tnd_status_name(st),
                 f1 ? f1 : "", f2 ? f2 : "", tnd_status_name(got), got ? m : "(opened)");
-    }
 }
 #define expect_fail(b, st, f1, f2) expect_fail_(__LINE__, b, st, f1, f2)
 
 static void expect_ok_(int line, const bb *b) {
     tnd_gguf *g = NULL;
     tnd_status got = open_bb(b, &g);
-    g_checks++;
-    if (got) {
-        g_fails++;
-        fprintf(stderr, "line %d: expected the file to open: %s\n", line, tnd_last_error());
-    }
+    if (!tc_count(got == TND_OK)) fprintf(stderr, "line %d: expected the file to open: %s\n", line, tnd_last_error());
 }
 #define expect_ok(b) expect_ok_(__LINE__, b)
 
@@ -826,6 +809,5 @@ int main(int argc, char **argv) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-    printf("%d checks, %d failed\n", g_checks, g_fails);
-    return g_fails ? 1 : 0;
+    return tc_summary();
 }

@@ -10,30 +10,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "exec/exec.h"
+#include "model_fixture.h"
 #include "sim/sim.h"
 #include "tandem.h"
 #include "util.h"
 
-static int failures;
-#define CHECK(c, ...)                                                   \
-    do {                                                                \
-        if (!(c)) {                                                     \
-            failures++;                                                 \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);        \
-            fprintf(stderr, __VA_ARGS__);                               \
-            fputc('\n', stderr);                                        \
-        }                                                               \
-    } while (0)
-
 #define N_GEN 12
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 /* Prefill (in rounds of n_batch) then N_GEN greedy tokens; the logits of
  * every step into lg[(N_GEN + 1) * nv]. */
@@ -47,7 +31,7 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *cp, const int32_t
     int nv = tnd_model_n_vocab(m);
     st = tnd_ctx_eval(c, ids, n, lg);
     for (int i = 0; !st && i < N_GEN; i++) {
-        out[i] = argmax(lg + (size_t)i * nv, nv);
+        out[i] = tc_argmax(lg + (size_t)i * nv, nv);
         st = tnd_ctx_eval(c, &out[i], 1, lg + (size_t)(i + 1) * nv);
     }
     tnd_ctx_free(c);
@@ -58,21 +42,13 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *cp, const int32_t
  * expert on a random side), with and without promotions, against the CPU:
  * logits bit for bit. The tiny qwen3moe comes from `tandem synth`. */
 static void test_moe(int n_place) {
-    const char *bin = getenv("TND_BIN");
-    char path[] = "/tmp/tnd_moe_XXXXXX", cmd[8192];
-    int fd = mkstemp(path);
-    if (!bin || fd < 0) {
-        printf("moe: skipped (no TND_BIN)\n");
-        return;
-    }
-    close(fd);
-    snprintf(cmd, sizeof cmd, "'%s' synth --force --shape tiny-qwen3moe -o '%s' > /dev/null 2>&1", bin, path);
-    CHECK(system(cmd) == 0, "synth tiny-qwen3moe");
-    tnd_model_params mp = tnd_model_default_params();
-    mp.n_threads = 2;
-    tnd_model *m;
-    if (tnd_model_load(path, &mp, &m)) {
-        CHECK(0, "load moe: %s", tnd_last_error());
+    char path[64];
+    int rc = fx_synth("tiny-qwen3moe", "", path, sizeof path);
+    CHECK(rc != 1, "synth tiny-qwen3moe");
+    if (rc) return;
+    tnd_model *m = fx_load(path, 2);
+    if (!m) {
+        CHECK(0, "load moe");
         unlink(path);
         return;
     }
@@ -125,7 +101,7 @@ static void test_moe(int n_place) {
 
     /* placement files: single experts and patterns over them; written back and reloaded the same */
     char fpath[] = "/tmp/tnd_place_XXXXXX";
-    fd = mkstemp(fpath);
+    int fd = mkstemp(fpath);
     FILE *f = fdopen(fd, "w");
     fprintf(f, "blk.*.kv gpu\nblk.1.exp.* gpu\nblk.1.exp.1? cpu\nblk.2.exp.3 gpu\nblk.3.ffn_up_exps.weight gpu\n"
                "blk.3.exp.0 gpu\nblk.3.ffn_*_exps.weight cpu\n");
@@ -187,21 +163,11 @@ static void test_moe(int n_place) {
 
 int main(void) {
     char path[4096];
-    const char *src = getenv("TND_SRC");
-    snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");
-    if (access(path, R_OK) != 0) {
-        printf("skipped: %s missing\n", path);
-        return 77;
-    }
+    if (!fx_default_model(path, sizeof path, false)) return 77;
     int n_place = getenv("TND_SANITIZED") ? 8 : 60;
     if (getenv("TND_HYBRID_N")) n_place = atoi(getenv("TND_HYBRID_N"));
-    tnd_model_params mp = tnd_model_default_params();
-    mp.n_threads = 2;
-    tnd_model *m;
-    if (tnd_model_load(path, &mp, &m)) {
-        fprintf(stderr, "load: %s\n", tnd_last_error());
-        return 1;
-    }
+    tnd_model *m = fx_load(path, 2);
+    if (!m) return 1;
     int nv = tnd_model_n_vocab(m);
     const char *text = "The capital of France is Paris, and the capital of Italy is";
     int32_t *ids;
@@ -287,7 +253,5 @@ int main(void) {
     free(got);
     tnd_model_free(m);
     test_moe(n_place);
-    if (failures) fprintf(stderr, "%d failures\n", failures);
-    else printf("ok\n");
-    return failures ? 1 : 0;
+    return tc_summary();
 }

@@ -1,53 +1,19 @@
 /* Model and context behaviour on the default model: chunked prefill equals
  * one-token-at-a-time evaluation, truncation rewinds exactly, limits and bad
  * inputs fail cleanly. Skips (77) when the default model is absent. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "check.h"
+#include "model_fixture.h"
 #include "tandem.h"
-
-static int failures;
-#define CHECK(c, ...)                                                   \
-    do {                                                                \
-        if (!(c)) {                                                     \
-            failures++;                                                 \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);        \
-            fprintf(stderr, __VA_ARGS__);                               \
-            fputc('\n', stderr);                                        \
-        }                                                               \
-    } while (0)
-
-static float max_abs_diff(const float *a, const float *b, int n) {
-    float m = 0;
-    for (int i = 0; i < n; i++) m = fmaxf(m, fabsf(a[i] - b[i]));
-    return m;
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 int main(void) {
     char path[4096];
-    const char *src = getenv("TND_SRC");
-    snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");
-    if (access(path, R_OK) != 0) {
-        printf("skipped: %s missing\n", path);
-        return 77;
-    }
-    tnd_model_params mp = tnd_model_default_params();
-    mp.n_threads = 2;
-    tnd_model *m;
-    if (tnd_model_load(path, &mp, &m)) {
-        fprintf(stderr, "load: %s\n", tnd_last_error());
-        return 1;
-    }
+    if (!fx_default_model(path, sizeof path, false)) return 77;
+    tnd_model *m = fx_load(path, 2);
+    if (!m) return 1;
     int nv = tnd_model_n_vocab(m);
     const tnd_tokenizer *tok = tnd_model_tokenizer(m);
     const char *text = "The quick brown fox jumps over the lazy dog. Paris is the capital of";
@@ -70,15 +36,15 @@ int main(void) {
     CHECK(tnd_ctx_eval(whole, ids, (int)n, a) == TND_OK, "eval whole: %s", tnd_last_error());
     CHECK(tnd_ctx_eval(chunked, ids, (int)n, b) == TND_OK, "eval chunked");
     for (size_t i = 0; i < n; i++) CHECK(tnd_ctx_eval(single, &ids[i], 1, c1) == TND_OK, "eval single");
-    float d1 = max_abs_diff(a, b, nv), d2 = max_abs_diff(a, c1, nv);
+    float d1 = tc_max_abs_diff(a, b, nv), d2 = tc_max_abs_diff(a, c1, nv);
     CHECK(d1 < 1e-3f && d2 < 1e-3f, "chunked prefill differs: %g %g", d1, d2);
-    CHECK(argmax(a, nv) == argmax(b, nv) && argmax(a, nv) == argmax(c1, nv), "argmax differs");
+    CHECK(tc_argmax(a, nv) == tc_argmax(b, nv) && tc_argmax(a, nv) == tc_argmax(c1, nv), "argmax differs");
     CHECK(tnd_ctx_n_past(whole) == (int)n, "n_past %d != %zu", tnd_ctx_n_past(whole), n);
 
     /* Truncate and re-evaluate the last token: identical logits. */
     CHECK(tnd_ctx_truncate(whole, (int)n - 1) == TND_OK, "truncate");
     CHECK(tnd_ctx_eval(whole, &ids[n - 1], 1, b) == TND_OK, "re-eval");
-    CHECK(max_abs_diff(a, b, nv) < 1e-3f, "truncate + re-eval differs: %g", max_abs_diff(a, b, nv));
+    CHECK(tc_max_abs_diff(a, b, nv) < 1e-3f, "truncate + re-eval differs: %g", tc_max_abs_diff(a, b, nv));
     CHECK(tnd_ctx_truncate(whole, (int)n + 5) == TND_ERR_ARG, "truncate beyond n_past must fail");
 
     /* Context limit: fails cleanly and leaves the cache unchanged. */
@@ -102,8 +68,10 @@ int main(void) {
     CHECK(tnd_ctx_new(m, &cp, &huge) == TND_ERR_LIMIT, "n_ctx > training context must fail");
 
     /* Loading garbage fails with a message naming the file. */
+    tnd_model_params mp = tnd_model_default_params();
     tnd_model *bad_m;
     char junk[4096];
+    const char *src = getenv("TND_SRC");
     snprintf(junk, sizeof junk, "%s/CMakeLists.txt", src ? src : ".");
     CHECK(tnd_model_load(junk, &mp, &bad_m) != TND_OK, "loading a non-GGUF must fail");
     CHECK(strstr(tnd_last_error(), "CMakeLists.txt") != NULL, "message should name the file: %s", tnd_last_error());
@@ -116,6 +84,5 @@ int main(void) {
     free(a);
     free(b);
     free(c1);
-    printf("%d failed\n", failures);
-    return failures ? 1 : 0;
+    return tc_summary();
 }

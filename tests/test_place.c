@@ -10,33 +10,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "exec/exec.h"
 #include "sched/perf.h"
 #include "sched/place.h"
 #include "sched/plan_svg.h"
 #include "util.h"
 
-static int n_fail;
-#define CHECK(cond, ...)                                                                     \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            if (n_fail++ < 30) {                                                             \
-                fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);     \
-                fprintf(stderr, __VA_ARGS__);                                                \
-                fputc('\n', stderr);                                                         \
-            }                                                                                \
-        }                                                                                    \
-    } while (0)
-
-static uint64_t rng_state = 0x5eed5eed12345678ull;
-static uint64_t rnd_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rnd(void) { return (double)(rnd_u64() >> 11) / 9007199254740992.0; }
-static int rnd_int(int n) { return (int)(rnd_u64() % (uint64_t)n); }
+static double rnd(void) { return tc_unit(tc_splitmix()); }
+static int rnd_int(int n) { return (int)(tc_splitmix() % (uint64_t)n); }
 
 static const uint64_t MiB = 1ull << 20;
 
@@ -760,6 +742,7 @@ static void test_static_experts(void) {
 }
 
 int main(void) {
+    tc_rng = 0x5eed5eed12345678ull;
     test_static_experts();
     test_dense_vs_brute();
     test_moe_vs_brute();
@@ -769,10 +752,5 @@ int main(void) {
     test_round_time();
     test_errors();
     test_svg();
-    if (n_fail) {
-        fprintf(stderr, "%d checks failed\n", n_fail);
-        return 1;
-    }
-    printf("all placement checks passed\n");
-    return 0;
+    return tc_summary();
 }

@@ -8,28 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "cuda/q4k_tile.cuh"
 
-static int g_fail, g_pass;
-
-#define CHECK(cond, ...)                                 \
-    do {                                                 \
-        if (cond) g_pass++;                              \
-        else {                                           \
-            g_fail++;                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);  \
-            printf(__VA_ARGS__);                         \
-            printf("\n");                                \
-        }                                                \
-    } while (0)
-
-static uint64_t rng = 0x243f6a8885a308d3ull;
-static uint8_t rnd8(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint8_t)(rng >> 32);
-}
+/* a random byte */
+static uint8_t rnd8(void) { return (uint8_t)(tc_xorshift() >> 32); }
 
 /* Positions worked out by hand from the definition in the header. */
 static void test_known_positions(void) {
@@ -156,12 +139,12 @@ static void test_qualify(void) {
 }
 
 int main(void) {
+    tc_rng = 0x243f6a8885a308d3ull;
     test_known_positions();
     test_lane_loads();
     test_chunk_bijection();
     static const int64_t shapes[][2] = {{1, 1}, {3, 1}, {1, 3}, {5, 7}, {3, 68}, {7, 20}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_matrix(shapes[i][0], shapes[i][1]);
     test_qualify();
-    printf("test_q4k_tile: %d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return tc_summary();
 }

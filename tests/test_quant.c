@@ -8,33 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "check.h"
 #include "quant/quant.h"
 #include "util.h"
 
-static int n_fail;
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            if (n_fail++ < 30) {                                                  \
-                fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-                fprintf(stderr, __VA_ARGS__);                                     \
-                fputc('\n', stderr);                                              \
-            }                                                                     \
-        }                                                                         \
-    } while (0)
-
 /* ---- deterministic random numbers ------------------------------------------ */
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_unit(void) { return (double)(rng_u64() >> 11) * 0x1p-53; }
 static float rng_gauss(void) {
-    double u = rng_unit(), v = rng_unit();
+    double u = tc_unit(tc_splitmix()), v = tc_unit(tc_splitmix());
     return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v));
 }
 
@@ -43,7 +24,7 @@ static float rng_gauss(void) {
 static void fill_inputs(float *x, int64_t n, int64_t bs) {
     for (int64_t b = 0; b < n / bs; b++) {
         float *xb = x + b * bs;
-        float scale = (float)ldexp(1.0, (int)(rng_u64() % 24) - 16);
+        float scale = (float)ldexp(1.0, (int)(tc_splitmix() % 24) - 16);
         int kind = (int)(b % 11);
         for (int64_t i = 0; i < bs; i++) {
             float g = rng_gauss() * scale;
@@ -181,8 +162,8 @@ static void test_fp16(void) {
         }
     CHECK((tnd_fp32_to_fp16(NAN) & 0x7c00) == 0x7c00 && (tnd_fp32_to_fp16(NAN) & 0x3ff), "nan");
     for (int i = 0; i < 300000; i++) {
-        uint32_t bits = (uint32_t)rng_u64();
-        uint32_t e = 96 + (uint32_t)(rng_u64() % 50); /* 2^-31 .. 2^18 */
+        uint32_t bits = (uint32_t)tc_splitmix();
+        uint32_t e = 96 + (uint32_t)(tc_splitmix() % 50); /* 2^-31 .. 2^18 */
         bits = (bits & 0x807fffffu) | (e << 23);
         float f = tnd_fp32_from_bits(bits);
         CHECK(tnd_fp32_to_fp16(f) == half_reference(f), "random %a: %04x vs %04x", f, tnd_fp32_to_fp16(f),
@@ -210,7 +191,7 @@ static void test_bf16(void) {
         else CHECK(isnan(tnd_bf16_to_fp32(tnd_fp32_to_bf16(f))), "bf16 nan %04x", h);
     }
     for (int i = 0; i < 300000; i++) {
-        uint32_t bits = (uint32_t)rng_u64();
+        uint32_t bits = (uint32_t)tc_splitmix();
         if (i % 3 == 0) bits = (bits & 0xffff0000u) | 0x8000u; /* exact tie */
         if (i % 3 == 1) bits = (bits & 0xffff0000u) | (0x8000u + (i & 2 ? 1u : 0xffffffffu)); /* tie +- 1 */
         float f = tnd_fp32_from_bits(bits);
@@ -435,7 +416,7 @@ static void test_vec_dot(void) {
                 float *wf = malloc(n * sizeof(float)), *wd = malloc(n * sizeof(float));
                 float *x = malloc(n * sizeof(float)), *a = malloc(n * sizeof(float));
                 void *w = malloc(tnd_row_size(t, n)), *q = malloc(tnd_row_size(tr->vec_dot_type, n));
-                float ws = (float)ldexp(1.0, (int)(rng_u64() % 8) - 4), xs = (float)ldexp(1.0, (int)(rng_u64() % 8) - 4);
+                float ws = (float)ldexp(1.0, (int)(tc_splitmix() % 8) - 4), xs = (float)ldexp(1.0, (int)(tc_splitmix() % 8) - 4);
                 for (int64_t i = 0; i < n; i++) {
                     wf[i] = rng_gauss() * ws + (rep == 3 ? ws : 0.0f); /* rep 3: offset weights */
                     x[i] = rng_gauss() * xs;
@@ -483,15 +464,11 @@ static void test_vec_dot(void) {
 }
 
 int main(void) {
+    tc_rng = 0x9e3779b97f4a7c15ull;
     test_traits();
     test_fp16();
     test_bf16();
     test_roundtrip();
     test_vec_dot();
-    if (n_fail) {
-        fprintf(stderr, "%d checks failed\n", n_fail);
-        return 1;
-    }
-    printf("all passed\n");
-    return 0;
+    return tc_summary();
 }

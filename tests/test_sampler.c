@@ -7,28 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "tandem.h"
 
-static int n_fail;
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            if (n_fail++ < 30) {                                                  \
-                fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-                fprintf(stderr, __VA_ARGS__);                                     \
-                fputc('\n', stderr);                                              \
-            }                                                                     \
-        }                                                                         \
-    } while (0)
-
-static uint64_t rng_state = 0x1234567887654321ull;
-static double rnd(void) { /* test-side generator, independent of the sampler's */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0;
-}
+/* test-side generator, independent of the sampler's */
+static double rnd(void) { return tc_unit(tc_splitmix()); }
 
 static tnd_sampler_params plain(float temp, uint64_t seed) {
     tnd_sampler_params p = tnd_sampler_default_params();
@@ -315,10 +298,5 @@ int main(void) {
     test_seed();
     test_penalty();
     test_params();
-    if (n_fail) {
-        fprintf(stderr, "test_sampler: %d failure(s)\n", n_fail);
-        return 1;
-    }
-    printf("test_sampler: ok\n");
-    return 0;
+    return tc_summary();
 }

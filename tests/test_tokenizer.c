@@ -7,19 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "gguf.h"
 #include "tokenizer.h"
 #include "unicode.h"
 #include "util.h"
-
-static int g_fail = 0;
-#define CHECK(c)                                                                 \
-    do {                                                                         \
-        if (!(c)) {                                                              \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-            g_fail++;                                                            \
-        }                                                                        \
-    } while (0)
 
 /* ---- unicode ---- */
 
@@ -89,7 +81,7 @@ static void check_split(tok_pre pre, const char *text, const char *want, int lin
     size_t *ends = NULL, n = 0;
     if (tok_pre_split(pre, text, strlen(text), &ends, &n) != TND_OK) {
         fprintf(stderr, "line %d: split failed: %s\n", line, tnd_last_error());
-        g_fail++;
+        tc_count(false);
         return;
     }
     char got[512];
@@ -101,10 +93,8 @@ static void check_split(tok_pre pre, const char *text, const char *want, int lin
         start = ends[i];
     }
     got[g] = 0;
-    if (strcmp(got, want)) {
+    if (!tc_count(!strcmp(got, want)))
         fprintf(stderr, "line %d: pre %d split of \"%s\": got \"%s\", want \"%s\"\n", line, (int)pre, text, got, want);
-        g_fail++;
-    }
     free(ends);
 }
 #define SPLIT(pre, text, want) check_split(pre, text, want, __LINE__)
@@ -193,17 +183,16 @@ static void check_ids(const tnd_tokenizer *t, const char *text, bool add, bool s
     size_t n = 0;
     if (tnd_tokenize(t, text, strlen(text), add, special, &ids, &n) != TND_OK) {
         fprintf(stderr, "line %d: tokenize failed: %s\n", line, tnd_last_error());
-        g_fail++;
+        tc_count(false);
         return;
     }
     bool ok = n == n_want && (n == 0 || !memcmp(ids, want, n * sizeof *ids));
-    if (!ok) {
+    if (!tc_count(ok)) {
         fprintf(stderr, "line %d: \"%s\": got", line, text);
         for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
         fprintf(stderr, ", want");
         for (size_t i = 0; i < n_want; i++) fprintf(stderr, " %d", want[i]);
         fprintf(stderr, "\n");
-        g_fail++;
     }
     free(ids);
 }
@@ -429,10 +418,5 @@ int main(void) {
     test_errors();
     test_smollm(src ? src : ".");
     unlink(g_tmp);
-    if (g_fail) {
-        fprintf(stderr, "%d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_tokenizer: all checks passed\n");
-    return 0;
+    return tc_summary();
 }

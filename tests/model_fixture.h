@@ -1,0 +1,75 @@
+/* Getting a model for the whole-model tests (header-only): the default
+ * model's path, a synthetic tiny model from `tandem synth`, loading. */
+#ifndef TND_TESTS_MODEL_FIXTURE_H
+#define TND_TESTS_MODEL_FIXTURE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tandem.h"
+
+/* The default model's path into path: $TND_MODEL when use_env and it is
+ * set, else $TND_SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf (TND_SRC unset:
+ * "."). Returns false, after printing "skipped: PATH missing", when the file
+ * cannot be read (the caller exits 77). */
+static inline bool fx_default_model(char *path, size_t size, bool use_env) {
+    const char *src = getenv("TND_SRC"), *env = use_env ? getenv("TND_MODEL") : NULL;
+    if (env) snprintf(path, size, "%s", env);
+    else snprintf(path, size, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");
+    if (access(path, R_OK) != 0) {
+        printf("skipped: %s missing\n", path);
+        return false;
+    }
+    return true;
+}
+
+/* Loads path (n_threads 0: the default); NULL, after printing
+ * "load PATH: MESSAGE" on stderr, when it fails. */
+static inline tnd_model *fx_load(const char *path, int n_threads) {
+    tnd_model_params mp = tnd_model_default_params();
+    if (n_threads) mp.n_threads = n_threads;
+    tnd_model *m = NULL;
+    if (tnd_model_load(path, &mp, &m) != TND_OK) {
+        fprintf(stderr, "load %s: %s\n", path, tnd_last_error());
+        return NULL;
+    }
+    return m;
+}
+
+/* Writes a synthetic model, `$TND_BIN synth --force --shape SHAPE EXTRA`
+ * (EXTRA may be ""), to a new temporary file; its path goes into path
+ * (size >= 32). Returns 0; 77 when TND_BIN (the tandem binary) is not set,
+ * after printing "skipped: ..." (nothing written); 1 when synth fails,
+ * after printing the command and synth's messages (the file removed). */
+static inline int fx_synth(const char *shape, const char *extra, char *path, size_t size) {
+    const char *bin = getenv("TND_BIN");
+    if (!bin || !*bin) {
+        printf("skipped: TND_BIN (the tandem binary, for synth) not set\n");
+        return 77;
+    }
+    snprintf(path, size, "/tmp/tnd_%s_XXXXXX", shape);
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        perror("mkstemp");
+        return 1;
+    }
+    close(fd);
+    char cmd[8192], log[4096];
+    snprintf(log, sizeof log, "%s.log", path);
+    snprintf(cmd, sizeof cmd, "'%s' synth --force --shape %s -o '%s' %s > '%s' 2>&1", bin, shape, path, extra, log);
+    int rc = system(cmd);
+    if (rc != 0) {
+        fprintf(stderr, "FAIL: %s (exit %d)\n", cmd, rc);
+        FILE *f = fopen(log, "r");
+        char line[512];
+        while (f && fgets(line, sizeof line, f)) fputs(line, stderr);
+        if (f) fclose(f);
+        unlink(path);
+    }
+    unlink(log);
+    return rc != 0;
+}
+
+#endif
