@@ -18,12 +18,12 @@
  * when built without CUDA or when no GPU is present.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "check.h"
 #include "quant/quant.h"
 #include "util.h"
 #ifdef TND_HAVE_CUDA
@@ -38,39 +38,10 @@ int main(void) {
 }
 #else
 
-static int g_pass, g_fail;
 static tnd_backend *B;
 static tnd_stream *S;
 
 /* ---- small helpers ---------------------------------------------------------- */
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd_u64(void) {
-    uint64_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return rng_state = x;
-}
-static float rnd_unif(float lo, float hi) { return lo + (hi - lo) * (float)((rnd_u64() >> 11) * (1.0 / 9007199254740992.0)); }
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-#define CHECK_ST(call)                                                                          \
-    do {                                                                                        \
-        tnd_status st_ = (call);                                                                \
-        if (st_ != TND_OK) {                                                                    \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, tnd_last_error()); \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
 
 static void *dev_alloc(size_t n) {
     void *p = NULL;
@@ -110,7 +81,7 @@ static bool run_op(const tnd_op *op, const char *what) {
     if (st == TND_OK) st = B->iface->stream_sync(B, S);
     if (st != TND_OK) {
         printf("FAIL %s: op_run: %s\n", what, tnd_last_error());
-        g_fail++;
+        tc_count(false);
         return false;
     }
     return true;
@@ -136,24 +107,12 @@ static bool compare(const char *what, const float *got, const double *ref, const
         double sc = scale ? scale[bad] : fabs(ref[bad]);
         printf("FAIL %s: %lld of %lld wrong; first at [%lld]: got %.9g want %.9g (tol %.3g)\n", what, (long long)nbad,
                (long long)n, (long long)bad, got[bad], ref[bad], atol + rtol * sc);
-        g_fail++;
+        tc_count(false);
         return false;
     }
     printf("ok   %s (worst err/tol %.3f)\n", what, worst);
-    g_pass++;
+    tc_count(true);
     return true;
-}
-
-static void report(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void report(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) g_pass++;
-    else g_fail++;
 }
 
 /* ---- random weights in any block format -------------------------------------- */
@@ -168,11 +127,11 @@ static void put_f16(uint8_t *p, float v) {
 static void *make_weights(tnd_type t, int64_t n_in, int64_t rows, size_t *bytes) {
     size_t rs = tnd_row_size(t, n_in);
     size_t n = rs * (size_t)rows;
-    uint8_t *w = (uint8_t *)xmalloc(n);
+    uint8_t *w = (uint8_t *)tc_xmalloc(n);
     *bytes = n;
     if (t == TND_TYPE_F32 || t == TND_TYPE_F16 || t == TND_TYPE_BF16) {
         for (int64_t i = 0; i < n_in * rows; i++) {
-            float v = rnd_unif(-1, 1);
+            float v = tc_unif(-1, 1);
             if (t == TND_TYPE_F32) memcpy(w + 4 * i, &v, 4);
             else {
                 uint16_t h = t == TND_TYPE_F16 ? tnd_fp32_to_fp16(v) : tnd_fp32_to_bf16(v);
@@ -181,20 +140,20 @@ static void *make_weights(tnd_type t, int64_t n_in, int64_t rows, size_t *bytes)
         }
         return w;
     }
-    for (size_t i = 0; i < n; i++) w[i] = (uint8_t)(rnd_u64() >> 24);
+    for (size_t i = 0; i < n; i++) w[i] = (uint8_t)(tc_xorshift() >> 24);
     const tnd_type_traits *tr = tnd_type_traits_get(t);
     size_t ts = tr->type_size, nb = n / ts;
     for (size_t b = 0; b < nb; b++) {
         uint8_t *p = w + b * ts;
-        float d = rnd_unif(0.002f, 0.02f), m = rnd_unif(0.0005f, 0.01f);
+        float d = tc_unif(0.002f, 0.02f), m = tc_unif(0.0005f, 0.01f);
         switch (t) {
-        case TND_TYPE_Q4_0: case TND_TYPE_Q5_0: case TND_TYPE_Q8_0: put_f16(p, rnd_u64() & 1 ? d : -d); break;
-        case TND_TYPE_Q4_1: case TND_TYPE_Q5_1: put_f16(p, d); put_f16(p + 2, rnd_u64() & 1 ? m : -m); break;
+        case TND_TYPE_Q4_0: case TND_TYPE_Q5_0: case TND_TYPE_Q8_0: put_f16(p, tc_xorshift() & 1 ? d : -d); break;
+        case TND_TYPE_Q4_1: case TND_TYPE_Q5_1: put_f16(p, d); put_f16(p + 2, tc_xorshift() & 1 ? m : -m); break;
         case TND_TYPE_Q2_K: put_f16(p + 80, d); put_f16(p + 82, m); break;
         case TND_TYPE_Q3_K: put_f16(p + 108, d * 0.1f); break;
         case TND_TYPE_Q4_K: case TND_TYPE_Q5_K: put_f16(p, d * 0.1f); put_f16(p + 2, m * 0.1f); break;
         case TND_TYPE_Q6_K: put_f16(p + 208, d * 0.05f); break;
-        case TND_TYPE_MXFP4: p[0] = (uint8_t)(119 + rnd_u64() % 6); break;
+        case TND_TYPE_MXFP4: p[0] = (uint8_t)(119 + tc_xorshift() % 6); break;
         default: break;
         }
     }
@@ -210,7 +169,7 @@ static void ref_matmul(tnd_type t, const void *W, int64_t n_in, int64_t n_out, c
                        double *y, double *scale, double *xmax) {
     const tnd_type_traits *tr = tnd_type_traits_get(t);
     size_t rs = tnd_row_size(t, n_in);
-    float *wf = (float *)xmalloc((size_t)n_in * sizeof(float));
+    float *wf = (float *)tc_xmalloc((size_t)n_in * sizeof(float));
     *xmax = 0;
     for (int64_t i = 0; i < n_in * n_tok; i++) *xmax = fmax(*xmax, fabs(x[i]));
     for (int64_t r = 0; r < n_out; r++) {
@@ -232,9 +191,9 @@ static void ref_matmul(tnd_type t, const void *W, int64_t n_in, int64_t n_out, c
 static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) {
     size_t wb;
     void *W = make_weights(t, n_in, n_out, &wb);
-    float *x = (float *)xmalloc((size_t)(n_in * n_tok) * 4);
-    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd_unif(-1, 1);
-    double *ref = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
+    float *x = (float *)tc_xmalloc((size_t)(n_in * n_tok) * 4);
+    tc_fill_unif(x, (size_t)(n_in * n_tok), -1, 1);
+    double *ref = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8);
     double xmax;
     ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
     void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
@@ -259,7 +218,7 @@ static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) 
              : kind == TND_CU_MV_I8MMA      ? "matvec i8mma"
                                             : "matvec f32");
     if (run_op(&op, what)) {
-        float *y = (float *)xmalloc((size_t)(n_out * n_tok) * 4);
+        float *y = (float *)tc_xmalloc((size_t)(n_out * n_tok) * 4);
         dev_download(y, dy, (size_t)(n_out * n_tok) * 4);
         /* matvec: weights decoded to f32 exactly, f32 accumulation of n_in
          * products split as a*sum(q x) + b*sum(x) per 16 values; the offset
@@ -288,12 +247,12 @@ static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) 
 static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
     size_t wb;
     void *W = make_weights(t, n_in, n_out, &wb);
-    float *x = (float *)xmalloc((size_t)n_in * 4);
-    for (int64_t i = 0; i < n_in; i++) x[i] = rnd_unif(-1, 1);
-    double *ref = (double *)xmalloc((size_t)n_out * 8), *sc = (double *)xmalloc((size_t)n_out * 8), xmax;
+    float *x = (float *)tc_xmalloc((size_t)n_in * 4);
+    tc_fill_unif(x, (size_t)n_in, -1, 1);
+    double *ref = (double *)tc_xmalloc((size_t)n_out * 8), *sc = (double *)tc_xmalloc((size_t)n_out * 8), xmax;
     ref_matmul(t, W, n_in, n_out, x, 1, ref, sc, &xmax);
     void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)n_in * 4);
-    float *dy = (float *)dev_alloc((size_t)n_out * 4), *y = (float *)xmalloc((size_t)n_out * 4);
+    float *dy = (float *)dev_alloc((size_t)n_out * 4), *y = (float *)tc_xmalloc((size_t)n_out * 4);
     /* kernels: 1 lane-per-sub, 2 the type's own, 3 the streaming one (Q4_K;
      * the others fall back to their default, tested too; for 3, R*T/32
      * is the number of blocks) */
@@ -309,7 +268,7 @@ static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
                                       (tnd_cu_stream)tnd_cuda_stream_handle(S));
             tnd_status st = B->iface->stream_sync(B, S);
             if (e || st) {
-                report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
+                tc_report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
                 continue;
             }
             dev_download(y, dy, (size_t)n_out * 4);
@@ -344,14 +303,14 @@ static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
 static void test_matvec_mma(bool i8, tnd_type t, int64_t n_in, int64_t n_out, int n_tok) {
     size_t wb;
     void *W = make_weights(t, n_in, n_out, &wb);
-    float *x = (float *)xmalloc((size_t)(n_in * n_tok) * 4);
-    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd_unif(-1, 1);
-    double *ref = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
+    float *x = (float *)tc_xmalloc((size_t)(n_in * n_tok) * 4);
+    tc_fill_unif(x, (size_t)(n_in * n_tok), -1, 1);
+    double *ref = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8);
     double xmax;
     ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
     void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
     const size_t yb = (size_t)(n_out * n_tok) * 4;
-    float *dy = (float *)dev_alloc(yb), *y = (float *)xmalloc(yb), *y0 = (float *)xmalloc(yb);
+    float *dy = (float *)dev_alloc(yb), *y = (float *)tc_xmalloc(yb), *y0 = (float *)tc_xmalloc(yb);
     static const int shapes[][2] = {{0, 0}, {1, 1}, {1, 3}, {2, 2}, {4, 1}, {1, 8}, {8, 1}, {0, 0}};
     for (size_t i = 0; i < TND_ARRAY_LEN(shapes); i++) {
         char what[160];
@@ -364,7 +323,7 @@ static void test_matvec_mma(bool i8, tnd_type t, int64_t n_in, int64_t n_out, in
                                                                   (tnd_cu_stream)tnd_cuda_stream_handle(S));
         tnd_status st = B->iface->stream_sync(B, S);
         if (e || st) {
-            report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
+            tc_report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
             continue;
         }
         dev_download(y, dy, yb);
@@ -372,7 +331,7 @@ static void test_matvec_mma(bool i8, tnd_type t, int64_t n_in, int64_t n_out, in
         else compare(what, y, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
         if (i == 0) memcpy(y0, y, yb);
         if (i + 1 == TND_ARRAY_LEN(shapes))
-            report(memcmp(y0, y, yb) == 0, "%s: bitwise repeat", what);
+            tc_report(memcmp(y0, y, yb) == 0, "%s: bitwise repeat", what);
     }
     dev_free(dW);
     dev_free(dx);
@@ -399,14 +358,14 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
     const tnd_type t = TND_TYPE_Q4_K;
     size_t wb;
     void *W = make_weights(t, n_in, n_out, &wb);
-    float *x = (float *)xmalloc((size_t)(n_in * n_tok) * 4);
-    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd_unif(-1, 1);
-    double *ref = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
+    float *x = (float *)tc_xmalloc((size_t)(n_in * n_tok) * 4);
+    tc_fill_unif(x, (size_t)(n_in * n_tok), -1, 1);
+    double *ref = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8);
     double xmax;
     ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
     void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
     const size_t yb = (size_t)(n_out * n_tok) * 4;
-    float *dy = (float *)dev_alloc(yb), *y = (float *)xmalloc(yb), *y1 = (float *)xmalloc(yb);
+    float *dy = (float *)dev_alloc(yb), *y = (float *)tc_xmalloc(yb), *y1 = (float *)tc_xmalloc(yb);
     tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
     /* MB, KW, NS, SBS, grid, flags (1 bulk copies, 2 two tiles per warp) */
     static const int shapes[][6] = {{0, 0, 0, 0, 0, 0}, {1, 1, 2, 1, 0, 0}, {4, 1, 3, 2, 0, 0}, {2, 2, 3, 1, 0, 0},
@@ -418,7 +377,7 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
     const bool ok = tnd_cu_matvec_f16cp_supported(t, n_in, n_tok);
     if (!ok) { /* x alone too wide for shared memory */
         int e = tnd_cu_matvec_f16cp(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, 0, 0, 0, 0, 0, 0, cs);
-        report(e == 801 && n_in * n_tok * 2 > 150 * 1024, "matvec_f16cp n_in=%lld n_tok=%d refused (got %d)",
+        tc_report(e == 801 && n_in * n_tok * 2 > 150 * 1024, "matvec_f16cp n_in=%lld n_tok=%d refused (got %d)",
                (long long)n_in, n_tok, e);
     }
     for (size_t i = 0; ok && i < TND_ARRAY_LEN(shapes); i++) {
@@ -432,17 +391,17 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
                                     c[5], cs);
         tnd_status st = B->iface->stream_sync(B, S);
         if ((c[5] & TND_CU_F16CP_TT2) && !c[0]) { /* refused (matvec.cu: failed to launch on the H200) */
-            report(e == 801, "%s: refused (got %d)", what, e);
+            tc_report(e == 801, "%s: refused (got %d)", what, e);
             continue;
         }
         if (e == 1 && c[0]) { /* this explicit shape's shared memory does not fit: at least its ring and x */
             const double need = (double)c[0] * c[1] * c[2] * 16 * 144 * c[3] * (c[5] & TND_CU_F16CP_TT2 ? 2 : 1) +
                                 (double)n_in * n_tok * 2;
-            report(need > 160 * 1024, "%s: refused as too big for shared memory", what);
+            tc_report(need > 160 * 1024, "%s: refused as too big for shared memory", what);
             continue;
         }
         if (e || st) {
-            report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
+            tc_report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
             continue;
         }
         dev_download(y, dy, yb);
@@ -452,7 +411,7 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
             e = tnd_cu_matvec_f16mma(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, c[0], c[1], cs);
             st = B->iface->stream_sync(B, S);
             dev_download(y1, dy, yb);
-            report(!e && !st && memcmp(y, y1, yb) == 0, "%s: same bits as f16mma MB=%d KW=%d", what, c[0], c[1]);
+            tc_report(!e && !st && memcmp(y, y1, yb) == 0, "%s: same bits as f16mma MB=%d KW=%d", what, c[0], c[1]);
         }
     }
     /* the family through tnd_cu_matvec */
@@ -465,11 +424,11 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
     char what[160];
     snprintf(what, sizeof what, "matvec forced f16cp n_in=%lld n_out=%lld n_tok=%d (kind %d)", (long long)n_in,
              (long long)n_out, n_tok, kind);
-    if (e || st) report(false, "%s: launch %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
+    if (e || st) tc_report(false, "%s: launch %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
     else {
         dev_download(y, dy, yb);
         compare(what, y, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
-        report(kind == (tnd_cu_matvec_f16cp_supported(t, n_in, n_tok) ? TND_CU_MV_F16CP
+        tc_report(kind == (tnd_cu_matvec_f16cp_supported(t, n_in, n_tok) ? TND_CU_MV_F16CP
                         : tnd_cu_matvec_f16mma_supported(t, n_in, n_tok) ? TND_CU_MV_F16MMA
                                                                            : TND_CU_MV_F32),
                "%s: family", what);
@@ -498,7 +457,7 @@ static void test_matvec_mma_refusals(void) {
         tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
         int e1 = tnd_cu_matvec_i8mma(TND_TYPE_Q6_K, dW, 256, 16, dx, 1, dy, 0, 0, cs);
         int e2 = tnd_cu_matvec_i8mma(TND_TYPE_Q4_K, dW4, 256, 16, dx, 5, dy, 0, 0, cs);
-        report(e1 == 801 && e2 == 801, "matvec_i8mma refuses Q6_K and 5 tokens (got %d, %d)", e1, e2);
+        tc_report(e1 == 801 && e2 == 801, "matvec_i8mma refuses Q6_K and 5 tokens (got %d, %d)", e1, e2);
         dev_free(dW);
         dev_free(dW4);
         dev_free(dx);
@@ -520,7 +479,7 @@ static void test_matvec_mma_refusals(void) {
         int e = tnd_cu_matvec_f16mma(c[i].type, dW, c[i].n_in, 16, dx, c[i].n_tok, dy, 0, 0,
                                      (tnd_cu_stream)tnd_cuda_stream_handle(S));
         int kind = tnd_cu_matvec_kind(c[i].type, c[i].n_in, c[i].n_tok);
-        report(e == 801 && kind != TND_CU_MV_F16MMA, "matvec_f16mma refuses %s n_in=%lld n_tok=%d (got %d, kind %d)",
+        tc_report(e == 801 && kind != TND_CU_MV_F16MMA, "matvec_f16mma refuses %s n_in=%lld n_tok=%d (got %d, kind %d)",
                tnd_type_name((tnd_type)c[i].type), (long long)c[i].n_in, c[i].n_tok, e, kind);
         dev_free(dW);
         dev_free(dx);
@@ -536,13 +495,13 @@ static void test_matmul_id(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_ex
     void *W = make_weights(t, n_in, n_out * n_exp, &wb);
     size_t rs = tnd_row_size(t, n_in);
     int64_t n_x = per_slot ? n_used : 1; /* x rows per token */
-    float *x = (float *)xmalloc((size_t)(n_in * n_x * n_tok) * 4);
-    for (int64_t i = 0; i < n_in * n_x * n_tok; i++) x[i] = rnd_unif(-1, 1);
-    int32_t *ids = (int32_t *)xmalloc((size_t)(n_tok * n_used) * 4);
-    for (int64_t i = 0; i < n_tok * n_used; i++) ids[i] = (int32_t)(rnd_u64() % (uint64_t)n_exp);
+    float *x = (float *)tc_xmalloc((size_t)(n_in * n_x * n_tok) * 4);
+    tc_fill_unif(x, (size_t)(n_in * n_x * n_tok), -1, 1);
+    int32_t *ids = (int32_t *)tc_xmalloc((size_t)(n_tok * n_used) * 4);
+    for (int64_t i = 0; i < n_tok * n_used; i++) ids[i] = (int32_t)(tc_xorshift() % (uint64_t)n_exp);
     int64_t ny = n_out * n_used * n_tok;
-    double *ref = (double *)xmalloc((size_t)ny * 8), *sc = (double *)xmalloc((size_t)ny * 8), xmax = 0;
-    double *tmp = (double *)xmalloc((size_t)n_out * 8), *tsc = (double *)xmalloc((size_t)n_out * 8);
+    double *ref = (double *)tc_xmalloc((size_t)ny * 8), *sc = (double *)tc_xmalloc((size_t)ny * 8), xmax = 0;
+    double *tmp = (double *)tc_xmalloc((size_t)n_out * 8), *tsc = (double *)tc_xmalloc((size_t)n_out * 8);
     for (int64_t k = 0; k < n_tok; k++)
         for (int u = 0; u < n_used; u++) {
             double xm;
@@ -569,7 +528,7 @@ static void test_matmul_id(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_ex
              tnd_type_name(t), (long long)n_in, (long long)n_out, (long long)n_exp, (long long)n_tok, n_used,
              per_slot ? "per slot" : "shared", f16path ? "grouped f16 cuBLAS" : "matvec_id f32");
     if (run_op(&op, what)) {
-        float *y = (float *)xmalloc((size_t)ny * 4);
+        float *y = (float *)tc_xmalloc((size_t)ny * 4);
         dev_download(y, dy, (size_t)ny * 4);
         /* same tolerances as test_matmul, per path */
         compare(what, y, ref, sc, ny, f16path ? 2e-3 : 2e-4, f16path ? (double)n_in * 6e-8 * xmax : 1e-6);
@@ -593,10 +552,10 @@ static void test_matmul_id(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_ex
 static void test_get_rows(tnd_type t, int64_t n, int64_t n_rows, int64_t n_ids) {
     size_t wb;
     void *T = make_weights(t, n, n_rows, &wb);
-    int32_t *ids = (int32_t *)xmalloc((size_t)n_ids * 4);
-    for (int64_t i = 0; i < n_ids; i++) ids[i] = i == 0 ? (int32_t)(n_rows - 1) : (int32_t)(rnd_u64() % (uint64_t)n_rows);
-    double *ref = (double *)xmalloc((size_t)(n * n_ids) * 8), *sc = (double *)xmalloc((size_t)(n * n_ids) * 8);
-    float *row = (float *)xmalloc((size_t)n * 4);
+    int32_t *ids = (int32_t *)tc_xmalloc((size_t)n_ids * 4);
+    for (int64_t i = 0; i < n_ids; i++) ids[i] = i == 0 ? (int32_t)(n_rows - 1) : (int32_t)(tc_xorshift() % (uint64_t)n_rows);
+    double *ref = (double *)tc_xmalloc((size_t)(n * n_ids) * 8), *sc = (double *)tc_xmalloc((size_t)(n * n_ids) * 8);
+    float *row = (float *)tc_xmalloc((size_t)n * 4);
     const tnd_type_traits *tr = tnd_type_traits_get(t);
     size_t rs = tnd_row_size(t, n);
     for (int64_t i = 0; i < n_ids; i++) {
@@ -621,7 +580,7 @@ static void test_get_rows(tnd_type t, int64_t n, int64_t n_rows, int64_t n_ids) 
     snprintf(what, sizeof what, "get_rows %-5s n=%lld rows=%lld ids=%lld", tnd_type_name(t), (long long)n,
              (long long)n_rows, (long long)n_ids);
     if (run_op(&op, what)) {
-        float *y = (float *)xmalloc((size_t)(n * n_ids) * 4);
+        float *y = (float *)tc_xmalloc((size_t)(n * n_ids) * 4);
         dev_download(y, dy, (size_t)(n * n_ids) * 4);
         /* the same a*q + b in f32 as the reference; a fused multiply-add may
          * round once instead of twice: a few ulp of the row's largest value */
@@ -641,10 +600,10 @@ static void test_get_rows(tnd_type t, int64_t n, int64_t n_rows, int64_t n_ids) 
 /* ---- norms ------------------------------------------------------------------------------- */
 
 static void test_rms_norm(int64_t n, int64_t rows, bool weight, bool inplace) {
-    float *x = (float *)xmalloc((size_t)(n * rows) * 4), *w = (float *)xmalloc((size_t)n * 4);
-    for (int64_t i = 0; i < n * rows; i++) x[i] = rnd_unif(-2, 2);
-    for (int64_t i = 0; i < n; i++) w[i] = rnd_unif(0.5f, 1.5f);
-    double *ref = (double *)xmalloc((size_t)(n * rows) * 8);
+    float *x = (float *)tc_xmalloc((size_t)(n * rows) * 4), *w = (float *)tc_xmalloc((size_t)n * 4);
+    tc_fill_unif(x, (size_t)(n * rows), -2, 2);
+    tc_fill_unif(w, (size_t)n, 0.5f, 1.5f);
+    double *ref = (double *)tc_xmalloc((size_t)(n * rows) * 8);
     const float eps = 1e-6f;
     for (int64_t r = 0; r < rows; r++) {
         double ss = 0;
@@ -666,7 +625,7 @@ static void test_rms_norm(int64_t n, int64_t rows, bool weight, bool inplace) {
     snprintf(what, sizeof what, "rms_norm n=%lld rows=%lld%s%s", (long long)n, (long long)rows, weight ? " weight" : "",
              inplace ? " in-place" : "");
     if (run_op(&op, what)) {
-        float *y = (float *)xmalloc((size_t)(n * rows) * 4);
+        float *y = (float *)tc_xmalloc((size_t)(n * rows) * 4);
         dev_download(y, dy, (size_t)(n * rows) * 4);
         /* f32 sum of n squares (relative error ~ n/threads * 6e-8 + tree),
          * rsqrtf (~2 ulp): 2e-5 relative */
@@ -685,11 +644,11 @@ static void test_rms_norm(int64_t n, int64_t rows, bool weight, bool inplace) {
 
 static void test_rope(int64_t n_tok, int n_head, int hd, int n_rot, int mode, float base) {
     int64_t n = n_tok * n_head * hd;
-    float *x = (float *)xmalloc((size_t)n * 4);
-    int32_t *pos = (int32_t *)xmalloc((size_t)n_tok * 4);
-    for (int64_t i = 0; i < n; i++) x[i] = rnd_unif(-1, 1);
-    for (int64_t t = 0; t < n_tok; t++) pos[t] = t == 0 ? 0 : (int32_t)(rnd_u64() % 100000);
-    double *ref = (double *)xmalloc((size_t)n * 8);
+    float *x = (float *)tc_xmalloc((size_t)n * 4);
+    int32_t *pos = (int32_t *)tc_xmalloc((size_t)n_tok * 4);
+    tc_fill_unif(x, (size_t)n, -1, 1);
+    for (int64_t t = 0; t < n_tok; t++) pos[t] = t == 0 ? 0 : (int32_t)(tc_xorshift() % 100000);
+    double *ref = (double *)tc_xmalloc((size_t)n * 8);
     for (int64_t t = 0; t < n_tok; t++)
         for (int h = 0; h < n_head; h++) {
             const float *xr = x + (t * n_head + h) * hd;
@@ -719,7 +678,7 @@ static void test_rope(int64_t n_tok, int n_head, int hd, int n_rot, int mode, fl
     snprintf(what, sizeof what, "rope %s n_tok=%lld heads=%d head_dim=%d n_rot=%d base=%g",
              mode == TND_ROPE_NEOX ? "neox  " : "normal", (long long)n_tok, n_head, hd, n_rot, base);
     if (run_op(&op, what)) {
-        float *y = (float *)xmalloc((size_t)n * 4);
+        float *y = (float *)tc_xmalloc((size_t)n * 4);
         dev_download(y, dy, (size_t)n * 4);
         /* angles and sin/cos in double on both sides, outputs rounded to
          * f32 (|x| <= 1 so 1 ulp <= 1.2e-7): 3e-7 absolute */
@@ -740,17 +699,17 @@ static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0,
     int64_t n_ctx = pos0 + n_tok + 3; /* 3 rows past the last query: NaN, never to be read */
     int64_t row = (int64_t)n_kv * hd;
     int64_t nq = n_tok * n_head * hd;
-    float *q = (float *)xmalloc((size_t)nq * 4);
-    uint16_t *K = (uint16_t *)xmalloc((size_t)(n_ctx * row) * 2), *V = (uint16_t *)xmalloc((size_t)(n_ctx * row) * 2);
-    for (int64_t i = 0; i < nq; i++) q[i] = rnd_unif(-1, 1);
+    float *q = (float *)tc_xmalloc((size_t)nq * 4);
+    uint16_t *K = (uint16_t *)tc_xmalloc((size_t)(n_ctx * row) * 2), *V = (uint16_t *)tc_xmalloc((size_t)(n_ctx * row) * 2);
+    tc_fill_unif(q, (size_t)nq, -1, 1);
     for (int64_t i = 0; i < n_ctx * row; i++) {
         bool dead = i >= (pos0 + n_tok) * row;
-        K[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(rnd_unif(-1, 1));
-        V[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(rnd_unif(-1, 1));
+        K[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(tc_unif(-1, 1));
+        V[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(tc_unif(-1, 1));
     }
     float scale = 1.0f / sqrtf((float)hd);
-    double *ref = (double *)xmalloc((size_t)nq * 8);
-    double *p = (double *)xmalloc((size_t)(pos0 + n_tok) * 8);
+    double *ref = (double *)tc_xmalloc((size_t)nq * 8);
+    double *p = (double *)tc_xmalloc((size_t)(pos0 + n_tok) * 8);
     double vmax = 0;
     for (int64_t i = 0; i < (pos0 + n_tok) * row; i++) vmax = fmax(vmax, fabs(tnd_fp16_to_fp32(V[i])));
     int ratio = n_head / n_kv;
@@ -797,12 +756,12 @@ static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0,
     snprintf(what, sizeof what, "attn n_tok=%lld heads=%d kv_heads=%d (gqa %d) head_dim=%d pos0=%lld n_ctx=%lld softcap=%g window=%d",
              (long long)n_tok, n_head, n_kv, ratio, hd, (long long)pos0, (long long)n_ctx, softcap, window);
     if (run_op(&op, what)) {
-        float *y = (float *)xmalloc((size_t)nq * 4);
+        float *y = (float *)tc_xmalloc((size_t)nq * 4);
         dev_download(y, dout, (size_t)nq * 4);
         /* outputs are convex combinations of V; f32 scores and the fast
          * exp (a few ulp) perturb each weight by ~1e-6 relative: 1e-4 *
          * max|V| is 10x that, and any indexing or masking error is O(0.1) */
-        double *sc = (double *)xmalloc((size_t)nq * 8);
+        double *sc = (double *)tc_xmalloc((size_t)nq * 8);
         for (int64_t i = 0; i < nq; i++) sc[i] = vmax;
         compare(what, y, ref, sc, nq, 1e-4, 0);
         free(sc);
@@ -822,9 +781,9 @@ static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0,
 /* ---- softmax and element-wise ops ------------------------------------------------------ */
 
 static void test_softmax(int64_t n, int64_t rows, float scale) {
-    float *x = (float *)xmalloc((size_t)(n * rows) * 4);
-    for (int64_t i = 0; i < n * rows; i++) x[i] = rnd_unif(-5, 5);
-    double *ref = (double *)xmalloc((size_t)(n * rows) * 8);
+    float *x = (float *)tc_xmalloc((size_t)(n * rows) * 4);
+    tc_fill_unif(x, (size_t)(n * rows), -5, 5);
+    double *ref = (double *)tc_xmalloc((size_t)(n * rows) * 8);
     for (int64_t r = 0; r < rows; r++) {
         double m = -INFINITY, s = 0;
         for (int64_t i = 0; i < n; i++) m = fmax(m, (double)x[r * n + i] * scale);
@@ -842,7 +801,7 @@ static void test_softmax(int64_t n, int64_t rows, float scale) {
     char what[128];
     snprintf(what, sizeof what, "softmax n=%lld rows=%lld scale=%g", (long long)n, (long long)rows, scale);
     if (run_op(&op, what)) {
-        float *y = (float *)xmalloc((size_t)(n * rows) * 4);
+        float *y = (float *)tc_xmalloc((size_t)(n * rows) * 4);
         dev_download(y, dy, (size_t)(n * rows) * 4);
         /* fast exp: 2 + 1.2|arg| ulp with |arg| <= 7: ~1.3e-6; sums in f32 */
         compare(what, y, ref, NULL, n * rows, 1e-5, 1e-9);
@@ -855,12 +814,12 @@ static void test_softmax(int64_t n, int64_t rows, float scale) {
 }
 
 static void test_elementwise(int64_t n) {
-    float *a = (float *)xmalloc((size_t)n * 4), *b = (float *)xmalloc((size_t)n * 4), *y = (float *)xmalloc((size_t)n * 4);
+    float *a = (float *)tc_xmalloc((size_t)n * 4), *b = (float *)tc_xmalloc((size_t)n * 4), *y = (float *)tc_xmalloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++) {
-        a[i] = rnd_unif(-8, 8);
-        b[i] = rnd_unif(-2, 2);
+        a[i] = tc_unif(-8, 8);
+        b[i] = tc_unif(-2, 2);
     }
-    double *ref = (double *)xmalloc((size_t)n * 8), *sc = (double *)xmalloc((size_t)n * 8);
+    double *ref = (double *)tc_xmalloc((size_t)n * 8), *sc = (double *)tc_xmalloc((size_t)n * 8);
     float *da = (float *)dev_upload(a, (size_t)n * 4), *db = (float *)dev_upload(b, (size_t)n * 4);
     float *dy = (float *)dev_alloc((size_t)n * 4);
     static const tnd_op_kind kinds[] = {TND_OP_SILU_MUL, TND_OP_GELU_MUL, TND_OP_ADD, TND_OP_SCALE};
@@ -908,12 +867,12 @@ static void test_elementwise(int64_t n) {
 
 /* ADD with a one-row in[1] (bias broadcast) and MOE_SUM. */
 static void test_bias_and_moe_sum(int64_t n, int64_t rows, int n_used) {
-    float *a = (float *)xmalloc((size_t)(n * rows * n_used) * 4), *b = (float *)xmalloc((size_t)n * 4);
-    float *w = (float *)xmalloc((size_t)(rows * n_used) * 4), *y = (float *)xmalloc((size_t)(n * rows) * 4);
-    double *ref = (double *)xmalloc((size_t)(n * rows) * 8), *sc = (double *)xmalloc((size_t)(n * rows) * 8);
-    for (int64_t i = 0; i < n * rows * n_used; i++) a[i] = rnd_unif(-2, 2);
-    for (int64_t i = 0; i < n; i++) b[i] = rnd_unif(-1, 1);
-    for (int64_t i = 0; i < rows * n_used; i++) w[i] = rnd_unif(0, 1);
+    float *a = (float *)tc_xmalloc((size_t)(n * rows * n_used) * 4), *b = (float *)tc_xmalloc((size_t)n * 4);
+    float *w = (float *)tc_xmalloc((size_t)(rows * n_used) * 4), *y = (float *)tc_xmalloc((size_t)(n * rows) * 4);
+    double *ref = (double *)tc_xmalloc((size_t)(n * rows) * 8), *sc = (double *)tc_xmalloc((size_t)(n * rows) * 8);
+    tc_fill_unif(a, (size_t)(n * rows * n_used), -2, 2);
+    tc_fill_unif(b, (size_t)n, -1, 1);
+    tc_fill_unif(w, (size_t)(rows * n_used), 0, 1);
     float *da = (float *)dev_upload(a, (size_t)(n * rows * n_used) * 4), *db = (float *)dev_upload(b, (size_t)n * 4);
     float *dw = (float *)dev_upload(w, (size_t)(rows * n_used) * 4), *dy = (float *)dev_alloc((size_t)(n * rows) * 4);
     tnd_op op;
@@ -964,10 +923,10 @@ static void test_bias_and_moe_sum(int64_t n, int64_t rows, int n_used) {
 }
 
 static void test_cpy(int64_t n) {
-    float *x = (float *)xmalloc((size_t)n * 4);
+    float *x = (float *)tc_xmalloc((size_t)n * 4);
     static const float special[] = {0.0f, -0.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f, 3e-8f, 1e-4f, -2.5e-6f, INFINITY, -INFINITY, NAN};
     for (int64_t i = 0; i < n; i++)
-        x[i] = (size_t)i < TND_ARRAY_LEN(special) ? special[i] : rnd_unif(-3, 3) * (float)pow(10, (double)(rnd_u64() % 9) - 4);
+        x[i] = (size_t)i < TND_ARRAY_LEN(special) ? special[i] : tc_unif(-3, 3) * (float)pow(10, (double)(tc_xorshift() % 9) - 4);
     float *dx = (float *)dev_upload(x, (size_t)n * 4);
     uint16_t *dh = (uint16_t *)dev_alloc((size_t)n * 2);
     float *dy = (float *)dev_alloc((size_t)n * 4);
@@ -985,8 +944,8 @@ static void test_cpy(int64_t n) {
     op.out[0] = tens(dy, TND_TYPE_F32, n, 1, 1);
     if (!run_op(&op, what)) goto out;
     {
-        uint16_t *h = (uint16_t *)xmalloc((size_t)n * 2);
-        float *y = (float *)xmalloc((size_t)n * 4);
+        uint16_t *h = (uint16_t *)tc_xmalloc((size_t)n * 2);
+        float *y = (float *)tc_xmalloc((size_t)n * 4);
         dev_download(h, dh, (size_t)n * 2);
         dev_download(y, dy, (size_t)n * 4);
         int64_t bad = -1;
@@ -998,10 +957,10 @@ static void test_cpy(int64_t n) {
             if (!nan_ok && (h[i] != want || tnd_fp32_to_bits(y[i]) != tnd_fp32_to_bits(tnd_fp16_to_fp32(want)))) bad = i;
         }
         if (bad >= 0)
-            report(false, "%s: at [%lld] x=%.9g: f16 0x%04x want 0x%04x, back %.9g", what, (long long)bad, x[bad], h[bad],
+            tc_report(false, "%s: at [%lld] x=%.9g: f16 0x%04x want 0x%04x, back %.9g", what, (long long)bad, x[bad], h[bad],
                    tnd_fp32_to_fp16(x[bad]), y[bad]);
         else
-            report(true, "%s (bit-exact, specials included)", what);
+            tc_report(true, "%s (bit-exact, specials included)", what);
         free(h);
         free(y);
     }
@@ -1015,11 +974,11 @@ out:
 /* ---- MoE routing --------------------------------------------------------------------------- */
 
 static void test_route(int64_t n_tok, int n_exp, int n_used, int mode, bool norm) {
-    float *l = (float *)xmalloc((size_t)(n_tok * n_exp) * 4);
-    for (int64_t i = 0; i < n_tok * n_exp; i++) l[i] = rnd_unif(-4, 4);
-    int32_t *rid = (int32_t *)xmalloc((size_t)(n_tok * n_used) * 4);
-    double *rw = (double *)xmalloc((size_t)(n_tok * n_used) * 8);
-    bool *taken = (bool *)xmalloc((size_t)n_exp);
+    float *l = (float *)tc_xmalloc((size_t)(n_tok * n_exp) * 4);
+    tc_fill_unif(l, (size_t)(n_tok * n_exp), -4, 4);
+    int32_t *rid = (int32_t *)tc_xmalloc((size_t)(n_tok * n_used) * 4);
+    double *rw = (double *)tc_xmalloc((size_t)(n_tok * n_used) * 8);
+    bool *taken = (bool *)tc_xmalloc((size_t)n_exp);
     for (int64_t t = 0; t < n_tok; t++) {
         const float *lt = l + t * n_exp;
         memset(taken, 0, (size_t)n_exp);
@@ -1057,15 +1016,15 @@ static void test_route(int64_t n_tok, int n_exp, int n_used, int mode, bool norm
              mode == TND_ROUTE_SOFTMAX_TOPK ? "softmax-topk" : "topk-softmax", norm ? "+norm" : "", (long long)n_tok, n_exp,
              n_used);
     if (run_op(&op, what)) {
-        float *w = (float *)xmalloc((size_t)(n_tok * n_used) * 4);
-        int32_t *id = (int32_t *)xmalloc((size_t)(n_tok * n_used) * 4);
+        float *w = (float *)tc_xmalloc((size_t)(n_tok * n_used) * 4);
+        int32_t *id = (int32_t *)tc_xmalloc((size_t)(n_tok * n_used) * 4);
         dev_download(w, dw, (size_t)(n_tok * n_used) * 4);
         dev_download(id, di, (size_t)(n_tok * n_used) * 4);
         int64_t bad = -1;
         for (int64_t i = 0; i < n_tok * n_used && bad < 0; i++)
             if (id[i] != rid[i]) bad = i;
         if (bad >= 0) {
-            report(false, "%s: ids differ at [%lld]: got %d want %d", what, (long long)bad, id[bad], rid[bad]);
+            tc_report(false, "%s: ids differ at [%lld]: got %d want %d", what, (long long)bad, id[bad], rid[bad]);
         } else {
             /* fast exp over |arg| <= 8 (~12 ulp) and f32 sums: 1e-5 relative */
             compare(what, w, rw, NULL, n_tok * n_used, 1e-5, 1e-9);
@@ -1089,13 +1048,13 @@ static void test_copies(void) {
     void *host = NULL, *hdev = NULL;
     tnd_status st = B->iface->host_alloc(B, n + 64, &host, &hdev);
     if (st) {
-        report(false, "host_alloc of %zu bytes: %s", n + 64, tnd_last_error());
+        tc_report(false, "host_alloc of %zu bytes: %s", n + 64, tnd_last_error());
         return;
     }
     uint8_t *h = (uint8_t *)host;
     for (size_t i = 0; i < n + 64; i++) h[i] = (uint8_t)(i * 131 + 7);
     uint8_t *d = (uint8_t *)dev_alloc(n + 64), *d2 = (uint8_t *)dev_alloc(n + 64);
-    uint8_t *back = (uint8_t *)xmalloc(n + 64);
+    uint8_t *back = (uint8_t *)tc_xmalloc(n + 64);
     /* mapped host -> device through the SM copy, unaligned source */
     dev_poison(d, n + 64);
     CHECK_ST(B->iface->copy_mapped(B, d, (uint8_t *)hdev + 3, n, S));
@@ -1103,7 +1062,7 @@ static void test_copies(void) {
     size_t bad = n;
     for (size_t i = 0; i < n && bad == n; i++)
         if (back[i] != h[i + 3]) bad = i;
-    report(bad == n, "copy_mapped host->device n=%zu unaligned (first mismatch %zu)", n, bad);
+    tc_report(bad == n, "copy_mapped host->device n=%zu unaligned (first mismatch %zu)", n, bad);
     /* device -> device (copy engine), then device -> mapped host, aligned */
     CHECK_ST(B->iface->copy_d2d(B, d2, d, n, S));
     memset(h, 0, n + 64);
@@ -1113,7 +1072,7 @@ static void test_copies(void) {
     for (size_t i = 0; i < n && bad == n; i++)
         if (h[16 + i] != (uint8_t)((i + 3) * 131 + 7)) bad = i;
     bool edges = h[15] == 0 && h[16 + n] == 0;
-    report(bad == n && edges, "copy_d2d + copy_mapped device->host n=%zu (first mismatch %zu, bounds %s)", n, bad,
+    tc_report(bad == n && edges, "copy_d2d + copy_mapped device->host n=%zu (first mismatch %zu, bounds %s)", n, bad,
            edges ? "kept" : "overwritten");
     dev_free(d);
     dev_free(d2);
@@ -1139,19 +1098,19 @@ static void test_events(void) {
     CHECK_ST(B->iface->stream_wait(B, s2, e1));
     CHECK_ST(B->iface->copy_d2d(B, b, a, n, s2));
     CHECK_ST(B->iface->stream_sync(B, s2));
-    uint8_t *hb = (uint8_t *)xmalloc(n);
+    uint8_t *hb = (uint8_t *)tc_xmalloc(n);
     CHECK_ST(B->iface->copy_d2h(B, hb, b, n, s2));
     CHECK_ST(B->iface->stream_sync(B, s2));
     size_t bad = n;
     for (size_t i = 0; i < n && bad == n; i++)
         if (hb[i] != 0x11) bad = i;
-    report(bad == n, "stream_wait orders a copy on a second stream after an event (first stale byte %zu)", bad);
+    tc_report(bad == n, "stream_wait orders a copy on a second stream after an event (first stale byte %zu)", bad);
     CHECK_ST(B->iface->event_sync(B, e1));
     float ms = -1;
     {
         tnd_status st = B->iface->event_elapsed(B, e0, e1, &ms);
         /* 8 x 64 MiB written at a few TB/s: well above 0.01 ms, below 1 s */
-        report(st == TND_OK && ms > 0.01f && ms < 1000.0f, "event_elapsed over 512 MiB of memset: %.3f ms (%s)", ms,
+        tc_report(st == TND_OK && ms > 0.01f && ms < 1000.0f, "event_elapsed over 512 MiB of memset: %.3f ms (%s)", ms,
                st ? tnd_last_error() : "ok");
     }
     free(hb);
@@ -1182,20 +1141,20 @@ static void test_budget(void) {
     int64_t grown = (int64_t)m0.dev_free - (int64_t)m1.dev_free;
     /* 24 MiB chunks (2 MiB pages): exactly floor(256/24) = 10 fit */
     int want = (int)(budget / chunk);
-    report(refused && n == want, "budget %llu MiB: %d allocations of %llu MiB before refusal (want %d): \"%s\"",
+    tc_report(refused && n == want, "budget %llu MiB: %d allocations of %llu MiB before refusal (want %d): \"%s\"",
            (unsigned long long)(budget >> 20), n, (unsigned long long)(chunk >> 20), want, refused ? msg : "not refused");
-    report(m1.used <= budget && m1.used == (uint64_t)n * chunk, "budget accounting: used %llu bytes, %d x chunk = %llu",
+    tc_report(m1.used <= budget && m1.used == (uint64_t)n * chunk, "budget accounting: used %llu bytes, %d x chunk = %llu",
            (unsigned long long)m1.used, n, (unsigned long long)((uint64_t)n * chunk));
     /* the device's own count: no more than the budget (plus one 2 MiB page
      * of allocator slack), and at least what was handed out */
-    report(grown <= (int64_t)(budget + (2u << 20)) && grown >= (int64_t)((uint64_t)n * chunk),
+    tc_report(grown <= (int64_t)(budget + (2u << 20)) && grown >= (int64_t)((uint64_t)n * chunk),
            "cudaMemGetInfo: device memory grew by %.1f MiB for %.1f MiB allocated (budget %.1f MiB)", grown / 1048576.0,
            (double)((uint64_t)n * chunk) / 1048576.0, budget / 1048576.0);
     for (int i = 0; i < n; i++) b2->iface->buf_free(b2, ptrs[i]);
     b2->iface->mem_info(b2, &m2);
     void *again = NULL;
     st = b2->iface->buf_alloc(b2, chunk * (uint64_t)want, &again);
-    report(m2.used == 0 && st == TND_OK, "budget released on free: used %llu after freeing, one %llu MiB allocation %s",
+    tc_report(m2.used == 0 && st == TND_OK, "budget released on free: used %llu after freeing, one %llu MiB allocation %s",
            (unsigned long long)m2.used, (unsigned long long)((chunk * want) >> 20), st ? tnd_last_error() : "ok");
     b2->iface->buf_free(b2, again);
     tnd_backend_free(b2);
@@ -1206,7 +1165,7 @@ static void test_budget(void) {
 /* The host's repack of a whole tensor (q4k_tile_pack_group per group). */
 static void *host_q4kt(const void *W, int64_t n_in, int64_t n_out) {
     const size_t rb = tnd_row_size(TND_TYPE_Q4_K, n_in);
-    uint8_t *t = (uint8_t *)xmalloc(rb * (size_t)n_out);
+    uint8_t *t = (uint8_t *)tc_xmalloc(rb * (size_t)n_out);
     for (int64_t g = 0; g < n_out / 16; g++)
         q4k_tile_pack_group(t + (size_t)g * 16 * rb, (const uint8_t *)W + (size_t)g * 16 * rb, rb);
     return t;
@@ -1223,10 +1182,10 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
     const tnd_type t = TND_TYPE_Q4_K;
     size_t wb;
     void *W = make_weights(t, n_in, n_out, &wb);
-    float *x = (float *)xmalloc((size_t)(n_in * n_tok + 1) * 4);
-    for (int64_t i = 0; i < n_in * n_tok + 1; i++) x[i] = rnd_unif(-1, 1);
-    double *ref = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
-    double *ref1 = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc1 = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
+    float *x = (float *)tc_xmalloc((size_t)(n_in * n_tok + 1) * 4);
+    tc_fill_unif(x, (size_t)(n_in * n_tok + 1), -1, 1);
+    double *ref = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8);
+    double *ref1 = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8), *sc1 = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8);
     double xmax, xmax1;
     ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
     ref_matmul(t, W, n_in, n_out, x + 1, n_tok, ref1, sc1, &xmax1); /* for the misaligned x */
@@ -1236,21 +1195,21 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
     char what[200];
     snprintf(what, sizeof what, "q4kt n_in=%lld n_out=%lld n_tok=%d", (long long)n_in, (long long)n_out, n_tok);
     if (!tnd_cu_q4kt_supported(n_in, n_out)) {
-        report(false, "%s: tnd_cu_q4kt_supported refuses the shape", what);
+        tc_report(false, "%s: tnd_cu_q4kt_supported refuses the shape", what);
         goto out;
     }
     {
         int e = tnd_cu_q4kt_repack(dW, n_in, n_out, cs);
         tnd_status st = B->iface->stream_sync(B, S);
-        uint8_t *got = (uint8_t *)xmalloc(wb), *want = (uint8_t *)host_q4kt(W, n_in, n_out);
+        uint8_t *got = (uint8_t *)tc_xmalloc(wb), *want = (uint8_t *)host_q4kt(W, n_in, n_out);
         dev_download(got, dW, wb);
-        report(!e && !st && memcmp(got, want, wb) == 0, "%s: device repack == host permutation (launch %d)", what, e);
+        tc_report(!e && !st && memcmp(got, want, wb) == 0, "%s: device repack == host permutation (launch %d)", what, e);
         free(got);
         free(want);
     }
     {
         const size_t yb = (size_t)(n_out * n_tok) * 4;
-        float *dy = (float *)dev_alloc(yb), *y = (float *)xmalloc(yb), *y1 = (float *)xmalloc(yb);
+        float *dy = (float *)dev_alloc(yb), *y = (float *)tc_xmalloc(yb), *y1 = (float *)tc_xmalloc(yb);
         /* tiles per block, warps per tile, depth, L2 prefetch (-1: default) */
         static const int shapes[][4] = {{0, 0, 0, -1}, {1, 1, 1, 0}, {1, 3, 2, 1}, {2, 2, 3, 0}, {4, 1, 4, 1},
                                         {1, 8, 2, 0},  {8, 1, 1, 1}, {2, 4, 4, 0}, {4, 2, 2, 1}};
@@ -1263,7 +1222,7 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
             int e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], cs);
             tnd_status st = B->iface->stream_sync(B, S);
             if (e || st) {
-                report(false, "%s: launch %s / %s", w2, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
+                tc_report(false, "%s: launch %s / %s", w2, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
                 continue;
             }
             dev_download(y, dy, yb);
@@ -1273,7 +1232,7 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
                 e = tnd_cu_matvec_f16mma(t, dW0, n_in, n_out, dx, n_tok, dy, c[0], c[1], cs);
                 st = B->iface->stream_sync(B, S);
                 dev_download(y1, dy, yb);
-                report(!e && !st && memcmp(y, y1, yb) == 0, "%s: same bits as f16mma on the original layout", w2);
+                tc_report(!e && !st && memcmp(y, y1, yb) == 0, "%s: same bits as f16mma on the original layout", w2);
             }
             /* the shared-memory feeds: the same bits as the register-fed kernel with the same shape
              * (every ring depth); with the default shape, against the reference */
@@ -1287,13 +1246,13 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
                     e = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], feed, ns, cs);
                     st = B->iface->stream_sync(B, S);
                     if (e || st) {
-                        report(false, "%s: launch %s / %s", w3, e ? tnd_cu_error_string(e) : "ok",
+                        tc_report(false, "%s: launch %s / %s", w3, e ? tnd_cu_error_string(e) : "ok",
                                st ? tnd_last_error() : "ok");
                         continue;
                     }
                     dev_download(y1, dy, yb);
                     if (c[0] > 0)
-                        report(memcmp(y, y1, yb) == 0, "%s: same bits as the register-fed tiled kernel", w3);
+                        tc_report(memcmp(y, y1, yb) == 0, "%s: same bits as the register-fed tiled kernel", w3);
                     else
                         compare(w3, y1, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
                 }
@@ -1304,7 +1263,7 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
         int e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx + 1, n_tok, dy, 0, 0, 0, -1, cs);
         tnd_status st = B->iface->stream_sync(B, S);
         snprintf(what + strlen(what), sizeof what - strlen(what), " x misaligned");
-        if (e || st) report(false, "%s: launch %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
+        if (e || st) tc_report(false, "%s: launch %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
         else {
             dev_download(y, dy, yb);
             compare(what, y, ref1, sc1, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax1);
@@ -1313,13 +1272,13 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
         e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 4, 4, 0, -1, cs);
         int e2 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 5, -1, cs);
         int e3 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, 2, cs);
-        report(e == 1 && e2 == 1 && e3 == 1, "%s: refuses 16 warps per block (%d), depth 5 (%d), prefetch 2 (%d)",
+        tc_report(e == 1 && e2 == 1 && e3 == 1, "%s: refuses 16 warps per block (%d), depth 5 (%d), prefetch 2 (%d)",
                what, e, e2, e3);
         /* the fed variant: 3 stages, an unknown feed, 16 warps per block */
         e = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, 0, 0, TND_CU_TILE_CPASYNC, 3, cs);
         e2 = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 7, 0, cs);
         e3 = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, 4, 4, TND_CU_TILE_CPASYNC, 0, cs);
-        report(e == 1 && e2 == 1 && e3 == 1, "%s: fed refuses 3 stages (%d), feed 7 (%d), 16 warps per block (%d)",
+        tc_report(e == 1 && e2 == 1 && e3 == 1, "%s: fed refuses 3 stages (%d), feed 7 (%d), 16 warps per block (%d)",
                what, e, e2, e3);
         dev_free(dy);
         free(y);
@@ -1341,14 +1300,14 @@ out:
  * tokens; tol: the f16 path's (decode f16mma / tiled, prefill cuBLAS). */
 static bool q4kt_matmul_op(const char *what, void *dW, const void *W, int64_t n_in, int64_t n_out, int64_t n_tok,
                            float *out_y) {
-    float *x = (float *)xmalloc((size_t)(n_in * n_tok) * 4);
-    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = rnd_unif(-1, 1);
-    double *ref = (double *)xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)xmalloc((size_t)(n_out * n_tok) * 8);
+    float *x = (float *)tc_xmalloc((size_t)(n_in * n_tok) * 4);
+    tc_fill_unif(x, (size_t)(n_in * n_tok), -1, 1);
+    double *ref = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8);
     double xmax;
     ref_matmul(TND_TYPE_Q4_K, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
     void *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
     const size_t yb = (size_t)(n_out * n_tok) * 4;
-    float *dy = (float *)dev_alloc(yb), *y = (float *)xmalloc(yb);
+    float *dy = (float *)dev_alloc(yb), *y = (float *)tc_xmalloc(yb);
     dev_poison(dy, yb);
     tnd_op op;
     memset(&op, 0, sizeof op);
@@ -1387,7 +1346,7 @@ static void test_weight_prepare(int64_t n_in, int64_t n_out) {
     void *dW = dev_upload(W, wb);
     tnd_tensor wt = tens(dW, t, n_in, n_out, 1);
     if (!B->iface->weight_prepare) {
-        report(false, "cuda backend has no weight_prepare");
+        tc_report(false, "cuda backend has no weight_prepare");
         return;
     }
     tnd_status st = B->iface->weight_prepare(B, &wt, S);
@@ -1395,33 +1354,33 @@ static void test_weight_prepare(int64_t n_in, int64_t n_out) {
     const bool tiles = q4k_tile_ok(n_in, n_out) && tnd_cu_q4kt_supported(n_in, n_out) &&
                        !(getenv("TND_CUDA_REPACK") && strcmp(getenv("TND_CUDA_REPACK"), "0") == 0);
     {
-        uint8_t *got = (uint8_t *)xmalloc(wb);
+        uint8_t *got = (uint8_t *)tc_xmalloc(wb);
         dev_download(got, dW, wb);
         void *want = tiles ? host_q4kt(W, n_in, n_out) : NULL;
-        report(!st && memcmp(got, tiles ? want : W, wb) == 0, "weight_prepare Q4_K %lldx%lld: %s (%s)",
+        tc_report(!st && memcmp(got, tiles ? want : W, wb) == 0, "weight_prepare Q4_K %lldx%lld: %s (%s)",
                (long long)n_out, (long long)n_in, tiles ? "re-laid as the host's permutation" : "left as uploaded",
                st ? tnd_last_error() : "ok");
         free(got);
         free(want);
     }
     static const int64_t toks[] = {1, 2, 5, 8, 9, 64};
-    float *y1 = (float *)xmalloc((size_t)n_out * 4), *y2 = (float *)xmalloc((size_t)n_out * 4);
+    float *y1 = (float *)tc_xmalloc((size_t)n_out * 4), *y2 = (float *)tc_xmalloc((size_t)n_out * 4);
     for (size_t k = 0; k < TND_ARRAY_LEN(toks); k++) {
         snprintf(what, sizeof what, "matmul prepared Q4_K n_in=%lld n_out=%lld n_tok=%lld (%s)", (long long)n_in,
                  (long long)n_out, (long long)toks[k], toks[k] > 8 ? "prefill" : "decode");
         q4kt_matmul_op(what, dW, W, n_in, n_out, toks[k], NULL);
     }
     /* a second prepare changes nothing: the same bits for the same x */
-    uint64_t keep = rng_state;
+    uint64_t keep = tc_rng;
     snprintf(what, sizeof what, "matmul prepared Q4_K n_in=%lld n_out=%lld n_tok=1 (before re-prepare)",
              (long long)n_in, (long long)n_out);
     q4kt_matmul_op(what, dW, W, n_in, n_out, 1, y1);
     st = B->iface->weight_prepare(B, &wt, S);
-    rng_state = keep;
+    tc_rng = keep;
     snprintf(what, sizeof what, "matmul prepared Q4_K n_in=%lld n_out=%lld n_tok=1 (after re-prepare)",
              (long long)n_in, (long long)n_out);
     bool ok = q4kt_matmul_op(what, dW, W, n_in, n_out, 1, y2);
-    report(!st && ok && memcmp(y1, y2, (size_t)n_out * 4) == 0, "weight_prepare twice is a no-op (%s)",
+    tc_report(!st && ok && memcmp(y1, y2, (size_t)n_out * 4) == 0, "weight_prepare twice is a no-op (%s)",
            st ? tnd_last_error() : "ok");
     if (tiles) {
         /* GET_ROWS of the table: refused, not read wrongly */
@@ -1435,7 +1394,7 @@ static void test_weight_prepare(int64_t n_in, int64_t n_out) {
         op.in[1] = tens(dids, TND_TYPE_I32, 3, 1, 1);
         op.out[0] = tens(dout, TND_TYPE_F32, n_in, 3, 1);
         st = B->iface->op_run(B, &op, S);
-        report(st == TND_ERR_UNSUPPORTED && strstr(tnd_last_error(), "re-laid") != NULL,
+        tc_report(st == TND_ERR_UNSUPPORTED && strstr(tnd_last_error(), "re-laid") != NULL,
                "get_rows over a re-laid Q4_K weight is refused: %s", st ? tnd_last_error() : "(ran)");
         /* MATMUL_ID viewing it as 2 experts of n_out/2 rows */
         if (n_out % 2 == 0) {
@@ -1449,7 +1408,7 @@ static void test_weight_prepare(int64_t n_in, int64_t n_out) {
             op.in[2] = tens(did, TND_TYPE_I32, 1, 1, 1);
             op.out[0] = tens(dy, TND_TYPE_F32, n_out / 2, 1, 1);
             st = B->iface->op_run(B, &op, S);
-            report(st == TND_ERR_UNSUPPORTED && strstr(tnd_last_error(), "re-laid") != NULL,
+            tc_report(st == TND_ERR_UNSUPPORTED && strstr(tnd_last_error(), "re-laid") != NULL,
                    "matmul_id over a re-laid Q4_K weight is refused: %s", st ? tnd_last_error() : "(ran)");
             /* MATMUL over its second half only */
             memset(&op, 0, sizeof op);
@@ -1458,7 +1417,7 @@ static void test_weight_prepare(int64_t n_in, int64_t n_out) {
             op.in[1] = tens(dx, TND_TYPE_F32, n_in, 1, 1);
             op.out[0] = tens(dy, TND_TYPE_F32, n_out / 2, 1, 1);
             st = B->iface->op_run(B, &op, S);
-            report(st == TND_ERR_UNSUPPORTED, "matmul over half a re-laid Q4_K weight is refused: %s",
+            tc_report(st == TND_ERR_UNSUPPORTED, "matmul over half a re-laid Q4_K weight is refused: %s",
                    st ? tnd_last_error() : "(ran)");
             dev_free(dx);
             dev_free(dy);
@@ -1497,6 +1456,7 @@ static int64_t big_n_in(tnd_type t) {
 int main(int argc, char **argv) {
     (void)argc;
     (void)argv;
+    tc_rng = 0x9e3779b97f4a7c15ull;
     int ndev = tnd_cuda_device_count();
     if (ndev <= 0) {
         printf("test_cuda_ops: skipped (no CUDA device)\n");
@@ -1572,7 +1532,7 @@ int main(int argc, char **argv) {
         float *dx = (float *)dev_alloc(256 * 4), *dy = (float *)dev_alloc(16 * 4);
         int e = tnd_cu_matvec_f16cp(TND_TYPE_Q6_K, dW, 256, 16, dx, 1, dy, 0, 0, 0, 0, 0, 0,
                                     (tnd_cu_stream)tnd_cuda_stream_handle(S));
-        report(e == 801 && !tnd_cu_matvec_f16cp_supported(TND_TYPE_Q6_K, 256, 1), "matvec_f16cp refuses Q6_K (got %d)", e);
+        tc_report(e == 801 && !tnd_cu_matvec_f16cp_supported(TND_TYPE_Q6_K, 256, 1), "matvec_f16cp refuses Q6_K (got %d)", e);
         dev_free(dW);
         dev_free(dx);
         dev_free(dy);
@@ -1674,7 +1634,6 @@ int main(int argc, char **argv) {
 
     B->iface->stream_free(B, S);
     tnd_backend_free(B);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return tc_summary();
 }
 #endif

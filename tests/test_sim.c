@@ -8,73 +8,31 @@
  * Prints one line per check and "N passed, N failed"; exit 1 on failure.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend.h"
+#include "check.h"
 #include "quant/quant.h"
 #include "sim/hw.h"
 #include "sim/sim.h"
 #include "util.h"
 
-static int g_pass, g_fail;
-
-static void report(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void report(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) g_pass++;
-    else g_fail++;
-}
-
-#define CHECK_ST(call)                                                                              \
-    do {                                                                                            \
-        tnd_status st_ = (call);                                                                    \
-        if (st_ != TND_OK) {                                                                        \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, tnd_last_error()); \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint64_t rnd_u64(void) {
-    uint64_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return rng_state = x;
-}
-static float rnd_unif(float lo, float hi) { return lo + (hi - lo) * (float)((rnd_u64() >> 11) * (1.0 / 9007199254740992.0)); }
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
 static float *rnd_f32(int64_t n, float lo, float hi) {
-    float *p = xmalloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) p[i] = rnd_unif(lo, hi);
+    float *p = tc_xmalloc(sizeof(float) * (size_t)n);
+    tc_fill_unif(p, (size_t)n, lo, hi);
     return p;
 }
 static uint16_t *rnd_f16(int64_t n) {
-    uint16_t *p = xmalloc(2 * (size_t)n);
-    for (int64_t i = 0; i < n; i++) p[i] = tnd_fp32_to_fp16(rnd_unif(-1, 1));
+    uint16_t *p = tc_xmalloc(2 * (size_t)n);
+    for (int64_t i = 0; i < n; i++) p[i] = tnd_fp32_to_fp16(tc_unif(-1, 1));
     return p;
 }
 /* Output buffer, poisoned with all bits set. */
 static void *poisoned(size_t n) {
-    void *p = xmalloc(n);
+    void *p = tc_xmalloc(n);
     memset(p, 0xff, n);
     return p;
 }
@@ -87,20 +45,20 @@ static void put_f16(uint8_t *p, float v) {
 /* Random blocks of type t with sane scales (no NaN/Inf patterns). */
 static void *make_weights(tnd_type t, int64_t n_in, int64_t rows) {
     size_t n = tnd_row_size(t, n_in) * (size_t)rows;
-    uint8_t *w = xmalloc(n);
+    uint8_t *w = tc_xmalloc(n);
     if (t == TND_TYPE_F32 || t == TND_TYPE_F16) {
         for (int64_t i = 0; i < n_in * rows; i++) {
-            float v = rnd_unif(-1, 1);
+            float v = tc_unif(-1, 1);
             if (t == TND_TYPE_F32) memcpy(w + 4 * i, &v, 4);
             else put_f16(w + 2 * i, v);
         }
         return w;
     }
-    for (size_t i = 0; i < n; i++) w[i] = (uint8_t)(rnd_u64() >> 24);
+    for (size_t i = 0; i < n; i++) w[i] = (uint8_t)(tc_xorshift() >> 24);
     const tnd_type_traits *tr = tnd_type_traits_get(t);
     for (size_t b = 0; b < n / tr->type_size; b++) {
         uint8_t *p = w + b * tr->type_size;
-        float d = rnd_unif(0.002f, 0.02f), m = rnd_unif(0.0005f, 0.01f);
+        float d = tc_unif(0.002f, 0.02f), m = tc_unif(0.0005f, 0.01f);
         switch (t) {
         case TND_TYPE_Q4_0: case TND_TYPE_Q8_0: put_f16(p, d); break;
         case TND_TYPE_Q4_K: put_f16(p, d * 0.1f); put_f16(p + 2, m * 0.1f); break;
@@ -155,13 +113,13 @@ static void both(const tnd_op *op, const char *what) {
     CHECK_ST(SIM->iface->stream_sync(SIM, S));
     tnd_status st = CPU->iface->op_run(CPU, op, NULL);
     if (st) {
-        report(false, "%s: cpu op_run: %s", what, tnd_last_error());
+        tc_report(false, "%s: cpu op_run: %s", what, tnd_last_error());
         return;
     }
     st = SIM->iface->op_run(SIM, &dop, S);
     if (st == TND_OK) st = SIM->iface->stream_sync(SIM, S);
     if (st) {
-        report(false, "%s: sim op_run: %s", what, tnd_last_error());
+        tc_report(false, "%s: sim op_run: %s", what, tnd_last_error());
         return;
     }
     bool ok = true;
@@ -170,7 +128,7 @@ static void both(const tnd_op *op, const char *what) {
         const tnd_tensor *t = &op->out[j];
         if (!t->data) continue;
         size_t m = tnd_tensor_nbytes(t);
-        uint8_t *got = xmalloc(m);
+        uint8_t *got = tc_xmalloc(m);
         CHECK_ST(SIM->iface->copy_d2h(SIM, got, dop.out[j].data, m, S));
         CHECK_ST(SIM->iface->stream_sync(SIM, S));
         for (size_t i = 0; i < m && ok; i++)
@@ -178,8 +136,8 @@ static void both(const tnd_op *op, const char *what) {
         free(got);
     }
     for (int k = 0; k < n; k++) SIM->iface->buf_free(SIM, dp[k]);
-    if (ok) report(true, "%s: sim == cpu bit for bit", what);
-    else report(false, "%s: sim differs from cpu at byte %zu", what, bad_at);
+    if (ok) tc_report(true, "%s: sim == cpu bit for bit", what);
+    else tc_report(false, "%s: sim differs from cpu at byte %zu", what, bad_at);
 }
 
 static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) {
@@ -201,13 +159,13 @@ static void test_matmul_id(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_ex
     void *w = make_weights(t, n_in, n_out * n_exp);
     int64_t n_x = per_slot ? n_used : 1;
     float *x = rnd_f32(n_in * n_x * n_tok, -1, 1);
-    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n_used * n_tok));
+    int32_t *ids = tc_xmalloc(sizeof(int32_t) * (size_t)(n_used * n_tok));
     for (int64_t tk = 0; tk < n_tok; tk++)
         for (int u = 0; u < n_used; u++) {
             int32_t e;
             bool dup;
             do { /* distinct per token, as routing gives */
-                e = (int32_t)(rnd_u64() % (uint64_t)n_exp);
+                e = (int32_t)(tc_xorshift() % (uint64_t)n_exp);
                 dup = false;
                 for (int v = 0; v < u; v++) dup |= ids[tk * n_used + v] == e;
             } while (dup);
@@ -386,20 +344,20 @@ static void test_validation(void) {
     op.in[0] = tens(hx, TND_TYPE_F32, 64, 1, 1); /* a host pointer: a GPU would fault */
     op.out[0] = tens(d, TND_TYPE_F32, 64, 1, 1);
     tnd_status st = SIM->iface->op_run(SIM, &op, S);
-    report(st == TND_ERR_ARG && strstr(tnd_last_error(), "in[0]"), "op reading host memory refused (%s: %s)",
+    tc_report(st == TND_ERR_ARG && strstr(tnd_last_error(), "in[0]"), "op reading host memory refused (%s: %s)",
            tnd_status_name(st), tnd_last_error());
     op.in[0] = tens((float *)d + 1, TND_TYPE_F32, 64, 1, 1); /* one float past the end */
     st = SIM->iface->op_run(SIM, &op, S);
-    report(st == TND_ERR_ARG, "op reading past its buffer refused (%s)", tnd_last_error());
+    tc_report(st == TND_ERR_ARG, "op reading past its buffer refused (%s)", tnd_last_error());
     op.in[0] = tens(d, TND_TYPE_F32, 32, 1, 1); /* 32 in, 64 out */
     st = SIM->iface->op_run(SIM, &op, S);
-    report(st == TND_ERR_ARG, "op with mismatched shapes refused (%s)", tnd_last_error());
+    tc_report(st == TND_ERR_ARG, "op with mismatched shapes refused (%s)", tnd_last_error());
     st = SIM->iface->copy_h2d(SIM, hx, hx + 32, 16, S);
-    report(st == TND_ERR_ARG, "h2d into host memory refused (%s)", tnd_last_error());
+    tc_report(st == TND_ERR_ARG, "h2d into host memory refused (%s)", tnd_last_error());
     st = SIM->iface->copy_d2h(SIM, d, hx, 16, S);
-    report(st == TND_ERR_ARG, "d2h from host memory refused (%s)", tnd_last_error());
+    tc_report(st == TND_ERR_ARG, "d2h from host memory refused (%s)", tnd_last_error());
     st = SIM->iface->copy_h2d(SIM, d, d, 16, S);
-    report(st == TND_ERR_ARG, "h2d from device memory refused (%s)", tnd_last_error());
+    tc_report(st == TND_ERR_ARG, "h2d from device memory refused (%s)", tnd_last_error());
     CHECK_ST(SIM->iface->stream_sync(SIM, S));
 
     /* a bad id is only seen when the op runs: reported by stream_sync, once */
@@ -416,12 +374,12 @@ static void test_validation(void) {
     g.in[1] = tens(di, TND_TYPE_I32, 2, 1, 1);
     g.out[0] = tens(dout, TND_TYPE_F32, n, 2, 1);
     st = SIM->iface->op_run(SIM, &g, S);
-    report(st == TND_OK, "get_rows with a bad id is queued (checked when it runs)");
+    tc_report(st == TND_OK, "get_rows with a bad id is queued (checked when it runs)");
     st = SIM->iface->stream_sync(SIM, S);
-    report(st == TND_ERR_BACKEND && strstr(tnd_last_error(), "out of range"), "stream_sync reports the failure (%s: %s)",
+    tc_report(st == TND_ERR_BACKEND && strstr(tnd_last_error(), "out of range"), "stream_sync reports the failure (%s: %s)",
            tnd_status_name(st), tnd_last_error());
     st = SIM->iface->stream_sync(SIM, S);
-    report(st == TND_OK, "the failure is reported once");
+    tc_report(st == TND_OK, "the failure is reported once");
     SIM->iface->buf_free(SIM, dt);
     SIM->iface->buf_free(SIM, di);
     SIM->iface->buf_free(SIM, dout);
@@ -457,10 +415,10 @@ static void test_pipeline(int iters, int max_n, bool pinned) {
     float *host = NULL;
     void *hdev = NULL;
     if (pinned) CHECK_ST(SIM->iface->host_alloc(SIM, host_bytes, (void **)&host, &hdev));
-    else host = xmalloc(host_bytes);
-    int *ns = xmalloc(sizeof(int) * (size_t)iters);
+    else host = tc_xmalloc(host_bytes);
+    int *ns = tc_xmalloc(sizeof(int) * (size_t)iters);
     for (int it = 0; it < iters; it++) {
-        int sl = it & 1, n = 1 + (int)(rnd_u64() % (uint64_t)max_n);
+        int sl = it & 1, n = 1 + (int)(tc_xorshift() % (uint64_t)max_n);
         ns[it] = n;
         float *src = host + (size_t)it * 2 * (size_t)max_n, *dst = src + max_n;
         for (int i = 0; i < n; i++) src[i] = (float)(it * 7 + i % 97), dst[i] = -1;
@@ -493,7 +451,7 @@ static void test_pipeline(int iters, int max_n, bool pinned) {
         for (int i = 0; i < ns[it] && bad < 0; i++)
             if (dst[i] != 6.0f * (float)(it * 7 + i % 97)) bad = it;
     }
-    report(bad < 0, "pipeline over two streams, %d iterations, %s host memory, jitter: %s", iters,
+    tc_report(bad < 0, "pipeline over two streams, %d iterations, %s host memory, jitter: %s", iters,
            pinned ? "pinned" : "pageable", bad < 0 ? "all values right" : "wrong values");
     if (bad >= 0) printf("     first wrong iteration %d\n", bad);
     CHECK_ST(SIM->iface->stream_sync(SIM, A));
@@ -532,7 +490,7 @@ static void test_stream_misc(void) {
         CHECK_ST(SIM->iface->copy_d2h(SIM, dst + off, (float *)d + off, sizeof(float) * LEN, A));
     }
     CHECK_ST(SIM->iface->stream_sync(SIM, A));
-    report(memcmp(src, dst, sizeof(float) * N * LEN) == 0, "stream_sync drains %d queued copies", 2 * N);
+    tc_report(memcmp(src, dst, sizeof(float) * N * LEN) == 0, "stream_sync drains %d queued copies", 2 * N);
 
     /* B waits on an event that is freed right after the wait is queued */
     tnd_event *e = NULL;
@@ -547,7 +505,7 @@ static void test_stream_misc(void) {
     CHECK_ST(SIM->iface->stream_sync(SIM, Bs));
     bool zero = true;
     for (int i = 0; i < 20 * LEN; i++) zero &= dst[i] == 0.0f;
-    report(zero, "a wait survives its event being freed, and orders B after A's memsets");
+    tc_report(zero, "a wait survives its event being freed, and orders B after A's memsets");
 
     /* copy_mapped between device memory and mapped pinned memory, both ways */
     void *hp = NULL, *hd = NULL;
@@ -558,14 +516,14 @@ static void test_stream_misc(void) {
     memset(dst, 0, sizeof(float) * LEN);
     CHECK_ST(SIM->iface->copy_d2h(SIM, dst, d, sizeof(float) * LEN, Bs));
     CHECK_ST(SIM->iface->stream_sync(SIM, Bs));
-    report(memcmp(dst, src, sizeof(float) * LEN) == 0, "copy_mapped from pinned memory, then d2d, then d2h");
+    tc_report(memcmp(dst, src, sizeof(float) * LEN) == 0, "copy_mapped from pinned memory, then d2d, then d2h");
 
     /* freeing a stream with queued work: the work finishes first */
     memset(dst, 0, sizeof(float) * N * LEN);
     CHECK_ST(SIM->iface->copy_h2d(SIM, d, src, sizeof(float) * N * LEN, A));
     CHECK_ST(SIM->iface->copy_d2h(SIM, dst, d, sizeof(float) * N * LEN, A));
     SIM->iface->stream_free(SIM, A);
-    report(memcmp(src, dst, sizeof(float) * N * LEN) == 0, "stream_free drains its queue first");
+    tc_report(memcmp(src, dst, sizeof(float) * N * LEN) == 0, "stream_free drains its queue first");
     SIM->iface->host_free(SIM, hp);
     SIM->iface->buf_free(SIM, d);
     SIM->iface->stream_free(SIM, Bs);
@@ -584,24 +542,24 @@ static void test_budget(void) {
     tnd_status st = b->iface->buf_alloc(b, 500000, &y);
     tnd_mem_info mi;
     b->iface->mem_info(b, &mi);
-    report(st == TND_ERR_NOMEM && y == before && strstr(tnd_last_error(), "500000") && strstr(tnd_last_error(), "1048576") &&
+    tc_report(st == TND_ERR_NOMEM && y == before && strstr(tnd_last_error(), "500000") && strstr(tnd_last_error(), "1048576") &&
                strstr(tnd_last_error(), "600000"),
            "allocation beyond the budget: NOMEM naming request, budget, in use (%s)", tnd_last_error());
-    report(mi.used == 600000 && mi.peak == 600000 && mi.budget == 1 << 20, "refusal changes nothing (used %llu, peak %llu)",
+    tc_report(mi.used == 600000 && mi.peak == 600000 && mi.budget == 1 << 20, "refusal changes nothing (used %llu, peak %llu)",
            (unsigned long long)mi.used, (unsigned long long)mi.peak);
-    report((uintptr_t)x % 256 == 0, "device buffers are 256-byte aligned");
+    tc_report((uintptr_t)x % 256 == 0, "device buffers are 256-byte aligned");
     CHECK_ST(b->iface->host_alloc(b, 4 << 20, &h, &hd));
     b->iface->mem_info(b, &mi);
-    report(mi.used == 600000 && h == hd, "pinned host memory is not counted and is mapped at the same address");
+    tc_report(mi.used == 600000 && h == hd, "pinned host memory is not counted and is mapped at the same address");
     b->iface->buf_free(b, x);
     b->iface->mem_info(b, &mi);
-    report(mi.used == 0 && mi.peak == 600000, "freeing returns the memory (used %llu, peak %llu)", (unsigned long long)mi.used,
+    tc_report(mi.used == 0 && mi.peak == 600000, "freeing returns the memory (used %llu, peak %llu)", (unsigned long long)mi.used,
            (unsigned long long)mi.peak);
     st = b->iface->buf_alloc(b, 1 << 20, &x);
     b->iface->mem_info(b, &mi);
-    report(st == TND_OK && mi.used == 1 << 20 && mi.peak == 1 << 20, "the whole budget can be allocated");
+    tc_report(st == TND_OK && mi.used == 1 << 20 && mi.peak == 1 << 20, "the whole budget can be allocated");
     st = b->iface->buf_alloc(b, 1, &y);
-    report(st == TND_ERR_NOMEM, "one byte more is refused");
+    tc_report(st == TND_ERR_NOMEM, "one byte more is refused");
     b->iface->buf_free(b, x);
     b->iface->host_free(b, h);
     tnd_backend_free(b);
@@ -636,18 +594,18 @@ static void test_timing(void) {
     CHECK_ST(b->iface->copy_h2d(b, d1, h, big, A));
     CHECK_ST(b->iface->event_record(b, e1, A));
     double t1 = tnd_sim_stream_clock(b, A);
-    report(near(t1, want, 0.02), "pinned h2d of 64 MiB takes %.3f ms virtual (64 MiB / 55 GB/s = %.3f ms)", t1 * 1e3, want * 1e3);
+    tc_report(near(t1, want, 0.02), "pinned h2d of 64 MiB takes %.3f ms virtual (64 MiB / 55 GB/s = %.3f ms)", t1 * 1e3, want * 1e3);
     CHECK_ST(b->iface->stream_sync(b, A));
     float ms = 0;
     CHECK_ST(b->iface->event_elapsed(b, e0, e1, &ms));
-    report(near(ms, t1 * 1e3, 1e-4), "event_elapsed reports the virtual time (%.3f ms)", ms);
+    tc_report(near(ms, t1 * 1e3, 1e-4), "event_elapsed reports the virtual time (%.3f ms)", ms);
 
     /* two copies on two streams share the copy engine */
     double a0 = tnd_sim_stream_clock(b, A);
     CHECK_ST(b->iface->copy_h2d(b, d1, h, big, A));
     CHECK_ST(b->iface->copy_h2d(b, d2, h, big, Bs));
     double ta = tnd_sim_stream_clock(b, A), tb = tnd_sim_stream_clock(b, Bs);
-    report(near(ta - a0, t1, 1e-9) && near(tb - a0, 2 * t1, 1e-9),
+    tc_report(near(ta - a0, t1, 1e-9) && near(tb - a0, 2 * t1, 1e-9),
            "two h2d copies on two streams serialize on the copy engine (A ends at +%.3f ms, B at +%.3f ms)",
            (ta - a0) * 1e3, (tb - a0) * 1e3);
 
@@ -659,7 +617,7 @@ static void test_timing(void) {
     CHECK_ST(b->iface->stream_new(b, &Cs));
     CHECK_ST(b->iface->copy_mapped(b, d2, hd, 4096, Cs));
     double tc = tnd_sim_stream_clock(b, Cs);
-    report(tc < 1e-4 && tc < c0, "copy_mapped of 4 KiB is not queued behind the copy engine (%.1f us)", tc * 1e6);
+    tc_report(tc < 1e-4 && tc < c0, "copy_mapped of 4 KiB is not queued behind the copy engine (%.1f us)", tc * 1e6);
 
     /* an op on B that waits on A starts after A's clock */
     int64_t n_in = 4096, n_out = 4096;
@@ -682,19 +640,19 @@ static void test_timing(void) {
     double tb2 = tnd_sim_stream_clock(b, Bs);
     /* independent figure: Q4_K is 144 bytes per 256 weights, read at 4.2 TB/s, plus a 5.5 us launch */
     double op_want = ((double)n_in * n_out * 144 / 256 + 4.0 * (n_in + n_out)) / 4.2e12 + 5.5e-6;
-    report(tb2 > ta2 && near(tb2 - ta2, op_want, 0.01),
+    tc_report(tb2 > ta2 && near(tb2 - ta2, op_want, 0.01),
            "matmul on B waiting on A's event starts at A's clock %.3f ms and takes %.2f us (want %.2f)", ta2 * 1e3,
            (tb2 - ta2) * 1e6, op_want * 1e6);
     CHECK_ST(b->iface->stream_sync(b, Bs));
 
     /* pageable copies are slower */
-    void *ph = xmalloc(8u << 20);
+    void *ph = tc_xmalloc(8u << 20);
     memset(ph, 0, 8u << 20);
     double p0 = tnd_sim_stream_clock(b, Cs);
     double p0e = p0 > ta2 ? p0 : ta2; /* the engine is busy until A's last copy ends */
     CHECK_ST(b->iface->copy_h2d(b, d2, ph, 8u << 20, Cs));
     double pt = tnd_sim_stream_clock(b, Cs) - p0e;
-    report(near(pt, (8u << 20) / 6e9, 0.02), "pageable h2d of 8 MiB: %.3f ms (8 MiB / 6 GB/s = %.3f ms)", pt * 1e3,
+    tc_report(near(pt, (8u << 20) / 6e9, 0.02), "pageable h2d of 8 MiB: %.3f ms (8 MiB / 6 GB/s = %.3f ms)", pt * 1e3,
            (8u << 20) / 6e9 * 1e3);
     CHECK_ST(b->iface->stream_sync(b, Cs));
     free(ph);
@@ -710,7 +668,7 @@ static void test_timing(void) {
     mm.out[0] = tens(NULL, TND_TYPE_F32, 4096, 512, 1);
     double g = tnd_hw_op_time_gpu(&hw, &mm), c = tnd_hw_op_time_cpu(&hw, &mm);
     double flops = 2.0 * 4096 * 4096 * 512;
-    report(near(g, flops / 690e12 + 5.5e-6, 0.01) && near(c, flops / 0.5e12 + 3e-6, 0.01),
+    tc_report(near(g, flops / 690e12 + 5.5e-6, 0.01) && near(c, flops / 0.5e12 + 3e-6, 0.01),
            "prefill matmul is compute-bound: GPU %.1f us, CPU %.1f ms", g * 1e6, c * 1e3);
     int32_t same[8] = {3, 3, 3, 3, 3, 3, 3, 3}, spread[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     tnd_op mi = {.kind = TND_OP_MATMUL_ID};
@@ -724,10 +682,10 @@ static void test_timing(void) {
     mi.in[2].data = NULL;
     double t_unknown = tnd_hw_op_time_gpu(&hw, &mi);
     double slice = 2048.0 / 32 * 34 * 768;
-    report(near(t_spread - t_same, 7 * slice / 4.2e12, 0.01) && t_unknown == t_spread,
+    tc_report(near(t_spread - t_same, 7 * slice / 4.2e12, 0.01) && t_unknown == t_spread,
            "matmul_id reads only the experts used (1 expert %.2f us, 8 experts %.2f us, ids unknown %.2f us)", t_same * 1e6,
            t_spread * 1e6, t_unknown * 1e6);
-    report(near(tnd_hw_copy_time(&hw, 1u << 30, true), (double)(1u << 30) / 55e9, 0.001),
+    tc_report(near(tnd_hw_copy_time(&hw, 1u << 30, true), (double)(1u << 30) / 55e9, 0.001),
            "copy time of 1 GiB pinned: %.2f ms", tnd_hw_copy_time(&hw, 1u << 30, true) * 1e3);
 }
 
@@ -751,7 +709,7 @@ static void test_profiles(void) {
     for (int i = 0; i < 3; i++) {
         tnd_hw hw;
         tnd_status st = tnd_hw_load(names[i], &hw);
-        report(st == TND_OK && strcmp(hw.name, names[i]) == 0 && hw.vram > 0 && hw.hbm_bw > hw.pcie_bw && hw.cpu_threads > 0 &&
+        tc_report(st == TND_OK && strcmp(hw.name, names[i]) == 0 && hw.vram > 0 && hw.hbm_bw > hw.pcie_bw && hw.cpu_threads > 0 &&
                    strstr(tnd_hw_names(), names[i]),
                "built-in profile %s", names[i]);
     }
@@ -772,7 +730,7 @@ static void test_profiles(void) {
                                  "cpu_op = 2e-6\n"
                                  "cpu_threads = 12\n");
     tnd_status st = tnd_hw_load(path, &hw);
-    report(st == TND_OK && strcmp(hw.name, "test-box") == 0 && strcmp(hw.gpu, "RTX #7") == 0 && hw.vram == 12ull << 30 &&
+    tc_report(st == TND_OK && strcmp(hw.name, "test-box") == 0 && strcmp(hw.gpu, "RTX #7") == 0 && hw.vram == 12ull << 30 &&
                hw.hbm_bw == 504e9 && hw.gpu_flops == 80e12 && hw.pcie_bw == 25e9 && near(hw.pcie_lat, 10e-6, 1e-12) &&
                near(hw.launch, 4e-6, 1e-12) && hw.cpu_flops == 500e9 && hw.cpu_threads == 12,
            "profile file with units parses (%s)", st ? tnd_last_error() : "ok");
@@ -780,26 +738,26 @@ static void test_profiles(void) {
     st = tnd_hw_load(path, &hw);
     tnd_hw ref;
     CHECK_ST(tnd_hw_load("h200-device", &ref));
-    report(st == TND_OK && hw.pcie_bw == 30e9 && hw.hbm_bw == ref.hbm_bw && hw.vram == ref.vram && strcmp(hw.name, "h200-device") != 0,
+    tc_report(st == TND_OK && hw.pcie_bw == 30e9 && hw.hbm_bw == ref.hbm_bw && hw.vram == ref.vram && strcmp(hw.name, "h200-device") != 0,
            "profile file based on a built-in (named %s)", hw.name);
     path = write_tmp("name = x\n\nhbm_bw = fast\n");
     st = tnd_hw_load(path, &hw);
     char want[96];
     snprintf(want, sizeof want, "%s:3:", path);
-    report(st == TND_ERR_ARG && strstr(tnd_last_error(), want), "bad value is an error naming file and line (%s)", tnd_last_error());
+    tc_report(st == TND_ERR_ARG && strstr(tnd_last_error(), want), "bad value is an error naming file and line (%s)", tnd_last_error());
     path = write_tmp("base = rtx3060-laptop\nvram = 6 GB/s\n");
     st = tnd_hw_load(path, &hw);
-    report(st == TND_ERR_ARG && strstr(tnd_last_error(), ":2:"), "unit of the wrong kind is an error (%s)", tnd_last_error());
+    tc_report(st == TND_ERR_ARG && strstr(tnd_last_error(), ":2:"), "unit of the wrong kind is an error (%s)", tnd_last_error());
     path = write_tmp("base = rtx3060-laptop\nhbm_bandwidth = 3 GB/s\n");
     st = tnd_hw_load(path, &hw);
-    report(st == TND_ERR_ARG && strstr(tnd_last_error(), "unknown key") && strstr(tnd_last_error(), ":2:"),
+    tc_report(st == TND_ERR_ARG && strstr(tnd_last_error(), "unknown key") && strstr(tnd_last_error(), ":2:"),
            "unknown key is an error (%s)", tnd_last_error());
     path = write_tmp("name = x\nvram = 1 GiB\n");
     st = tnd_hw_load(path, &hw);
-    report(st == TND_ERR_ARG && strstr(tnd_last_error(), "missing key"), "missing keys are an error (%s)", tnd_last_error());
+    tc_report(st == TND_ERR_ARG && strstr(tnd_last_error(), "missing key"), "missing keys are an error (%s)", tnd_last_error());
     unlink(path);
     st = tnd_hw_load("/nonexistent/dir/x.hw", &hw);
-    report(st == TND_ERR_IO && strstr(tnd_last_error(), "h200-device"), "missing file: IO error listing the built-ins (%s)",
+    tc_report(st == TND_ERR_IO && strstr(tnd_last_error(), "h200-device"), "missing file: IO error listing the built-ins (%s)",
            tnd_last_error());
 
     /* hw/NAME.hw, where present, must equal the built-in of that name */
@@ -817,16 +775,17 @@ static void test_profiles(void) {
                     near(hw.launch, ref.launch, 1e-12) && near(hw.cpu_bw, ref.cpu_bw, 1e-12) &&
                     near(hw.cpu_flops, ref.cpu_flops, 1e-12) && near(hw.cpu_op, ref.cpu_op, 1e-12) &&
                     hw.cpu_threads == ref.cpu_threads;
-        report(same, "hw/%s.hw equals the built-in (%s)", names[i], st ? tnd_last_error() : "ok");
+        tc_report(same, "hw/%s.hw equals the built-in (%s)", names[i], st ? tnd_last_error() : "ok");
     }
 }
 
 int main(void) {
     double t0 = tnd_time_s();
+    tc_rng = 0x2545f4914f6cdd1dull;
     CHECK_ST(tnd_backend_cpu_new(NULL, 0, &CPU));
     tnd_sim_params p = {.budget = 0, .n_threads = 2, .hw = NULL};
     CHECK_ST(tnd_backend_sim_new(&p, &SIM));
-    report(strcmp(SIM->iface->name, "sim") == 0, "backend name is sim");
+    tc_report(strcmp(SIM->iface->name, "sim") == 0, "backend name is sim");
     CHECK_ST(SIM->iface->stream_new(SIM, &S));
     test_ops();
     test_validation();
@@ -841,6 +800,6 @@ int main(void) {
     test_budget();
     test_timing();
     test_profiles();
-    printf("%d passed, %d failed (%.1f s)\n", g_pass, g_fail, tnd_time_s() - t0);
-    return g_fail ? 1 : 0;
+    printf("%.1f s\n", tnd_time_s() - t0);
+    return tc_summary();
 }
