@@ -15,17 +15,10 @@
 #include <string.h>
 #include <vector>
 
+#include "check.h"
 #include "cuda/attn_tc.cuh"
 #include "quant/quant.h"
 
-static uint64_t rs = 0x9e3779b97f4a7c15ull;
-static float unif(float a, float b) {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return a + (b - a) * (float)((rs >> 11) * (1.0 / 9007199254740992.0));
-}
-static int fails, checks;
 
 /* one warp's lane state */
 template <int HD> struct lane_st {
@@ -147,11 +140,11 @@ static void check(int64_t n_tok, int n_head, int n_kv, int64_t pos0, float softc
     const int64_t n_ctx = pos0 + n_tok + 3, row = (int64_t)n_kv * hd, nq = n_tok * n_head * hd;
     std::vector<float> q(nq), o(nq, NAN);
     std::vector<uint16_t> K(n_ctx * row), V(n_ctx * row);
-    for (auto &x : q) x = unif(-1, 1);
+    for (auto &x : q) x = tc_unif(-1, 1);
     for (int64_t i = 0; i < n_ctx * row; i++) {
         const bool dead = i >= (pos0 + n_tok) * row; /* never to be read */
-        K[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(unif(-1, 1));
-        V[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(unif(-1, 1));
+        K[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(tc_unif(-1, 1));
+        V[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(tc_unif(-1, 1));
     }
     const float scale = 1.0f / sqrtf((float)hd);
     const int ratio = n_head / n_kv;
@@ -207,14 +200,14 @@ static void check(int64_t n_tok, int n_head, int n_kv, int64_t pos0, float softc
                 if (err > worst) worst = err;
             }
         }
-    checks++;
-    if (bad) fails++;
+    tc_count(bad == 0);
     printf("%s attn_tc n_tok=%lld heads=%d/%d hd=%d pos0=%lld softcap=%g window=%d splits=%lld: %lld bad, worst err/tol %.4f\n",
            bad ? "FAIL" : "ok  ", (long long)n_tok, n_head, n_kv, hd, (long long)pos0, softcap, window, (long long)ns,
            (long long)bad, worst);
 }
 
 int main(void) {
+    tc_rng = 0x9e3779b97f4a7c15ull;
     const int64_t any = 1 << 20;
     check<128>(17, 8, 2, 5, 0, 0, any);      /* ratio 4, one tile */
     check<80>(100, 12, 3, 131, 0, 0, any);   /* head_dim 80, pos0 > 0, key splits */
@@ -225,6 +218,5 @@ int main(void) {
     check<96>(70, 5, 5, 1000, 0, 100, any);  /* ratio 1, window, long context */
     check<128>(200, 32, 4, 37, 0, 0, 1);     /* 30B-A3B-like heads, no scratch: one split */
     check<128>(150, 8, 1, 170, 0, 0, 3);     /* splits capped by the scratch */
-    printf("%d of %d checks failed\n", fails, checks);
-    return fails ? 1 : 0;
+    return tc_summary();
 }

@@ -6,23 +6,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
+#include "check.h"
 #include "cuda/common.cuh"
 #include "quant/quant.h"
-static uint64_t st = 12345;
-static uint64_t rnd() { st ^= st << 13; st ^= st >> 7; st ^= st << 17; return st; }
-static float unif(float a, float b) { return a + (b - a) * (float)((rnd() >> 11) * (1.0 / 9007199254740992.0)); }
 static void put16(uint8_t *p, float v) { uint16_t h = tnd_fp32_to_fp16(v); memcpy(p, &h, 2); }
-template <int TY> int check(int64_t n_in, int rows) {
+template <int TY> void check(int64_t n_in, int rows) {
     size_t rs = tnd_row_size((tnd_type)TY, n_in);
     uint8_t *w = (uint8_t *)aligned_alloc(64, (rs * rows + 63) / 64 * 64);
-    for (size_t i = 0; i < rs * rows; i++) w[i] = (uint8_t)(rnd() >> 24);
+    for (size_t i = 0; i < rs * rows; i++) w[i] = (uint8_t)(tc_xorshift() >> 24);
     const tnd_type_traits *tr = tnd_type_traits_get(TY);
-    if (TY == TND_TYPE_F32) for (int64_t i = 0; i < n_in * rows; i++) { float v = unif(-1, 1); memcpy(w + 4 * i, &v, 4); }
-    else if (TY == TND_TYPE_F16 || TY == TND_TYPE_BF16) for (int64_t i = 0; i < n_in * rows; i++) { float v = unif(-1,1); uint16_t h = TY == TND_TYPE_F16 ? tnd_fp32_to_fp16(v) : tnd_fp32_to_bf16(v); memcpy(w + 2*i, &h, 2);} 
+    if (TY == TND_TYPE_F32) for (int64_t i = 0; i < n_in * rows; i++) { float v = tc_unif(-1, 1); memcpy(w + 4 * i, &v, 4); }
+    else if (TY == TND_TYPE_F16 || TY == TND_TYPE_BF16) for (int64_t i = 0; i < n_in * rows; i++) { float v = tc_unif(-1,1); uint16_t h = TY == TND_TYPE_F16 ? tnd_fp32_to_fp16(v) : tnd_fp32_to_bf16(v); memcpy(w + 2*i, &h, 2);} 
     else {
         size_t ts = tr->type_size;
         for (size_t b = 0; b < rs * rows / ts; b++) {
-            uint8_t *p = w + b * ts; float d = unif(0.002f, 0.02f), m = unif(0.0005f, 0.01f);
+            uint8_t *p = w + b * ts; float d = tc_unif(0.002f, 0.02f), m = tc_unif(0.0005f, 0.01f);
             switch (TY) {
             case TND_TYPE_Q4_0: case TND_TYPE_Q5_0: case TND_TYPE_Q8_0: put16(p, d); break;
             case TND_TYPE_Q4_1: case TND_TYPE_Q5_1: put16(p, d); put16(p + 2, -m); break;
@@ -30,7 +28,7 @@ template <int TY> int check(int64_t n_in, int rows) {
             case TND_TYPE_Q3_K: put16(p + 108, d); break;
             case TND_TYPE_Q4_K: case TND_TYPE_Q5_K: put16(p, d); put16(p + 2, m); break;
             case TND_TYPE_Q6_K: put16(p + 208, d); break;
-            case TND_TYPE_MXFP4: p[0] = (uint8_t)(119 + rnd() % 6); break;
+            case TND_TYPE_MXFP4: p[0] = (uint8_t)(119 + tc_xorshift() % 6); break;
             }
         }
     }
@@ -53,15 +51,14 @@ template <int TY> int check(int64_t n_in, int rows) {
     }
     printf("%-6s n_in=%lld: %s (%d bad)\n", tr->name, (long long)n_in, bad ? "FAIL" : "ok", bad);
     free(w); free(ref);
-    return bad != 0;
+    tc_count(bad == 0);
 }
 int main() {
-    int f = 0;
-    f += check<TND_TYPE_F32>(417, 5); f += check<TND_TYPE_F16>(417, 5); f += check<TND_TYPE_BF16>(417, 5);
-    f += check<TND_TYPE_Q4_0>(416, 5); f += check<TND_TYPE_Q4_1>(416, 5); f += check<TND_TYPE_Q5_0>(416, 5);
-    f += check<TND_TYPE_Q5_1>(416, 5); f += check<TND_TYPE_Q8_0>(416, 5); f += check<TND_TYPE_MXFP4>(416, 5);
-    f += check<TND_TYPE_Q2_K>(768, 5); f += check<TND_TYPE_Q3_K>(768, 5); f += check<TND_TYPE_Q4_K>(768, 5);
-    f += check<TND_TYPE_Q5_K>(768, 5); f += check<TND_TYPE_Q6_K>(768, 5);
-    printf("%d passed, %d failed\n", 14 - f, f);
-    return f ? 1 : 0;
+    tc_rng = 12345;
+    check<TND_TYPE_F32>(417, 5); check<TND_TYPE_F16>(417, 5); check<TND_TYPE_BF16>(417, 5);
+    check<TND_TYPE_Q4_0>(416, 5); check<TND_TYPE_Q4_1>(416, 5); check<TND_TYPE_Q5_0>(416, 5);
+    check<TND_TYPE_Q5_1>(416, 5); check<TND_TYPE_Q8_0>(416, 5); check<TND_TYPE_MXFP4>(416, 5);
+    check<TND_TYPE_Q2_K>(768, 5); check<TND_TYPE_Q3_K>(768, 5); check<TND_TYPE_Q4_K>(768, 5);
+    check<TND_TYPE_Q5_K>(768, 5); check<TND_TYPE_Q6_K>(768, 5);
+    return tc_summary();
 }

@@ -26,20 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "cuda/common.cuh"
 #include "quant/quant.h"
 
-static uint64_t st = 0x1234567ull;
-static uint64_t rnd() {
-    st ^= st << 13;
-    st ^= st >> 7;
-    st ^= st << 17;
-    return st;
-}
-static float unif(float a, float b) { return a + (b - a) * (float)((rnd() >> 11) * (1.0 / 9007199254740992.0)); }
 TND_HD double hf(uint32_t bits) { return (double)__half2float(__ushort_as_half((unsigned short)(bits & 0xffff))); }
-
-static int fails, checks;
 
 /* per mma of a super-block: A[16][16], B[16][8] gathered from all lanes */
 static double A[16][16][16], Bm[16][16][8];
@@ -104,14 +95,14 @@ static void check_tile(int ty, int nsb, int n_tok) {
     const int sbb = ty == TND_TYPE_Q4_K ? 144 : ty == TND_TYPE_Q6_K ? 210 : 272;
     const size_t rb = (size_t)nsb * sbb;
     uint8_t *w = (uint8_t *)malloc(rb * 16);
-    for (size_t i = 0; i < rb * 16; i++) w[i] = (uint8_t)(rnd() >> 24);
+    for (size_t i = 0; i < rb * 16; i++) w[i] = (uint8_t)(tc_xorshift() >> 24);
     for (int r = 0; r < 16; r++)
         for (int b = 0; b < nsb; b++) {
             uint8_t *p = w + r * rb + b * sbb;
-            uint16_t d = tnd_fp32_to_fp16(unif(0.0002f, 0.002f)), m = tnd_fp32_to_fp16(unif(0.00005f, 0.001f));
+            uint16_t d = tnd_fp32_to_fp16(tc_unif(0.0002f, 0.002f)), m = tnd_fp32_to_fp16(tc_unif(0.00005f, 0.001f));
             if (ty == TND_TYPE_Q8_0)
                 for (int k = 0; k < 8; k++) {
-                    uint16_t dk = tnd_fp32_to_fp16(unif(0.002f, 0.02f) * (rnd() & 1 ? 1 : -1));
+                    uint16_t dk = tnd_fp32_to_fp16(tc_unif(0.002f, 0.02f) * (tc_xorshift() & 1 ? 1 : -1));
                     memcpy(p + 34 * k, &dk, 2);
                 }
             else memcpy(p + (ty == TND_TYPE_Q4_K ? 0 : 208), &d, 2);
@@ -119,7 +110,7 @@ static void check_tile(int ty, int nsb, int n_tok) {
         }
     const int n_in = nsb * 256;
     float *x = (float *)malloc(sizeof(float) * n_in * n_tok);
-    for (int i = 0; i < n_in * n_tok; i++) x[i] = unif(-1, 1);
+    for (int i = 0; i < n_in * n_tok; i++) x[i] = tc_unif(-1, 1);
     /* x staged as the kernel does: token k's super-block sb at k*xs_tok + sb*64 */
     const int xs_tok = nsb * 64;
     uint2 *xs = (uint2 *)calloc((size_t)xs_tok * n_tok, sizeof(uint2));
@@ -185,9 +176,7 @@ static void check_tile(int ty, int nsb, int n_tok) {
         for (int k = 0; k < 8; k++) {
             double got = D[r][k];
             if (k >= n_tok) {
-                checks++;
-                if (got != 0) {
-                    fails++;
+                if (!tc_count(got == 0)) {
                     printf("FAIL nsb=%d: column %d (no token) = %g\n", nsb, k, got);
                 }
                 continue;
@@ -199,13 +188,10 @@ static void check_tile(int ty, int nsb, int n_tok) {
                 const double wv = emu_weight(ty, row, i);
                 emu += wv * (double)__half2float(__float2half_rn(xt[i]));
             }
-            checks += 2;
-            if (!(fabs(got - ref) <= 2e-3 * sc + 1e-6)) {
-                fails++;
+            if (!tc_count(fabs(got - ref) <= 2e-3 * sc + 1e-6)) {
                 printf("FAIL %s nsb=%d row %d tok %d: got %.9g want %.9g (scale %g)\n", tnd_type_name((tnd_type)ty), nsb, r, k, got, ref, sc);
             }
-            if (!(fabs(got - emu) <= 1e-9 * sc)) {
-                fails++;
+            if (!tc_count(fabs(got - emu) <= 1e-9 * sc)) {
                 printf("FAIL %s nsb=%d row %d tok %d: got %.12g, f16 arithmetic gives %.12g\n", tnd_type_name((tnd_type)ty), nsb, r, k, got, emu);
             }
         }
@@ -266,16 +252,16 @@ static void check_i8(int nsb, int n_tok, bool outlier) {
     const size_t rb = (size_t)nsb * 144;
     const int n_in = nsb * 256;
     uint8_t *w = (uint8_t *)malloc(rb * 16);
-    for (size_t i = 0; i < rb * 16; i++) w[i] = (uint8_t)(rnd() >> 24);
+    for (size_t i = 0; i < rb * 16; i++) w[i] = (uint8_t)(tc_xorshift() >> 24);
     for (int r = 0; r < 16; r++)
         for (int b = 0; b < nsb; b++) {
             uint8_t *p = w + r * rb + b * 144;
-            uint16_t d = tnd_fp32_to_fp16(unif(0.0002f, 0.002f)), m = tnd_fp32_to_fp16(unif(0.00005f, 0.001f));
+            uint16_t d = tnd_fp32_to_fp16(tc_unif(0.0002f, 0.002f)), m = tnd_fp32_to_fp16(tc_unif(0.00005f, 0.001f));
             memcpy(p, &d, 2);
             memcpy(p + 2, &m, 2);
         }
     float *x = (float *)malloc(sizeof(float) * n_in * n_tok);
-    for (int i = 0; i < n_in * n_tok; i++) x[i] = unif(-1, 1);
+    for (int i = 0; i < n_in * n_tok; i++) x[i] = tc_unif(-1, 1);
     if (outlier) x[7] = 300.0f; /* one large value: its super-block's grid coarsens */
     /* x quantized as the kernel's prologue does (lane l: elements 8l.. of the super-block) */
     const int pstride = nsb * 32 + 4;
@@ -352,16 +338,13 @@ static void check_i8(int nsb, int n_tok, bool outlier) {
                 emu += (double)wf[i] * xr[(size_t)k * n_in + i];
                 bound += fabs((double)wf[i]) * dl[k * nsb + i / 256] * 0.5;
             }
-            checks += 2;
             /* x's rounding to the grid: at most half a step per value */
-            if (!(fabs(got[r][k] - ref) <= bound * 1.01 + 1e-5 * sc)) {
-                fails++;
+            if (!tc_count(fabs(got[r][k] - ref) <= bound * 1.01 + 1e-5 * sc)) {
                 printf("FAIL i8 nsb=%d row %d tok %d: got %.9g want %.9g (grid bound %g, scale %g)\n", nsb, r, k,
                        got[r][k], ref, bound, sc);
             }
             /* the same grid values in double: only f32 rounding apart */
-            if (!(fabs(got[r][k] - emu) <= 1e-5 * sc)) {
-                fails++;
+            if (!tc_count(fabs(got[r][k] - emu) <= 1e-5 * sc)) {
                 printf("FAIL i8 nsb=%d row %d tok %d: got %.12g, grid arithmetic gives %.12g\n", nsb, r, k,
                        got[r][k], emu);
             }
@@ -408,7 +391,7 @@ static void check_ring(int nsb, int sbs, int tt) {
     const int rows = 16 * tt;
     const size_t rb = (size_t)nsb * 144;
     uint8_t *w = (uint8_t *)malloc(rb * rows);
-    for (size_t i = 0; i < rb * rows; i++) w[i] = (uint8_t)(rnd() >> 24);
+    for (size_t i = 0; i < rb * rows; i++) w[i] = (uint8_t)(tc_xorshift() >> 24);
     const int stage = rows * mvc_stride(sbs);
     uint8_t *buf = (uint8_t *)malloc(stage);
     int *hits = (int *)malloc(sizeof(int) * (stage / 16));
@@ -450,9 +433,7 @@ static void check_ring(int nsb, int sbs, int tt) {
                             if ((addr[i] / 16) % 8 == (addr[j] / 16) % 8) bad++;
                 }
     }
-    checks++;
-    if (bad) {
-        fails++;
+    if (!tc_count(bad == 0)) {
         printf("FAIL ring nsb=%d sbs=%d tiles=%d: %d bad copies or reads\n", nsb, sbs, tt, bad);
     }
     free(w);
@@ -461,6 +442,7 @@ static void check_ring(int nsb, int sbs, int tt) {
 }
 
 int main() {
+    tc_rng = 0x1234567ull;
     for (int sbs = 1; sbs <= 8; sbs++)
         for (int tt = 1; tt <= 2; tt++) {
             check_ring(1, sbs, tt);
@@ -481,8 +463,8 @@ int main() {
     /* the scale/min byte unpacking for every sub and lane half */
     for (int it = 0; it < 1000; it++) {
         uint32_t h[4];
-        for (int i = 0; i < 4; i++) h[i] = (uint32_t)rnd();
-        h[0] = (uint32_t)tnd_fp32_to_fp16(unif(0.001f, 0.01f)) | ((uint32_t)tnd_fp32_to_fp16(unif(0.001f, 0.01f)) << 16);
+        for (int i = 0; i < 4; i++) h[i] = (uint32_t)tc_xorshift();
+        h[0] = (uint32_t)tnd_fp32_to_fp16(tc_unif(0.001f, 0.01f)) | ((uint32_t)tnd_fp32_to_fp16(tc_unif(0.001f, 0.01f)) << 16);
         for (int c0 = 0; c0 < 2; c0++)
             for (int j = 0; j < 2; j++) {
                 uint32_t s[2], m[2];
@@ -492,15 +474,13 @@ int main() {
                     kscale_min((const uint8_t *)h + 4, 4 * j + 2 * c0 + k, &scf, &mf);
                     const double want_s = (double)__half2float(__double2half(h2f((uint16_t)h[0]) * (double)scf));
                     const double want_m = (double)__half2float(__double2half(-(double)h2f((uint16_t)(h[0] >> 16)) * mf));
-                    checks++;
-                    if (hf(s[k]) != want_s || hf(s[k] >> 16) != want_s || hf(m[k]) != want_m || hf(m[k] >> 16) != want_m) {
-                        fails++;
+                    if (!tc_count(hf(s[k]) == want_s && hf(s[k] >> 16) == want_s && hf(m[k]) == want_m &&
+                                  hf(m[k] >> 16) == want_m)) {
                         printf("FAIL scales sub %d: got %g/%g want %g/%g\n", 4 * j + 2 * c0 + k, hf(s[k]), hf(m[k]), want_s,
                                want_m);
                     }
                 }
             }
     }
-    printf("test_cuda_mvh: %d checks, %d failed\n", checks, fails);
-    return fails ? 1 : 0;
+    return tc_summary();
 }
