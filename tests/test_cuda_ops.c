@@ -63,16 +63,9 @@ static void dev_poison(void *d, size_t n) {
 }
 static void dev_free(void *d) { B->iface->buf_free(B, d); }
 
+/* A tensor of type t over data, shape (n0, n1, n2, 1), other fields zero. */
 static tnd_tensor tens(void *data, tnd_type t, int64_t n0, int64_t n1, int64_t n2) {
-    tnd_tensor x;
-    memset(&x, 0, sizeof x);
-    x.data = data;
-    x.type = t;
-    x.ne[0] = n0;
-    x.ne[1] = n1;
-    x.ne[2] = n2;
-    x.ne[3] = 1;
-    return x;
+    return (tnd_tensor){.data = data, .type = t, .ne = {n0, n1, n2, 1}};
 }
 
 /* Runs op and waits; a failure is reported against `what` and returns false. */
@@ -186,24 +179,51 @@ static void ref_matmul(tnd_type t, const void *W, int64_t n_in, int64_t n_out, c
     free(wf);
 }
 
+/* One matmul case: random weights of type t, x uniform in (-1, 1), the
+ * reference and its error scale (ref_matmul), both inputs uploaded. */
+typedef struct {
+    size_t wb;        /* bytes of W */
+    void *W, *dW;     /* (n_out, n_in) of type t: host, device */
+    float *x, *dx;    /* (n_tok, n_in): host, device */
+    double *ref, *sc; /* (n_tok, n_out): reference, sum_k |w_rk x_tk| */
+    double xmax;      /* max |x| */
+} mm_case;
+
+static mm_case mm_case_new(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) {
+    mm_case c;
+    memset(&c, 0, sizeof c);
+    c.W = make_weights(t, n_in, n_out, &c.wb);
+    const size_t nx = (size_t)(n_in * n_tok), ny = (size_t)(n_out * n_tok);
+    c.x = (float *)tc_xmalloc(nx * 4);
+    tc_fill_unif(c.x, nx, -1, 1);
+    c.ref = (double *)tc_xmalloc(ny * 8);
+    c.sc = (double *)tc_xmalloc(ny * 8);
+    ref_matmul(t, c.W, n_in, n_out, c.x, n_tok, c.ref, c.sc, &c.xmax);
+    c.dW = dev_upload(c.W, c.wb);
+    c.dx = (float *)dev_upload(c.x, nx * 4);
+    return c;
+}
+
+static void mm_case_free(mm_case *c) {
+    dev_free(c->dW);
+    dev_free(c->dx);
+    free(c->W);
+    free(c->x);
+    free(c->ref);
+    free(c->sc);
+}
+
 /* ---- matmul / matvec ------------------------------------------------------------ */
 
 static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) {
-    size_t wb;
-    void *W = make_weights(t, n_in, n_out, &wb);
-    float *x = (float *)tc_xmalloc((size_t)(n_in * n_tok) * 4);
-    tc_fill_unif(x, (size_t)(n_in * n_tok), -1, 1);
-    double *ref = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8);
-    double xmax;
-    ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
-    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
+    mm_case mc = mm_case_new(t, n_in, n_out, n_tok);
     float *dy = (float *)dev_alloc((size_t)(n_out * n_tok) * 4);
     dev_poison(dy, (size_t)(n_out * n_tok) * 4);
     tnd_op op;
     memset(&op, 0, sizeof op);
     op.kind = TND_OP_MATMUL;
-    op.in[0] = tens(dW, t, n_in, n_out, 1);
-    op.in[1] = tens(dx, TND_TYPE_F32, n_in, n_tok, 1);
+    op.in[0] = tens(mc.dW, t, n_in, n_out, 1);
+    op.in[1] = tens(mc.dx, TND_TYPE_F32, n_in, n_tok, 1);
     op.out[0] = tens(dy, TND_TYPE_F32, n_out, n_tok, 1);
     char what[160];
     bool f16path = n_tok > 8;
@@ -230,28 +250,17 @@ static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) 
          * * max|x|. The f16 tensor-core matvec: as cuBLAS (see
          * test_matvec_f16mma). */
         double rtol = f16path || mvh ? 2e-3 : 2e-4;
-        double atol = f16path || mvh ? (double)n_in * 6e-8 * xmax : 1e-6;
-        compare(what, y, ref, sc, n_out * n_tok, rtol, atol);
+        double atol = f16path || mvh ? (double)n_in * 6e-8 * mc.xmax : 1e-6;
+        compare(what, y, mc.ref, mc.sc, n_out * n_tok, rtol, atol);
         free(y);
     }
-    dev_free(dW);
-    dev_free(dx);
+    mm_case_free(&mc);
     dev_free(dy);
-    free(W);
-    free(x);
-    free(ref);
-    free(sc);
 }
 
 /* The launch variants of the single-token matvec (rows per block x threads). */
 static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
-    size_t wb;
-    void *W = make_weights(t, n_in, n_out, &wb);
-    float *x = (float *)tc_xmalloc((size_t)n_in * 4);
-    tc_fill_unif(x, (size_t)n_in, -1, 1);
-    double *ref = (double *)tc_xmalloc((size_t)n_out * 8), *sc = (double *)tc_xmalloc((size_t)n_out * 8), xmax;
-    ref_matmul(t, W, n_in, n_out, x, 1, ref, sc, &xmax);
-    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)n_in * 4);
+    mm_case mc = mm_case_new(t, n_in, n_out, 1);
     float *dy = (float *)dev_alloc((size_t)n_out * 4), *y = (float *)tc_xmalloc((size_t)n_out * 4);
     /* kernels: 1 lane-per-sub, 2 the type's own, 3 the streaming one (Q4_K;
      * the others fall back to their default, tested too; for 3, R*T/32
@@ -264,7 +273,7 @@ static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
             snprintf(what, sizeof what, "matvec_cfg %-5s n_in=%lld n_out=%lld kernel=%d rows/warp=%d threads=%d",
                      tnd_type_name(t), (long long)n_in, (long long)n_out, k, R[i], T[j]);
             dev_poison(dy, (size_t)n_out * 4);
-            int e = tnd_cu_matvec_cfg(t, dW, n_in, n_out, (const float *)dx, dy, k, R[i], T[j],
+            int e = tnd_cu_matvec_cfg(t, mc.dW, n_in, n_out, (const float *)mc.dx, dy, k, R[i], T[j],
                                       (tnd_cu_stream)tnd_cuda_stream_handle(S));
             tnd_status st = B->iface->stream_sync(B, S);
             if (e || st) {
@@ -272,16 +281,11 @@ static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
                 continue;
             }
             dev_download(y, dy, (size_t)n_out * 4);
-            compare(what, y, ref, sc, n_out, 2e-4, 1e-6); /* as test_matmul's matvec */
+            compare(what, y, mc.ref, mc.sc, n_out, 2e-4, 1e-6); /* as test_matmul's matvec */
         }
-    dev_free(dW);
-    dev_free(dx);
+    mm_case_free(&mc);
     dev_free(dy);
-    free(W);
-    free(x);
     free(y);
-    free(ref);
-    free(sc);
 }
 
 /* The tensor-core matvecs (tnd_cu_matvec_f16mma, or _i8mma if i8) for n_tok
@@ -301,14 +305,7 @@ static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
  * the atol term. Also: the default shape gives the same bits twice (the
  * split sums meet in a fixed order). */
 static void test_matvec_mma(bool i8, tnd_type t, int64_t n_in, int64_t n_out, int n_tok) {
-    size_t wb;
-    void *W = make_weights(t, n_in, n_out, &wb);
-    float *x = (float *)tc_xmalloc((size_t)(n_in * n_tok) * 4);
-    tc_fill_unif(x, (size_t)(n_in * n_tok), -1, 1);
-    double *ref = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8);
-    double xmax;
-    ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
-    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
+    mm_case mc = mm_case_new(t, n_in, n_out, n_tok);
     const size_t yb = (size_t)(n_out * n_tok) * 4;
     float *dy = (float *)dev_alloc(yb), *y = (float *)tc_xmalloc(yb), *y0 = (float *)tc_xmalloc(yb);
     static const int shapes[][2] = {{0, 0}, {1, 1}, {1, 3}, {2, 2}, {4, 1}, {1, 8}, {8, 1}, {0, 0}};
@@ -318,7 +315,7 @@ static void test_matvec_mma(bool i8, tnd_type t, int64_t n_in, int64_t n_out, in
                  i8 ? "i8mma" : "f16mma", tnd_type_name(t), (long long)n_in, (long long)n_out, n_tok, shapes[i][0],
                  shapes[i][1], i + 1 == TND_ARRAY_LEN(shapes) ? " (again: same bits)" : "");
         dev_poison(dy, yb);
-        int e = (i8 ? tnd_cu_matvec_i8mma : tnd_cu_matvec_f16mma)(t, dW, n_in, n_out, (const float *)dx, n_tok, dy,
+        int e = (i8 ? tnd_cu_matvec_i8mma : tnd_cu_matvec_f16mma)(t, mc.dW, n_in, n_out, (const float *)mc.dx, n_tok, dy,
                                                                   shapes[i][0], shapes[i][1],
                                                                   (tnd_cu_stream)tnd_cuda_stream_handle(S));
         tnd_status st = B->iface->stream_sync(B, S);
@@ -327,21 +324,16 @@ static void test_matvec_mma(bool i8, tnd_type t, int64_t n_in, int64_t n_out, in
             continue;
         }
         dev_download(y, dy, yb);
-        if (i8) compare(what, y, ref, sc, n_out * n_tok, 2e-4, 1e-6);
-        else compare(what, y, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+        if (i8) compare(what, y, mc.ref, mc.sc, n_out * n_tok, 2e-4, 1e-6);
+        else compare(what, y, mc.ref, mc.sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * mc.xmax);
         if (i == 0) memcpy(y0, y, yb);
         if (i + 1 == TND_ARRAY_LEN(shapes))
             tc_report(memcmp(y0, y, yb) == 0, "%s: bitwise repeat", what);
     }
-    dev_free(dW);
-    dev_free(dx);
+    mm_case_free(&mc);
     dev_free(dy);
-    free(W);
-    free(x);
     free(y);
     free(y0);
-    free(ref);
-    free(sc);
 }
 
 /* The f16cp matvec (tnd_cu_matvec_f16cp: the f16 path's math through a
@@ -356,14 +348,7 @@ static void test_matvec_mma(bool i8, tnd_type t, int64_t n_in, int64_t n_out, in
  * family forced. */
 static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
     const tnd_type t = TND_TYPE_Q4_K;
-    size_t wb;
-    void *W = make_weights(t, n_in, n_out, &wb);
-    float *x = (float *)tc_xmalloc((size_t)(n_in * n_tok) * 4);
-    tc_fill_unif(x, (size_t)(n_in * n_tok), -1, 1);
-    double *ref = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8), *sc = (double *)tc_xmalloc((size_t)(n_out * n_tok) * 8);
-    double xmax;
-    ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
-    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
+    mm_case mc = mm_case_new(t, n_in, n_out, n_tok);
     const size_t yb = (size_t)(n_out * n_tok) * 4;
     float *dy = (float *)dev_alloc(yb), *y = (float *)tc_xmalloc(yb), *y1 = (float *)tc_xmalloc(yb);
     tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
@@ -376,7 +361,7 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
                                     {2, 4, 4, 3, 0, 3}};
     const bool ok = tnd_cu_matvec_f16cp_supported(t, n_in, n_tok);
     if (!ok) { /* x alone too wide for shared memory */
-        int e = tnd_cu_matvec_f16cp(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, 0, 0, 0, 0, 0, 0, cs);
+        int e = tnd_cu_matvec_f16cp(t, mc.dW, n_in, n_out, (const float *)mc.dx, n_tok, dy, 0, 0, 0, 0, 0, 0, cs);
         tc_report(e == 801 && n_in * n_tok * 2 > 150 * 1024, "matvec_f16cp n_in=%lld n_tok=%d refused (got %d)",
                (long long)n_in, n_tok, e);
     }
@@ -387,7 +372,7 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
                  (long long)n_in, (long long)n_out, n_tok, c[0], c[1], c[2], c[3], c[4],
                  c[5] & TND_CU_F16CP_BULK ? " bulk" : "", c[5] & TND_CU_F16CP_TT2 ? " 2tiles" : "");
         dev_poison(dy, yb);
-        int e = tnd_cu_matvec_f16cp(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4],
+        int e = tnd_cu_matvec_f16cp(t, mc.dW, n_in, n_out, (const float *)mc.dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4],
                                     c[5], cs);
         tnd_status st = B->iface->stream_sync(B, S);
         if ((c[5] & TND_CU_F16CP_TT2) && !c[0]) { /* refused (matvec.cu: failed to launch on the H200) */
@@ -405,10 +390,10 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
             continue;
         }
         dev_download(y, dy, yb);
-        compare(what, y, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+        compare(what, y, mc.ref, mc.sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * mc.xmax);
         if (c[0] > 0 && (c[1] == 1 || c[3] == 1) && c[0] * c[1] <= 8 && tnd_cu_matvec_f16mma_supported(t, n_in, n_tok)) {
             dev_poison(dy, yb);
-            e = tnd_cu_matvec_f16mma(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, c[0], c[1], cs);
+            e = tnd_cu_matvec_f16mma(t, mc.dW, n_in, n_out, (const float *)mc.dx, n_tok, dy, c[0], c[1], cs);
             st = B->iface->stream_sync(B, S);
             dev_download(y1, dy, yb);
             tc_report(!e && !st && memcmp(y, y1, yb) == 0, "%s: same bits as f16mma MB=%d KW=%d", what, c[0], c[1]);
@@ -418,7 +403,7 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
     tnd_cu_matvec_set_kind(TND_CU_MV_F16CP);
     const int kind = tnd_cu_matvec_kind(t, n_in, n_tok);
     dev_poison(dy, yb);
-    int e = tnd_cu_matvec(t, dW, n_in, n_out, (const float *)dx, n_tok, dy, cs);
+    int e = tnd_cu_matvec(t, mc.dW, n_in, n_out, (const float *)mc.dx, n_tok, dy, cs);
     tnd_status st = B->iface->stream_sync(B, S);
     tnd_cu_matvec_set_kind(-1);
     char what[160];
@@ -427,21 +412,16 @@ static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
     if (e || st) tc_report(false, "%s: launch %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
     else {
         dev_download(y, dy, yb);
-        compare(what, y, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+        compare(what, y, mc.ref, mc.sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * mc.xmax);
         tc_report(kind == (tnd_cu_matvec_f16cp_supported(t, n_in, n_tok) ? TND_CU_MV_F16CP
                         : tnd_cu_matvec_f16mma_supported(t, n_in, n_tok) ? TND_CU_MV_F16MMA
                                                                            : TND_CU_MV_F32),
                "%s: family", what);
     }
-    dev_free(dW);
-    dev_free(dx);
+    mm_case_free(&mc);
     dev_free(dy);
-    free(W);
-    free(x);
     free(y);
     free(y1);
-    free(ref);
-    free(sc);
 }
 
 /* Types and shapes the tensor-core paths refuse: cudaErrorNotSupported, and

@@ -69,16 +69,9 @@ static void *make_weights(tnd_type t, int64_t n_in, int64_t rows) {
     return w;
 }
 
+/* A tensor of type t over data, shape (n0, n1, n2, 1), other fields zero. */
 static tnd_tensor tens(void *data, tnd_type t, int64_t n0, int64_t n1, int64_t n2) {
-    tnd_tensor x;
-    memset(&x, 0, sizeof x);
-    x.data = data;
-    x.type = t;
-    x.ne[0] = n0;
-    x.ne[1] = n1;
-    x.ne[2] = n2;
-    x.ne[3] = 1;
-    return x;
+    return (tnd_tensor){.data = data, .type = t, .ne = {n0, n1, n2, 1}};
 }
 
 /* ---- ops: sim vs CPU, bit for bit ------------------------------------------------------ */
