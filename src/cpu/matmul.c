@@ -81,7 +81,18 @@ static void build_tables(void) {
     tnd_cpu_kernels_avx512(&g_kernels[TND_ISA_AVX512]);
 }
 
+int tnd_cpu_pf_dist = 1024;
+
 static void isa_init(void) {
+    /* TND_CPU_PF_DIST (bytes, a multiple of 64 up to 16 KiB): for tuning
+     * the decode kernels' prefetch on a new machine (dev_matvec_f32_bw) */
+    const char *pd = getenv("TND_CPU_PF_DIST");
+    if (pd && *pd) {
+        char *end;
+        long v = strtol(pd, &end, 10);
+        if (*end || v < 64 || v > 16384 || v % 64) TND_WARN("TND_CPU_PF_DIST=%s ignored (64..16384, a multiple of 64)", pd);
+        else tnd_cpu_pf_dist = (int)v;
+    }
     build_tables();
     tnd_cpu_isa_id best = tnd_cpu_isa_best(), use = best;
     const char *e = getenv("TND_CPU_ISA");

@@ -103,10 +103,11 @@ TGTI __m128i k4_scales_v(const uint8_t *s) {
  * hardware prefetchers ramp up too slowly for these short streams (or for
  * several interleaved ones) and the kernels read DRAM well below the
  * streaming rate. So each kernel step that consumes S bytes of a stream
- * prefetches ceil(S / 64) lines PF_DIST bytes ahead of it: points spaced at
+ * prefetches ceil(S / 64) lines PF_DIST bytes ahead of it (tnd_cpu_pf_dist,
+ * matmul.h): points spaced at
  * most 64 bytes apart, so every line gets one. Rows are contiguous, so
  * ahead of a row's end is the next row, where the next pass goes. */
-#define PF_DIST 1024
+#define PF_DIST ((size_t)tnd_cpu_pf_dist)
 
 TGTI void pf_ahead(const void *p, const int lines) {
     for (int k = 0; k < lines; k++) _mm_prefetch((const char *)p + PF_DIST + 64 * k, _MM_HINT_T0);
