@@ -190,7 +190,13 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         k->lim_pp = tp > 0 ? (double)n_prompt / tp : 0;
     }
     int rc = 1;
-    if (tnd_ctx_eval(c, toks, 1, NULL)) goto out; /* warm-up: page faults stay out of the timings */
+    /* warm-up: page faults, and the first launch of each kernel a chunk
+     * uses (CUDA loads modules lazily), stay out of the timings */
+    if (tnd_ctx_eval(c, toks, 1, NULL)) goto out;
+    if (n_prompt > 1 || depth > 1) {
+        tnd_ctx_truncate(c, 0);
+        if (tnd_ctx_eval(c, toks, (int)TND_MIN(TND_MAX(n_prompt, depth), c->n_batch), NULL)) goto out;
+    }
     if (n_prompt) {
         result *r = &k->res[k->nres++];
         r->name = name_pp;
