@@ -658,6 +658,7 @@ static void test_static_experts(void) {
      * one-expert CPU times included. */
     pf.pop = pop;
     pf.n_expert = E;
+    pf.cal_decode = 1.25;
     pf.t_cpu_one = calloc((size_t)m->n_slices, sizeof(double));
     for (int i = 0; i < m->n_slices; i++)
         if (m->slices[i]->n_expert > 1) pf.t_cpu_one[i] = pf.t_cpu[i * TND_PERF_NK] / K;
@@ -679,6 +680,7 @@ static void test_static_experts(void) {
             worst = REL(pf.t_cpu_one[i], back.t_cpu_one[i]);
         }
         for (int i = 0; back.pop && i < L * E; i++) worst = REL(pop[i], back.pop[i]);
+        worst = REL(pf.cal_decode, back.cal_decode);
 #undef REL
         CHECK(back.t_cpu && back.pop && back.n_expert == E && worst < 1e-5, "round trip: worst relative error %g",
               worst);
@@ -731,6 +733,20 @@ static void test_static_experts(void) {
         /* (one more queued op: the activation's copy to the GPU) */
         CHECK(bound >= (n_ops + 1) * 1e-3 && bound <= (n_ops + 1) * 1e-3 + sum + 1e-9,
               "queuing-bound step: %.6g s for %d ops at 1 ms (kernels %.6g s)", bound, n_ops, sum);
+    }
+    tnd_placement_free(&p);
+    /* The decode calibration scales the CPU's decode times only: an
+     * all-CPU decode step by exactly the factor, prefill not at all. */
+    CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "cpu placement");
+    {
+        double dec = tnd_perf_predict(m, &pf, &p, 0, 1, 16), pre = tnd_perf_predict(m, &pf, &p, 0, 512, 0);
+        double gpu_dec = pf.t_gpu[0], cal = pf.cal_decode;
+        tnd_perf_scale_cpu_decode(&pf, 1.3);
+        double dec2 = tnd_perf_predict(m, &pf, &p, 0, 1, 16), pre2 = tnd_perf_predict(m, &pf, &p, 0, 512, 0);
+        CHECK(dec > 0 && fabs(dec2 - 1.3 * dec) <= 1e-9 * dec && pre2 == pre && pf.t_gpu[0] == gpu_dec &&
+                  fabs(pf.cal_decode - 1.3 * cal) <= 1e-12,
+              "decode calibration 1.3: step %.6g -> %.6g s, prefill %.6g -> %.6g s, cal %.3f -> %.3f", dec, dec2,
+              pre, pre2, cal, pf.cal_decode);
     }
     tnd_placement_free(&p);
     free(pf.t_cpu_one);

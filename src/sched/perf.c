@@ -332,7 +332,6 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
         pf->t_cpu_one[i] = pf->t_cpu_one[rep[i]];
     }
     free(rep);
-    tnd_aligned_free(evict);
     /* attention and the weightless ops of one layer */
     if (progress && !st) progress(done, groups + 1, "timing attention");
     int64_t kvd = (int64_t)hp->n_head_kv * hp->head_dim, rows = KV_DEPTH + 2048;
@@ -347,7 +346,10 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
         tnd_op a = attn_op(m, nt, pos0, x, K, V, y);
         /* timed at 2048 too: scaling 512's time by the square came out 30%
          * short on the device (the longer rows fall out of the caches) */
+        /* a decode step reads each layer's cache rows cold, as its weights */
+        M->evict = k ? NULL : evict;
         pf->attn_cpu[k] = time_cpu(M, &a, k ? 1 : 5);
+        M->evict = NULL;
         tnd_op nm = norm_op(m, nt, x, y);
         pf->other_cpu[k] = OTHER_OPS * time_cpu(M, &nm, 3);
         double ga = -1, gn = -1;
@@ -362,6 +364,7 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
         pf->other_gpu[k] = gn > 0 ? OTHER_OPS * gn : pf->other_cpu[k] / 20;
     }
     if (progress && !st) progress(groups + 1, groups + 1, "done");
+    tnd_aligned_free(evict);
     tnd_aligned_free(K);
     tnd_aligned_free(V);
     if (M->gpu) {
@@ -427,6 +430,55 @@ static tnd_status calibrate_experts(const tnd_model *m, tnd_perf *pf) {
     return st;
 }
 
+/* Decode-step calibration. The slice timings run each op alone, with the
+ * caches flushed; a real CPU decode step (ops back to back, a pool barrier
+ * after each, every layer's own weights and cache rows) took 1.2-1.3x the
+ * sum of those times on the device (TND_TRACE=2 against the DB, session
+ * 6), and a placement's decode predictions were as much too fast. So a few
+ * real CPU-only decode steps are timed, against the model's prediction for
+ * the same steps, and every CPU decode time is scaled by the ratio. */
+#define CAL_PROMPT 8
+#define CAL_STEPS 5
+static tnd_status calibrate_decode(const tnd_model *m, tnd_perf *pf) {
+    tnd_ctx_params cp = tnd_ctx_default_params();
+    cp.n_ctx = CAL_PROMPT + CAL_STEPS + 1;
+    cp.n_batch = CAL_PROMPT;
+    tnd_ctx *c;
+    tnd_status st = tnd_ctx_new((tnd_model *)m, &cp, &c);
+    if (st) return st;
+    int32_t toks[CAL_PROMPT + CAL_STEPS + 1];
+    for (int i = 0; i < CAL_PROMPT + CAL_STEPS + 1; i++) /* any fixed ids */
+        toks[i] = (int32_t)((7919u * (unsigned)(i + 1)) % (unsigned)m->hp.n_vocab);
+    double t[CAL_STEPS], pred = 0;
+    st = tnd_ctx_eval(c, toks, CAL_PROMPT, NULL);
+    /* one step unmeasured (the first touches the step's buffers), then CAL_STEPS timed */
+    if (!st) st = tnd_ctx_eval(c, toks + CAL_PROMPT, 1, NULL);
+    for (int i = 0; !st && i < CAL_STEPS; i++) {
+        double t0 = tnd_time_s();
+        st = tnd_ctx_eval(c, toks + CAL_PROMPT + 1 + i, 1, NULL);
+        t[i] = tnd_time_s() - t0;
+        pred += tnd_perf_predict(m, pf, &c->pl, 0, 1, CAL_PROMPT + 1 + i) / CAL_STEPS;
+    }
+    tnd_ctx_free(c);
+    if (st) return st;
+    qsort(t, CAL_STEPS, sizeof(double), cmp_double);
+    double f = pred > 0 ? t[CAL_STEPS / 2] / pred : 1;
+    /* a ratio outside this range is a disturbed measurement, not the machine */
+    f = f < 0.5 ? 0.5 : f > 3 ? 3 : f;
+    tnd_perf_scale_cpu_decode(pf, f);
+    return TND_OK;
+}
+
+void tnd_perf_scale_cpu_decode(tnd_perf *pf, double f) {
+    for (int i = 0; i < pf->n_slices; i++) {
+        *T(pf->t_cpu, i, 0) *= f;
+        if (pf->t_cpu_one) pf->t_cpu_one[i] *= f;
+    }
+    pf->attn_cpu[0] *= f;
+    pf->other_cpu[0] *= f;
+    pf->cal_decode = (pf->cal_decode > 0 ? pf->cal_decode : 1) * f;
+}
+
 tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, const tnd_hw *hw,
                           tnd_progress_fn progress, tnd_perf *pf) {
     memset(pf, 0, sizeof *pf);
@@ -456,6 +508,7 @@ tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu
             M.gpu = NULL;
     }
     if (!st) st = build_measured(m, &M, progress, pf);
+    if (!st && (st = calibrate_decode(m, pf))) st = tnd_fail_wrap(st, "timing CPU decode steps: ");
     if (M.cs) cpu->iface->stream_free(cpu, M.cs);
     if (gpu) {
         if (M.e0) gpu->iface->event_free(gpu, M.e0);
@@ -521,15 +574,18 @@ tnd_status tnd_perf_save(const tnd_perf *pf, const char *path) {
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return tnd_fail(TND_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    /* format 4: same fields as 3, but decode CPU times are medians and CPU
-     * attention is timed at 2048 tokens, so older caches are measured anew */
-    fprintf(f, "tandem-perf 4\nslices %d\nlayers %d\nexperts %d\nsource %s\n", pf->n_slices, pf->n_layer,
+    /* format 5: decode CPU times are medians, CPU attention is timed at
+     * 2048 tokens (4), decode attention with cold caches and every CPU
+     * decode time calibrated against real steps (5, the "cal" line); older
+     * caches are measured anew */
+    fprintf(f, "tandem-perf 5\nslices %d\nlayers %d\nexperts %d\nsource %s\n", pf->n_slices, pf->n_layer,
             pf->pop ? pf->n_expert : 0, pf->source);
     fprintf(f, "bw %.6e %.6e %.6e\nlat %.6e %.6e\n", pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch);
     fprintf(f, "attn %.6e %.6e %.6e %.6e %.6e %.6e\n", pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0],
             pf->attn_gpu[1], pf->attn_gpu[2]);
     fprintf(f, "other %.6e %.6e %.6e %.6e %.6e %.6e\n", pf->other_cpu[0], pf->other_cpu[1], pf->other_cpu[2],
             pf->other_gpu[0], pf->other_gpu[1], pf->other_gpu[2]);
+    fprintf(f, "cal %.6e\n", pf->cal_decode);
     for (int i = 0; i < pf->n_slices; i++)
         fprintf(f, "s %d %.6e %.6e %.6e %.6e %.6e %.6e %.6e\n", i, *T(pf->t_cpu, i, 0), *T(pf->t_cpu, i, 1),
                 *T(pf->t_cpu, i, 2), *T(pf->t_gpu, i, 0), *T(pf->t_gpu, i, 1), *T(pf->t_gpu, i, 2), pf->t_cpu_one[i]);
@@ -553,7 +609,7 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf) {
     int ns = -1, nl = -1, ok = 1;
     char line[512];
     int ne = -1;
-    ok &= fgets(line, sizeof line, f) && !strncmp(line, "tandem-perf 4", 13);
+    ok &= fgets(line, sizeof line, f) && !strncmp(line, "tandem-perf 5", 13);
     ok &= fscanf(f, "slices %d\nlayers %d\nexperts %d\n", &ns, &nl, &ne) == 3 && ns == m->n_slices &&
           nl == m->hp.n_layer && (ne == 0 || ne == m->hp.n_expert);
     if (ok) {
@@ -572,6 +628,7 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf) {
                       &pf->attn_gpu[0], &pf->attn_gpu[1], &pf->attn_gpu[2]) == 6;
     ok = ok && fscanf(f, "other %lf %lf %lf %lf %lf %lf\n", &pf->other_cpu[0], &pf->other_cpu[1], &pf->other_cpu[2],
                       &pf->other_gpu[0], &pf->other_gpu[1], &pf->other_gpu[2]) == 6;
+    ok = ok && fscanf(f, "cal %lf\n", &pf->cal_decode) == 1;
     for (int i = 0; ok && i < ns; i++) {
         int id;
         ok = fscanf(f, "s %d %lf %lf %lf %lf %lf %lf %lf\n", &id, T(pf->t_cpu, i, 0), T(pf->t_cpu, i, 1),
@@ -639,6 +696,26 @@ static double experts_chosen(const tnd_model *m, const tnd_perf *pf, const tnd_p
     return sum;
 }
 
+/* A GPU expert op over many tokens runs one GEMM (and one dequant) per
+ * expert that has tokens, and at prefill sizes those per-expert launches,
+ * not the arithmetic, make its time. The profile timed it with ids spread
+ * over every group of E / k experts (fill_ids), so nearly all E had tokens;
+ * a real round's op has the experts its routing chose. Seconds per chosen
+ * expert: the profiled time over the experts the profile's ids reached. */
+static double gpu_per_expert(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
+    double E = m->hp.n_expert, k = TND_MAX(m->hp.n_expert_used, 1);
+    double reached = E * (1.0 - pow(1.0 - fmin(k / E, 1.0), nt));
+    return tnd_perf_slice_time(pf, sid, TND_SIDE_GPU, nt) / fmax(reached, 1.0);
+}
+
+/* GPU seconds of slice sid (not split) for a round of nt tokens: an expert
+ * tensor's over many tokens by the experts routing chooses. */
+static double gpu_time(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
+    const tnd_weight *w = m->slices[sid];
+    if (w->n_expert <= 1 || nt <= 8) return tnd_perf_slice_time(pf, sid, TND_SIDE_GPU, nt);
+    return gpu_per_expert(m, pf, sid, nt) * experts_chosen(m, pf, NULL, tnd_slice_layer(w), 0, nt);
+}
+
 /* Bytes a promotion of slice sid copies in a round of nt tokens: an expert
  * tensor copies only the experts routing chose. */
 static double promoted_bytes(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
@@ -659,14 +736,10 @@ static split_cost split_times(const tnd_model *m, const tnd_perf *pf, const tnd_
     const tnd_layer *L = &m->layers[l];
     const tnd_weight *ex[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     double g = tnd_perf_gpu_share(m, pf, p, l), chosen = experts_chosen(m, pf, p, l, TND_SIDE_CPU, nt);
-    /* A GPU expert op over many tokens runs one GEMM per chosen expert, so
-     * its time follows the experts it has more than its routings; a decode
-     * step's single kernel follows the routings. */
-    double fg = g;
-    if (nt > 8) {
-        double cg = experts_chosen(m, pf, p, l, TND_SIDE_GPU, nt);
-        fg = cg + chosen > 0 ? cg / (cg + chosen) : g;
-    }
+    /* Over many tokens each GPU part costs its chosen experts
+     * (gpu_per_expert); a decode step's single kernel follows the routings. */
+    const bool per_expert = nt > 8;
+    const double cg = per_expert ? experts_chosen(m, pf, p, l, TND_SIDE_GPU, nt) : 0;
     /* The CPU part of a decode step: between one chosen expert (t_cpu_one,
      * which carries the op's fixed cost) and all n_used of them, by the
      * expected number it gets. */
@@ -675,10 +748,11 @@ static split_cost split_times(const tnd_model *m, const tnd_perf *pf, const tnd_
     for (int q = 0; q < 3; q++) {
         int id = ex[q]->id;
         double tcpu = tnd_perf_slice_time(pf, id, TND_SIDE_CPU, nt), one = pf->t_cpu_one ? pf->t_cpu_one[id] : 0;
-        sc.tg += fg * tnd_perf_slice_time(pf, id, TND_SIDE_GPU, nt);
+        const double tgpu = tnd_perf_slice_time(pf, id, TND_SIDE_GPU, nt), per = gpu_per_expert(m, pf, id, nt);
+        sc.tg += per_expert ? cg * per : g * tgpu;
         sc.tc += nt == 1 && one > 0 && k > 1 && n_cpu > 0 ? one + (tcpu - one) * fmax(n_cpu - 1, 0) / (k - 1)
                                                         : (1 - g) * tcpu;
-        sc.tcg += (1 - fg) * tnd_perf_slice_time(pf, id, TND_SIDE_GPU, nt);
+        sc.tcg += per_expert ? chosen * per : (1 - g) * tgpu;
         sc.bytes += (double)ex[q]->t->nbytes / ex[q]->n_expert * chosen;
     }
     return sc;
@@ -691,7 +765,7 @@ bool tnd_perf_split_pays_to_promote(const tnd_model *m, const tnd_perf *pf, cons
 
 bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
     double copy = pf->lat + promoted_bytes(m, pf, sid, nt) / pf->b_pcie;
-    return copy + tnd_perf_slice_time(pf, sid, TND_SIDE_GPU, nt) < tnd_perf_slice_time(pf, sid, TND_SIDE_CPU, nt);
+    return copy + gpu_time(m, pf, sid, nt) < tnd_perf_slice_time(pf, sid, TND_SIDE_CPU, nt);
 }
 
 /* Share of layer l's expert work (routings) that goes to its GPU experts:
@@ -807,7 +881,7 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
             bool prom = n_slots > 0 && p->promote[w->id] &&
                         (!p->promote_auto || tnd_perf_pays_to_promote(m, pf, w->id, nt));
             int side = prom ? TND_SIDE_GPU : p->where[w->id];
-            double t = tnd_perf_slice_time(pf, w->id, side, nt);
+            double t = side == TND_SIDE_GPU ? gpu_time(m, pf, w->id, nt) : tnd_perf_slice_time(pf, w->id, side, nt);
             tl_to(&ck, side);
             if (side == TND_SIDE_CPU) {
                 ck.host += t;

@@ -33,6 +33,8 @@ typedef struct tnd_perf {
     double *pop;                      /* MoE: [n_layer][n_expert] expected uses of each expert per
                                          token from a calibration run (the hot-expert table); NULL for dense */
     int n_expert;
+    double cal_decode;                /* measured CPU decode step / the sum of its profiled ops, by which the
+                                         CPU decode times above were scaled (calibrate_decode); 0: none */
     char source[128];                  /* "measured on ..." or "cost model rtx3060-laptop" */
     bool estimated;                   /* some GPU times are estimates (no room to time them): not cached */
 } tnd_perf;
@@ -47,6 +49,10 @@ typedef void (*tnd_progress_fn)(int done, int total, const char *what);
 tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, const tnd_hw *hw,
                           tnd_progress_fn progress, tnd_perf *pf);
 void tnd_perf_free(tnd_perf *pf);
+/* Scales every CPU decode time (one-token slices, attention, weightless
+ * ops) by f, and records it in cal_decode (the profile's calibration
+ * against real decode steps). */
+void tnd_perf_scale_cpu_decode(tnd_perf *pf, double f);
 /* Cache file path for m on this machine (key: model file size and mtime,
  * CPU, GPU or hw profile, threads) into buf; false if no cache directory. */
 bool tnd_perf_cache_path(const tnd_model *m, const char *gpu_desc, char *buf, size_t cap);

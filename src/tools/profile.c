@@ -89,9 +89,11 @@ int cmd_profile(int argc, char **argv) {
     double took = tnd_time_s() - t0;
     if (json) {
         printf("{\"model\": \"%s\", \"source\": \"%s\", \"seconds\": %.2f, \"b_pcie\": %.4e, \"b_cpu\": %.4e, "
-               "\"b_hbm\": %.4e, \"switch_latency_s\": %.4e, \"launch_s\": %.4e, \"tokens\": [%d, %d, %d], "
+               "\"b_hbm\": %.4e, \"switch_latency_s\": %.4e, \"launch_s\": %.4e, \"decode_calibration\": %.4f, "
+               "\"tokens\": [%d, %d, %d], "
                "\"attn_cpu_s\": [%.4e, %.4e, %.4e], \"attn_gpu_s\": [%.4e, %.4e, %.4e], \"slices\": [",
-               model, pf->source, took, pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch, tnd_perf_nt[0], tnd_perf_nt[1],
+               model, pf->source, took, pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch, pf->cal_decode,
+               tnd_perf_nt[0], tnd_perf_nt[1],
                tnd_perf_nt[2], pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0], pf->attn_gpu[1],
                pf->attn_gpu[2]);
         int first = 1;
@@ -121,6 +123,10 @@ int cmd_profile(int argc, char **argv) {
         printf("bandwidth: pinned PCIe %.1f GB/s, CPU read %.1f GB/s, GPU memory %.1f GB/s; switch latency %.1f us; "
                "queuing a GPU op %.1f us\n\n",
                pf->b_pcie / 1e9, pf->b_cpu / 1e9, pf->b_hbm / 1e9, pf->lat * 1e6, pf->launch * 1e6);
+        if (pf->cal_decode > 0)
+            printf("decode calibration: a real CPU decode step took %.2fx the sum of its ops timed alone; the CPU "
+                   "decode times below include that factor\n\n",
+                   pf->cal_decode);
         printf("| slice (first of its shape) | MiB | CPU ms: 1 / %d / %d | GPU ms: 1 / %d / %d | k_cpu ms/MB | k_gpu ms/MB |\n"
                "|---|---:|---|---|---:|---:|\n",
                tnd_perf_nt[1], tnd_perf_nt[2], tnd_perf_nt[1], tnd_perf_nt[2]);
