@@ -36,8 +36,7 @@ int main(void) {
         tnd_cpu_ops_scalar = false;
         a.out = o2;
         tnd_cpu_attn(pool, &a);
-        float worst = 0;
-        for (size_t i = 0; i < qn; i++) worst = fmaxf(worst, fabsf(o1[i] - o2[i]));
+        float worst = tc_max_abs_diff(o1, o2, (int)qn); /* (a NaN difference counts as one) */
         /* values in [-1, 1], scores summed over <= 256 products: a few ulps of 1 */
         CHECK(worst <= 2e-5f, "case %zu (hd %d, heads %d/%d, %d tokens at %d): max diff %g", c, hd, nh, nkv, nt, p0,
               worst);

@@ -44,7 +44,8 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *cp, const int32_t
 static void test_moe(int n_place) {
     char path[64];
     int rc = fx_synth("tiny-qwen3moe", "", path, sizeof path);
-    CHECK(rc != 1, "synth tiny-qwen3moe");
+    if (rc == 77) return; /* no tandem binary: this part skipped, not passed */
+    CHECK(rc == 0, "synth tiny-qwen3moe");
     if (rc) return;
     tnd_model *m = fx_load(path, 2);
     if (!m) {
