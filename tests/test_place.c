@@ -659,6 +659,7 @@ static void test_static_experts(void) {
     pf.pop = pop;
     pf.n_expert = E;
     pf.cal_decode = 1.25;
+    pf.sw_host = 17e-6;
     pf.t_cpu_one = calloc((size_t)m->n_slices, sizeof(double));
     for (int i = 0; i < m->n_slices; i++)
         if (m->slices[i]->n_expert > 1) pf.t_cpu_one[i] = pf.t_cpu[i * TND_PERF_NK] / K;
@@ -681,12 +682,14 @@ static void test_static_experts(void) {
         }
         for (int i = 0; back.pop && i < L * E; i++) worst = REL(pop[i], back.pop[i]);
         worst = REL(pf.cal_decode, back.cal_decode);
+        worst = REL(pf.sw_host, back.sw_host);
 #undef REL
         CHECK(back.t_cpu && back.pop && back.n_expert == E && worst < 1e-5, "round trip: worst relative error %g",
               worst);
         tnd_perf_free(&back);
         unlink(db);
     }
+    pf.sw_host = 0; /* the checks below model no per-switch host cost */
     /* A split layer's CPU part in a decode step: one-expert times in
      * proportion (no fixed cost) predict exactly the routing share; a fixed
      * cost per op makes the step dearer. */
@@ -748,6 +751,36 @@ static void test_static_experts(void) {
               "decode calibration 1.3: step %.6g -> %.6g s, prefill %.6g -> %.6g s, cal %.3f -> %.3f", dec, dec2,
               pre, pre2, cal, pf.cal_decode);
     }
+    tnd_placement_free(&p);
+    /* The hybrid calibration's fit: the per-switch host cost it finds
+     * makes the model's step take the measured time (one dearer and one
+     * cheaper than the model without it, which clamps at 0); a placement
+     * that never switches sides is left alone. */
+    pf.sw_host = 0;
+    CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "placement");
+    if (tnd_static_place(m, &pf, dense + experts / 3, kv_layer, 64, 32, false, &p) == TND_OK) {
+        const double base = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
+        const double want[2] = {base * 1.2 + 50e-6, base * 0.8};
+        for (int k = 0; k < 2; k++) {
+            bool ok = tnd_perf_fit_switch(m, &pf, &p, 16, want[k]);
+            double got = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
+            if (k == 0)
+                CHECK(ok && pf.sw_host > 0 && fabs(got - want[k]) <= 1e-6 * want[k],
+                      "fit to a slower step: %d, sw_host %.3g s, step %.9g s for %.9g measured", ok, pf.sw_host, got,
+                      want[k]);
+            else
+                CHECK(ok && pf.sw_host == 0 && got == base, "fit to a faster step: %d, sw_host %.3g s (want 0)", ok,
+                      pf.sw_host);
+        }
+    } else {
+        CHECK(0, "static placement for the fit: %s", tnd_last_error());
+    }
+    tnd_placement_free(&p);
+    CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "cpu placement");
+    pf.sw_host = 3e-6;
+    CHECK(!tnd_perf_fit_switch(m, &pf, &p, 16, 1.0) && pf.sw_host == 3e-6,
+          "an all-CPU step (no switches) fits nothing: sw_host %.3g", pf.sw_host);
+    pf.sw_host = 0;
     tnd_placement_free(&p);
     free(pf.t_cpu_one);
     free(pop);

@@ -232,7 +232,11 @@ static tnd_status cu_host_alloc(tnd_backend *b, size_t size, void **host, void *
     if (size == 0) size = 1;
     set_device(c);
     void *h = NULL, *d = NULL;
-    cudaError_t e = cudaHostAlloc(&h, size, cudaHostAllocMapped | cudaHostAllocPortable);
+    /* TND_CUDA_PIN_PIECES=1: pieces for every region of more than one piece (tests the fallback) */
+    const char *force = getenv("TND_CUDA_PIN_PIECES");
+    cudaError_t e = force && !strcmp(force, "1") && size > CU_PIN_PIECE
+                        ? cudaErrorMemoryAllocation
+                        : cudaHostAlloc(&h, size, cudaHostAllocMapped | cudaHostAllocPortable);
     if (e == cudaSuccess) {
         e = cudaHostGetDevicePointer(&d, h, 0);
         if (e != cudaSuccess) {
@@ -427,13 +431,34 @@ static tnd_status cu_copy(void *dst, const void *src, size_t n, cudaMemcpyKind k
     cudaError_t e = cudaMemcpyAsync(dst, src, n, k, s->s);
     return e == cudaSuccess ? TND_OK : cu_err(e, what);
 }
+/* A copy between the device and host memory h: one cudaMemcpyAsync may
+ * not span two registrations (the runtime answers "invalid argument"), so
+ * within a region pinned in pieces it goes piece by piece. */
+static tnd_status cu_copy_host(cu_ctx *c, char *dst, const char *src, size_t n, cudaMemcpyKind k, tnd_stream *s,
+                               const char *what) {
+    const uintptr_t h = (uintptr_t)(k == cudaMemcpyHostToDevice ? src : dst);
+    uintptr_t base = 0;
+    pthread_mutex_lock(&c->mu); /* (a few regions; nothing beside a copy's launch) */
+    for (size_t i = 0; i < c->n_hosts && !base; i++) {
+        const uintptr_t b0 = (uintptr_t)c->hosts[i].host;
+        if (c->hosts[i].registered && h >= b0 && h < b0 + c->hosts[i].size) base = b0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    size_t done = 0;
+    while (done < n) {
+        const size_t left = CU_PIN_PIECE - (h + done - base) % CU_PIN_PIECE;
+        const size_t part = base && left < n - done ? left : n - done;
+        tnd_status st = cu_copy(dst + done, src + done, part, k, s, what);
+        if (st) return st;
+        done += part;
+    }
+    return TND_OK;
+}
 static tnd_status cu_copy_h2d(tnd_backend *b, void *d, const void *h, size_t n, tnd_stream *s) {
-    (void)b;
-    return cu_copy(d, h, n, cudaMemcpyHostToDevice, s, "copy host to device");
+    return cu_copy_host(ctx_of(b), (char *)d, (const char *)h, n, cudaMemcpyHostToDevice, s, "copy host to device");
 }
 static tnd_status cu_copy_d2h(tnd_backend *b, void *h, const void *d, size_t n, tnd_stream *s) {
-    (void)b;
-    return cu_copy(h, d, n, cudaMemcpyDeviceToHost, s, "copy device to host");
+    return cu_copy_host(ctx_of(b), (char *)h, (const char *)d, n, cudaMemcpyDeviceToHost, s, "copy device to host");
 }
 static tnd_status cu_copy_d2d(tnd_backend *b, void *d, const void *s2, size_t n, tnd_stream *s) {
     (void)b;

@@ -113,6 +113,7 @@ struct tnd_ctx {
     bool gpu;                /* side 1 present */
     tnd_stream *xfer;        /* GPU transfer stream (weight copies) */
     tnd_placement pl;
+    const tnd_placement *fixed_pl; /* tnd_ctx_new_placed: the placement asked for (while planning) */
     tnd_layout lay;
     uint64_t budget_asked;   /* the GPU budget before any fallback to the CPU */
 
@@ -197,6 +198,8 @@ void tnd_placement_normalize(const tnd_model *m, tnd_placement *p);
  * "random:SEED". */
 tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *promote, uint64_t weight_budget,
                               uint64_t kv_layer, tnd_placement *p);
+/* A copy of src (a placement for m) into dst, to free with tnd_placement_free. */
+tnd_status tnd_placement_copy(const tnd_model *m, const tnd_placement *src, tnd_placement *dst);
 void tnd_placement_free(tnd_placement *p);
 /* Writes p as a placement file (loadable by tnd_placement_make). */
 tnd_status tnd_placement_write(const tnd_model *m, const tnd_placement *p, FILE *f);
@@ -229,6 +232,9 @@ void tnd_act_sizes(const tnd_hparams *hp, int n_batch, size_t sz[A_COUNT]);
  * allocated (tandem plan, --dry-run); only for inspection, then
  * tnd_ctx_free. */
 tnd_status tnd_ctx_plan_only(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
+/* tnd_ctx_new with placement pl (copied; p->placement ignored): the
+ * profile's calibration steps under a placement of its choosing. */
+tnd_status tnd_ctx_new_placed(tnd_model *m, const tnd_ctx_params *p, const tnd_placement *pl, tnd_ctx **out);
 
 /* The perf DB for c's model and GPU (cached, else measured and cached);
  * *out is c's to free with tnd_perf_free + free. */

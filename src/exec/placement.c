@@ -249,6 +249,19 @@ tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *
     return st;
 }
 
+tnd_status tnd_placement_copy(const tnd_model *m, const tnd_placement *src, tnd_placement *dst) {
+    tnd_status st = tnd_placement_make(m, "cpu", NULL, 0, 0, dst);
+    if (st) return st;
+    memcpy(dst->where, src->where, (size_t)m->n_slices);
+    memcpy(dst->promote, src->promote, (size_t)m->n_slices);
+    memcpy(dst->kv, src->kv, (size_t)m->hp.n_layer);
+    memcpy(dst->split, src->split, (size_t)m->hp.n_layer);
+    if (dst->exp && src->exp) memcpy(dst->exp, src->exp, (size_t)m->hp.n_layer * dst->n_expert);
+    dst->promote_auto = src->promote_auto;
+    memcpy(dst->desc, src->desc, sizeof dst->desc);
+    return TND_OK;
+}
+
 void tnd_placement_free(tnd_placement *p) {
     free(p->where);
     free(p->kv);

@@ -129,7 +129,9 @@ static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) 
     } else if (!st) {
         tnd_clear_error();
         if (!use_hw) fprintf(stderr, "tandem: profiling this model on this machine once (cached for later runs)\n");
-        st = tnd_perf_build(c->m, c->side[0].be, c->side[1].be, use_hw ? &hw : NULL, use_hw ? NULL : progress_bar, pf);
+        /* real hybrid steps calibrate only the real GPU */
+        st = tnd_perf_build(c->m, c->side[0].be, c->side[1].be, use_hw ? &hw : NULL,
+                            p->device == TND_DEVICE_CUDA ? p : NULL, use_hw ? NULL : progress_bar, pf);
         if (!st && cached && !pf->estimated && tnd_perf_save(pf, path)) {
             TND_WARN("could not cache the perf DB: %s", tnd_last_error());
             tnd_clear_error();
@@ -204,7 +206,9 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
             budget = 0;
         }
     }
-    if (stat && c->gpu) {
+    if (c->fixed_pl) {
+        if ((st = tnd_placement_copy(m, c->fixed_pl, &c->pl))) return st;
+    } else if (stat && c->gpu) {
         /* promotions apply to what static placement leaves on the CPU */
         if ((st = get_perf(c, p, &c->perf)) || (st = tnd_placement_make(m, "cpu", promote, 0, 0, &c->pl)) ||
             (st = tnd_static_place(m, c->perf, wbudget, kv_layer, c->n_ctx, c->n_batch,
@@ -237,7 +241,7 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
     return TND_OK;
 }
 
-tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) {
+static tnd_status ctx_new(tnd_model *m, const tnd_ctx_params *p, const tnd_placement *fixed, tnd_ctx **out) {
     tnd_ctx_params dp = tnd_ctx_default_params();
     if (!p) p = &dp;
     const tnd_hparams *hp = &m->hp;
@@ -259,7 +263,9 @@ tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) {
     tnd_status st = tnd_backend_cpu_new(m->pool, 0, &c->side[0].be);
     if (!st) st = c->side[0].be->iface->stream_new(c->side[0].be, &c->side[0].st);
     if (!st && p->device != TND_DEVICE_CPU) st = new_gpu(c, p);
+    c->fixed_pl = fixed;
     if (!st) st = plan_memory(c, p);
+    c->fixed_pl = NULL;
     if (!st) st = tnd_layout_alloc(c);
     if (!st && c->gpu) st = reserve_scratch(c);
     c->verbose = p->verbose;
@@ -270,6 +276,12 @@ tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) {
     }
     *out = c;
     return TND_OK;
+}
+
+tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) { return ctx_new(m, p, NULL, out); }
+
+tnd_status tnd_ctx_new_placed(tnd_model *m, const tnd_ctx_params *p, const tnd_placement *pl, tnd_ctx **out) {
+    return ctx_new(m, p, pl, out);
 }
 
 int tnd_ctx_n_past(const tnd_ctx *c) { return c->n_past; }

@@ -35,6 +35,8 @@ typedef struct tnd_perf {
     int n_expert;
     double cal_decode;                /* measured CPU decode step / the sum of its profiled ops, by which the
                                          CPU decode times above were scaled (calibrate_decode); 0: none */
+    double sw_host;                   /* host seconds each move between the sides costs a step beyond lat,
+                                         fitted to real hybrid decode steps (tnd_perf_fit_switch); 0: none */
     char source[128];                  /* "measured on ..." or "cost model rtx3060-laptop" */
     bool estimated;                   /* some GPU times are estimates (no room to time them): not cached */
 } tnd_perf;
@@ -45,14 +47,20 @@ typedef void (*tnd_progress_fn)(int done, int total, const char *what);
 /* Fills *pf for model m. With hw: from the hardware profile's cost model
  * (no backend needed). Otherwise measured with backends cpu and gpu (gpu
  * may be NULL: GPU times estimated from bytes / measured HBM bandwidth);
- * slices with the same type and shape are timed once. */
+ * slices with the same type and shape are timed once; then real CPU decode
+ * steps calibrate the CPU decode times and, with gp (the device and budget
+ * a context may use), real hybrid steps fit sw_host. */
 tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, const tnd_hw *hw,
-                          tnd_progress_fn progress, tnd_perf *pf);
+                          const tnd_ctx_params *gp, tnd_progress_fn progress, tnd_perf *pf);
 void tnd_perf_free(tnd_perf *pf);
 /* Scales every CPU decode time (one-token slices, attention, weightless
  * ops) by f, and records it in cal_decode (the profile's calibration
  * against real decode steps). */
 void tnd_perf_scale_cpu_decode(tnd_perf *pf, double f);
+/* Sets pf->sw_host so that the model's decode step at position pos0 under
+ * placement p takes `measured` seconds (within 0..1 ms a switch); false,
+ * pf unchanged, when p moves between the sides too little to tell. */
+bool tnd_perf_fit_switch(const tnd_model *m, tnd_perf *pf, const tnd_placement *p, int pos0, double measured);
 /* Cache file path for m on this machine (key: model file size and mtime,
  * CPU, GPU or hw profile, threads) into buf; false if no cache directory. */
 bool tnd_perf_cache_path(const tnd_model *m, const char *gpu_desc, char *buf, size_t cap);

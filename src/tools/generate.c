@@ -35,7 +35,7 @@ const char *gen_opts_help =
     "      --device cpu|cuda|sim  where to run (default cpu); cuda: the CPU and the GPU;\n"
     "                         sim: the CPU and SimGPU, a GPU simulated on CPU threads\n"
     "      --vram-budget X    GPU memory tandem may use in all: bytes (6G, 4523M) or a\n"
-    "                         percentage of the model's weight bytes (50%%)\n"
+    "                         percentage of the model's weight bytes (50%)\n"
     "      --placement P      where weights run with a GPU: static (default: measured once,\n"
     "                         then ATSInfer's placement), layer (whole layers from the last\n"
     "                         while they fit), gpu, cpu, random:SEED, or a file of\n"

@@ -90,9 +90,10 @@ int cmd_profile(int argc, char **argv) {
     if (json) {
         printf("{\"model\": \"%s\", \"source\": \"%s\", \"seconds\": %.2f, \"b_pcie\": %.4e, \"b_cpu\": %.4e, "
                "\"b_hbm\": %.4e, \"switch_latency_s\": %.4e, \"launch_s\": %.4e, \"decode_calibration\": %.4f, "
+               "\"switch_host_s\": %.4e, "
                "\"tokens\": [%d, %d, %d], "
                "\"attn_cpu_s\": [%.4e, %.4e, %.4e], \"attn_gpu_s\": [%.4e, %.4e, %.4e], \"slices\": [",
-               model, pf->source, took, pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch, pf->cal_decode,
+               model, pf->source, took, pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch, pf->cal_decode, pf->sw_host,
                tnd_perf_nt[0], tnd_perf_nt[1],
                tnd_perf_nt[2], pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0], pf->attn_gpu[1],
                pf->attn_gpu[2]);
@@ -127,6 +128,10 @@ int cmd_profile(int argc, char **argv) {
             printf("decode calibration: a real CPU decode step took %.2fx the sum of its ops timed alone; the CPU "
                    "decode times below include that factor\n\n",
                    pf->cal_decode);
+        if (pf->sw_host > 0)
+            printf("hybrid calibration: in real hybrid decode steps each move between the CPU and the GPU cost the "
+                   "host %.1f us more than the switch latency above; the model adds it\n\n",
+                   pf->sw_host * 1e6);
         printf("| slice (first of its shape) | MiB | CPU ms: 1 / %d / %d | GPU ms: 1 / %d / %d | k_cpu ms/MB | k_gpu ms/MB |\n"
                "|---|---:|---|---|---:|---:|\n",
                tnd_perf_nt[1], tnd_perf_nt[2], tnd_perf_nt[1], tnd_perf_nt[2]);
