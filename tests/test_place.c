@@ -752,25 +752,26 @@ static void test_static_experts(void) {
               pre, pre2, cal, pf.cal_decode);
     }
     tnd_placement_free(&p);
-    /* The hybrid calibration's fit: the per-switch host cost it finds
-     * makes the model's step take the measured time (one dearer and one
-     * cheaper than the model without it, which clamps at 0); a placement
-     * that never switches sides is left alone. */
+    /* The hybrid calibration's fit inverts the model: a step predicted
+     * with a per-switch cost s is fitted back to s; a faster step than the
+     * model's without one gives 0, a far slower one (a disturbed
+     * measurement) the cap. */
     pf.sw_host = 0;
+    pf.lat = 10e-6;
+    pf.launch = 4e-6;
     CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "placement");
     if (tnd_static_place(m, &pf, dense + experts / 3, kv_layer, 64, 32, false, &p) == TND_OK) {
-        const double base = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
-        const double want[2] = {base * 1.2 + 50e-6, base * 0.8};
-        for (int k = 0; k < 2; k++) {
+        const double cap = tnd_perf_sw_host_max(&pf), base = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
+        pf.sw_host = 30e-6;
+        const double slower = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
+        const double want[3] = {slower, base * 0.8, base * 100}, fit[3] = {30e-6, 0, cap};
+        CHECK(fabs(cap - 70e-6) < 1e-12 && slower > base, "cap %.3g s; a switch cost slows the step (%.6g -> %.6g)",
+              cap, base, slower);
+        for (int k = 0; k < 3; k++) {
+            pf.sw_host = 5e-6;
             bool ok = tnd_perf_fit_switch(m, &pf, &p, 16, want[k]);
-            double got = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
-            if (k == 0)
-                CHECK(ok && pf.sw_host > 0 && fabs(got - want[k]) <= 1e-6 * want[k],
-                      "fit to a slower step: %d, sw_host %.3g s, step %.9g s for %.9g measured", ok, pf.sw_host, got,
-                      want[k]);
-            else
-                CHECK(ok && pf.sw_host == 0 && got == base, "fit to a faster step: %d, sw_host %.3g s (want 0)", ok,
-                      pf.sw_host);
+            CHECK(ok && fabs(pf.sw_host - fit[k]) <= 1e-9, "fit %d: sw_host %.6g s, want %.6g", k, pf.sw_host,
+                  fit[k]);
         }
     } else {
         CHECK(0, "static placement for the fit: %s", tnd_last_error());
@@ -780,7 +781,7 @@ static void test_static_experts(void) {
     pf.sw_host = 3e-6;
     CHECK(!tnd_perf_fit_switch(m, &pf, &p, 16, 1.0) && pf.sw_host == 3e-6,
           "an all-CPU step (no switches) fits nothing: sw_host %.3g", pf.sw_host);
-    pf.sw_host = 0;
+    pf.sw_host = pf.lat = pf.launch = 0;
     tnd_placement_free(&p);
     free(pf.t_cpu_one);
     free(pop);

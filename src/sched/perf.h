@@ -57,8 +57,11 @@ void tnd_perf_free(tnd_perf *pf);
  * ops) by f, and records it in cal_decode (the profile's calibration
  * against real decode steps). */
 void tnd_perf_scale_cpu_decode(tnd_perf *pf, double f);
+/* The largest sw_host a fit may set: five switch latencies and launches
+ * (the copies, queuing and wake-ups it stands for), at most 1 ms. */
+double tnd_perf_sw_host_max(const tnd_perf *pf);
 /* Sets pf->sw_host so that the model's decode step at position pos0 under
- * placement p takes `measured` seconds (within 0..1 ms a switch); false,
+ * placement p takes `measured` seconds (within 0..tnd_perf_sw_host_max); false,
  * pf unchanged, when p moves between the sides too little to tell. */
 bool tnd_perf_fit_switch(const tnd_model *m, tnd_perf *pf, const tnd_placement *p, int pos0, double measured);
 /* Cache file path for m on this machine (key: model file size and mtime,
