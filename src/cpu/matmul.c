@@ -90,7 +90,8 @@ static void isa_init(void) {
     if (pd && *pd) {
         char *end;
         long v = strtol(pd, &end, 10);
-        if (*end || v < 64 || v > 16384 || v % 64) TND_WARN("TND_CPU_PF_DIST=%s ignored (64..16384, a multiple of 64)", pd);
+        if (*end || v < 64 || v > 16384 || v % 64)
+            TND_WARN("TND_CPU_PF_DIST=%s ignored (64..16384, a multiple of 64)", pd);
         else tnd_cpu_pf_dist = (int)v;
     }
     build_tables();

@@ -310,15 +310,8 @@ int cmd_bench(int argc, char **argv) {
                 }
             }
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) ok = v && (!strcmp(v, "md") || !strcmp(v, "json")) && (fmt = v);
-        else {
-            fprintf(stderr, "tandem bench: unknown option '%s'\n\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "tandem bench: bad or missing value for %s\n", a);
-            return 2;
-        }
+        else return tools_bad_option("bench", a, true, usage);
+        if (!ok) return tools_bad_option("bench", a, false, usage);
     }
     if (!n_cfg) n_cfg = 1; /* the default placement */
     if (!model && !(model = tools_default_model())) return 1;

@@ -68,6 +68,16 @@ bool tools_parse_size(const char *s, uint64_t *out) {
     return true;
 }
 
+int tools_bad_option(const char *cmd, const char *opt, bool unknown, void (*usage)(FILE *)) {
+    if (!unknown) {
+        fprintf(stderr, "tandem %s: bad or missing value for %s\n", cmd, opt);
+        return 2;
+    }
+    fprintf(stderr, "tandem %s: unknown option '%s'\n\n", cmd, opt);
+    usage(stderr);
+    return 2;
+}
+
 void tools_print_error(const char *what) {
     const char *msg = tnd_last_error();
     if (what) fprintf(stderr, "tandem: error: %s: %s\n", what, *msg ? msg : "unknown error");

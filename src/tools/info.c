@@ -196,9 +196,7 @@ int cmd_info(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "tandem info: unknown option '%s'\n\n", argv[i]);
-            usage(stderr);
-            return 2;
+            return tools_bad_option("info", argv[i], true, usage);
         } else if (path) {
             fprintf(stderr, "tandem info: more than one FILE given\n\n");
             usage(stderr);

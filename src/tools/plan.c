@@ -102,15 +102,8 @@ int cmd_plan(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = tools_parse_int(v, 1, 1024, &threads);
         else if (!strcmp(a, "--svg")) ok = (svg = v) != NULL;
         else if (!strcmp(a, "--save")) ok = (save = v) != NULL;
-        else {
-            fprintf(stderr, "tandem plan: unknown option '%s'\n\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "tandem plan: bad or missing value for %s\n", a);
-            return 2;
-        }
+        else return tools_bad_option("plan", a, true, usage);
+        if (!ok) return tools_bad_option("plan", a, false, usage);
         if (takes) i++;
     }
     if (!model && !(model = tools_default_model())) return 1;

@@ -44,15 +44,8 @@ int cmd_profile(int argc, char **argv) {
             if (ok) dev = strcmp(v, "cuda") ? TND_DEVICE_SIM : TND_DEVICE_CUDA;
         } else if (!strcmp(a, "--hw")) ok = (hw_name = v) != NULL;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = tools_parse_int(v, 1, 1024, &threads);
-        else {
-            fprintf(stderr, "tandem profile: unknown option '%s'\n\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "tandem profile: bad or missing value for %s\n", a);
-            return 2;
-        }
+        else return tools_bad_option("profile", a, true, usage);
+        if (!ok) return tools_bad_option("profile", a, false, usage);
         i++;
     }
     if (!model && !(model = tools_default_model())) return 1;

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Weak, so a subcommand whose file is not built yet is reported as missing
  * instead of breaking the link. */
@@ -30,6 +31,10 @@ bool tools_parse_size(const char *s, uint64_t *out);
 /* Parses a whole decimal integer in [lo, hi]; false if malformed or out of range. */
 bool tools_parse_int(const char *s, long lo, long hi, long *out);
 bool tools_parse_float(const char *s, double *out);
+
+/* A command-line option the command `cmd` cannot take: unknown (the
+ * message, then usage) or missing/bad value. Returns 2, the exit code. */
+int tools_bad_option(const char *cmd, const char *opt, bool unknown, void (*usage)(FILE *));
 
 /* Prints "tandem: error: <msg>" for the last library failure. */
 void tools_print_error(const char *what);
