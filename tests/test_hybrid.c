@@ -100,6 +100,40 @@ static void test_moe(int n_place) {
     CHECK(split_layers >= runs, "random placements split only %d layers in %d runs", split_layers, runs);
     printf("moe: %d of %d split placements identical to the CPU (%d split layers)\n", identical, runs, split_layers);
 
+    /* tnd_ctx_new_placed (the profile's calibration contexts): the placement
+     * given is the one used, whole (split layers and experts included), the
+     * params' placement and promotions ignored, and the prompt's logits are
+     * the CPU's; a placement that promotes automatically is refused. */
+    {
+        tnd_placement pl;
+        CHECK(tnd_placement_make(m, "random:51", NULL, 0, 0, &pl) == TND_OK, "random:51: %s", tnd_last_error());
+        tnd_ctx_params fp = cp;
+        fp.device = TND_DEVICE_SIM;
+        fp.placement = "gpu";
+        fp.promote = "all";
+        tnd_ctx *c = NULL;
+        CHECK(tnd_ctx_new_placed(m, &fp, &pl, &c) == TND_OK, "new_placed: %s", tnd_last_error());
+        if (c) {
+            const int L = m->hp.n_layer;
+            bool same = !memcmp(c->pl.where, pl.where, (size_t)m->n_slices) &&
+                        !memcmp(c->pl.kv, pl.kv, (size_t)L) && !memcmp(c->pl.split, pl.split, (size_t)L) &&
+                        !memcmp(c->pl.exp, pl.exp, (size_t)L * E) &&
+                        !memcmp(c->pl.promote, pl.promote, (size_t)m->n_slices);
+            int n_split = 0;
+            for (int l = 0; l < L; l++) n_split += pl.split[l];
+            CHECK(same && n_split > 0 && c->lay.n_slots == 0, "new_placed keeps the placement (%d split layers), "
+                  "no slots (%d)", n_split, c->lay.n_slots);
+            CHECK(tnd_ctx_eval(c, ids, n, got) == TND_OK && !memcmp(got, ref, sizeof(float) * nv),
+                  "new_placed: the prompt's logits are the CPU's");
+            tnd_ctx_free(c);
+        }
+        pl.promote_auto = true;
+        c = NULL;
+        CHECK(tnd_ctx_new_placed(m, &fp, &pl, &c) == TND_ERR_ARG && !c, "new_placed refuses promote_auto");
+        tnd_clear_error();
+        tnd_placement_free(&pl);
+    }
+
     /* placement files: single experts and patterns over them; written back and reloaded the same */
     char fpath[] = "/tmp/tnd_place_XXXXXX";
     int fd = mkstemp(fpath);

@@ -777,6 +777,13 @@ static void test_static_experts(void) {
         CHECK(0, "static placement for the fit: %s", tnd_last_error());
     }
     tnd_placement_free(&p);
+    /* one move to the GPU and back (the output head) is too few to fit */
+    CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "cpu placement");
+    p.where[m->output.id] = TND_SIDE_GPU;
+    pf.sw_host = 3e-6;
+    CHECK(m->output.id >= 0 && !tnd_perf_fit_switch(m, &pf, &p, 16, 1.0) && pf.sw_host == 3e-6,
+          "a step with one move to the GPU fits nothing: sw_host %.3g", pf.sw_host);
+    tnd_placement_free(&p);
     CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "cpu placement");
     pf.sw_host = 3e-6;
     CHECK(!tnd_perf_fit_switch(m, &pf, &p, 16, 1.0) && pf.sw_host == 3e-6,

@@ -26,7 +26,7 @@ extern "C" {
 
 #define CU_DEFAULT_RESERVE (512ull << 20)
 #define CU_BLAS_WORKSPACE (32ull << 20)
-#define CU_PIN_PIECE (256ull << 20)
+#define CU_PIN_PIECE (256ull << 20) /* default piece of a region pinned in pieces */
 #define CU_MATVEC_MAX_TOK 8
 
 struct cu_alloc {
@@ -45,7 +45,7 @@ struct cu_host {
     void *host, *dev;
     size_t size;
     bool registered; /* mmap + cudaHostRegister pieces instead of cudaHostAlloc */
-    size_t n_pieces;
+    size_t n_pieces, piece; /* registered: its pieces of `piece` bytes */
 };
 
 typedef struct cu_ctx {
@@ -223,8 +223,8 @@ static tnd_status host_push(cu_ctx *c, struct cu_host h) {
     return TND_OK;
 }
 
-static void unregister_pieces(void *host, size_t n_pieces) {
-    for (size_t i = 0; i < n_pieces; i++) cudaHostUnregister((char *)host + i * CU_PIN_PIECE);
+static void unregister_pieces(void *host, size_t n_pieces, size_t piece) {
+    for (size_t i = 0; i < n_pieces; i++) cudaHostUnregister((char *)host + i * piece);
 }
 
 static tnd_status cu_host_alloc(tnd_backend *b, size_t size, void **host, void **dev) {
@@ -232,9 +232,12 @@ static tnd_status cu_host_alloc(tnd_backend *b, size_t size, void **host, void *
     if (size == 0) size = 1;
     set_device(c);
     void *h = NULL, *d = NULL;
-    /* TND_CUDA_PIN_PIECES=1: pieces for every region of more than one piece (tests the fallback) */
+    /* TND_CUDA_PIN_PIECES=MIB: pieces of MIB MiB for every region of more
+     * than one (tests the fallback; read at each call, so a test can set it) */
     const char *force = getenv("TND_CUDA_PIN_PIECES");
-    cudaError_t e = force && !strcmp(force, "1") && size > CU_PIN_PIECE
+    const long mib = force ? atol(force) : 0;
+    const size_t piece = mib >= 1 && mib <= 4096 ? (size_t)mib << 20 : CU_PIN_PIECE;
+    cudaError_t e = mib >= 1 && mib <= 4096 && size > piece
                         ? cudaErrorMemoryAllocation
                         : cudaHostAlloc(&h, size, cudaHostAllocMapped | cudaHostAllocPortable);
     if (e == cudaSuccess) {
@@ -243,7 +246,7 @@ static tnd_status cu_host_alloc(tnd_backend *b, size_t size, void **host, void *
             cudaFreeHost(h);
             return cu_err(e, "cudaHostGetDevicePointer");
         }
-        struct cu_host rec = {h, d, size, false, 0};
+        struct cu_host rec = {h, d, size, false, 0, 0};
         tnd_status st = host_push(c, rec);
         if (st) cudaFreeHost(h);
         else {
@@ -257,33 +260,33 @@ static tnd_status cu_host_alloc(tnd_backend *b, size_t size, void **host, void *
      * pinning): pin a contiguous mapping in pieces. With unified addressing a
      * registered piece's device address is its host address, so the pieces
      * form one device range; anything else is reported. */
-    size_t n_pieces = (size + CU_PIN_PIECE - 1) / CU_PIN_PIECE;
-    size_t span = n_pieces * CU_PIN_PIECE;
+    size_t n_pieces = (size + piece - 1) / piece;
+    size_t span = n_pieces * piece;
     void *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         return tnd_fail(TND_ERR_NOMEM, "cuda: pinning %.1f MiB failed (%s) and so did mapping it in pieces",
                         size / 1048576.0, cudaGetErrorString(e));
     for (size_t i = 0; i < n_pieces; i++) {
-        char *p = (char *)m + i * CU_PIN_PIECE;
+        char *p = (char *)m + i * piece;
         void *pd = NULL;
-        cudaError_t e2 = cudaHostRegister(p, CU_PIN_PIECE, cudaHostRegisterMapped | cudaHostRegisterPortable);
+        cudaError_t e2 = cudaHostRegister(p, piece, cudaHostRegisterMapped | cudaHostRegisterPortable);
         if (e2 == cudaSuccess) e2 = cudaHostGetDevicePointer(&pd, p, 0);
         if (e2 != cudaSuccess || pd != (void *)p) {
             cudaGetLastError();
-            unregister_pieces(m, i + (e2 == cudaSuccess ? 1 : 0));
+            unregister_pieces(m, i + (e2 == cudaSuccess ? 1 : 0), piece);
             munmap(m, span);
             return tnd_fail(TND_ERR_NOMEM,
                             "cuda: pinning %.1f MiB failed (%s); pinning it in %zu pieces of %llu MiB stopped at "
                             "piece %zu (%.1f MiB pinned): %s",
-                            size / 1048576.0, cudaGetErrorString(e), n_pieces, CU_PIN_PIECE >> 20, i,
-                            (double)(i * CU_PIN_PIECE) / 1048576.0,
+                            size / 1048576.0, cudaGetErrorString(e), n_pieces, (unsigned long long)(piece >> 20), i,
+                            (double)(i * piece) / 1048576.0,
                             e2 != cudaSuccess ? cudaGetErrorString(e2) : "device address differs from host address");
         }
     }
-    struct cu_host rec = {m, m, span, true, n_pieces};
+    struct cu_host rec = {m, m, span, true, n_pieces, piece};
     tnd_status st = host_push(c, rec);
     if (st) {
-        unregister_pieces(m, n_pieces);
+        unregister_pieces(m, n_pieces, piece);
         munmap(m, span);
         return st;
     }
@@ -304,7 +307,7 @@ static void cu_host_free(tnd_backend *b, void *host) {
             set_device(c);
             if (h.registered) {
                 cudaDeviceSynchronize(); /* unmapping memory the device may still read */
-                unregister_pieces(h.host, h.n_pieces);
+                unregister_pieces(h.host, h.n_pieces, h.piece);
                 munmap(h.host, h.size);
             } else {
                 cudaFreeHost(h.host);
@@ -438,15 +441,19 @@ static tnd_status cu_copy_host(cu_ctx *c, char *dst, const char *src, size_t n, 
                                const char *what) {
     const uintptr_t h = (uintptr_t)(k == cudaMemcpyHostToDevice ? src : dst);
     uintptr_t base = 0;
+    size_t piece = CU_PIN_PIECE;
     pthread_mutex_lock(&c->mu); /* (a few regions; nothing beside a copy's launch) */
     for (size_t i = 0; i < c->n_hosts && !base; i++) {
         const uintptr_t b0 = (uintptr_t)c->hosts[i].host;
-        if (c->hosts[i].registered && h >= b0 && h < b0 + c->hosts[i].size) base = b0;
+        if (c->hosts[i].registered && h >= b0 && h < b0 + c->hosts[i].size) {
+            base = b0;
+            piece = c->hosts[i].piece;
+        }
     }
     pthread_mutex_unlock(&c->mu);
     size_t done = 0;
     while (done < n) {
-        const size_t left = CU_PIN_PIECE - (h + done - base) % CU_PIN_PIECE;
+        const size_t left = piece - (h + done - base) % piece;
         const size_t part = base && left < n - done ? left : n - done;
         tnd_status st = cu_copy(dst + done, src + done, part, k, s, what);
         if (st) return st;
@@ -935,7 +942,7 @@ static void cu_free(tnd_backend *b) {
     for (size_t i = 0; i < c->n_allocs; i++) cudaFree(c->allocs[i].ptr);
     for (size_t i = 0; i < c->n_hosts; i++) {
         if (c->hosts[i].registered) {
-            unregister_pieces(c->hosts[i].host, c->hosts[i].n_pieces);
+            unregister_pieces(c->hosts[i].host, c->hosts[i].n_pieces, c->hosts[i].piece);
             munmap(c->hosts[i].host, c->hosts[i].size);
         } else {
             cudaFreeHost(c->hosts[i].host);

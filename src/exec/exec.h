@@ -232,7 +232,8 @@ void tnd_act_sizes(const tnd_hparams *hp, int n_batch, size_t sz[A_COUNT]);
  * allocated (tandem plan, --dry-run); only for inspection, then
  * tnd_ctx_free. */
 tnd_status tnd_ctx_plan_only(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
-/* tnd_ctx_new with placement pl (copied; p->placement ignored): the
+/* tnd_ctx_new with placement pl (copied; p->placement and p->promote
+ * ignored, no promotion slots, so pl may not promote automatically): the
  * profile's calibration steps under a placement of its choosing. */
 tnd_status tnd_ctx_new_placed(tnd_model *m, const tnd_ctx_params *p, const tnd_placement *pl, tnd_ctx **out);
 

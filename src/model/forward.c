@@ -126,6 +126,9 @@ static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) 
     bool cached = !st && tnd_perf_cache_path(c->m, key, path, sizeof path);
     if (!st && cached && !p->reprofile && tnd_perf_load(c->m, path, pf) == TND_OK) {
         TND_INFO("perf DB: %s (%s)", path, pf->source);
+        if (strstr(pf->source, ", disturbed"))
+            TND_WARN("the perf DB %s was measured while the machine was busy: the placement and the predictions "
+                     "may be off (tandem profile measures again)", path);
     } else if (!st) {
         tnd_clear_error();
         if (!use_hw) fprintf(stderr, "tandem: profiling this model on this machine once (cached for later runs)\n");
@@ -161,7 +164,11 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
         c->budget_asked = mi.budget;
     }
     const char *spec = p->placement ? p->placement : c->gpu ? "static" : "cpu";
-    const char *promote = p->promote;
+    /* a fixed placement brings its own promotions, and no slots: the
+     * profile's steps decode (promote_auto would need the perf DB being built) */
+    const char *promote = c->fixed_pl ? NULL : p->promote;
+    if (c->fixed_pl && c->fixed_pl->promote_auto)
+        return tnd_fail(TND_ERR_ARG, "a fixed placement cannot promote automatically");
     bool stat = !strcmp(spec, "static");
     uint64_t kv_layer = 2ull * c->n_ctx * (uint64_t)c->kv_dim * sizeof(uint16_t);
     uint64_t wbudget = 0;
@@ -175,7 +182,7 @@ static tnd_status plan_memory(tnd_ctx *c, const tnd_ctx_params *p) {
         tnd_placement_free(&all);
         /* + 4 MiB: the weight and KV arenas round up to 2 MiB pages */
         uint64_t fixed = l.act_gpu + l.small_gpu + l.scratch_gpu + (4u << 20);
-        if (fixed <= budget && p->promote && strcmp(p->promote, "none")) {
+        if (fixed <= budget && promote && strcmp(promote, "none")) {
             /* room for as many promotion slots (up to 3) as fit; none: no promotions */
             uint64_t big = 0;
             for (int i = 0; i < m->n_slices; i++)

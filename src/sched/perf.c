@@ -108,6 +108,7 @@ typedef struct meas {
     tnd_pool *pool;
     uint8_t *evict; /* read between timed decode runs, so weights come from DRAM as in a real round */
     size_t evict_n;
+    size_t bw_n;    /* bytes of the first CPU read-bandwidth measurement (0: none), to repeat it at the end */
     tnd_backend *cpu, *gpu;
     tnd_stream *cs, *gs;
     tnd_event *e0, *e1;
@@ -163,15 +164,34 @@ static void fill_ids(int32_t *ids, int n_used, int nt, int n_expert, uint64_t *s
 
 /* The CPU's read bandwidth, bytes/s (0 if no memory): 1 GiB, past any
  * last-level cache (the device's is 300 MiB), read twice. */
-static double cpu_read_bw(const tnd_model *m) {
-    size_t n = (size_t)1 << 30;
+static double cpu_read_bw(const tnd_model *m, size_t *n_used) {
+    size_t n = *n_used ? *n_used : (size_t)1 << 30;
     uint8_t *b = tnd_aligned_alloc(n);
-    if (!b) b = tnd_aligned_alloc(n = (size_t)256 << 20);
+    if (!b && !*n_used) b = tnd_aligned_alloc(n = (size_t)256 << 20);
+    *n_used = b ? n : 0;
     if (!b) return 0;
     memset(b, 1, n);
     double bw = tnd_cpu_read_bw(m->pool, b, n, 2) * 1e9;
     tnd_aligned_free(b);
     return bw;
+}
+
+/* Records that a measurement looks disturbed (why: a sentence): a warning
+ * now, and ", disturbed" in the DB's source, which a later run loading the
+ * DB warns about. */
+static void disturbed(tnd_perf *pf, const char *why) {
+    TND_WARN("%s: something else is using the machine, and the times may not be its own; profile again when it "
+             "is quiet (tandem profile)", why);
+    if (!strstr(pf->source, ", disturbed")) {
+        size_t k = strlen(pf->source);
+        snprintf(pf->source + k, sizeof pf->source - k, ", disturbed");
+    }
+}
+
+/* Appends a line to pf->note (what tandem profile reports beside the numbers). */
+static void note(tnd_perf *pf, const char *line) {
+    size_t k = strlen(pf->note);
+    snprintf(pf->note + k, sizeof pf->note - k, "%s\n", line);
 }
 
 static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn progress, tnd_perf *pf) {
@@ -209,7 +229,7 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
     size_t bn = (size_t)256 << 20;
     uint8_t *hb = NULL;
     void *hd = NULL, *db = gpu_ok ? gpu_buf(M, bn) : NULL;
-    if (!st) pf->b_cpu = cpu_read_bw(m);
+    if (!st) pf->b_cpu = cpu_read_bw(m, &M->bw_n);
     if (!st && db && M->gpu->iface->host_alloc && M->gpu->iface->copy_mapped && M->gpu->iface->event_elapsed &&
         !M->gpu->iface->host_alloc(M->gpu, bn, (void **)&hb, &hd)) {
         const tnd_backend_iface *g = M->gpu->iface;
@@ -436,16 +456,11 @@ static tnd_status calibrate_experts(const tnd_model *m, tnd_perf *pf) {
     return st;
 }
 
-/* Decode-step calibration. The slice timings run each op alone, with the
- * caches flushed; a real CPU decode step (ops back to back, a pool barrier
- * after each, every layer's own weights and cache rows) took 1.2-1.3x the
- * sum of those times on the device (TND_TRACE=2 against the DB, session
- * 6), and a placement's decode predictions were as much too fast. So a few
- * real CPU-only decode steps are timed, against the model's prediction for
- * the same steps, and every CPU decode time is scaled by the ratio. */
 #define CAL_PROMPT 8
 #define CAL_STEPS 5
-#define CAL_MIN 0.8
+/* The decode factors undisturbed profiles gave: 1.05-1.12 on the device,
+ * 1.32 on a 2-core machine; a step is not much faster than its ops alone. */
+#define CAL_MIN 0.9
 #define CAL_MAX 2.0
 /* Median seconds of CAL_STEPS decode steps of a fresh context c (after an
  * 8-token prompt and one unmeasured step, which touches the step's buffers),
@@ -494,10 +509,13 @@ static tnd_status calibrate_decode(const tnd_model *m, tnd_perf *pf) {
     tnd_ctx_free(c);
     if (st) return st;
     double f = pred > 0 ? t / pred : 1;
-    /* A ratio outside this range is a disturbed measurement, not the
-     * machine: undisturbed profiles gave 1.05-1.12 on the device and 1.32
-     * on a 2-core machine; a step is not much faster than its ops alone. */
-    f = f < CAL_MIN ? CAL_MIN : f > CAL_MAX ? CAL_MAX : f;
+    if (!(f >= CAL_MIN && f <= CAL_MAX)) { /* a disturbed measurement, not the machine */
+        char why[160];
+        snprintf(why, sizeof why, "real CPU decode steps took %.2fx the sum of their ops timed alone (%.1f-%.1f is "
+                 "usual; the factor is clamped)", f, CAL_MIN, CAL_MAX);
+        disturbed(pf, why);
+        f = f > CAL_MAX ? CAL_MAX : CAL_MIN; /* (NaN too) */
+    }
     tnd_perf_scale_cpu_decode(pf, f);
     return TND_OK;
 }
@@ -505,19 +523,25 @@ static tnd_status calibrate_decode(const tnd_model *m, tnd_perf *pf) {
 /* Hybrid decode calibration. In a step that moves between the sides each
  * layer, the host pays more per move than the profile's switch latency
  * shows: GPU ops queue slower in place (5.9 against 3.8 us), a split
- * layer's CPU part copies its activations three times, the pool wakes up
- * after each GPU stretch (the CPU ops ran 10% slower than in a CPU-only
- * step; synth qwen3-30b-a3b, TND_TRACE=2, session 6). So real steps are
+ * layer's CPU part copies its activations three times, the CPU ops after a
+ * GPU stretch run 10% slower than in a CPU-only step (synth qwen3-30b-a3b,
+ * TND_TRACE=2, session 6). So real steps are
  * timed under a static placement of a quarter of the weights (within half
  * the GPU's budget) and the per-switch host cost the model adds is fitted
- * to them (tnd_perf_fit_switch). Skipped, with a note, when no such
- * placement fits or it switches sides too little to tell. */
+ * to them (tnd_perf_fit_switch). Skipped, with a line in pf->note, when
+ * under 256 MiB of the budget is left, no such placement fits or it
+ * switches sides too little to tell; a fit at the cap marks the DB
+ * disturbed. */
+#define CAL_MIN_ROOM ((uint64_t)256 << 20)
 static void calibrate_hybrid(const tnd_model *m, tnd_backend *gpu, const tnd_ctx_params *gp, tnd_perf *pf) {
     tnd_mem_info mi = {0};
     gpu->iface->mem_info(gpu, &mi);
     /* the steps' context is a second backend: it gets what the first left of the budget */
-    uint64_t room = mi.budget ? (mi.budget > mi.used ? mi.budget - mi.used : 1) : mi.dev_free;
-    uint64_t wb = TND_MIN(tnd_model_weight_bytes(m) / 4, room / 2);
+    const uint64_t room = mi.budget ? (mi.budget > mi.used ? mi.budget - mi.used : 0) : mi.dev_free;
+    if (room < CAL_MIN_ROOM) {
+        note(pf, "hybrid calibration: skipped (under 256 MiB of the GPU budget left for it)");
+        return;
+    }
     tnd_ctx_params cp = cal_params();
     cp.device = gp->device;
     cp.vram_budget = mi.budget ? room : 0;
@@ -526,18 +550,32 @@ static void calibrate_hybrid(const tnd_model *m, tnd_backend *gpu, const tnd_ctx
     tnd_ctx *c = NULL;
     double t = 0;
     int pos = 0;
+    bool any_gpu = false;
     tnd_status st = tnd_placement_make(m, "cpu", NULL, 0, 0, &pl);
     if (st) goto out;
-    if (!(st = tnd_static_place(m, pf, wb, kv_layer, cp.n_ctx, cp.n_batch, false, &pl)) &&
-        !(st = tnd_ctx_new_placed((tnd_model *)m, &cp, &pl, &c)) && !(st = time_steps(c, m, &t, &pos))) {
+    st = tnd_static_place(m, pf, TND_MIN(tnd_model_weight_bytes(m) / 4, room / 2), kv_layer, cp.n_ctx, cp.n_batch,
+                          false, &pl);
+    for (int i = 0; !st && i < m->n_slices; i++) any_gpu |= tnd_slice_gpu_bytes(m, &pl, i) > 0;
+    if (!st && any_gpu && !(st = tnd_ctx_new_placed((tnd_model *)m, &cp, &pl, &c)) && c->gpu &&
+        !(st = time_steps(c, m, &t, &pos))) {
         if (!tnd_perf_fit_switch(m, pf, &c->pl, pos, t))
-            TND_INFO("hybrid decode calibration: the placement switches sides too little to fit");
+            note(pf, "hybrid calibration: none (its placement moves between the sides too little to tell)");
+        else if (pf->sw_host >= tnd_perf_sw_host_max(pf)) {
+            char why[160];
+            snprintf(why, sizeof why, "real hybrid decode steps took %.2f ms, more than the model allows for "
+                     "(the per-switch host cost is clamped to %.1f us)", 1e3 * t, 1e6 * pf->sw_host);
+            disturbed(pf, why);
+        }
+    } else if (!st) {
+        note(pf, "hybrid calibration: skipped (no weights of the calibration placement fit the GPU)");
     }
     tnd_placement_free(&pl);
 out:
     if (c) tnd_ctx_free(c);
     if (st) {
-        TND_INFO("hybrid decode calibration skipped: %s", tnd_last_error());
+        char line[sizeof pf->note / 2];
+        snprintf(line, sizeof line, "hybrid calibration: skipped (%s)", tnd_last_error());
+        note(pf, line);
         tnd_clear_error();
     }
 }
@@ -551,7 +589,7 @@ bool tnd_perf_fit_switch(const tnd_model *m, tnd_perf *pf, const tnd_placement *
     pf->sw_host = hi_s;
     double hi = tnd_perf_predict(m, pf, p, 0, 1, pos0);
     /* under 5 switches a step, a per-switch cost is not what the model misses */
-    if (!(hi_s > 0) || hi - lo < 5 * hi_s || !(measured > 0)) {
+    if (!(hi_s > 0) || !(hi - lo >= 5 * hi_s) || !(measured > 0)) { /* (NaN: no fit) */
         pf->sw_host = keep;
         return false;
     }
@@ -611,23 +649,24 @@ tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu
     }
     if (!st) st = build_measured(m, &M, progress, pf);
     if (!st && (st = calibrate_decode(m, pf))) st = tnd_fail_wrap(st, "timing CPU decode steps: ");
-    if (!st && M.gpu && gp) calibrate_hybrid(m, gpu, gp, pf);
-    /* Another program's load moves the timings (on the device: profiles
-     * whose CPU decode factor came out 0.5 and 0.79 against 1.05-1.12), and
-     * it shows as a change in the read bandwidth between start and end. */
-    const double b_end = st ? 0 : cpu_read_bw(m);
-    if (b_end > 0 && pf->b_cpu > 0 && fabs(b_end / pf->b_cpu - 1) > 0.2) {
-        TND_WARN("the CPU's read bandwidth went from %.1f to %.1f GB/s while profiling: something else is using "
-                 "the machine, and the times may not be its own; profile again when it is quiet "
-                 "(tandem profile)", pf->b_cpu / 1e9, b_end / 1e9);
-        size_t k = strlen(pf->source);
-        snprintf(pf->source + k, sizeof pf->source - k, ", disturbed");
-    }
     if (M.cs) cpu->iface->stream_free(cpu, M.cs);
+    /* the measuring stream's cuBLAS handle and scratch leave the budget to the hybrid steps */
     if (gpu) {
         if (M.e0) gpu->iface->event_free(gpu, M.e0);
         if (M.e1) gpu->iface->event_free(gpu, M.e1);
         if (M.gs) gpu->iface->stream_free(gpu, M.gs);
+    }
+    if (!st && M.gpu && gp) calibrate_hybrid(m, gpu, gp, pf);
+    /* Another program's load moves the timings (on the device: profiles
+     * whose CPU decode factor came out 0.5 and 0.79 against 1.05-1.12), and
+     * it shows as a change in the read bandwidth between start and end. */
+    size_t n_end = M.bw_n;
+    const double b_end = st || !n_end ? 0 : cpu_read_bw(m, &n_end);
+    if (b_end > 0 && pf->b_cpu > 0 && fabs(b_end / pf->b_cpu - 1) > 0.2) {
+        char why[160];
+        snprintf(why, sizeof why, "the CPU's read bandwidth went from %.1f to %.1f GB/s while profiling",
+                 pf->b_cpu / 1e9, b_end / 1e9);
+        disturbed(pf, why);
     }
     if (st) tnd_perf_free(pf);
     return st;
@@ -743,7 +782,8 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf) {
                       &pf->attn_gpu[0], &pf->attn_gpu[1], &pf->attn_gpu[2]) == 6;
     ok = ok && fscanf(f, "other %lf %lf %lf %lf %lf %lf\n", &pf->other_cpu[0], &pf->other_cpu[1], &pf->other_cpu[2],
                       &pf->other_gpu[0], &pf->other_gpu[1], &pf->other_gpu[2]) == 6;
-    ok = ok && fscanf(f, "cal %lf %lf\n", &pf->cal_decode, &pf->sw_host) == 2;
+    ok = ok && fscanf(f, "cal %lf %lf\n", &pf->cal_decode, &pf->sw_host) == 2 && pf->cal_decode >= 0 &&
+         pf->cal_decode < 1e3 && pf->sw_host >= 0 && pf->sw_host <= 1e-3;
     for (int i = 0; ok && i < ns; i++) {
         int id;
         ok = fscanf(f, "s %d %lf %lf %lf %lf %lf %lf %lf\n", &id, T(pf->t_cpu, i, 0), T(pf->t_cpu, i, 1),

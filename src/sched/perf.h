@@ -37,7 +37,9 @@ typedef struct tnd_perf {
                                          CPU decode times above were scaled (calibrate_decode); 0: none */
     double sw_host;                   /* host seconds each move between the sides costs a step beyond lat,
                                          fitted to real hybrid decode steps (tnd_perf_fit_switch); 0: none */
-    char source[128];                  /* "measured on ..." or "cost model rtx3060-laptop" */
+    char source[128];                  /* "measured on ..." or "cost model rtx3060-laptop"; ", disturbed"
+                                          at the end when the machine looked busy while profiling */
+    char note[320];                   /* lines on what the calibrations could not do (not saved) */
     bool estimated;                   /* some GPU times are estimates (no room to time them): not cached */
 } tnd_perf;
 

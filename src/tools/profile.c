@@ -121,6 +121,7 @@ int cmd_profile(int argc, char **argv) {
             printf("decode calibration: a real CPU decode step took %.2fx the sum of its ops timed alone; the CPU "
                    "decode times below include that factor\n\n",
                    pf->cal_decode);
+        if (pf->note[0]) printf("%s\n", pf->note);
         if (pf->sw_host > 0)
             printf("hybrid calibration: in real hybrid decode steps each move between the CPU and the GPU cost the "
                    "host %.1f us more than the switch latency above; the model adds it\n\n",
