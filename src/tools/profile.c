@@ -83,10 +83,11 @@ int cmd_profile(int argc, char **argv) {
     if (json) {
         printf("{\"model\": \"%s\", \"source\": \"%s\", \"seconds\": %.2f, \"b_pcie\": %.4e, \"b_cpu\": %.4e, "
                "\"b_hbm\": %.4e, \"switch_latency_s\": %.4e, \"launch_s\": %.4e, \"decode_calibration\": %.4f, "
-               "\"switch_host_s\": %.4e, "
+               "\"switch_host_s\": %.4e, \"disturbed\": %s, "
                "\"tokens\": [%d, %d, %d], "
                "\"attn_cpu_s\": [%.4e, %.4e, %.4e], \"attn_gpu_s\": [%.4e, %.4e, %.4e], \"slices\": [",
                model, pf->source, took, pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch, pf->cal_decode, pf->sw_host,
+               strstr(pf->source, ", disturbed") ? "true" : "false",
                tnd_perf_nt[0], tnd_perf_nt[1],
                tnd_perf_nt[2], pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0], pf->attn_gpu[1],
                pf->attn_gpu[2]);
