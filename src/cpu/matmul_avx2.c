@@ -226,9 +226,128 @@ TGTI void q4_0_x4(int64_t nb, const char *const *w, const char *xq, size_t x_row
     }
 }
 
+/* Q4_0 x Q8_0 for one token (decode), R rows per pass (R = 2: each
+ * activation vector loaded once for both rows). Steps of 8 blocks: the
+ * blocks i + k and i + k + 4 (k < 4) share one vector, qs of the first in the
+ * lower half and of the second in the upper one, so one AND gives the low
+ * nibbles (elements 0..15) of both and one shift + AND the high ones
+ * (16..31); the activations are rearranged to match once per call (q4_0_prep1).
+ * The two vpmaddubsw results add up per block in int16, and three vphaddw +
+ * one vpmaddwd reduce the 4 vectors to the 8 block sums in block order
+ * (int16 partial sums stay below 8 * 15 * 127 = 15240 before the last
+ * vphaddw, 30480 after), to which -8 sum(a) of each block is added: the
+ * exact integer dot of each block, as in the reference. One conversion and
+ * one FMA with the 8 scale products then finish the step. */
+
+/* Activation layout for q4_0_row1: per group of 8 blocks i..i+7 and k < 4,
+ * 64 bytes a_{i+k}[0..15] a_{i+k+4}[0..15] a_{i+k}[16..31] a_{i+k+4}[16..31];
+ * per block its scale da[i] and -8 sum(a_i) in n8[i]. Blocks past the last
+ * full group (nb % 8) keep the plain layout in xq. */
+TGT static void q4_0_prep1(const block_q8_0 *a, int64_t nb, int8_t *xa, float *da, int32_t *n8) {
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < nb; i++) {
+        da[i] = h2f(a[i].d);
+        n8[i] = -8 * hsum_epi32(dot_us(ones8, _mm256_loadu_si256((const __m256i *)a[i].qs)));
+    }
+    for (int64_t g = 0; g + 8 <= nb; g += 8)
+        for (int k = 0; k < 4; k++) {
+            const int8_t *p = a[g + k].qs, *q = a[g + k + 4].qs;
+            int8_t *o = xa + 32 * g + 64 * k;
+            memcpy(o, p, 16);
+            memcpy(o + 16, q, 16);
+            memcpy(o + 32, p + 16, 16);
+            memcpy(o + 48, q + 16, 16);
+        }
+}
+
+/* The half-float scales of 8 consecutive blocks from b as floats (vpinsrw
+ * from memory: fewer shuffle-port operations than building two words in
+ * integer registers and moving them over). */
+TGTI __m256 q4_0_d8(const block_q4_0 *b) {
+    __m128i v = _mm_cvtsi32_si128(b[0].d);
+    v = _mm_insert_epi16(v, b[1].d, 1);
+    v = _mm_insert_epi16(v, b[2].d, 2);
+    v = _mm_insert_epi16(v, b[3].d, 3);
+    v = _mm_insert_epi16(v, b[4].d, 4);
+    v = _mm_insert_epi16(v, b[5].d, 5);
+    v = _mm_insert_epi16(v, b[6].d, 6);
+    v = _mm_insert_epi16(v, b[7].d, 7);
+    return _mm256_cvtph_ps(v);
+}
+
+/* R rows from w (w_row bytes apart) x one token; y[r] for r < R. */
+TGTI void q4_0_row1(int64_t nb, const char *w, size_t w_row, const int R, const block_q8_0 *a, const int8_t *xa,
+                    const float *da, const int32_t *n8, size_t pf_step, float *y) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    const block_q4_0 *b[2] = {(const block_q4_0 *)w, (const block_q4_0 *)(w + w_row)};
+    const size_t rowb = (size_t)nb * sizeof(block_q4_0);
+    int64_t i = 0;
+    for (; i + 8 <= nb; i += 8) {
+        /* each row PF_DIST ahead; past its end, the same row of the next pass */
+        size_t off = (size_t)i * sizeof(block_q4_0) + PF_DIST;
+        size_t pfo = off < rowb ? off : off - rowb + pf_step;
+        for (int r = 0; r < R; r++) {
+            const char *p = (const char *)b[r] + pfo;
+            _mm_prefetch(p, _MM_HINT_T0);
+            _mm_prefetch(p + 64, _MM_HINT_T0);
+            _mm_prefetch(p + 128, _MM_HINT_T0);
+        }
+        __m256i h[2][2];
+        for (int k = 0; k < 4; k++) {
+            __m256i a0 = _mm256_loadu_si256((const __m256i *)(xa + 32 * i + 64 * k));
+            __m256i a1 = _mm256_loadu_si256((const __m256i *)(xa + 32 * i + 64 * k + 32));
+            for (int r = 0; r < R; r++) {
+                __m256i v = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)b[r][i + k].qs)),
+                    _mm_loadu_si128((const __m128i *)b[r][i + k + 4].qs), 1);
+                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, a0), _mm256_maddubs_epi16(hi, a1));
+                if (k & 1) h[r][k >> 1] = _mm256_hadd_epi16(h[r][k >> 1], p);
+                else h[r][k >> 1] = p;
+            }
+        }
+        __m256 d_a = _mm256_loadu_ps(da + i);
+        __m256i nv = _mm256_loadu_si256((const __m256i *)(n8 + i));
+        for (int r = 0; r < R; r++) {
+            __m256i s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_hadd_epi16(h[r][0], h[r][1]), ones), nv);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(q4_0_d8(&b[r][i]), d_a), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float s = hsum_ps(acc[r]);
+        for (int64_t j = i; j < nb; j++) {
+            int32_t sumi = hsum_epi32(dot_us(nib32(b[r][j].qs), _mm256_loadu_si256((const __m256i *)a[j].qs))) + n8[j];
+            s += h2f(b[r][j].d) * da[j] * (float)sumi;
+        }
+        y[r] = s;
+    }
+}
+
+TGT static void mm_q4_0_1(int64_t nb, const void *W, size_t w_row, int64_t nr, const void *xq, float *y) {
+    /* xa (32 nb bytes), da, n8 (4 nb bytes each) */
+    int8_t *xa = tnd_cpu_tls_buf(1, (size_t)nb * 40);
+    if (!xa) {
+        for (int64_t r = 0; r < nr; r++) y[r] = NAN;
+        return;
+    }
+    float *da = (float *)(xa + 32 * nb);
+    int32_t *n8 = (int32_t *)(da + nb);
+    const block_q8_0 *a = xq;
+    q4_0_prep1(a, nb, xa, da, n8);
+    int64_t r = 0;
+    for (; r + 2 <= nr; r += 2)
+        q4_0_row1(nb, (const char *)W + (size_t)r * w_row, w_row, 2, a, xa, da, n8, 2 * w_row, y + r);
+    if (r < nr) q4_0_row1(nb, (const char *)W + (size_t)r * w_row, w_row, 1, a, xa, da, n8, w_row, y + r);
+}
+
 TGT static void mm_q4_0(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
                         int64_t nt, float *y, int64_t ys) {
     int64_t nb = n_in / 32;
+    if (nt == 1) {
+        mm_q4_0_1(nb, W, w_row, nr, xq, y);
+        return;
+    }
     float *da4 = tnd_cpu_tls_buf(1, (size_t)(nt * nb) * 20);
     if (!da4) {
         for (int64_t t = 0; t < nt; t++)
