@@ -395,21 +395,41 @@ ROW_LOOP_DA(mm_q4_1, row_q4_1, block_q8_1)
     _mm256_shuffle_epi8((v), _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (k2))),        \
                                               _mm_set1_epi16((short)(0x0100 + 0x0202 * (k)))))
 
+/* The 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K / Q5_K
+ * super-block from its 12 packed bytes s (16 bytes are read: the 4 after
+ * them are the block's own quants), in vector registers (7 operations
+ * against about 20 in integer registers):
+ *   sc[0..3] = s[0..3] & 63,  sc[4..7] = s[8..11] & 15 | (s[0..3] >> 6) << 4,
+ *   m[0..3]  = s[4..7] & 63,  m[4..7]  = s[8..11] >> 4 | (s[4..7] >> 6) << 4,
+ * per 32-bit word: words (0, 2, 1, 2) masked (the last shifted by 4), or'd
+ * with words (0, 0, 1, 1) >> 2 & 0x30 in the words that take high bits. */
+TGTI __m128i k4_scales_x(const uint8_t *s) {
+    __m128i v = _mm_loadu_si128((const __m128i *)s);
+    __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0x98), _mm_setr_epi32(0, 0, 0, 4)),
+                               _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, 0x50), 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
+}
+
+/* Vector of 16 int16 all equal to byte k of both halves of v (a zero byte
+ * index 0x80 above each). */
+#define B16_BCAST(v, k) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(0x8000 + (k))))
+
 /* Q4_K x Q8_K: isum = sum_g sc_g * dot_g, msum = sum_g m_g * bsum_g. The
- * group scales reach the vpmaddwd as vectors through vpshufb from one
- * vector of all 8. */
+ * group scales reach the vpmaddwd as int16 vectors through one vpshufb each
+ * from the unpacked scale bytes. */
 TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
     const block_q4_K *w = vw;
     __m256 acc[NT_MAX];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+    /* mins as int16, each twice (bsums come in 16-groups): m0 m0 .. m3 m3 | m4 m4 .. m7 m7 */
+    const __m256i mins_idx = _mm256_setr_epi8(8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128, 11, -128, 11, -128,
+                                              12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
         pf_ahead(&w[b], 3); /* 144 bytes */
-        __m128i sm = k4_scales_v(w[b].scales);
-        /* scales as int16 in both halves; mins as int16, each twice (bsums
-         * come in 16-groups) */
-        __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
-        __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+        __m256i sm = _mm256_broadcastsi128_si256(k4_scales_x(w[b].scales));
+        __m256i m16 = _mm256_shuffle_epi8(sm, mins_idx);
         __m256 dd = _mm256_cvtph_ps(_mm_set1_epi32((int)((uint32_t)w[b].d | (uint32_t)w[b].dmin << 16)));
         __m256i isum[NT_MAX];
         for (int t = 0; t < nt; t++) isum[t] = _mm256_setzero_si256();
@@ -417,7 +437,7 @@ TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
             __m256i qb = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * j));
             __m256i lo = _mm256_and_si256(qb, m4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
-            __m256i s_lo = W16_BCAST(sc16, 2 * j), s_hi = W16_BCAST(sc16, 2 * j + 1);
+            __m256i s_lo = B16_BCAST(sm, 2 * j), s_hi = B16_BCAST(sm, 2 * j + 1);
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
                 __m256i a0 = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * j));
