@@ -218,6 +218,10 @@ int main(int argc, char **argv) {
             /* Extremes, through the matvec and the prefill paths. */
             test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 2 : 8), 9, 3, true);
             test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 2 : 8), 9, 12, true);
+            /* Extremes through the one-token (decode) kernels, whose int16
+             * partial sums span several blocks: rows not a multiple of the
+             * rows per pass, blocks not a multiple of the blocks per step. */
+            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 3 : 19), 9, 1, true);
             /* NULL pool. */
             test_shape(NULL, (tnd_cpu_isa_id)isa, wt, bs == 1 ? 65 : bs * 2, 19, 4);
             printf("  %-5s %ld outputs checked\n", tr->name, g_checked - before);
