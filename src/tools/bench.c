@@ -12,12 +12,9 @@
 #include "exec/exec.h"
 #include "sched/perf.h"
 #include "tandem.h"
+#include "tnd_git_commit.h" /* TND_GIT_COMMIT, written by the build */
 #include "tools.h"
 #include "util.h"
-
-#ifndef TND_GIT_COMMIT
-#define TND_GIT_COMMIT "unknown"
-#endif
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tandem bench [options]\n\n"
