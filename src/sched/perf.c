@@ -567,7 +567,7 @@ static void calibrate_hybrid(const tnd_model *m, tnd_backend *gpu, const tnd_ctx
             disturbed(pf, why);
         }
     } else if (!st) {
-        note(pf, "hybrid calibration: skipped (no weights of the calibration placement fit the GPU)");
+        note(pf, "hybrid calibration: skipped (its placement does not fit the GPU)");
     }
     tnd_placement_free(&pl);
 out:
