@@ -134,7 +134,8 @@ static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) 
         if (!use_hw) fprintf(stderr, "tandem: profiling this model on this machine once (cached for later runs)\n");
         /* real hybrid steps calibrate only the real GPU */
         st = tnd_perf_build(c->m, c->side[0].be, c->side[1].be, use_hw ? &hw : NULL,
-                            p->device == TND_DEVICE_CUDA ? p : NULL, use_hw ? NULL : progress_bar, pf);
+                            p->device == TND_DEVICE_CUDA ? TND_DEVICE_CUDA : TND_DEVICE_CPU,
+                            use_hw ? NULL : progress_bar, pf);
         if (!st && cached && !pf->estimated && tnd_perf_save(pf, path)) {
             TND_WARN("could not cache the perf DB: %s", tnd_last_error());
             tnd_clear_error();

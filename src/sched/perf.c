@@ -495,7 +495,8 @@ static tnd_ctx_params cal_params(void) {
  * caches flushed; a real CPU decode step (ops back to back, a pool barrier
  * after each, every layer's own weights and cache rows) took 1.2-1.3x the
  * sum of those times on the device (TND_TRACE=2 against the DB, session
- * 6), and a placement's decode predictions were as much too fast. So a few
+ * 6; 1.05-1.12 once decode attention was timed cold too), and a
+ * placement's decode predictions were as much too fast. So a few
  * real CPU-only decode steps are timed, against the model's prediction for
  * the same steps, and every CPU decode time is scaled by the ratio. */
 static tnd_status calibrate_decode(const tnd_model *m, tnd_perf *pf) {
@@ -533,7 +534,7 @@ static tnd_status calibrate_decode(const tnd_model *m, tnd_perf *pf) {
  * switches sides too little to tell; a fit at the cap marks the DB
  * disturbed. */
 #define CAL_MIN_ROOM ((uint64_t)256 << 20)
-static void calibrate_hybrid(const tnd_model *m, tnd_backend *gpu, const tnd_ctx_params *gp, tnd_perf *pf) {
+static void calibrate_hybrid(const tnd_model *m, tnd_backend *gpu, tnd_device dev, tnd_perf *pf) {
     tnd_mem_info mi = {0};
     gpu->iface->mem_info(gpu, &mi);
     /* the steps' context is a second backend: it gets what the first left of the budget */
@@ -543,7 +544,7 @@ static void calibrate_hybrid(const tnd_model *m, tnd_backend *gpu, const tnd_ctx
         return;
     }
     tnd_ctx_params cp = cal_params();
-    cp.device = gp->device;
+    cp.device = dev;
     cp.vram_budget = mi.budget ? room : 0;
     const uint64_t kv_layer = 2ull * cp.n_ctx * (uint64_t)m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
     tnd_placement pl;
@@ -620,7 +621,7 @@ void tnd_perf_scale_cpu_decode(tnd_perf *pf, double f) {
 }
 
 tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, const tnd_hw *hw,
-                          const tnd_ctx_params *gp, tnd_progress_fn progress, tnd_perf *pf) {
+                          tnd_device hybrid_dev, tnd_progress_fn progress, tnd_perf *pf) {
     memset(pf, 0, sizeof *pf);
     pf->n_slices = m->n_slices;
     pf->n_layer = m->hp.n_layer;
@@ -656,7 +657,7 @@ tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu
         if (M.e1) gpu->iface->event_free(gpu, M.e1);
         if (M.gs) gpu->iface->stream_free(gpu, M.gs);
     }
-    if (!st && M.gpu && gp) calibrate_hybrid(m, gpu, gp, pf);
+    if (!st && M.gpu && hybrid_dev != TND_DEVICE_CPU) calibrate_hybrid(m, gpu, hybrid_dev, pf);
     /* Another program's load moves the timings (on the device: profiles
      * whose CPU decode factor came out 0.5 and 0.79 against 1.05-1.12), and
      * it shows as a change in the read bandwidth between start and end. */

@@ -50,10 +50,11 @@ typedef void (*tnd_progress_fn)(int done, int total, const char *what);
  * (no backend needed). Otherwise measured with backends cpu and gpu (gpu
  * may be NULL: GPU times estimated from bytes / measured HBM bandwidth);
  * slices with the same type and shape are timed once; then real CPU decode
- * steps calibrate the CPU decode times and, with gp (the device and budget
- * a context may use), real hybrid steps fit sw_host. */
+ * steps calibrate the CPU decode times and, when hybrid_dev names a GPU
+ * (TND_DEVICE_CPU: none), real hybrid steps on it fit sw_host, within
+ * what gpu's budget leaves. */
 tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, const tnd_hw *hw,
-                          const tnd_ctx_params *gp, tnd_progress_fn progress, tnd_perf *pf);
+                          tnd_device hybrid_dev, tnd_progress_fn progress, tnd_perf *pf);
 void tnd_perf_free(tnd_perf *pf);
 /* Scales every CPU decode time (one-token slices, attention, weightless
  * ops) by f, and records it in cal_decode (the profile's calibration
