@@ -2,10 +2,12 @@
  * every launch variant on the shapes of 8B/14B models, next to the device's
  * own copy bandwidth measured in the same run.
  *
- *   build/dev_cuda_matvec_bench [reps] [-t TYPE,...] [-s NINxNOUT,...]
+ *   build/dev_cuda_matvec_bench [reps] [-t TYPE,...] [-s NINxNOUT,...] [--tiled]
  *
  * -t: only these types (names as tnd_type_name: Q4_K,Q6_K,...); -s: only
- * these shapes, for the listed types (default: the four main types).
+ * these shapes, for the listed types (default: the four main types);
+ * --tiled: of the variants, only the default launch, the contiguous probes
+ * and the tiled rows (Q4_K).
  *
  * Each shape's weights are replicated until the set exceeds 4x the L2 cache
  * and the timed loop cycles through the copies, so every launch reads W from
@@ -29,7 +31,10 @@
  * 16-row group in shared memory) end with the tiled rows: the weight
  * copies re-laid in place, "tiled MBm KWk Dd PFp" (k_mvt_q4k: m tiles x k
  * warps per tile, d super-blocks in flight per lane, 0 = default; p = 1:
- * an L2 prefetch 4 chunks past the loads in flight) and
+ * an L2 prefetch 4 chunks past the loads in flight, 2: of the warp's first
+ * 8 chunks before the kernel's grid-dependency wait; "PDL": launched with
+ * programmatic dependent launch, so each launch overlaps the tail of the
+ * one before, as consecutive matvecs of a decode step do) and
  * "probe tiled ..." (its loads only), then the shared-memory feeds of the
  * same decode (tnd_cu_matvec_q4kt_fed: "ring cpasync|bulk NSn MBm KWk", a
  * ring of n 2304-byte chunks per warp filled with 16-byte cp.async or one
@@ -196,9 +201,11 @@ static int validate_f16(tnd_type t, const uint8_t *w, int64_t n_in, int64_t n_ou
 int main(int argc, char **argv) {
     int reps = 50;
     const char *tlist = NULL, *slist = NULL;
+    bool tiled_only = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) tlist = argv[++i];
         else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) slist = argv[++i];
+        else if (strcmp(argv[i], "--tiled") == 0) tiled_only = true;
         else reps = atoi(argv[i]);
     }
     if (reps < 1) reps = 50;
@@ -338,6 +345,16 @@ int main(int argc, char **argv) {
                 bulk = 0;
             }
 #undef ADDV
+            if (tiled_only) { /* the default launch and the contiguous probes, then the tiled rows */
+                int k = 0;
+                for (int v = 0; v < nv; v++)
+                    if (VK[v] < 0 || (VK[v] == V_PROBE && VR[v] == 0)) {
+                        VK[k] = VK[v], VR[k] = VR[v], VT[k] = VT[v];
+                        memcpy(VP[k], VP[v], sizeof VP[0]);
+                        k++;
+                    }
+                nv = k;
+            }
             double def_gbs = 0, def_err = 0, fam_gbs[V_FAMS] = {0}, probe_gbs[3] = {0};
             char fam_var[V_FAMS][64] = {""}, probe_var[3][64] = {""};
             for (int v = 0; v < nv; v++) {
@@ -489,18 +506,22 @@ int main(int argc, char **argv) {
                     }
                 }
                 CK(B->iface->stream_sync(B, S));
-                double tiled_gbs = 0, tprobe_gbs = 0;
-                char tiled_var[64] = "", tprobe_var[64] = "";
+                /* [pdl]: launched without, with programmatic dependent launch */
+                double tiled_gbs[2] = {0, 0}, tprobe_gbs[2] = {0, 0};
+                char tiled_var[2][64] = {"", ""}, tprobe_var[2][64] = {"", ""};
                 static const int tw[][2] = {{0, 0}, {4, 1}, {2, 2}, {1, 4}, {8, 1}, {4, 2}, {2, 4}, {1, 8}};
+                const bool pdl_default = tnd_cu_matvec_q4kt_pdl();
+                for (int pdl = 0; pdl < 2; pdl++)
                 for (int probe = 0; probe < 2; probe++)
-                    for (int pf = 0; pf < 2; pf++)
+                    for (int pf = 0; pf < 3; pf++)
                     for (int d = 0; d <= 4; d++)
                         for (size_t i = 0; i < sizeof tw / sizeof tw[0]; i++) {
                             const int MB = tw[i][0], KW = tw[i][1];
                             if (probe && i > 4) continue; /* probes: the default and one-warp-per-tile shapes */
+                            tnd_cu_matvec_q4kt_set_pdl(pdl);
                             char var[64];
-                            snprintf(var, sizeof var, "%s MB%d KW%d D%d PF%d", probe ? "probe tiled" : "tiled", MB, KW,
-                                     d, pf);
+                            snprintf(var, sizeof var, "%s MB%d KW%d D%d PF%d%s", probe ? "probe tiled" : "tiled", MB, KW,
+                                     d, pf, pdl ? " PDL" : "");
 #define TLAUNCH(c)                                                                                  \
     (probe ? tnd_cu_matvec_probe(3, dw[c], n_in, n_out, dx, dy, MB, KW, 0, d, pf, 0, cs)            \
            : tnd_cu_matvec_q4kt(dw[c], n_in, n_out, dx, 1, dy, MB, KW, d, pf, cs))
@@ -528,19 +549,20 @@ int main(int argc, char **argv) {
                             printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n", tnd_type_name(t),
                                    (long long)n_in, (long long)n_out, wb / 1048576.0, var, bad ? " MISMATCH" : "", us,
                                    gbs, 100.0 * gbs / bw, err);
-                            double *best = probe ? &tprobe_gbs : &tiled_gbs;
+                            double *best = probe ? &tprobe_gbs[pdl] : &tiled_gbs[pdl];
                             if (gbs > *best) {
                                 *best = gbs;
-                                snprintf(probe ? tprobe_var : tiled_var, sizeof tiled_var, "%s",
+                                snprintf(probe ? tprobe_var[pdl] : tiled_var[pdl], sizeof tiled_var[0], "%s",
                                          var + (probe ? 12 : 6));
                             }
                         }
+                tnd_cu_matvec_q4kt_set_pdl(pdl_default);
                 /* the shared-memory feeds (tnd_cu_matvec_q4kt_fed: "ring FEED NSn MBm
                  * KWk", n stages of one chunk per warp) and their probes */
                 double ring_gbs = 0, rprobe_gbs = 0;
                 char ring_var[64] = "", rprobe_var[64] = "";
                 static const int rw[][2] = {{0, 0}, {4, 1}, {2, 2}, {8, 1}, {4, 2}, {2, 4}};
-                for (int probe = 0; probe < 2; probe++)
+                for (int probe = 0; probe < 2 && !tiled_only; probe++)
                     for (int feed = TND_CU_TILE_CPASYNC; feed <= TND_CU_TILE_BULK; feed++)
                         for (int ns = 2; ns <= 8; ns += 2)
                             for (size_t i = 0; i < sizeof rw / sizeof rw[0]; i++) {
@@ -603,10 +625,14 @@ int main(int argc, char **argv) {
                 if (n_summary > 0) {
                     char *sm = summary[n_summary - 1];
                     size_t n = strlen(sm);
-                    snprintf(sm + n, sizeof summary[0] - n,
-                             "\n        tiled (default depth %d, prefetch %d) %s %5.0f (%3.0f%%) | probe tiled %s %5.0f (%3.0f%%)",
-                             tnd_cu_matvec_q4kt_depth(), (int)tnd_cu_matvec_q4kt_prefetch(), tiled_var, tiled_gbs, 100 * tiled_gbs / bw, tprobe_var,
-                             tprobe_gbs, 100 * tprobe_gbs / bw);
+                    for (int pdl = 0; pdl < 2; pdl++) {
+                        n = strlen(sm);
+                        snprintf(sm + n, sizeof summary[0] - n,
+                                 "\n        tiled%s (default depth %d, prefetch %d) %s %5.0f (%3.0f%%) | probe tiled %s %5.0f (%3.0f%%)",
+                                 pdl ? " PDL" : "", tnd_cu_matvec_q4kt_depth(), tnd_cu_matvec_q4kt_prefetch(),
+                                 tiled_var[pdl], tiled_gbs[pdl], 100 * tiled_gbs[pdl] / bw, tprobe_var[pdl],
+                                 tprobe_gbs[pdl], 100 * tprobe_gbs[pdl] / bw);
+                    }
                     n = strlen(sm);
                     static const char *const feed_names[] = {"default", "regs", "cpasync", "bulk"};
                     snprintf(sm + n, sizeof summary[0] - n,

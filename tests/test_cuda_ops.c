@@ -1192,7 +1192,8 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
         float *dy = (float *)dev_alloc(yb), *y = (float *)tc_xmalloc(yb), *y1 = (float *)tc_xmalloc(yb);
         /* tiles per block, warps per tile, depth, L2 prefetch (-1: default) */
         static const int shapes[][4] = {{0, 0, 0, -1}, {1, 1, 1, 0}, {1, 3, 2, 1}, {2, 2, 3, 0}, {4, 1, 4, 1},
-                                        {1, 8, 2, 0},  {8, 1, 1, 1}, {2, 4, 4, 0}, {4, 2, 2, 1}};
+                                        {1, 8, 2, 0},  {8, 1, 1, 1}, {2, 4, 4, 0}, {4, 2, 2, 1}, {2, 2, 1, 2},
+                                        {1, 4, 3, 2}};
         for (size_t i = 0; i < TND_ARRAY_LEN(shapes); i++) {
             const int *c = shapes[i];
             char w2[260];
@@ -1251,8 +1252,8 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
         /* refusals: more than 8 warps per block, depth past the ring's maximum, an unknown prefetch */
         e = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 4, 4, 0, -1, cs);
         int e2 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 5, -1, cs);
-        int e3 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, 2, cs);
-        tc_report(e == 1 && e2 == 1 && e3 == 1, "%s: refuses 16 warps per block (%d), depth 5 (%d), prefetch 2 (%d)",
+        int e3 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, 3, cs);
+        tc_report(e == 1 && e2 == 1 && e3 == 1, "%s: refuses 16 warps per block (%d), depth 5 (%d), prefetch 3 (%d)",
                what, e, e2, e3);
         /* the fed variant: 3 stages, an unknown feed, 16 warps per block */
         e = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, 0, 0, TND_CU_TILE_CPASYNC, 3, cs);
@@ -1274,6 +1275,64 @@ out:
     free(sc);
     free(ref1);
     free(sc1);
+}
+
+/* Programmatic dependent launch: a chain of tiled matvecs queued back to
+ * back, each reading the vector the previous one wrote and writing the one
+ * it read (both hazards a matvec that starts early could break), with PDL
+ * on and no waits between launches, gives the bits of the same chain with
+ * PDL off and a stream sync after every launch. Also right after an
+ * in-place repack (the weights' first loads precede the kernel's wait). */
+static void test_q4kt_pdl_chain(int64_t n) {
+    const int steps = 8;
+    if (!tnd_cu_q4kt_supported(n, n)) {
+        tc_report(false, "q4kt %lldx%lld: the tile layout refuses the chain's shape", (long long)n, (long long)n);
+        return;
+    }
+    /* weights quantized from zero-mean floats of rms 1/sqrt(n): the
+     * vector keeps its size along the chain (no f16 overflow, no zeros) */
+    const size_t wb = tnd_row_size(TND_TYPE_Q4_K, n) * (size_t)n;
+    void *W = tc_xmalloc(wb);
+    {
+        float *wf = (float *)tc_xmalloc((size_t)(n * n) * 4);
+        tc_fill_unif(wf, (size_t)(n * n), -sqrtf(3.0f / (float)n), sqrtf(3.0f / (float)n));
+        tnd_type_traits_get(TND_TYPE_Q4_K)->from_float(wf, W, n * n);
+        free(wf);
+    }
+    float *x = (float *)tc_xmalloc((size_t)n * 4), *want = (float *)tc_xmalloc((size_t)n * 4),
+          *got = (float *)tc_xmalloc((size_t)n * 4);
+    tc_fill_unif(x, (size_t)n, -1, 1);
+    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
+    const bool was = tnd_cu_matvec_q4kt_pdl();
+    float *d[2] = {(float *)dev_alloc((size_t)n * 4), (float *)dev_alloc((size_t)n * 4)};
+    int fails = 0;
+    for (int pdl = 0; pdl < 2; pdl++) {
+        void *dW = dev_upload(W, wb);
+        CHECK_ST(B->iface->copy_h2d(B, d[0], x, (size_t)n * 4, S));
+        dev_poison(d[1], (size_t)n * 4);
+        tnd_cu_matvec_q4kt_set_pdl(pdl != 0);
+        int e = tnd_cu_q4kt_repack(dW, n, n, cs); /* no sync: the first matvec follows the repack */
+        for (int i = 0; i < steps && !e; i++) {
+            e = tnd_cu_matvec_q4kt(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], 0, 0, 0, -1, cs);
+            if (!pdl && !e) CHECK_ST(B->iface->stream_sync(B, S));
+        }
+        CHECK_ST(B->iface->stream_sync(B, S));
+        if (e) fails++;
+        dev_download(pdl ? got : want, d[steps & 1], (size_t)n * 4);
+        dev_free(dW);
+    }
+    tnd_cu_matvec_q4kt_set_pdl(was);
+    bool finite = true;
+    for (int64_t i = 0; i < n; i++) finite = finite && isfinite(want[i]) && want[i] != 0.0f;
+    tc_report(!fails && finite && memcmp(want, got, (size_t)n * 4) == 0,
+              "q4kt %lldx%lld: %d chained matvecs with PDL (default %s) == synchronized without", (long long)n,
+              (long long)n, steps, tnd_cu_matvec_q4kt_pdl() ? "default on" : "default off");
+    dev_free(d[0]);
+    dev_free(d[1]);
+    free(W);
+    free(x);
+    free(want);
+    free(got);
 }
 
 /* A MATMUL over W (uploaded at dW) through op_run vs the reference, n_tok
@@ -1530,6 +1589,7 @@ int main(int argc, char **argv) {
     test_matvec_q4kt(256 * 68, 48, 3);
     test_matvec_q4kt(256 * 68, 16, 8);
     test_matvec_q4kt(256 * 7, 4112, 2);
+    test_q4kt_pdl_chain(4096);
     test_weight_prepare(256 * 3, 4112); /* prefill: two row chunks of the tiled dequant */
     test_weight_prepare(256 * 20, 48);
     test_weight_prepare(256 * 68, 32);

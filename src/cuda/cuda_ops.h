@@ -138,14 +138,20 @@ int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_stream strea
  * tiles_per_block tiles x ksplit warps per tile (at most 8 warps; 0, 0:
  * the default shape), depth 1..4 super-blocks in flight per lane (0: the
  * default, tnd_cu_matvec_q4kt_depth()), prefetch 1: an L2 prefetch of the
- * chunk 4 steps past the loads in flight, 0: none, -1: the default
- * (tnd_cu_matvec_q4kt_prefetch()). */
+ * chunk 4 steps past the loads in flight, 2: of the warp's first 8 chunks
+ * past them, before the kernel waits for its predecessor, 0: none, -1:
+ * the default (tnd_cu_matvec_q4kt_prefetch()). Launched with programmatic
+ * dependent launch when tnd_cu_matvec_q4kt_pdl() (sm_90+): the weights'
+ * loads start while the previous kernel on the stream finishes. */
 int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                        int tiles_per_block, int ksplit, int depth, int prefetch, tnd_cu_stream stream);
-/* The defaults (env TND_CUDA_TILE_DEPTH=1..4 and TND_CUDA_TILE_PF=0|1
- * override the built-in ones). */
+/* The defaults (env TND_CUDA_TILE_DEPTH=1..4, TND_CUDA_TILE_PF=0|1|2 and
+ * TND_CUDA_PDL=0|1 override the built-in ones; set_pdl overrides the
+ * environment, for the bench and the tests). */
 int tnd_cu_matvec_q4kt_depth(void);
-bool tnd_cu_matvec_q4kt_prefetch(void);
+int tnd_cu_matvec_q4kt_prefetch(void);
+bool tnd_cu_matvec_q4kt_pdl(void);
+void tnd_cu_matvec_q4kt_set_pdl(bool on);
 /* How the tiled decode feeds its weights: REGS the register-held loads of
  * tnd_cu_matvec_q4kt (depth, prefetch as given there), CPASYNC / BULK a
  * ring of `stages` 2304-byte chunks per warp in shared memory filled with

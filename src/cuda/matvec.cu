@@ -689,9 +689,24 @@ __global__ void __launch_bounds__(256) k_mvh_q4k_t(const uint8_t *__restrict__ W
  *
  * DEPTH: super-blocks whose loads are in flight while the lane decodes one
  * (k_mvh_q4k: 1), a ring of DEPTH + 1 register buffers of 96 bytes per
- * lane. PF: besides, lanes 0..17 ask L2 for the 128-byte lines of the
+ * lane. PF 1: besides, lanes 0..17 ask L2 for the 128-byte lines of the
  * chunk MVT_PF_AHEAD steps past the ring (prefetch.global.L2: more bytes in
- * flight at no register cost). n_out is a multiple of 16 (q4k_tile_ok): a
+ * flight at no register cost). PF 2: the same L2 requests for the warp's
+ * MVT_PRE chunks after its ring, once, before the grid-dependency wait.
+ *
+ * Programmatic dependent launch (sm_90, launch_mvt1 with mvt_pdl()): a
+ * decode matvec is ~15-30 us, and each launch paid the gap after its
+ * predecessor, block dispatch and its first loads' latency before any byte
+ * streamed. Launched with the PDL attribute, the kernel lets its successor
+ * launch at once (launch_dependents) and, itself, only reads weights before
+ * griddepcontrol.wait: nothing a predecessor writes (x, y) is touched
+ * before the predecessor has completed and flushed, while the weights'
+ * first loads overlap its tail. (The weights are never written by a
+ * kernel the matvec could overlap: the repack is followed by a plain
+ * kernel, tnd_cu_q4kt_repack.) Without the attribute both instructions
+ * are no-ops.
+ *
+ * n_out is a multiple of 16 (q4k_tile_ok): a
  * tile is all in or all out; the tiles of the last block past n_out load
  * the last tile (so every warp reaches the reduction's barrier) and write
  * nothing. */
@@ -714,7 +729,8 @@ __device__ __forceinline__ void mvt_stage_x(uint2 *xz, uint2 *xs, const float *x
 }
 
 #define MVT_PF_AHEAD 4
-template <bool PROBE, int DEPTH, bool PF>
+#define MVT_PRE 8
+template <bool PROBE, int DEPTH, int PF>
 __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
                                                  int64_t n_out, const float *__restrict__ x, int n_tok,
                                                  float *__restrict__ y, int MB, int KW) {
@@ -747,10 +763,19 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
     uint32_t sink = 0;
     auto compute = [&](const buf &b, int sb) { q4k_step<PROBE>(b, xl + sb * xsb, t, acc, sink); };
     buf ring[DEPTH + 1];
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     /* the first DEPTH chunks in flight while x is staged */
 #pragma unroll
     for (int i = 0; i < DEPTH; i++)
         if (kw + i * KW < nsb) load(ring[i], kw + i * KW);
+    if (PF == 2 && lane < Q4KT_CHUNK / 128)
+        for (int i = DEPTH; i < DEPTH + MVT_PRE && kw + i * KW < nsb; i++)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t)(kw + i * KW) * Q4KT_CHUNK + 128 * lane));
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory"); /* x (and y) only past here */
+#endif
     mvt_stage_x(xz, xs, x, n_in, n_tok, xstride);
     __syncthreads();
     /* step i decodes ring[i % (DEPTH + 1)] after queuing the load of step
@@ -766,7 +791,7 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
                 break;
             }
             if (sb + DEPTH * KW < nsb) load(ring[(u + DEPTH) % (DEPTH + 1)], sb + DEPTH * KW);
-            if (PF && lane < Q4KT_CHUNK / 128 && sb + (DEPTH + MVT_PF_AHEAD) * KW < nsb)
+            if (PF == 1 && lane < Q4KT_CHUNK / 128 && sb + (DEPTH + MVT_PF_AHEAD) * KW < nsb)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t)(sb + (DEPTH + MVT_PF_AHEAD) * KW) *
                                                                         Q4KT_CHUNK + 128 * lane));
             compute(ring[u], sb);
@@ -780,6 +805,8 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
                                  acc[0][3] + acc[1][3]);
     mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
 }
+
+__global__ void k_noop(void) {}
 
 /* In-place repack of one 16-row group per block into the tile layout:
  * the group (16 * rb bytes) into shared memory, then written back in
@@ -1352,6 +1379,17 @@ static int cu_dev_attr(cudaDeviceAttr a) {
     if (cudaDeviceGetAttribute(&n, a, dev) != cudaSuccess) return 0;
     cache[i][dev] = n;
     return n;
+}
+
+/* The current device's compute capability major (cached per device; 0 on
+ * error). */
+static int cu_cc_major(void) {
+    static int cache[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (!cache[dev] && cudaDeviceGetAttribute(&cache[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+        cache[dev] = 0;
+    return cache[dev];
 }
 
 /* The dynamic shared memory the f16 tensor-core kernels opt into: x's area
@@ -2029,24 +2067,28 @@ __global__ void __launch_bounds__(256) k_mvs_q4k(const uint8_t *__restrict__ W, 
 /* ---- Q4_K tile layout: repack and launch (k_mvt_q4k) ------------------------- */
 
 #define MVT_MAX_DEPTH 4
+#define MVT_N_PF 3
 /* THE DEFAULTS (flip after the bench's sweep): super-blocks in flight per
- * lane while one is decoded (env TND_CUDA_TILE_DEPTH=1..4 overrides), and
- * whether the L2 prefetch runs ahead (env TND_CUDA_TILE_PF=0|1). */
+ * lane while one is decoded (env TND_CUDA_TILE_DEPTH=1..4 overrides), the
+ * L2 prefetch (env TND_CUDA_TILE_PF=0|1|2: none, running ahead, before
+ * the grid-dependency wait) and programmatic dependent launch (env
+ * TND_CUDA_PDL=0|1). */
 /* Measured on the H200 (copy bandwidth 4271 GB/s), default launch shape,
  * 4096x4096 / 4096x14336 / 5120x17408 / 14336x4096: DEPTH 1 PF 0 32% / 53%
  * / 52% / 52% of the copy bandwidth, the best; DEPTH 3-4 worse (170
- * registers: fewer warps resident); PF 1 never helped. */
+ * registers: fewer warps resident); PF 1 never helped. Session 8 (4244
+ * GB/s): PDL 31->40%, 53->59%, 53->55%, 53->60%; PF 2 no better. */
 #define MVT_DEFAULT_DEPTH 1
 #define MVT_DEFAULT_PF 0
+#define MVT_DEFAULT_PDL 1
 
-static mvh_kernel mvt_kernel_of(bool probe, int depth, bool pf) {
-    static const mvh_kernel k[2][2][MVT_MAX_DEPTH] = {
-        {{k_mvt_q4k<false, 1, false>, k_mvt_q4k<false, 2, false>, k_mvt_q4k<false, 3, false>, k_mvt_q4k<false, 4, false>},
-         {k_mvt_q4k<false, 1, true>, k_mvt_q4k<false, 2, true>, k_mvt_q4k<false, 3, true>, k_mvt_q4k<false, 4, true>}},
-        {{k_mvt_q4k<true, 1, false>, k_mvt_q4k<true, 2, false>, k_mvt_q4k<true, 3, false>, k_mvt_q4k<true, 4, false>},
-         {k_mvt_q4k<true, 1, true>, k_mvt_q4k<true, 2, true>, k_mvt_q4k<true, 3, true>, k_mvt_q4k<true, 4, true>}}};
-    return k[probe ? 1 : 0][pf ? 1 : 0][depth - 1];
+#define MVT_K(P, F) {k_mvt_q4k<P, 1, F>, k_mvt_q4k<P, 2, F>, k_mvt_q4k<P, 3, F>, k_mvt_q4k<P, 4, F>}
+static mvh_kernel mvt_kernel_of(bool probe, int depth, int pf) {
+    static const mvh_kernel k[2][MVT_N_PF][MVT_MAX_DEPTH] = {{MVT_K(false, 0), MVT_K(false, 1), MVT_K(false, 2)},
+                                                             {MVT_K(true, 0), MVT_K(true, 1), MVT_K(true, 2)}};
+    return k[probe ? 1 : 0][pf][depth - 1];
 }
+#undef MVT_K
 
 static int mvt_depth(void) {
     static int d = 0; /* a benign race: every thread computes the same value */
@@ -2058,13 +2100,25 @@ static int mvt_depth(void) {
     return d;
 }
 
-static bool mvt_pf(void) {
+static int mvt_pf(void) {
     static int pf = -1; /* a benign race, as mvt_depth's */
     if (pf < 0) {
         const char *e = getenv("TND_CUDA_TILE_PF");
-        pf = e ? atoi(e) != 0 : MVT_DEFAULT_PF;
+        const int v = e ? atoi(e) : -1;
+        pf = v >= 0 && v < MVT_N_PF ? v : MVT_DEFAULT_PF;
     }
-    return pf != 0;
+    return pf;
+}
+
+/* -1: not yet read from the environment (tnd_cu_matvec_q4kt_set_pdl
+ * overrides it); PDL needs sm_90, checked at launch. */
+static int mvt_pdl_on = -1;
+static bool mvt_pdl(void) {
+    if (mvt_pdl_on < 0) {
+        const char *e = getenv("TND_CUDA_PDL");
+        mvt_pdl_on = e ? atoi(e) != 0 : MVT_DEFAULT_PDL;
+    }
+    return mvt_pdl_on != 0;
 }
 
 /* The opt-in shared memory of the tiled kernels, the probes and the repack,
@@ -2076,9 +2130,9 @@ static int mvt_prepare(void) {
     if (attr_set[dev]) return 0;
     const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     cudaError_t e = cudaSuccess;
-    for (int k = 0; k < 4 * MVT_MAX_DEPTH && e == cudaSuccess; k++) { /* k: probe, pf, depth - 1 */
-        const bool probe = k >= 2 * MVT_MAX_DEPTH;
-        e = cudaFuncSetAttribute(mvt_kernel_of(probe, k % MVT_MAX_DEPTH + 1, (k / MVT_MAX_DEPTH) & 1),
+    for (int k = 0; k < 2 * MVT_N_PF * MVT_MAX_DEPTH && e == cudaSuccess; k++) { /* k: probe, pf, depth - 1 */
+        const bool probe = k >= MVT_N_PF * MVT_MAX_DEPTH;
+        e = cudaFuncSetAttribute(mvt_kernel_of(probe, k % MVT_MAX_DEPTH + 1, (k / MVT_MAX_DEPTH) % MVT_N_PF),
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  probe ? max : mvh_attr_smem());
     }
@@ -2115,30 +2169,42 @@ extern "C" int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_s
     }
     const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
     k_q4kt_repack<<<(unsigned)(n_out / 16), 512, 16 * rb, (cudaStream_t)stream>>>((uint8_t *)W, rb);
+    /* A plain launch between the repack and any matvec: a matvec launched
+     * with PDL right after the repack could read the weights before the
+     * repack's writes are flushed (it reads weights before its wait). */
+    k_noop<<<1, 32, 0, (cudaStream_t)stream>>>();
     return (int)cudaGetLastError();
 }
 
 /* One launch of k_mvt_q4k (or its probe) for n_tok <= mvt_max_tok tokens.
  * pad (probe): 0 as resident as the kernel, 1 as many blocks as fit. */
 static int launch_mvt1(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                       int MB, int KW, int depth, bool pf, int pad, cudaStream_t st) {
+                       int MB, int KW, int depth, int pf, int pad, cudaStream_t st) {
     const mvh_kernel k = mvt_kernel_of(false, depth, pf);
     if (MB <= 0 || KW <= 0) mvh_shape_k(k, TND_CU_MV_F16MMA, n_in, n_out, n_tok, 0, &MB, &KW);
     if (MB * KW > 8) return cudaErrorInvalidValue;
     size_t smem = mvh_smem(TND_CU_MV_F16MMA, n_in, n_tok, MB * KW);
     if (probe && !pad) smem = mvc_pad_smem(smem, mvh_occupancy_k(k, MB * KW, smem));
     const int64_t tiles = n_out / 16;
-    mvt_kernel_of(probe, depth, pf)<<<(unsigned)((tiles + MB - 1) / MB), 32 * MB * KW, smem, st>>>(
-        (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in, n_out, x, n_tok, y, MB, KW);
-    return (int)cudaGetLastError();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((tiles + MB - 1) / MB));
+    cfg.blockDim = dim3(32 * MB * KW);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    if (mvt_pdl() && cu_cc_major() >= 9) cfg.attrs = at, cfg.numAttrs = 1;
+    return (int)cudaLaunchKernelEx(&cfg, mvt_kernel_of(probe, depth, pf), (const uint8_t *)W,
+                                   tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in, n_out, x, n_tok, y, MB, KW);
 }
 
 static int launch_mvt(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                       int MB, int KW, int depth, int prefetch, int pad, cudaStream_t st) {
     if (!tnd_cu_q4kt_supported(n_in, n_out)) return cudaErrorNotSupported;
     if (depth <= 0) depth = mvt_depth();
-    if (depth > MVT_MAX_DEPTH || MB < 0 || KW < 0 || prefetch > 1) return cudaErrorInvalidValue;
-    const bool pf = prefetch < 0 ? mvt_pf() : prefetch == 1;
+    if (depth > MVT_MAX_DEPTH || MB < 0 || KW < 0 || prefetch >= MVT_N_PF) return cudaErrorInvalidValue;
+    const int pf = prefetch < 0 ? mvt_pf() : prefetch;
     int e = mvt_prepare();
     if (e) return e;
     const int per = mvt_max_tok(n_in);
@@ -2171,7 +2237,9 @@ extern "C" int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, co
 }
 
 extern "C" int tnd_cu_matvec_q4kt_depth(void) { return mvt_depth(); }
-extern "C" bool tnd_cu_matvec_q4kt_prefetch(void) { return mvt_pf(); }
+extern "C" int tnd_cu_matvec_q4kt_prefetch(void) { return mvt_pf(); }
+extern "C" bool tnd_cu_matvec_q4kt_pdl(void) { return mvt_pdl(); }
+extern "C" void tnd_cu_matvec_q4kt_set_pdl(bool on) { mvt_pdl_on = on ? 1 : 0; }
 
 /* ---- the shared-memory feeds of the tiled decode (k_mvs_q4k) ---------------- */
 
