@@ -12,6 +12,7 @@
  *   logits = out(norm(x_last))
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,23 @@ static void progress_bar(int done, int total, const char *what) {
     if (done >= total) fputc('\n', stderr);
 }
 
+/* True the first time this process asks about `path` (the last 16 paths are
+ * remembered): a bench or a server makes many contexts over one perf DB,
+ * and one warning about it is enough. */
+static bool first_warning(const char *path) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t seen[16]; /* FNV-1a hashes of the paths */
+    static int n_seen;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *q = path; *q; q++) h = (h ^ (unsigned char)*q) * 0x100000001b3ull;
+    bool first = true;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < n_seen && i < 16 && first; i++) first = seen[i] != h;
+    if (first) seen[n_seen++ % 16] = h;
+    pthread_mutex_unlock(&mu);
+    return first;
+}
+
 /* The perf DB for this model and machine: from the cache, else measured (or
  * computed from the SimGPU profile) and cached. */
 static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) {
@@ -126,7 +144,7 @@ static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) 
     bool cached = !st && tnd_perf_cache_path(c->m, key, path, sizeof path);
     if (!st && cached && !p->reprofile && tnd_perf_load(c->m, path, pf) == TND_OK) {
         TND_INFO("perf DB: %s (%s)", path, pf->source);
-        if (strstr(pf->source, ", disturbed"))
+        if (strstr(pf->source, ", disturbed") && first_warning(path))
             TND_WARN("the perf DB %s was measured while the machine was busy: the placement and the predictions "
                      "may be off (tandem profile measures again)", path);
     } else if (!st) {

@@ -311,14 +311,8 @@ int cmd_bench(int argc, char **argv) {
         if (!ok) return tools_bad_option("bench", a, false, usage);
     }
     if (!n_cfg) n_cfg = 1; /* the default placement */
-    if (!model && !(model = tools_default_model())) return 1;
-    tnd_model_params mp = tnd_model_default_params();
-    mp.n_threads = (int)threads;
     tnd_model *m;
-    if (tnd_model_load(model, &mp, &m)) {
-        tools_print_error(NULL);
-        return 1;
-    }
+    if (!tools_load_model(&model, threads, &m)) return 1;
     int n_threads = threads ? (int)threads : tnd_physical_cores();
     tnd_ctx_params cp = tnd_ctx_default_params();
     long need = TND_MAX(n_prompt, depth + n_gen);

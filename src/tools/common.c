@@ -25,6 +25,18 @@ const char *tools_default_model(void) {
     return NULL;
 }
 
+bool tools_load_model(const char **path, long n_threads, tnd_model **m) {
+    *m = NULL;
+    if (!*path && !(*path = tools_default_model())) return false;
+    tnd_model_params mp = tnd_model_default_params();
+    mp.n_threads = (int)n_threads;
+    if (tnd_model_load(*path, &mp, m)) {
+        tools_print_error(NULL);
+        return false;
+    }
+    return true;
+}
+
 bool tools_parse_int(const char *s, long lo, long hi, long *out) {
     if (!s || !*s) return false;
     errno = 0;

@@ -106,16 +106,10 @@ int cmd_plan(int argc, char **argv) {
         if (!ok) return tools_bad_option("plan", a, false, usage);
         if (takes) i++;
     }
-    if (!model && !(model = tools_default_model())) return 1;
     cp.n_ctx = (int)n_ctx;
     cp.n_batch = (int)n_batch;
-    tnd_model_params mp = tnd_model_default_params();
-    mp.n_threads = (int)threads;
     tnd_model *m;
-    if (tnd_model_load(model, &mp, &m)) {
-        tools_print_error(NULL);
-        return 1;
-    }
+    if (!tools_load_model(&model, threads, &m)) return 1;
     if (budget && tnd_parse_budget(budget, m, &cp.vram_budget)) {
         tools_print_error(NULL);
         tnd_model_free(m);

@@ -48,14 +48,8 @@ int cmd_profile(int argc, char **argv) {
         if (!ok) return tools_bad_option("profile", a, false, usage);
         i++;
     }
-    if (!model && !(model = tools_default_model())) return 1;
-    tnd_model_params mp = tnd_model_default_params();
-    mp.n_threads = (int)threads;
     tnd_model *m;
-    if (tnd_model_load(model, &mp, &m)) {
-        tools_print_error(NULL);
-        return 1;
-    }
+    if (!tools_load_model(&model, threads, &m)) return 1;
     /* a fresh measurement (then cached): the static placement of a
      * planning context, with the cache bypassed */
     tnd_ctx_params cp = tnd_ctx_default_params();

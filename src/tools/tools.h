@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "tandem.h"
+
 /* Weak, so a subcommand whose file is not built yet is reported as missing
  * instead of breaking the link. */
 #define TND_CMD(name) int cmd_##name(int argc, char **argv) __attribute__((weak))
@@ -25,6 +27,10 @@ TND_CMD(serve);
  * set, else models/ under the current directory, else under the source tree
  * this binary was built from. Returns NULL (message printed) if none exists. */
 const char *tools_default_model(void);
+/* Loads the model at *path (NULL: the default model, whose path it then
+ * stores there) with n_threads (0: the default) into *m; on failure prints
+ * the error and returns false. */
+bool tools_load_model(const char **path, long n_threads, tnd_model **m);
 
 /* Parses "123", "4k", "512M", "6G", "6GiB" into bytes; false if malformed. */
 bool tools_parse_size(const char *s, uint64_t *out);
