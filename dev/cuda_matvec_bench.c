@@ -350,7 +350,7 @@ int main(int argc, char **argv) {
                 for (int v = 0; v < nv; v++)
                     if (VK[v] < 0 || (VK[v] == V_PROBE && VR[v] == 0)) {
                         VK[k] = VK[v], VR[k] = VR[v], VT[k] = VT[v];
-                        memcpy(VP[k], VP[v], sizeof VP[0]);
+                        if (k != v) memcpy(VP[k], VP[v], sizeof VP[0]);
                         k++;
                     }
                 nv = k;

@@ -1283,7 +1283,7 @@ out:
  * on and no waits between launches, gives the bits of the same chain with
  * PDL off and a stream sync after every launch. Also right after an
  * in-place repack (the weights' first loads precede the kernel's wait). */
-static void test_q4kt_pdl_chain(int64_t n) {
+static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit) {
     const int steps = 8;
     if (!tnd_cu_q4kt_supported(n, n)) {
         tc_report(false, "q4kt %lldx%lld: the tile layout refuses the chain's shape", (long long)n, (long long)n);
@@ -1313,7 +1313,8 @@ static void test_q4kt_pdl_chain(int64_t n) {
         tnd_cu_matvec_q4kt_set_pdl(pdl != 0);
         int e = tnd_cu_q4kt_repack(dW, n, n, cs); /* no sync: the first matvec follows the repack */
         for (int i = 0; i < steps && !e; i++) {
-            e = tnd_cu_matvec_q4kt(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], 0, 0, 0, -1, cs);
+            /* depth 1, no prefetch: the register-fed kernel whatever TND_CUDA_TILE_FEED says */
+            e = tnd_cu_matvec_q4kt(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1, 0, cs);
             if (!pdl && !e) CHECK_ST(B->iface->stream_sync(B, S));
         }
         CHECK_ST(B->iface->stream_sync(B, S));
@@ -1325,8 +1326,9 @@ static void test_q4kt_pdl_chain(int64_t n) {
     bool finite = true;
     for (int64_t i = 0; i < n; i++) finite = finite && isfinite(want[i]) && want[i] != 0.0f;
     tc_report(!fails && finite && memcmp(want, got, (size_t)n * 4) == 0,
-              "q4kt %lldx%lld: %d chained matvecs with PDL (default %s) == synchronized without", (long long)n,
-              (long long)n, steps, tnd_cu_matvec_q4kt_pdl() ? "default on" : "default off");
+              "q4kt %lldx%lld, %d tiles x %d warps per block: %d chained matvecs with PDL == synchronized without "
+              "(PDL by default: %s)",
+              (long long)n, (long long)n, tiles_per_block, ksplit, steps, tnd_cu_matvec_q4kt_pdl() ? "on" : "off");
     dev_free(d[0]);
     dev_free(d[1]);
     free(W);
@@ -1589,7 +1591,8 @@ int main(int argc, char **argv) {
     test_matvec_q4kt(256 * 68, 48, 3);
     test_matvec_q4kt(256 * 68, 16, 8);
     test_matvec_q4kt(256 * 7, 4112, 2);
-    test_q4kt_pdl_chain(4096);
+    test_q4kt_pdl_chain(4096, 0, 0);
+    test_q4kt_pdl_chain(8192, 1, 8); /* 512 blocks of 8 warps: more than one wave on the H200 */
     test_weight_prepare(256 * 3, 4112); /* prefill: two row chunks of the tiled dequant */
     test_weight_prepare(256 * 20, 48);
     test_weight_prepare(256 * 68, 32);

@@ -548,7 +548,7 @@ __device__ __forceinline__ void mvh_stage_x(uint2 *xs, const float *x, int64_t n
     for (int k = 0; k < n_tok; k++) {
         const float4 *xr = (const float4 *)(x + (int64_t)k * n_in);
         for (int q = threadIdx.x; q < nq; q += blockDim.x) {
-            const float4 v = __ldg(xr + q);
+            const float4 v = __ldcg(xr + q); /* not ld.global.nc: under PDL x was written during this kernel's life */
             const int sb = q >> 6, o = (q & 63) * 4;
             const int slot = TY == TND_TYPE_Q4_K ? mvh_q4k_slot(o) : TY == TND_TYPE_Q6_K ? mvh_q6k_slot(o) : mvh_q8_slot(o);
             xs[k * xstride + sb * 64 + slot] = make_uint2(f2h2u(v.x, v.z), f2h2u(v.y, v.w));
@@ -722,7 +722,7 @@ __device__ __forceinline__ void mvt_stage_x(uint2 *xz, uint2 *xs, const float *x
             for (int q = threadIdx.x; q < nq; q += blockDim.x) {
                 const float *v = x + (int64_t)k * n_in + 4 * q;
                 xs[k * xstride + (q >> 6) * 64 + mvh_q4k_slot((q & 63) * 4)] =
-                    make_uint2(f2h2u(__ldg(v), __ldg(v + 2)), f2h2u(__ldg(v + 1), __ldg(v + 3)));
+                    make_uint2(f2h2u(__ldcg(v), __ldcg(v + 2)), f2h2u(__ldcg(v + 1), __ldcg(v + 3)));
             }
     }
     for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
@@ -774,7 +774,10 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
         for (int i = DEPTH; i < DEPTH + MVT_PRE && kw + i * KW < nsb; i++)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t)(kw + i * KW) * Q4KT_CHUNK + 128 * lane));
 #if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory"); /* x (and y) only past here */
+    /* x (and y) only past here. (ld_stream16 is not volatile: the compiler
+     * may sink the ring's loads below this, which costs overlap, not
+     * correctness; the PTX has them above.) */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
     mvt_stage_x(xz, xs, x, n_in, n_tok, xstride);
     __syncthreads();
@@ -2077,7 +2080,7 @@ __global__ void __launch_bounds__(256) k_mvs_q4k(const uint8_t *__restrict__ W, 
  * 4096x4096 / 4096x14336 / 5120x17408 / 14336x4096: DEPTH 1 PF 0 32% / 53%
  * / 52% / 52% of the copy bandwidth, the best; DEPTH 3-4 worse (170
  * registers: fewer warps resident); PF 1 never helped. Session 8 (4244
- * GB/s): PDL 31->40%, 53->59%, 53->55%, 53->60%; PF 2 no better. */
+ * GB/s): PDL 31->39%, 53->59%, 53->55%, 53->60%; PF 2 no better. */
 #define MVT_DEFAULT_DEPTH 1
 #define MVT_DEFAULT_PF 0
 #define MVT_DEFAULT_PDL 1
@@ -2110,8 +2113,32 @@ static int mvt_pf(void) {
     return pf;
 }
 
+/* True if kernel k runs from code built for compute_90 or newer, the only
+ * code with griddepcontrol.wait: a build whose PTX is older, compiled at
+ * load time for an H100, must not be launched with PDL, or it would read x
+ * before its predecessor's writes are visible. Cached per kernel and
+ * device (a benign race, as the other caches). */
+static bool mvt_has_wait(mvh_kernel k) {
+    static struct {
+        mvh_kernel k;
+        int dev;
+        bool ok;
+    } cache[64];
+    static int n_cache;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    for (int i = 0; i < n_cache; i++)
+        if (cache[i].k == k && cache[i].dev == dev) return cache[i].ok;
+    cudaFuncAttributes fa;
+    const bool ok = cudaFuncGetAttributes(&fa, (const void *)k) == cudaSuccess && fa.ptxVersion >= 90;
+    if (!ok) (void)cudaGetLastError();
+    if (n_cache < 64) cache[n_cache++] = {k, dev, ok};
+    return ok;
+}
+
 /* -1: not yet read from the environment (tnd_cu_matvec_q4kt_set_pdl
- * overrides it); PDL needs sm_90, checked at launch. */
+ * overrides it, for the bench and tests, which call it between launches);
+ * PDL needs sm_90, checked at launch. */
 static int mvt_pdl_on = -1;
 static bool mvt_pdl(void) {
     if (mvt_pdl_on < 0) {
@@ -2191,12 +2218,15 @@ static int launch_mvt1(bool probe, const void *W, int64_t n_in, int64_t n_out, c
     cfg.blockDim = dim3(32 * MB * KW);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
-    cudaLaunchAttribute at[1];
+    cudaLaunchAttribute at[1] = {};
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
-    if (mvt_pdl() && cu_cc_major() >= 9) cfg.attrs = at, cfg.numAttrs = 1;
-    return (int)cudaLaunchKernelEx(&cfg, mvt_kernel_of(probe, depth, pf), (const uint8_t *)W,
-                                   tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in, n_out, x, n_tok, y, MB, KW);
+    const mvh_kernel kl = mvt_kernel_of(probe, depth, pf);
+    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait(kl)) cfg.attrs = at, cfg.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kl, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in),
+                                             n_in, n_out, x, n_tok, y, MB, KW);
+    const cudaError_t last = cudaGetLastError(); /* clears what a failed launch left */
+    return (int)(e != cudaSuccess ? e : last);
 }
 
 static int launch_mvt(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
