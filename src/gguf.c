@@ -133,11 +133,7 @@ static uint64_t ld64(const uint8_t *p) { return (uint64_t)ld32(p) | ((uint64_t)l
 typedef struct { const char *ptr; uint64_t len; int64_t idx; } hslot;
 typedef struct { hslot *slots; uint64_t mask; } strhash;
 
-static uint64_t hash_bytes(const char *p, uint64_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (uint64_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
-    return h;
-}
+static uint64_t hash_bytes(const char *p, uint64_t n) { return tnd_fnv1a(TND_FNV_SEED, p, (size_t)n); }
 
 static bool strhash_init(strhash *h, int64_t n) {
     uint64_t cap = 8;

@@ -100,11 +100,7 @@ static void ivec_push(ivec *a, int32_t x) {
 }
 
 static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 1099511628211ull;
-    }
+    const uint64_t h = tnd_fnv1a(TND_FNV_SEED, s, n);
     return h ^ (h >> 29);
 }
 

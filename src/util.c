@@ -148,6 +148,12 @@ const char *tnd_cpu_model_name(void) {
     return name;
 }
 
+uint64_t tnd_fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
+    return h;
+}
+
 uint64_t tnd_splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -46,6 +46,10 @@ const char *tnd_cpu_model_name(void);
 /* splitmix64: the next value of the sequence whose state is *state (seeds
  * generators, makes random placements; deterministic on every machine). */
 uint64_t tnd_splitmix64(uint64_t *state);
+/* FNV-1a of the n bytes at p, continuing from h (start: TND_FNV_SEED); the
+ * cache keys' hash, not a cryptographic one. */
+#define TND_FNV_SEED 0xcbf29ce484222325ull
+uint64_t tnd_fnv1a(uint64_t h, const void *p, size_t n);
 
 #define TND_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define TND_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -1407,10 +1407,7 @@ static int mvh_attr_smem(void) {
  * stage, the most stages (2..8) that fit; false if even two do not (or the
  * device is older than sm_90). */
 static bool mvt_shape(int64_t n_in, size_t row_bytes, int *SR, int *NS) {
-    int major = 0, dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
-        return false;
-    if (major < 9 || n_in > (1 << 20)) return false;
+    if (cu_cc_major() < 9 || n_in > (1 << 20)) return false;
     const size_t max = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     /* stages of 16..64 KB and rings of 3..8 measured within 10% of this on
      * the H200 (5120x17408: 1240..1520 GB/s) */
@@ -1592,10 +1589,7 @@ static bool mvh_supported(int fam, int type, int64_t n_in, int n_tok) {
         return false;
     if (fam == TND_CU_MV_I8MMA && (type != TND_TYPE_Q4_K || n_tok > 4)) return false;
     if (fam != TND_CU_MV_F16MMA && fam != TND_CU_MV_I8MMA) return false;
-    int major = 0, dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
-        return false;
-    if (major < 8) return false;
+    if (cu_cc_major() < 8) return false;
     /* and the largest block (8 warps) within the device's opt-in shared
      * memory: 99 KiB on sm_86/89/120 (RTX 30/40/50), below MVH_XS_MAX's */
     return mvh_smem(fam, n_in, n_tok, 0) <= MVH_XS_MAX &&
@@ -1860,10 +1854,7 @@ static void mvc_shape(int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW, 
 
 static bool mvc_supported(int type, int64_t n_in, int n_tok) {
     if (type != TND_TYPE_Q4_K || n_tok < 1 || n_tok > 8 || n_in <= 0 || n_in % 256 || n_in > (1 << 24)) return false;
-    int major = 0, dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
-        return false;
-    if (major < 8) return false;
+    if (cu_cc_major() < 8) return false;
     /* the smallest useful ring (4 warps of 1 x 3 stages of one super-block) must fit */
     return mvc_smem(n_in, n_tok, 4, 1, 3, 1, 1) <= (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
 }
@@ -1876,12 +1867,8 @@ static int launch_mvc(bool probe, const void *W, int64_t n_in, int64_t n_out, co
                       int MB, int KW, int NS, int SBS, int G, int flags, cudaStream_t st) {
     if (!mvc_supported(TND_TYPE_Q4_K, n_in, n_tok) || ((uintptr_t)x & 15)) return cudaErrorNotSupported;
     if (flags & ~3) return cudaErrorInvalidValue;
-    if (flags & TND_CU_F16CP_BULK) { /* cp.async.bulk and mbarrier tx counts: sm_90 */
-        int major = 0, dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
-            return cudaErrorNotSupported;
-    }
+    if ((flags & TND_CU_F16CP_BULK) && cu_cc_major() < 9) /* cp.async.bulk and mbarrier tx counts: sm_90 */
+        return cudaErrorNotSupported;
     int e = mvc_prepare();
     if (e) return e;
     /* The two-tile variant with the default shape failed to launch on the
@@ -2297,9 +2284,7 @@ static mvh_kernel mvs_kernel_of(bool probe, int feed, int ns) {
 static bool mvs_ns_ok(int ns) { return ns == 2 || ns == 4 || ns == 6 || ns == 8; }
 
 extern "C" bool tnd_cu_matvec_q4kt_feed_supported(int feed) {
-    int major = 0, dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
-        return false;
+    const int major = cu_cc_major();
     if (feed == TND_CU_TILE_BULK) return major >= 9;
     if (feed == TND_CU_TILE_CPASYNC || feed == TND_CU_TILE_REGS) return major >= 8;
     return false;

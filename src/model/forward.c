@@ -110,8 +110,7 @@ static bool first_warning(const char *path) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static uint64_t seen[16]; /* FNV-1a hashes of the paths */
     static int n_seen;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *q = path; *q; q++) h = (h ^ (unsigned char)*q) * 0x100000001b3ull;
+    const uint64_t h = tnd_fnv1a(TND_FNV_SEED, path, strlen(path));
     bool first = true;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < n_seen && i < 16 && first; i++) first = seen[i] != h;
@@ -131,14 +130,14 @@ static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) 
     tnd_mem_info mi = {0};
     c->side[1].be->iface->mem_info(c->side[1].be, &mi);
     char key[240], path[4200];
-    uint64_t hh = 0xcbf29ce484222325ull; /* the profile's numbers: an edited file is another machine */
+    uint64_t hh = TND_FNV_SEED; /* the profile's numbers: an edited file is another machine */
     if (use_hw) {
         double v[] = {(double)hw.vram, hw.hbm_bw, hw.gpu_flops, hw.pcie_bw, hw.pcie_pageable_bw, hw.pcie_lat,
                       hw.launch, hw.cpu_bw, hw.cpu_flops, hw.cpu_op, hw.cpu_threads};
-        for (size_t i = 0; i < sizeof v; i++) hh = (hh ^ ((const unsigned char *)v)[i]) * 0x100000001b3ull;
+        hh = tnd_fnv1a(hh, v, sizeof v);
     }
     /* two GPU models of equal memory are different machines */
-    for (const char *q = mi.dev_name; *q; q++) hh = (hh ^ (unsigned char)*q) * 0x100000001b3ull;
+    hh = tnd_fnv1a(hh, mi.dev_name, strlen(mi.dev_name));
     snprintf(key, sizeof key, "%s-%s-%llu-%016llx", c->side[1].be->iface->name, use_hw ? hw.name : "measured",
              (unsigned long long)mi.dev_total, (unsigned long long)hh);
     bool cached = !st && tnd_perf_cache_path(c->m, key, path, sizeof path);

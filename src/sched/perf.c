@@ -688,12 +688,6 @@ void tnd_perf_free(tnd_perf *pf) {
 
 /* ---- cache ---------------------------------------------------------------------- */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
-    return h;
-}
-
 bool tnd_perf_cache_path(const tnd_model *m, const char *gpu_desc, char *buf, size_t cap) {
     const char *dir = getenv("TANDEM_CACHE");
     char d[2048];
@@ -715,15 +709,15 @@ bool tnd_perf_cache_path(const tnd_model *m, const char *gpu_desc, char *buf, si
     if (mkdir(dir, 0755) && errno != EEXIST) return false;
     struct stat sb;
     const char *path = gguf_path(m->gguf);
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = TND_FNV_SEED;
     if (stat(path, &sb) == 0) {
-        h = fnv(h, &sb.st_size, sizeof sb.st_size);
-        h = fnv(h, &sb.st_mtime, sizeof sb.st_mtime);
+        h = tnd_fnv1a(h, &sb.st_size, sizeof sb.st_size);
+        h = tnd_fnv1a(h, &sb.st_mtime, sizeof sb.st_mtime);
     }
-    h = fnv(h, path, strlen(path));
-    h = fnv(h, gpu_desc, strlen(gpu_desc));
-    h = fnv(h, &m->n_threads, sizeof m->n_threads);
-    h = fnv(h, tnd_cpu_model_name(), strlen(tnd_cpu_model_name()));
+    h = tnd_fnv1a(h, path, strlen(path));
+    h = tnd_fnv1a(h, gpu_desc, strlen(gpu_desc));
+    h = tnd_fnv1a(h, &m->n_threads, sizeof m->n_threads);
+    h = tnd_fnv1a(h, tnd_cpu_model_name(), strlen(tnd_cpu_model_name()));
     snprintf(buf, cap, "%s/perf-%016llx.txt", dir, (unsigned long long)h);
     return true;
 }
