@@ -2,12 +2,14 @@
  * every launch variant on the shapes of 8B/14B models, next to the device's
  * own copy bandwidth measured in the same run.
  *
- *   build/dev_cuda_matvec_bench [reps] [-t TYPE,...] [-s NINxNOUT,...] [--tiled]
+ *   build/dev_cuda_matvec_bench [reps] [-t TYPE,...] [-s NINxNOUT,...] [--tiled|--i8]
  *
  * -t: only these types (names as tnd_type_name: Q4_K,Q6_K,...); -s: only
  * these shapes, for the listed types (default: the four main types);
  * --tiled: of the variants, only the default launch, the contiguous probes
- * and the tiled rows (Q4_K).
+ * and the tiled rows (Q4_K); --i8: as --tiled, but of the f16 tiled rows
+ * only the default depth and prefetch (and no rings), next to the int8
+ * rows ("tiled i8 MBm KWk Dd [PDL]": tnd_cu_matvec_q4kt_i8).
  *
  * Each shape's weights are replicated until the set exceeds 4x the L2 cache
  * and the timed loop cycles through the copies, so every launch reads W from
@@ -201,11 +203,12 @@ static int validate_f16(tnd_type t, const uint8_t *w, int64_t n_in, int64_t n_ou
 int main(int argc, char **argv) {
     int reps = 50;
     const char *tlist = NULL, *slist = NULL;
-    bool tiled_only = false;
+    bool tiled_only = false, i8_only = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) tlist = argv[++i];
         else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) slist = argv[++i];
         else if (strcmp(argv[i], "--tiled") == 0) tiled_only = true;
+        else if (strcmp(argv[i], "--i8") == 0) tiled_only = i8_only = true;
         else reps = atoi(argv[i]);
     }
     if (reps < 1) reps = 50;
@@ -518,6 +521,7 @@ int main(int argc, char **argv) {
                         for (size_t i = 0; i < sizeof tw / sizeof tw[0]; i++) {
                             const int MB = tw[i][0], KW = tw[i][1];
                             if (probe && i > 4) continue; /* probes: the default and one-warp-per-tile shapes */
+                            if (i8_only && (d != 0 || pf != tnd_cu_matvec_q4kt_prefetch())) continue;
                             tnd_cu_matvec_q4kt_set_pdl(pdl);
                             char var[64];
                             snprintf(var, sizeof var, "%s MB%d KW%d D%d PF%d%s", probe ? "probe tiled" : "tiled", MB, KW,
@@ -554,6 +558,59 @@ int main(int argc, char **argv) {
                                 *best = gbs;
                                 snprintf(probe ? tprobe_var[pdl] : tiled_var[pdl], sizeof tiled_var[0], "%s",
                                          var + (probe ? 12 : 6));
+                            }
+                        }
+                /* the int8 kernel (tnd_cu_matvec_q4kt_i8): "tiled i8 MBm KWk Dd" (register
+                 * ring of depth d) or "... NSn" (a shared ring of n bulk-fed slots per warp) */
+                double i8_gbs[2] = {0, 0};
+                char i8_var[2][64] = {"", ""};
+                static const int qw[][2] = {{0, 0}, {9, 1}, {9, 2}, {7, 2}, {8, 3}, {4, 4}, {3, 5}, {3, 8}, {2, 12}, {1, 16}};
+                static const int qd[][2] = {{0, -1}, {1, 0}, {2, 0}, {3, 0}, {1, 2}, {1, 4}, {1, 6}, {1, 8}};
+                for (int pdl = 0; pdl < 2; pdl++)
+                    for (size_t di = 0; di < sizeof qd / sizeof qd[0]; di++)
+                        for (size_t i = 0; i < sizeof qw / sizeof qw[0]; i++) {
+                            const int MB = qw[i][0], KW = qw[i][1], d = qd[di][0], ns = qd[di][1];
+                            if (MB * KW > (ns == 0 ? 16 : 24)) continue; /* the register ring: 16 warps a block; the ring 24 */
+                            tnd_cu_matvec_q4kt_set_pdl(pdl);
+                            char var[64];
+                            if (ns > 0)
+                                snprintf(var, sizeof var, "tiled i8 MB%d KW%d NS%d%s", MB, KW, ns, pdl ? " PDL" : "");
+                            else
+                                snprintf(var, sizeof var, "tiled i8 MB%d KW%d D%d%s", MB, KW, ns < 0 ? 0 : d,
+                                         pdl ? " PDL" : "");
+#define ILAUNCH(c) tnd_cu_matvec_q4kt_i8(dw[c], n_in, n_out, dx, 1, dy, MB, KW, ns < 0 ? 0 : d, ns, cs)
+                            CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
+                            int e = ILAUNCH(0);
+                            if (e == 801) { /* the ring does not fit this block */
+                                printf("| %s | %lldx%lld | %.1f | %s | - | - | - | not supported here |\n",
+                                       tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, var);
+                                continue;
+                            }
+                            if (e) {
+                                printf("| %s | %lldx%lld | %.1f | %s | - | - | - | LAUNCH FAILED (%s) |\n",
+                                       tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, var,
+                                       tnd_cu_error_string(e));
+                                failures++;
+                                continue;
+                            }
+                            CK(B->iface->copy_d2h(B, y, dy, (size_t)n_out * 4, S));
+                            CK(B->iface->stream_sync(B, S));
+                            double err = 0;
+                            int bad = validate_f16(t, w, n_in, n_out, x, y, &err);
+                            if (bad) failures++;
+                            for (int k = 0; k < 3; k++) ILAUNCH(k % ncopies);
+                            CK(B->iface->event_record(B, E0, S));
+                            for (int k = 0; k < reps; k++) ILAUNCH(k % ncopies);
+                            CK(B->iface->event_record(B, E1, S));
+#undef ILAUNCH
+                            double us = time_ms() * 1e3 / reps;
+                            double gbs = ((double)wb + n_in * 4.0 + n_out * 4.0) / (us * 1e-6) / 1e9;
+                            printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n", tnd_type_name(t),
+                                   (long long)n_in, (long long)n_out, wb / 1048576.0, var, bad ? " MISMATCH" : "", us,
+                                   gbs, 100.0 * gbs / bw, err);
+                            if (gbs > i8_gbs[pdl]) {
+                                i8_gbs[pdl] = gbs;
+                                snprintf(i8_var[pdl], sizeof i8_var[0], "%s", var + 9);
                             }
                         }
                 tnd_cu_matvec_q4kt_set_pdl(pdl_default);
@@ -632,6 +689,14 @@ int main(int argc, char **argv) {
                                  pdl ? " PDL" : "", tnd_cu_matvec_q4kt_depth(), tnd_cu_matvec_q4kt_prefetch(),
                                  tiled_var[pdl], tiled_gbs[pdl], 100 * tiled_gbs[pdl] / bw, tprobe_var[pdl],
                                  tprobe_gbs[pdl], 100 * tprobe_gbs[pdl] / bw);
+                    }
+                    for (int pdl = 0; pdl < 2; pdl++) {
+                        n = strlen(sm);
+                        snprintf(sm + n, sizeof summary[0] - n,
+                                 "\n        tiled i8%s (default %s, depth %d, stages %d) %s %5.0f (%3.0f%%)",
+                                 pdl ? " PDL" : "", tnd_cu_matvec_q4kt_i8_default() ? "on" : "off",
+                                 tnd_cu_matvec_q4kt_i8_depth(), tnd_cu_matvec_q4kt_i8_stages(), i8_var[pdl],
+                                 i8_gbs[pdl], 100 * i8_gbs[pdl] / bw);
                     }
                     n = strlen(sm);
                     static const char *const feed_names[] = {"default", "regs", "cpasync", "bulk"};

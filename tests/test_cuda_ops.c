@@ -1277,13 +1277,134 @@ out:
     free(sc1);
 }
 
+/* tnd_cu_matvec_q4kt_i8 on a re-laid copy over launch shapes (tiles per
+ * block x warps per tile x depth; 0: defaults) against the reference with
+ * test_matvec_mma's int8 tolerance (x on a 16-bit grid, exact integer sums,
+ * f32 after: 2e-4 of sum|w x|); the same bits for the same launch twice;
+ * the all-default tnd_cu_matvec_q4kt call is this kernel when it is the
+ * default (same bits); x 4 bytes off alignment; refusals. */
+static void test_matvec_q4kt_i8(int64_t n_in, int64_t n_out, int n_tok) {
+    const tnd_type t = TND_TYPE_Q4_K;
+    size_t wb;
+    void *W = make_weights(t, n_in, n_out, &wb);
+    float *x = (float *)tc_xmalloc((size_t)(n_in * n_tok + 1) * 4);
+    tc_fill_unif(x, (size_t)(n_in * n_tok + 1), -1, 1);
+    const size_t nr = (size_t)(n_out * n_tok);
+    double *ref = (double *)tc_xmalloc(nr * 8), *sc = (double *)tc_xmalloc(nr * 8);
+    double *ref1 = (double *)tc_xmalloc(nr * 8), *sc1 = (double *)tc_xmalloc(nr * 8);
+    double xmax, xmax1;
+    ref_matmul(t, W, n_in, n_out, x, n_tok, ref, sc, &xmax);
+    ref_matmul(t, W, n_in, n_out, x + 1, n_tok, ref1, sc1, &xmax1);
+    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
+    void *dW = dev_upload(W, wb);
+    float *dx = (float *)dev_upload(x, (size_t)(n_in * n_tok + 1) * 4);
+    const size_t yb = nr * 4;
+    float *dy = (float *)dev_alloc(yb), *y = (float *)tc_xmalloc(yb), *y1 = (float *)tc_xmalloc(yb);
+    char what[200];
+    snprintf(what, sizeof what, "q4kt int8 n_in=%lld n_out=%lld n_tok=%d", (long long)n_in, (long long)n_out, n_tok);
+    if (!tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) {
+        tc_report(false, "%s: not supported", what);
+        goto out;
+    }
+    {
+        int e = tnd_cu_q4kt_repack(dW, n_in, n_out, cs);
+        tnd_status st = B->iface->stream_sync(B, S);
+        if (e || st) {
+            tc_report(false, "%s: repack %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
+            goto out;
+        }
+    }
+    {
+        /* tiles per block, warps per tile, depth, stages (0: the register ring; -1: default) */
+        static const int shapes[][4] = {{0, 0, 0, -1}, {1, 1, 1, 0}, {1, 3, 2, 0}, {2, 2, 3, 0}, {4, 1, 1, 0},
+                                        {1, 8, 2, 0},  {8, 2, 2, 0}, {16, 1, 1, 0}, {1, 16, 3, 0}, {2, 4, 0, 2},
+                                        {4, 2, 0, 4},  {8, 1, 0, 6}, {1, 8, 0, 8}, {8, 2, 0, 4},  {0, 0, 0, 6},
+                                        {3, 8, 0, 2},  {0, 0, 2, 0}};
+        for (size_t i = 0; i < TND_ARRAY_LEN(shapes); i++) {
+            const int *c = shapes[i];
+            char w2[260];
+            snprintf(w2, sizeof w2, "%s tiles/block=%d warps/tile=%d depth=%d stages=%d", what, c[0], c[1], c[2], c[3]);
+            bool same = true;
+            for (int rep = 0; rep < 2; rep++) {
+                dev_poison(dy, yb);
+                int e = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], cs);
+                tnd_status st = B->iface->stream_sync(B, S);
+                if (e || st) {
+                    tc_report(false, "%s: launch %s / %s", w2, e ? tnd_cu_error_string(e) : "ok",
+                              st ? tnd_last_error() : "ok");
+                    same = false;
+                    break;
+                }
+                dev_download(rep ? y1 : y, dy, yb);
+                if (rep) same = memcmp(y, y1, yb) == 0;
+            }
+            compare(w2, y, ref, sc, n_out * n_tok, 2e-4, 1e-6);
+            tc_report(same, "%s: the same bits twice", w2);
+        }
+        /* the default call: this kernel's bits while it is the default, the f16 kernel's tolerance otherwise */
+        dev_poison(dy, yb);
+        int e = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, -1, cs);
+        tnd_status st = B->iface->stream_sync(B, S);
+        dev_download(y, dy, yb);
+        const bool was = tnd_cu_matvec_q4kt_i8_default();
+        for (int on = 0; on < 2; on++) {
+            tnd_cu_matvec_q4kt_set_i8(on != 0);
+            dev_poison(dy, yb);
+            int e2 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, -1, cs);
+            tnd_status st2 = B->iface->stream_sync(B, S);
+            dev_download(y1, dy, yb);
+            if (on)
+                tc_report(!e && !st && !e2 && !st2 && memcmp(y, y1, yb) == 0,
+                          "%s: tnd_cu_matvec_q4kt's default is the int8 kernel when switched on", what);
+            else {
+                tc_report(!e2 && !st2 && memcmp(y, y1, yb) != 0, "%s: and the f16 kernel when switched off", what);
+                compare(what, y1, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+            }
+        }
+        tnd_cu_matvec_q4kt_set_i8(was);
+        /* x 4 bytes past a 16-byte boundary: staged from single floats */
+        dev_poison(dy, yb);
+        e = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx + 1, n_tok, dy, 0, 0, 0, -1, cs);
+        st = B->iface->stream_sync(B, S);
+        char w3[260];
+        snprintf(w3, sizeof w3, "%s x misaligned", what);
+        if (e || st) tc_report(false, "%s: launch %s", w3, e ? tnd_cu_error_string(e) : tnd_last_error());
+        else {
+            dev_download(y, dy, yb);
+            compare(w3, y, ref1, sc1, n_out * n_tok, 2e-4, 1e-6);
+        }
+        /* refusals: 3 tokens, depth 4, 32 warps per block, 3 stages, 24 warps without the ring */
+        e = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, 3, dy, 0, 0, 0, -1, cs);
+        int e2 = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 4, 0, cs);
+        int e3 = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, 4, 8, 0, -1, cs);
+        int e4 = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, 3, cs);
+        int e5 = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, 8, 3, 1, 0, cs);
+        tc_report(e == 801 && e2 == 1 && e3 == 1 && e4 == 1 && e5 == 1,
+                  "%s: refuses 3 tokens (%d), depth 4 (%d), 32 warps per block (%d), 3 stages (%d), 24 warps in "
+                  "registers (%d)",
+                  what, e, e2, e3, e4, e5);
+    }
+out:
+    dev_free(dW);
+    dev_free(dx);
+    dev_free(dy);
+    free(W);
+    free(x);
+    free(y);
+    free(y1);
+    free(ref);
+    free(sc);
+    free(ref1);
+    free(sc1);
+}
+
 /* Programmatic dependent launch: a chain of tiled matvecs queued back to
  * back, each reading the vector the previous one wrote and writing the one
  * it read (both hazards a matvec that starts early could break), with PDL
  * on and no waits between launches, gives the bits of the same chain with
  * PDL off and a stream sync after every launch. Also right after an
  * in-place repack (the weights' first loads precede the kernel's wait). */
-static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit) {
+static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit, int i8) {
     const int steps = 8;
     if (!tnd_cu_q4kt_supported(n, n)) {
         tc_report(false, "q4kt %lldx%lld: the tile layout refuses the chain's shape", (long long)n, (long long)n);
@@ -1314,7 +1435,9 @@ static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit) {
         int e = tnd_cu_q4kt_repack(dW, n, n, cs); /* no sync: the first matvec follows the repack */
         for (int i = 0; i < steps && !e; i++) {
             /* depth 1, no prefetch: the register-fed kernel whatever TND_CUDA_TILE_FEED says */
-            e = tnd_cu_matvec_q4kt(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1, 0, cs);
+            e = i8 ? tnd_cu_matvec_q4kt_i8(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1,
+                                           i8 == 2 ? 4 : 0, cs)
+                   : tnd_cu_matvec_q4kt(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1, 0, cs);
             if (!pdl && !e) CHECK_ST(B->iface->stream_sync(B, S));
         }
         CHECK_ST(B->iface->stream_sync(B, S));
@@ -1326,9 +1449,10 @@ static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit) {
     bool finite = true;
     for (int64_t i = 0; i < n; i++) finite = finite && isfinite(want[i]) && want[i] != 0.0f;
     tc_report(!fails && finite && memcmp(want, got, (size_t)n * 4) == 0,
-              "q4kt %lldx%lld, %d tiles x %d warps per block: %d chained matvecs with PDL == synchronized without "
+              "q4kt%s %lldx%lld, %d tiles x %d warps per block: %d chained matvecs with PDL == synchronized without "
               "(PDL by default: %s)",
-              (long long)n, (long long)n, tiles_per_block, ksplit, steps, tnd_cu_matvec_q4kt_pdl() ? "on" : "off");
+              i8 == 2 ? " int8 ring" : i8 ? " int8" : "", (long long)n, (long long)n, tiles_per_block, ksplit, steps,
+              tnd_cu_matvec_q4kt_pdl() ? "on" : "off");
     dev_free(d[0]);
     dev_free(d[1]);
     free(W);
@@ -1591,8 +1715,20 @@ int main(int argc, char **argv) {
     test_matvec_q4kt(256 * 68, 48, 3);
     test_matvec_q4kt(256 * 68, 16, 8);
     test_matvec_q4kt(256 * 7, 4112, 2);
-    test_q4kt_pdl_chain(4096, 0, 0);
-    test_q4kt_pdl_chain(8192, 1, 8); /* 512 blocks of 8 warps: more than one wave on the H200 */
+    test_q4kt_pdl_chain(4096, 0, 0, 0);
+    test_q4kt_pdl_chain(8192, 1, 8, 0); /* 512 blocks of 8 warps: more than one wave on the H200 */
+    test_q4kt_pdl_chain(4096, 0, 0, 1);
+    test_q4kt_pdl_chain(8192, 1, 16, 1);
+    if (tnd_cu_matvec_q4kt_feed_supported(TND_CU_TILE_BULK)) { /* sm_90: the ring */
+        test_q4kt_pdl_chain(4096, 0, 0, 2);
+        test_q4kt_pdl_chain(8192, 1, 8, 2);
+    }
+    test_matvec_q4kt_i8(256, 16, 1);
+    test_matvec_q4kt_i8(256, 48, 2);
+    test_matvec_q4kt_i8(256 * 20, 144, 1);
+    test_matvec_q4kt_i8(256 * 20, 144, 2);
+    test_matvec_q4kt_i8(256 * 68, 128, 1);
+    test_matvec_q4kt_i8(256 * 7, 4112, 2);
     test_weight_prepare(256 * 3, 4112); /* prefill: two row chunks of the tiled dequant */
     test_weight_prepare(256 * 20, 48);
     test_weight_prepare(256 * 68, 32);

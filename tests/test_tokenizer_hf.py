@@ -8,7 +8,8 @@ GPT-2 (gpt-2), and the qwen2 vocab of scripts/make_vocab_gguf.py when it is
 there; the SmolLM2 vocab is also run under the gpt2, llama3, qwen2 and
 deepseek-coder pre-tokenizers (a copy with another tokenizer.ggml.pre), which
 checks those split rules on many more inputs than the vectors have.
-Skipped (77) without `tokenizers` or without any vocab.
+Skipped (77) without `tokenizers` or without any vocab; without `gguf`
+only each vocab under its own pre-tokenizer.
 """
 import json
 import os
@@ -108,6 +109,11 @@ def main():
         print("python package `tokenizers` not installed; skipped")
         return 77
     from make_vocab_gguf import read_kvs, write_vocab, STR
+    try:  # write_vocab needs it for the copies under other pre-tokenizers
+        import gguf  # noqa: F401
+        have_gguf = True
+    except ImportError:
+        have_gguf = False
 
     bin_ = os.environ.get("TND_BIN")
     if not bin_ or not os.path.exists(bin_):
@@ -137,6 +143,9 @@ def main():
             for pre in pres:
                 model = path
                 if kvs["tokenizer.ggml.pre"][1].decode() != pre:
+                    if not have_gguf:
+                        print("%s pre %s: python package `gguf` not installed; skipped" % (os.path.basename(path), pre))
+                        continue
                     kv2 = dict(kvs)
                     kv2["tokenizer.ggml.pre"] = (STR, pre.encode())
                     model = os.path.join(tmp, "vocab-%s.gguf" % pre)

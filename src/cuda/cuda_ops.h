@@ -145,6 +145,27 @@ int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_stream strea
  * loads start while the previous kernel on the stream finishes. */
 int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                        int tiles_per_block, int ksplit, int depth, int prefetch, tnd_cu_stream stream);
+/* y = W x for a re-laid W on the int8 tensor cores, n_tok 1..2: the math
+ * of tnd_cu_matvec_i8mma (x rounded per super-block to a 16-bit grid,
+ * error <= max|x| / 65278 a value; exact integer sums), the loads and
+ * launch of tnd_cu_matvec_q4kt, blocks of tiles_per_block tiles x ksplit
+ * warps per tile, at most 16 warps (0, 0: the default shape); stages 0:
+ * depth (1..3, 0 the default) chunks in flight per lane in registers;
+ * stages 2, 4, 6, 8 (sm_90): each warp's chunks through a ring of that
+ * many slots in shared memory, fed by cp.async.bulk; -1: the default
+ * (tnd_cu_matvec_q4kt_i8_stages()). tnd_cu_matvec_q4kt with all-default
+ * arguments takes this kernel, default stages and depth, for one or two
+ * tokens when tnd_cu_matvec_q4kt_i8_default() (env TND_CUDA_TILE_MV=i8|f16;
+ * set_i8 overrides it, for the bench and tests). */
+int tnd_cu_matvec_q4kt_i8(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                          int tiles_per_block, int ksplit, int depth, int stages, tnd_cu_stream stream);
+bool tnd_cu_matvec_q4kt_i8_supported(int64_t n_in, int64_t n_out, int n_tok);
+bool tnd_cu_matvec_q4kt_i8_default(void);
+void tnd_cu_matvec_q4kt_set_i8(bool on);
+/* The defaults: depth (env TND_CUDA_TILE_DEPTH, as the f16 kernel's,
+ * clamped to 1..3) and stages (env TND_CUDA_TILE_I8_NS=0|2|4|6|8). */
+int tnd_cu_matvec_q4kt_i8_depth(void);
+int tnd_cu_matvec_q4kt_i8_stages(void);
 /* The defaults (env TND_CUDA_TILE_DEPTH=1..4, TND_CUDA_TILE_PF=0|1|2 and
  * TND_CUDA_PDL=0|1 override the built-in ones; set_pdl overrides the
  * environment, for the bench and the tests). */

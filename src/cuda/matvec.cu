@@ -998,6 +998,61 @@ static inline size_t mvi_xbytes(int64_t n_in, int n_tok) {
     return (32 + 2 * (size_t)n_tok * (nsb * 32 + 4)) * 8 + (size_t)n_tok * nsb * 8 * 4 + (size_t)n_tok * nsb * 4;
 }
 
+/* x (n_tok rows of n_in f32, any 4-byte alignment) into the int8 path's
+ * shared layout (mvi_xbytes): per (token, super-block) one warp finds
+ * max|x|, rounds x to the 16-bit grid (mvi_quant8) and stores the planes H
+ * (2k) and L (2k + 1) at xq + plane * pstride + sb * 32 + lane (lane = 4 *
+ * sub + t: elements 8t.. of the sub), the code sums xsm[(k * nsb + sb) * 8 +
+ * sub] and the step dl[k * nsb + sb]; xz: 32 zero pairs. Loads through L2
+ * (not the read-only path): under PDL x was written during the kernel's
+ * life. */
+__device__ __forceinline__ void mvi_stage_x(uint2 *xz, uint2 *xq, int *xsm, float *dl, const float *x, int64_t n_in,
+                                            int n_tok, int pstride) {
+    const int nsb = (int)(n_in / 256), lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int tasks = n_tok * nsb;
+    const bool al = ((uintptr_t)x & 15) == 0;
+    /* two tasks a trip, both loads issued before either is used: the
+     * latency of x's loads (L2, under the weights' stream) paid half as often */
+    for (int task0 = wid; task0 < tasks; task0 += 2 * nw) {
+        float e[2][8];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int task = task0 + j * nw;
+            if (task >= tasks) break;
+            const int k = task / nsb, s = task - k * nsb;
+            const float *p = x + (int64_t)k * n_in + (int64_t)s * 256 + 8 * lane;
+            if (al) {
+                const float4 u = __ldcg((const float4 *)p), v = __ldcg((const float4 *)p + 1);
+                e[j][0] = u.x, e[j][1] = u.y, e[j][2] = u.z, e[j][3] = u.w;
+                e[j][4] = v.x, e[j][5] = v.y, e[j][6] = v.z, e[j][7] = v.w;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) e[j][i] = __ldcg(p + i);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int task = task0 + j * nw;
+            if (task >= tasks) break;
+            const int k = task / nsb, s = task - k * nsb;
+            float mx = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) mx = fmaxf(mx, fabsf(e[j][i]));
+            mx = warp_max(mx);
+            uint2 H, L;
+            int sum;
+            mvi_quant8(e[j], mx > 0.f ? 32639.0f / mx : 0.f, H, L, sum);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            xq[(2 * k) * pstride + s * 32 + lane] = H;
+            xq[(2 * k + 1) * pstride + s * 32 + lane] = L;
+            if ((lane & 3) == 0) xsm[(k * nsb + s) * 8 + (lane >> 2)] = sum;
+            if (lane == 0) dl[k * nsb + s] = mx / 32639.0f;
+        }
+    }
+    for (int i = threadIdx.x; i < 32; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
+}
+
 __global__ void __launch_bounds__(256) k_mvi_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
                                                  int64_t n_out, const float *__restrict__ x, int n_tok,
                                                  float *__restrict__ y, int MB, int KW) {
@@ -1007,7 +1062,7 @@ __global__ void __launch_bounds__(256) k_mvi_q4k(const uint8_t *__restrict__ W, 
     int *const xsm = (int *)(xq + 2 * n_tok * pstride);
     float *const dl = (float *)(xsm + n_tok * nsb * 8);
     float2 *const red = (float2 *)mvh_dyn; /* reused after the main loop */
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int mi = wid / KW, kw = wid - mi * KW;
     const int g = lane >> 2, t = lane & 3;
     const int64_t r0 = ((int64_t)blockIdx.x * MB + mi) * 16 + g;
@@ -1054,27 +1109,7 @@ __global__ void __launch_bounds__(256) k_mvi_q4k(const uint8_t *__restrict__ W, 
     buf A, B;
     int sb = kw;
     if (sb < nsb) load(A); /* in flight while x is quantized */
-    for (int task = wid; task < n_tok * nsb; task += nw) {
-        const int k = task / nsb, s = task - k * nsb;
-        const float4 *p = (const float4 *)(x + (int64_t)k * n_in + (int64_t)s * 256) + 2 * lane;
-        const float4 u = __ldg(p), v = __ldg(p + 1);
-        const float e[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
-        float mx = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) mx = fmaxf(mx, fabsf(e[i]));
-        mx = warp_max(mx);
-        uint2 H, L;
-        int sum;
-        mvi_quant8(e, mx > 0.f ? 32639.0f / mx : 0.f, H, L, sum);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        /* lane = 4 * sub + t: elements 8t.. of the sub */
-        xq[(2 * k) * pstride + s * 32 + lane] = H;
-        xq[(2 * k + 1) * pstride + s * 32 + lane] = L;
-        if ((lane & 3) == 0) xsm[(k * nsb + s) * 8 + (lane >> 2)] = sum;
-        if (lane == 0) dl[k * nsb + s] = mx / 32639.0f;
-    }
-    for (int i = threadIdx.x; i < 32; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
+    mvi_stage_x(xz, xq, xsm, dl, x, n_in, n_tok, pstride);
     __syncthreads();
     for (; sb < nsb; sb += 2 * KW) {
         if (sb + KW < nsb) load(B);
@@ -1099,6 +1134,236 @@ __global__ void __launch_bounds__(256) k_mvi_q4k(const uint8_t *__restrict__ W, 
     if (t < n_tok) {
         if (r0 < n_out) y[(int64_t)t * n_out + r0] = a.x;
         if (r0 + 8 < n_out) y[(int64_t)t * n_out + r0 + 8] = a.y;
+    }
+}
+
+/* ---- Q4_K in the tile layout on the int8 tensor cores: k_mvq_q4k -----------
+ * Why: ncu put the f16 tiled decode (k_mvt_q4k) at 45% issue with ~200 of
+ * a chunk's ~330 instructions on the half-rate integer pipe (DECISIONS,
+ * session 8). This is k_mvi_q4k's math (x on a 16-bit grid per super-block
+ * as byte planes H, L; masked nibbles into mma m16n8k32 u8 x s8; exact
+ * s32 sums per sub-block, mvi_q4k_value per super-block) on the tile
+ * layout's loads, ~140 instructions a chunk, ~75 on that pipe.
+ *
+ * The mapping that fits the layout: lane (g, t) holds, for rows g and g+8,
+ * the qs bytes 16t + 64J.. (J = 0, 1): 16 weights of sub 4J + 2(t >> 1)
+ * (low nibbles) and of the sub after it (high nibbles), at positions
+ * 16(t & 1) + 4w.. of word w. So a quad's lanes hold two subs, and one mma
+ * (words 2m, 2m + 1 as a0/a2, rows g / g+8 as a0/a1) takes both: B column
+ * 4k + 2u + P carries plane P of token k only in the k-slots of lanes with
+ * t >> 1 == u, zeros elsewhere, so the subs stay apart in the columns.
+ * Lane (g, t) then gets token t >> 1, sub 4J + 2(t & 1) + half, H in c0,
+ * L in c1; m = 0, 1 accumulate in the mma. Lanes t, t ^ 1 hold the two
+ * halves of a token's sum. n_tok 1..2 (8 columns).
+ *
+ * Loads, ring, PDL and the block shape as k_mvt_q4k; x is quantized into
+ * shared memory after the grid-dependency wait (mvi_stage_x). */
+__device__ __forceinline__ void imma_u8s8_acc(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 b,
+                                              int (&d)[4]) {
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y));
+#endif
+}
+
+/* A super-block's integer sums for one row (d, dmin: the header's first
+ * word) as f32: delta * (d * (256 H + L) / 16 - dmin * M). */
+__device__ __forceinline__ float mvq_value(uint32_t dd, const int (&a)[3], float delta) {
+    const float d = h2f((uint16_t)(dd & 0xffff)), dmin = h2f((uint16_t)(dd >> 16));
+    return delta * (d * 0.0625f * fmaf(256.0f, (float)a[0], (float)a[1]) - dmin * (float)a[2]);
+}
+
+#define MVQ_MAX_DEPTH 3
+#define MVQ_MAX_WARPS 16      /* a block of the register ring (128 registers a lane) */
+#define MVQ_MAX_WARPS_RING 24 /* a block of the shared ring (85) */
+
+/* Shared bytes of the int8 path's x (mvi_xbytes), 16-byte aligned: the
+ * rings of k_mvq_q4k follow it. */
+__host__ __device__ __forceinline__ size_t mvq_xbytes(int64_t n_in, int n_tok) {
+    const size_t nsb = (size_t)(n_in / 256);
+    return ((32 + 2 * (size_t)n_tok * (nsb * 32 + 4)) * 8 + (size_t)n_tok * nsb * 8 * 4 + (size_t)n_tok * nsb * 4 +
+            15) / 16 * 16;
+}
+
+/* NS == 0: DEPTH chunks in flight per lane in a register ring (as
+ * k_mvt_q4k). NS > 0 (sm_90): instead, each warp streams its chunks
+ * through its own ring of NS 2304-byte slots in shared memory, one
+ * cp.async.bulk per chunk completing on the slot's mbarrier (as k_mvs_q4k),
+ * so NS - 2 chunks or more stay in flight at no register cost, and the
+ * lanes decode out of the slot: 80 registers, so 24 warps fit an SM.
+ * Shared memory: x (mvq_xbytes), then the rings, then the mbarriers. */
+template <int DEPTH, int NS>
+__global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS), 1) k_mvq_q4k(const uint8_t *__restrict__ W, size_t rb,
+                                                                   int64_t n_in, int64_t n_out,
+                                                                   const float *__restrict__ x, int n_tok,
+                                                                   float *__restrict__ y, int MB, int KW) {
+    extern __shared__ uint4 mvh_dyn[];
+    const int nsb = (int)(n_in / 256), pstride = nsb * 32 + 4;
+    uint2 *const xz = (uint2 *)mvh_dyn, *const xq = xz + 32;
+    int *const xsm = (int *)(xq + 2 * n_tok * pstride);
+    float *const dl = (float *)(xsm + n_tok * nsb * 8);
+    float2 *const red = (float2 *)mvh_dyn; /* reused after the main loop */
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int mi = wid / KW, kw = wid - mi * KW;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t tile = (int64_t)blockIdx.x * MB + mi, last = n_out / 16 - 1;
+    const int64_t r0 = tile * 16 + g;
+    const uint8_t *const base = W + (size_t)(tile <= last ? tile : last) * 16 * rb;
+    const uint8_t *const qp = base + 16 * lane, *const hp = base + Q4KT_HDR + 16 * g;
+    typedef q4k_pieces buf;
+    auto load = [&](buf &b, int sb) {
+        const size_t o = (size_t)sb * Q4KT_CHUNK;
+        b.q00 = ld_stream16(qp + o);
+        b.q01 = ld_stream16(qp + o + 512);
+        b.q10 = ld_stream16(qp + o + 1024);
+        b.q11 = ld_stream16(qp + o + 1536);
+        b.h0 = ld_stream16(hp + o);
+        b.h1 = ld_stream16(hp + o + 128);
+    };
+    /* B: lane (g, t) feeds column g (token g >> 2, u = (g >> 1) & 1, plane
+     * g & 1) where t >> 1 == u: 16 bytes of sub 4J + 2u + half at offset
+     * 16(t & 1); other lanes read the zeros (stride 0) */
+    const int kb = g >> 2, ub = (g >> 1) & 1;
+    const bool feeds = kb < n_tok && ub == (t >> 1);
+    const uint2 *const xb = feeds ? xq + (2 * kb + (g & 1)) * pstride + 8 * ub + 2 * (t & 1) : xz;
+    const int xsb = feeds ? 32 : 0, xj = feeds ? 16 : 0, xh = feeds ? 4 : 0;
+    /* C: lane (g, t) sums token kc = t >> 1, subs 4J + 2uc + half */
+    const int kc = t >> 1, uc = t & 1;
+    const bool sums = kc < n_tok;
+    const int *const xs = sums ? xsm + kc * nsb * 8 + 2 * uc : (const int *)xz;
+    const float *const dls = sums ? dl + kc * nsb : (const float *)xz;
+    const int xss = sums ? 8 : 0, dls_s = sums ? 1 : 0;
+    const uint32_t sel0 = 0x4440u | (uint32_t)(2 * uc);
+    float yv[2] = {0.f, 0.f};
+    /* one chunk: piece(i) gives the lane's pieces q00, q01, q10, q11, h0, h1
+     * (i = 0..5), from the register ring or straight from the shared slot */
+    auto compute = [&](auto &&piece, int sb) {
+        const uint4 h0 = piece(4), h1 = piece(5);
+        /* per row: [0] H, [1] L (sc * D, the low subs' sc times 16: their
+         * nibbles are not 16x), [2] m * code sums */
+        int acc[2][3] = {{0, 0, 0}, {0, 0, 0}};
+#pragma unroll
+        for (int J = 0; J < 2; J++) {
+            /* the 6-bit scales and mins of subs 4J..4J+3, one byte each */
+            const uint32_t S0 = J ? (h0.w & 0x0F0F0F0Fu) | ((h0.y >> 2) & 0x30303030u) : h0.y & 0x3F3F3F3Fu;
+            const uint32_t M0 = J ? ((h0.w >> 4) & 0x0F0F0F0Fu) | ((h0.z >> 2) & 0x30303030u) : h0.z & 0x3F3F3F3Fu;
+            const uint32_t S1 = J ? (h1.w & 0x0F0F0F0Fu) | ((h1.y >> 2) & 0x30303030u) : h1.y & 0x3F3F3F3Fu;
+            const uint32_t M1 = J ? ((h1.w >> 4) & 0x0F0F0F0Fu) | ((h1.z >> 2) & 0x30303030u) : h1.z & 0x3F3F3F3Fu;
+            const uint4 qa = piece(J), qc = piece(2 + J); /* rows g, g+8 */
+            const int2 X = *(const int2 *)(xs + sb * xss + 4 * J); /* code sums of subs 4J + 2uc, +1 */
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const uint32_t mask = half ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+                const uint4 xv = *(const uint4 *)(xb + sb * xsb + J * xj + half * xh);
+                int D[4];
+                imma_u8s8(qa.x & mask, qc.x & mask, qa.y & mask, qc.y & mask, make_uint2(xv.x, xv.y), D);
+                imma_u8s8_acc(qa.z & mask, qc.z & mask, qa.w & mask, qc.w & mask, make_uint2(xv.z, xv.w), D);
+                const uint32_t sel = sel0 + half; /* byte (sub & 3), zeros above */
+                const int sc0 = (int)prmt(S0, 0, sel) << (half ? 0 : 4), sc1 = (int)prmt(S1, 0, sel) << (half ? 0 : 4);
+                acc[0][0] += sc0 * D[0];
+                acc[0][1] += sc0 * D[1];
+                acc[1][0] += sc1 * D[2];
+                acc[1][1] += sc1 * D[3];
+                const int Xs = half ? X.y : X.x;
+                acc[0][2] += (int)prmt(M0, 0, sel) * Xs;
+                acc[1][2] += (int)prmt(M1, 0, sel) * Xs;
+            }
+        }
+        const float delta = dls[sb * dls_s];
+        yv[0] += mvq_value(h0.x, acc[0], delta);
+        yv[1] += mvq_value(h1.x, acc[1], delta);
+    };
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+    if constexpr (NS == 0) {
+        buf ring[DEPTH + 1];
+#pragma unroll
+        for (int i = 0; i < DEPTH; i++)
+            if (kw + i * KW < nsb) load(ring[i], kw + i * KW);
+#if __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.wait;" ::: "memory"); /* x (and y) only past here, as k_mvt_q4k */
+#endif
+        mvi_stage_x(xz, xq, xsm, dl, x, n_in, n_tok, pstride);
+        __syncthreads();
+        bool more = true;
+        for (int i0 = 0; more; i0 += DEPTH + 1) {
+#pragma unroll
+            for (int u = 0; u <= DEPTH; u++) {
+                const int sb = kw + (i0 + u) * KW;
+                if (sb >= nsb) {
+                    more = false;
+                    break;
+                }
+                if (sb + DEPTH * KW < nsb) load(ring[(u + DEPTH) % (DEPTH + 1)], sb + DEPTH * KW);
+                const buf &b = ring[u];
+                compute(
+                    [&](int i) {
+                        return i == 0 ? b.q00 : i == 1 ? b.q01 : i == 2 ? b.q10 : i == 3 ? b.q11 : i == 4 ? b.h0 : b.h1;
+                    },
+                    sb);
+            }
+        }
+    } else {
+#if __CUDA_ARCH__ >= 900
+        const int warps = MB * KW;
+        uint8_t *const ring = (uint8_t *)mvh_dyn + mvq_xbytes(n_in, n_tok) + (size_t)wid * (NS > 0 ? NS : 1) * Q4KT_CHUNK;
+        uint64_t *const bar = (uint64_t *)((uint8_t *)mvh_dyn + mvq_xbytes(n_in, n_tok) +
+                                           (size_t)warps * (NS > 0 ? NS : 1) * Q4KT_CHUNK) + wid * NS;
+        const int per = kw < nsb ? (nsb - kw + KW - 1) / KW : 0; /* this warp's chunks */
+        auto issue = [&](int i) { /* chunk i (super-block kw + i * KW) into slot i % NS, by lane 0 */
+            if (i < per && lane == 0) {
+                /* the slot's earlier reads (generic proxy) before the copy's writes (async proxy) */
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                mbar_expect_tx(bar + i % NS, Q4KT_CHUNK);
+                bulk_copy(ring + (i % NS) * Q4KT_CHUNK, base + (size_t)(kw + i * KW) * Q4KT_CHUNK, Q4KT_CHUNK,
+                          bar + i % NS);
+            }
+        };
+        if (lane == 0) {
+            for (int k = 0; k < NS; k++) mbar_init(bar + k, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncwarp();
+        for (int i = 0; i < NS; i++) issue(i); /* weights only before the wait */
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+        mvi_stage_x(xz, xq, xsm, dl, x, n_in, n_tok, pstride);
+        __syncthreads();
+        for (int i = 0; i < per; i++) {
+            const int slot = i % NS;
+            mbar_wait(bar + slot, (uint32_t)((i / NS) & 1));
+            const uint8_t *sp = ring + slot * Q4KT_CHUNK;
+            /* the pieces read where they are used (few registers held), so
+             * the slot is refilled once the chunk is decoded */
+            compute(
+                [&](int k) {
+                    return *(const uint4 *)(sp + (k < 4 ? 512 * k + 16 * lane : Q4KT_HDR + 128 * (k - 4) + 16 * g));
+                },
+                kw + i * KW);
+            __syncwarp(); /* every lane's reads of the slot before it is refilled */
+            issue(i + NS);
+        }
+#endif
+    }
+    /* the two halves of each token's sums (lanes t, t ^ 1), then the KW
+     * warps of a tile in a fixed order; lane (g, 2k) writes token k */
+    float2 a = make_float2(yv[0] + __shfl_xor_sync(0xffffffffu, yv[0], 1),
+                           yv[1] + __shfl_xor_sync(0xffffffffu, yv[1], 1));
+    if (KW > 1) {
+        __syncthreads(); /* the x area becomes the reduction area */
+        red[wid * 32 + lane] = a;
+        __syncthreads();
+        if (kw != 0) return;
+        for (int k = 1; k < KW; k++) {
+            const float2 b2 = red[(wid + k) * 32 + lane];
+            a.x += b2.x;
+            a.y += b2.y;
+        }
+    }
+    if (uc == 0 && sums && tile <= last) {
+        y[(int64_t)kc * n_out + r0] = a.x;
+        y[(int64_t)kc * n_out + r0 + 8] = a.y;
     }
 }
 
@@ -2235,13 +2500,185 @@ static int launch_mvt(bool probe, const void *W, int64_t n_in, int64_t n_out, co
 static int launch_mvs(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                       int MB, int KW, int feed, int ns, int pad, cudaStream_t st);
 
+/* ---- the int8 tiled decode (k_mvq_q4k): defaults and launch ------------------ */
+
+/* THE DEFAULTS (flip after dev_cuda_matvec_bench --tiled): whether the
+ * default tnd_cu_matvec_q4kt call of one or two tokens takes the int8
+ * kernel (env TND_CUDA_TILE_MV=i8|f16), and its depth (env
+ * TND_CUDA_TILE_DEPTH, shared with k_mvt_q4k, clamped to 1..3). */
+#define MVQ_DEFAULT_ON 1
+#define MVQ_DEFAULT_DEPTH 2
+#define MVQ_DEFAULT_NS -1 /* the launch shape's pick (mvq_shape) */
+
+static int mvq_on_v = -1; /* -1: not read yet; tnd_cu_matvec_q4kt_set_i8 overrides the environment */
+static bool mvq_on(void) {
+    if (mvq_on_v < 0) { /* a benign race, as mvt_depth's */
+        const char *e = getenv("TND_CUDA_TILE_MV");
+        mvq_on_v = e && strcmp(e, "f16") == 0 ? 0 : e && strcmp(e, "i8") == 0 ? 1 : MVQ_DEFAULT_ON;
+    }
+    return mvq_on_v == 1;
+}
+
+static int mvq_depth(void) {
+    static int d = 0; /* a benign race, as mvt_depth's */
+    if (!d) {
+        const char *e = getenv("TND_CUDA_TILE_DEPTH");
+        const int v = e ? atoi(e) : 0;
+        d = v >= 1 ? (v <= MVQ_MAX_DEPTH ? v : MVQ_MAX_DEPTH) : MVQ_DEFAULT_DEPTH;
+    }
+    return d;
+}
+
+/* the ring's stages (env TND_CUDA_TILE_I8_NS=0|2|4|6|8; 0: the register
+ * ring; unset: -1, picked with the launch shape) */
+static bool mvq_ns_ok(int ns) { return ns == 0 || ns == 2 || ns == 4 || ns == 6 || ns == 8; }
+static int mvq_stages(void) {
+    static int n = -2; /* -2: not read yet; a benign race, as mvt_depth's */
+    if (n == -2) {
+        const char *e = getenv("TND_CUDA_TILE_I8_NS");
+        const int v = e ? atoi(e) : -1;
+        n = e && mvq_ns_ok(v) ? v : MVQ_DEFAULT_NS;
+    }
+    return n;
+}
+
+/* depth 1..3 (register ring) for ns == 0, else the ring of ns stages */
+static mvh_kernel mvq_kernel_of(int depth, int ns) {
+    static const mvh_kernel k[MVQ_MAX_DEPTH + 4] = {k_mvq_q4k<1, 0>, k_mvq_q4k<2, 0>, k_mvq_q4k<3, 0>,
+                                                    k_mvq_q4k<1, 2>, k_mvq_q4k<1, 4>, k_mvq_q4k<1, 6>,
+                                                    k_mvq_q4k<1, 8>};
+    return ns ? k[MVQ_MAX_DEPTH + ns / 2 - 1] : k[depth - 1];
+}
+
+/* Shared bytes: x, then (ns > 0) the warps' rings and mbarriers; at least
+ * the reduction's float2 per lane. */
+static size_t mvq_smem(int64_t n_in, int n_tok, int warps, int ns) {
+    const size_t b = mvq_xbytes(n_in, n_tok) + (size_t)warps * ns * (Q4KT_CHUNK + 8), red = (size_t)warps * 32 * 8;
+    return b > red ? b : red;
+}
+
+static int mvq_prepare(void) {
+    static bool attr_set[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    if (attr_set[dev]) return 0;
+    cudaError_t e = cudaSuccess;
+    const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    for (int i = 0; i < MVQ_MAX_DEPTH + 4 && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(i < MVQ_MAX_DEPTH ? mvq_kernel_of(i + 1, 0) : mvq_kernel_of(1, 2 * (i - MVQ_MAX_DEPTH + 1)),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, max);
+    if (e != cudaSuccess) return (int)e;
+    attr_set[dev] = true;
+    return 0;
+}
+
+/* The most warps per tile (KW) for MB tiles a block with ns stages (0:
+ * the register ring) within the block and shared-memory limits; 0 if
+ * none fits. */
+static int mvq_max_kw(int64_t n_in, int n_tok, int64_t mb, int ns) {
+    const size_t smax = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    const int maxw = ns ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS;
+    int best = 0;
+    for (int kw = 1; kw * mb <= maxw && kw <= n_in / 256; kw++)
+        if (mvq_smem(n_in, n_tok, (int)mb * kw, ns) <= smax) best = kw;
+    return best;
+}
+
+/* Default launch shape and stages (*NS in: the stages asked for, -1 any;
+ * out: those to run). Measured on the H200 (session 9, ncu): each warp is
+ * latency-bound (~7.6 cycles an instruction, half of it waiting on its
+ * loads), the chunks of a warp run one after another, and a second wave of
+ * blocks costs as much as the first. So: the fewest tiles per block (MB,
+ * any count) that fit every block into one wave at one block per SM, then
+ * the most warps per tile (KW). The register ring (depth 2, at most 16
+ * warps) measured best on four of the five 8B/14B shapes; the shared ring
+ * (at most 24 warps, 4+ stages) where it gives half again as many warps:
+ * 5120x17408, MB 9, 18 warps against 9, 70% of the copy against 65%. */
+static void mvq_shape(int64_t n_in, int64_t n_out, int n_tok, int *NS, int *MB, int *KW) {
+    const int64_t tiles = n_out / 16;
+    int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
+    if (sms < 1) sms = 1;
+    int64_t mb = (tiles + sms - 1) / sms;
+    if (mb > MVQ_MAX_WARPS) mb = MVQ_MAX_WARPS;
+    *MB = (int)mb;
+    if (*NS >= 0) { /* stages given */
+        const int kw = mvq_max_kw(n_in, n_tok, mb, *NS);
+        *KW = kw > 0 ? kw : 1;
+        return;
+    }
+    const int kr = mvq_max_kw(n_in, n_tok, mb, 0);
+    int ks = 0, ns = 0;
+    if (cu_cc_major() >= 9)
+        for (int n = 8; n >= 4; n -= 2) { /* the deepest ring with the most warps */
+            const int k = mvq_max_kw(n_in, n_tok, mb, n);
+            if (k > ks) ks = k, ns = n;
+        }
+    if (ks > 0 && 2 * ks > 3 * (kr > 0 ? kr : 0)) *KW = ks, *NS = ns;
+    else *KW = kr > 0 ? kr : 1, *NS = 0;
+}
+
+extern "C" bool tnd_cu_matvec_q4kt_i8_supported(int64_t n_in, int64_t n_out, int n_tok) {
+    return n_tok >= 1 && n_tok <= 2 && tnd_cu_q4kt_supported(n_in, n_out) &&
+           mvh_supported(TND_CU_MV_I8MMA, TND_TYPE_Q4_K, n_in, n_tok);
+}
+
+extern "C" int tnd_cu_matvec_q4kt_i8(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                                     int tiles_per_block, int ksplit, int depth, int stages, tnd_cu_stream stream) {
+    int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
+    if (e) return e;
+    if (!x || !y || tiles_per_block < 0 || ksplit < 0 || depth < 0 || depth > MVQ_MAX_DEPTH ||
+        tiles_per_block * ksplit > MVQ_MAX_WARPS_RING || (stages >= 0 && !mvq_ns_ok(stages)) || stages < -1)
+        return cudaErrorInvalidValue;
+    if (!tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) return cudaErrorNotSupported;
+    int ns = stages < 0 ? mvq_stages() : stages; /* -1 still: the shape's pick */
+    if (ns > 0 && cu_cc_major() < 9) return cudaErrorNotSupported;
+    if ((e = mvq_prepare())) return e;
+    int MB = tiles_per_block, KW = ksplit;
+    if (MB <= 0 || KW <= 0) mvq_shape(n_in, n_out, n_tok, &ns, &MB, &KW);
+    if (ns < 0) { /* a fixed shape, stages left open: the deepest ring that fits, else registers */
+        ns = cu_cc_major() >= 9 ? 8 : 0;
+        while (ns > 0 && mvq_smem(n_in, n_tok, MB * KW, ns) >
+                             (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin))
+            ns -= 2;
+    }
+    if (MB * KW > (ns ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)) return cudaErrorInvalidValue;
+    const mvh_kernel k = mvq_kernel_of(depth ? depth : mvq_depth(), ns);
+    const size_t smem = mvq_smem(n_in, n_tok, MB * KW, ns);
+    if (smem > (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin)) return cudaErrorNotSupported;
+    const int64_t tiles = n_out / 16;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((tiles + MB - 1) / MB));
+    cfg.blockDim = dim3(32 * MB * KW);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = (cudaStream_t)stream;
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait(k)) cfg.attrs = at, cfg.numAttrs = 1;
+    const cudaError_t le = cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in),
+                                              n_in, n_out, x, n_tok, y, MB, KW);
+    const cudaError_t last = cudaGetLastError(); /* clears what a failed launch left */
+    return (int)(le != cudaSuccess ? le : last);
+}
+
+extern "C" bool tnd_cu_matvec_q4kt_i8_default(void) { return mvq_on(); }
+extern "C" void tnd_cu_matvec_q4kt_set_i8(bool on) { mvq_on_v = on ? 1 : 0; }
+extern "C" int tnd_cu_matvec_q4kt_i8_depth(void) { return mvq_depth(); }
+extern "C" int tnd_cu_matvec_q4kt_i8_stages(void) { return mvq_stages(); }
+
+
 extern "C" int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                                   int tiles_per_block, int ksplit, int depth, int prefetch, tnd_cu_stream stream) {
     int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
     if (e) return e;
     if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0 || depth < 0)
         return cudaErrorInvalidValue;
-    if (depth == 0 && prefetch == -1) { /* all defaults: the default feed, k_mvt_q4k where it cannot run */
+    /* all defaults: the int8 kernel for one or two tokens where it is on,
+     * else the default feed, k_mvt_q4k where that cannot run */
+    if (tiles_per_block == 0 && ksplit == 0 && depth == 0 && prefetch == -1 && mvq_on() &&
+        tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok))
+        return tnd_cu_matvec_q4kt_i8(W, n_in, n_out, x, n_tok, y, 0, 0, 0, -1, stream);
+    if (depth == 0 && prefetch == -1) {
         const int feed = tnd_cu_matvec_q4kt_feed();
         if (feed != TND_CU_TILE_REGS) {
             e = launch_mvs(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, feed, 0, 0,
