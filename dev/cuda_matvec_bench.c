@@ -564,7 +564,8 @@ int main(int argc, char **argv) {
                  * ring of depth d) or "... NSn" (a shared ring of n bulk-fed slots per warp) */
                 double i8_gbs[2] = {0, 0};
                 char i8_var[2][64] = {"", ""};
-                static const int qw[][2] = {{0, 0}, {9, 1}, {9, 2}, {7, 2}, {8, 3}, {4, 4}, {3, 5}, {3, 8}, {2, 12}, {1, 16}};
+                static const int qw[][2] = {{0, 0}, {9, 1}, {9, 2}, {7, 2}, {8, 3}, {4, 4}, {3, 5}, {3, 8}, {2, 12}, {1, 16},
+                                             {5, 2}, {5, 3}, {4, 3}, {6, 2}, {4, 2}};
                 static const int qd[][2] = {{0, -1}, {1, 0}, {2, 0}, {3, 0}, {1, 2}, {1, 4}, {1, 6}, {1, 8}};
                 for (int pdl = 0; pdl < 2; pdl++)
                     for (size_t di = 0; di < sizeof qd / sizeof qd[0]; di++)

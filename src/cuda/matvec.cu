@@ -591,6 +591,18 @@ struct q4k_pieces {
     uint4 h0, h1, q00, q01, q10, q11;
 };
 
+/* A lane's pieces of chunk sb of a re-laid tile (q4k_tile.cuh): qp = the
+ * tile's base + 16 * lane, hp = its base + Q4KT_HDR + 16 * g. */
+__device__ __forceinline__ void q4kt_load(q4k_pieces &b, const uint8_t *qp, const uint8_t *hp, int sb) {
+    const size_t o = (size_t)sb * Q4KT_CHUNK;
+    b.q00 = ld_stream16(qp + o);
+    b.q01 = ld_stream16(qp + o + 512);
+    b.q10 = ld_stream16(qp + o + 1024);
+    b.q11 = ld_stream16(qp + o + 1536);
+    b.h0 = ld_stream16(hp + o);
+    b.h1 = ld_stream16(hp + o + 128);
+}
+
 /* One super-block step of the f16 tensor-core Q4_K decode: x pairs at xb,
  * sums into acc's two chains; PROBE only folds the bytes into sink (the
  * bandwidth probes). Shared by k_mvh_q4k, k_mvt_q4k and k_mvs_q4k so the
@@ -747,15 +759,7 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
     const uint8_t *const base = W + (size_t)(tile <= last ? tile : last) * 16 * rb;
     const uint8_t *const qp = base + 16 * lane, *const hp = base + Q4KT_HDR + 16 * g;
     typedef q4k_pieces buf;
-    auto load = [&](buf &b, int sb) {
-        const size_t o = (size_t)sb * Q4KT_CHUNK;
-        b.q00 = ld_stream16(qp + o);
-        b.q01 = ld_stream16(qp + o + 512);
-        b.q10 = ld_stream16(qp + o + 1024);
-        b.q11 = ld_stream16(qp + o + 1536);
-        b.h0 = ld_stream16(hp + o);
-        b.h1 = ld_stream16(hp + o + 128);
-    };
+    auto load = [&](buf &b, int sb) { q4kt_load(b, qp, hp, sb); };
     float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     const bool feeds = g < n_tok;
     const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
@@ -1212,15 +1216,7 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
     const uint8_t *const base = W + (size_t)(tile <= last ? tile : last) * 16 * rb;
     const uint8_t *const qp = base + 16 * lane, *const hp = base + Q4KT_HDR + 16 * g;
     typedef q4k_pieces buf;
-    auto load = [&](buf &b, int sb) {
-        const size_t o = (size_t)sb * Q4KT_CHUNK;
-        b.q00 = ld_stream16(qp + o);
-        b.q01 = ld_stream16(qp + o + 512);
-        b.q10 = ld_stream16(qp + o + 1024);
-        b.q11 = ld_stream16(qp + o + 1536);
-        b.h0 = ld_stream16(hp + o);
-        b.h1 = ld_stream16(hp + o + 128);
-    };
+    auto load = [&](buf &b, int sb) { q4kt_load(b, qp, hp, sb); };
     /* B: lane (g, t) feeds column g (token g >> 2, u = (g >> 1) & 1, plane
      * g & 1) where t >> 1 == u: 16 bytes of sub 4J + 2u + half at offset
      * 16(t & 1); other lanes read the zeros (stride 0) */
