@@ -566,7 +566,7 @@ int main(int argc, char **argv) {
                 char i8_var[2][64] = {"", ""};
                 static const int qw[][2] = {{0, 0}, {9, 1}, {9, 2}, {7, 2}, {8, 3}, {4, 4}, {3, 5}, {3, 8}, {2, 12}, {1, 16},
                                              {5, 2}, {5, 3}, {4, 3}, {6, 2}, {4, 2}};
-                static const int qd[][2] = {{0, -1}, {1, 0}, {2, 0}, {3, 0}, {1, 2}, {1, 4}, {1, 6}, {1, 8}};
+                static const int qd[][2] = {{0, -1}, {1, 0}, {2, 0}, {1, 2}, {1, 4}, {1, 6}, {1, 8}};
                 for (int pdl = 0; pdl < 2; pdl++)
                     for (size_t di = 0; di < sizeof qd / sizeof qd[0]; di++)
                         for (size_t i = 0; i < sizeof qw / sizeof qw[0]; i++) {

@@ -133,7 +133,9 @@ bool tnd_cu_q4kt_supported(int64_t n_in, int64_t n_out);
  * scrambles the tensor: the caller remembers what it re-laid. */
 int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_stream stream);
 /* y = W x for a re-laid W, n_tok 1..8 (x any 4-byte alignment; tokens run
- * in groups when x is too wide for shared memory), the f16 tensor-core
+ * in groups when x is too wide for shared memory). With all-default
+ * arguments (0, 0, 0, -1) and one or two tokens: tnd_cu_matvec_q4kt_i8's
+ * kernel when that is on (below), else, and otherwise, the f16 tensor-core
  * math of tnd_cu_matvec_f16mma (same bits for the same shape): blocks of
  * tiles_per_block tiles x ksplit warps per tile (at most 8 warps; 0, 0:
  * the default shape), depth 1..4 super-blocks in flight per lane (0: the
@@ -149,21 +151,24 @@ int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *
  * of tnd_cu_matvec_i8mma (x rounded per super-block to a 16-bit grid,
  * error <= max|x| / 65278 a value; exact integer sums), the loads and
  * launch of tnd_cu_matvec_q4kt, blocks of tiles_per_block tiles x ksplit
- * warps per tile, at most 16 warps (0, 0: the default shape); stages 0:
- * depth (1..3, 0 the default) chunks in flight per lane in registers;
- * stages 2, 4, 6, 8 (sm_90): each warp's chunks through a ring of that
- * many slots in shared memory, fed by cp.async.bulk; -1: the default
- * (tnd_cu_matvec_q4kt_i8_stages()). tnd_cu_matvec_q4kt with all-default
- * arguments takes this kernel, default stages and depth, for one or two
- * tokens when tnd_cu_matvec_q4kt_i8_default() (env TND_CUDA_TILE_MV=i8|f16;
- * set_i8 overrides it, for the bench and tests). */
+ * warps per tile (0, 0: the default shape); stages 0: depth (1..2, 0 the
+ * default) chunks in flight per lane in registers, at most 16 warps a
+ * block; stages 2, 4, 6, 8 (sm_90): each warp's chunks through a ring of
+ * that many slots in shared memory, fed by cp.async.bulk, at most 24
+ * warps; -1: the default (tnd_cu_matvec_q4kt_i8_stages(); with a given
+ * shape, registers up to 16 warps, else the deepest ring that fits).
+ * 801 if unsupported (n_tok, shape, device, W not 16-byte aligned, or the
+ * ring does not fit). tnd_cu_matvec_q4kt with all-default arguments takes
+ * this kernel for one or two tokens when tnd_cu_matvec_q4kt_i8_default()
+ * (env TND_CUDA_TILE_MV=i8|f16; set_i8 overrides it, for the bench and
+ * tests), and the f16 one where this refuses with 801. */
 int tnd_cu_matvec_q4kt_i8(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                           int tiles_per_block, int ksplit, int depth, int stages, tnd_cu_stream stream);
 bool tnd_cu_matvec_q4kt_i8_supported(int64_t n_in, int64_t n_out, int n_tok);
 bool tnd_cu_matvec_q4kt_i8_default(void);
 void tnd_cu_matvec_q4kt_set_i8(bool on);
 /* The defaults: depth (env TND_CUDA_TILE_DEPTH, as the f16 kernel's,
- * clamped to 1..3) and stages (env TND_CUDA_TILE_I8_NS=0|2|4|6|8). */
+ * clamped to 1..2) and stages (env TND_CUDA_TILE_I8_NS=0|2|4|6|8). */
 int tnd_cu_matvec_q4kt_i8_depth(void);
 int tnd_cu_matvec_q4kt_i8_stages(void);
 /* The defaults (env TND_CUDA_TILE_DEPTH=1..4, TND_CUDA_TILE_PF=0|1|2 and

@@ -997,9 +997,10 @@ __device__ __forceinline__ void imma_u8s8(uint32_t a0, uint32_t a1, uint32_t a2,
 /* shared layout of the int8 path: zeros (32 pairs), then per plane p (2 per
  * token) its B pairs [sb][sub][t] (stride nsb*32 + 4 pairs: planes in
  * other banks), then the sums [tok][sb][sub] and deltas [tok][sb] */
-static inline size_t mvi_xbytes(int64_t n_in, int n_tok) {
+__host__ __device__ __forceinline__ size_t mvi_xbytes(int64_t n_in, int n_tok) {
     const size_t nsb = (size_t)(n_in / 256);
-    return (32 + 2 * (size_t)n_tok * (nsb * 32 + 4)) * 8 + (size_t)n_tok * nsb * 8 * 4 + (size_t)n_tok * nsb * 4;
+    return ((32 + 2 * (size_t)n_tok * (nsb * 32 + 4)) * 8 + (size_t)n_tok * nsb * 8 * 4 + (size_t)n_tok * nsb * 4 +
+            15) / 16 * 16; /* 16-byte aligned: k_mvq_q4k's rings follow */
 }
 
 /* x (n_tok rows of n_in f32, any 4-byte alignment) into the int8 path's
@@ -1160,7 +1161,7 @@ __global__ void __launch_bounds__(256) k_mvi_q4k(const uint8_t *__restrict__ W, 
  * L in c1; m = 0, 1 accumulate in the mma. Lanes t, t ^ 1 hold the two
  * halves of a token's sum. n_tok 1..2 (8 columns).
  *
- * Loads, ring, PDL and the block shape as k_mvt_q4k; x is quantized into
+ * Loads and PDL as k_mvt_q4k, launch shape from mvq_shape; x is quantized into
  * shared memory after the grid-dependency wait (mvi_stage_x). */
 __device__ __forceinline__ void imma_u8s8_acc(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 b,
                                               int (&d)[4]) {
@@ -1178,17 +1179,9 @@ __device__ __forceinline__ float mvq_value(uint32_t dd, const int (&a)[3], float
     return delta * (d * 0.0625f * fmaf(256.0f, (float)a[0], (float)a[1]) - dmin * (float)a[2]);
 }
 
-#define MVQ_MAX_DEPTH 3
+#define MVQ_MAX_DEPTH 2 /* 3 spilled at 128 registers and measured slower */
 #define MVQ_MAX_WARPS 16      /* a block of the register ring (128 registers a lane) */
-#define MVQ_MAX_WARPS_RING 24 /* a block of the shared ring (85) */
-
-/* Shared bytes of the int8 path's x (mvi_xbytes), 16-byte aligned: the
- * rings of k_mvq_q4k follow it. */
-__host__ __device__ __forceinline__ size_t mvq_xbytes(int64_t n_in, int n_tok) {
-    const size_t nsb = (size_t)(n_in / 256);
-    return ((32 + 2 * (size_t)n_tok * (nsb * 32 + 4)) * 8 + (size_t)n_tok * nsb * 8 * 4 + (size_t)n_tok * nsb * 4 +
-            15) / 16 * 16;
-}
+#define MVQ_MAX_WARPS_RING 24 /* a block of the shared ring (80 registers) */
 
 /* NS == 0: DEPTH chunks in flight per lane in a register ring (as
  * k_mvt_q4k). NS > 0 (sm_90): instead, each warp streams its chunks
@@ -1196,7 +1189,7 @@ __host__ __device__ __forceinline__ size_t mvq_xbytes(int64_t n_in, int n_tok) {
  * cp.async.bulk per chunk completing on the slot's mbarrier (as k_mvs_q4k),
  * so NS - 2 chunks or more stay in flight at no register cost, and the
  * lanes decode out of the slot: 80 registers, so 24 warps fit an SM.
- * Shared memory: x (mvq_xbytes), then the rings, then the mbarriers. */
+ * Shared memory: x (mvi_xbytes), then the rings, then the mbarriers. */
 template <int DEPTH, int NS>
 __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS), 1) k_mvq_q4k(const uint8_t *__restrict__ W, size_t rb,
                                                                    int64_t n_in, int64_t n_out,
@@ -1304,9 +1297,9 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
     } else {
 #if __CUDA_ARCH__ >= 900
         const int warps = MB * KW;
-        uint8_t *const ring = (uint8_t *)mvh_dyn + mvq_xbytes(n_in, n_tok) + (size_t)wid * (NS > 0 ? NS : 1) * Q4KT_CHUNK;
-        uint64_t *const bar = (uint64_t *)((uint8_t *)mvh_dyn + mvq_xbytes(n_in, n_tok) +
-                                           (size_t)warps * (NS > 0 ? NS : 1) * Q4KT_CHUNK) + wid * NS;
+        uint8_t *const ring = (uint8_t *)mvh_dyn + mvi_xbytes(n_in, n_tok) + (size_t)wid * NS * Q4KT_CHUNK;
+        uint64_t *const bar = (uint64_t *)((uint8_t *)mvh_dyn + mvi_xbytes(n_in, n_tok) +
+                                           (size_t)warps * NS * Q4KT_CHUNK) + wid * NS;
         const int per = kw < nsb ? (nsb - kw + KW - 1) / KW : 0; /* this warp's chunks */
         auto issue = [&](int i) { /* chunk i (super-block kw + i * KW) into slot i % NS, by lane 0 */
             if (i < per && lane == 0) {
@@ -2371,7 +2364,7 @@ static bool mvt_has_wait(mvh_kernel k) {
         mvh_kernel k;
         int dev;
         bool ok;
-    } cache[64];
+    } cache[256];
     static int n_cache;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -2380,7 +2373,7 @@ static bool mvt_has_wait(mvh_kernel k) {
     cudaFuncAttributes fa;
     const bool ok = cudaFuncGetAttributes(&fa, (const void *)k) == cudaSuccess && fa.ptxVersion >= 90;
     if (!ok) (void)cudaGetLastError();
-    if (n_cache < 64) cache[n_cache++] = {k, dev, ok};
+    if (n_cache < 256) cache[n_cache++] = {k, dev, ok};
     return ok;
 }
 
@@ -2498,10 +2491,10 @@ static int launch_mvs(bool probe, const void *W, int64_t n_in, int64_t n_out, co
 
 /* ---- the int8 tiled decode (k_mvq_q4k): defaults and launch ------------------ */
 
-/* THE DEFAULTS (flip after dev_cuda_matvec_bench --tiled): whether the
+/* THE DEFAULTS (flip after dev_cuda_matvec_bench --i8): whether the
  * default tnd_cu_matvec_q4kt call of one or two tokens takes the int8
  * kernel (env TND_CUDA_TILE_MV=i8|f16), and its depth (env
- * TND_CUDA_TILE_DEPTH, shared with k_mvt_q4k, clamped to 1..3). */
+ * TND_CUDA_TILE_DEPTH, shared with k_mvt_q4k, clamped to 1..2). */
 #define MVQ_DEFAULT_ON 1
 #define MVQ_DEFAULT_DEPTH 2
 #define MVQ_DEFAULT_NS -1 /* the launch shape's pick (mvq_shape) */
@@ -2532,24 +2525,24 @@ static int mvq_stages(void) {
     static int n = -2; /* -2: not read yet; a benign race, as mvt_depth's */
     if (n == -2) {
         const char *e = getenv("TND_CUDA_TILE_I8_NS");
-        const int v = e ? atoi(e) : -1;
-        n = e && mvq_ns_ok(v) ? v : MVQ_DEFAULT_NS;
+        char *end = NULL;
+        const long v = e ? strtol(e, &end, 10) : -1;
+        n = e && *e && end && *end == 0 && mvq_ns_ok((int)v) ? (int)v : MVQ_DEFAULT_NS; /* junk: the default */
     }
     return n;
 }
 
-/* depth 1..3 (register ring) for ns == 0, else the ring of ns stages */
+/* depth 1..MVQ_MAX_DEPTH (register ring) for ns == 0, else the ring of ns stages */
 static mvh_kernel mvq_kernel_of(int depth, int ns) {
-    static const mvh_kernel k[MVQ_MAX_DEPTH + 4] = {k_mvq_q4k<1, 0>, k_mvq_q4k<2, 0>, k_mvq_q4k<3, 0>,
-                                                    k_mvq_q4k<1, 2>, k_mvq_q4k<1, 4>, k_mvq_q4k<1, 6>,
-                                                    k_mvq_q4k<1, 8>};
+    static const mvh_kernel k[MVQ_MAX_DEPTH + 4] = {k_mvq_q4k<1, 0>, k_mvq_q4k<2, 0>, k_mvq_q4k<1, 2>,
+                                                    k_mvq_q4k<1, 4>, k_mvq_q4k<1, 6>, k_mvq_q4k<1, 8>};
     return ns ? k[MVQ_MAX_DEPTH + ns / 2 - 1] : k[depth - 1];
 }
 
 /* Shared bytes: x, then (ns > 0) the warps' rings and mbarriers; at least
  * the reduction's float2 per lane. */
 static size_t mvq_smem(int64_t n_in, int n_tok, int warps, int ns) {
-    const size_t b = mvq_xbytes(n_in, n_tok) + (size_t)warps * ns * (Q4KT_CHUNK + 8), red = (size_t)warps * 32 * 8;
+    const size_t b = mvi_xbytes(n_in, n_tok) + (size_t)warps * ns * (Q4KT_CHUNK + 8), red = (size_t)warps * 32 * 8;
     return b > red ? b : red;
 }
 
@@ -2563,7 +2556,10 @@ static int mvq_prepare(void) {
     for (int i = 0; i < MVQ_MAX_DEPTH + 4 && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(i < MVQ_MAX_DEPTH ? mvq_kernel_of(i + 1, 0) : mvq_kernel_of(1, 2 * (i - MVQ_MAX_DEPTH + 1)),
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, max);
-    if (e != cudaSuccess) return (int)e;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not left for a later launch to report */
+        return (int)e;
+    }
     attr_set[dev] = true;
     return 0;
 }
@@ -2585,7 +2581,8 @@ static int mvq_max_kw(int64_t n_in, int n_tok, int64_t mb, int ns) {
  * latency-bound (~7.6 cycles an instruction, half of it waiting on its
  * loads), the chunks of a warp run one after another, and a second wave of
  * blocks costs as much as the first. So: the fewest tiles per block (MB,
- * any count) that fit every block into one wave at one block per SM, then
+ * any count, at most 16) that fit every block into one wave at one block
+ * per SM (beyond 16 x the SMs' tiles, more waves), then
  * the most warps per tile (KW). The register ring (depth 2, at most 16
  * warps) measured best on four of the five 8B/14B shapes; the shared ring
  * (at most 24 warps, 4+ stages) where it gives half again as many warps:
@@ -2597,9 +2594,10 @@ static void mvq_shape(int64_t n_in, int64_t n_out, int n_tok, int *NS, int *MB, 
     int64_t mb = (tiles + sms - 1) / sms;
     if (mb > MVQ_MAX_WARPS) mb = MVQ_MAX_WARPS;
     *MB = (int)mb;
-    if (*NS >= 0) { /* stages given */
+    if (*NS >= 0) { /* stages given: fewer tiles a block (more blocks) until a warp per tile fits */
+        while (mb > 1 && mvq_max_kw(n_in, n_tok, mb, *NS) == 0) mb--;
         const int kw = mvq_max_kw(n_in, n_tok, mb, *NS);
-        *KW = kw > 0 ? kw : 1;
+        *MB = (int)mb, *KW = kw > 0 ? kw : 1; /* 0: nothing fits, the launch refuses */
         return;
     }
     const int kr = mvq_max_kw(n_in, n_tok, mb, 0);
@@ -2622,17 +2620,20 @@ extern "C" int tnd_cu_matvec_q4kt_i8(const void *W, int64_t n_in, int64_t n_out,
                                      int tiles_per_block, int ksplit, int depth, int stages, tnd_cu_stream stream) {
     int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
     if (e) return e;
-    if (!x || !y || tiles_per_block < 0 || ksplit < 0 || depth < 0 || depth > MVQ_MAX_DEPTH ||
-        tiles_per_block * ksplit > MVQ_MAX_WARPS_RING || (stages >= 0 && !mvq_ns_ok(stages)) || stages < -1)
+    if (!x || !y || tiles_per_block < 0 || ksplit < 0 || tiles_per_block > MVQ_MAX_WARPS_RING ||
+        ksplit > MVQ_MAX_WARPS_RING || tiles_per_block * ksplit > MVQ_MAX_WARPS_RING || depth < 0 ||
+        depth > MVQ_MAX_DEPTH || (stages >= 0 && !mvq_ns_ok(stages)) || stages < -1)
         return cudaErrorInvalidValue;
-    if (!tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) return cudaErrorNotSupported;
+    /* 16-byte loads and bulk copies of the weights (the backend re-lays only aligned tensors) */
+    if (((uintptr_t)W & 15) || !tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) return cudaErrorNotSupported;
     int ns = stages < 0 ? mvq_stages() : stages; /* -1 still: the shape's pick */
     if (ns > 0 && cu_cc_major() < 9) return cudaErrorNotSupported;
     if ((e = mvq_prepare())) return e;
     int MB = tiles_per_block, KW = ksplit;
     if (MB <= 0 || KW <= 0) mvq_shape(n_in, n_out, n_tok, &ns, &MB, &KW);
-    if (ns < 0) { /* a fixed shape, stages left open: the deepest ring that fits, else registers */
-        ns = cu_cc_major() >= 9 ? 8 : 0;
+    if (ns < 0) { /* a fixed shape, stages left open: registers up to their 16 warps (as mvq_shape
+                   * prefers at equal warps), else the deepest ring that fits */
+        ns = MB * KW <= MVQ_MAX_WARPS || cu_cc_major() < 9 ? 0 : 8;
         while (ns > 0 && mvq_smem(n_in, n_tok, MB * KW, ns) >
                              (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin))
             ns -= 2;
@@ -2672,8 +2673,10 @@ extern "C" int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, co
     /* all defaults: the int8 kernel for one or two tokens where it is on,
      * else the default feed, k_mvt_q4k where that cannot run */
     if (tiles_per_block == 0 && ksplit == 0 && depth == 0 && prefetch == -1 && mvq_on() &&
-        tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok))
-        return tnd_cu_matvec_q4kt_i8(W, n_in, n_out, x, n_tok, y, 0, 0, 0, -1, stream);
+        tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) {
+        e = tnd_cu_matvec_q4kt_i8(W, n_in, n_out, x, n_tok, y, 0, 0, 0, -1, stream);
+        if (e != cudaErrorNotSupported) return e; /* e.g. TND_CUDA_TILE_I8_NS's ring does not fit: the f16 kernel */
+    }
     if (depth == 0 && prefetch == -1) {
         const int feed = tnd_cu_matvec_q4kt_feed();
         if (feed != TND_CU_TILE_REGS) {
