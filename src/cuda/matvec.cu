@@ -1147,8 +1147,9 @@ __global__ void __launch_bounds__(256) k_mvi_q4k(const uint8_t *__restrict__ W, 
  * a chunk's ~330 instructions on the half-rate integer pipe (DECISIONS,
  * session 8). This is k_mvi_q4k's math (x on a 16-bit grid per super-block
  * as byte planes H, L; masked nibbles into mma m16n8k32 u8 x s8; exact
- * s32 sums per sub-block, mvi_q4k_value per super-block) on the tile
- * layout's loads, ~140 instructions a chunk, ~75 on that pipe.
+ * s32 sums per sub-block, one f32 step per super-block: mvq_value) on the
+ * tile layout's loads: ~200 instructions a chunk all told (ncu), far fewer
+ * of them on that pipe.
  *
  * The mapping that fits the layout: lane (g, t) holds, for rows g and g+8,
  * the qs bytes 16t + 64J.. (J = 0, 1): 16 weights of sub 4J + 2(t >> 1)
