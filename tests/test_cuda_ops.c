@@ -1412,7 +1412,9 @@ out:
  * it read (both hazards a matvec that starts early could break), with PDL
  * on and no waits between launches, gives the bits of the same chain with
  * PDL off and a stream sync after every launch. Also right after an
- * in-place repack (the weights' first loads precede the kernel's wait). */
+ * in-place repack (the weights' first loads precede the kernel's wait).
+ * i8: 0 the f16 kernel, 1 the int8 one from its register ring, 2 the int8
+ * one from its shared ring (4 stages). */
 static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit, int i8) {
     const int steps = 8;
     if (!tnd_cu_q4kt_supported(n, n)) {
@@ -1443,7 +1445,7 @@ static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit, int 
         tnd_cu_matvec_q4kt_set_pdl(pdl != 0);
         int e = tnd_cu_q4kt_repack(dW, n, n, cs); /* no sync: the first matvec follows the repack */
         for (int i = 0; i < steps && !e; i++) {
-            /* depth 1, no prefetch: the register-fed kernel whatever TND_CUDA_TILE_FEED says */
+            /* depth 1, no prefetch, stages fixed: the kernel asked for, whatever the environment says */
             e = i8 ? tnd_cu_matvec_q4kt_i8(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1,
                                            i8 == 2 ? 4 : 0, cs)
                    : tnd_cu_matvec_q4kt(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1, 0, cs);
