@@ -4,12 +4,16 @@
  *
  *   build/dev_cuda_matvec_bench [reps] [-t TYPE,...] [-s NINxNOUT,...] [--tiled|--i8]
  *
- * -t: only these types (names as tnd_type_name: Q4_K,Q6_K,...); -s: only
- * these shapes, for the listed types (default: the four main types);
+ * -t: only these types (names as tnd_type_name: Q4_K,Q6_K,...); -s: these
+ * shapes instead (any NINxNOUT, at most 16), for the listed types (default:
+ * the four main types);
  * --tiled: of the variants, only the default launch, the contiguous probes
  * and the tiled rows (Q4_K); --i8: as --tiled, but of the f16 tiled rows
  * only the default depth and prefetch (and no rings), next to the int8
- * rows ("tiled i8 MBm KWk Dd [PDL]": tnd_cu_matvec_q4kt_i8).
+ * rows ("tiled i8 MBm KWk Dd [PDL]": tnd_cu_matvec_q4kt_i8) and the
+ * even-share int8 rows ("i8b Gg Ww Dd|NSn Pp [PDL]": tnd_cu_matvec_q4kt_i8b,
+ * g blocks of w warps, p chunks per warp asked of L2 before the wait; 0
+ * and -1: the defaults).
  *
  * Each shape's weights are replicated until the set exceeds 4x the L2 cache
  * and the timed loop cycles through the copies, so every launch reads W from
@@ -200,6 +204,70 @@ static int validate_f16(tnd_type t, const uint8_t *w, int64_t n_in, int64_t n_ou
     return bad;
 }
 
+/* What one timed row needs of its shape. */
+typedef struct {
+    tnd_type t;
+    int64_t n_in, n_out;
+    size_t wb, ncopies;
+    void **dw, *dx, *dy;
+    const uint8_t *w;
+    const float *x;
+    float *y;
+    double bw;
+    int reps;
+    tnd_cu_stream cs;
+} row_ctx;
+
+/* A variant's launch on weight copy c; returns a CUDA error code. */
+typedef int (*row_launch)(const row_ctx *r, size_t c, const void *arg);
+
+/* One row "variant": a launch into a poisoned y validated against the
+ * reference, then reps launches cycling the copies timed; prints the row.
+ * Returns GB/s, 0 if the variant does not run here (801); *failures
+ * counts launch failures and mismatches. */
+static double time_row(const row_ctx *r, const char *var, row_launch launch, const void *arg, int *failures) {
+    CK(B->iface->memset(B, r->dy, 0xff, (size_t)r->n_out * 4, S));
+    const int e = launch(r, 0, arg);
+    if (e == 801) {
+        printf("| %s | %lldx%lld | %.1f | %s | - | - | - | not supported here |\n", tnd_type_name(r->t),
+               (long long)r->n_in, (long long)r->n_out, r->wb / 1048576.0, var);
+        return 0;
+    }
+    if (e) {
+        printf("| %s | %lldx%lld | %.1f | %s | - | - | - | LAUNCH FAILED (%s) |\n", tnd_type_name(r->t),
+               (long long)r->n_in, (long long)r->n_out, r->wb / 1048576.0, var, tnd_cu_error_string(e));
+        (*failures)++;
+        return 0;
+    }
+    CK(B->iface->copy_d2h(B, r->y, r->dy, (size_t)r->n_out * 4, S));
+    CK(B->iface->stream_sync(B, S));
+    double err = 0;
+    const int bad = validate_f16(r->t, r->w, r->n_in, r->n_out, r->x, r->y, &err);
+    if (bad) (*failures)++;
+    for (int k = 0; k < 3; k++) launch(r, (size_t)k % r->ncopies, arg);
+    CK(B->iface->event_record(B, E0, S));
+    for (int k = 0; k < r->reps; k++) launch(r, (size_t)k % r->ncopies, arg);
+    CK(B->iface->event_record(B, E1, S));
+    const double us = time_ms() * 1e3 / r->reps;
+    const double gbs = ((double)r->wb + r->n_in * 4.0 + r->n_out * 4.0) / (us * 1e-6) / 1e9;
+    printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n", tnd_type_name(r->t), (long long)r->n_in,
+           (long long)r->n_out, r->wb / 1048576.0, var, bad ? " MISMATCH" : "", us, gbs, 100.0 * gbs / r->bw, err);
+    return gbs;
+}
+
+/* the int8 tiled kernel: arg = {tiles per block, warps per tile, depth, stages} */
+static int launch_i8(const row_ctx *r, size_t c, const void *arg) {
+    const int *a = (const int *)arg;
+    return tnd_cu_matvec_q4kt_i8(r->dw[c], r->n_in, r->n_out, (const float *)r->dx, 1, (float *)r->dy, a[0], a[1],
+                                 a[2], a[3], r->cs);
+}
+/* the even-share int8 kernel: arg = {blocks, warps, depth, stages, prefetch} */
+static int launch_i8b(const row_ctx *r, size_t c, const void *arg) {
+    const int *a = (const int *)arg;
+    return tnd_cu_matvec_q4kt_i8b(r->dw[c], r->n_in, r->n_out, (const float *)r->dx, 1, (float *)r->dy, a[0], a[1],
+                                  a[2], a[3], a[4], r->cs);
+}
+
 int main(int argc, char **argv) {
     int reps = 50;
     const char *tlist = NULL, *slist = NULL;
@@ -230,24 +298,35 @@ int main(int argc, char **argv) {
     /* the main formats on the shapes of 8B/14B models; the others on the
      * 14B FFN shape */
     static const tnd_type types[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K, TND_TYPE_Q8_0, TND_TYPE_Q4_0};
-    static const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {5120, 17408}, {14336, 4096}, {17408, 5120}};
+    int64_t shapes[16][2] = {{4096, 4096}, {4096, 14336}, {5120, 17408}, {14336, 4096}, {17408, 5120}};
+    size_t n_shapes = 5;
+    if (slist) { /* -s: exactly these shapes, in order */
+        n_shapes = 0;
+        for (const char *q = slist; *q && n_shapes < 16;) {
+            long long a = 0, b = 0;
+            int used = 0;
+            if (sscanf(q, "%lldx%lld%n", &a, &b, &used) != 2 || a < 256 || b < 1) {
+                fprintf(stderr, "-s: NINxNOUT,... expected at '%s'\n", q);
+                return 2;
+            }
+            shapes[n_shapes][0] = a, shapes[n_shapes][1] = b, n_shapes++;
+            q += used;
+            if (*q == ',') q++;
+        }
+    }
     static const tnd_type others[] = {TND_TYPE_Q4_1, TND_TYPE_Q5_0, TND_TYPE_Q5_1, TND_TYPE_Q2_K, TND_TYPE_Q3_K,
                                       TND_TYPE_Q5_K, TND_TYPE_MXFP4, TND_TYPE_F16};
-    const size_t n_main = sizeof types / sizeof types[0] * (sizeof shapes / sizeof shapes[0]);
+    const size_t n_main = sizeof types / sizeof types[0] * n_shapes;
     const size_t n_cases = n_main + sizeof others / sizeof others[0];
     int failures = 0;
     char summary[64][1400];
     int n_summary = 0;
     for (size_t ci = 0; ci < n_cases; ci++) {
-            const size_t ns = sizeof shapes / sizeof shapes[0];
+            const size_t ns = n_shapes;
             tnd_type t = ci < n_main ? types[ci / ns] : others[ci - n_main];
             int64_t n_in = ci < n_main ? shapes[ci % ns][0] : 5120, n_out = ci < n_main ? shapes[ci % ns][1] : 17408;
             if (tlist && !in_list(tlist, tnd_type_name(t))) continue;
-            if (slist) {
-                char sh[32];
-                snprintf(sh, sizeof sh, "%lldx%lld", (long long)n_in, (long long)n_out);
-                if (!in_list(slist, sh) || ci >= n_main) continue;
-            }
+            if (slist && ci >= n_main) continue;
             size_t wb;
             uint8_t *w = make_w(t, n_in, n_out, &wb);
             const int n_tok_max = 8;
@@ -266,6 +345,7 @@ int main(int argc, char **argv) {
             CK(B->iface->buf_alloc(B, (size_t)(n_out * n_tok_max) * 4, &dy));
             CK(B->iface->copy_h2d(B, dx, x, (size_t)(n_in * n_tok_max) * 4, S));
             CK(B->iface->stream_sync(B, S));
+            const row_ctx rc = {t, n_in, n_out, wb, ncopies, dw, dx, dy, w, x, y, bw, reps, cs};
 
             /* variants: the default launch, the f16 and int8 tensor-core
              * kernels (default shape, then tiles per block x warps per tile),
@@ -579,41 +659,41 @@ int main(int argc, char **argv) {
                             else
                                 snprintf(var, sizeof var, "tiled i8 MB%d KW%d D%d%s", MB, KW, ns < 0 ? 0 : d,
                                          pdl ? " PDL" : "");
-#define ILAUNCH(c) tnd_cu_matvec_q4kt_i8(dw[c], n_in, n_out, dx, 1, dy, MB, KW, ns < 0 ? 0 : d, ns, cs)
-                            CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
-                            int e = ILAUNCH(0);
-                            if (e == 801) { /* the ring does not fit this block */
-                                printf("| %s | %lldx%lld | %.1f | %s | - | - | - | not supported here |\n",
-                                       tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, var);
-                                continue;
-                            }
-                            if (e) {
-                                printf("| %s | %lldx%lld | %.1f | %s | - | - | - | LAUNCH FAILED (%s) |\n",
-                                       tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, var,
-                                       tnd_cu_error_string(e));
-                                failures++;
-                                continue;
-                            }
-                            CK(B->iface->copy_d2h(B, y, dy, (size_t)n_out * 4, S));
-                            CK(B->iface->stream_sync(B, S));
-                            double err = 0;
-                            int bad = validate_f16(t, w, n_in, n_out, x, y, &err);
-                            if (bad) failures++;
-                            for (int k = 0; k < 3; k++) ILAUNCH(k % ncopies);
-                            CK(B->iface->event_record(B, E0, S));
-                            for (int k = 0; k < reps; k++) ILAUNCH(k % ncopies);
-                            CK(B->iface->event_record(B, E1, S));
-#undef ILAUNCH
-                            double us = time_ms() * 1e3 / reps;
-                            double gbs = ((double)wb + n_in * 4.0 + n_out * 4.0) / (us * 1e-6) / 1e9;
-                            printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n", tnd_type_name(t),
-                                   (long long)n_in, (long long)n_out, wb / 1048576.0, var, bad ? " MISMATCH" : "", us,
-                                   gbs, 100.0 * gbs / bw, err);
+                            const int arg[4] = {MB, KW, ns < 0 ? 0 : d, ns};
+                            const double gbs = time_row(&rc, var, launch_i8, arg, &failures);
                             if (gbs > i8_gbs[pdl]) {
                                 i8_gbs[pdl] = gbs;
                                 snprintf(i8_var[pdl], sizeof i8_var[0], "%s", var + 9);
                             }
                         }
+                /* the even-share int8 kernel (tnd_cu_matvec_q4kt_i8b): "i8b Gg Ww Dd|NSn Pp",
+                 * g blocks (0: one per SM) of w warps (0: the most that fit), p chunks per
+                 * warp asked of L2 before the wait (-1: the default) */
+                double i8b_gbs[2] = {0, 0};
+                char i8b_var[2][64] = {"", ""};
+                static const int bw_[][2] = {{0, 0}, {0, 12}, {0, 16}, {0, 24}, {264, 8}};
+                static const int bd[][2] = {{0, -1}, {1, 0}, {2, 0}, {1, 3}};
+                static const int bp[] = {-1, 0, 2, 4};
+                for (int pdl = 0; pdl < 2; pdl++)
+                    for (size_t di = 0; di < sizeof bd / sizeof bd[0]; di++)
+                        for (size_t i = 0; i < sizeof bw_ / sizeof bw_[0]; i++)
+                            for (size_t pi = 0; pi < sizeof bp / sizeof bp[0]; pi++) {
+                                const int G = bw_[i][0], NW = bw_[i][1], d = bd[di][0], ns = bd[di][1], pf = bp[pi];
+                                if (NW > (ns == 0 ? 16 : 24)) continue;
+                                tnd_cu_matvec_q4kt_set_pdl(pdl);
+                                char var[64];
+                                if (ns > 0)
+                                    snprintf(var, sizeof var, "i8b G%d W%d NS%d P%d%s", G, NW, ns, pf, pdl ? " PDL" : "");
+                                else
+                                    snprintf(var, sizeof var, "i8b G%d W%d D%d P%d%s", G, NW, ns < 0 ? 0 : d, pf,
+                                             pdl ? " PDL" : "");
+                                const int arg[5] = {G, NW, ns < 0 ? 0 : d, ns, pf};
+                                const double gbs = time_row(&rc, var, launch_i8b, arg, &failures);
+                                if (gbs > i8b_gbs[pdl]) {
+                                    i8b_gbs[pdl] = gbs;
+                                    snprintf(i8b_var[pdl], sizeof i8b_var[0], "%s", var + 4);
+                                }
+                            }
                 tnd_cu_matvec_q4kt_set_pdl(pdl_default);
                 /* the shared-memory feeds (tnd_cu_matvec_q4kt_fed: "ring FEED NSn MBm
                  * KWk", n stages of one chunk per warp) and their probes */
@@ -698,6 +778,11 @@ int main(int argc, char **argv) {
                                  pdl ? " PDL" : "", tnd_cu_matvec_q4kt_i8_default() ? "on" : "off",
                                  tnd_cu_matvec_q4kt_i8_depth(), tnd_cu_matvec_q4kt_i8_stages(), i8_var[pdl],
                                  i8_gbs[pdl], 100 * i8_gbs[pdl] / bw);
+                    }
+                    for (int pdl = 0; pdl < 2; pdl++) {
+                        n = strlen(sm);
+                        snprintf(sm + n, sizeof summary[0] - n, "\n        i8b%s %s %5.0f (%3.0f%%)", pdl ? " PDL" : "",
+                                 i8b_var[pdl], i8b_gbs[pdl], 100 * i8b_gbs[pdl] / bw);
                     }
                     n = strlen(sm);
                     static const char *const feed_names[] = {"default", "regs", "cpasync", "bulk"};

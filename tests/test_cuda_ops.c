@@ -1350,12 +1350,68 @@ static void test_matvec_q4kt_i8(int64_t n_in, int64_t n_out, int n_tok) {
             compare(w2, y, ref, sc, n_out * n_tok, 2e-4, 1e-6);
             tc_report(same, "%s: the same bits twice", w2);
         }
+        /* the even share (tnd_cu_matvec_q4kt_i8b): blocks (clamped to a
+         * half-tile each), warps, depth, stages (0: the register ring),
+         * prefetch (L2 requests before the wait: the bits must not change) */
+        static const int bshapes[][5] = {{0, 0, 0, -1, -1}, {1, 1, 1, 0, 0},   {3, 5, 2, 0, 16},  {7, 16, 1, 0, 2},
+                                         {2, 3, 0, 2, 4},   {5, 24, 0, 3, 1},  {9, 7, 0, 4, 0},   {0, 16, 2, 0, 4},
+                                         {1000, 1, 1, 0, 3}, {4, 13, 0, 2, 0}, {0, 0, 0, 0, -1},  {0, 0, 0, 4, 8},
+                                         {6, 2, 2, 0, 5},   {11, 24, 0, 2, 2}, {0, 9, 1, 0, 0},   {0, 20, 0, 3, 4},
+                                         {0, 6, 2, 0, 16}};
+        for (size_t i = 0; i < TND_ARRAY_LEN(bshapes); i++) {
+            const int *c = bshapes[i];
+            /* a given grid of a few blocks on a tall matrix: more rows a block than
+             * its partial sums fit in shared memory (801, checked below) */
+            if (c[0] > 0 && n_out / 8 / c[0] > 64) continue;
+            char w2[320];
+            snprintf(w2, sizeof w2, "%s even share: blocks=%d warps=%d depth=%d stages=%d prefetch=%d", what, c[0],
+                     c[1], c[2], c[3], c[4]);
+            bool same = true;
+            for (int rep = 0; rep < 2; rep++) {
+                dev_poison(dy, yb);
+                int e = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4], cs);
+                tnd_status st = B->iface->stream_sync(B, S);
+                if (e || st) {
+                    tc_report(false, "%s: launch %s / %s", w2, e ? tnd_cu_error_string(e) : "ok",
+                              st ? tnd_last_error() : "ok");
+                    same = false;
+                    break;
+                }
+                dev_download(rep ? y1 : y, dy, yb);
+                if (rep) same = memcmp(y, y1, yb) == 0;
+            }
+            compare(w2, y, ref, sc, n_out * n_tok, 2e-4, 1e-6);
+            tc_report(same, "%s: the same bits twice", w2);
+        }
+        {
+            dev_poison(dy, yb);
+            int e = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx + 1, n_tok, dy, 0, 0, 0, -1, -1, cs);
+            tnd_status st = B->iface->stream_sync(B, S);
+            if (e || st) tc_report(false, "%s even share, x misaligned: launch %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
+            else {
+                dev_download(y, dy, yb);
+                compare("even share, x misaligned", y, ref1, sc1, n_out * n_tok, 2e-4, 1e-6);
+            }
+            const int r1 = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, 3, dy, 0, 0, 0, -1, -1, cs);
+            const int r2 = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, 0, 17, 1, 0, -1, cs);
+            const int r3 = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, 5, -1, cs);
+            const int r4 = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 3, 0, -1, cs);
+            const int r5 = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, -1, 0, 0, 0, -1, cs);
+            const int r6 = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, 0, 17, cs);
+            if (n_out >= 32768) /* one block: 2048+ pairs x 128 bytes of sums, more than a block's shared memory */
+                tc_report(tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, 1, 1, 1, 0, 0, cs) == 801,
+                          "%s even share: one block for all rows refuses (801)", what);
+            tc_report(r1 == 801 && r2 == 1 && r3 == 1 && r4 == 1 && r5 == 1 && r6 == 1,
+                      "%s even share: refuses 3 tokens (%d), 17 warps in registers (%d), 5 stages (%d), depth 3 (%d), "
+                      "-1 blocks (%d), prefetch 17 (%d)",
+                      what, r1, r2, r3, r4, r5, r6);
+        }
         /* the default call: this kernel's bits while it is the default, the f16 kernel's tolerance otherwise */
         dev_poison(dy, yb);
         int e = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, -1, cs);
         tnd_status st = B->iface->stream_sync(B, S);
         dev_download(y, dy, yb);
-        const bool was = tnd_cu_matvec_q4kt_i8_default();
+        const bool was = tnd_cu_matvec_q4kt_i8_default(), was_b = tnd_cu_matvec_q4kt_i8b_default();
         for (int on = 0; on < 2; on++) {
             tnd_cu_matvec_q4kt_set_i8(on != 0);
             dev_poison(dy, yb);
@@ -1371,6 +1427,22 @@ static void test_matvec_q4kt_i8(int64_t n_in, int64_t n_out, int n_tok) {
             }
         }
         tnd_cu_matvec_q4kt_set_i8(was);
+        /* with the even share switched on, the default call is its kernel with its defaults */
+        {
+            dev_poison(dy, yb);
+            int eb = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, -1, -1, cs);
+            tnd_status sb = B->iface->stream_sync(B, S);
+            dev_download(y, dy, yb);
+            tnd_cu_matvec_q4kt_set_i8b(true);
+            dev_poison(dy, yb);
+            int e2 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, -1, cs);
+            tnd_status st2 = B->iface->stream_sync(B, S);
+            dev_download(y1, dy, yb);
+            tc_report(!eb && !sb && !e2 && !st2 && memcmp(y, y1, yb) == 0,
+                      "%s: tnd_cu_matvec_q4kt's default is the even-share kernel when switched on", what);
+            if (was_b) tnd_cu_matvec_q4kt_set_i8b(true);
+            else tnd_cu_matvec_q4kt_set_i8(was);
+        }
         /* x 4 bytes past a 16-byte boundary: staged from single floats */
         dev_poison(dy, yb);
         e = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx + 1, n_tok, dy, 0, 0, 0, -1, cs);
@@ -1414,7 +1486,9 @@ out:
  * PDL off and a stream sync after every launch. Also right after an
  * in-place repack (the weights' first loads precede the kernel's wait).
  * i8: 0 the f16 kernel, 1 the int8 one from its register ring, 2 the int8
- * one from its shared ring (4 stages). */
+ * one from its shared ring (4 stages); 3, 4: the even-share int8 kernel
+ * (tiles_per_block: blocks, ksplit: warps; 4 chunks per warp asked of L2
+ * before the wait) from registers, from a ring of 3 stages. */
 static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit, int i8) {
     const int steps = 8;
     if (!tnd_cu_q4kt_supported(n, n)) {
@@ -1446,9 +1520,11 @@ static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit, int 
         int e = tnd_cu_q4kt_repack(dW, n, n, cs); /* no sync: the first matvec follows the repack */
         for (int i = 0; i < steps && !e; i++) {
             /* depth 1, no prefetch, stages fixed: the kernel asked for, whatever the environment says */
-            e = i8 ? tnd_cu_matvec_q4kt_i8(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1,
-                                           i8 == 2 ? 4 : 0, cs)
-                   : tnd_cu_matvec_q4kt(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1, 0, cs);
+            e = i8 >= 3 ? tnd_cu_matvec_q4kt_i8b(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1,
+                                                 i8 == 4 ? 3 : 0, 4, cs)
+                : i8    ? tnd_cu_matvec_q4kt_i8(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1,
+                                                i8 == 2 ? 4 : 0, cs)
+                        : tnd_cu_matvec_q4kt(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1, 0, cs);
             if (!pdl && !e) CHECK_ST(B->iface->stream_sync(B, S));
         }
         CHECK_ST(B->iface->stream_sync(B, S));
@@ -1462,7 +1538,8 @@ static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit, int 
     tc_report(!fails && finite && memcmp(want, got, (size_t)n * 4) == 0,
               "q4kt%s %lldx%lld, %d tiles x %d warps per block: %d chained matvecs with PDL == synchronized without "
               "(PDL by default: %s)",
-              i8 == 2 ? " int8 ring" : i8 ? " int8" : "", (long long)n, (long long)n, tiles_per_block, ksplit, steps,
+              i8 == 4 ? " int8 even-share ring" : i8 == 3 ? " int8 even-share" : i8 == 2 ? " int8 ring" : i8 ? " int8" : "",
+              (long long)n, (long long)n, tiles_per_block, ksplit, steps,
               tnd_cu_matvec_q4kt_pdl() ? "on" : "off");
     dev_free(d[0]);
     dev_free(d[1]);
@@ -1733,7 +1810,11 @@ int main(int argc, char **argv) {
     if (tnd_cu_matvec_q4kt_feed_supported(TND_CU_TILE_BULK)) { /* sm_90: the ring */
         test_q4kt_pdl_chain(4096, 0, 0, 2);
         test_q4kt_pdl_chain(8192, 1, 8, 2);
+        test_q4kt_pdl_chain(4096, 0, 0, 4);
+        test_q4kt_pdl_chain(8192, 300, 5, 4); /* more blocks than SMs */
     }
+    test_q4kt_pdl_chain(4096, 0, 0, 3);
+    test_q4kt_pdl_chain(8192, 0, 9, 3);
     test_matvec_q4kt_i8(256, 16, 1);
     test_matvec_q4kt_i8(256, 48, 2);
     test_matvec_q4kt_i8(256 * 20, 144, 1);

@@ -160,13 +160,36 @@ int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *
  * 801 if unsupported (n_tok, shape, device, W not 16-byte aligned, or the
  * ring does not fit). tnd_cu_matvec_q4kt with all-default arguments takes
  * this kernel for one or two tokens when tnd_cu_matvec_q4kt_i8_default()
- * (env TND_CUDA_TILE_MV=i8|f16; set_i8 overrides it, for the bench and
+ * (env TND_CUDA_TILE_MV=i8|i8b|f16; set_i8 overrides it, for the bench and
  * tests), and the f16 one where this refuses with 801. */
 int tnd_cu_matvec_q4kt_i8(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                           int tiles_per_block, int ksplit, int depth, int stages, tnd_cu_stream stream);
 bool tnd_cu_matvec_q4kt_i8_supported(int64_t n_in, int64_t n_out, int n_tok);
+/* The same math and result tolerance as tnd_cu_matvec_q4kt_i8, on an even
+ * share of the rows per block (8-row half-tiles, so no block shares a row)
+ * and of the block's chunks per warp: blocks (0: one per SM, more where a
+ * block's partial sums would not fit its shared memory; at most n_out / 8)
+ * of warps warps (0: the most that fit; at most 16 with the register
+ * ring, 24 with the shared one); stages 0: depth (1..2, 0 the default)
+ * chunks in flight per lane in registers, 2..4 (sm_90): a ring of that
+ * many slots per warp, -1: the default; prefetch 0..16 (sm_90): chunks
+ * per warp past those in flight asked of L2 before the kernel waits for
+ * its predecessor, -1: the default. The bits depend on blocks and warps
+ * only. 801 where tnd_cu_matvec_q4kt_i8_supported is false, W is not
+ * 16-byte aligned or shared memory is short (the rings, or the partial
+ * sums of the rows of a given grid's blocks). */
+int tnd_cu_matvec_q4kt_i8b(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                           int blocks, int warps, int depth, int stages, int prefetch, tnd_cu_stream stream);
 bool tnd_cu_matvec_q4kt_i8_default(void);
 void tnd_cu_matvec_q4kt_set_i8(bool on);
+/* Whether that default call takes tnd_cu_matvec_q4kt_i8b's kernel (its
+ * defaults) first, and the int8 tiles where it refuses: env
+ * TND_CUDA_TILE_MV=i8b; off by default (session 10: 74% of the copy
+ * bandwidth against 70-71% at 5120x17408, but 62-65% against 71-72% at
+ * 4096x14336). set_i8b(true) switches it on, (false) back to the int8
+ * tiles. */
+bool tnd_cu_matvec_q4kt_i8b_default(void);
+void tnd_cu_matvec_q4kt_set_i8b(bool on);
 /* The defaults: depth (env TND_CUDA_TILE_DEPTH, as the f16 kernel's,
  * clamped to 1..2) and stages (env TND_CUDA_TILE_I8_NS=0|2|4|6|8). */
 int tnd_cu_matvec_q4kt_i8_depth(void);

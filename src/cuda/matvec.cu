@@ -323,6 +323,10 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
         if (clock64() - t0 > 8000000000ll) __trap();
     }
 }
+/* bytes (a multiple of 16, src 16-byte aligned) asked of L2 */
+__device__ __forceinline__ void bulk_prefetch(const void *src, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
 /* bytes (a multiple of 16) from global src to shared dst, completing on b */
 __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
@@ -1184,6 +1188,79 @@ __device__ __forceinline__ float mvq_value(uint32_t dd, const int (&a)[3], float
 #define MVQ_MAX_WARPS 16      /* a block of the register ring (128 registers a lane) */
 #define MVQ_MAX_WARPS_RING 24 /* a block of the shared ring (80 registers) */
 
+/* Where lane (g, t) reads the staged x (mvi_stage_x's layout) for the
+ * mapping above. B: lane (g, t) feeds column g (token g >> 2, u = (g >> 1)
+ * & 1, plane g & 1) where t >> 1 == u: 16 bytes of sub 4J + 2u + half at
+ * offset 16(t & 1); other lanes read the zeros (stride 0). C: lane (g, t)
+ * sums token kc = t >> 1, subs 4J + 2uc + half. */
+struct mvq_lane {
+    const uint2 *xb;   /* B pairs; per super-block + xsb, per J + xj, per half + xh */
+    const int *xs;     /* code sums; per super-block + xss */
+    const float *dls;  /* steps; per super-block + dls_s */
+    int xsb, xj, xh, xss, dls_s;
+    int kc, uc;        /* the token and sub pair this lane's sums belong to */
+    bool sums;         /* kc < n_tok */
+    uint32_t sel0;
+};
+
+__device__ __forceinline__ mvq_lane mvq_lane_of(const uint2 *xz, const uint2 *xq, const int *xsm, const float *dl,
+                                                int nsb, int pstride, int n_tok, int lane) {
+    const int g = lane >> 2, t = lane & 3, kb = g >> 2, ub = (g >> 1) & 1;
+    const bool feeds = kb < n_tok && ub == (t >> 1);
+    mvq_lane L;
+    L.xb = feeds ? xq + (2 * kb + (g & 1)) * pstride + 8 * ub + 2 * (t & 1) : xz;
+    L.xsb = feeds ? 32 : 0, L.xj = feeds ? 16 : 0, L.xh = feeds ? 4 : 0;
+    L.kc = t >> 1, L.uc = t & 1;
+    L.sums = L.kc < n_tok;
+    L.xs = L.sums ? xsm + L.kc * nsb * 8 + 2 * L.uc : (const int *)xz;
+    L.dls = L.sums ? dl + L.kc * nsb : (const float *)xz;
+    L.xss = L.sums ? 8 : 0, L.dls_s = L.sums ? 1 : 0;
+    L.sel0 = 0x4440u | (uint32_t)(2 * L.uc);
+    return L;
+}
+
+/* One chunk (super-block sb of a 16-row tile) into yv (rows g, g + 8 of
+ * token kc, half of the subs: lanes t, t ^ 1 hold the two halves).
+ * piece(i) gives the lane's pieces q00, q01, q10, q11, h0, h1 (i = 0..5),
+ * from a register ring or straight from a shared slot. */
+template <class Piece>
+__device__ __forceinline__ void mvq_chunk(const mvq_lane &L, Piece &&piece, int sb, float (&yv)[2]) {
+    const uint4 h0 = piece(4), h1 = piece(5);
+    /* per row: [0] H, [1] L (sc * D, the low subs' sc times 16: their
+     * nibbles are not 16x), [2] m * code sums */
+    int acc[2][3] = {{0, 0, 0}, {0, 0, 0}};
+#pragma unroll
+    for (int J = 0; J < 2; J++) {
+        /* the 6-bit scales and mins of subs 4J..4J+3, one byte each */
+        const uint32_t S0 = J ? (h0.w & 0x0F0F0F0Fu) | ((h0.y >> 2) & 0x30303030u) : h0.y & 0x3F3F3F3Fu;
+        const uint32_t M0 = J ? ((h0.w >> 4) & 0x0F0F0F0Fu) | ((h0.z >> 2) & 0x30303030u) : h0.z & 0x3F3F3F3Fu;
+        const uint32_t S1 = J ? (h1.w & 0x0F0F0F0Fu) | ((h1.y >> 2) & 0x30303030u) : h1.y & 0x3F3F3F3Fu;
+        const uint32_t M1 = J ? ((h1.w >> 4) & 0x0F0F0F0Fu) | ((h1.z >> 2) & 0x30303030u) : h1.z & 0x3F3F3F3Fu;
+        const uint4 qa = piece(J), qc = piece(2 + J); /* rows g, g+8 */
+        const int2 X = *(const int2 *)(L.xs + sb * L.xss + 4 * J); /* code sums of subs 4J + 2uc, +1 */
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const uint32_t mask = half ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+            const uint4 xv = *(const uint4 *)(L.xb + sb * L.xsb + J * L.xj + half * L.xh);
+            int D[4];
+            imma_u8s8(qa.x & mask, qc.x & mask, qa.y & mask, qc.y & mask, make_uint2(xv.x, xv.y), D);
+            imma_u8s8_acc(qa.z & mask, qc.z & mask, qa.w & mask, qc.w & mask, make_uint2(xv.z, xv.w), D);
+            const uint32_t sel = L.sel0 + half; /* byte (sub & 3), zeros above */
+            const int sc0 = (int)prmt(S0, 0, sel) << (half ? 0 : 4), sc1 = (int)prmt(S1, 0, sel) << (half ? 0 : 4);
+            acc[0][0] += sc0 * D[0];
+            acc[0][1] += sc0 * D[1];
+            acc[1][0] += sc1 * D[2];
+            acc[1][1] += sc1 * D[3];
+            const int Xs = half ? X.y : X.x;
+            acc[0][2] += (int)prmt(M0, 0, sel) * Xs;
+            acc[1][2] += (int)prmt(M1, 0, sel) * Xs;
+        }
+    }
+    const float delta = L.dls[sb * L.dls_s];
+    yv[0] += mvq_value(h0.x, acc[0], delta);
+    yv[1] += mvq_value(h1.x, acc[1], delta);
+}
+
 /* NS == 0: DEPTH chunks in flight per lane in a register ring (as
  * k_mvt_q4k). NS > 0 (sm_90): instead, each warp streams its chunks
  * through its own ring of NS 2304-byte slots in shared memory, one
@@ -1204,66 +1281,16 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
     float2 *const red = (float2 *)mvh_dyn; /* reused after the main loop */
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int mi = wid / KW, kw = wid - mi * KW;
-    const int g = lane >> 2, t = lane & 3;
+    const int g = lane >> 2;
     const int64_t tile = (int64_t)blockIdx.x * MB + mi, last = n_out / 16 - 1;
     const int64_t r0 = tile * 16 + g;
     const uint8_t *const base = W + (size_t)(tile <= last ? tile : last) * 16 * rb;
     const uint8_t *const qp = base + 16 * lane, *const hp = base + Q4KT_HDR + 16 * g;
     typedef q4k_pieces buf;
     auto load = [&](buf &b, int sb) { q4kt_load(b, qp, hp, sb); };
-    /* B: lane (g, t) feeds column g (token g >> 2, u = (g >> 1) & 1, plane
-     * g & 1) where t >> 1 == u: 16 bytes of sub 4J + 2u + half at offset
-     * 16(t & 1); other lanes read the zeros (stride 0) */
-    const int kb = g >> 2, ub = (g >> 1) & 1;
-    const bool feeds = kb < n_tok && ub == (t >> 1);
-    const uint2 *const xb = feeds ? xq + (2 * kb + (g & 1)) * pstride + 8 * ub + 2 * (t & 1) : xz;
-    const int xsb = feeds ? 32 : 0, xj = feeds ? 16 : 0, xh = feeds ? 4 : 0;
-    /* C: lane (g, t) sums token kc = t >> 1, subs 4J + 2uc + half */
-    const int kc = t >> 1, uc = t & 1;
-    const bool sums = kc < n_tok;
-    const int *const xs = sums ? xsm + kc * nsb * 8 + 2 * uc : (const int *)xz;
-    const float *const dls = sums ? dl + kc * nsb : (const float *)xz;
-    const int xss = sums ? 8 : 0, dls_s = sums ? 1 : 0;
-    const uint32_t sel0 = 0x4440u | (uint32_t)(2 * uc);
+    const mvq_lane L = mvq_lane_of(xz, xq, xsm, dl, nsb, pstride, n_tok, lane);
     float yv[2] = {0.f, 0.f};
-    /* one chunk: piece(i) gives the lane's pieces q00, q01, q10, q11, h0, h1
-     * (i = 0..5), from the register ring or straight from the shared slot */
-    auto compute = [&](auto &&piece, int sb) {
-        const uint4 h0 = piece(4), h1 = piece(5);
-        /* per row: [0] H, [1] L (sc * D, the low subs' sc times 16: their
-         * nibbles are not 16x), [2] m * code sums */
-        int acc[2][3] = {{0, 0, 0}, {0, 0, 0}};
-#pragma unroll
-        for (int J = 0; J < 2; J++) {
-            /* the 6-bit scales and mins of subs 4J..4J+3, one byte each */
-            const uint32_t S0 = J ? (h0.w & 0x0F0F0F0Fu) | ((h0.y >> 2) & 0x30303030u) : h0.y & 0x3F3F3F3Fu;
-            const uint32_t M0 = J ? ((h0.w >> 4) & 0x0F0F0F0Fu) | ((h0.z >> 2) & 0x30303030u) : h0.z & 0x3F3F3F3Fu;
-            const uint32_t S1 = J ? (h1.w & 0x0F0F0F0Fu) | ((h1.y >> 2) & 0x30303030u) : h1.y & 0x3F3F3F3Fu;
-            const uint32_t M1 = J ? ((h1.w >> 4) & 0x0F0F0F0Fu) | ((h1.z >> 2) & 0x30303030u) : h1.z & 0x3F3F3F3Fu;
-            const uint4 qa = piece(J), qc = piece(2 + J); /* rows g, g+8 */
-            const int2 X = *(const int2 *)(xs + sb * xss + 4 * J); /* code sums of subs 4J + 2uc, +1 */
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const uint32_t mask = half ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
-                const uint4 xv = *(const uint4 *)(xb + sb * xsb + J * xj + half * xh);
-                int D[4];
-                imma_u8s8(qa.x & mask, qc.x & mask, qa.y & mask, qc.y & mask, make_uint2(xv.x, xv.y), D);
-                imma_u8s8_acc(qa.z & mask, qc.z & mask, qa.w & mask, qc.w & mask, make_uint2(xv.z, xv.w), D);
-                const uint32_t sel = sel0 + half; /* byte (sub & 3), zeros above */
-                const int sc0 = (int)prmt(S0, 0, sel) << (half ? 0 : 4), sc1 = (int)prmt(S1, 0, sel) << (half ? 0 : 4);
-                acc[0][0] += sc0 * D[0];
-                acc[0][1] += sc0 * D[1];
-                acc[1][0] += sc1 * D[2];
-                acc[1][1] += sc1 * D[3];
-                const int Xs = half ? X.y : X.x;
-                acc[0][2] += (int)prmt(M0, 0, sel) * Xs;
-                acc[1][2] += (int)prmt(M1, 0, sel) * Xs;
-            }
-        }
-        const float delta = dls[sb * dls_s];
-        yv[0] += mvq_value(h0.x, acc[0], delta);
-        yv[1] += mvq_value(h1.x, acc[1], delta);
-    };
+    auto compute = [&](auto &&piece, int sb) { mvq_chunk(L, piece, sb, yv); };
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
@@ -1351,9 +1378,239 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
             a.y += b2.y;
         }
     }
-    if (uc == 0 && sums && tile <= last) {
-        y[(int64_t)kc * n_out + r0] = a.x;
-        y[(int64_t)kc * n_out + r0 + 8] = a.y;
+    if (L.uc == 0 && L.sums && tile <= last) {
+        y[(int64_t)L.kc * n_out + r0] = a.x;
+        y[(int64_t)L.kc * n_out + r0 + 8] = a.y;
+    }
+}
+
+/* ---- the int8 tiled decode over an even share per SM: k_mvb_q4k -----------
+ * Why: k_mvq_q4k gives each block whole tiles and each warp one tile's
+ * chunks to stream, so at 5120x17408 (1088 tiles on 132 SMs) 121 blocks
+ * of 9 tiles run while 11 SMs idle, and some 2000 warps each stream their
+ * own stretch of memory. Here a grid of (at most) one block per SM shares
+ * out the rows in half-tiles (8 rows): block b takes half-tiles
+ * [b H / G, (b + 1) H / G), counts that differ by one at most, so no SM
+ * idles and none streams more than half a tile beyond the mean; no block
+ * shares a row with another, so none ever waits on another.
+ *
+ * A block decodes its half-tiles in pairs, the first as the mma's rows g,
+ * the second as rows g + 8. A block that starts on an odd half-tile pairs
+ * the lower half of one tile with the upper half of the next, whose pieces
+ * lie one tile (nsb chunks) further on, so either way item c of the block
+ * (pair c / nsb, super-block c % nsb) sits at fixed lane offsets from the
+ * block's first tile + c * Q4KT_CHUNK. An odd count leaves the second half
+ * of the last pair empty (zeros, not loaded, not written).
+ *
+ * The block's items (pair-major, super-blocks in order) are dealt to its
+ * nw warps in turn: warp w takes items w, w + nw, w + 2 nw, ..., so each
+ * step of the block reads nw consecutive chunks (its stretch of memory
+ * front to back) and no warp holds more than one item beyond the mean (a
+ * warp's items are what bound its time: each waits on its loads). A warp
+ * leaves its sum of each pair it touches in shared memory (no barrier in
+ * the loop): the items p nsb + j, j < min(nsb, nw), of pair p belong to
+ * distinct warps, and after the loop the block adds their sums in that
+ * order and writes y (the bits depend on G and nw only). The math,
+ * loads, PDL and feeds (DEPTH, NS) are k_mvq_q4k's. Shared memory: x, then
+ * the rings and their mbarriers (NS > 0), then 16 float2 per pair and
+ * warp that touches it (mvb_smem_*). */
+#define MVB_MAX_NS 4
+
+template <int DEPTH, int NS>
+__global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS), 1)
+    k_mvb_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in, int64_t n_out, const float *__restrict__ x,
+              int n_tok, float *__restrict__ y, int pre) {
+    extern __shared__ uint4 mvh_dyn[];
+    const int nsb = (int)(n_in / 256), pstride = nsb * 32 + 4;
+    uint2 *const xz = (uint2 *)mvh_dyn, *const xq = xz + 32;
+    int *const xsm = (int *)(xq + 2 * n_tok * pstride);
+    float *const dl = (float *)(xsm + n_tok * nsb * 8);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5, g = lane >> 2;
+    const int kws = nw < nsb ? nw : nsb; /* the warps that touch a pair */
+    const size_t xbytes = mvi_xbytes(n_in, n_tok);
+    float2 *const part = (float2 *)((uint8_t *)mvh_dyn + xbytes + (size_t)nw * NS * (Q4KT_CHUNK + 8));
+    /* this block's half-tiles [hlo, hhi), as npairs pairs */
+    const int64_t H = n_out / 8, hlo = (int64_t)blockIdx.x * H / gridDim.x;
+    const int64_t hhi = (int64_t)(blockIdx.x + 1) * H / gridDim.x;
+    const int npairs = (int)((hhi - hlo + 1) / 2);
+    const int psingle = ((hhi - hlo) & 1) ? npairs - 1 : npairs; /* pairs from here on have no second half */
+    const int odd = (int)(hlo & 1);
+    const size_t tb = 16 * rb; /* a tile: nsb chunks */
+    const uint8_t *const wb = W + (size_t)(hlo >> 1) * tb;
+    /* the lane's offsets from wb + c * Q4KT_CHUNK: quant pieces (J = 0; + 512
+     * for J = 1) and header of the pair's first (A) and second (B) half */
+    const uint32_t qa = odd * 1024 + 16 * lane, ha = Q4KT_HDR + odd * 128 + 16 * g;
+    const uint32_t bo = odd ? (uint32_t)tb : 0; /* B: the next tile's upper half when A is a lower one */
+    const uint32_t qb = bo + (1 - odd) * 1024 + 16 * lane, hb = bo + Q4KT_HDR + (1 - odd) * 128 + 16 * g;
+    const mvq_lane L = mvq_lane_of(xz, xq, xsm, dl, nsb, pstride, n_tok, lane);
+    float yv[2] = {0.f, 0.f};
+    /* this warp's items in order: c = wid, wid + nw, ... as (pair, super-block) */
+    struct cursor {
+        int p, sb;
+    };
+    const cursor first = {wid / nsb, wid % nsb};
+    const int pstep = nw / nsb, sstep = nw % nsb;
+    auto next = [&](cursor &u) {
+        u.p += pstep, u.sb += sstep;
+        if (u.sb >= nsb) u.p++, u.sb -= nsb;
+    };
+    auto flush = [&](int p) { /* this warp's sum of pair p: lanes with t even hold token t / 2's */
+        const float2 a = make_float2(yv[0] + __shfl_xor_sync(0xffffffffu, yv[0], 1),
+                                     yv[1] + __shfl_xor_sync(0xffffffffu, yv[1], 1));
+        yv[0] = yv[1] = 0.f;
+        /* the warp's place j among those that touch p: its first item there is p nsb + j */
+        const int j = (wid - p * nsb % nw + nw) % nw;
+        if (!(lane & 1)) part[((size_t)p * kws + j) * 16 + (lane >> 1)] = a;
+    };
+    /* the pre items after u asked of L2, by lane 0, before the wait: DRAM
+     * stays busy while the block waits for its predecessor and stages x */
+    auto prefetch = [&](cursor u) {
+#if __CUDA_ARCH__ >= 900
+        if (lane != 0) return;
+        for (int i = 0; i < pre && u.p < npairs; i++, next(u)) {
+            const uint8_t *const p = wb + (size_t)(u.p * nsb + u.sb) * Q4KT_CHUNK;
+            if (!odd && u.p < psingle) {
+                bulk_prefetch(p, Q4KT_CHUNK);
+                continue;
+            }
+            bulk_prefetch(p + odd * 1024, 1024);
+            bulk_prefetch(p + Q4KT_HDR + odd * 128, 128);
+            if (u.p < psingle) {
+                bulk_prefetch(p + bo + (1 - odd) * 1024, 1024);
+                bulk_prefetch(p + bo + Q4KT_HDR + (1 - odd) * 128, 128);
+            }
+        }
+#else
+        (void)u;
+#endif
+    };
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+    if constexpr (NS == 0) {
+        typedef q4k_pieces buf;
+        auto load = [&](buf &b, cursor u) {
+            const uint8_t *p = wb + (size_t)(u.p * nsb + u.sb) * Q4KT_CHUNK;
+            b.q00 = ld_stream16(p + qa);
+            b.q01 = ld_stream16(p + qa + 512);
+            b.h0 = ld_stream16(p + ha);
+            if (u.p < psingle) {
+                b.q10 = ld_stream16(p + qb);
+                b.q11 = ld_stream16(p + qb + 512);
+                b.h1 = ld_stream16(p + hb);
+            } else {
+                b.q10 = b.q11 = b.h1 = make_uint4(0u, 0u, 0u, 0u);
+            }
+        };
+        buf ring[DEPTH + 1];
+        cursor ld = first, cu = first;
+#pragma unroll
+        for (int i = 0; i < DEPTH; i++)
+            if (ld.p < npairs) load(ring[i], ld), next(ld);
+        prefetch(ld);
+#if __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.wait;" ::: "memory"); /* x (and y) only past here, as k_mvt_q4k */
+#endif
+        mvi_stage_x(xz, xq, xsm, dl, x, n_in, n_tok, pstride);
+        __syncthreads();
+        bool more = cu.p < npairs;
+        while (more) {
+#pragma unroll
+            for (int u = 0; u <= DEPTH; u++) {
+                if (cu.p >= npairs) {
+                    more = false;
+                    break;
+                }
+                if (ld.p < npairs) load(ring[(u + DEPTH) % (DEPTH + 1)], ld), next(ld);
+                const buf &b = ring[u];
+                mvq_chunk(
+                    L,
+                    [&](int i) {
+                        return i == 0 ? b.q00 : i == 1 ? b.q01 : i == 2 ? b.q10 : i == 3 ? b.q11 : i == 4 ? b.h0 : b.h1;
+                    },
+                    cu.sb, yv);
+                const int p = cu.p;
+                next(cu);
+                if (cu.p != p) flush(p);
+            }
+        }
+    } else {
+#if __CUDA_ARCH__ >= 900
+        uint8_t *const ring = (uint8_t *)mvh_dyn + xbytes + (size_t)wid * NS * Q4KT_CHUNK;
+        uint64_t *const bar = (uint64_t *)((uint8_t *)mvh_dyn + xbytes + (size_t)nw * NS * Q4KT_CHUNK) + wid * NS;
+        cursor is = first, cu = first;
+        int n_issued = 0;
+        auto issue = [&]() { /* the next item into slot n_issued % NS, by lane 0: A's pieces, then B's */
+            if (is.p >= npairs) return;
+            if (lane == 0) {
+                uint8_t *const d = ring + (n_issued % NS) * Q4KT_CHUNK;
+                const uint8_t *const p = wb + (size_t)(is.p * nsb + is.sb) * Q4KT_CHUNK;
+                uint64_t *const b = bar + n_issued % NS;
+                const bool two = is.p < psingle;
+                /* the slot's earlier reads (generic proxy) before the copy's writes (async proxy) */
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                if (!odd && two) { /* a whole tile's chunk */
+                    mbar_expect_tx(b, Q4KT_CHUNK);
+                    bulk_copy(d, p, Q4KT_CHUNK, b);
+                } else {
+                    mbar_expect_tx(b, two ? Q4KT_CHUNK : Q4KT_CHUNK / 2);
+                    bulk_copy(d, p + odd * 1024, 1024, b);
+                    bulk_copy(d + Q4KT_HDR, p + Q4KT_HDR + odd * 128, 128, b);
+                    if (two) {
+                        bulk_copy(d + 1024, p + bo + (1 - odd) * 1024, 1024, b);
+                        bulk_copy(d + Q4KT_HDR + 128, p + bo + Q4KT_HDR + (1 - odd) * 128, 128, b);
+                    }
+                }
+            }
+            n_issued++;
+            next(is);
+        };
+        if (lane == 0) {
+            for (int k = 0; k < NS; k++) mbar_init(bar + k, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncwarp();
+        for (int i = 0; i < NS; i++) issue(); /* weights only before the wait */
+        prefetch(is);
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+        mvi_stage_x(xz, xq, xsm, dl, x, n_in, n_tok, pstride);
+        __syncthreads();
+        for (int i = 0; cu.p < npairs; i++) {
+            const int slot = i % NS;
+            mbar_wait(bar + slot, (uint32_t)((i / NS) & 1));
+            const uint8_t *sp = ring + slot * Q4KT_CHUNK;
+            const bool two = cu.p < psingle;
+            mvq_chunk(
+                L,
+                [&](int k) {
+                    if (!two && (k == 2 || k == 3 || k == 5)) return make_uint4(0u, 0u, 0u, 0u);
+                    return *(const uint4 *)(sp + (k < 4 ? 512 * k + 16 * lane : Q4KT_HDR + 128 * (k - 4) + 16 * g));
+                },
+                cu.sb, yv);
+            __syncwarp(); /* every lane's reads of the slot before it is refilled */
+            issue();
+            const int p = cu.p;
+            next(cu);
+            if (cu.p != p) flush(p);
+        }
+#endif
+    }
+    /* each pair's sums from the warps that touch it, in the order of their
+     * first items there: entry e = (pair, lane >> 1 of an even lane: row g
+     * and token t / 2) */
+    __syncthreads();
+    for (int e = threadIdx.x; e < npairs * 16; e += blockDim.x) {
+        const int p = e >> 4, i = e & 15, k = i & 1;
+        if (k >= n_tok) continue;
+        float2 a = part[(size_t)p * kws * 16 + i];
+        for (int w = 1; w < kws; w++) {
+            const float2 v = part[((size_t)p * kws + w) * 16 + i];
+            a.x += v.x;
+            a.y += v.y;
+        }
+        const int64_t r = (hlo + 2 * p) * 8 + (i >> 1);
+        y[(int64_t)k * n_out + r] = a.x;
+        if (p < psingle) y[(int64_t)k * n_out + r + 8] = a.y;
     }
 }
 
@@ -2360,9 +2617,9 @@ static int mvt_pf(void) {
  * load time for an H100, must not be launched with PDL, or it would read x
  * before its predecessor's writes are visible. Cached per kernel and
  * device (a benign race, as the other caches). */
-static bool mvt_has_wait(mvh_kernel k) {
+static bool mvt_has_wait(const void *k) {
     static struct {
-        mvh_kernel k;
+        const void *k;
         int dev;
         bool ok;
     } cache[256];
@@ -2372,7 +2629,7 @@ static bool mvt_has_wait(mvh_kernel k) {
     for (int i = 0; i < n_cache; i++)
         if (cache[i].k == k && cache[i].dev == dev) return cache[i].ok;
     cudaFuncAttributes fa;
-    const bool ok = cudaFuncGetAttributes(&fa, (const void *)k) == cudaSuccess && fa.ptxVersion >= 90;
+    const bool ok = cudaFuncGetAttributes(&fa, k) == cudaSuccess && fa.ptxVersion >= 90;
     if (!ok) (void)cudaGetLastError();
     if (n_cache < 256) cache[n_cache++] = {k, dev, ok};
     return ok;
@@ -2464,7 +2721,7 @@ static int launch_mvt1(bool probe, const void *W, int64_t n_in, int64_t n_out, c
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     const mvh_kernel kl = mvt_kernel_of(probe, depth, pf);
-    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait(kl)) cfg.attrs = at, cfg.numAttrs = 1;
+    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait((const void *)kl)) cfg.attrs = at, cfg.numAttrs = 1;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kl, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in),
                                              n_in, n_out, x, n_tok, y, MB, KW);
     const cudaError_t last = cudaGetLastError(); /* clears what a failed launch left */
@@ -2500,14 +2757,21 @@ static int launch_mvs(bool probe, const void *W, int64_t n_in, int64_t n_out, co
 #define MVQ_DEFAULT_DEPTH 2
 #define MVQ_DEFAULT_NS -1 /* the launch shape's pick (mvq_shape) */
 
-static int mvq_on_v = -1; /* -1: not read yet; tnd_cu_matvec_q4kt_set_i8 overrides the environment */
-static bool mvq_on(void) {
+/* 0: the f16 kernel, 1: the int8 one, 2: the int8 one over an even share
+ * (k_mvb_q4k); -1: not read yet; tnd_cu_matvec_q4kt_set_i8/_i8b override
+ * the environment */
+static int mvq_on_v = -1;
+static int mvq_mode(void) {
     if (mvq_on_v < 0) { /* a benign race, as mvt_depth's */
         const char *e = getenv("TND_CUDA_TILE_MV");
-        mvq_on_v = e && strcmp(e, "f16") == 0 ? 0 : e && strcmp(e, "i8") == 0 ? 1 : MVQ_DEFAULT_ON;
+        mvq_on_v = e && strcmp(e, "f16") == 0  ? 0
+                   : e && strcmp(e, "i8") == 0 ? 1
+                   : e && strcmp(e, "i8b") == 0 ? 2
+                                                : MVQ_DEFAULT_ON;
     }
-    return mvq_on_v == 1;
+    return mvq_on_v;
 }
+static bool mvq_on(void) { return mvq_mode() >= 1; }
 
 static int mvq_depth(void) {
     static int d = 0; /* a benign race, as mvt_depth's */
@@ -2652,7 +2916,7 @@ extern "C" int tnd_cu_matvec_q4kt_i8(const void *W, int64_t n_in, int64_t n_out,
     cudaLaunchAttribute at[1] = {};
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
-    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait(k)) cfg.attrs = at, cfg.numAttrs = 1;
+    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait((const void *)k)) cfg.attrs = at, cfg.numAttrs = 1;
     const cudaError_t le = cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in),
                                               n_in, n_out, x, n_tok, y, MB, KW);
     const cudaError_t last = cudaGetLastError(); /* clears what a failed launch left */
@@ -2660,9 +2924,109 @@ extern "C" int tnd_cu_matvec_q4kt_i8(const void *W, int64_t n_in, int64_t n_out,
 }
 
 extern "C" bool tnd_cu_matvec_q4kt_i8_default(void) { return mvq_on(); }
+extern "C" bool tnd_cu_matvec_q4kt_i8b_default(void) { return mvq_mode() == 2; }
 extern "C" void tnd_cu_matvec_q4kt_set_i8(bool on) { mvq_on_v = on ? 1 : 0; }
+extern "C" void tnd_cu_matvec_q4kt_set_i8b(bool on) { mvq_on_v = on ? 2 : 1; }
 extern "C" int tnd_cu_matvec_q4kt_i8_depth(void) { return mvq_depth(); }
 extern "C" int tnd_cu_matvec_q4kt_i8_stages(void) { return mvq_stages(); }
+
+/* ---- the int8 decode over an even share per SM (k_mvb_q4k): launch --------- */
+
+/* THE DEFAULTS, from dev_cuda_matvec_bench --i8 (session 10, H200, 5120x17408,
+ * PDL): the register ring of depth 2 (tnd_cu_matvec_q4kt_i8's default depth)
+ * with 16 warps, 2 chunks per warp asked of L2 before the wait: 16.0 us,
+ * 74% of the copy bandwidth; the shared rings 66-68%, 8 or 12 warps 70%,
+ * 4 or more chunks asked of L2 70%. */
+#define MVB_DEFAULT_NS 0 /* stages of the shared ring (sm_90; 0: the register ring) */
+#define MVB_DEFAULT_PRE 2 /* chunks per warp asked of L2 before the wait (sm_90) */
+#define MVB_MAX_PRE 16
+
+static bool mvb_ns_ok(int ns) { return ns == 0 || (ns >= 2 && ns <= MVB_MAX_NS); }
+/* depth 1..MVQ_MAX_DEPTH (register ring) for ns == 0, else the ring of ns stages */
+typedef void (*mvb_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int);
+static mvb_kernel mvb_kernel_of(int depth, int ns) {
+    static const mvb_kernel k[MVQ_MAX_DEPTH + MVB_MAX_NS - 1] = {k_mvb_q4k<1, 0>, k_mvb_q4k<2, 0>, k_mvb_q4k<1, 2>,
+                                                                 k_mvb_q4k<1, 3>, k_mvb_q4k<1, 4>};
+    return ns ? k[MVQ_MAX_DEPTH + ns - 2] : k[depth - 1];
+}
+
+/* x, the rings and their mbarriers (all but the sums), and the bytes of
+ * the sums per pair of a block */
+static size_t mvb_smem_fixed(int64_t n_in, int n_tok, int warps, int ns) {
+    return mvi_xbytes(n_in, n_tok) + (size_t)warps * ns * (Q4KT_CHUNK + 8);
+}
+static size_t mvb_smem_pair(int64_t n_in, int warps) {
+    const int64_t nsb = n_in / 256;
+    return (size_t)(warps < nsb ? warps : nsb) * 16 * sizeof(float2);
+}
+
+static int mvb_prepare(void) {
+    static bool attr_set[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    if (attr_set[dev]) return 0;
+    cudaError_t e = cudaSuccess;
+    const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    for (int i = 0; i < MVQ_MAX_DEPTH + MVB_MAX_NS - 1 && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(i < MVQ_MAX_DEPTH ? mvb_kernel_of(i + 1, 0) : mvb_kernel_of(1, i - MVQ_MAX_DEPTH + 2),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, max);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not left for a later launch to report */
+        return (int)e;
+    }
+    attr_set[dev] = true;
+    return 0;
+}
+
+extern "C" int tnd_cu_matvec_q4kt_i8b(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
+                                      float *y, int blocks, int warps, int depth, int stages, int prefetch,
+                                      tnd_cu_stream stream) {
+    int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
+    if (e) return e;
+    if (!x || !y || blocks < 0 || warps < 0 || warps > MVQ_MAX_WARPS_RING || depth < 0 || depth > MVQ_MAX_DEPTH ||
+        stages < -1 || (stages >= 0 && !mvb_ns_ok(stages)) || prefetch < -1 || prefetch > MVB_MAX_PRE)
+        return cudaErrorInvalidValue;
+    if (((uintptr_t)W & 15) || !tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) return cudaErrorNotSupported;
+    int ns = stages >= 0 ? stages : cu_cc_major() >= 9 ? MVB_DEFAULT_NS : 0;
+    if (ns > 0 && cu_cc_major() < 9) return cudaErrorNotSupported;
+    const int maxw = ns ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS;
+    const size_t smax = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    const int64_t H = n_out / 8;
+    int nw = warps;
+    if (nw == 0) /* the most that fit with a pair's sums */
+        for (nw = maxw; nw > 1 && mvb_smem_fixed(n_in, n_tok, nw, ns) + mvb_smem_pair(n_in, nw) > smax;) nw--;
+    if (nw > maxw) return cudaErrorInvalidValue;
+    const size_t fixed = mvb_smem_fixed(n_in, n_tok, nw, ns), per = mvb_smem_pair(n_in, nw);
+    if (fixed + per > smax) return cudaErrorNotSupported;
+    const int64_t maxpairs = (int64_t)((smax - fixed) / per); /* a block's sums that fit */
+    int64_t grid = blocks;
+    if (!grid) { /* one block per SM, or more where a block cannot hold its pairs' sums */
+        grid = cu_dev_attr(cudaDevAttrMultiProcessorCount);
+        const int64_t need = (H + 2 * maxpairs - 1) / (2 * maxpairs);
+        if (grid < need) grid = need;
+    }
+    if (grid > H) grid = H; /* a half-tile a block at least */
+    if (grid < 1) grid = 1;
+    const int64_t npairs = ((H + grid - 1) / grid + 1) / 2; /* the most of a block */
+    if (npairs > maxpairs) return cudaErrorNotSupported;
+    const size_t smem = fixed + (size_t)npairs * per;
+    if ((e = mvb_prepare())) return e;
+    const mvb_kernel k = mvb_kernel_of(depth ? depth : mvq_depth(), ns);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3(32 * nw);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = (cudaStream_t)stream;
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait((const void *)k)) cfg.attrs = at, cfg.numAttrs = 1;
+    const cudaError_t le = cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in),
+                                              n_in, n_out, x, n_tok, y,
+                                              cu_cc_major() >= 9 ? (prefetch < 0 ? MVB_DEFAULT_PRE : prefetch) : 0);
+    const cudaError_t last = cudaGetLastError(); /* clears what a failed launch left */
+    return (int)(le != cudaSuccess ? le : last);
+}
 
 
 extern "C" int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
@@ -2675,6 +3039,10 @@ extern "C" int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, co
      * else the default feed, k_mvt_q4k where that cannot run */
     if (tiles_per_block == 0 && ksplit == 0 && depth == 0 && prefetch == -1 && mvq_on() &&
         tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) {
+        if (mvq_mode() == 2) { /* the even share; where it refuses, the int8 tiles */
+            e = tnd_cu_matvec_q4kt_i8b(W, n_in, n_out, x, n_tok, y, 0, 0, 0, -1, -1, stream);
+            if (e != cudaErrorNotSupported) return e;
+        }
         e = tnd_cu_matvec_q4kt_i8(W, n_in, n_out, x, n_tok, y, 0, 0, 0, -1, stream);
         if (e != cudaErrorNotSupported) return e; /* e.g. TND_CUDA_TILE_I8_NS's ring does not fit: the f16 kernel */
     }
