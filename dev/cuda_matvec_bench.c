@@ -679,7 +679,7 @@ int main(int argc, char **argv) {
                         for (size_t i = 0; i < sizeof bw_ / sizeof bw_[0]; i++)
                             for (size_t pi = 0; pi < sizeof bp / sizeof bp[0]; pi++) {
                                 const int G = bw_[i][0], NW = bw_[i][1], d = bd[di][0], ns = bd[di][1], pf = bp[pi];
-                                if (NW > (ns == 0 ? 16 : 24)) continue;
+                                if (NW > (ns > 0 ? 24 : 16)) continue; /* the default (-1) is the register ring */
                                 tnd_cu_matvec_q4kt_set_pdl(pdl);
                                 char var[64];
                                 if (ns > 0)
