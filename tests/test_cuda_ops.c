@@ -1352,7 +1352,7 @@ static void test_matvec_q4kt_i8(int64_t n_in, int64_t n_out, int n_tok) {
         }
         /* the even share (tnd_cu_matvec_q4kt_i8b): blocks (clamped to a
          * half-tile each), warps, depth, stages (0: the register ring),
-         * prefetch (L2 requests before the wait: the bits must not change) */
+         * prefetch (chunks per warp asked of L2 before the wait) */
         static const int bshapes[][5] = {{0, 0, 0, -1, -1}, {1, 1, 1, 0, 0},   {3, 5, 2, 0, 16},  {7, 16, 1, 0, 2},
                                          {2, 3, 0, 2, 4},   {5, 24, 0, 3, 1},  {9, 7, 0, 4, 0},   {0, 16, 2, 0, 4},
                                          {1000, 1, 1, 0, 3}, {4, 13, 0, 2, 0}, {0, 0, 0, 0, -1},  {0, 0, 0, 4, 8},
