@@ -244,10 +244,17 @@ static double time_row(const row_ctx *r, const char *var, row_launch launch, con
     double err = 0;
     const int bad = validate_f16(r->t, r->w, r->n_in, r->n_out, r->x, r->y, &err);
     if (bad) (*failures)++;
-    for (int k = 0; k < 3; k++) launch(r, (size_t)k % r->ncopies, arg);
+    int le = 0; /* a launch that fails after validating would time as fast */
+    for (int k = 0; k < 3; k++) le |= launch(r, (size_t)k % r->ncopies, arg);
     CK(B->iface->event_record(B, E0, S));
-    for (int k = 0; k < r->reps; k++) launch(r, (size_t)k % r->ncopies, arg);
+    for (int k = 0; k < r->reps; k++) le |= launch(r, (size_t)k % r->ncopies, arg);
     CK(B->iface->event_record(B, E1, S));
+    if (le) {
+        printf("| %s | %lldx%lld | %.1f | %s | - | - | - | LAUNCH FAILED while timing |\n", tnd_type_name(r->t),
+               (long long)r->n_in, (long long)r->n_out, r->wb / 1048576.0, var);
+        (*failures)++;
+        return 0;
+    }
     const double us = time_ms() * 1e3 / r->reps;
     const double gbs = ((double)r->wb + r->n_in * 4.0 + r->n_out * 4.0) / (us * 1e-6) / 1e9;
     printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n", tnd_type_name(r->t), (long long)r->n_in,
@@ -302,17 +309,19 @@ int main(int argc, char **argv) {
     size_t n_shapes = 5;
     if (slist) { /* -s: exactly these shapes, in order */
         n_shapes = 0;
-        for (const char *q = slist; *q && n_shapes < 16;) {
+        const char *q = slist;
+        while (*q && n_shapes < 16) {
             long long a = 0, b = 0;
             int used = 0;
-            if (sscanf(q, "%lldx%lld%n", &a, &b, &used) != 2 || a < 256 || b < 1) {
-                fprintf(stderr, "-s: NINxNOUT,... expected at '%s'\n", q);
+            if (sscanf(q, "%lldx%lld%n", &a, &b, &used) != 2 || a < 256 || a % 256 || b < 1 || b > (1 << 24)) {
+                fprintf(stderr, "-s: NINxNOUT,... expected, NIN a multiple of 256 (every type's block), at '%s'\n", q);
                 return 2;
             }
             shapes[n_shapes][0] = a, shapes[n_shapes][1] = b, n_shapes++;
             q += used;
             if (*q == ',') q++;
         }
+        if (*q) fprintf(stderr, "-s: only the first 16 shapes are run\n");
     }
     static const tnd_type others[] = {TND_TYPE_Q4_1, TND_TYPE_Q5_0, TND_TYPE_Q5_1, TND_TYPE_Q2_K, TND_TYPE_Q3_K,
                                       TND_TYPE_Q5_K, TND_TYPE_MXFP4, TND_TYPE_F16};

@@ -1384,6 +1384,22 @@ static void test_matvec_q4kt_i8(int64_t n_in, int64_t n_out, int n_tok) {
             tc_report(same, "%s: the same bits twice", w2);
         }
         {
+            /* the bits depend on the grid and the warps only: the same from
+             * either feed, at either depth, with or without the L2 requests */
+            static const int feeds[][5] = {{0, 16, 1, 0, 0}, {0, 16, 2, 0, 2}, {0, 16, 0, 2, -1}, {0, 16, 0, 3, 4}};
+            bool same = true, ran = true;
+            for (size_t i = 0; i < TND_ARRAY_LEN(feeds) && ran; i++) {
+                const int *c = feeds[i];
+                dev_poison(dy, yb);
+                ran = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4], cs) == 0 &&
+                      B->iface->stream_sync(B, S) == TND_OK;
+                dev_download(i ? y1 : y, dy, yb);
+                if (i) same = same && memcmp(y, y1, yb) == 0;
+            }
+            tc_report(ran && same, "%s even share: the same bits from the register ring (depth 1, 2) and the shared "
+                      "ring (2, 3 stages), with and without L2 requests", what);
+        }
+        {
             dev_poison(dy, yb);
             int e = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx + 1, n_tok, dy, 0, 0, 0, -1, -1, cs);
             tnd_status st = B->iface->stream_sync(B, S);
@@ -1536,10 +1552,11 @@ static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit, int 
     bool finite = true;
     for (int64_t i = 0; i < n; i++) finite = finite && isfinite(want[i]) && want[i] != 0.0f;
     tc_report(!fails && finite && memcmp(want, got, (size_t)n * 4) == 0,
-              "q4kt%s %lldx%lld, %d tiles x %d warps per block: %d chained matvecs with PDL == synchronized without "
+              "q4kt%s %lldx%lld, shape %d x %d (%s): %d chained matvecs with PDL == synchronized without "
               "(PDL by default: %s)",
               i8 == 4 ? " int8 even-share ring" : i8 == 3 ? " int8 even-share" : i8 == 2 ? " int8 ring" : i8 ? " int8" : "",
-              (long long)n, (long long)n, tiles_per_block, ksplit, steps,
+              (long long)n, (long long)n, tiles_per_block, ksplit, i8 >= 3 ? "blocks x warps" : "tiles x warps a block",
+              steps,
               tnd_cu_matvec_q4kt_pdl() ? "on" : "off");
     dev_free(d[0]);
     dev_free(d[1]);
