@@ -184,9 +184,9 @@ bool tnd_cu_matvec_q4kt_i8_default(void);
 void tnd_cu_matvec_q4kt_set_i8(bool on);
 /* Whether that default call takes tnd_cu_matvec_q4kt_i8b's kernel (its
  * defaults) first, and the int8 tiles where it refuses: env
- * TND_CUDA_TILE_MV=i8b; off by default (session 10: 74% of the copy
- * bandwidth against 70-71% at 5120x17408, but 62-65% against 71-72% at
- * 4096x14336). set_i8b(true) switches it on, (false) back to the int8
+ * TND_CUDA_TILE_MV=i8b; off by default (session 10: 74-75% of the copy
+ * bandwidth against 71-72% at 5120x17408, but 65-66% against 72% at
+ * 4096x14336, and 2% slower full-GPU 14B decode). set_i8b(true) switches it on, (false) back to the int8
  * tiles. */
 bool tnd_cu_matvec_q4kt_i8b_default(void);
 void tnd_cu_matvec_q4kt_set_i8b(bool on);

@@ -1405,8 +1405,9 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
  * The block's items (pair-major, super-blocks in order) are dealt to its
  * nw warps in turn: warp w takes items w, w + nw, w + 2 nw, ..., so each
  * step of the block reads nw consecutive chunks (its stretch of memory
- * front to back) and no warp holds more than one item beyond the mean (a
- * warp's items are what bound its time: each waits on its loads). A warp
+ * front to back) and no warp holds more than one item beyond the mean
+ * (measured: about as fast as other splits; what is left is a fixed cost
+ * per launch, DECISIONS, session 10). A warp
  * leaves its sum of each pair it touches in shared memory (no barrier in
  * the loop): the items p nsb + j, j < min(nsb, nw), of pair p belong to
  * distinct warps, and after the loop the block adds their sums in that
