@@ -1277,6 +1277,31 @@ out:
     free(sc1);
 }
 
+/* One launch shape of an int8 tiled kernel (i8b: the even share; c: its
+ * arguments after y) twice into a poisoned y: against the reference with
+ * test_matvec_mma's int8 tolerance, and the same bits both times. */
+static void q4kt_i8_twice(const char *w2, bool i8b, const int *c, void *dW, int64_t n_in, int64_t n_out,
+                          const float *dx, int n_tok, float *dy, float *y, float *y1, const double *ref,
+                          const double *sc) {
+    const size_t yb = (size_t)(n_out * n_tok) * 4;
+    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
+    bool same = true;
+    for (int rep = 0; rep < 2; rep++) {
+        dev_poison(dy, yb);
+        int e = i8b ? tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4], cs)
+                    : tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], cs);
+        tnd_status st = B->iface->stream_sync(B, S);
+        if (e || st) {
+            tc_report(false, "%s: launch %s / %s", w2, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
+            return;
+        }
+        dev_download(rep ? y1 : y, dy, yb);
+        if (rep) same = memcmp(y, y1, yb) == 0;
+    }
+    compare(w2, y, ref, sc, n_out * n_tok, 2e-4, 1e-6);
+    tc_report(same, "%s: the same bits twice", w2);
+}
+
 /* tnd_cu_matvec_q4kt_i8 on a re-laid copy over launch shapes (tiles per
  * block x warps per tile x depth; 0: defaults) against the reference with
  * test_matvec_mma's int8 tolerance (x on a 16-bit grid, exact integer sums,
@@ -1333,22 +1358,7 @@ static void test_matvec_q4kt_i8(int64_t n_in, int64_t n_out, int n_tok) {
             const int *c = shapes[i];
             char w2[260];
             snprintf(w2, sizeof w2, "%s tiles/block=%d warps/tile=%d depth=%d stages=%d", what, c[0], c[1], c[2], c[3]);
-            bool same = true;
-            for (int rep = 0; rep < 2; rep++) {
-                dev_poison(dy, yb);
-                int e = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], cs);
-                tnd_status st = B->iface->stream_sync(B, S);
-                if (e || st) {
-                    tc_report(false, "%s: launch %s / %s", w2, e ? tnd_cu_error_string(e) : "ok",
-                              st ? tnd_last_error() : "ok");
-                    same = false;
-                    break;
-                }
-                dev_download(rep ? y1 : y, dy, yb);
-                if (rep) same = memcmp(y, y1, yb) == 0;
-            }
-            compare(w2, y, ref, sc, n_out * n_tok, 2e-4, 1e-6);
-            tc_report(same, "%s: the same bits twice", w2);
+            q4kt_i8_twice(w2, false, c, dW, n_in, n_out, dx, n_tok, dy, y, y1, ref, sc);
         }
         /* the even share (tnd_cu_matvec_q4kt_i8b): blocks (clamped to a
          * half-tile each), warps, depth, stages (0: the register ring),
@@ -1366,22 +1376,7 @@ static void test_matvec_q4kt_i8(int64_t n_in, int64_t n_out, int n_tok) {
             char w2[320];
             snprintf(w2, sizeof w2, "%s even share: blocks=%d warps=%d depth=%d stages=%d prefetch=%d", what, c[0],
                      c[1], c[2], c[3], c[4]);
-            bool same = true;
-            for (int rep = 0; rep < 2; rep++) {
-                dev_poison(dy, yb);
-                int e = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4], cs);
-                tnd_status st = B->iface->stream_sync(B, S);
-                if (e || st) {
-                    tc_report(false, "%s: launch %s / %s", w2, e ? tnd_cu_error_string(e) : "ok",
-                              st ? tnd_last_error() : "ok");
-                    same = false;
-                    break;
-                }
-                dev_download(rep ? y1 : y, dy, yb);
-                if (rep) same = memcmp(y, y1, yb) == 0;
-            }
-            compare(w2, y, ref, sc, n_out * n_tok, 2e-4, 1e-6);
-            tc_report(same, "%s: the same bits twice", w2);
+            q4kt_i8_twice(w2, true, c, dW, n_in, n_out, dx, n_tok, dy, y, y1, ref, sc);
         }
         {
             /* the bits depend on the grid and the warps only: the same from
