@@ -262,6 +262,51 @@ static double time_row(const row_ctx *r, const char *var, row_launch launch, con
     return gbs;
 }
 
+#ifdef TND_MVB_TRACE
+int tnd_cu_matvec_i8b_trace(unsigned long long *out, unsigned *seq);
+static int cmp_ll(const void *a, const void *b) {
+    const long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+/* The last two launches of k_mvb_q4k (grid G): per event, min/median/max
+ * over blocks of the time from the earlier launch's first entry (ns,
+ * globaltimer), and each block's phase lengths (median, cycles). Events: 0
+ * entry, 1 past the wait, 2 x staged, 3 warp 0's loop done, 4 all warps
+ * done, 5 thread 0's sums written. */
+static void print_trace(void) {
+    static unsigned long long tr[4][1024][16];
+    static unsigned seq[1024];
+    if (tnd_cu_matvec_i8b_trace(&tr[0][0][0], seq)) {
+        printf("trace: copy failed\n");
+        return;
+    }
+    int G = 0;
+    while (G < 1024 && seq[G] == seq[0]) G++;
+    if (seq[0] < 2) return;
+    const int s1 = (int)((seq[0] - 1) & 3), s0 = (int)((seq[0] - 2) & 3);
+    unsigned long long T0 = ~0ull;
+    for (int b = 0; b < G; b++)
+        if (tr[s0][b][0] < T0) T0 = tr[s0][b][0];
+    static long long v[1024];
+    for (int l = 0; l < 2; l++) {
+        const int s = l ? s1 : s0;
+        printf("trace launch %s (G %d): ", l ? "N  " : "N-1", G);
+        for (int k = 0; k < 6; k++) {
+            for (int b = 0; b < G; b++) v[b] = (long long)(tr[s][b][k] - T0);
+            qsort(v, (size_t)G, sizeof v[0], cmp_ll);
+            printf(" e%d %lld/%lld/%lld", k, v[0], v[G / 2], v[G - 1]);
+        }
+        printf(" | cycles:");
+        for (int k = 0; k < 5; k++) {
+            for (int b = 0; b < G; b++) v[b] = (long long)(tr[s][b][9 + k] - tr[s][b][8 + k]);
+            qsort(v, (size_t)G, sizeof v[0], cmp_ll);
+            printf(" %d-%d %lld/%lld", k, k + 1, v[G / 2], v[G - 1]);
+        }
+        printf("\n");
+    }
+}
+#endif
+
 /* the int8 tiled kernel: arg = {tiles per block, warps per tile, depth, stages} */
 static int launch_i8(const row_ctx *r, size_t c, const void *arg) {
     const int *a = (const int *)arg;
@@ -272,6 +317,13 @@ static int launch_i8(const row_ctx *r, size_t c, const void *arg) {
 static int launch_i8b(const row_ctx *r, size_t c, const void *arg) {
     const int *a = (const int *)arg;
     return tnd_cu_matvec_q4kt_i8b(r->dw[c], r->n_in, r->n_out, (const float *)r->dx, 1, (float *)r->dy, a[0], a[1],
+                                  a[2], a[3], a[4], r->cs);
+}
+
+/* the drawn-tiles int8 kernel: arg = {blocks, warps, depth, own tiles, lookahead} */
+static int launch_i8d(const row_ctx *r, size_t c, const void *arg) {
+    const int *a = (const int *)arg;
+    return tnd_cu_matvec_q4kt_i8d(r->dw[c], r->n_in, r->n_out, (const float *)r->dx, 1, (float *)r->dy, a[0], a[1],
                                   a[2], a[3], a[4], r->cs);
 }
 
@@ -328,7 +380,7 @@ int main(int argc, char **argv) {
     const size_t n_main = sizeof types / sizeof types[0] * n_shapes;
     const size_t n_cases = n_main + sizeof others / sizeof others[0];
     int failures = 0;
-    char summary[64][1400];
+    char summary[64][1600];
     int n_summary = 0;
     for (size_t ci = 0; ci < n_cases; ci++) {
             const size_t ns = n_shapes;
@@ -682,7 +734,7 @@ int main(int argc, char **argv) {
                 char i8b_var[2][64] = {"", ""};
                 static const int bw_[][2] = {{0, 0}, {0, 12}, {0, 16}, {0, 24}, {264, 8}};
                 static const int bd[][2] = {{0, -1}, {1, 0}, {2, 0}, {1, 3}};
-                static const int bp[] = {-1, 0, 2, 4};
+                static const int bp[] = {-1, 0, 2};
                 for (int pdl = 0; pdl < 2; pdl++)
                     for (size_t di = 0; di < sizeof bd / sizeof bd[0]; di++)
                         for (size_t i = 0; i < sizeof bw_ / sizeof bw_[0]; i++)
@@ -698,9 +750,38 @@ int main(int argc, char **argv) {
                                              pdl ? " PDL" : "");
                                 const int arg[5] = {G, NW, ns < 0 ? 0 : d, ns, pf};
                                 const double gbs = time_row(&rc, var, launch_i8b, arg, &failures);
+#ifdef TND_MVB_TRACE
+                                if (gbs > 0) print_trace();
+#endif
                                 if (gbs > i8b_gbs[pdl]) {
                                     i8b_gbs[pdl] = gbs;
                                     snprintf(i8b_var[pdl], sizeof i8b_var[0], "%s", var + 4);
+                                }
+                            }
+                /* the int8 kernel with drawn tiles (tnd_cu_matvec_q4kt_i8d): "i8d Gg Ww Dd
+                 * Ss La", g blocks (0: one per SM) of w warps (0: 16), s tiles of a block's
+                 * own (0: half its even share), drawn a tiles ahead (0: the default) */
+                double i8d_gbs[2] = {0, 0};
+                char i8d_var[2][64] = {"", ""};
+                static const int dw_[][2] = {{0, 0}, {0, 12}, {0, 9}};
+                static const int dd[] = {0, 1};
+                static const int dsl[][2] = {{0, 0}, {1, 0}, {6, 0}, {0, 2}, {1, 2}};
+                for (int pdl = 0; pdl < 2; pdl++)
+                    for (size_t di = 0; di < sizeof dd / sizeof dd[0]; di++)
+                        for (size_t i = 0; i < sizeof dw_ / sizeof dw_[0]; i++)
+                            for (size_t si = 0; si < sizeof dsl / sizeof dsl[0]; si++) {
+                                const int G = dw_[i][0], NW = dw_[i][1], d = dd[di], S = dsl[si][0], la = dsl[si][1];
+                                tnd_cu_matvec_q4kt_set_pdl(pdl);
+                                char var[64];
+                                snprintf(var, sizeof var, "i8d G%d W%d D%d S%d L%d%s", G, NW, d, S, la, pdl ? " PDL" : "");
+                                const int arg[5] = {G, NW, d, S, la};
+                                const double gbs = time_row(&rc, var, launch_i8d, arg, &failures);
+#ifdef TND_MVB_TRACE
+                                if (gbs > 0) print_trace();
+#endif
+                                if (gbs > i8d_gbs[pdl]) {
+                                    i8d_gbs[pdl] = gbs;
+                                    snprintf(i8d_var[pdl], sizeof i8d_var[0], "%s", var + 4);
                                 }
                             }
                 tnd_cu_matvec_q4kt_set_pdl(pdl_default);
@@ -792,6 +873,11 @@ int main(int argc, char **argv) {
                         n = strlen(sm);
                         snprintf(sm + n, sizeof summary[0] - n, "\n        i8b%s %s %5.0f (%3.0f%%)", pdl ? " PDL" : "",
                                  i8b_var[pdl], i8b_gbs[pdl], 100 * i8b_gbs[pdl] / bw);
+                    }
+                    for (int pdl = 0; pdl < 2; pdl++) {
+                        n = strlen(sm);
+                        snprintf(sm + n, sizeof summary[0] - n, "\n        i8d%s %s %5.0f (%3.0f%%)", pdl ? " PDL" : "",
+                                 i8d_var[pdl], i8d_gbs[pdl], 100 * i8d_gbs[pdl] / bw);
                     }
                     n = strlen(sm);
                     static const char *const feed_names[] = {"default", "regs", "cpasync", "bulk"};
