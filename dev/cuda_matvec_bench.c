@@ -15,6 +15,11 @@
  * g blocks of w warps, p chunks per warp asked of L2 before the wait; 0
  * and -1: the defaults).
  *
+ * Built with -DTND_MVB_TRACE in both CMAKE_C_FLAGS and CMAKE_CUDA_FLAGS
+ * (a build of its own: the kernel then writes timestamps), each even-share
+ * row is followed by the per-block timeline of its last two launches
+ * (print_trace): where a launch's fixed cost goes (DECISIONS, session 11).
+ *
  * Each shape's weights are replicated until the set exceeds 4x the L2 cache
  * and the timed loop cycles through the copies, so every launch reads W from
  * HBM. GB/s counts the bytes of W plus x and y; "of copy" is that over the
@@ -320,13 +325,6 @@ static int launch_i8b(const row_ctx *r, size_t c, const void *arg) {
                                   a[2], a[3], a[4], r->cs);
 }
 
-/* the drawn-tiles int8 kernel: arg = {blocks, warps, depth, own tiles, lookahead} */
-static int launch_i8d(const row_ctx *r, size_t c, const void *arg) {
-    const int *a = (const int *)arg;
-    return tnd_cu_matvec_q4kt_i8d(r->dw[c], r->n_in, r->n_out, (const float *)r->dx, 1, (float *)r->dy, a[0], a[1],
-                                  a[2], a[3], a[4], r->cs);
-}
-
 int main(int argc, char **argv) {
     int reps = 50;
     const char *tlist = NULL, *slist = NULL;
@@ -380,7 +378,7 @@ int main(int argc, char **argv) {
     const size_t n_main = sizeof types / sizeof types[0] * n_shapes;
     const size_t n_cases = n_main + sizeof others / sizeof others[0];
     int failures = 0;
-    char summary[64][1600];
+    char summary[64][1400];
     int n_summary = 0;
     for (size_t ci = 0; ci < n_cases; ci++) {
             const size_t ns = n_shapes;
@@ -734,7 +732,7 @@ int main(int argc, char **argv) {
                 char i8b_var[2][64] = {"", ""};
                 static const int bw_[][2] = {{0, 0}, {0, 12}, {0, 16}, {0, 24}, {264, 8}};
                 static const int bd[][2] = {{0, -1}, {1, 0}, {2, 0}, {1, 3}};
-                static const int bp[] = {-1, 0, 2};
+                static const int bp[] = {-1, 0, 2, 4};
                 for (int pdl = 0; pdl < 2; pdl++)
                     for (size_t di = 0; di < sizeof bd / sizeof bd[0]; di++)
                         for (size_t i = 0; i < sizeof bw_ / sizeof bw_[0]; i++)
@@ -756,32 +754,6 @@ int main(int argc, char **argv) {
                                 if (gbs > i8b_gbs[pdl]) {
                                     i8b_gbs[pdl] = gbs;
                                     snprintf(i8b_var[pdl], sizeof i8b_var[0], "%s", var + 4);
-                                }
-                            }
-                /* the int8 kernel with drawn tiles (tnd_cu_matvec_q4kt_i8d): "i8d Gg Ww Dd
-                 * Ss La", g blocks (0: one per SM) of w warps (0: 16), s tiles of a block's
-                 * own (0: half its even share), drawn a tiles ahead (0: the default) */
-                double i8d_gbs[2] = {0, 0};
-                char i8d_var[2][64] = {"", ""};
-                static const int dw_[][2] = {{0, 0}, {0, 12}, {0, 9}};
-                static const int dd[] = {0, 1};
-                static const int dsl[][2] = {{0, 0}, {1, 0}, {6, 0}, {0, 2}, {1, 2}};
-                for (int pdl = 0; pdl < 2; pdl++)
-                    for (size_t di = 0; di < sizeof dd / sizeof dd[0]; di++)
-                        for (size_t i = 0; i < sizeof dw_ / sizeof dw_[0]; i++)
-                            for (size_t si = 0; si < sizeof dsl / sizeof dsl[0]; si++) {
-                                const int G = dw_[i][0], NW = dw_[i][1], d = dd[di], S = dsl[si][0], la = dsl[si][1];
-                                tnd_cu_matvec_q4kt_set_pdl(pdl);
-                                char var[64];
-                                snprintf(var, sizeof var, "i8d G%d W%d D%d S%d L%d%s", G, NW, d, S, la, pdl ? " PDL" : "");
-                                const int arg[5] = {G, NW, d, S, la};
-                                const double gbs = time_row(&rc, var, launch_i8d, arg, &failures);
-#ifdef TND_MVB_TRACE
-                                if (gbs > 0) print_trace();
-#endif
-                                if (gbs > i8d_gbs[pdl]) {
-                                    i8d_gbs[pdl] = gbs;
-                                    snprintf(i8d_var[pdl], sizeof i8d_var[0], "%s", var + 4);
                                 }
                             }
                 tnd_cu_matvec_q4kt_set_pdl(pdl_default);
@@ -873,11 +845,6 @@ int main(int argc, char **argv) {
                         n = strlen(sm);
                         snprintf(sm + n, sizeof summary[0] - n, "\n        i8b%s %s %5.0f (%3.0f%%)", pdl ? " PDL" : "",
                                  i8b_var[pdl], i8b_gbs[pdl], 100 * i8b_gbs[pdl] / bw);
-                    }
-                    for (int pdl = 0; pdl < 2; pdl++) {
-                        n = strlen(sm);
-                        snprintf(sm + n, sizeof summary[0] - n, "\n        i8d%s %s %5.0f (%3.0f%%)", pdl ? " PDL" : "",
-                                 i8d_var[pdl], i8d_gbs[pdl], 100 * i8d_gbs[pdl] / bw);
                     }
                     n = strlen(sm);
                     static const char *const feed_names[] = {"default", "regs", "cpasync", "bulk"};

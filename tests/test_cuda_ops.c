@@ -1277,29 +1277,19 @@ out:
     free(sc1);
 }
 
-/* The int8 tiled kernels: the tiles, the even share, the drawn tiles. */
-enum { I8_TILES, I8_EVEN, I8_DRAWN };
-
-/* A launch of kernel kind with c: its arguments after y. */
-static int q4kt_i8_launch(int kind, const int *c, void *dW, int64_t n_in, int64_t n_out, const float *dx, int n_tok,
-                          float *dy) {
-    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
-    return kind == I8_DRAWN ? tnd_cu_matvec_q4kt_i8d(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4], cs)
-           : kind == I8_EVEN ? tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4], cs)
-                             : tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], cs);
-}
-
-/* One launch shape of an int8 tiled kernel twice into a poisoned y:
- * against the reference with test_matvec_mma's int8 tolerance, and the
- * same bits both times. */
-static void q4kt_i8_twice(const char *w2, int kind, const int *c, void *dW, int64_t n_in, int64_t n_out,
+/* One launch shape of an int8 tiled kernel (i8b: the even share; c: its
+ * arguments after y) twice into a poisoned y: against the reference with
+ * test_matvec_mma's int8 tolerance, and the same bits both times. */
+static void q4kt_i8_twice(const char *w2, bool i8b, const int *c, void *dW, int64_t n_in, int64_t n_out,
                           const float *dx, int n_tok, float *dy, float *y, float *y1, const double *ref,
                           const double *sc) {
     const size_t yb = (size_t)(n_out * n_tok) * 4;
+    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
     bool same = true;
     for (int rep = 0; rep < 2; rep++) {
         dev_poison(dy, yb);
-        int e = q4kt_i8_launch(kind, c, dW, n_in, n_out, dx, n_tok, dy);
+        int e = i8b ? tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4], cs)
+                    : tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], c[2], c[3], cs);
         tnd_status st = B->iface->stream_sync(B, S);
         if (e || st) {
             tc_report(false, "%s: launch %s / %s", w2, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
@@ -1368,7 +1358,7 @@ static void test_matvec_q4kt_i8(int64_t n_in, int64_t n_out, int n_tok) {
             const int *c = shapes[i];
             char w2[260];
             snprintf(w2, sizeof w2, "%s tiles/block=%d warps/tile=%d depth=%d stages=%d", what, c[0], c[1], c[2], c[3]);
-            q4kt_i8_twice(w2, I8_TILES, c, dW, n_in, n_out, dx, n_tok, dy, y, y1, ref, sc);
+            q4kt_i8_twice(w2, false, c, dW, n_in, n_out, dx, n_tok, dy, y, y1, ref, sc);
         }
         /* the even share (tnd_cu_matvec_q4kt_i8b): blocks (clamped to a
          * half-tile each), warps, depth, stages (0: the register ring),
@@ -1386,7 +1376,7 @@ static void test_matvec_q4kt_i8(int64_t n_in, int64_t n_out, int n_tok) {
             char w2[320];
             snprintf(w2, sizeof w2, "%s even share: blocks=%d warps=%d depth=%d stages=%d prefetch=%d", what, c[0],
                      c[1], c[2], c[3], c[4]);
-            q4kt_i8_twice(w2, I8_EVEN, c, dW, n_in, n_out, dx, n_tok, dy, y, y1, ref, sc);
+            q4kt_i8_twice(w2, true, c, dW, n_in, n_out, dx, n_tok, dy, y, y1, ref, sc);
         }
         {
             /* the bits depend on the grid and the warps only: the same from
@@ -1426,49 +1416,6 @@ static void test_matvec_q4kt_i8(int64_t n_in, int64_t n_out, int n_tok) {
                       "%s even share: refuses 3 tokens (%d), 17 warps in registers (%d), 5 stages (%d), depth 3 (%d), "
                       "-1 blocks (%d), prefetch 17 (%d)",
                       what, r1, r2, r3, r4, r5, r6);
-        }
-        /* the drawn tiles (tnd_cu_matvec_q4kt_i8d): blocks (clamped to a
-         * tile each), warps (one of them draws), depth, own tiles a block
-         * (clamped to an even share), lookahead; and since each tile's sums
-         * are added in one order whoever computed them, every shape gives
-         * the bits of the first */
-        {
-            static const int dshapes[][5] = {{0, 0, 0, 0, 0},  {1, 2, 1, 0, 0},  {3, 5, 2, 1, 1},   {7, 16, 1, 0, 3},
-                                             {0, 16, 2, 2, 0}, {1000, 3, 2, 0, 0}, {2, 9, 1, 0, 4}, {5, 2, 2, 0, 1},
-                                             {0, 12, 0, 3, 2}, {0, 0, 1, 1000, 0}, {64, 16, 2, 1, 1}, {2, 9, 1, 0, 8}};
-            float *y0 = (float *)tc_xmalloc(yb);
-            bool same = true;
-            for (size_t i = 0; i < TND_ARRAY_LEN(dshapes); i++) {
-                const int *c = dshapes[i];
-                char w2[320];
-                snprintf(w2, sizeof w2, "%s drawn tiles: blocks=%d warps=%d depth=%d own=%d lookahead=%d", what, c[0],
-                         c[1], c[2], c[3], c[4]);
-                q4kt_i8_twice(w2, I8_DRAWN, c, dW, n_in, n_out, dx, n_tok, dy, y, y1, ref, sc);
-                if (!i) memcpy(y0, y, yb);
-                else if (memcmp(y0, y, yb) != 0) {
-                    if (same) tc_report(false, "%s: bits differ from the default shape's", w2);
-                    same = false;
-                }
-            }
-            tc_report(same, "%s drawn tiles: the same bits from every grid, warp count, depth, share and lookahead", what);
-            free(y0);
-            /* x misaligned; refusals: 3 tokens, 1 or 17 warps, depth 3, -1 blocks, lookahead 65 */
-            dev_poison(dy, yb);
-            const int dc[5] = {0, 0, 0, 0, 0};
-            int e = q4kt_i8_launch(I8_DRAWN, dc, dW, n_in, n_out, dx + 1, n_tok, dy);
-            tnd_status st = B->iface->stream_sync(B, S);
-            if (e || st) tc_report(false, "%s drawn tiles, x misaligned: launch %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
-            else {
-                dev_download(y, dy, yb);
-                compare("drawn tiles, x misaligned", y, ref1, sc1, n_out * n_tok, 2e-4, 1e-6);
-            }
-            static const int bad[][5] = {{0, 1, 0, 0, 0}, {0, 17, 0, 0, 0}, {0, 0, 3, 0, 0}, {-1, 0, 0, 0, 0}, {0, 0, 0, 0, 65}};
-            int r[6];
-            r[0] = q4kt_i8_launch(I8_DRAWN, dc, dW, n_in, n_out, dx, 3, dy);
-            for (int i = 0; i < 5; i++) r[i + 1] = q4kt_i8_launch(I8_DRAWN, bad[i], dW, n_in, n_out, dx, n_tok, dy);
-            tc_report(r[0] == 801 && r[1] == 1 && r[2] == 1 && r[3] == 1 && r[4] == 1 && r[5] == 1,
-                      "%s drawn tiles: refuses 3 tokens (%d), 1 warp (%d), 17 warps (%d), depth 3 (%d), -1 blocks (%d), "
-                      "lookahead 65 (%d)", what, r[0], r[1], r[2], r[3], r[4], r[5]);
         }
         /* the default call: this kernel's bits while it is the default, the f16 kernel's tolerance otherwise */
         dev_poison(dy, yb);
@@ -1552,8 +1499,7 @@ out:
  * i8: 0 the f16 kernel, 1 the int8 one from its register ring, 2 the int8
  * one from its shared ring (4 stages); 3, 4: the even-share int8 kernel
  * (tiles_per_block: blocks, ksplit: warps; 4 chunks per warp asked of L2
- * before the wait) from registers, from a ring of 3 stages; 5: the int8
- * kernel with drawn tiles (tiles_per_block: blocks, ksplit: warps). */
+ * before the wait) from registers, from a ring of 3 stages. */
 static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit, int i8) {
     const int steps = 8;
     if (!tnd_cu_q4kt_supported(n, n)) {
@@ -1585,9 +1531,7 @@ static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit, int 
         int e = tnd_cu_q4kt_repack(dW, n, n, cs); /* no sync: the first matvec follows the repack */
         for (int i = 0; i < steps && !e; i++) {
             /* depth 1, no prefetch, stages fixed: the kernel asked for, whatever the environment says */
-            e = i8 == 5 ? tnd_cu_matvec_q4kt_i8d(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1, 0,
-                                                 0, cs)
-                : i8 >= 3 ? tnd_cu_matvec_q4kt_i8b(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1,
+            e = i8 >= 3 ? tnd_cu_matvec_q4kt_i8b(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1,
                                                  i8 == 4 ? 3 : 0, 4, cs)
                 : i8    ? tnd_cu_matvec_q4kt_i8(dW, n, n, d[i & 1], 1, d[(i + 1) & 1], tiles_per_block, ksplit, 1,
                                                 i8 == 2 ? 4 : 0, cs)
@@ -1605,12 +1549,7 @@ static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit, int 
     tc_report(!fails && finite && memcmp(want, got, (size_t)n * 4) == 0,
               "q4kt%s %lldx%lld, shape %d x %d (%s): %d chained matvecs with PDL == synchronized without "
               "(PDL by default: %s)",
-              i8 == 5   ? " int8 drawn tiles"
-              : i8 == 4 ? " int8 even-share ring"
-              : i8 == 3 ? " int8 even-share"
-              : i8 == 2 ? " int8 ring"
-              : i8      ? " int8"
-                        : "",
+              i8 == 4 ? " int8 even-share ring" : i8 == 3 ? " int8 even-share" : i8 == 2 ? " int8 ring" : i8 ? " int8" : "",
               (long long)n, (long long)n, tiles_per_block, ksplit, i8 >= 3 ? "blocks x warps" : "tiles x warps a block",
               steps,
               tnd_cu_matvec_q4kt_pdl() ? "on" : "off");
@@ -1620,46 +1559,6 @@ static void test_q4kt_pdl_chain(int64_t n, int tiles_per_block, int ksplit, int 
     free(x);
     free(want);
     free(got);
-}
-
-/* The drawn tiles' counters: each launch takes the next of a pool of
- * counters, which its last block zeroes for the launch that gets it next.
- * 3 x 256 + 5 launches queued back to back (PDL as configured), each into
- * its own part of a poisoned buffer, all give the bits of one launch alone:
- * a counter left non-zero would leave tiles undrawn (poison) in a later
- * launch. */
-static void test_q4kt_i8d_counters(int64_t n_in, int64_t n_out) {
-    const int launches = 3 * 256 + 5;
-    size_t wb;
-    void *W = make_weights(TND_TYPE_Q4_K, n_in, n_out, &wb);
-    float *x = (float *)tc_xmalloc((size_t)n_in * 4);
-    tc_fill_unif(x, (size_t)n_in, -1, 1);
-    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
-    void *dW = dev_upload(W, wb);
-    float *dx = (float *)dev_upload(x, (size_t)n_in * 4);
-    const size_t yb = (size_t)n_out * 4;
-    float *dy = (float *)dev_alloc(yb * launches), *y0 = (float *)tc_xmalloc(yb),
-          *y = (float *)tc_xmalloc(yb * launches);
-    int e = tnd_cu_q4kt_repack(dW, n_in, n_out, cs);
-    dev_poison(dy, yb * launches);
-    if (!e) e = tnd_cu_matvec_q4kt_i8d(dW, n_in, n_out, dx, 1, dy, 0, 0, 0, 0, 0, cs);
-    CHECK_ST(B->iface->stream_sync(B, S));
-    dev_download(y0, dy, yb);
-    for (int i = 1; i < launches && !e; i++)
-        e = tnd_cu_matvec_q4kt_i8d(dW, n_in, n_out, dx, 1, dy + (size_t)i * n_out, 0, 0, 0, 0, 0, cs);
-    CHECK_ST(B->iface->stream_sync(B, S));
-    dev_download(y, dy, yb * launches);
-    int bad = 0;
-    for (int i = 1; i < launches; i++) bad += memcmp(y0, y + (size_t)i * n_out, yb) != 0;
-    tc_report(!e && bad == 0, "q4kt int8 drawn tiles %lldx%lld: %d launches back to back, each the bits of one alone "
-              "(%d differ; launch %s)", (long long)n_in, (long long)n_out, launches, bad, e ? tnd_cu_error_string(e) : "ok");
-    dev_free(dW);
-    dev_free(dx);
-    dev_free(dy);
-    free(W);
-    free(x);
-    free(y0);
-    free(y);
 }
 
 /* A MATMUL over W (uploaded at dW) through op_run vs the reference, n_tok
@@ -1928,9 +1827,6 @@ int main(int argc, char **argv) {
     }
     test_q4kt_pdl_chain(4096, 0, 0, 3);
     test_q4kt_pdl_chain(8192, 0, 9, 3);
-    test_q4kt_pdl_chain(4096, 0, 0, 5);
-    test_q4kt_pdl_chain(8192, 300, 5, 5); /* more blocks than SMs */
-    test_q4kt_i8d_counters(4096, 4096);
     test_matvec_q4kt_i8(256, 16, 1);
     test_matvec_q4kt_i8(256, 48, 2);
     test_matvec_q4kt_i8(256 * 20, 144, 1);

@@ -180,15 +180,6 @@ bool tnd_cu_matvec_q4kt_i8_supported(int64_t n_in, int64_t n_out, int n_tok);
  * sums of the rows of a given grid's blocks). */
 int tnd_cu_matvec_q4kt_i8b(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                            int blocks, int warps, int depth, int stages, int prefetch, tnd_cu_stream stream);
-/* The same math and tolerance again, with the tiles drawn as blocks free
- * up: blocks (0: one per SM) of warps warps (0: 16; one of them draws
- * tiles and adds up their sums), each block own tiles of its own first
- * (0: half its even share; at most the even share), then tiles drawn from
- * a counter once its loads come within lookahead tiles of them (0: 1);
- * depth as above. The bits do not depend on blocks, warps or the draw.
- * 801 as above, or where the slots do not fit shared memory. */
-int tnd_cu_matvec_q4kt_i8d(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                           int blocks, int warps, int depth, int own, int lookahead, tnd_cu_stream stream);
 bool tnd_cu_matvec_q4kt_i8_default(void);
 void tnd_cu_matvec_q4kt_set_i8(bool on);
 /* Whether that default call takes tnd_cu_matvec_q4kt_i8b's kernel (its

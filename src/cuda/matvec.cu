@@ -1598,8 +1598,10 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
         for (int i = 0; i < NS; i++) issue(); /* weights only before the wait */
         prefetch(is);
         asm volatile("griddepcontrol.wait;" ::: "memory");
+        MVB_T(1);
         mvi_stage_x(xz, xq, xsm, dl, x, n_in, n_tok, pstride);
         __syncthreads();
+        MVB_T(2);
         for (int i = 0; cu.p < npairs; i++) {
             const int slot = i % NS;
             mbar_wait(bar + slot, (uint32_t)((i / NS) & 1));
@@ -1618,6 +1620,7 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
             next(cu);
             if (cu.p != p) flush(p);
         }
+        MVB_T(3);
 #endif
     }
     /* each pair's sums from the warps that touch it, in the order of their
@@ -1641,222 +1644,6 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
         if (p < psingle) y[(int64_t)k * n_out + r + 8] = a.y;
     }
     MVB_T(5);
-}
-
-/* ---- the int8 tiled decode with tiles handed out as blocks free up: k_mvd_q4k
- * Why: with an even share (k_mvb_q4k) every block streams the same bytes,
- * but the SMs do not get the same bandwidth, nor start their loops at the
- * same moment (x's loads wait behind the weights' stream): at 5120x17408
- * the blocks' loops ended over 3.6 us, and once few blocks are left DRAM
- * idles (session 11's timelines, DECISIONS). Here each block takes S tiles
- * of its own (b S .. b S + S - 1, known before the grid-dependency wait, so
- * its first loads go out at once) and then draws the others (G S ..) one
- * at a time from a counter, as its loads near them: a block that runs slow
- * draws fewer.
- *
- * Warps: nw - 1 compute warps walk the block's tiles as one sequence of
- * items (slot j = the block's j-th tile, super-block sb: item j nsb + sb)
- * dealt in turn (warp w: items w, w + nw - 1, ...), as k_mvb_q4k; the last
- * warp draws tiles and adds up finished ones. Each item's sums go to their
- * own place in shared memory (slot j % R, super-block sb), and the drawing
- * warp adds a tile's nsb items in order: the bits do not depend on the
- * grid, the warps or the draw.
- *
- * Hand-offs in shared memory (volatile, fenced): stag[s] == j once slot j's
- * tile is in stile[s] (-1: no tiles left); the drawing warp draws slot j
- * when the loads have reached slot j - LA (sfront) and slot j - R is added
- * up; sdone[s] counts slot j's finished items; sfree[s] == j lets items of
- * slot j store their sums. R exceeds the slots a warp's loads run ahead of
- * its sums, so the warps never wait on each other in a cycle.
- *
- * The counter: one pair (draws, finished blocks) of mvd_ctr per launch, in
- * turn; the last block to finish zeroes it, so the next launch to get the
- * pair (MVD_CTRS launches later in the stream order) starts from zero. */
-#define MVD_CTRS 256
-__device__ unsigned mvd_ctr[MVD_CTRS][2];
-
-/* a partial sum not yet written: a NaN no arithmetic produces (results
- * that are NaN come out as 0x7fffffff) */
-#define MVD_UNSET 0xffc0dea1u
-#define MVD_UNSET2 (0x100000001ull * MVD_UNSET) /* a pair of sums (rows g, g + 8), one 64-bit word */
-__device__ __forceinline__ unsigned long long mvd_pack(float a, float b) {
-    return (unsigned long long)__float_as_uint(b) << 32 | __float_as_uint(a);
-}
-
-template <int DEPTH>
-__global__ void __launch_bounds__(32 * MVQ_MAX_WARPS, 1)
-    k_mvd_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in, int64_t n_out, const float *__restrict__ x,
-              int n_tok, float *__restrict__ y, int S, int R, int LA, unsigned *__restrict__ ctr) {
-    extern __shared__ uint4 mvh_dyn[];
-    const int nsb = (int)(n_in / 256), pstride = nsb * 32 + 4;
-    uint2 *const xz = (uint2 *)mvh_dyn, *const xq = xz + 32;
-    int *const xsm = (int *)(xq + 2 * n_tok * pstride);
-    float *const dl = (float *)(xsm + n_tok * nsb * 8);
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nwc = (int)(blockDim.x >> 5) - 1;
-    volatile unsigned long long *const part = (volatile unsigned long long *)((uint8_t *)mvh_dyn + mvi_xbytes(n_in, n_tok));
-    volatile unsigned long long *const sslot = (volatile unsigned long long *)(part + (size_t)R * nsb * 16);
-    volatile int *const sfree = (volatile int *)(sslot + R), *const sfront = sfree + R, *const send = sfront + 1;
-    const int T = (int)(n_out / 16), G = (int)gridDim.x, b = (int)blockIdx.x, ndyn = T - G * S;
-    const size_t tb = 16 * rb;
-    for (int i = threadIdx.x; i < R * nsb * 16; i += blockDim.x) part[i] = MVD_UNSET2;
-    for (int i = threadIdx.x; i < R; i += blockDim.x) sslot[i] = 0xffffffff00000000ull, sfree[i] = i;
-    if (threadIdx.x == 0) *sfront = 0, *send = 0x7fffffff;
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-    /* a compute warp's items in order: (slot j, super-block sb) */
-    struct cursor {
-        int j, sb;
-    };
-    const cursor first = {wid / nsb, wid % nsb};
-    const int jstep = nwc / nsb, sstep = nwc % nsb;
-    auto next = [&](cursor &u) {
-        u.j += jstep, u.sb += sstep;
-        if (u.sb >= nsb) u.j++, u.sb -= nsb;
-    };
-    bool synced = false;   /* the hand-off state is set up (past the block barrier) */
-    int front = -1;        /* the highest slot this warp has loaded from */
-    int cj = -1, ct = -1;  /* the slot last looked up and its tile (-1: none) */
-    /* slot j's tile: the block's own below S, else the drawn one (waits for
-     * it: tag and tile in one 64-bit word, so no fence); -1: none left */
-    auto tile_of = [&](int j) -> int {
-        if (j < S) return b * S + j;
-        for (unsigned n = 0;; n++) {
-            const unsigned long long v = sslot[j % R];
-            if ((int)(v >> 32) == j) return (int)(unsigned)v;
-            if (*send <= j) return -1;
-            if (n > (1u << 30)) __trap(); /* a bug, not a hang */
-        }
-    };
-    typedef q4k_pieces buf;
-    auto load = [&](buf &bf, cursor u) -> bool { /* false: no tiles from slot u.j on */
-        if (u.j != cj) ct = tile_of(u.j), cj = u.j;
-        if (ct < 0) return false;
-        if (u.j > front) {
-            front = u.j;
-            if (synced && lane == 0) atomicMax((int *)sfront, u.j);
-        }
-        const uint8_t *const base = W + (size_t)ct * tb;
-        q4kt_load(bf, base + 16 * lane, base + Q4KT_HDR + 16 * (lane >> 2), u.sb);
-        return true;
-    };
-    buf ring[DEPTH + 1];
-    cursor ld = first, cu = first;
-    int nl = 0, nc = 0; /* items loaded, items summed */
-    bool more_ld = wid < nwc;
-#pragma unroll
-    for (int i = 0; i < DEPTH; i++) /* before the wait, from the block's own tiles only */
-        if (more_ld && ld.j < S && (more_ld = load(ring[i], ld))) nl++, next(ld);
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory"); /* x (and y) only past here */
-#endif
-    mvi_stage_x(xz, xq, xsm, dl, x, n_in, n_tok, pstride);
-    __syncthreads(); /* x, and the hand-off state */
-    synced = true;
-    if (wid < nwc) {
-        if (lane == 0 && front >= 0) atomicMax((int *)sfront, front);
-#pragma unroll
-        for (int i = 0; i < DEPTH; i++) /* the ring's places the own tiles did not fill */
-            if (i >= nl && more_ld && (more_ld = load(ring[i], ld))) nl++, next(ld);
-        const mvq_lane L = mvq_lane_of(xz, xq, xsm, dl, nsb, pstride, n_tok, lane);
-        bool more = nc < nl;
-        while (more) {
-#pragma unroll
-            for (int u = 0; u <= DEPTH; u++) {
-                if (nc >= nl) {
-                    more = false;
-                    break;
-                }
-                if (more_ld && (more_ld = load(ring[(u + DEPTH) % (DEPTH + 1)], ld))) nl++, next(ld);
-                const buf &bf = ring[u];
-                float yv[2] = {0.f, 0.f};
-                mvq_chunk(
-                    L,
-                    [&](int i) {
-                        return i == 0 ? bf.q00 : i == 1 ? bf.q01 : i == 2 ? bf.q10 : i == 3 ? bf.q11 : i == 4 ? bf.h0 : bf.h1;
-                    },
-                    cu.sb, yv);
-                /* lanes with t even hold token t / 2's sums of rows g, g + 8;
-                 * the drawing warp sees them arrive by their values (no fence
-                 * here: one would wait for the ring's loads) */
-                const float2 a = make_float2(yv[0] + __shfl_xor_sync(0xffffffffu, yv[0], 1),
-                                             yv[1] + __shfl_xor_sync(0xffffffffu, yv[1], 1));
-                const int s = cu.j % R;
-                for (unsigned n = 0; sfree[s] != cu.j; n++)
-                    if (n > (1u << 30)) __trap();
-                if (!(lane & 1))
-                    part[((size_t)s * nsb + cu.sb) * 16 + (lane >> 1)] = mvd_pack(a.x, a.y);
-                nc++;
-                next(cu);
-            }
-        }
-        return;
-    }
-    /* the drawing warp: draws slots S, S + 1, ... as the loads near them,
-     * and adds up each slot once its nsb items are in */
-    int gj = S, rj = 0, jend = 0x7fffffff; /* next slot to draw, next to add up, the first empty */
-    const int e = lane & 15, h = lane >> 4, mid = (nsb + 1) / 2;
-    unsigned idle_n = 0;
-    while (rj < jend) {
-        bool idle = true;
-        if (gj < jend && gj - rj < R && *sfront >= gj - LA) {
-            int t = 0;
-            if (lane == 0) t = (int)atomicAdd(ctr, 1u);
-            t = __shfl_sync(0xffffffffu, t, 0);
-            const int tile = t < ndyn ? G * S + t : -1;
-            if (tile < 0) {
-                jend = gj;
-                if (lane == 0) *send = gj;
-            } else if (lane == 0) {
-                sslot[gj % R] = (unsigned long long)(unsigned)gj << 32 | (unsigned)tile;
-            }
-            gj++;
-            idle = false;
-        }
-        if (rj < jend) {
-            /* entry e (rows e >> 1 and + 8, token e & 1): lanes e and e + 16
-             * add the first and the second half of the super-blocks, in
-             * order; ready once none is unset */
-            const int s = rj % R;
-            volatile unsigned long long *const pp = part + (size_t)s * nsb * 16 + e;
-            float2 a = make_float2(0.f, 0.f);
-            bool in = true;
-            for (int sb = h ? mid : 0; sb < (h ? nsb : mid); sb++) {
-                const unsigned long long v = pp[sb * 16];
-                in = in && v != MVD_UNSET2;
-                a.x += __uint_as_float((unsigned)v);
-                a.y += __uint_as_float((unsigned)(v >> 32));
-            }
-            if (__all_sync(0xffffffffu, in)) {
-                a.x += __shfl_down_sync(0xffffffffu, a.x, 16);
-                a.y += __shfl_down_sync(0xffffffffu, a.y, 16);
-                const int k = e & 1;
-                if (!h && k < n_tok) {
-                    const int tile = rj < S ? b * S + rj : (int)(unsigned)sslot[s];
-                    const int64_t r = (int64_t)tile * 16 + (e >> 1);
-                    y[(int64_t)k * n_out + r] = a.x;
-                    y[(int64_t)k * n_out + r + 8] = a.y;
-                }
-                for (int sb = h ? mid : 0; sb < (h ? nsb : mid); sb++) pp[sb * 16] = MVD_UNSET2;
-                __syncwarp();
-                __threadfence_block(); /* unset before the slot is handed on */
-                if (lane == 0) sfree[s] = rj + R;
-                rj++;
-                idle = false;
-            }
-        }
-        if (!idle) idle_n = 0;
-        else if (++idle_n > (1u << 26)) __trap();
-        else __nanosleep(32);
-    }
-    /* this block draws no more: the last one to get here zeroes the pair */
-    if (lane == 0) {
-        __threadfence();
-        if (atomicAdd(ctr + 1, 1u) == (unsigned)G - 1) {
-            ctr[0] = 0;
-            ctr[1] = 0;
-        }
-    }
 }
 
 /* ---- f16 tensor-core Q4_K through a cp.async ring (TND_CUDA_MV=f16cp) -----
@@ -3270,75 +3057,6 @@ extern "C" int tnd_cu_matvec_q4kt_i8b(const void *W, int64_t n_in, int64_t n_out
                                               n_in, n_out, x, n_tok, y,
                                               cu_cc_major() >= 9 ? (prefetch < 0 ? MVB_DEFAULT_PRE : prefetch) : 0);
     const cudaError_t last = cudaGetLastError(); /* clears what a failed launch left */
-    return (int)(le != cudaSuccess ? le : last);
-}
-
-/* ---- the int8 decode with tiles drawn as blocks free up (k_mvd_q4k): launch */
-
-#define MVD_DEFAULT_LA 1 /* draw a slot once the loads reach the one before */
-
-typedef void (*mvd_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int, int, int,
-                           unsigned *);
-static mvd_kernel mvd_kernel_of(int depth) { return depth == 1 ? k_mvd_q4k<1> : k_mvd_q4k<2>; }
-
-/* the slots a block keeps: more than its warps' loads run ahead of their
- * sums ((depth + 1) items each), the lookahead, and room to draw */
-static int mvd_slots(int nsb, int nwc, int depth, int la) { return ((depth + 1) * nwc + nsb - 1) / nsb + la + 3; }
-static size_t mvd_smem(int64_t n_in, int n_tok, int slots) {
-    return mvi_xbytes(n_in, n_tok) + (size_t)slots * (size_t)(n_in / 256) * 16 * sizeof(float2) +
-           (size_t)slots * (8 + sizeof(int)) + 2 * sizeof(int);
-}
-
-extern "C" int tnd_cu_matvec_q4kt_i8d(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
-                                      float *y, int blocks, int warps, int depth, int own, int lookahead,
-                                      tnd_cu_stream stream) {
-    int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
-    if (e) return e;
-    if (!x || !y || blocks < 0 || warps < 0 || warps == 1 || warps > MVQ_MAX_WARPS || depth < 0 ||
-        depth > MVQ_MAX_DEPTH || own < 0 || lookahead < 0 || lookahead > 64)
-        return cudaErrorInvalidValue;
-    if (((uintptr_t)W & 15) || !tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) return cudaErrorNotSupported;
-    static bool attr_set[64];
-    static unsigned *ctr_base[64];
-    static unsigned seq;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-    if (!attr_set[dev]) {
-        cudaError_t ce = cudaSuccess;
-        const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-        for (int d = 1; d <= MVQ_MAX_DEPTH && ce == cudaSuccess; d++)
-            ce = cudaFuncSetAttribute(mvd_kernel_of(d), cudaFuncAttributeMaxDynamicSharedMemorySize, max);
-        if (ce == cudaSuccess) ce = cudaGetSymbolAddress((void **)&ctr_base[dev], mvd_ctr);
-        if (ce != cudaSuccess) {
-            (void)cudaGetLastError();
-            return (int)ce;
-        }
-        attr_set[dev] = true;
-    }
-    const int d = depth ? depth : mvq_depth(), nw = warps ? warps : MVQ_MAX_WARPS, nwc = nw - 1;
-    const int nsb = (int)(n_in / 256), T = (int)(n_out / 16), la = lookahead ? lookahead : MVD_DEFAULT_LA;
-    int G = blocks ? blocks : cu_dev_attr(cudaDevAttrMultiProcessorCount);
-    if (G > T) G = T; /* a tile of its own a block at least */
-    int S = own ? own : T / G / 2;
-    if (S > T / G) S = T / G; /* no more than an even share */
-    if (S < 1) S = 1;
-    const int R = mvd_slots(nsb, nwc, d, la);
-    const size_t smem = mvd_smem(n_in, n_tok, R);
-    if (smem > (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin)) return cudaErrorNotSupported;
-    unsigned *const ctr = ctr_base[dev] + 2 * (__atomic_fetch_add(&seq, 1u, __ATOMIC_RELAXED) % MVD_CTRS);
-    const mvd_kernel k = mvd_kernel_of(d);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)G);
-    cfg.blockDim = dim3(32 * nw);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = (cudaStream_t)stream;
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait((const void *)k)) cfg.attrs = at, cfg.numAttrs = 1;
-    const cudaError_t le = cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in),
-                                              n_in, n_out, x, n_tok, y, S, R, la, ctr);
-    const cudaError_t last = cudaGetLastError();
     return (int)(le != cudaSuccess ? le : last);
 }
 
