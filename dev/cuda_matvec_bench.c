@@ -275,7 +275,7 @@ static int cmp_ll(const void *a, const void *b) {
 }
 /* The last two launches of k_mvb_q4k (grid G): per event, min/median/max
  * over blocks of the time from the earlier launch's first entry (ns,
- * globaltimer), and each block's phase lengths (median, cycles). Events: 0
+ * globaltimer), and each block's phase lengths (cycles, median/max). Events: 0
  * entry, 1 past the wait, 2 x staged, 3 warp 0's loop done, 4 all warps
  * done, 5 thread 0's sums written. */
 static void print_trace(void) {
