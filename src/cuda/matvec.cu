@@ -2277,21 +2277,32 @@ static mvc_kernel mvc_kernel_of(bool probe, int flags) {
     return k[probe ? 1 : 0][flags & 3]; /* bit 0: TND_CU_F16CP_BULK, bit 1: TND_CU_F16CP_TT2 */
 }
 
+/* Lets kernels k[0..n) take the device's opt-in shared memory, once per
+ * device (done: per device, the caller's). */
+static int smem_optin_once(bool (&done)[64], const void *const *k, int n) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    if (done[dev]) return 0;
+    cudaError_t e = cudaSuccess;
+    const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    for (int i = 0; i < n && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, max);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not left for a later launch to report */
+        return (int)e;
+    }
+    done[dev] = true;
+    return 0;
+}
+
 /* The opt-in above 48 KiB for the k_mvc_q4k instances and the probes,
  * once per device. */
 static int mvc_prepare(void) {
-    static bool attr_set[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-    if (attr_set[dev]) return 0;
-    const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    cudaError_t e = cudaSuccess;
-    for (int k = 0; k < 8 && e == cudaSuccess; k++)
-        e = cudaFuncSetAttribute(mvc_kernel_of(k & 1, k >> 1), cudaFuncAttributeMaxDynamicSharedMemorySize, max);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mvh_q4k_t<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, max);
-    if (e != cudaSuccess) return (int)e;
-    attr_set[dev] = true;
-    return 0;
+    static bool done[64];
+    const void *k[9];
+    for (int i = 0; i < 8; i++) k[i] = (const void *)mvc_kernel_of(i & 1, i >> 1);
+    k[8] = (const void *)k_mvh_q4k_t<true>;
+    return smem_optin_once(done, k, 9);
 }
 
 /* Dynamic shared bytes (>= smem) with which no more than occ blocks fit
@@ -2844,21 +2855,11 @@ static size_t mvq_smem(int64_t n_in, int n_tok, int warps, int ns) {
 }
 
 static int mvq_prepare(void) {
-    static bool attr_set[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-    if (attr_set[dev]) return 0;
-    cudaError_t e = cudaSuccess;
-    const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    for (int i = 0; i < MVQ_MAX_DEPTH + 4 && e == cudaSuccess; i++)
-        e = cudaFuncSetAttribute(i < MVQ_MAX_DEPTH ? mvq_kernel_of(i + 1, 0) : mvq_kernel_of(1, 2 * (i - MVQ_MAX_DEPTH + 1)),
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, max);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError(); /* not left for a later launch to report */
-        return (int)e;
-    }
-    attr_set[dev] = true;
-    return 0;
+    static bool done[64];
+    const void *k[MVQ_MAX_DEPTH + 4];
+    for (int i = 0; i < MVQ_MAX_DEPTH + 4; i++)
+        k[i] = (const void *)(i < MVQ_MAX_DEPTH ? mvq_kernel_of(i + 1, 0) : mvq_kernel_of(1, 2 * (i - MVQ_MAX_DEPTH + 1)));
+    return smem_optin_once(done, k, MVQ_MAX_DEPTH + 4);
 }
 
 /* The most warps per tile (KW) for MB tiles a block with ns stages (0:
@@ -2993,21 +2994,11 @@ static size_t mvb_smem_pair(int64_t n_in, int warps) {
 }
 
 static int mvb_prepare(void) {
-    static bool attr_set[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-    if (attr_set[dev]) return 0;
-    cudaError_t e = cudaSuccess;
-    const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    for (int i = 0; i < MVQ_MAX_DEPTH + MVB_MAX_NS - 1 && e == cudaSuccess; i++)
-        e = cudaFuncSetAttribute(i < MVQ_MAX_DEPTH ? mvb_kernel_of(i + 1, 0) : mvb_kernel_of(1, i - MVQ_MAX_DEPTH + 2),
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, max);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError(); /* not left for a later launch to report */
-        return (int)e;
-    }
-    attr_set[dev] = true;
-    return 0;
+    static bool done[64];
+    const void *k[MVQ_MAX_DEPTH + MVB_MAX_NS - 1];
+    for (int i = 0; i < MVQ_MAX_DEPTH + MVB_MAX_NS - 1; i++)
+        k[i] = (const void *)(i < MVQ_MAX_DEPTH ? mvb_kernel_of(i + 1, 0) : mvb_kernel_of(1, i - MVQ_MAX_DEPTH + 2));
+    return smem_optin_once(done, k, MVQ_MAX_DEPTH + MVB_MAX_NS - 1);
 }
 
 extern "C" int tnd_cu_matvec_q4kt_i8b(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
