@@ -277,7 +277,9 @@ static int cmp_ll(const void *a, const void *b) {
  * over blocks of the time from the earlier launch's first entry (ns,
  * globaltimer), and each block's phase lengths (cycles, median/max). Events: 0
  * entry, 1 past the wait, 2 x staged, 3 warp 0's loop done, 4 all warps
- * done, 5 thread 0's sums written. */
+ * done, 5 thread 0's sums written. Then the mean end (e4) of the blocks
+ * with the smaller and the larger share, and how alike an SM's loop
+ * lengths are in the two launches (session 12). */
 static void print_trace(void) {
     static unsigned long long tr[4][1024][16];
     static unsigned seq[1024];
@@ -285,30 +287,71 @@ static void print_trace(void) {
         printf("trace: copy failed\n");
         return;
     }
-    int G = 0;
-    while (G < 1024 && seq[G] == seq[0]) G++;
+    /* each block's last two launches are in its own slots (blocks past a
+     * smaller grid's have fewer launches); the grid is in slot 14 */
     if (seq[0] < 2) return;
-    const int s1 = (int)((seq[0] - 1) & 3), s0 = (int)((seq[0] - 2) & 3);
+#define TR(l, b) tr[(seq[b] - 2 + (l)) & 3][b] /* launch N-1 (l 0) or N (l 1) of block b */
+    const int G = (int)TR(1, 0)[14];
+    if (G < 1 || G > 1024) return;
+    for (int b = 0; b < G; b++)
+        if (seq[b] < 2 || TR(0, b)[14] != (unsigned long long)G || TR(1, b)[14] != (unsigned long long)G) {
+            printf("trace: the last two launches had other grids\n");
+            return;
+        }
     unsigned long long T0 = ~0ull;
     for (int b = 0; b < G; b++)
-        if (tr[s0][b][0] < T0) T0 = tr[s0][b][0];
+        if (TR(0, b)[0] < T0) T0 = TR(0, b)[0];
     static long long v[1024];
     for (int l = 0; l < 2; l++) {
-        const int s = l ? s1 : s0;
         printf("trace launch %s (G %d): ", l ? "N  " : "N-1", G);
         for (int k = 0; k < 6; k++) {
-            for (int b = 0; b < G; b++) v[b] = (long long)(tr[s][b][k] - T0);
+            for (int b = 0; b < G; b++) v[b] = (long long)(TR(l, b)[k] - T0);
             qsort(v, (size_t)G, sizeof v[0], cmp_ll);
             printf(" e%d %lld/%lld/%lld", k, v[0], v[G / 2], v[G - 1]);
         }
         printf(" | cycles:");
         for (int k = 0; k < 5; k++) {
-            for (int b = 0; b < G; b++) v[b] = (long long)(tr[s][b][9 + k] - tr[s][b][8 + k]);
+            for (int b = 0; b < G; b++) v[b] = (long long)(TR(l, b)[9 + k] - TR(l, b)[8 + k]);
             qsort(v, (size_t)G, sizeof v[0], cmp_ll);
             printf(" %d-%d %lld/%lld", k, k + 1, v[G / 2], v[G - 1]);
         }
         printf("\n");
     }
+    /* whether the late blocks are those with the larger share (slot 7), and
+     * whether an SM (slot 6) is slow in both launches: the correlation of
+     * the loop's length (e2 to e4, ns) over SMs between N-1 and N */
+    double sum[2][2] = {{0, 0}, {0, 0}};
+    long long lo = 1LL << 62;
+    for (int b = 0; b < G; b++)
+        if ((long long)TR(1, b)[7] < lo) lo = (long long)TR(1, b)[7];
+    for (int b = 0; b < G; b++) {
+        const int big = (long long)TR(1, b)[7] > lo;
+        sum[big][0] += 1, sum[big][1] += (double)(TR(1, b)[4] - T0);
+    }
+    static double len[2][1024];
+    static bool seen[2][1024];
+    memset(seen, 0, sizeof seen);
+    for (int l = 0; l < 2; l++)
+        for (int b = 0; b < G; b++) {
+            const int sm = (int)(TR(l, b)[6] & 1023);
+            len[l][sm] = (double)(TR(l, b)[4] - TR(l, b)[2]), seen[l][sm] = true;
+        }
+#undef TR
+    double n = 0, mx = 0, my = 0, sxx = 0, syy = 0, sxy = 0;
+    for (int sm = 0; sm < 1024; sm++)
+        if (seen[0][sm] && seen[1][sm]) n++, mx += len[0][sm], my += len[1][sm];
+    if (n > 1) {
+        mx /= n, my /= n;
+        for (int sm = 0; sm < 1024; sm++)
+            if (seen[0][sm] && seen[1][sm]) {
+                const double a = len[0][sm] - mx, c = len[1][sm] - my;
+                sxx += a * a, syy += c * c, sxy += a * c;
+            }
+    }
+    printf("trace N: e4 mean %.0f ns over %.0f blocks of share %lld, %.0f ns over %.0f of more | loop length "
+           "over SMs: corr(N-1, N) %.2f over %.0f SMs\n",
+           sum[0][0] ? sum[0][1] / sum[0][0] : 0, sum[0][0], lo, sum[1][0] ? sum[1][1] / sum[1][0] : 0, sum[1][0],
+           sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : 0, n);
 }
 #endif
 
@@ -730,7 +773,7 @@ int main(int argc, char **argv) {
                  * warp asked of L2 before the wait (-1: the default) */
                 double i8b_gbs[2] = {0, 0};
                 char i8b_var[2][64] = {"", ""};
-                static const int bw_[][2] = {{0, 0}, {0, 12}, {0, 16}, {0, 24}, {264, 8}};
+                static const int bw_[][2] = {{0, 0}, {0, 12}, {0, 16}, {0, 24}, {128, 0}, {264, 8}};
                 static const int bd[][2] = {{0, -1}, {1, 0}, {2, 0}, {1, 3}};
                 static const int bp[] = {-1, 0, 2, 4};
                 for (int pdl = 0; pdl < 2; pdl++)

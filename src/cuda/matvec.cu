@@ -1431,9 +1431,21 @@ __device__ unsigned mvb_trace_seq[1024];
             mvb_trace[tseq & 3][blockIdx.x][8 + k] = clock64();                                     \
         }                                                                                           \
     } while (0)
+/* the block's SM, its share (half-tiles) and the grid in the free slots 6, 7 and 14 */
+#define MVB_TRACE_SHARE(n)                                                                          \
+    do {                                                                                            \
+        if (threadIdx.x == 0 && blockIdx.x < 1024) {                                                \
+            unsigned smid_;                                                                         \
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(smid_));                                      \
+            mvb_trace[tseq & 3][blockIdx.x][6] = smid_;                                             \
+            mvb_trace[tseq & 3][blockIdx.x][7] = (unsigned long long)(n);                           \
+            mvb_trace[tseq & 3][blockIdx.x][14] = gridDim.x;                                        \
+        }                                                                                           \
+    } while (0)
 #else
 #define MVB_TRACE_START
 #define MVB_T(k) ((void)0)
+#define MVB_TRACE_SHARE(n) ((void)0)
 #endif
 
 template <int DEPTH, int NS>
@@ -1454,6 +1466,7 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
     /* this block's half-tiles [hlo, hhi), as npairs pairs */
     const int64_t H = n_out / 8, hlo = (int64_t)blockIdx.x * H / gridDim.x;
     const int64_t hhi = (int64_t)(blockIdx.x + 1) * H / gridDim.x;
+    MVB_TRACE_SHARE(hhi - hlo);
     const int npairs = (int)((hhi - hlo + 1) / 2);
     const int psingle = ((hhi - hlo) & 1) ? npairs - 1 : npairs; /* pairs from here on have no second half */
     const int odd = (int)(hlo & 1);
