@@ -1421,27 +1421,22 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
 __device__ unsigned long long mvb_trace[4][1024][16];
 __device__ unsigned mvb_trace_seq[1024];
 #define MVB_TRACE_START const unsigned tseq = threadIdx.x == 0 && blockIdx.x < 1024 ? mvb_trace_seq[blockIdx.x]++ : 0
-/* event k of thread 0: globaltimer (ns) and clock64 (cycles) */
-#define MVB_T(k)                                                                                    \
+/* by thread 0 only: slot j of this launch's record of the block */
+#define MVB_REC(...)                                                                                \
     do {                                                                                            \
         if (threadIdx.x == 0 && blockIdx.x < 1024) {                                                \
-            unsigned long long t_;                                                                  \
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                 \
-            mvb_trace[tseq & 3][blockIdx.x][k] = t_;                                                \
-            mvb_trace[tseq & 3][blockIdx.x][8 + k] = clock64();                                     \
+            __VA_ARGS__                                                                             \
         }                                                                                           \
     } while (0)
+#define MVB_SET(j, v) mvb_trace[tseq & 3][blockIdx.x][j] = (unsigned long long)(v)
+/* event k: globaltimer (ns) in slot k and clock64 (cycles) in slot 8 + k */
+#define MVB_T(k)                                                                                    \
+    MVB_REC(unsigned long long t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); MVB_SET(k, t_); \
+            MVB_SET(8 + k, clock64());)
 /* the block's SM, its share (half-tiles) and the grid in the free slots 6, 7 and 14 */
 #define MVB_TRACE_SHARE(n)                                                                          \
-    do {                                                                                            \
-        if (threadIdx.x == 0 && blockIdx.x < 1024) {                                                \
-            unsigned smid_;                                                                         \
-            asm volatile("mov.u32 %0, %%smid;" : "=r"(smid_));                                      \
-            mvb_trace[tseq & 3][blockIdx.x][6] = smid_;                                             \
-            mvb_trace[tseq & 3][blockIdx.x][7] = (unsigned long long)(n);                           \
-            mvb_trace[tseq & 3][blockIdx.x][14] = gridDim.x;                                        \
-        }                                                                                           \
-    } while (0)
+    MVB_REC(unsigned smid_; asm volatile("mov.u32 %0, %%smid;" : "=r"(smid_)); MVB_SET(6, smid_);  \
+            MVB_SET(7, n); MVB_SET(14, gridDim.x);)
 #else
 #define MVB_TRACE_START
 #define MVB_T(k) ((void)0)
