@@ -1718,9 +1718,49 @@ static int64_t big_n_in(tnd_type t) {
     return tr->block_size == 256 ? 256 * 23 : tr->block_size == 32 ? 32 * 171 : 5001;
 }
 
+/* Every kernel over the Q4_K tile layout (the f16 and int8 tiles, their
+ * feeds and rings, PDL chains): main's group, and `--only-q4kt`'s (the
+ * device test's memcheck pass runs it first: the rings' bulk copies). */
+static void test_q4kt_all(void) {
+    /* the Q4_K tile layout: n_out a multiple of 16 but not of 128 (48,
+     * 4112), one super-block, the longest bench row (17408: 1 or 2 tokens
+     * per launch, token groups beyond), 1..8 tokens */
+    for (int nt = 1; nt <= 8; nt++) {
+        test_matvec_q4kt(256, 48, nt);
+        test_matvec_q4kt(256 * 20, 144, nt);
+    }
+    test_matvec_q4kt(256 * 68, 128, 1);
+    test_matvec_q4kt(256 * 68, 48, 3);
+    test_matvec_q4kt(256 * 68, 16, 8);
+    test_matvec_q4kt(256 * 7, 4112, 2);
+    test_q4kt_pdl_chain(4096, 0, 0, 0);
+    test_q4kt_pdl_chain(8192, 1, 8, 0); /* 512 blocks of 8 warps: more than one wave on the H200 */
+    test_q4kt_pdl_chain(4096, 0, 0, 1);
+    test_q4kt_pdl_chain(8192, 1, 16, 1);
+    if (tnd_cu_matvec_q4kt_feed_supported(TND_CU_TILE_BULK)) { /* sm_90: the ring */
+        test_q4kt_pdl_chain(4096, 0, 0, 2);
+        test_q4kt_pdl_chain(8192, 1, 8, 2);
+        test_q4kt_pdl_chain(4096, 0, 0, 4);
+        test_q4kt_pdl_chain(8192, 300, 5, 4); /* more blocks than SMs */
+    }
+    test_q4kt_pdl_chain(4096, 0, 0, 3);
+    test_q4kt_pdl_chain(8192, 0, 9, 3);
+    test_matvec_q4kt_i8(256, 16, 1);
+    test_matvec_q4kt_i8(256, 48, 2);
+    test_matvec_q4kt_i8(256 * 20, 144, 1);
+    test_matvec_q4kt_i8(256 * 20, 144, 2);
+    test_matvec_q4kt_i8(256 * 68, 128, 1);
+    test_matvec_q4kt_i8(256 * 7, 4112, 2);
+    test_matvec_q4kt_i8(256 * 20, 34816, 1); /* 2176 tiles: 16 a block, several waves; 8 stages need fewer */
+}
+
 int main(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    const bool only_q4kt = argc == 2 && strcmp(argv[1], "--only-q4kt") == 0;
+    if (argc > 2 || (argc == 2 && !only_q4kt)) {
+        fprintf(stderr, "usage: %s [--only-q4kt]\n  --only-q4kt: only the kernels over the Q4_K tile layout\n",
+                argv[0]);
+        return 2;
+    }
     tc_rng = 0x9e3779b97f4a7c15ull;
     int ndev = tnd_cuda_device_count();
     if (ndev <= 0) {
@@ -1730,6 +1770,12 @@ int main(int argc, char **argv) {
     tnd_cuda_params p = {0, 0};
     CHECK_ST(tnd_backend_cuda_new(&p, &B));
     CHECK_ST(B->iface->stream_new(B, &S));
+    if (only_q4kt) {
+        test_q4kt_all();
+        B->iface->stream_free(B, S);
+        tnd_backend_free(B);
+        return tc_summary();
+    }
 
     static const int64_t toks[] = {1, 3, 8, 17, 64};
     for (size_t i = 0; i < TND_ARRAY_LEN(ALL_TYPES); i++) {
@@ -1804,36 +1850,7 @@ int main(int argc, char **argv) {
         free(W);
     }
     test_matvec_mma_refusals();
-    /* the Q4_K tile layout: n_out a multiple of 16 but not of 128 (48,
-     * 4112), one super-block, the longest bench row (17408: 1 or 2 tokens
-     * per launch, token groups beyond), 1..8 tokens */
-    for (int nt = 1; nt <= 8; nt++) {
-        test_matvec_q4kt(256, 48, nt);
-        test_matvec_q4kt(256 * 20, 144, nt);
-    }
-    test_matvec_q4kt(256 * 68, 128, 1);
-    test_matvec_q4kt(256 * 68, 48, 3);
-    test_matvec_q4kt(256 * 68, 16, 8);
-    test_matvec_q4kt(256 * 7, 4112, 2);
-    test_q4kt_pdl_chain(4096, 0, 0, 0);
-    test_q4kt_pdl_chain(8192, 1, 8, 0); /* 512 blocks of 8 warps: more than one wave on the H200 */
-    test_q4kt_pdl_chain(4096, 0, 0, 1);
-    test_q4kt_pdl_chain(8192, 1, 16, 1);
-    if (tnd_cu_matvec_q4kt_feed_supported(TND_CU_TILE_BULK)) { /* sm_90: the ring */
-        test_q4kt_pdl_chain(4096, 0, 0, 2);
-        test_q4kt_pdl_chain(8192, 1, 8, 2);
-        test_q4kt_pdl_chain(4096, 0, 0, 4);
-        test_q4kt_pdl_chain(8192, 300, 5, 4); /* more blocks than SMs */
-    }
-    test_q4kt_pdl_chain(4096, 0, 0, 3);
-    test_q4kt_pdl_chain(8192, 0, 9, 3);
-    test_matvec_q4kt_i8(256, 16, 1);
-    test_matvec_q4kt_i8(256, 48, 2);
-    test_matvec_q4kt_i8(256 * 20, 144, 1);
-    test_matvec_q4kt_i8(256 * 20, 144, 2);
-    test_matvec_q4kt_i8(256 * 68, 128, 1);
-    test_matvec_q4kt_i8(256 * 7, 4112, 2);
-    test_matvec_q4kt_i8(256 * 20, 34816, 1); /* 2176 tiles: 16 a block, several waves; 8 stages need fewer */
+    test_q4kt_all();
     test_weight_prepare(256 * 3, 4112); /* prefill: two row chunks of the tiled dequant */
     test_weight_prepare(256 * 20, 48);
     test_weight_prepare(256 * 68, 32);
