@@ -2753,6 +2753,29 @@ extern "C" int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_s
     return (int)cudaGetLastError();
 }
 
+/* The launch configuration of a tiled decode kernel k (grid blocks of
+ * threads, smem bytes, on st), with programmatic dependent launch where it
+ * is on and k waits for its predecessor (sm_90); the attribute lives in
+ * *at. And a launch's result: its error, or the one it left (cleared, not
+ * left for a later launch to report). */
+static cudaLaunchConfig_t tile_launch_cfg(const void *k, int64_t grid, int threads, size_t smem, cudaStream_t st,
+                                          cudaLaunchAttribute *at) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    *at = cudaLaunchAttribute{};
+    at->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at->val.programmaticStreamSerializationAllowed = 1;
+    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait(k)) cfg.attrs = at, cfg.numAttrs = 1;
+    return cfg;
+}
+static int launch_result(cudaError_t le) {
+    const cudaError_t last = cudaGetLastError();
+    return (int)(le != cudaSuccess ? le : last);
+}
+
 /* One launch of k_mvt_q4k (or its probe) for n_tok <= mvt_max_tok tokens.
  * pad (probe): 0 as resident as the kernel, 1 as many blocks as fit. */
 static int launch_mvt1(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
@@ -2763,20 +2786,11 @@ static int launch_mvt1(bool probe, const void *W, int64_t n_in, int64_t n_out, c
     size_t smem = mvh_smem(TND_CU_MV_F16MMA, n_in, n_tok, MB * KW);
     if (probe && !pad) smem = mvc_pad_smem(smem, mvh_occupancy_k(k, MB * KW, smem));
     const int64_t tiles = n_out / 16;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)((tiles + MB - 1) / MB));
-    cfg.blockDim = dim3(32 * MB * KW);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
     const mvh_kernel kl = mvt_kernel_of(probe, depth, pf);
-    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait((const void *)kl)) cfg.attrs = at, cfg.numAttrs = 1;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kl, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in),
-                                             n_in, n_out, x, n_tok, y, MB, KW);
-    const cudaError_t last = cudaGetLastError(); /* clears what a failed launch left */
-    return (int)(e != cudaSuccess ? e : last);
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg = tile_launch_cfg((const void *)kl, (tiles + MB - 1) / MB, 32 * MB * KW, smem, st, &at);
+    return launch_result(cudaLaunchKernelEx(&cfg, kl, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in,
+                                            n_out, x, n_tok, y, MB, KW));
 }
 
 static int launch_mvt(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
@@ -2949,19 +2963,11 @@ extern "C" int tnd_cu_matvec_q4kt_i8(const void *W, int64_t n_in, int64_t n_out,
     const size_t smem = mvq_smem(n_in, n_tok, MB * KW, ns);
     if (smem > (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin)) return cudaErrorNotSupported;
     const int64_t tiles = n_out / 16;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)((tiles + MB - 1) / MB));
-    cfg.blockDim = dim3(32 * MB * KW);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = (cudaStream_t)stream;
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait((const void *)k)) cfg.attrs = at, cfg.numAttrs = 1;
-    const cudaError_t le = cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in),
-                                              n_in, n_out, x, n_tok, y, MB, KW);
-    const cudaError_t last = cudaGetLastError(); /* clears what a failed launch left */
-    return (int)(le != cudaSuccess ? le : last);
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg =
+        tile_launch_cfg((const void *)k, (tiles + MB - 1) / MB, 32 * MB * KW, smem, (cudaStream_t)stream, &at);
+    return launch_result(cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in,
+                                            n_out, x, n_tok, y, MB, KW));
 }
 
 extern "C" bool tnd_cu_matvec_q4kt_i8_default(void) { return mvq_on(); }
@@ -3043,20 +3049,11 @@ extern "C" int tnd_cu_matvec_q4kt_i8b(const void *W, int64_t n_in, int64_t n_out
     const size_t smem = fixed + (size_t)npairs * per;
     if ((e = mvb_prepare())) return e;
     const mvb_kernel k = mvb_kernel_of(depth ? depth : mvq_depth(), ns);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)grid);
-    cfg.blockDim = dim3(32 * nw);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = (cudaStream_t)stream;
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait((const void *)k)) cfg.attrs = at, cfg.numAttrs = 1;
-    const cudaError_t le = cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in),
-                                              n_in, n_out, x, n_tok, y,
-                                              cu_cc_major() >= 9 ? (prefetch < 0 ? MVB_DEFAULT_PRE : prefetch) : 0);
-    const cudaError_t last = cudaGetLastError(); /* clears what a failed launch left */
-    return (int)(le != cudaSuccess ? le : last);
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg = tile_launch_cfg((const void *)k, grid, 32 * nw, smem, (cudaStream_t)stream, &at);
+    return launch_result(cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in,
+                                            n_out, x, n_tok, y,
+                                            cu_cc_major() >= 9 ? (prefetch < 0 ? MVB_DEFAULT_PRE : prefetch) : 0));
 }
 
 #ifdef TND_MVB_TRACE
