@@ -15,7 +15,8 @@
  * the device's free memory shrinking by no more than the budget).
  *
  * Prints one line per check and "N passed, N failed". Exits 77 (skipped)
- * when built without CUDA or when no GPU is present.
+ * when built without CUDA or when no GPU is present. `--only-q4kt` runs
+ * only the kernels over the Q4_K tile layout (test_q4kt_all).
  */
 #include <math.h>
 #include <stdio.h>
