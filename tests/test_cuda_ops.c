@@ -1773,9 +1773,7 @@ int main(int argc, char **argv) {
     CHECK_ST(B->iface->stream_new(B, &S));
     if (only_q4kt) {
         test_q4kt_all();
-        B->iface->stream_free(B, S);
-        tnd_backend_free(B);
-        return tc_summary();
+        goto done;
     }
 
     static const int64_t toks[] = {1, 3, 8, 17, 64};
@@ -1934,6 +1932,7 @@ int main(int argc, char **argv) {
     test_events();
     test_budget();
 
+done:
     B->iface->stream_free(B, S);
     tnd_backend_free(B);
     return tc_summary();
