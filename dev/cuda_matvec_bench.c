@@ -221,6 +221,8 @@ typedef struct {
     double bw;
     int reps;
     tnd_cu_stream cs;
+    void *dy2; /* the second y of a row over two matrices */
+    int mats;  /* matrices a launch reads: 1, or 2 (a pair, or two launches) */
 } row_ctx;
 
 /* A variant's launch on weight copy c; returns a CUDA error code. */
@@ -232,6 +234,7 @@ typedef int (*row_launch)(const row_ctx *r, size_t c, const void *arg);
  * counts launch failures and mismatches. */
 static double time_row(const row_ctx *r, const char *var, row_launch launch, const void *arg, int *failures) {
     CK(B->iface->memset(B, r->dy, 0xff, (size_t)r->n_out * 4, S));
+    if (r->mats == 2) CK(B->iface->memset(B, r->dy2, 0xff, (size_t)r->n_out * 4, S));
     const int e = launch(r, 0, arg);
     if (e == 801) {
         printf("| %s | %lldx%lld | %.1f | %s | - | - | - | not supported here |\n", tnd_type_name(r->t),
@@ -247,7 +250,12 @@ static double time_row(const row_ctx *r, const char *var, row_launch launch, con
     CK(B->iface->copy_d2h(B, r->y, r->dy, (size_t)r->n_out * 4, S));
     CK(B->iface->stream_sync(B, S));
     double err = 0;
-    const int bad = validate_f16(r->t, r->w, r->n_in, r->n_out, r->x, r->y, &err);
+    int bad = validate_f16(r->t, r->w, r->n_in, r->n_out, r->x, r->y, &err);
+    if (r->mats == 2) { /* every copy holds the same matrix: y2 has y's reference */
+        CK(B->iface->copy_d2h(B, r->y, r->dy2, (size_t)r->n_out * 4, S));
+        CK(B->iface->stream_sync(B, S));
+        bad += validate_f16(r->t, r->w, r->n_in, r->n_out, r->x, r->y, &err);
+    }
     if (bad) (*failures)++;
     int le = 0; /* a launch that fails after validating would time as fast */
     for (int k = 0; k < 3; k++) le |= launch(r, (size_t)k % r->ncopies, arg);
@@ -261,7 +269,7 @@ static double time_row(const row_ctx *r, const char *var, row_launch launch, con
         return 0;
     }
     const double us = time_ms() * 1e3 / r->reps;
-    const double gbs = ((double)r->wb + r->n_in * 4.0 + r->n_out * 4.0) / (us * 1e-6) / 1e9;
+    const double gbs = (r->mats * ((double)r->wb + r->n_out * 4.0) + r->n_in * 4.0) / (us * 1e-6) / 1e9;
     printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n", tnd_type_name(r->t), (long long)r->n_in,
            (long long)r->n_out, r->wb / 1048576.0, var, bad ? " MISMATCH" : "", us, gbs, 100.0 * gbs / r->bw, err);
     return gbs;
@@ -367,6 +375,24 @@ static int launch_i8b(const row_ctx *r, size_t c, const void *arg) {
     return tnd_cu_matvec_q4kt_i8b(r->dw[c], r->n_in, r->n_out, (const float *)r->dx, 1, (float *)r->dy, a[0], a[1],
                                   a[2], a[3], a[4], r->cs);
 }
+/* Rows over two matrices (mats 2): launch k reads copies 2k and 2k + 1
+ * (mod the copies, at least 5), so no launch finds the one before's in L2. */
+/* the pair (tnd_cu_matvec_q4kt_pair): arg = {blocks, warps, depth, prefetch} */
+static int launch_pair(const row_ctx *r, size_t c, const void *arg) {
+    const int *a = (const int *)arg;
+    return tnd_cu_matvec_q4kt_pair(r->dw[2 * c % r->ncopies], r->dw[(2 * c + 1) % r->ncopies], r->n_in, r->n_out,
+                                   r->n_out, (const float *)r->dx, 1, (float *)r->dy, (float *)r->dy2, a[0], a[1],
+                                   a[2], a[3], r->cs);
+}
+/* the same two matrices in two default launches (tnd_cu_matvec_q4kt) */
+static int launch_two(const row_ctx *r, size_t c, const void *arg) {
+    (void)arg;
+    const int e = tnd_cu_matvec_q4kt(r->dw[2 * c % r->ncopies], r->n_in, r->n_out, (const float *)r->dx, 1,
+                                     (float *)r->dy, 0, 0, 0, -1, r->cs);
+    return e ? e
+             : tnd_cu_matvec_q4kt(r->dw[(2 * c + 1) % r->ncopies], r->n_in, r->n_out, (const float *)r->dx, 1,
+                                  (float *)r->dy2, 0, 0, 0, -1, r->cs);
+}
 
 int main(int argc, char **argv) {
     int reps = 50;
@@ -421,7 +447,7 @@ int main(int argc, char **argv) {
     const size_t n_main = sizeof types / sizeof types[0] * n_shapes;
     const size_t n_cases = n_main + sizeof others / sizeof others[0];
     int failures = 0;
-    char summary[64][1400];
+    char summary[64][2000];
     int n_summary = 0;
     for (size_t ci = 0; ci < n_cases; ci++) {
             const size_t ns = n_shapes;
@@ -436,7 +462,7 @@ int main(int argc, char **argv) {
             for (int64_t i = 0; i < n_in * n_tok_max; i++) x[i] = unif(-1, 1);
             size_t ncopies = (size_t)((200ull << 20) / wb + 1);
             void **dw = calloc(ncopies, sizeof *dw);
-            void *dx, *dy;
+            void *dx, *dy, *dy2;
             CK(B->iface->buf_alloc(B, wb, &dw[0]));
             CK(B->iface->copy_h2d(B, dw[0], w, wb, S));
             for (size_t c = 1; c < ncopies; c++) {
@@ -445,9 +471,10 @@ int main(int argc, char **argv) {
             }
             CK(B->iface->buf_alloc(B, (size_t)(n_in * n_tok_max) * 4, &dx));
             CK(B->iface->buf_alloc(B, (size_t)(n_out * n_tok_max) * 4, &dy));
+            CK(B->iface->buf_alloc(B, (size_t)n_out * 4, &dy2));
             CK(B->iface->copy_h2d(B, dx, x, (size_t)(n_in * n_tok_max) * 4, S));
             CK(B->iface->stream_sync(B, S));
-            const row_ctx rc = {t, n_in, n_out, wb, ncopies, dw, dx, dy, w, x, y, bw, reps, cs};
+            const row_ctx rc = {t, n_in, n_out, wb, ncopies, dw, dx, dy, w, x, y, bw, reps, cs, dy2, 1};
 
             /* variants: the default launch, the f16 and int8 tensor-core
              * kernels (default shape, then tiles per block x warps per tile),
@@ -801,6 +828,29 @@ int main(int argc, char **argv) {
                                     snprintf(i8b_var[pdl], sizeof i8b_var[0], "%s", var + 4);
                                 }
                             }
+                /* two matrices over one x (a decode step's gate and up): the pair in one
+                 * launch ("pair Gg Ww Dd Pp", tnd_cu_matvec_q4kt_pair) against two default
+                 * launches ("two launches"); GB/s and % count both matrices */
+                double pair_gbs[2] = {0, 0}, two_gbs[2] = {0, 0};
+                char pair_var[2][64] = {"", ""};
+                row_ctx r2 = rc;
+                r2.mats = 2;
+                static const int pa[][4] = {{0, 0, 0, -1}, {0, 16, 2, 0}, {0, 16, 1, 2}, {0, 12, 2, 2}};
+                for (int pdl = 0; pdl < 2 && ncopies >= 5; pdl++) {
+                    tnd_cu_matvec_q4kt_set_pdl(pdl);
+                    char var[64];
+                    snprintf(var, sizeof var, "two launches%s", pdl ? " PDL" : "");
+                    two_gbs[pdl] = time_row(&r2, var, launch_two, NULL, &failures);
+                    for (size_t i = 0; i < sizeof pa / sizeof pa[0]; i++) {
+                        snprintf(var, sizeof var, "pair G%d W%d D%d P%d%s", pa[i][0], pa[i][1], pa[i][2], pa[i][3],
+                                 pdl ? " PDL" : "");
+                        const double gbs = time_row(&r2, var, launch_pair, pa[i], &failures);
+                        if (gbs > pair_gbs[pdl]) {
+                            pair_gbs[pdl] = gbs;
+                            snprintf(pair_var[pdl], sizeof pair_var[0], "%s", var + 5);
+                        }
+                    }
+                }
                 tnd_cu_matvec_q4kt_set_pdl(pdl_default);
                 /* the shared-memory feeds (tnd_cu_matvec_q4kt_fed: "ring FEED NSn MBm
                  * KWk", n stages of one chunk per warp) and their probes */
@@ -891,6 +941,13 @@ int main(int argc, char **argv) {
                         snprintf(sm + n, sizeof summary[0] - n, "\n        i8b%s %s %5.0f (%3.0f%%)", pdl ? " PDL" : "",
                                  i8b_var[pdl], i8b_gbs[pdl], 100 * i8b_gbs[pdl] / bw);
                     }
+                    for (int pdl = 0; pdl < 2; pdl++) {
+                        n = strlen(sm);
+                        snprintf(sm + n, sizeof summary[0] - n,
+                                 "\n        two matrices%s: pair %s %5.0f (%3.0f%%) | two launches %5.0f (%3.0f%%)",
+                                 pdl ? " PDL" : "", pair_var[pdl], pair_gbs[pdl], 100 * pair_gbs[pdl] / bw,
+                                 two_gbs[pdl], 100 * two_gbs[pdl] / bw);
+                    }
                     n = strlen(sm);
                     static const char *const feed_names[] = {"default", "regs", "cpasync", "bulk"};
                     snprintf(sm + n, sizeof summary[0] - n,
@@ -902,6 +959,7 @@ int main(int argc, char **argv) {
             for (size_t c = 0; c < ncopies; c++) B->iface->buf_free(B, dw[c]);
             B->iface->buf_free(B, dx);
             B->iface->buf_free(B, dy);
+            B->iface->buf_free(B, dy2);
             free(dw);
             free(w);
             free(x);

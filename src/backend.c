@@ -22,6 +22,7 @@ const char *tnd_op_name(tnd_op_kind k) {
     case TND_OP_CPY: return "cpy";
     case TND_OP_MOE_ROUTE: return "moe_route";
     case TND_OP_MOE_SUM: return "moe_sum";
+    case TND_OP_MATMUL_PAIR: return "matmul_pair";
     case TND_OP_COUNT: break;
     }
     return "?";

@@ -121,6 +121,12 @@ typedef enum tnd_op_kind {
      * in[1] weights f32 {n_used, n_tok}; out[0] f32 {n, n_tok}:
      * out[t] = sum_u w[t][u] * y[t][u]. */
     TND_OP_MOE_SUM,
+    /* Two MATMULs over one x, as one op (a decode step's gate and up, or q
+     * and k, in one launch): in[0] W1 {n_in, n_out1}, in[1] x, in[2] W2
+     * {n_in, n_out2}; out[0] y1 = W1 x, out[1] y2 = W2 x. Optional: only a
+     * backend whose op_supported accepts the op is handed one (the
+     * executor fuses two MATMUL nodes only then). */
+    TND_OP_MATMUL_PAIR,
     TND_OP_COUNT
 } tnd_op_kind;
 

@@ -1418,43 +1418,40 @@ static void test_matvec_q4kt_i8(int64_t n_in, int64_t n_out, int n_tok) {
                       "-1 blocks (%d), prefetch 17 (%d)",
                       what, r1, r2, r3, r4, r5, r6);
         }
-        /* the default call: this kernel's bits while it is the default, the f16 kernel's tolerance otherwise */
+        /* the default call in each mode (tnd_cu_matvec_q4kt_mode): the f16
+         * kernel's tolerance, the int8 tiles' bits, the even share's (its
+         * defaults), and AUTO's pick by size */
         dev_poison(dy, yb);
         int e = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, -1, cs);
         tnd_status st = B->iface->stream_sync(B, S);
         dev_download(y, dy, yb);
-        const bool was = tnd_cu_matvec_q4kt_i8_default(), was_b = tnd_cu_matvec_q4kt_i8b_default();
-        for (int on = 0; on < 2; on++) {
-            tnd_cu_matvec_q4kt_set_i8(on != 0);
+        float *yb8 = (float *)tc_xmalloc(yb);
+        dev_poison(dy, yb);
+        const int eb = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, -1, -1, cs);
+        const tnd_status sb = B->iface->stream_sync(B, S);
+        dev_download(yb8, dy, yb);
+        const int was = tnd_cu_matvec_q4kt_mode();
+        const bool big = (double)n_out * (double)(n_in / 256 * 144) >= 20.0 * 1048576;
+        for (int mode = TND_CU_Q4KT_F16; mode <= TND_CU_Q4KT_AUTO; mode++) {
+            tnd_cu_matvec_q4kt_set_mode(mode);
             dev_poison(dy, yb);
             int e2 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, -1, cs);
             tnd_status st2 = B->iface->stream_sync(B, S);
             dev_download(y1, dy, yb);
-            if (on)
-                tc_report(!e && !st && !e2 && !st2 && memcmp(y, y1, yb) == 0,
-                          "%s: tnd_cu_matvec_q4kt's default is the int8 kernel when switched on", what);
-            else {
-                tc_report(!e2 && !st2 && memcmp(y, y1, yb) != 0, "%s: and the f16 kernel when switched off", what);
+            const bool ok = !e && !st && !eb && !sb && !e2 && !st2;
+            if (mode == TND_CU_Q4KT_F16) {
+                tc_report(ok && memcmp(y, y1, yb) != 0, "%s: tnd_cu_matvec_q4kt's default in mode f16 is the f16 kernel",
+                          what);
                 compare(what, y1, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+            } else {
+                const bool even = mode == TND_CU_Q4KT_I8B || (mode == TND_CU_Q4KT_AUTO && big);
+                tc_report(ok && memcmp(even ? yb8 : y, y1, yb) == 0,
+                          "%s: tnd_cu_matvec_q4kt's default in mode %d is the %s kernel", what, mode,
+                          even ? "even-share" : "int8 tiles'");
             }
         }
-        tnd_cu_matvec_q4kt_set_i8(was);
-        /* with the even share switched on, the default call is its kernel with its defaults */
-        {
-            dev_poison(dy, yb);
-            int eb = tnd_cu_matvec_q4kt_i8b(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, -1, -1, cs);
-            tnd_status sb = B->iface->stream_sync(B, S);
-            dev_download(y, dy, yb);
-            tnd_cu_matvec_q4kt_set_i8b(true);
-            dev_poison(dy, yb);
-            int e2 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, -1, cs);
-            tnd_status st2 = B->iface->stream_sync(B, S);
-            dev_download(y1, dy, yb);
-            tc_report(!eb && !sb && !e2 && !st2 && memcmp(y, y1, yb) == 0,
-                      "%s: tnd_cu_matvec_q4kt's default is the even-share kernel when switched on", what);
-            if (was_b) tnd_cu_matvec_q4kt_set_i8b(true);
-            else tnd_cu_matvec_q4kt_set_i8(was);
-        }
+        tnd_cu_matvec_q4kt_set_mode(was);
+        free(yb8);
         /* x 4 bytes past a 16-byte boundary: staged from single floats */
         dev_poison(dy, yb);
         e = tnd_cu_matvec_q4kt_i8(dW, n_in, n_out, dx + 1, n_tok, dy, 0, 0, 0, -1, cs);
@@ -1722,6 +1719,152 @@ static int64_t big_n_in(tnd_type t) {
 /* Every kernel over the Q4_K tile layout (the f16 and int8 tiles, their
  * feeds and rings, PDL chains): main's group, and `--only-q4kt`'s (the
  * device test's memcheck pass runs it first: the rings' bulk copies). */
+/* Grids of the pair test: blocks (0: the default), warps, depth, prefetch */
+static const int PAIR_GRIDS[][4] = {{0, 0, 0, -1}, {1, 1, 1, 0}, {3, 5, 2, 16}, {7, 16, 1, 2},
+                                    {0, 16, 2, 4}, {5, 9, 1, 0},  {13, 3, 2, 1}};
+
+/* tnd_cu_matvec_q4kt_pair (two re-laid matrices over one x in one launch):
+ * y1 and y2 against the reference with the int8 tolerance, and bit for bit
+ * the even share's rows of the two matrices stacked in one buffer (same
+ * grid and warps): from separate buffers, and from the stacked one (the
+ * second matrix right after the first). With blocks = 1 .. 12 on a short
+ * stack, odd blocks pair the first matrix's last half-tile with the
+ * second's first. x scaled per super-block as test_matvec_q4kt_i8's. Then
+ * the backend's MATMUL_PAIR op over weights as uploaded (two matvecs), and
+ * the refusals. */
+static void test_matvec_q4kt_pair(int64_t n_in, int64_t n1, int64_t n2, int n_tok) {
+    const tnd_type t = TND_TYPE_Q4_K;
+    const int64_t n = n1 + n2;
+    size_t wb1, wb2;
+    void *W1 = make_weights(t, n_in, n1, &wb1), *W2 = make_weights(t, n_in, n2, &wb2);
+    uint8_t *Wc = (uint8_t *)tc_xmalloc(wb1 + wb2);
+    memcpy(Wc, W1, wb1);
+    memcpy(Wc + wb1, W2, wb2);
+    const size_t nx = (size_t)(n_in * n_tok);
+    float *x = (float *)tc_xmalloc(nx * 4);
+    tc_fill_unif(x, nx, -1, 1);
+    for (size_t i = 0; i < nx; i++) x[i] = ldexpf(x[i], (int)(((i % n_in) / 256 * 7 + i / n_in * 3) % 9) - 4);
+    double *ref1 = (double *)tc_xmalloc((size_t)(n1 * n_tok) * 8), *sc1 = (double *)tc_xmalloc((size_t)(n1 * n_tok) * 8);
+    double *ref2 = (double *)tc_xmalloc((size_t)(n2 * n_tok) * 8), *sc2 = (double *)tc_xmalloc((size_t)(n2 * n_tok) * 8);
+    double xmax;
+    ref_matmul(t, W1, n_in, n1, x, n_tok, ref1, sc1, &xmax);
+    ref_matmul(t, W2, n_in, n2, x, n_tok, ref2, sc2, &xmax);
+    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
+    uint8_t *dW1 = (uint8_t *)dev_upload(W1, wb1), *dW2 = (uint8_t *)dev_upload(W2, wb2);
+    uint8_t *dWc = (uint8_t *)dev_upload(Wc, wb1 + wb2);
+    float *dx = (float *)dev_upload(x, nx * 4);
+    const size_t yb1 = (size_t)(n1 * n_tok) * 4, yb2 = (size_t)(n2 * n_tok) * 4;
+    float *dy1 = (float *)dev_alloc(yb1), *dy2 = (float *)dev_alloc(yb2), *dyc = (float *)dev_alloc(yb1 + yb2);
+    float *y1 = (float *)tc_xmalloc(yb1), *y2 = (float *)tc_xmalloc(yb2), *yc = (float *)tc_xmalloc(yb1 + yb2);
+    char what[160];
+    snprintf(what, sizeof what, "q4kt pair n_in=%lld n_out=%lld+%lld n_tok=%d", (long long)n_in, (long long)n1,
+             (long long)n2, n_tok);
+    {
+        /* the backend's MATMUL_PAIR over weights as uploaded: the two matvecs */
+        tnd_op op;
+        memset(&op, 0, sizeof op);
+        op.kind = TND_OP_MATMUL_PAIR;
+        op.in[0] = tens(dW1, t, n_in, n1, 1);
+        op.in[1] = tens(dx, TND_TYPE_F32, n_in, n_tok, 1);
+        op.in[2] = tens(dW2, t, n_in, n2, 1);
+        op.out[0] = tens(dy1, TND_TYPE_F32, n1, n_tok, 1);
+        op.out[1] = tens(dy2, TND_TYPE_F32, n2, n_tok, 1);
+        const bool sup = B->iface->op_supported(B, &op) == TND_OK;
+        tc_report(sup == tnd_cu_matvec_q4kt_i8_default(), "%s: the backend offers the pair op exactly while the int8 "
+                  "decode is on (%d)", what, sup);
+        dev_poison(dy1, yb1);
+        dev_poison(dy2, yb2);
+        char w2[200];
+        snprintf(w2, sizeof w2, "%s: MATMUL_PAIR op, weights as uploaded", what);
+        if (sup && run_op(&op, w2)) {
+            dev_download(y1, dy1, yb1);
+            dev_download(y2, dy2, yb2);
+            compare(w2, y1, ref1, sc1, n1 * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+            compare(w2, y2, ref2, sc2, n2 * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
+        }
+        op.in[2].type = TND_TYPE_Q6_K;
+        const bool q6 = B->iface->op_supported(B, &op) == TND_OK;
+        op.in[2].type = t;
+        op.in[1].ne[1] = op.out[0].ne[1] = op.out[1].ne[1] = 3;
+        const bool three = B->iface->op_supported(B, &op) == TND_OK;
+        tnd_clear_error();
+        tc_report(!q6 && !three, "%s: the backend refuses a pair with a Q6_K matrix (%d) or of 3 tokens (%d)", what, q6,
+                  three);
+    }
+    int e = tnd_cu_q4kt_repack(dW1, n_in, n1, cs);
+    if (!e) e = tnd_cu_q4kt_repack(dW2, n_in, n2, cs);
+    if (!e) e = tnd_cu_q4kt_repack(dWc, n_in, n, cs);
+    if (e || B->iface->stream_sync(B, S)) {
+        tc_report(false, "%s: repack %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
+        goto out;
+    }
+    for (int stacked = 0; stacked < 2; stacked++) {
+        const uint8_t *a = stacked ? dWc : dW1, *b = stacked ? dWc + wb1 : dW2;
+        const int n_grids = (int)TND_ARRAY_LEN(PAIR_GRIDS) + (n <= 256 ? 12 : 0);
+        for (int gi = 0; gi < n_grids; gi++) {
+            const int c0[4] = {gi - (int)TND_ARRAY_LEN(PAIR_GRIDS) + 1, 4, 1, 0};
+            const int *c = gi < (int)TND_ARRAY_LEN(PAIR_GRIDS) ? PAIR_GRIDS[gi] : c0;
+            /* a given grid of a few blocks on a tall stack: more rows a block than its
+             * partial sums fit in shared memory (both refuse, as test_matvec_q4kt_i8's) */
+            if (c[0] > 0 && n / 8 / c[0] > 64) continue;
+            char w2[260];
+            snprintf(w2, sizeof w2, "%s%s blocks=%d warps=%d depth=%d prefetch=%d", what, stacked ? " stacked" : "",
+                     c[0], c[1], c[2], c[3]);
+            dev_poison(dy1, yb1);
+            dev_poison(dy2, yb2);
+            dev_poison(dyc, yb1 + yb2);
+            int ep = tnd_cu_matvec_q4kt_pair(a, b, n_in, n1, n2, dx, n_tok, dy1, dy2, c[0], c[1], c[2], c[3], cs);
+            int eb = tnd_cu_matvec_q4kt_i8b(dWc, n_in, n, dx, n_tok, dyc, c[0], c[1], c[2], 0, c[3], cs);
+            tnd_status st = B->iface->stream_sync(B, S);
+            if (ep || eb || st) {
+                tc_report(false, "%s: launch %s / %s / %s", w2, ep ? tnd_cu_error_string(ep) : "ok",
+                          eb ? tnd_cu_error_string(eb) : "ok", st ? tnd_last_error() : "ok");
+                continue;
+            }
+            dev_download(y1, dy1, yb1);
+            dev_download(y2, dy2, yb2);
+            dev_download(yc, dyc, yb1 + yb2);
+            compare(w2, y1, ref1, sc1, n1 * n_tok, 2e-4, 1e-6);
+            compare(w2, y2, ref2, sc2, n2 * n_tok, 2e-4, 1e-6);
+            bool same = true;
+            for (int k = 0; k < n_tok; k++)
+                same = same && memcmp(y1 + k * n1, yc + k * n, (size_t)n1 * 4) == 0 &&
+                       memcmp(y2 + k * n2, yc + k * n + n1, (size_t)n2 * 4) == 0;
+            tc_report(same, "%s: the bits of the even share over the stacked matrices", w2);
+        }
+    }
+    {
+        const int r1 = tnd_cu_matvec_q4kt_pair(dW1, dW2, n_in, n1, n2, dx, 3, dy1, dy2, 0, 0, 0, -1, cs);
+        const int r2 = tnd_cu_matvec_q4kt_pair(dW1, dW2 + 8, n_in, n1, n2, dx, n_tok, dy1, dy2, 0, 0, 0, -1, cs);
+        const int r3 = tnd_cu_matvec_q4kt_pair(dW1, dW2, n_in, n1, n2, dx, n_tok, dy1, NULL, 0, 0, 0, -1, cs);
+        const int r4 = tnd_cu_matvec_q4kt_pair(dW1, dW2, n_in, n1, n2 + 8, dx, n_tok, dy1, dy2, 0, 0, 0, -1, cs);
+        const int r5 = tnd_cu_matvec_q4kt_pair(dW1, dW2, n_in, n1, n2, dx, n_tok, dy1, dy2, 0, 17, 0, -1, cs);
+        tc_report(r1 == 801 && r2 == 716 && r3 == 1 && r4 == 801 && r5 == 1, /* 716: misaligned address */
+                  "%s: refuses 3 tokens (%d), W2 off 16-byte alignment (%d), no y2 (%d), n_out2 not a multiple of "
+                  "16 (%d), 17 warps (%d)",
+                  what, r1, r2, r3, r4, r5);
+    }
+out:
+    dev_free(dW1);
+    dev_free(dW2);
+    dev_free(dWc);
+    dev_free(dx);
+    dev_free(dy1);
+    dev_free(dy2);
+    dev_free(dyc);
+    free(W1);
+    free(W2);
+    free(Wc);
+    free(x);
+    free(ref1);
+    free(sc1);
+    free(ref2);
+    free(sc2);
+    free(y1);
+    free(y2);
+    free(yc);
+}
+
 static void test_q4kt_all(void) {
     /* the Q4_K tile layout: n_out a multiple of 16 but not of 128 (48,
      * 4112), one super-block, the longest bench row (17408: 1 or 2 tokens
@@ -1753,6 +1896,10 @@ static void test_q4kt_all(void) {
     test_matvec_q4kt_i8(256 * 68, 128, 1);
     test_matvec_q4kt_i8(256 * 7, 4112, 2);
     test_matvec_q4kt_i8(256 * 20, 34816, 1); /* 2176 tiles: 16 a block, several waves; 8 stages need fewer */
+    test_matvec_q4kt_pair(256, 16, 48, 1); /* 8 half-tiles: grids of 1..12 blocks straddle the seam */
+    test_matvec_q4kt_pair(256 * 3, 112, 64, 2);
+    test_matvec_q4kt_pair(256 * 20, 5120, 1024, 1); /* q and k of a 14B */
+    test_matvec_q4kt_pair(256 * 20, 17408, 17408, 2); /* its gate and up */
 }
 
 int main(int argc, char **argv) {

@@ -8,8 +8,11 @@
  *   - logits of a prefill chunk (12 tokens: the tiled dequant + cuBLAS), a
  *     5-token chunk (the tiled matvec with 5 tokens) and 6 decode steps
  *     (1 token) agree with the CPU's.
+ *   - the decode steps ran the gate and up (and q and k) matmuls as fused
+ *     pairs (MATMUL_PAIR: one launch over both re-laid matrices).
  * With TND_CUDA_REPACK=0 in the environment the same run must re-lay
- * nothing (the A/B switch).
+ * nothing, and its pairs run as two matvecs each; with TND_CUDA_PAIR=0 it
+ * must fuse none (the A/B switches, ctest runs both).
  *
  * Tolerance: the GPU rounds weights and activations to f16 (2e-3 of
  * sum|w x| per matmul, test_cuda_ops) through 4 layers; logits are compared
@@ -82,6 +85,7 @@ int main(void) {
         return 1;
     }
     const bool off = getenv("TND_CUDA_REPACK") && strcmp(getenv("TND_CUDA_REPACK"), "0") == 0;
+    const bool no_pair = getenv("TND_CUDA_PAIR") && strcmp(getenv("TND_CUDA_PAIR"), "0") == 0;
     int nv = tnd_model_n_vocab(m);
     size_t n_lg = (size_t)(2 + N_DEC) * nv;
     float *cpu = malloc(sizeof(float) * n_lg), *gpu = malloc(sizeof(float) * n_lg);
@@ -108,6 +112,11 @@ int main(void) {
         }
         printf("%d of %d Q4_K slices re-laid on the GPU%s\n", n_relaid, n_q4k, off ? " (TND_CUDA_REPACK=0)" : "");
         CHECK(off ? n_relaid == 0 : n_relaid > 0, "re-laid %d slices", n_relaid);
+        /* two pairs per layer (q k, gate up) in each 1-token decode step */
+        const uint64_t want_pairs = no_pair ? 0 : 2ull * (uint64_t)m->hp.n_layer * N_DEC;
+        printf("%llu MATMUL pairs fused%s\n", (unsigned long long)c->n_pairs, no_pair ? " (TND_CUDA_PAIR=0)" : "");
+        CHECK(c->n_pairs == want_pairs, "fused %llu MATMUL pairs, expected %llu", (unsigned long long)c->n_pairs,
+              (unsigned long long)want_pairs);
         g->iface->buf_free(g, ids);
         g->iface->buf_free(g, out);
         tnd_ctx_free(c);

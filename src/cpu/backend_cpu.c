@@ -404,6 +404,7 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     }
     case TND_OP_NONE:
         return TND_OK;
+    case TND_OP_MATMUL_PAIR: /* optional (backend.h), never fused for this backend */
     case TND_OP_COUNT:
         break;
     }

@@ -13,6 +13,7 @@
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -554,6 +555,17 @@ static int64_t rows_of(const tnd_tensor *t) { return ne(t, 1) * ne(t, 2) * ne(t,
 
 #define ARG_FAIL(...) return tnd_fail(TND_ERR_ARG, __VA_ARGS__)
 
+/* Whether MATMUL_PAIR is offered to the executor (env TND_CUDA_PAIR=0: no,
+ * for comparing against two launches; on by default, session 14). */
+static bool pair_on(void) {
+    static int v = -1; /* a benign race: every thread computes the same */
+    if (v < 0) {
+        const char *e = getenv("TND_CUDA_PAIR");
+        v = !(e && strcmp(e, "0") == 0);
+    }
+    return v == 1;
+}
+
 static tnd_status op_check(const tnd_op *op) {
     const tnd_tensor *a = &op->in[0], *o = &op->out[0];
     const char *nm = tnd_op_name(op->kind);
@@ -653,6 +665,28 @@ static tnd_status op_check(const tnd_op *op) {
             ARG_FAIL("cuda moe_route: outputs must be {n_used, n_tok}");
         return TND_OK;
     }
+    case TND_OP_MATMUL_PAIR: {
+        /* taken only where it runs as one launch: both re-laid Q4_K (a W
+         * left as uploaded still runs, as two matvecs), one or two tokens */
+        const tnd_tensor *x = &op->in[1], *w2 = &op->in[2], *o2 = &op->out[1];
+        if (!pair_on()) return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: off (TND_CUDA_PAIR=0)");
+        if (!tnd_cu_matvec_q4kt_i8_default())
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: needs the int8 decode (TND_CUDA_TILE_MV)");
+        if (a->type != TND_TYPE_Q4_K || w2->type != TND_TYPE_Q4_K)
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: %s and %s weights (Q4_K only)",
+                            tnd_type_name(a->type), tnd_type_name(w2->type));
+        if (!w2->data || !o2->data || !x->data || !is_f32(x) || !is_f32(o) || !is_f32(o2))
+            ARG_FAIL("cuda matmul_pair: W2, f32 x, y1 and y2 are needed");
+        if (((uintptr_t)a->data & 15) || ((uintptr_t)w2->data & 15)) ARG_FAIL("cuda matmul_pair: weights must be 16-byte aligned");
+        if (ne(a, 2) * ne(a, 3) != 1 || ne(w2, 2) * ne(w2, 3) != 1 || w2->ne[0] != a->ne[0] || x->ne[0] != a->ne[0])
+            ARG_FAIL("cuda matmul_pair: W1 {n_in, n_out1}, W2 {n_in, n_out2}, x {n_in, n_tok}");
+        if (o->ne[0] != ne(a, 1) || o2->ne[0] != ne(w2, 1) || rows_of(o) != rows_of(x) || rows_of(o2) != rows_of(x))
+            ARG_FAIL("cuda matmul_pair: y shape mismatch");
+        if (rows_of(x) > INT_MAX || !tnd_cu_matvec_q4kt_pair_supported(a->ne[0], ne(a, 1), ne(w2, 1), (int)rows_of(x)))
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: %lld x (%lld + %lld) for %lld tokens",
+                            (long long)a->ne[0], (long long)ne(a, 1), (long long)ne(w2, 1), (long long)rows_of(x));
+        return TND_OK;
+    }
     default:
         return tnd_fail(TND_ERR_UNSUPPORTED, "cuda: op %s not implemented", nm);
     }
@@ -693,8 +727,8 @@ static void tensor_span(const tnd_tensor *t, uintptr_t *lo, uintptr_t *hi) {
 /* The ops' view of re-laid weights: a MATMUL whose W is exactly a re-laid
  * tensor reads it through the tiled kernels (*w_tiled); any other op, or
  * a MATMUL over part of one, touching a re-laid range is refused. */
-static tnd_status tiled_check(cu_ctx *c, const tnd_op *op, bool *w_tiled) {
-    *w_tiled = false;
+static tnd_status tiled_check(cu_ctx *c, const tnd_op *op, int *w_tiled) {
+    *w_tiled = 0;
     pthread_mutex_lock(&c->mu);
     if (c->n_tiled == 0) {
         pthread_mutex_unlock(&c->mu);
@@ -709,9 +743,10 @@ static tnd_status tiled_check(cu_ctx *c, const tnd_op *op, bool *w_tiled) {
         long i = tiled_find(c, lo, hi);
         if (i < 0) continue;
         const struct cu_tiled r = c->tiled[i];
-        if (op->kind == TND_OP_MATMUL && k == 0 && lo == r.base && t->type == TND_TYPE_Q4_K && t->ne[0] == r.n_in &&
-            ne(t, 1) == r.n_out && ne(t, 2) == 1 && ne(t, 3) == 1) {
-            *w_tiled = true;
+        const bool weight = (op->kind == TND_OP_MATMUL && k == 0) || (op->kind == TND_OP_MATMUL_PAIR && (k == 0 || k == 2));
+        if (weight && lo == r.base && t->type == TND_TYPE_Q4_K && t->ne[0] == r.n_in && ne(t, 1) == r.n_out &&
+            ne(t, 2) == 1 && ne(t, 3) == 1) {
+            *w_tiled |= 1 << k;
             continue;
         }
         pthread_mutex_unlock(&c->mu);
@@ -784,13 +819,13 @@ static tnd_status cu_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_str
 
 static tnd_status cu_op_supported(tnd_backend *b, const tnd_op *op) {
     tnd_status st = op_check(op);
-    bool tiled;
+    int tiled;
     return st ? st : tiled_check(ctx_of(b), op, &tiled);
 }
 
 static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     cu_ctx *c = ctx_of(b);
-    bool w_tiled = false;
+    int w_tiled = 0; /* bit k: in[k] is a re-laid weight */
     tnd_status st = op_check(op);
     if (!st) st = tiled_check(c, op, &w_tiled);
     if (st) return st;
@@ -815,6 +850,22 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
                                         s->scratch, s->scratch_size, 0, cs);
         }
         break;
+    }
+    case TND_OP_MATMUL_PAIR: {
+        const tnd_tensor *w2 = &op->in[2], *o2 = &op->out[1];
+        if (w_tiled == 5) {
+            e = tnd_cu_matvec_q4kt_pair(a->data, w2->data, a->ne[0], ne(a, 1), ne(w2, 1), (const float *)op->in[1].data,
+                                        (int)rows_of(&op->in[1]), (float *)o->data, (float *)o2->data, 0, 0, 0, -1, cs);
+            break;
+        }
+        /* a W left as uploaded (not 16-byte aligned, TND_CUDA_REPACK=0): the two matvecs */
+        tnd_op one;
+        memset(&one, 0, sizeof one);
+        one.kind = TND_OP_MATMUL;
+        one.in[0] = *a, one.in[1] = op->in[1], one.out[0] = *o;
+        if ((st = cu_op_run(b, &one, s))) return st;
+        one.in[0] = *w2, one.out[0] = *o2;
+        return cu_op_run(b, &one, s);
     }
     case TND_OP_MATMUL_ID: {
         int64_t n_in = a->ne[0], n_out = ne(a, 1), n_exp = ne(a, 2), n_tok = rows_of(&op->in[2]);

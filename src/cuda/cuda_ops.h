@@ -159,9 +159,8 @@ int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, const float *
  * shape, registers up to 16 warps, else the deepest ring that fits).
  * 801 if unsupported (n_tok, shape, device, W not 16-byte aligned, or the
  * ring does not fit). tnd_cu_matvec_q4kt with all-default arguments takes
- * this kernel for one or two tokens when tnd_cu_matvec_q4kt_i8_default()
- * (env TND_CUDA_TILE_MV=i8|i8b|f16; set_i8 overrides it, for the bench and
- * tests), and the f16 one where this refuses with 801. */
+ * this kernel for one or two tokens as tnd_cu_matvec_q4kt_mode() says, and
+ * the f16 one where this refuses with 801. */
 int tnd_cu_matvec_q4kt_i8(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                           int tiles_per_block, int ksplit, int depth, int stages, tnd_cu_stream stream);
 bool tnd_cu_matvec_q4kt_i8_supported(int64_t n_in, int64_t n_out, int n_tok);
@@ -171,7 +170,8 @@ bool tnd_cu_matvec_q4kt_i8_supported(int64_t n_in, int64_t n_out, int n_tok);
  * block's partial sums would not fit its shared memory; at most n_out / 8)
  * of warps warps (0: the most that fit; at most 16 with the register
  * ring, 24 with the shared one); stages 0: depth (1..2, 0 the default)
- * chunks in flight per lane in registers, 2..4 (sm_90): a ring of that
+ * chunks in flight per lane in registers (the default: 1, not
+ * tnd_cu_matvec_q4kt_i8_depth), 2..4 (sm_90): a ring of that
  * many slots per warp, -1: the default; prefetch 0..16 (sm_90): chunks
  * per warp past those in flight asked of L2 before the kernel waits for
  * its predecessor, -1: the default. The bits depend on blocks and warps
@@ -180,16 +180,30 @@ bool tnd_cu_matvec_q4kt_i8_supported(int64_t n_in, int64_t n_out, int n_tok);
  * sums of the rows of a given grid's blocks). */
 int tnd_cu_matvec_q4kt_i8b(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                            int blocks, int warps, int depth, int stages, int prefetch, tnd_cu_stream stream);
+/* Two matvecs over one x in one launch (a decode step's gate and up, or
+ * q and k): y1 = W1 x and y2 = W2 x, both W re-laid Q4_K of n_in columns,
+ * through tnd_cu_matvec_q4kt_i8b's kernel over the rows of W1 then W2 (its
+ * arguments, register ring only). One launch streams twice the bytes for
+ * one launch's fixed cost (DECISIONS, session 14). The bits depend on
+ * blocks and warps only, and differ from two separate launches' in the
+ * last place. 801 where tnd_cu_matvec_q4kt_pair_supported is false, a W is
+ * not 16-byte aligned or shared memory is short. */
+int tnd_cu_matvec_q4kt_pair(const void *W1, const void *W2, int64_t n_in, int64_t n_out1, int64_t n_out2,
+                            const float *x, int n_tok, float *y1, float *y2, int blocks, int warps, int depth,
+                            int prefetch, tnd_cu_stream stream);
+bool tnd_cu_matvec_q4kt_pair_supported(int64_t n_in, int64_t n_out1, int64_t n_out2, int n_tok);
+/* Which kernel tnd_cu_matvec_q4kt with all-default arguments takes for one
+ * or two tokens: F16 the f16 tiles (k_mvt_q4k's feeds); I8 the int8 tiles
+ * (tnd_cu_matvec_q4kt_i8); I8B the even share (tnd_cu_matvec_q4kt_i8b, its
+ * defaults), the int8 tiles where it refuses; AUTO (the default) the even
+ * share for W of 20 MiB or more, the int8 tiles below (measured, session
+ * 14). Env TND_CUDA_TILE_MV=f16|i8|i8b|auto; set_mode overrides it (for
+ * the bench and the tests; other values are ignored). i8_default: the
+ * mode is not F16. */
+enum { TND_CU_Q4KT_F16 = 0, TND_CU_Q4KT_I8 = 1, TND_CU_Q4KT_I8B = 2, TND_CU_Q4KT_AUTO = 3 };
+int tnd_cu_matvec_q4kt_mode(void);
+void tnd_cu_matvec_q4kt_set_mode(int mode);
 bool tnd_cu_matvec_q4kt_i8_default(void);
-void tnd_cu_matvec_q4kt_set_i8(bool on);
-/* Whether that default call takes tnd_cu_matvec_q4kt_i8b's kernel (its
- * defaults) first, and the int8 tiles where it refuses: env
- * TND_CUDA_TILE_MV=i8b; off by default (session 10: 74-75% of the copy
- * bandwidth against 71-72% at 5120x17408, but 65-66% against 72% at
- * 4096x14336, and 2% slower full-GPU 14B decode). set_i8b(true) switches it on, (false) back to the int8
- * tiles. */
-bool tnd_cu_matvec_q4kt_i8b_default(void);
-void tnd_cu_matvec_q4kt_set_i8b(bool on);
 /* The defaults: depth (env TND_CUDA_TILE_DEPTH, as the f16 kernel's,
  * clamped to 1..2) and stages (env TND_CUDA_TILE_I8_NS=0|2|4|6|8). */
 int tnd_cu_matvec_q4kt_i8_depth(void);

@@ -1414,8 +1414,22 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
  * order and writes y (the bits depend on G and nw only). The math,
  * loads, PDL and feeds (DEPTH, NS) are k_mvq_q4k's. Shared memory: x, then
  * the rings and their mbarriers (NS > 0), then 16 float2 per pair and
- * warp that touches it (mvb_smem_*). */
+ * warp that touches it (mvb_smem_*).
+ *
+ * TWO (the pair, tnd_cu_matvec_q4kt_pair): the rows are those of two
+ * matrices over the same x, the second's tiles numbered on after the
+ * first's, wherever it lies (mvb_second); one launch streams both for one
+ * launch's fixed cost. */
 #define MVB_MAX_NS 4
+
+/* TWO (tnd_cu_matvec_q4kt_pair): a second matrix over the same x, its
+ * tiles numbered after the first's tiles1, at delta bytes from where the
+ * first's next tile would be; rows from n_out1 on go to y2. */
+struct mvb_second {
+    int64_t tiles1, n_out1;
+    ptrdiff_t delta;
+    float *y2;
+};
 
 #ifdef TND_MVB_TRACE /* dev only: per-block timelines of the last 4 launches (dev_cuda_matvec_bench) */
 __device__ unsigned long long mvb_trace[4][1024][16];
@@ -1443,10 +1457,10 @@ __device__ unsigned mvb_trace_seq[1024];
 #define MVB_TRACE_SHARE(n) ((void)0)
 #endif
 
-template <int DEPTH, int NS>
+template <int DEPTH, int NS, bool TWO>
 __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS), 1)
     k_mvb_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in, int64_t n_out, const float *__restrict__ x,
-              int n_tok, float *__restrict__ y, int pre) {
+              int n_tok, float *__restrict__ y, int pre, mvb_second sec) {
     extern __shared__ uint4 mvh_dyn[];
     MVB_TRACE_START;
     MVB_T(0);
@@ -1472,6 +1486,11 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
     const uint32_t qa = odd * 1024 + 16 * lane, ha = Q4KT_HDR + odd * 128 + 16 * g;
     const uint32_t bo = odd ? (uint32_t)tb : 0; /* B: the next tile's upper half when A is a lower one */
     const uint32_t qb = bo + (1 - odd) * 1024 + 16 * lane, hb = bo + Q4KT_HDR + (1 - odd) * 128 + 16 * g;
+    /* TWO: the pairs from psw on read their first half from the second
+     * matrix (one before it, their second half: odd blocks straddle) */
+    const int64_t psw = TWO ? sec.tiles1 - (hlo >> 1) : 0;
+    auto in_a = [&](const uint8_t *p, int pp) { return TWO && pp >= psw ? p + sec.delta : p; };
+    auto in_b = [&](const uint8_t *p, int pp) { return TWO && pp + odd >= psw ? p + sec.delta : p; };
     const mvq_lane L = mvq_lane_of(xz, xq, xsm, dl, nsb, pstride, n_tok, lane);
     float yv[2] = {0.f, 0.f};
     /* this warp's items in order: c = wid, wid + nw, ... as (pair, super-block) */
@@ -1499,15 +1518,16 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
         if (lane != 0) return;
         for (int i = 0; i < pre && u.p < npairs; i++, next(u)) {
             const uint8_t *const p = wb + (size_t)(u.p * nsb + u.sb) * Q4KT_CHUNK;
+            const uint8_t *const pa = in_a(p, u.p), *const pb = in_b(p, u.p);
             if (!odd && u.p < psingle) {
-                bulk_prefetch(p, Q4KT_CHUNK);
+                bulk_prefetch(pa, Q4KT_CHUNK);
                 continue;
             }
-            bulk_prefetch(p + odd * 1024, 1024);
-            bulk_prefetch(p + Q4KT_HDR + odd * 128, 128);
+            bulk_prefetch(pa + odd * 1024, 1024);
+            bulk_prefetch(pa + Q4KT_HDR + odd * 128, 128);
             if (u.p < psingle) {
-                bulk_prefetch(p + bo + (1 - odd) * 1024, 1024);
-                bulk_prefetch(p + bo + Q4KT_HDR + (1 - odd) * 128, 128);
+                bulk_prefetch(pb + bo + (1 - odd) * 1024, 1024);
+                bulk_prefetch(pb + bo + Q4KT_HDR + (1 - odd) * 128, 128);
             }
         }
 #else
@@ -1521,13 +1541,14 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
         typedef q4k_pieces buf;
         auto load = [&](buf &b, cursor u) {
             const uint8_t *p = wb + (size_t)(u.p * nsb + u.sb) * Q4KT_CHUNK;
-            b.q00 = ld_stream16(p + qa);
-            b.q01 = ld_stream16(p + qa + 512);
-            b.h0 = ld_stream16(p + ha);
+            const uint8_t *const pa = in_a(p, u.p), *const pb = in_b(p, u.p);
+            b.q00 = ld_stream16(pa + qa);
+            b.q01 = ld_stream16(pa + qa + 512);
+            b.h0 = ld_stream16(pa + ha);
             if (u.p < psingle) {
-                b.q10 = ld_stream16(p + qb);
-                b.q11 = ld_stream16(p + qb + 512);
-                b.h1 = ld_stream16(p + hb);
+                b.q10 = ld_stream16(pb + qb);
+                b.q11 = ld_stream16(pb + qb + 512);
+                b.h1 = ld_stream16(pb + hb);
             } else {
                 b.q10 = b.q11 = b.h1 = make_uint4(0u, 0u, 0u, 0u);
             }
@@ -1578,20 +1599,21 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
             if (lane == 0) {
                 uint8_t *const d = ring + (n_issued % NS) * Q4KT_CHUNK;
                 const uint8_t *const p = wb + (size_t)(is.p * nsb + is.sb) * Q4KT_CHUNK;
+                const uint8_t *const pa = in_a(p, is.p), *const pb = in_b(p, is.p);
                 uint64_t *const b = bar + n_issued % NS;
-                const bool two = is.p < psingle;
+                const bool both = is.p < psingle;
                 /* the slot's earlier reads (generic proxy) before the copy's writes (async proxy) */
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                if (!odd && two) { /* a whole tile's chunk */
+                if (!odd && both) { /* a whole tile's chunk */
                     mbar_expect_tx(b, Q4KT_CHUNK);
-                    bulk_copy(d, p, Q4KT_CHUNK, b);
+                    bulk_copy(d, pa, Q4KT_CHUNK, b);
                 } else {
-                    mbar_expect_tx(b, two ? Q4KT_CHUNK : Q4KT_CHUNK / 2);
-                    bulk_copy(d, p + odd * 1024, 1024, b);
-                    bulk_copy(d + Q4KT_HDR, p + Q4KT_HDR + odd * 128, 128, b);
-                    if (two) {
-                        bulk_copy(d + 1024, p + bo + (1 - odd) * 1024, 1024, b);
-                        bulk_copy(d + Q4KT_HDR + 128, p + bo + Q4KT_HDR + (1 - odd) * 128, 128, b);
+                    mbar_expect_tx(b, both ? Q4KT_CHUNK : Q4KT_CHUNK / 2);
+                    bulk_copy(d, pa + odd * 1024, 1024, b);
+                    bulk_copy(d + Q4KT_HDR, pa + Q4KT_HDR + odd * 128, 128, b);
+                    if (both) {
+                        bulk_copy(d + 1024, pb + bo + (1 - odd) * 1024, 1024, b);
+                        bulk_copy(d + Q4KT_HDR + 128, pb + bo + Q4KT_HDR + (1 - odd) * 128, 128, b);
                     }
                 }
             }
@@ -1648,8 +1670,14 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
             a.y += v.y;
         }
         const int64_t r = (hlo + 2 * p) * 8 + (i >> 1);
-        y[(int64_t)k * n_out + r] = a.x;
-        if (p < psingle) y[(int64_t)k * n_out + r + 8] = a.y;
+        if constexpr (TWO) { /* rows from sec.n_out1 on are the second matrix's */
+            const int64_t n1 = sec.n_out1, n2 = n_out - n1;
+            *(r < n1 ? y + (int64_t)k * n1 + r : sec.y2 + (int64_t)k * n2 + r - n1) = a.x;
+            if (p < psingle) *(r + 8 < n1 ? y + (int64_t)k * n1 + r + 8 : sec.y2 + (int64_t)k * n2 + r + 8 - n1) = a.y;
+        } else {
+            y[(int64_t)k * n_out + r] = a.x;
+            if (p < psingle) y[(int64_t)k * n_out + r + 8] = a.y;
+        }
     }
     MVB_T(5);
 }
@@ -2814,29 +2842,34 @@ static int launch_mvs(bool probe, const void *W, int64_t n_in, int64_t n_out, co
 
 /* ---- the int8 tiled decode (k_mvq_q4k): defaults and launch ------------------ */
 
-/* THE DEFAULTS (flip after dev_cuda_matvec_bench --i8): whether the
- * default tnd_cu_matvec_q4kt call of one or two tokens takes the int8
- * kernel (env TND_CUDA_TILE_MV=i8|f16), and its depth (env
- * TND_CUDA_TILE_DEPTH, shared with k_mvt_q4k, clamped to 1..2). */
-#define MVQ_DEFAULT_ON 1
+/* THE DEFAULTS (flip after dev_cuda_matvec_bench --i8): which kernel the
+ * default tnd_cu_matvec_q4kt call of one or two tokens takes (env
+ * TND_CUDA_TILE_MV=f16|i8|i8b|auto: TND_CU_Q4KT_*), and the int8 tiles'
+ * depth (env TND_CUDA_TILE_DEPTH, shared with k_mvt_q4k, clamped to 1..2).
+ * AUTO (session 14, H200, PDL): the even share at depth 1 from 20 MiB of
+ * weights (5120x17408: 14.8 us against the tiles' 16.5; 4096x12288: 9.8
+ * against 12.2; 4096x14336: 10.8 against 10.9), the tiles below (5120x5120:
+ * 7.1 us against 7.6). */
+#define MVQ_DEFAULT_MODE TND_CU_Q4KT_AUTO
+#define MVB_AUTO_BYTES (20.0 * 1048576)
 #define MVQ_DEFAULT_DEPTH 2
 #define MVQ_DEFAULT_NS -1 /* the launch shape's pick (mvq_shape) */
 
-/* 0: the f16 kernel, 1: the int8 one, 2: the int8 one over an even share
- * (k_mvb_q4k); -1: not read yet; tnd_cu_matvec_q4kt_set_i8/_i8b override
+/* TND_CU_Q4KT_*; -1: not read yet; tnd_cu_matvec_q4kt_set_mode overrides
  * the environment */
 static int mvq_on_v = -1;
 static int mvq_mode(void) {
     if (mvq_on_v < 0) { /* a benign race, as mvt_depth's */
         const char *e = getenv("TND_CUDA_TILE_MV");
-        mvq_on_v = e && strcmp(e, "f16") == 0  ? 0
-                   : e && strcmp(e, "i8") == 0 ? 1
-                   : e && strcmp(e, "i8b") == 0 ? 2
-                                                : MVQ_DEFAULT_ON;
+        mvq_on_v = e && strcmp(e, "f16") == 0    ? TND_CU_Q4KT_F16
+                   : e && strcmp(e, "i8") == 0   ? TND_CU_Q4KT_I8
+                   : e && strcmp(e, "i8b") == 0  ? TND_CU_Q4KT_I8B
+                   : e && strcmp(e, "auto") == 0 ? TND_CU_Q4KT_AUTO
+                                                 : MVQ_DEFAULT_MODE;
     }
     return mvq_on_v;
 }
-static bool mvq_on(void) { return mvq_mode() >= 1; }
+static bool mvq_on(void) { return mvq_mode() != TND_CU_Q4KT_F16; }
 
 static int mvq_depth(void) {
     static int d = 0; /* a benign race, as mvt_depth's */
@@ -2971,9 +3004,10 @@ extern "C" int tnd_cu_matvec_q4kt_i8(const void *W, int64_t n_in, int64_t n_out,
 }
 
 extern "C" bool tnd_cu_matvec_q4kt_i8_default(void) { return mvq_on(); }
-extern "C" bool tnd_cu_matvec_q4kt_i8b_default(void) { return mvq_mode() == 2; }
-extern "C" void tnd_cu_matvec_q4kt_set_i8(bool on) { mvq_on_v = on ? 1 : 0; }
-extern "C" void tnd_cu_matvec_q4kt_set_i8b(bool on) { mvq_on_v = on ? 2 : 1; }
+extern "C" int tnd_cu_matvec_q4kt_mode(void) { return mvq_mode(); }
+extern "C" void tnd_cu_matvec_q4kt_set_mode(int mode) {
+    if (mode >= TND_CU_Q4KT_F16 && mode <= TND_CU_Q4KT_AUTO) mvq_on_v = mode;
+}
 extern "C" int tnd_cu_matvec_q4kt_i8_depth(void) { return mvq_depth(); }
 extern "C" int tnd_cu_matvec_q4kt_i8_stages(void) { return mvq_stages(); }
 
@@ -2983,18 +3017,26 @@ extern "C" int tnd_cu_matvec_q4kt_i8_stages(void) { return mvq_stages(); }
  * PDL): the register ring of depth 2 (tnd_cu_matvec_q4kt_i8's default depth)
  * with 16 warps, 2 chunks per warp asked of L2 before the wait: 16.0 us,
  * 74% of the copy bandwidth; the shared rings 66-68%, 8 or 12 warps 70%,
- * 4 or more chunks asked of L2 70%. */
+ * 4 or more chunks asked of L2 70%. Session 14 (the kernel as built since,
+ * two runs on one machine): depth 1 14.8-14.9 us (80%) against depth 2's
+ * 15.7 (76%), and the pair of 5120x17408 matrices 26.4 us (90%) against
+ * 27.5 (86%). So depth 1, for this kernel alone. */
+#define MVB_DEFAULT_DEPTH 1 /* chunks in flight per lane in registers (the register ring) */
 #define MVB_DEFAULT_NS 0 /* stages of the shared ring (sm_90; 0: the register ring) */
 #define MVB_DEFAULT_PRE 2 /* chunks per warp asked of L2 before the wait (sm_90) */
 #define MVB_MAX_PRE 16
 
 static bool mvb_ns_ok(int ns) { return ns == 0 || (ns >= 2 && ns <= MVB_MAX_NS); }
-/* depth 1..MVQ_MAX_DEPTH (register ring) for ns == 0, else the ring of ns stages */
-typedef void (*mvb_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int);
-static mvb_kernel mvb_kernel_of(int depth, int ns) {
-    static const mvb_kernel k[MVQ_MAX_DEPTH + MVB_MAX_NS - 1] = {k_mvb_q4k<1, 0>, k_mvb_q4k<2, 0>, k_mvb_q4k<1, 2>,
-                                                                 k_mvb_q4k<1, 3>, k_mvb_q4k<1, 4>};
-    return ns ? k[MVQ_MAX_DEPTH + ns - 2] : k[depth - 1];
+/* depth 1..MVQ_MAX_DEPTH (register ring) for ns == 0, else the ring of ns
+ * stages; two: the pair's kernel (register ring only) */
+typedef void (*mvb_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int, mvb_second);
+#define MVB_N_KERNELS (2 * MVQ_MAX_DEPTH + MVB_MAX_NS - 1)
+static mvb_kernel mvb_kernel_of(int depth, int ns, bool two) {
+    static const mvb_kernel k[MVB_N_KERNELS] = {k_mvb_q4k<1, 0, false>, k_mvb_q4k<2, 0, false>,
+                                                k_mvb_q4k<1, 2, false>, k_mvb_q4k<1, 3, false>,
+                                                k_mvb_q4k<1, 4, false>, k_mvb_q4k<1, 0, true>,
+                                                k_mvb_q4k<2, 0, true>};
+    return two ? k[MVQ_MAX_DEPTH + MVB_MAX_NS - 1 + depth - 1] : ns ? k[MVQ_MAX_DEPTH + ns - 2] : k[depth - 1];
 }
 
 /* x, the rings and their mbarriers (all but the sums), and the bytes of
@@ -3009,23 +3051,26 @@ static size_t mvb_smem_pair(int64_t n_in, int warps) {
 
 static int mvb_prepare(void) {
     static bool done[64];
-    const void *k[MVQ_MAX_DEPTH + MVB_MAX_NS - 1];
-    for (int i = 0; i < MVQ_MAX_DEPTH + MVB_MAX_NS - 1; i++)
-        k[i] = (const void *)(i < MVQ_MAX_DEPTH ? mvb_kernel_of(i + 1, 0) : mvb_kernel_of(1, i - MVQ_MAX_DEPTH + 2));
-    return smem_optin_once(done, k, MVQ_MAX_DEPTH + MVB_MAX_NS - 1);
+    const void *k[MVB_N_KERNELS];
+    for (int i = 0; i < MVB_N_KERNELS; i++)
+        k[i] = (const void *)(i < MVQ_MAX_DEPTH                    ? mvb_kernel_of(i + 1, 0, false)
+                              : i < MVQ_MAX_DEPTH + MVB_MAX_NS - 1 ? mvb_kernel_of(1, i - MVQ_MAX_DEPTH + 2, false)
+                                                                   : mvb_kernel_of(i - MVQ_MAX_DEPTH - MVB_MAX_NS + 2, 0, true));
+    return smem_optin_once(done, k, MVB_N_KERNELS);
 }
 
-extern "C" int tnd_cu_matvec_q4kt_i8b(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
-                                      float *y, int blocks, int warps, int depth, int stages, int prefetch,
-                                      tnd_cu_stream stream) {
-    int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
-    if (e) return e;
-    if (!x || !y || blocks < 0 || warps < 0 || warps > MVQ_MAX_WARPS_RING || depth < 0 || depth > MVQ_MAX_DEPTH ||
-        stages < -1 || (stages >= 0 && !mvb_ns_ok(stages)) || prefetch < -1 || prefetch > MVB_MAX_PRE)
-        return cudaErrorInvalidValue;
-    if (((uintptr_t)W & 15) || !tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) return cudaErrorNotSupported;
+/* One launch of k_mvb_q4k over W's n_out rows (sec: and a second matrix's
+ * after them, the pair; register ring only); arguments as
+ * tnd_cu_matvec_q4kt_i8b. */
+static bool mvb_args_ok(const float *x, const float *y, int blocks, int warps, int depth, int stages, int prefetch) {
+    return x && y && blocks >= 0 && warps >= 0 && warps <= MVQ_MAX_WARPS_RING && depth >= 0 &&
+           depth <= MVQ_MAX_DEPTH && stages >= -1 && (stages < 0 || mvb_ns_ok(stages)) && prefetch >= -1 &&
+           prefetch <= MVB_MAX_PRE;
+}
+static int launch_mvb(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y, int blocks,
+                      int warps, int depth, int stages, int prefetch, const mvb_second *sec, cudaStream_t stream) {
     int ns = stages >= 0 ? stages : cu_cc_major() >= 9 ? MVB_DEFAULT_NS : 0;
-    if (ns > 0 && cu_cc_major() < 9) return cudaErrorNotSupported;
+    if ((ns > 0 && cu_cc_major() < 9) || (ns > 0 && sec)) return cudaErrorNotSupported;
     const int maxw = ns ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS;
     const size_t smax = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     const int64_t H = n_out / 8;
@@ -3047,13 +3092,48 @@ extern "C" int tnd_cu_matvec_q4kt_i8b(const void *W, int64_t n_in, int64_t n_out
     const int64_t npairs = ((H + grid - 1) / grid + 1) / 2; /* the most of a block */
     if (npairs > maxpairs) return cudaErrorNotSupported;
     const size_t smem = fixed + (size_t)npairs * per;
-    if ((e = mvb_prepare())) return e;
-    const mvb_kernel k = mvb_kernel_of(depth ? depth : mvq_depth(), ns);
+    int e = mvb_prepare();
+    if (e) return e;
+    const mvb_kernel k = mvb_kernel_of(depth ? depth : MVB_DEFAULT_DEPTH, ns, sec != NULL);
+    const mvb_second none = {0, 0, 0, NULL};
     cudaLaunchAttribute at;
-    const cudaLaunchConfig_t cfg = tile_launch_cfg((const void *)k, grid, 32 * nw, smem, (cudaStream_t)stream, &at);
+    const cudaLaunchConfig_t cfg = tile_launch_cfg((const void *)k, grid, 32 * nw, smem, stream, &at);
     return launch_result(cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in,
                                             n_out, x, n_tok, y,
-                                            cu_cc_major() >= 9 ? (prefetch < 0 ? MVB_DEFAULT_PRE : prefetch) : 0));
+                                            cu_cc_major() >= 9 ? (prefetch < 0 ? MVB_DEFAULT_PRE : prefetch) : 0,
+                                            sec ? *sec : none));
+}
+
+extern "C" int tnd_cu_matvec_q4kt_i8b(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
+                                      float *y, int blocks, int warps, int depth, int stages, int prefetch,
+                                      tnd_cu_stream stream) {
+    int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
+    if (e) return e;
+    if (!mvb_args_ok(x, y, blocks, warps, depth, stages, prefetch)) return cudaErrorInvalidValue;
+    if (((uintptr_t)W & 15) || !tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) return cudaErrorNotSupported;
+    return launch_mvb(W, n_in, n_out, x, n_tok, y, blocks, warps, depth, stages, prefetch, NULL,
+                      (cudaStream_t)stream);
+}
+
+extern "C" bool tnd_cu_matvec_q4kt_pair_supported(int64_t n_in, int64_t n_out1, int64_t n_out2, int n_tok) {
+    return tnd_cu_matvec_q4kt_i8_supported(n_in, n_out1, n_tok) && tnd_cu_matvec_q4kt_i8_supported(n_in, n_out2, n_tok);
+}
+
+extern "C" int tnd_cu_matvec_q4kt_pair(const void *W1, const void *W2, int64_t n_in, int64_t n_out1, int64_t n_out2,
+                                       const float *x, int n_tok, float *y1, float *y2, int blocks, int warps,
+                                       int depth, int prefetch, tnd_cu_stream stream) {
+    int e = check_w(TND_TYPE_Q4_K, W1, n_in, n_out1);
+    if (!e) e = check_w(TND_TYPE_Q4_K, W2, n_in, n_out2);
+    if (e) return e;
+    if (!y2 || !mvb_args_ok(x, y1, blocks, warps, depth, 0, prefetch)) return cudaErrorInvalidValue;
+    if (((uintptr_t)W1 & 15) || ((uintptr_t)W2 & 15) || !tnd_cu_matvec_q4kt_pair_supported(n_in, n_out1, n_out2, n_tok))
+        return cudaErrorNotSupported;
+    const size_t tb = 16 * tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
+    /* W2's tiles as if they followed W1's: the kernel adds delta past tile tiles1 */
+    const mvb_second sec = {n_out1 / 16, n_out1,
+                            (ptrdiff_t)((uintptr_t)W2 - ((uintptr_t)W1 + (uintptr_t)(n_out1 / 16) * tb)), y2};
+    return launch_mvb(W1, n_in, n_out1 + n_out2, x, n_tok, y1, blocks, warps, depth, 0, prefetch, &sec,
+                      (cudaStream_t)stream);
 }
 
 #ifdef TND_MVB_TRACE
@@ -3076,7 +3156,10 @@ extern "C" int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, co
      * else the default feed, k_mvt_q4k where that cannot run */
     if (tiles_per_block == 0 && ksplit == 0 && depth == 0 && prefetch == -1 && mvq_on() &&
         tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) {
-        if (mvq_mode() == 2) { /* the even share; where it refuses, the int8 tiles */
+        const int mode = mvq_mode();
+        if (mode == TND_CU_Q4KT_I8B ||
+            (mode == TND_CU_Q4KT_AUTO && (double)n_out * tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in) >= MVB_AUTO_BYTES)) {
+            /* the even share; where it refuses, the int8 tiles */
             e = tnd_cu_matvec_q4kt_i8b(W, n_in, n_out, x, n_tok, y, 0, 0, 0, -1, -1, stream);
             if (e != cudaErrorNotSupported) return e;
         }

@@ -413,6 +413,47 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     return TND_OK;
 }
 
+static bool overlap(const tnd_tensor *s, const tnd_tensor *t) {
+    const uintptr_t a = (uintptr_t)s->data, b = (uintptr_t)t->data;
+    return a < b + tnd_tensor_nbytes(t) && b < a + tnd_tensor_nbytes(s);
+}
+
+/* Nodes a and b (next in the list) as one MATMUL_PAIR (out) where that
+ * saves a GPU launch: two MATMULs over the same x of one or two tokens (a
+ * decode step's gate and up, q and k), both run from the GPU's own copy
+ * of their weights (a promoted weight has a slot of its own), and the GPU
+ * backend takes the pair (asked once per slice and token count). */
+static bool fuse_pair(tnd_ctx *c, const tnd_node *a, const tnd_node *b, tnd_node *out) {
+    const tnd_tensor *x = &a->op.in[1];
+    const int64_t nt = x->ne[1] * TND_MAX(x->ne[2], 1) * TND_MAX(x->ne[3], 1);
+    if (!c->gpu || a->op.kind != TND_OP_MATMUL || b->op.kind != TND_OP_MATMUL || a->sid < 0 || b->sid < 0 ||
+        nt < 1 || nt > 2 || x->data != b->op.in[1].data || x->type != b->op.in[1].type ||
+        memcmp(x->ne, b->op.in[1].ne, sizeof x->ne) != 0)
+        return false;
+    /* one launch reads x and writes both y at once: a must not write what b reads */
+    const tnd_tensor *ya = &a->op.out[0], *yb = &b->op.out[0];
+    if (overlap(ya, x) || overlap(ya, yb) || overlap(yb, x)) return false;
+    bool pa, pb;
+    if (tnd_exec_node_side(c, a, c->cur, false, &pa) != TND_SIDE_GPU || pa ||
+        tnd_exec_node_side(c, b, TND_SIDE_GPU, false, &pb) != TND_SIDE_GPU || pb)
+        return false;
+    *out = *a;
+    out->op.kind = TND_OP_MATMUL_PAIR;
+    out->op.in[2] = b->op.in[0];
+    out->op.out[1] = b->op.out[0];
+    if (!c->pair_ok) {
+        if (!(c->pair_ok = malloc(2 * (size_t)c->m->n_slices))) return false; /* no pairs, no harm */
+        memset(c->pair_ok, -1, 2 * (size_t)c->m->n_slices);
+    }
+    int8_t *ok = &c->pair_ok[2 * a->sid + nt - 1];
+    if (*ok < 0) {
+        tnd_backend *g = c->side[1].be;
+        *ok = g->iface->op_supported && g->iface->op_supported(g, &out->op) == TND_OK;
+        if (!*ok) tnd_clear_error(); /* a refusal is an answer here, not an error */
+    }
+    return *ok == 1;
+}
+
 tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     memset(c->valid, 0, sizeof c->valid);
     memset(c->wlen, 0, sizeof c->wlen);
@@ -444,7 +485,13 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
         st = prefetch(c, 0, false);
     }
     int prom_seen = 0;
-    for (int i = 0; !st && i < c->g.n; i++) st = run_node(c, &c->g.nodes[i], &prom_seen);
+    for (int i = 0; !st && i < c->g.n; i++) {
+        tnd_node pair;
+        if (i + 1 < c->g.n && fuse_pair(c, &c->g.nodes[i], &c->g.nodes[i + 1], &pair))
+            st = run_node(c, &pair, &prom_seen), i++, c->n_pairs++;
+        else
+            st = run_node(c, &c->g.nodes[i], &prom_seen);
+    }
     double tr = c->trace ? tnd_time_s() : 0; /* the logits' copy and the drain: the round's tail */
     if (!st && want_logits && c->gpu)
         st = make_current(c, A_LOGITS, 0, sizeof(float) * (size_t)c->m->hp.n_vocab, TND_SIDE_CPU);

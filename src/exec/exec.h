@@ -140,6 +140,8 @@ struct tnd_ctx {
     tnd_event **slot_ready, **slot_free;
     uint8_t *round_prom;     /* [n_slices] promoted this round (promote_auto) */
     uint8_t *chosen;         /* [n_expert] scratch: the experts routing chose */
+    int8_t *pair_ok;         /* [n_slices][2] whether the GPU backend takes the MATMUL after this slice's
+                                as one MATMUL_PAIR for 1 / 2 tokens: -1 not asked yet, 0 no, 1 yes */
     int32_t *exp_gpu;        /* [n_layer][n_expert] split layers: compact index of a GPU-resident expert in
                                 its tensors' arena copy, -1 for CPU-side experts (NULL: no split layer) */
     tnd_event *mapped_ev;    /* the GPU's last write into a host buffer (split layers' A_EY rows) */
@@ -163,6 +165,7 @@ struct tnd_ctx {
     tnd_status err;          /* first failure of the round */
     /* counters (tests, --verbose) */
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes;
+    uint64_t n_pairs; /* MATMUL pairs run as one MATMUL_PAIR (fuse_pair) */
     /* split layers' routings of decode steps: all, and those to GPU experts
      * (bench sets them beside the hot-expert table's prediction) */
     uint64_t n_route_dec, n_route_dec_gpu;

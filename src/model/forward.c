@@ -50,6 +50,7 @@ void tnd_ctx_free(tnd_ctx *c) {
     free(c->prom);
     free(c->round_prom);
     free(c->chosen);
+    free(c->pair_ok);
     free(c->logits);
     free(c);
 }

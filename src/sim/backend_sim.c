@@ -711,6 +711,7 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
             ARG_FAIL("sim moe_sum: y {n, n_used, n_tok}, w {n_used, n_tok}, out {n, n_tok}");
         return TND_OK;
     }
+    case TND_OP_MATMUL_PAIR: /* optional (backend.h): the executor keeps the two MATMULs */
     case TND_OP_COUNT:
         break;
     }
