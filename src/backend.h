@@ -236,7 +236,8 @@ typedef struct tnd_backend_iface {
     /* -- ops -- */
     /* OPTIONAL. TND_OK if op_run can run this op (kinds, types, shapes);
      * otherwise TND_ERR_UNSUPPORTED or TND_ERR_ARG with the reason. NULL:
-     * the backend runs every op. */
+     * the backend runs every op but the optional MATMUL_PAIR, which is
+     * then never handed to it. */
     tnd_status (*op_supported)(tnd_backend *b, const tnd_op *op);
     /* Queues op on s. Validates shapes and types first (TND_ERR_ARG /
      * TND_ERR_UNSUPPORTED, nothing queued). Scratch memory the op needs is

@@ -6,10 +6,11 @@
  *     backend refuses a GET_ROWS over it, naming the layout) and nothing
  *     else was (the embedding table, Q6_K matrices);
  *   - logits of a prefill chunk (12 tokens: the tiled dequant + cuBLAS), a
- *     5-token chunk (the tiled matvec with 5 tokens) and 6 decode steps
- *     (1 token) agree with the CPU's.
- *   - the decode steps ran the gate and up (and q and k) matmuls as fused
- *     pairs (MATMUL_PAIR: one launch over both re-laid matrices).
+ *     5-token chunk (the tiled matvec with 5 tokens), a 2-token chunk and
+ *     6 decode steps (1 token) agree with the CPU's;
+ *   - the 2-token chunk and the decode steps ran the gate and up (and q and
+ *     k) matmuls as fused pairs (MATMUL_PAIR: one launch over both re-laid
+ *     matrices).
  * With TND_CUDA_REPACK=0 in the environment the same run must re-lay
  * nothing, and its pairs run as two matvecs each; with TND_CUDA_PAIR=0 it
  * must fuse none (the A/B switches, ctest runs both).
@@ -34,9 +35,11 @@
 #include "util.h"
 
 #define N_DEC 6
+#define N_ROWS (3 + N_DEC)
 
-/* Logits after a 12-token chunk, a 5-token chunk and N_DEC decode steps
- * (fixed tokens, so both sides see the same inputs) into lg[2 + N_DEC]. */
+/* Logits after a 12-token chunk, a 5-token chunk, a 2-token chunk and N_DEC
+ * decode steps (fixed tokens, so both sides see the same inputs) into
+ * lg[N_ROWS]. */
 static tnd_status run(tnd_model *m, tnd_device dev, float *lg, tnd_ctx **keep) {
     tnd_ctx_params p = tnd_ctx_default_params();
     p.device = dev;
@@ -50,7 +53,8 @@ static tnd_status run(tnd_model *m, tnd_device dev, float *lg, tnd_ctx **keep) {
     for (int i = 0; i < 32; i++) ids[i] = (int32_t)((i * 37 + 11) % nv);
     st = tnd_ctx_eval(c, ids, 12, lg);
     if (!st) st = tnd_ctx_eval(c, ids + 12, 5, lg + nv);
-    for (int i = 0; !st && i < N_DEC; i++) st = tnd_ctx_eval(c, ids + 17 + i, 1, lg + (size_t)(2 + i) * nv);
+    if (!st) st = tnd_ctx_eval(c, ids + 17, 2, lg + 2 * (size_t)nv);
+    for (int i = 0; !st && i < N_DEC; i++) st = tnd_ctx_eval(c, ids + 19 + i, 1, lg + (size_t)(3 + i) * nv);
     if (st || !keep) tnd_ctx_free(c);
     else *keep = c;
     return st;
@@ -87,7 +91,7 @@ int main(void) {
     const bool off = getenv("TND_CUDA_REPACK") && strcmp(getenv("TND_CUDA_REPACK"), "0") == 0;
     const bool no_pair = getenv("TND_CUDA_PAIR") && strcmp(getenv("TND_CUDA_PAIR"), "0") == 0;
     int nv = tnd_model_n_vocab(m);
-    size_t n_lg = (size_t)(2 + N_DEC) * nv;
+    size_t n_lg = (size_t)N_ROWS * nv;
     float *cpu = malloc(sizeof(float) * n_lg), *gpu = malloc(sizeof(float) * n_lg);
     CHECK(run(m, TND_DEVICE_CPU, cpu, NULL) == TND_OK, "cpu: %s", tnd_last_error());
     tnd_ctx *c = NULL;
@@ -112,17 +116,18 @@ int main(void) {
         }
         printf("%d of %d Q4_K slices re-laid on the GPU%s\n", n_relaid, n_q4k, off ? " (TND_CUDA_REPACK=0)" : "");
         CHECK(off ? n_relaid == 0 : n_relaid > 0, "re-laid %d slices", n_relaid);
-        /* two pairs per layer (q k, gate up) in each 1-token decode step */
-        const uint64_t want_pairs = no_pair ? 0 : 2ull * (uint64_t)m->hp.n_layer * N_DEC;
+        /* two pairs per layer (q k, gate up) in the 2-token chunk and each decode step */
+        const uint64_t want_pairs = no_pair ? 0 : 2ull * (uint64_t)m->hp.n_layer * (N_DEC + 1);
         printf("%llu MATMUL pairs fused%s\n", (unsigned long long)c->n_pairs, no_pair ? " (TND_CUDA_PAIR=0)" : "");
         CHECK(c->n_pairs == want_pairs, "fused %llu MATMUL pairs, expected %llu", (unsigned long long)c->n_pairs,
               (unsigned long long)want_pairs);
         g->iface->buf_free(g, ids);
         g->iface->buf_free(g, out);
         tnd_ctx_free(c);
-        static const char *what[2 + N_DEC] = {"12-token prefill", "5-token chunk", "decode 1", "decode 2",
-                                              "decode 3",         "decode 4",      "decode 5", "decode 6"};
-        for (int r = 0; r < 2 + N_DEC; r++) {
+        static const char *what[N_ROWS] = {"12-token prefill", "5-token chunk", "2-token chunk",
+                                           "decode 1",         "decode 2",      "decode 3",
+                                           "decode 4",         "decode 5",      "decode 6"};
+        for (int r = 0; r < N_ROWS; r++) {
             const float *a = cpu + (size_t)r * nv, *b = gpu + (size_t)r * nv;
             double ss = 0, sa = 0, sb = 0, sab = 0, saa = 0, sbb = 0, worst = 0;
             for (int i = 0; i < nv; i++) {

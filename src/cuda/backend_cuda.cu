@@ -666,18 +666,21 @@ static tnd_status op_check(const tnd_op *op) {
         return TND_OK;
     }
     case TND_OP_MATMUL_PAIR: {
-        /* taken only where it runs as one launch: both re-laid Q4_K (a W
-         * left as uploaded still runs, as two matvecs), one or two tokens */
+        /* offered for what runs as one launch once re-laid: two Q4_K
+         * matrices, one or two tokens, the even share's modes (a W left as
+         * uploaded, or a launch that refuses, runs as two MATMULs). The
+         * weights' alignment is not asked here: the executor asks with the
+         * host copies' addresses, and cu_op_run falls back where it lacks. */
         const tnd_tensor *x = &op->in[1], *w2 = &op->in[2], *o2 = &op->out[1];
         if (!pair_on()) return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: off (TND_CUDA_PAIR=0)");
-        if (!tnd_cu_matvec_q4kt_i8_default())
-            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: needs the int8 decode (TND_CUDA_TILE_MV)");
+        const int mode = tnd_cu_matvec_q4kt_mode();
+        if (mode != TND_CU_Q4KT_AUTO && mode != TND_CU_Q4KT_I8B)
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: the decode kernel is forced (TND_CUDA_TILE_MV)");
         if (a->type != TND_TYPE_Q4_K || w2->type != TND_TYPE_Q4_K)
             return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: %s and %s weights (Q4_K only)",
                             tnd_type_name(a->type), tnd_type_name(w2->type));
         if (!w2->data || !o2->data || !x->data || !is_f32(x) || !is_f32(o) || !is_f32(o2))
             ARG_FAIL("cuda matmul_pair: W2, f32 x, y1 and y2 are needed");
-        if (((uintptr_t)a->data & 15) || ((uintptr_t)w2->data & 15)) ARG_FAIL("cuda matmul_pair: weights must be 16-byte aligned");
         if (ne(a, 2) * ne(a, 3) != 1 || ne(w2, 2) * ne(w2, 3) != 1 || w2->ne[0] != a->ne[0] || x->ne[0] != a->ne[0])
             ARG_FAIL("cuda matmul_pair: W1 {n_in, n_out1}, W2 {n_in, n_out2}, x {n_in, n_tok}");
         if (o->ne[0] != ne(a, 1) || o2->ne[0] != ne(w2, 1) || rows_of(o) != rows_of(x) || rows_of(o2) != rows_of(x))
@@ -724,9 +727,10 @@ static void tensor_span(const tnd_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     *hi = *lo + (n ? n : 1);
 }
 
-/* The ops' view of re-laid weights: a MATMUL whose W is exactly a re-laid
- * tensor reads it through the tiled kernels (*w_tiled); any other op, or
- * a MATMUL over part of one, touching a re-laid range is refused. */
+/* The ops' view of re-laid weights: a MATMUL whose W (a MATMUL_PAIR whose
+ * W1 or W2) is exactly a re-laid tensor reads it through the tiled kernels
+ * (bit k of *w_tiled: in[k] is one); any other op, or a matmul over part of
+ * one, touching a re-laid range is refused. */
 static tnd_status tiled_check(cu_ctx *c, const tnd_op *op, int *w_tiled) {
     *w_tiled = 0;
     pthread_mutex_lock(&c->mu);
@@ -818,6 +822,7 @@ static tnd_status cu_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_str
 }
 
 static tnd_status cu_op_supported(tnd_backend *b, const tnd_op *op) {
+    set_device(ctx_of(b)); /* op_check reads the device's limits (shared memory) */
     tnd_status st = op_check(op);
     int tiled;
     return st ? st : tiled_check(ctx_of(b), op, &tiled);
@@ -826,12 +831,12 @@ static tnd_status cu_op_supported(tnd_backend *b, const tnd_op *op) {
 static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     cu_ctx *c = ctx_of(b);
     int w_tiled = 0; /* bit k: in[k] is a re-laid weight */
+    set_device(c);   /* before op_check, which reads the device's limits */
     tnd_status st = op_check(op);
     if (!st) st = tiled_check(c, op, &w_tiled);
     if (st) return st;
     const tnd_tensor *a = &op->in[0], *o = &op->out[0];
     cudaStream_t cs = s->s;
-    set_device(c);
     int e = 0;
     switch (op->kind) {
     case TND_OP_MATMUL: {
@@ -856,9 +861,11 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         if (w_tiled == 5) {
             e = tnd_cu_matvec_q4kt_pair(a->data, w2->data, a->ne[0], ne(a, 1), ne(w2, 1), (const float *)op->in[1].data,
                                         (int)rows_of(&op->in[1]), (float *)o->data, (float *)o2->data, 0, 0, 0, -1, cs);
-            break;
+            if (e != cudaErrorNotSupported) break;
+            cudaGetLastError();
         }
-        /* a W left as uploaded (not 16-byte aligned, TND_CUDA_REPACK=0): the two matvecs */
+        /* a W left as uploaded (TND_CUDA_REPACK=0, or not aligned for the
+         * repack), or a pair the kernel refuses: the two matvecs */
         tnd_op one;
         memset(&one, 0, sizeof one);
         one.kind = TND_OP_MATMUL;

@@ -134,8 +134,8 @@ bool tnd_cu_q4kt_supported(int64_t n_in, int64_t n_out);
 int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_stream stream);
 /* y = W x for a re-laid W, n_tok 1..8 (x any 4-byte alignment; tokens run
  * in groups when x is too wide for shared memory). With all-default
- * arguments (0, 0, 0, -1) and one or two tokens: tnd_cu_matvec_q4kt_i8's
- * kernel when that is on (below), else, and otherwise, the f16 tensor-core
+ * arguments (0, 0, 0, -1) and one or two tokens: the int8 kernel that
+ * tnd_cu_matvec_q4kt_mode() picks (below), else, and otherwise, the f16 tensor-core
  * math of tnd_cu_matvec_f16mma (same bits for the same shape): blocks of
  * tiles_per_block tiles x ksplit warps per tile (at most 8 warps; 0, 0:
  * the default shape), depth 1..4 super-blocks in flight per lane (0: the

@@ -21,7 +21,11 @@
  * projection writes its rows of A_EY straight into the mapped host buffer
  * (the CPU part writes the other rows), so no rows have to be gathered;
  * the CPU waits for that write only before it reads the buffer. When the
- * CPU part is promoted, both parts write the GPU's A_EY instead. */
+ * CPU part is promoted, both parts write the GPU's A_EY instead.
+ *
+ * Two MATMUL nodes over the same x of a decode step that both run on the
+ * GPU (gate and up, q and k) are handed to it as one MATMUL_PAIR where the
+ * backend takes that (fuse_pair): one launch instead of two. */
 #include <stdlib.h>
 #include <string.h>
 

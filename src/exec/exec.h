@@ -165,7 +165,7 @@ struct tnd_ctx {
     tnd_status err;          /* first failure of the round */
     /* counters (tests, --verbose) */
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes;
-    uint64_t n_pairs; /* MATMUL pairs run as one MATMUL_PAIR (fuse_pair) */
+    uint64_t n_pairs; /* MATMUL pairs handed to the GPU as one MATMUL_PAIR (fuse_pair) */
     /* split layers' routings of decode steps: all, and those to GPU experts
      * (bench sets them beside the hot-expert table's prediction) */
     uint64_t n_route_dec, n_route_dec_gpu;

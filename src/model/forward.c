@@ -566,7 +566,7 @@ tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits)
             return tnd_fail(TND_ERR_ARG, "token id %d out of range [0, %d)", tokens[i], c->m->hp.n_vocab);
     int start = c->n_past;
     double t0 = tnd_time_s();
-    uint64_t sw0 = c->n_switch, ac0 = c->n_act_copies, wc0 = c->n_w_copies, wb0 = c->w_copy_bytes;
+    uint64_t sw0 = c->n_switch, ac0 = c->n_act_copies, wc0 = c->n_w_copies, wb0 = c->w_copy_bytes, np0 = c->n_pairs;
     for (int done = 0; done < n;) {
         int nt = TND_MIN(c->n_batch, n - done);
         tnd_status st = round_forward(c, tokens + done, nt, done + nt == n);
@@ -577,10 +577,11 @@ tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits)
         done += nt;
     }
     if (logits) memcpy(logits, c->logits, sizeof(float) * (size_t)c->m->hp.n_vocab);
-    TND_DEBUG("eval %d tokens: %.2f ms, %llu switches, %llu activation copies, %llu weight copies (%.1f MiB)", n,
-              1e3 * (tnd_time_s() - t0), (unsigned long long)(c->n_switch - sw0),
+    TND_DEBUG("eval %d tokens: %.2f ms, %llu switches, %llu activation copies, %llu weight copies (%.1f MiB), "
+              "%llu matmul pairs",
+              n, 1e3 * (tnd_time_s() - t0), (unsigned long long)(c->n_switch - sw0),
               (unsigned long long)(c->n_act_copies - ac0), (unsigned long long)(c->n_w_copies - wc0),
-              (c->w_copy_bytes - wb0) / 1048576.0);
+              (c->w_copy_bytes - wb0) / 1048576.0, (unsigned long long)(c->n_pairs - np0));
     return TND_OK;
 }
 
