@@ -3027,16 +3027,17 @@ extern "C" int tnd_cu_matvec_q4kt_i8_stages(void) { return mvq_stages(); }
 #define MVB_MAX_PRE 16
 
 static bool mvb_ns_ok(int ns) { return ns == 0 || (ns >= 2 && ns <= MVB_MAX_NS); }
+typedef void (*mvb_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int, mvb_second);
+/* every instance: the register ring by depth, the shared ring by stages
+ * (2..MVB_MAX_NS), then the pair's register ring by depth */
+static const mvb_kernel mvb_kernels[] = {k_mvb_q4k<1, 0, false>, k_mvb_q4k<2, 0, false>, k_mvb_q4k<1, 2, false>,
+                                         k_mvb_q4k<1, 3, false>, k_mvb_q4k<1, 4, false>, k_mvb_q4k<1, 0, true>,
+                                         k_mvb_q4k<2, 0, true>};
+#define MVB_N_KERNELS ((int)(sizeof mvb_kernels / sizeof mvb_kernels[0]))
 /* depth 1..MVQ_MAX_DEPTH (register ring) for ns == 0, else the ring of ns
  * stages; two: the pair's kernel (register ring only) */
-typedef void (*mvb_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int, mvb_second);
-#define MVB_N_KERNELS (2 * MVQ_MAX_DEPTH + MVB_MAX_NS - 1)
 static mvb_kernel mvb_kernel_of(int depth, int ns, bool two) {
-    static const mvb_kernel k[MVB_N_KERNELS] = {k_mvb_q4k<1, 0, false>, k_mvb_q4k<2, 0, false>,
-                                                k_mvb_q4k<1, 2, false>, k_mvb_q4k<1, 3, false>,
-                                                k_mvb_q4k<1, 4, false>, k_mvb_q4k<1, 0, true>,
-                                                k_mvb_q4k<2, 0, true>};
-    return two ? k[MVQ_MAX_DEPTH + MVB_MAX_NS - 1 + depth - 1] : ns ? k[MVQ_MAX_DEPTH + ns - 2] : k[depth - 1];
+    return mvb_kernels[two ? MVQ_MAX_DEPTH + MVB_MAX_NS - 1 + depth - 1 : ns ? MVQ_MAX_DEPTH + ns - 2 : depth - 1];
 }
 
 /* x, the rings and their mbarriers (all but the sums), and the bytes of
@@ -3052,10 +3053,7 @@ static size_t mvb_smem_pair(int64_t n_in, int warps) {
 static int mvb_prepare(void) {
     static bool done[64];
     const void *k[MVB_N_KERNELS];
-    for (int i = 0; i < MVB_N_KERNELS; i++)
-        k[i] = (const void *)(i < MVQ_MAX_DEPTH                    ? mvb_kernel_of(i + 1, 0, false)
-                              : i < MVQ_MAX_DEPTH + MVB_MAX_NS - 1 ? mvb_kernel_of(1, i - MVQ_MAX_DEPTH + 2, false)
-                                                                   : mvb_kernel_of(i - MVQ_MAX_DEPTH - MVB_MAX_NS + 2, 0, true));
+    for (int i = 0; i < MVB_N_KERNELS; i++) k[i] = (const void *)mvb_kernels[i];
     return smem_optin_once(done, k, MVB_N_KERNELS);
 }
 
