@@ -81,6 +81,32 @@ int32_t tnd_tokenizer_find(const tnd_tokenizer *t, const char *text);
  * Invalid bytes count as complete. */
 size_t tnd_utf8_complete(const char *buf, size_t len);
 
+/* ---- CUDA devices and this build ---------------------------------------- */
+
+/* Number of usable CUDA devices; 0 when built without CUDA, when there is no
+ * driver or no device. Never fails. */
+int tnd_cuda_device_count(void);
+/* The CUDA architectures this build carries code for, as configured
+ * (CMAKE_CUDA_ARCHITECTURES, space-separated, e.g. "90-real 90-virtual");
+ * "" when built without CUDA. */
+const char *tnd_cuda_build_archs(void);
+
+typedef struct tnd_cuda_device_info {
+    char name[256];
+    int arch;            /* the device's compute capability, 100*major + 10*minor: 900 = sm_90 */
+    int code_arch;       /* the architecture of the code this build runs on it: arch when the
+                            build has code for it; lower when the driver compiled an older PTX,
+                            and then tandem leaves the kernels that need newer features off
+                            (slower; rebuild with -DCMAKE_CUDA_ARCHITECTURES=native) */
+    uint64_t mem_total;  /* bytes */
+    uint64_t mem_free;   /* bytes free now */
+} tnd_cuda_device_info;
+
+/* Describes CUDA device `dev` (0 .. tnd_cuda_device_count() - 1).
+ * TND_ERR_UNSUPPORTED without CUDA, TND_ERR_ARG for no such device,
+ * TND_ERR_BACKEND if the runtime fails. */
+tnd_status tnd_cuda_device_get(int dev, tnd_cuda_device_info *out);
+
 /* ---- models and contexts ------------------------------------------------- */
 
 typedef struct tnd_model tnd_model;

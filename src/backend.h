@@ -292,9 +292,7 @@ typedef struct tnd_cuda_params {
     uint64_t vram_budget;  /* bytes; 0 = the device's free memory at start less 512 MiB */
 } tnd_cuda_params;
 
-/* Number of usable CUDA devices; 0 when built without CUDA, when there is no
- * driver or no device. Never fails. */
-int tnd_cuda_device_count(void);
+/* (tnd_cuda_device_count and tnd_cuda_device_get: tandem.h) */
 /* Creates the CUDA backend on p->device. TND_ERR_UNSUPPORTED when built
  * without CUDA; TND_ERR_BACKEND if the device cannot be opened. */
 tnd_status tnd_backend_cuda_new(const tnd_cuda_params *p, tnd_backend **out);

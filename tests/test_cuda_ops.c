@@ -1910,6 +1910,37 @@ static void test_q4kt_all(void) {
     test_matvec_q4kt_pair(256 * 20, 17408, 17408, 2); /* its gate and up */
 }
 
+/* A build without code for the device's architecture (src/cuda/arch.cu):
+ * the probe's attribute query agrees with the __CUDA_ARCH__ its code ran as;
+ * with the code capped at sm_75 (as a build for sm_75 alone runs on a newer
+ * GPU), the decode matvec, the Q4_K tiles and the prefill attention refuse
+ * their sm_80 kernels, the fallbacks still match the references, and the
+ * fallback is counted (the warning's trigger); without the cap the tensor-core
+ * kernels are chosen again. */
+static void test_arch_fallback(void) {
+    int attr = 0, ran = 0;
+    const int dev = tnd_cu_device_arch();
+    CHECK(tnd_cu_arch_probe(&attr, &ran) == 0);
+    CHECK(attr == ran && ran > 0 && ran <= dev, " probe: attributes %d, ran as %d, device %d", attr, ran, dev);
+    printf("arch: device sm_%d, code sm_%d, built %s\n", dev / 10, ran / 10, tnd_cuda_build_archs());
+    if (dev < 800 || ran < 800) return; /* no sm_80 kernels to refuse */
+    const int64_t n_in = 256 * 21;
+    const bool tc = tnd_cu_matvec_kind(TND_TYPE_Q4_K, n_in, 1) != TND_CU_MV_F32; /* TND_CUDA_MV=old: f32 */
+    const int before = tnd_cu_arch_fallbacks();
+    tnd_cu_arch_cap(750);
+    CHECK(tnd_cu_matvec_kind(TND_TYPE_Q4_K, n_in, 1) == TND_CU_MV_F32);
+    CHECK(tnd_cu_matvec_kind(TND_TYPE_Q6_K, n_in, 2) == TND_CU_MV_F32);
+    CHECK(!tnd_cu_q4kt_supported(n_in, 1024), " the Q4_K tiles need sm_80 code");
+    CHECK(!tnd_cu_matvec_q4kt_feed_supported(TND_CU_TILE_REGS));
+    test_matmul(TND_TYPE_Q4_K, n_in, 1031, 1);
+    test_matmul(TND_TYPE_Q6_K, n_in, 67, 2);
+    test_attn(40, 8, 2, 128, 5, 0.f, 0); /* 16+ tokens: the tensor-core kernel's shape */
+    CHECK(tnd_cu_arch_fallbacks() > before, " fallbacks counted: %d -> %d", before, tnd_cu_arch_fallbacks());
+    tnd_cu_arch_cap(0);
+    if (tc) CHECK(tnd_cu_matvec_kind(TND_TYPE_Q4_K, n_in, 1) != TND_CU_MV_F32);
+    CHECK(tnd_cu_q4kt_supported(n_in, 1024));
+}
+
 int main(int argc, char **argv) {
     const bool only_q4kt = argc == 2 && strcmp(argv[1], "--only-q4kt") == 0;
     if (argc > 2 || (argc == 2 && !only_q4kt)) {
@@ -1930,6 +1961,7 @@ int main(int argc, char **argv) {
         test_q4kt_all();
         goto done;
     }
+    test_arch_fallback();
 
     static const int64_t toks[] = {1, 3, 8, 17, 64};
     for (size_t i = 0; i < TND_ARRAY_LEN(ALL_TYPES); i++) {

@@ -31,6 +31,44 @@
 #define TND_UNROLL
 #endif
 
+/* ---- the architecture this file's device code runs as (arch.cu) ----------
+ * A file that picks kernels by architecture places TND_CU_UNIT_ARCH(name)
+ * once and asks cu_unit_arch() (e.g. 900), never the device's compute
+ * capability: a build without code for this GPU runs PTX of an older
+ * architecture, in which the newer kernels' bodies are compiled out. */
+#define TND_CU_MAX_DEV 64
+#ifdef __cplusplus
+extern "C" {
+#endif
+int tnd_cu_code_arch(const void *kernel); /* arch.cu */
+int tnd_cu_arch_usable(int code_arch);
+#ifdef __cplusplus
+}
+#endif
+__device__ __forceinline__ int cu_arch_here() {
+#ifdef __CUDA_ARCH__
+    return __CUDA_ARCH__;
+#else
+    return 0;
+#endif
+}
+#define TND_CU_UNIT_ARCH(unit)                                                                           \
+    __global__ void k_unit_arch_##unit(int *out) { *out = cu_arch_here(); }                             \
+    static inline int cu_unit_arch(void) {                                                               \
+        static int cache[TND_CU_MAX_DEV];                                                                \
+        int dev = 0;                                                                                     \
+        if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= TND_CU_MAX_DEV) {                    \
+            cudaGetLastError();                                                                          \
+            return 0;                                                                                    \
+        }                                                                                                \
+        int a = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED);                                          \
+        if (!a) {                                                                                        \
+            a = tnd_cu_code_arch((const void *)k_unit_arch_##unit);                                      \
+            __atomic_store_n(&cache[dev], a, __ATOMIC_RELAXED);                                          \
+        }                                                                                                \
+        return tnd_cu_arch_usable(a);                                                                    \
+    }
+
 /* Plain loads: the decoders read global memory and, in the staged matvec,
  * shared memory; after inlining the compiler sees which (an explicit __ldg
  * would make a shared address fault). */

@@ -28,6 +28,34 @@ typedef struct cublasContext *tnd_cu_blas;   /* == cublasHandle_t */
 /* Text of a cudaError_t value. */
 const char *tnd_cu_error_string(int err);
 
+/* ---- arch.cu: which code runs on this GPU ----------------------------------
+ * Kernels that need sm_80 or sm_90 features are chosen by the architecture
+ * their file's code was loaded as on the current device, not by the device's
+ * own (a build without code for it runs older PTX, with those bodies compiled
+ * out); the first time that is lower than the device's, one warning. */
+
+/* (the architectures built in: tnd_cuda_build_archs, tandem.h) */
+/* The current device's compute capability as 100*major + 10*minor (900 on
+ * an H200); 0 on error. */
+int tnd_cu_device_arch(void);
+/* The architecture (e.g. 750, 900) of the code the runtime loaded for a
+ * kernel (a __global__ function's address) on the current device; 0 on
+ * error. */
+int tnd_cu_code_arch(const void *kernel);
+/* code_arch as the kernel choice may use it: capped by tnd_cu_arch_cap;
+ * counts and (once) warns when it is below the device's. */
+int tnd_cu_arch_usable(int code_arch);
+/* Tests: treat all code as built for at most `arch` (e.g. 750), as a build
+ * without newer code would be; 0 lifts the cap. Re-arms the warning. */
+void tnd_cu_arch_cap(int arch);
+/* How many kernel choices so far found the code's architecture below the
+ * device's (each then took a fallback). */
+int tnd_cu_arch_fallbacks(void);
+/* Tests: arch.cu's probe kernel's architecture by cudaFuncGetAttributes
+ * (*attr_arch) and as it ran (__CUDA_ARCH__, *ran_arch); synchronous.
+ * Returns a cudaError_t. */
+int tnd_cu_arch_probe(int *attr_arch, int *ran_arch);
+
 /* ---- matvec.cu: decode products --------------------------------------------
  * y[t][r] = sum_k W[r][k] * x[t][k] for t < n_tok, r < n_out.
  * W: n_out rows of n_in elements of type `type` (int, a tnd_type), aligned

@@ -334,6 +334,13 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t b
                  "l"(src), "r"(bytes), "r"(smem_u32(b))
                  : "memory");
 }
+#else /* never run without sm_90 code: the bodies that call them trap first */
+__device__ __forceinline__ void mbar_init(uint64_t *, uint32_t) { __trap(); }
+__device__ __forceinline__ void mbar_arrive(uint64_t *) { __trap(); }
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *, uint32_t) { __trap(); }
+__device__ __forceinline__ void mbar_wait(uint64_t *, uint32_t) { __trap(); }
+__device__ __forceinline__ void bulk_prefetch(const void *, uint32_t) { __trap(); }
+__device__ __forceinline__ void bulk_copy(void *, const void *, uint32_t, uint64_t *) { __trap(); }
 #endif
 
 /* Shared memory layout of k_mv_q4k_tma: NS stages of SR rows, then x
@@ -497,6 +504,8 @@ __global__ void __launch_bounds__(32 * (MVT_WARPS + 1), 1)
         if (lane == 0) mbar_arrive(&empty[slot]);
         base += items;
     }
+#else
+    __trap(); /* never chosen without this code: cu_code_major() */
 #endif
 }
 
@@ -541,6 +550,8 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1,
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y));
+#else
+    __trap(); /* never chosen without this code: cu_code_major() */
 #endif
 }
 
@@ -773,6 +784,7 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
     buf ring[DEPTH + 1];
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
+#else /* no trap: no launch asks for PDL unless this file runs sm_90 code (tile_launch_cfg) */
 #endif
     /* the first DEPTH chunks in flight while x is staged */
 #pragma unroll
@@ -786,6 +798,7 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
      * may sink the ring's loads below this, which costs overlap, not
      * correctness; the PTX has them above.) */
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#else /* no trap: no launch asks for PDL unless this file runs sm_90 code (tile_launch_cfg) */
 #endif
     mvt_stage_x(xz, xs, x, n_in, n_tok, xstride);
     __syncthreads();
@@ -994,7 +1007,7 @@ __device__ __forceinline__ void imma_u8s8(uint32_t a0, uint32_t a1, uint32_t a2,
         : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(0));
 #else
-    d[0] = d[1] = d[2] = d[3] = 0;
+    __trap(); /* tensor cores: sm_80 (mvh_supported keeps older code off this) */
 #endif
 }
 
@@ -1174,6 +1187,8 @@ __device__ __forceinline__ void imma_u8s8_acc(uint32_t a0, uint32_t a1, uint32_t
     asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y));
+#else
+    __trap(); /* never chosen without this code: cu_code_major() */
 #endif
 }
 
@@ -1293,6 +1308,7 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
     auto compute = [&](auto &&piece, int sb) { mvq_chunk(L, piece, sb, yv); };
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
+#else /* no trap: no launch asks for PDL unless this file runs sm_90 code (tile_launch_cfg) */
 #endif
     if constexpr (NS == 0) {
         buf ring[DEPTH + 1];
@@ -1301,6 +1317,7 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
             if (kw + i * KW < nsb) load(ring[i], kw + i * KW);
 #if __CUDA_ARCH__ >= 900
         asm volatile("griddepcontrol.wait;" ::: "memory"); /* x (and y) only past here, as k_mvt_q4k */
+#else /* no trap: no launch asks for PDL unless this file runs sm_90 code (tile_launch_cfg) */
 #endif
         mvi_stage_x(xz, xq, xsm, dl, x, n_in, n_tok, pstride);
         __syncthreads();
@@ -1361,6 +1378,8 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
             __syncwarp(); /* every lane's reads of the slot before it is refilled */
             issue(i + NS);
         }
+#else
+        __trap(); /* never chosen without this code: cu_code_major() */
 #endif
     }
     /* the two halves of each token's sums (lanes t, t ^ 1), then the KW
@@ -1530,12 +1549,13 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
                 bulk_prefetch(pb + bo + Q4KT_HDR + (1 - odd) * 128, 128);
             }
         }
-#else
+#else /* no trap: an L2 hint; the launch passes no prefetch below sm_90 */
         (void)u;
 #endif
     };
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
+#else /* no trap: no launch asks for PDL unless this file runs sm_90 code (tile_launch_cfg) */
 #endif
     if constexpr (NS == 0) {
         typedef q4k_pieces buf;
@@ -1561,6 +1581,7 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
         prefetch(ld);
 #if __CUDA_ARCH__ >= 900
         asm volatile("griddepcontrol.wait;" ::: "memory"); /* x (and y) only past here, as k_mvt_q4k */
+#else /* no trap: no launch asks for PDL unless this file runs sm_90 code (tile_launch_cfg) */
 #endif
         MVB_T(1);
         mvi_stage_x(xz, xq, xsm, dl, x, n_in, n_tok, pstride);
@@ -1651,6 +1672,8 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
             if (cu.p != p) flush(p);
         }
         MVB_T(3);
+#else
+        __trap(); /* never chosen without this code: cu_code_major() */
 #endif
     }
     /* each pair's sums from the warps that touch it, in the order of their
@@ -1711,11 +1734,15 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
 __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
 #if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+#else
+    __trap(); /* never chosen without this code: cu_code_major() */
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
 #if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;" ::: "memory");
+#else
+    __trap(); /* never chosen without this code: cu_code_major() */
 #endif
 }
 /* waits until at most n (0..7) of this thread's groups are pending */
@@ -1731,6 +1758,8 @@ __device__ __forceinline__ void cp_async_wait(int n) {
     case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
     default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
     }
+#else
+    __trap(); /* never chosen without this code: cu_code_major() */
 #endif
 }
 __device__ __forceinline__ void named_bar(int id, int threads) {
@@ -1783,6 +1812,8 @@ struct mvc_ring {
                     row = row < rlast ? row : rlast;
                     bulk_copy(dst + lane * (stage_bytes / (16 * TT)), src + (size_t)row * rbb, bytes, bars + slot);
                 }
+#else
+                __trap(); /* never chosen without this code: cu_code_major() */
 #endif
             } else {
                 mvc_stage_copies(lane, 16 * TT, SBS, valid, [&](int doff, int r, int soff) {
@@ -1832,6 +1863,8 @@ __global__ void __maxnreg__(TT == 2 ? 168 : 128) k_mvc_q4k(const uint8_t *__rest
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         __syncwarp();
+#else
+        __trap(); /* never chosen without this code: cu_code_major() */
 #endif
     }
     mvc_ring<BULK, TT> ring_ = {W, rb, n_out, mine, bars, total, nsb, SBS, KW, NS, MB, per, stage_bytes, kw, mi, lane,
@@ -1857,6 +1890,8 @@ __global__ void __maxnreg__(TT == 2 ? 168 : 128) k_mvc_q4k(const uint8_t *__rest
             if (BULK) {
 #if __CUDA_ARCH__ >= 900
                 mbar_wait(bars + slot, phase); /* the bulk copies' bytes are visible once it completes */
+#else
+                __trap(); /* never chosen without this code: cu_code_major() */
 #endif
             } else {
                 cp_async_wait(NS - 1);
@@ -1964,16 +1999,12 @@ static int cu_dev_attr(cudaDeviceAttr a) {
     return n;
 }
 
-/* The current device's compute capability major (cached per device; 0 on
- * error). */
-static int cu_cc_major(void) {
-    static int cache[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-    if (!cache[dev] && cudaDeviceGetAttribute(&cache[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-        cache[dev] = 0;
-    return cache[dev];
-}
+/* The major architecture this file's code runs as on the current device
+ * (9 for sm_90 code; 7 when a build for sm_75 runs on an sm_90 GPU, whose
+ * mma, cp.async and bulk-copy kernels are then compiled out): every kernel
+ * choice below goes by this, never by the device's compute capability. */
+TND_CU_UNIT_ARCH(matvec)
+static int cu_code_major(void) { return cu_unit_arch() / 100; }
 
 /* The dynamic shared memory the f16 tensor-core kernels opt into: x's area
  * and the reduction, capped at what the device allows (launches that need
@@ -1987,7 +2018,7 @@ static int mvh_attr_smem(void) {
  * stage, the most stages (2..8) that fit; false if even two do not (or the
  * device is older than sm_90). */
 static bool mvt_shape(int64_t n_in, size_t row_bytes, int *SR, int *NS) {
-    if (cu_cc_major() < 9 || n_in > (1 << 20)) return false;
+    if (cu_code_major() < 9 || n_in > (1 << 20)) return false;
     const size_t max = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     /* stages of 16..64 KB and rings of 3..8 measured within 10% of this on
      * the H200 (5120x17408: 1240..1520 GB/s) */
@@ -2169,7 +2200,7 @@ static bool mvh_supported(int fam, int type, int64_t n_in, int n_tok) {
         return false;
     if (fam == TND_CU_MV_I8MMA && (type != TND_TYPE_Q4_K || n_tok > 4)) return false;
     if (fam != TND_CU_MV_F16MMA && fam != TND_CU_MV_I8MMA) return false;
-    if (cu_cc_major() < 8) return false;
+    if (cu_code_major() < 8) return false;
     /* and the largest block (8 warps) within the device's opt-in shared
      * memory: 99 KiB on sm_86/89/120 (RTX 30/40/50), below MVH_XS_MAX's */
     return mvh_smem(fam, n_in, n_tok, 0) <= MVH_XS_MAX &&
@@ -2445,7 +2476,7 @@ static void mvc_shape(int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW, 
 
 static bool mvc_supported(int type, int64_t n_in, int n_tok) {
     if (type != TND_TYPE_Q4_K || n_tok < 1 || n_tok > 8 || n_in <= 0 || n_in % 256 || n_in > (1 << 24)) return false;
-    if (cu_cc_major() < 8) return false;
+    if (cu_code_major() < 8) return false;
     /* the smallest useful ring (4 warps of 1 x 3 stages of one super-block) must fit */
     return mvc_smem(n_in, n_tok, 4, 1, 3, 1, 1) <= (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
 }
@@ -2458,7 +2489,7 @@ static int launch_mvc(bool probe, const void *W, int64_t n_in, int64_t n_out, co
                       int MB, int KW, int NS, int SBS, int G, int flags, cudaStream_t st) {
     if (!mvc_supported(TND_TYPE_Q4_K, n_in, n_tok) || ((uintptr_t)x & 15)) return cudaErrorNotSupported;
     if (flags & ~3) return cudaErrorInvalidValue;
-    if ((flags & TND_CU_F16CP_BULK) && cu_cc_major() < 9) /* cp.async.bulk and mbarrier tx counts: sm_90 */
+    if ((flags & TND_CU_F16CP_BULK) && cu_code_major() < 9) /* cp.async.bulk and mbarrier tx counts: sm_90 */
         return cudaErrorNotSupported;
     int e = mvc_prepare();
     if (e) return e;
@@ -2548,6 +2579,8 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait_n() {
 #if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#else
+    __trap(); /* never chosen without this code: cu_code_major() */
 #endif
 }
 
@@ -2595,6 +2628,8 @@ __global__ void __launch_bounds__(256) k_mvs_q4k(const uint8_t *__restrict__ W, 
                 bulk_copy(ring + (i % NS) * Q4KT_CHUNK, base + (size_t)(kw + i * KW) * Q4KT_CHUNK, Q4KT_CHUNK,
                           bar + i % NS);
             }
+#else
+            __trap(); /* never chosen without this code: cu_code_major() */
 #endif
         }
     };
@@ -2605,6 +2640,8 @@ __global__ void __launch_bounds__(256) k_mvs_q4k(const uint8_t *__restrict__ W, 
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         __syncwarp();
+#else
+        __trap(); /* never chosen without this code: cu_code_major() */
 #endif
     }
 #pragma unroll
@@ -2623,6 +2660,8 @@ __global__ void __launch_bounds__(256) k_mvs_q4k(const uint8_t *__restrict__ W, 
         } else {
 #if __CUDA_ARCH__ >= 900
             mbar_wait(bar + slot, (uint32_t)((i / NS) & 1));
+#else
+            __trap(); /* never chosen without this code: cu_code_major() */
 #endif
         }
         __syncwarp(); /* every lane's copies of the stage visible to all */
@@ -2796,7 +2835,7 @@ static cudaLaunchConfig_t tile_launch_cfg(const void *k, int64_t grid, int threa
     *at = cudaLaunchAttribute{};
     at->id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at->val.programmaticStreamSerializationAllowed = 1;
-    if (mvt_pdl() && cu_cc_major() >= 9 && mvt_has_wait(k)) cfg.attrs = at, cfg.numAttrs = 1;
+    if (mvt_pdl() && cu_code_major() >= 9 && mvt_has_wait(k)) cfg.attrs = at, cfg.numAttrs = 1;
     return cfg;
 }
 static int launch_result(cudaError_t le) {
@@ -2955,7 +2994,7 @@ static void mvq_shape(int64_t n_in, int64_t n_out, int n_tok, int *NS, int *MB, 
     }
     const int kr = mvq_max_kw(n_in, n_tok, mb, 0);
     int ks = 0, ns = 0;
-    if (cu_cc_major() >= 9)
+    if (cu_code_major() >= 9)
         for (int n = 8; n >= 4; n -= 2) { /* the deepest ring with the most warps */
             const int k = mvq_max_kw(n_in, n_tok, mb, n);
             if (k > ks) ks = k, ns = n;
@@ -2980,13 +3019,13 @@ extern "C" int tnd_cu_matvec_q4kt_i8(const void *W, int64_t n_in, int64_t n_out,
     /* 16-byte loads and bulk copies of the weights (the backend re-lays only aligned tensors) */
     if (((uintptr_t)W & 15) || !tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) return cudaErrorNotSupported;
     int ns = stages < 0 ? mvq_stages() : stages; /* -1 still: the shape's pick */
-    if (ns > 0 && cu_cc_major() < 9) return cudaErrorNotSupported;
+    if (ns > 0 && cu_code_major() < 9) return cudaErrorNotSupported;
     if ((e = mvq_prepare())) return e;
     int MB = tiles_per_block, KW = ksplit;
     if (MB <= 0 || KW <= 0) mvq_shape(n_in, n_out, n_tok, &ns, &MB, &KW);
     if (ns < 0) { /* a fixed shape, stages left open: registers up to their 16 warps (as mvq_shape
                    * prefers at equal warps), else the deepest ring that fits */
-        ns = MB * KW <= MVQ_MAX_WARPS || cu_cc_major() < 9 ? 0 : 8;
+        ns = MB * KW <= MVQ_MAX_WARPS || cu_code_major() < 9 ? 0 : 8;
         while (ns > 0 && mvq_smem(n_in, n_tok, MB * KW, ns) >
                              (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin))
             ns -= 2;
@@ -3067,8 +3106,8 @@ static bool mvb_args_ok(const float *x, const float *y, int blocks, int warps, i
 }
 static int launch_mvb(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y, int blocks,
                       int warps, int depth, int stages, int prefetch, const mvb_second *sec, cudaStream_t stream) {
-    int ns = stages >= 0 ? stages : cu_cc_major() >= 9 ? MVB_DEFAULT_NS : 0;
-    if ((ns > 0 && cu_cc_major() < 9) || (ns > 0 && sec)) return cudaErrorNotSupported;
+    int ns = stages >= 0 ? stages : cu_code_major() >= 9 ? MVB_DEFAULT_NS : 0;
+    if ((ns > 0 && cu_code_major() < 9) || (ns > 0 && sec)) return cudaErrorNotSupported;
     const int maxw = ns ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS;
     const size_t smax = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     const int64_t H = n_out / 8;
@@ -3098,7 +3137,7 @@ static int launch_mvb(const void *W, int64_t n_in, int64_t n_out, const float *x
     const cudaLaunchConfig_t cfg = tile_launch_cfg((const void *)k, grid, 32 * nw, smem, stream, &at);
     return launch_result(cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in,
                                             n_out, x, n_tok, y,
-                                            cu_cc_major() >= 9 ? (prefetch < 0 ? MVB_DEFAULT_PRE : prefetch) : 0,
+                                            cu_code_major() >= 9 ? (prefetch < 0 ? MVB_DEFAULT_PRE : prefetch) : 0,
                                             sec ? *sec : none));
 }
 
@@ -3207,7 +3246,7 @@ static mvh_kernel mvs_kernel_of(bool probe, int feed, int ns) {
 static bool mvs_ns_ok(int ns) { return ns == 2 || ns == 4 || ns == 6 || ns == 8; }
 
 extern "C" bool tnd_cu_matvec_q4kt_feed_supported(int feed) {
-    const int major = cu_cc_major();
+    const int major = cu_code_major();
     if (feed == TND_CU_TILE_BULK) return major >= 9;
     if (feed == TND_CU_TILE_CPASYNC || feed == TND_CU_TILE_REGS) return major >= 8;
     return false;
