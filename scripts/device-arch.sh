@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # The CUDA architecture checks on the device machine (a GPU), from the repo
-# root, in up to three steps (each fits one device call):
+# root, in steps (a device call can run several):
 #   scripts/device-arch.sh build   # three builds, side by side:
 #       build        exactly as the README says (no flags: the GPU's own code)
 #       build-sm90   -DCMAKE_CUDA_ARCHITECTURES=90
 #       build-sm75   -DCMAKE_CUDA_ARCHITECTURES=75 (no code for an sm_80+ GPU:
 #                    the driver runs its PTX; the run-time guard must fall back)
-#   scripts/device-arch.sh check   # --version of each; test_cuda_ops of the
+#   scripts/device-arch.sh ops     # --version of each; test_cuda_ops of the
 #       README build and of the sm_75 build (every kernel choice refuses what
-#       is missing); greedy tokens of each build's GPU run against its CPU run
+#       is missing)
+#   scripts/device-arch.sh models  # greedy tokens of each build's GPU run against its CPU run
 #       (tests/compare_dumps.py) on the tiny synth shapes and the default model,
 #       and the README build's tokens against the sm_90 build's (identical)
 #   scripts/device-arch.sh speed   # synth qwen3-8b decode, all on the GPU,
 #       tg128 for each build
-# Logs go to $OUT (or build-arch-logs); the output ends with a summary line.
+# Logs go to /tmp/tnd/arch-logs, and packed to $OUT when that is set; the
+# output ends with a summary line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
-logs=${OUT:-build-arch-logs}
+logs=/tmp/tnd/arch-logs # packed into $OUT/arch-logs.tgz at the end (few files come back)
 mkdir -p "$logs" /tmp/tnd
 M=models/SmolLM2-135M-Instruct.Q4_1.gguf
 fail=0
@@ -46,7 +48,7 @@ cmp_run() {
   grep -q "no sm_90 code" "$logs/stderr-$tag.txt" && echo "   ($label: the fallback warning was printed)"
 }
 
-check() {
+ops() {
   for b in build build-sm90 build-sm75; do echo "== $b/tandem --version"; $b/tandem --version; done
   for b in build build-sm75; do
     echo "== $b/test_cuda_ops"
@@ -55,6 +57,9 @@ check() {
     grep -E "^FAIL|^arch:|passed, [0-9]+ failed" "$logs/test_cuda_ops-$b.log" | head -20
     [ $rc -eq 0 ] || { echo "FAIL: $b/test_cuda_ops exit $rc"; tail -5 "$logs/test_cuda_ops-$b.log"; fail=1; }
   done
+}
+
+models() {
   for s in tiny-llama tiny-qwen3 tiny-qwen3moe; do
     [ -f /tmp/tnd/$s.gguf ] || build/tandem synth --shape $s -o /tmp/tnd/$s.gguf --force >/dev/null 2>&1
   done
@@ -66,6 +71,7 @@ check() {
   done
   echo "== README build against the sm_90 build (the same tokens)"
   for s in tiny_llama tiny_qwen3 tiny_qwen3moe default_model; do
+    [ -f /tmp/tnd/g-build_$s.txt ] || { echo "skipped: $s (no run)"; continue; }
     if cmp -s /tmp/tnd/g-build_$s.txt /tmp/tnd/g-build_sm90_$s.txt; then
       echo "identical: $s: $(head -c 120 /tmp/tnd/g-build_$s.txt | tr '\n' ' ')"
     else
@@ -86,9 +92,10 @@ speed() {
 
 for step in "$@"; do
   case $step in
-    build|check|speed) $step ;;
-    *) echo "usage: $0 build|check|speed ..." >&2; exit 2 ;;
+    build|ops|models|speed) $step ;;
+    *) echo "usage: $0 build|ops|models|speed ..." >&2; exit 2 ;;
   esac
 done
+[ -n "${OUT:-}" ] && tar czf "$OUT/arch-logs.tgz" -C /tmp/tnd arch-logs
 echo "SUMMARY device-arch $*: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail
