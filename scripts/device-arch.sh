@@ -13,7 +13,7 @@
 #       (tests/compare_dumps.py) on the tiny synth shapes and the default model,
 #       and the README build's tokens against the sm_90 build's (identical)
 #   scripts/device-arch.sh speed   # synth qwen3-8b decode, all on the GPU,
-#       tg128 for each build
+#       tg128: the README and sm_90 builds twice each in turn, then sm_75
 # Logs go to /tmp/tnd/arch-logs, and packed to $OUT when that is set; the
 # output ends with a summary line.
 set -uo pipefail
@@ -83,7 +83,9 @@ models() {
 speed() {
   local M8=/tmp/tnd/qwen3-8b.gguf
   [ -f $M8 ] || /usr/bin/time -f "synth: %e s" build/tandem synth --shape qwen3-8b -o $M8 2>&1 | tail -1
-  for b in build build-sm90 build-sm75; do
+  # the README build and the sm_90 build twice each, in turn (order effects
+  # show as a spread between the two rounds), then the sm_75 build's fallbacks
+  for b in build build-sm90 build build-sm90 build-sm75; do
     echo "== $b: synth qwen3-8b, all on the GPU, tg128"
     $b/tandem bench -m $M8 --device cuda -p 0 -n 128 -r 3 2>"$logs/bench-$b.err" | tee "$logs/bench-$b.md" | tail -3
     grep -h "warning" "$logs/bench-$b.err" | head -2

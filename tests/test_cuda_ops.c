@@ -1917,13 +1917,13 @@ static void test_q4kt_all(void) {
  * their sm_80 kernels, the fallbacks still match the references, and the
  * fallback is counted (the warning's trigger); without the cap the tensor-core
  * kernels are chosen again. */
-static void test_arch_fallback(void) {
+static bool test_arch_fallback(void) {
     int attr = 0, ran = 0;
     const int dev = tnd_cu_device_arch();
     CHECK(tnd_cu_arch_probe(&attr, &ran) == 0);
     CHECK(attr == ran && ran > 0 && ran <= dev, " probe: attributes %d, ran as %d, device %d", attr, ran, dev);
     printf("arch: device sm_%d, code sm_%d, built %s\n", dev / 10, ran / 10, tnd_cuda_build_archs());
-    if (dev < 800 || ran < 800) return; /* no sm_80 kernels to refuse */
+    if (dev < 800 || ran < 800) return false; /* no sm_80 kernels to refuse */
     const int64_t n_in = 256 * 21;
     const bool tc = tnd_cu_matvec_kind(TND_TYPE_Q4_K, n_in, 1) != TND_CU_MV_F32; /* TND_CUDA_MV=old: f32 */
     const int before = tnd_cu_arch_fallbacks();
@@ -1939,6 +1939,37 @@ static void test_arch_fallback(void) {
     tnd_cu_arch_cap(0);
     if (tc) CHECK(tnd_cu_matvec_kind(TND_TYPE_Q4_K, n_in, 1) != TND_CU_MV_F32);
     CHECK(tnd_cu_q4kt_supported(n_in, 1024));
+    return true;
+}
+
+/* Without sm_80 code (an older GPU, or a build without code for this one):
+ * every entry point of the tensor-core, cp.async and tile families says so
+ * and refuses a launch with an error, instead of running a compiled-out body
+ * (which traps) or returning zeros. */
+static void test_arch_refusals(void) {
+    const int64_t n_in = 256 * 4, n_out = 32;
+    size_t wb;
+    void *W = make_weights(TND_TYPE_Q4_K, n_in, n_out, &wb);
+    void *dW = dev_upload(W, wb);
+    float *dx = (float *)dev_alloc((size_t)n_in * 4), *dy = (float *)dev_alloc((size_t)n_out * 4);
+    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
+    CHECK(!tnd_cu_matvec_f16mma_supported(TND_TYPE_Q4_K, n_in, 1) && !tnd_cu_matvec_i8mma_supported(TND_TYPE_Q4_K, n_in, 1));
+    CHECK(!tnd_cu_matvec_f16cp_supported(TND_TYPE_Q4_K, n_in, 1));
+    CHECK(!tnd_cu_q4kt_supported(n_in, n_out) && !tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, 1));
+    CHECK(!tnd_cu_matvec_q4kt_pair_supported(n_in, n_out, n_out, 1));
+    CHECK(!tnd_cu_matvec_q4kt_feed_supported(TND_CU_TILE_REGS) && !tnd_cu_matvec_q4kt_feed_supported(TND_CU_TILE_BULK));
+    CHECK(tnd_cu_matvec_kind(TND_TYPE_Q4_K, n_in, 1) == TND_CU_MV_F32);
+    CHECK(tnd_cu_matvec_f16mma(TND_TYPE_Q4_K, dW, n_in, n_out, dx, 1, dy, 0, 0, cs) != 0);
+    CHECK(tnd_cu_matvec_i8mma(TND_TYPE_Q4_K, dW, n_in, n_out, dx, 1, dy, 0, 0, cs) != 0);
+    CHECK(tnd_cu_matvec_f16cp(TND_TYPE_Q4_K, dW, n_in, n_out, dx, 1, dy, 0, 0, 0, 0, 0, 0, cs) != 0);
+    CHECK(tnd_cu_q4kt_repack(dW, n_in, n_out, cs) != 0);
+    CHECK_ST(B->iface->stream_sync(B, S)); /* nothing ran that trapped */
+    test_matmul(TND_TYPE_Q4_K, n_in, n_out, 1); /* the f32 matvec instead */
+    printf("arch: no sm_80 code on this GPU: its kernels refused, the tensor-core and tile tests skipped\n");
+    dev_free(dW);
+    dev_free(dx);
+    dev_free(dy);
+    free(W);
 }
 
 int main(int argc, char **argv) {
@@ -1957,11 +1988,12 @@ int main(int argc, char **argv) {
     tnd_cuda_params p = {0, 0};
     CHECK_ST(tnd_backend_cuda_new(&p, &B));
     CHECK_ST(B->iface->stream_new(B, &S));
+    const bool sm80 = test_arch_fallback();
+    if (!sm80) test_arch_refusals();
     if (only_q4kt) {
-        test_q4kt_all();
+        if (sm80) test_q4kt_all();
         goto done;
     }
-    test_arch_fallback();
 
     static const int64_t toks[] = {1, 3, 8, 17, 64};
     for (size_t i = 0; i < TND_ARRAY_LEN(ALL_TYPES); i++) {
@@ -1994,6 +2026,7 @@ int main(int argc, char **argv) {
 
     /* the f16 tensor-core matvec: n_out not a multiple of the 16-row tile,
      * n_in of one super-block, long rows, 1..4 and 8 tokens */
+    if (sm80) { /* else test_arch_refusals */
     static const tnd_type mvh_types[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K, TND_TYPE_Q8_0};
     for (size_t i = 0; i < TND_ARRAY_LEN(mvh_types); i++) {
         tnd_type t = mvh_types[i];
@@ -2041,6 +2074,7 @@ int main(int argc, char **argv) {
     test_weight_prepare(256 * 20, 48);
     test_weight_prepare(256 * 68, 32);
     test_weight_prepare(256 * 3, 40);   /* n_out % 16 != 0: stays as uploaded */
+    }
     static const char *const kind_names[] = {"f32", "f16mma", "i8mma", "f16cp"};
     printf("matvec default family: Q4_K %s, Q6_K %s, Q8_0 %s (env TND_CUDA_MV=%s)\n",
            kind_names[tnd_cu_matvec_kind(TND_TYPE_Q4_K, 4096, 1)], kind_names[tnd_cu_matvec_kind(TND_TYPE_Q6_K, 4096, 1)],
