@@ -223,6 +223,8 @@ typedef struct tnd_generate_params {
                                        are those tokens; BOS is added as the vocab says
                                        when the context is empty */
     bool with_logits;               /* each event carries the logits (a copy per token) */
+    tnd_sampler *sampler;           /* NULL: one made from `sampling` for this call; else
+                                       this one (its repetition history spans calls) */
 } tnd_generate_params;
 
 /* One generated token, as tnd_generate hands it to the callback. */
@@ -255,6 +257,10 @@ tnd_generate_params tnd_generate_default_params(void);
  * is filled either way. */
 tnd_status tnd_generate(tnd_ctx *ctx, const char *prompt, const tnd_generate_params *p, tnd_token_cb on_token,
                         void *user, tnd_generate_result *res);
+/* The same from tokens (n >= 1) instead of text: for callers that tokenize
+ * themselves, e.g. to reuse a cached prefix of a conversation. */
+tnd_status tnd_generate_tokens(tnd_ctx *ctx, const int32_t *tokens, size_t n, const tnd_generate_params *p,
+                               tnd_token_cb on_token, void *user, tnd_generate_result *res);
 
 /* ---- chat templates ------------------------------------------------------ */
 

@@ -58,19 +58,11 @@ static bool text_append(gen_text *t, const char *piece, size_t n) {
 
 tnd_status tnd_generate(tnd_ctx *ctx, const char *prompt, const tnd_generate_params *p, tnd_token_cb on_token,
                         void *user, tnd_generate_result *res) {
-    tnd_generate_result r;
-    memset(&r, 0, sizeof r);
-    if (res) *res = r;
+    if (res) memset(res, 0, sizeof *res);
     if (!ctx || !prompt) return tnd_fail(TND_ERR_ARG, "generate: no context or no prompt");
     const tnd_generate_params dp = tnd_generate_default_params();
     if (!p) p = &dp;
-    for (int s = 0; s < p->n_stop; s++)
-        if (!p->stop || !p->stop[s] || !p->stop[s][0])
-            return tnd_fail(TND_ERR_ARG, "generate: stop string %d is empty", s);
-    tnd_model *m = tnd_ctx_model(ctx);
-    const tnd_tokenizer *tok = tnd_model_tokenizer(m);
-    const int nv = tnd_model_n_vocab(m);
-
+    const tnd_tokenizer *tok = tnd_model_tokenizer(tnd_ctx_model(ctx));
     int32_t *ids = NULL;
     size_t n_ids = 0;
     tnd_status st = tnd_tokenize(tok, prompt, strlen(prompt), tnd_ctx_n_past(ctx) == 0, p->parse_special, &ids, &n_ids);
@@ -80,19 +72,38 @@ tnd_status tnd_generate(tnd_ctx *ctx, const char *prompt, const tnd_generate_par
         memmove(ids, ids + 1, (n_ids - 1) * sizeof *ids);
         n_ids--;
     }
-    if (n_ids == 0) {
-        free(ids);
-        return tnd_fail(TND_ERR_ARG, "generate: the prompt is empty after tokenization");
-    }
+    st = n_ids ? tnd_generate_tokens(ctx, ids, n_ids, p, on_token, user, res)
+               : tnd_fail(TND_ERR_ARG, "generate: the prompt is empty after tokenization");
+    free(ids);
+    return st;
+}
 
-    tnd_sampler *smp = NULL;
+tnd_status tnd_generate_tokens(tnd_ctx *ctx, const int32_t *ids, size_t n_ids, const tnd_generate_params *p,
+                               tnd_token_cb on_token, void *user, tnd_generate_result *res) {
+    tnd_generate_result r;
+    memset(&r, 0, sizeof r);
+    if (res) *res = r;
+    if (!ctx || !ids || n_ids == 0) return tnd_fail(TND_ERR_ARG, "generate: no context or no prompt tokens");
+    if (n_ids > INT32_MAX) return tnd_fail(TND_ERR_LIMIT, "generate: %zu prompt tokens", n_ids);
+    const tnd_generate_params dp = tnd_generate_default_params();
+    if (!p) p = &dp;
+    for (int s = 0; s < p->n_stop; s++)
+        if (!p->stop || !p->stop[s] || !p->stop[s][0])
+            return tnd_fail(TND_ERR_ARG, "generate: stop string %d is empty", s);
+    tnd_model *m = tnd_ctx_model(ctx);
+    const tnd_tokenizer *tok = tnd_model_tokenizer(m);
+    const int nv = tnd_model_n_vocab(m);
+    tnd_status st = TND_OK;
+
+    tnd_sampler *smp = p->sampler, *own = NULL;
     float *logits = malloc(sizeof(float) * (size_t)nv), *kept = NULL;
     gen_text text = {0};
     if (!logits || (p->with_logits && !(kept = malloc(sizeof(float) * (size_t)nv)))) {
         st = tnd_fail(TND_ERR_NOMEM, "generate: out of memory");
         goto done;
     }
-    if ((st = tnd_sampler_new(&p->sampling, &smp))) goto done;
+    if (!smp && (st = tnd_sampler_new(&p->sampling, &own))) goto done;
+    if (own) smp = own;
     for (size_t i = 0; i < n_ids; i++) tnd_sampler_accept(smp, ids[i]);
     double t0 = tnd_time_s();
     if ((st = tnd_ctx_eval(ctx, ids, (int)n_ids, logits))) goto done;
@@ -156,10 +167,9 @@ tnd_status tnd_generate(tnd_ctx *ctx, const char *prompt, const tnd_generate_par
     r.t_gen = tnd_time_s() - t1;
 done:
     if (res) *res = r;
-    tnd_sampler_free(smp);
+    tnd_sampler_free(own);
     free(text.s);
     free(kept);
     free(logits);
-    free(ids);
     return st;
 }
