@@ -445,6 +445,7 @@ static tnd_status calibrate_experts(const tnd_model *m, tnd_perf *pf) {
     tnd_ctx_params cp = tnd_ctx_default_params();
     cp.n_ctx = want;
     cp.n_batch = 64;
+    cp.cpu_exact = pf->cpu_exact;
     tnd_ctx *c;
     tnd_status st = tnd_ctx_new((tnd_model *)m, &cp, &c);
     if (st) return st;
@@ -489,10 +490,11 @@ static tnd_status time_steps(tnd_ctx *c, const tnd_model *m, double *median, int
     return TND_OK;
 }
 
-static tnd_ctx_params cal_params(void) {
+static tnd_ctx_params cal_params(const tnd_perf *pf) {
     tnd_ctx_params cp = tnd_ctx_default_params();
     cp.n_ctx = CAL_PROMPT + CAL_STEPS + 1;
     cp.n_batch = CAL_PROMPT;
+    cp.cpu_exact = pf->cpu_exact; /* the steps time the mode the DB is for */
     return cp;
 }
 
@@ -505,7 +507,7 @@ static tnd_ctx_params cal_params(void) {
  * real CPU-only decode steps are timed, against the model's prediction for
  * the same steps, and every CPU decode time is scaled by the ratio. */
 static tnd_status calibrate_decode(const tnd_model *m, tnd_perf *pf) {
-    tnd_ctx_params cp = cal_params();
+    tnd_ctx_params cp = cal_params(pf);
     tnd_ctx *c;
     tnd_status st = tnd_ctx_new((tnd_model *)m, &cp, &c);
     if (st) return st;
@@ -548,7 +550,7 @@ static void calibrate_hybrid(const tnd_model *m, tnd_backend *gpu, tnd_device de
         note(pf, "hybrid calibration: skipped (under 256 MiB of the GPU budget left for it)");
         return;
     }
-    tnd_ctx_params cp = cal_params();
+    tnd_ctx_params cp = cal_params(pf);
     cp.device = dev;
     cp.vram_budget = mi.budget ? room : 0;
     const uint64_t kv_layer = 2ull * cp.n_ctx * (uint64_t)m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
@@ -630,6 +632,7 @@ tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu
     memset(pf, 0, sizeof *pf);
     pf->n_slices = m->n_slices;
     pf->n_layer = m->hp.n_layer;
+    pf->cpu_exact = cpu ? !tnd_backend_cpu_int8(cpu) : !tnd_cpu_int8_env();
     pf->t_cpu = tnd_calloc((size_t)m->n_slices * TND_PERF_NK + 1, sizeof(double));
     pf->t_cpu_one = tnd_calloc((size_t)m->n_slices + 1, sizeof(double));
     pf->t_gpu = tnd_calloc((size_t)m->n_slices * TND_PERF_NK + 1, sizeof(double));
