@@ -1,4 +1,4 @@
-/* The backend interface (DESIGN.md §2, §5): what the CPU, CUDA and SimGPU
+/* The backend interface (docs/ARCHITECTURE.md: Execution): what the CPU, CUDA and SimGPU
  * backends implement, and the only way the executor reaches a device.
  *
  * A backend is a table of function pointers (tnd_backend_iface) plus a
@@ -227,7 +227,8 @@ typedef struct tnd_backend_iface {
     /* OPTIONAL. Copies n bytes between device memory and mapped pinned host
      * memory (either side may be the mapped one, given by its dev address)
      * with a compute kernel instead of the copy engine, so a small activation
-     * copy never queues behind a large weight copy (DESIGN.md §5).
+     * copy never queues behind a large weight copy (docs/ARCHITECTURE.md,
+     * Execution).
      * NULL: the wrappers use copy_d2d. */
     tnd_status (*copy_mapped)(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s);
     /* OPTIONAL. Sets n bytes of device memory to the byte value v. */

@@ -407,7 +407,7 @@ static void moe_ffn(tnd_ctx *c, const tnd_layer *L, int nt) {
     r.out[0] = F(c->side[0].act[A_RW], k, nt, 1);
     r.out[1] = T(c->side[0].act[A_RI], TND_TYPE_I32, k, nt, 1);
     run(c, &r);
-    /* A layer split expert by expert (DESIGN.md §5): the executor maps the
+    /* A layer split expert by expert (docs/ARCHITECTURE.md, Hybrid execution): the executor maps the
      * routing ids to those of each side's experts (the NONE node: A_RIG
      * holds the GPU's compact indices, A_RIC the CPU's ids, -1 elsewhere),
      * then the GPU's experts run (queued), then the CPU's (on this thread,

@@ -1,4 +1,4 @@
-/* The perf DB (DESIGN.md §7; ATSInfer §4.3.1): per slice, seconds on the
+/* The perf DB (docs/ARCHITECTURE.md: The perf DB; ATSInfer §4.3.1): per slice, seconds on the
  * CPU and on the GPU for a decode step and for prefill chunks; per layer,
  * attention and the weightless ops; the bandwidths and the fixed latency of
  * a backend switch. Measured once per model x machine (`tandem profile`) and

@@ -1,4 +1,4 @@
-/* SimGPU (DESIGN.md §6): the backend interface of backend.h on CPU threads,
+/* SimGPU (docs/ARCHITECTURE.md: SimGPU and the timeline model): the backend interface of backend.h on CPU threads,
  * with CUDA's stream, event and copy semantics, so the executor's
  * synchronization is exercised (and checked under ThreadSanitizer) without a
  * GPU, plus an optional timeline from a hardware profile (sim/hw.h).

@@ -39,10 +39,11 @@ static void usage(FILE *f) {
                "                         passage, repeated; random: fixed pseudo-random ids, as\n"
                "                         llama-bench). MoE speed depends on the routing it causes.\n"
                "\n"
-               "With a GPU, the bandwidths of DESIGN.md §12 are measured first (CPU read, pinned\n"
-               "PCIe, HBM, and CPU + PCIe at once) and each result is reported against its\n"
-               "physical limit: decode TPOT >= S_cpu/B_both + S_gpu/B_hbm, prefill >= the\n"
-               "non-resident bytes copied once per chunk at the pinned PCIe rate.\n");
+               "With a GPU, the bandwidths of the physical limit are measured first (CPU read,\n"
+               "pinned PCIe, HBM, and CPU + PCIe at once) and each result is reported against\n"
+               "that limit: decode TPOT >= S_cpu/B_both + S_gpu/B_hbm, prefill >= the\n"
+               "non-resident bytes copied once per chunk at the pinned PCIe rate\n"
+               "(docs/ARCHITECTURE.md, The physical limit).\n");
 }
 
 typedef struct {
@@ -62,7 +63,7 @@ static void stats(result *r) {
 }
 
 
-/* The bandwidths of the physical limit (DESIGN.md §12), GB/s. */
+/* The bandwidths of the physical limit (docs/ARCHITECTURE.md), GB/s. */
 typedef struct limits {
     double cpu, pcie, hbm, both_cpu, both_pcie;
 } limits;

@@ -1,4 +1,4 @@
-/* tandem profile: measures this machine for a model (DESIGN.md §7): per
+/* tandem profile: measures this machine for a model (docs/ARCHITECTURE.md: The perf DB): per
  * weight slice, CPU and GPU seconds for a decode step and prefill chunks of
  * 512 and 2048 tokens; attention and the other ops of a layer; pinned PCIe,
  * CPU read and GPU memory bandwidths; the latency of a backend switch. The
