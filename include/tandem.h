@@ -139,6 +139,9 @@ typedef struct tnd_ctx_params {
     bool verbose;            /* print the memory layout and per-round statistics */
     bool reprofile;          /* static placement: measure the machine anew even if a
                                 cached perf DB exists (tandem profile) */
+    bool cpu_exact;          /* CPU matmuls with f32 activations (exact, slower) instead of
+                                Q8-quantized activations and integer dots (the default);
+                                tnd_ctx_default_params sets it when TND_CPU_INT8=0 */
 } tnd_ctx_params;
 
 tnd_model_params tnd_model_default_params(void);

@@ -45,6 +45,8 @@ const char *gen_opts_help =
     "      --hw PROFILE       SimGPU timing profile (rtx3060-laptop, rtx4090-desktop,\n"
     "                         h200-device, or a file)\n"
     "      --dry-run          print the placement and memory layout, run nothing\n"
+    "      --cpu-exact        CPU matmuls with f32 activations: exact, slower (default: Q8\n"
+    "                         activations and integer dots, like llama.cpp; TND_CPU_INT8=0)\n"
     "  -v, --verbose          log loading details\n";
 
 /* Returns 1 if argv[*i] was a shared option (consumed, with its value), 0 if
@@ -116,6 +118,8 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
         if (!(o->cp.hw = VAL())) BAD("a hardware profile name or file");
     } else if (!strcmp(a, "--dry-run")) {
         o->dry_run = true;
+    } else if (!strcmp(a, "--cpu-exact")) {
+        o->cp.cpu_exact = true;
     } else if (!strcmp(a, "--vram-budget")) {
         if (!(o->vram_budget = VAL())) BAD("a size (6G, 4523M) or a percentage of the weights (50%)");
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
