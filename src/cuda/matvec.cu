@@ -17,10 +17,11 @@
  * fewer instructions per weight: f16 (k_mvh_*, Q4_K, Q6_K, Q8_0: weights and
  * x rounded to f16, mma.sync m16n8k16, f32 sums) and int8 (k_mvi_q4k:
  * exact weights, x on a 16-bit grid per 256 values, mma.sync m16n8k32,
- * exact s32 sums). f16cp (k_mvc_q4k, Q4_K) is the f16 family's math fed
- * through a cp.async ring in shared memory. tnd_cu_matvec picks a family
- * per type through mv_default() (env TND_CUDA_MV=old|f16mma|i8mma|f16cp
- * overrides it); the MoE path (tnd_cu_matvec_id) keeps the f32 kernels.
+ * exact s32 sums). tnd_cu_matvec picks a family per type through
+ * mv_default() (env TND_CUDA_MV=old|f16mma|i8mma overrides it); the MoE
+ * path (tnd_cu_matvec_id) keeps the f32 kernels. Experiments that lost
+ * (a TMA-fed f32 kernel, f16cp, shared-memory feeds of the tiles, the
+ * bandwidth probes) were removed on 2026-12-01: docs/DECISIONS.md.
  */
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
@@ -248,55 +249,8 @@ __global__ void __launch_bounds__(256) k_mv_q4k(const uint8_t *__restrict__ W, s
     mv_write<R>(acc, m.y, r0, n_out, ok);
 }
 
-/* ---- Q4_K, one token, dense: weights streamed through shared memory ------
- * Not the default: an experiment kept for its answer (and as the feed a
- * tensor-core decoder would need). k_mv_q4k holds at ~37% of the copy
- * bandwidth; the question was whether too few bytes in flight bound it.
- * Here each block (one per SM) owns a contiguous run of rows and streams
- * it through a ring of NS shared-memory stages with the bulk copy engine
- * (cp.async.bulk, completion on an mbarrier): a producer warp refills a
- * stage as soon as the 16 compute warps have all released it, so up to
- * NS - 1 stages of ~32 KB are in flight per SM, in no registers. Compute
- * warps decode a stage's (4-row group, 4-super-block step) items as
- * k_mv_q4k does (same exact decode, same f32 products), x staged once per
- * block already scaled for the nibble positions; each item's 4 sums land in
- * a per-stage table, which the producer adds up per row in step order once
- * the stage is released (deterministic) and writes to y. Warps take the
- * items of consecutive stages round-robin and run free of each other.
- * Measured on the H200: the same 1.4-1.5 TB/s as k_mv_q4k, for every stage
- * size and ring depth tried, as was a persistent register-pipelined
- * variant: with the weights already in shared memory the decode itself
- * (a LOP3, an FADD and an FFMA per weight, ~4.6 instructions per weight in
- * all) bounds it, not HBM. */
-
-#define MVT_WARPS 16 /* compute warps; one more warp produces */
-#define MVT_R 4      /* rows per item */
-
-/* Sums each of acc[0..R) over the warp in a transpose pattern (R-1 +
- * log2(32/R) shuffles instead of 5R); lane l with l % (32/R) == 0 gets
- * row l / (32/R). */
-template <int R>
-__device__ __forceinline__ float warp_sum_rows(const float (&acc)[R], int lane) {
-    float v[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) v[r] = acc[r];
-#pragma unroll
-    for (int off = 16, n = R; off >= 1; off >>= 1) {
-        if (n > 1) {
-            const bool up = (lane & off) != 0;
-#pragma unroll
-            for (int j = 0; j < n / 2; j++) {
-                float send = up ? v[j] : v[j + n / 2], keep = up ? v[j + n / 2] : v[j];
-                v[j] = keep + __shfl_xor_sync(0xffffffffu, send, off);
-            }
-            n /= 2;
-        } else {
-            v[0] += __shfl_xor_sync(0xffffffffu, v[0], off);
-        }
-    }
-    return v[0];
-}
-
+/* mbarrier and bulk-copy helpers (sm_90): the int8 tiles' shared ring
+ * (k_mvq_q4k, NS > 0) and the even share's L2 prefetch (k_mvb_q4k). */
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 #if __CUDA_ARCH__ >= 900
@@ -342,172 +296,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t *, uint32_t) { __trap(); }
 __device__ __forceinline__ void bulk_prefetch(const void *, uint32_t) { __trap(); }
 __device__ __forceinline__ void bulk_copy(void *, const void *, uint32_t, uint64_t *) { __trap(); }
 #endif
-
-/* Shared memory layout of k_mv_q4k_tma: NS stages of SR rows, then x
- * scaled, x sums, NS tables of SR*nsteps sums, 2*NS mbarriers. */
-static size_t mvt_smem(int64_t n_in, size_t row_bytes, int SR, int NS) {
-    const int64_t nsteps = (n_in / 256 + 3) / 4;
-    return (size_t)NS * SR * row_bytes + (size_t)n_in * 4 + (size_t)(n_in / 256) * 64 + (size_t)NS * SR * nsteps * 4 +
-           (size_t)NS * 16;
-}
-
-__global__ void __launch_bounds__(32 * (MVT_WARPS + 1), 1)
-    k_mv_q4k_tma(const uint8_t *__restrict__ W, int row_bytes, int n_in, int n_out, const float *__restrict__ x,
-                 float *__restrict__ y, int SR, int NS) {
-#if __CUDA_ARCH__ >= 900
-    constexpr int R = MVT_R;
-    extern __shared__ __align__(128) uint8_t smem[];
-    const int nsb = n_in / 256, nsteps = (nsb + 3) / 4;
-    const size_t stage_bytes = (size_t)SR * row_bytes;
-    uint8_t *bufs = smem;
-    float4 *xs = (float4 *)(smem + (size_t)NS * stage_bytes); /* [nsb][8 k][8 part] */
-    float2 *xsum = (float2 *)(xs + n_in / 4);                 /* [nsb][8 part] */
-    float *part = (float *)(xsum + nsb * 8);                  /* [NS][SR][nsteps] */
-    uint64_t *full = (uint64_t *)(part + (size_t)NS * SR * nsteps), *empty = full + NS;
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    /* this block's stages: [t0, t1) of the matrix's ceil(n_out/SR) */
-    const int nts = (n_out + SR - 1) / SR;
-    const int t0 = (int)((int64_t)blockIdx.x * nts / gridDim.x), t1 = (int)((int64_t)(blockIdx.x + 1) * nts / gridDim.x);
-    const int NT = t1 - t0;
-    auto stage_rows = [&](int t) { const int r0 = (t0 + t) * SR; return n_out - r0 < SR ? n_out - r0 : SR; };
-    auto issue = [&](int t) {
-        const int slot = t % NS;
-        const uint32_t bytes = (uint32_t)stage_rows(t) * (uint32_t)row_bytes;
-        const uint8_t *src = W + (size_t)(t0 + t) * stage_bytes;
-        mbar_expect_tx(&full[slot], bytes);
-        for (uint32_t off = 0; off < bytes; off += 16384)
-            bulk_copy(bufs + (size_t)slot * stage_bytes + off, src + off, bytes - off < 16384 ? bytes - off : 16384,
-                      &full[slot]);
-    };
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < NS; s++) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], MVT_WARPS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (wid == MVT_WARPS && lane == 0)
-        for (int t = 0; t < NT && t < NS; t++) issue(t);
-
-    for (int f = threadIdx.x; f < n_in / 4; f += blockDim.x) {
-        const int sbf = f >> 6, k = (f >> 3) & 7, p = f & 7;
-        float4 v = __ldg((const float4 *)(x + sbf * 256 + 64 * (p >> 1) + 16 * (p & 1) + 32 * (k >> 2) + 4 * (k & 3)));
-        if (k < 4) {
-            v.y *= 0x1p-8f; v.z *= 0x1p-16f; v.w *= 0x1p-12f;
-        } else {
-            v.x *= 0x1p-4f; v.y *= 0x1p-12f; v.z *= 0x1p-8f; v.w *= 0x1p-16f;
-        }
-        xs[f] = v;
-    }
-    for (int f = threadIdx.x; f < nsb * 8; f += blockDim.x) {
-        const int p = f & 7;
-        const float4 *src = (const float4 *)(x + (f >> 3) * 256 + 64 * (p >> 1) + 16 * (p & 1));
-        float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float4 a = __ldg(src + k), b = __ldg(src + 8 + k);
-            s0 += a.x; s0 += a.y; s0 += a.z; s0 += a.w;
-            s1 += b.x; s1 += b.y; s1 += b.z; s1 += b.w;
-        }
-        xsum[f] = make_float2(s0, s1);
-    }
-    __syncthreads();
-
-    if (wid == MVT_WARPS) {
-        /* producer: once stage t is released, add up its rows, refill */
-        auto combine = [&](int t) {
-            const float *pt = part + (size_t)(t % NS) * SR * nsteps;
-            const int rows = stage_rows(t);
-            for (int r = lane; r < rows; r += 32) {
-                float s = 0.f;
-                for (int k = 0; k < nsteps; k++) s += pt[r * nsteps + k];
-                y[(size_t)(t0 + t) * SR + r] = s;
-            }
-        };
-        for (int t = NS; t < NT; t++) {
-            mbar_wait(&empty[t % NS], (uint32_t)((t / NS - 1) & 1));
-            combine(t - NS);
-            __syncwarp();
-            if (lane == 0) issue(t);
-        }
-        for (int t = NT - NS > 0 ? NT - NS : 0; t < NT; t++) {
-            mbar_wait(&empty[t % NS], (uint32_t)((t / NS) & 1));
-            combine(t);
-        }
-        return;
-    }
-
-    const int pt8 = lane & 7, c = pt8 >> 1, q = lane >> 3;
-    const int ssh = 16 * (c & 1);
-    const bool hi_sc = c >= 2;
-    const float M = 8388608.0f;
-    int base = 0; /* items before this stage, for the round-robin */
-    for (int t = 0; t < NT; t++) {
-        const int slot = t % NS;
-        const int groups = (stage_rows(t) + R - 1) / R, items = groups * nsteps;
-        mbar_wait(&full[slot], (uint32_t)((t / NS) & 1));
-        const uint8_t *buf = bufs + (size_t)slot * stage_bytes;
-        float *pt = part + (size_t)slot * SR * nsteps;
-        for (int k = ((wid - base) % MVT_WARPS + MVT_WARPS) % MVT_WARPS; k < items; k += MVT_WARPS) {
-            const int g = k / nsteps, s = k - g * nsteps, sb = 4 * s + q;
-            float acc[R];
-#pragma unroll
-            for (int r = 0; r < R; r++) acc[r] = 0.f;
-            if (sb < nsb) {
-                uint4 hd[R], qv[R];
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const uint8_t *b = buf + (size_t)(g * R + r) * row_bytes + sb * 144;
-                    hd[r] = *(const uint4 *)b;
-                    qv[r] = *((const uint4 *)(b + 16) + pt8);
-                }
-                const float4 *xp = xs + sb * 64 + pt8;
-                float xl[16], xh[16];
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
-                    float4 a = xp[8 * kk], b = xp[8 * (kk + 4)];
-                    xl[4 * kk] = a.x; xl[4 * kk + 1] = a.y; xl[4 * kk + 2] = a.z; xl[4 * kk + 3] = a.w;
-                    xh[4 * kk] = b.x; xh[4 * kk + 1] = b.y; xh[4 * kk + 2] = b.z; xh[4 * kk + 3] = b.w;
-                }
-                const float2 xsm = xsum[sb * 8 + pt8];
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const uint32_t qw[4] = {qv[r].x, qv[r].y, qv[r].z, qv[r].w};
-                    float s0 = 0.f, s1 = 0.f, u0 = 0.f, u1 = 0.f;
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++) {
-                        const uint32_t w = qw[kk], v = w >> 12;
-                        s0 = fmaf(u2f((w & 0xFu) | 0x4B000000u) - M, xl[4 * kk], s0);
-                        u0 = fmaf(u2f((w & 0xF00u) | 0x4B000000u) - M, xl[4 * kk + 1], u0);
-                        s0 = fmaf(u2f((w & 0xF0000u) | 0x4B000000u) - M, xl[4 * kk + 2], s0);
-                        u0 = fmaf(u2f((v & 0xF000u) | 0x4B000000u) - M, xl[4 * kk + 3], u0);
-                        s1 = fmaf(u2f((w & 0xF0u) | 0x4B000000u) - M, xh[4 * kk], s1);
-                        u1 = fmaf(u2f((w & 0xF000u) | 0x4B000000u) - M, xh[4 * kk + 1], u1);
-                        s1 = fmaf(u2f((v & 0xF00u) | 0x4B000000u) - M, xh[4 * kk + 2], s1);
-                        u1 = fmaf(u2f((v & 0xF0000u) | 0x4B000000u) - M, xh[4 * kk + 3], u1);
-                    }
-                    const uint32_t w1 = hd[r].y, w2 = hd[r].z, w3 = hd[r].w;
-                    uint32_t S = hi_sc ? (w3 & 0x0F0F0F0Fu) | ((w1 >> 2) & 0x30303030u) : w1 & 0x3F3F3F3Fu;
-                    uint32_t Mn = hi_sc ? ((w3 >> 4) & 0x0F0F0F0Fu) | ((w2 >> 2) & 0x30303030u) : w2 & 0x3F3F3F3Fu;
-                    S >>= ssh;
-                    Mn >>= ssh;
-                    const float d = h2f((uint16_t)(hd[r].x & 0xffff)), dmin = h2f((uint16_t)(hd[r].x >> 16));
-                    acc[r] = d * (qf(S & 0xFF) * (s0 + u0) + qf((S >> 8) & 0xFF) * (s1 + u1)) -
-                             dmin * (qf(Mn & 0xFF) * xsm.x + qf((Mn >> 8) & 0xFF) * xsm.y);
-                }
-            }
-            const float v = warp_sum_rows<R>(acc, lane);
-            if ((lane & (32 / R - 1)) == 0) pt[(g * R + lane / (32 / R)) * nsteps + s] = v;
-        }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[slot]);
-        base += items;
-    }
-#else
-    __trap(); /* never chosen without this code: cu_code_major() */
-#endif
-}
 
 
 /* ---- f16 tensor-core decode path (TND_CUDA_MV=f16mma) ---------------------
@@ -619,18 +407,9 @@ __device__ __forceinline__ void q4kt_load(q4k_pieces &b, const uint8_t *qp, cons
 }
 
 /* One super-block step of the f16 tensor-core Q4_K decode: x pairs at xb,
- * sums into acc's two chains; PROBE only folds the bytes into sink (the
- * bandwidth probes). Shared by k_mvh_q4k, k_mvt_q4k and k_mvs_q4k so the
- * three feeds give the same bits. */
-template <bool PROBE>
-__device__ __forceinline__ void q4k_step(const q4k_pieces &b, const uint2 *xb, int t, float (&acc)[2][4],
-                                         uint32_t &sink) {
-    if (PROBE) {
-        sink ^= b.h0.x ^ b.h0.y ^ b.h0.z ^ b.h0.w ^ b.h1.x ^ b.h1.y ^ b.h1.z ^ b.h1.w;
-        sink ^= b.q00.x ^ b.q00.y ^ b.q00.z ^ b.q00.w ^ b.q01.x ^ b.q01.y ^ b.q01.z ^ b.q01.w;
-        sink ^= b.q10.x ^ b.q10.y ^ b.q10.z ^ b.q10.w ^ b.q11.x ^ b.q11.y ^ b.q11.z ^ b.q11.w;
-        return;
-    }
+ * sums into acc's two chains. Shared by k_mvh_q4k and k_mvt_q4k so the two
+ * layouts give the same bits. */
+__device__ __forceinline__ void q4k_step(const q4k_pieces &b, const uint2 *xb, int t, float (&acc)[2][4]) {
     const uint32_t h0[4] = {b.h0.x, b.h0.y, b.h0.z, b.h0.w}, h1[4] = {b.h1.x, b.h1.y, b.h1.z, b.h1.w};
     const uint32_t q0[8] = {b.q00.x, b.q00.y, b.q00.z, b.q00.w, b.q01.x, b.q01.y, b.q01.z, b.q01.w};
     const uint32_t q1[8] = {b.q10.x, b.q10.y, b.q10.z, b.q10.w, b.q11.x, b.q11.y, b.q11.z, b.q11.w};
@@ -640,13 +419,10 @@ __device__ __forceinline__ void q4k_step(const q4k_pieces &b, const uint2 *xb, i
                });
 }
 
-/* Q4_K, n_tok 1..8; blockDim.x = 32 * MB * KW. PROBE: the same loads and
- * x staging, the data only XORed into a sink (the bandwidth ceiling of this
- * access pattern, for the bench; y is left alone). */
-template <bool PROBE>
-__global__ void __launch_bounds__(256) k_mvh_q4k_t(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                   int64_t n_out, const float *__restrict__ x, int n_tok,
-                                                   float *__restrict__ y, int MB, int KW) {
+/* Q4_K, n_tok 1..8; blockDim.x = 32 * MB * KW. */
+__global__ void __launch_bounds__(256) k_mvh_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                 float *__restrict__ y, int MB, int KW) {
     extern __shared__ uint4 mvh_dyn[];
     const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4; /* +4 pairs: tokens' slots in other banks */
     uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64; /* xz: zeros, read by lanes that feed no token */
@@ -676,8 +452,7 @@ __global__ void __launch_bounds__(256) k_mvh_q4k_t(const uint8_t *__restrict__ W
     const bool feeds = g < n_tok; /* lane g feeds token g's column of B */
     const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
     const int xsb = feeds ? 64 : 0;
-    uint32_t sink = 0;
-    auto compute = [&](const buf &b, int sb) { q4k_step<PROBE>(b, xl + sb * xsb, t, acc, sink); };
+    auto compute = [&](const buf &b, int sb) { q4k_step(b, xl + sb * xsb, t, acc); };
     buf A, B;
     int sb = kw;
     if (sb < nsb) load(A); /* in flight while x is staged */
@@ -692,15 +467,10 @@ __global__ void __launch_bounds__(256) k_mvh_q4k_t(const uint8_t *__restrict__ W
         if (sb + 2 * KW < nsb) load(A);
         compute(B, sb + KW);
     }
-    if (PROBE) {
-        if (sink == 0x2545F491u) y[0] = 0.f; /* keeps the loads; practically never taken */
-        return;
-    }
     const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
                                  acc[0][3] + acc[1][3]);
     mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
 }
-#define k_mvh_q4k k_mvh_q4k_t<false>
 
 /* ---- Q4_K in the tile layout (q4k_tile.cuh): k_mvt_q4k ---------------------
  * Why: k_mvh_q4k's lanes read, per super-block, 16 separate 144-byte
@@ -757,7 +527,7 @@ __device__ __forceinline__ void mvt_stage_x(uint2 *xz, uint2 *xs, const float *x
 
 #define MVT_PF_AHEAD 4
 #define MVT_PRE 8
-template <bool PROBE, int DEPTH, int PF>
+template <int DEPTH, int PF>
 __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
                                                  int64_t n_out, const float *__restrict__ x, int n_tok,
                                                  float *__restrict__ y, int MB, int KW) {
@@ -779,8 +549,7 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
     const bool feeds = g < n_tok;
     const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
     const int xsb = feeds ? 64 : 0;
-    uint32_t sink = 0;
-    auto compute = [&](const buf &b, int sb) { q4k_step<PROBE>(b, xl + sb * xsb, t, acc, sink); };
+    auto compute = [&](const buf &b, int sb) { q4k_step(b, xl + sb * xsb, t, acc); };
     buf ring[DEPTH + 1];
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
@@ -820,10 +589,6 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
                                                                         Q4KT_CHUNK + 128 * lane));
             compute(ring[u], sb);
         }
-    }
-    if (PROBE) {
-        if (sink == 0x2545F491u) y[0] = 0.f; /* keeps the loads; practically never taken */
-        return;
     }
     const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
                                  acc[0][3] + acc[1][3]);
@@ -1705,288 +1470,6 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
     MVB_T(5);
 }
 
-/* ---- f16 tensor-core Q4_K through a cp.async ring (TND_CUDA_MV=f16cp) -----
- * Why: k_mvh_q4k holds its next super-block in registers (six 16-byte
- * loads per lane, ~2.3 KB per warp in flight) and measured at ~50% of the
- * copy bandwidth, as did the int8 variant with half the decode
- * instructions: bound by bytes in flight, not by instructions. Here each
- * warp streams its tiles' super-blocks through its own ring of NS stages in
- * shared memory with 16-byte cp.async (no registers held): a stage is SBS
- * consecutive super-blocks of the tile's 16 rows (runs of SBS*144 bytes per
- * row, consecutive lanes on consecutive bytes), and NS-1 stages stay in
- * flight while the warp decodes the oldest one with the same mvh_q4k_sb
- * fragments and mma as k_mvh_q4k (so with KW == 1, or SBS == 1, the sums
- * are k_mvh_q4k's with the same MB, KW, bit for bit). Warps run free of
- * each other (a cp.async group per stage, __syncwarp), except that the KW
- * warps of a tile meet once per tile on a named barrier to add their sums
- * in a fixed order.
- *
- * Blocks are persistent when the grid is smaller than the tile groups:
- * block b takes groups b, b + grid, ... of MB tiles, and each warp's ring
- * runs on across its tiles (no drain between them). Warp kw of a tile takes
- * stages kw, kw + KW, ... of it. Shared memory: the rings, two reduction
- * buffers (a tile's partials are read while the next tile's are written),
- * then x as in k_mvh_q4k. BULK: the copies as one cp.async.bulk per row
- * and stage (fewer instructions; completion on a per-slot mbarrier, sm_90)
- * instead of 16-byte cp.async. PROBE: the same copies and shared reads,
- * data XORed into a sink, no decode (the bench's ceiling for this
- * pattern). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-#else
-    __trap(); /* never chosen without this code: cu_code_major() */
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#else
-    __trap(); /* never chosen without this code: cu_code_major() */
-#endif
-}
-/* waits until at most n (0..7) of this thread's groups are pending */
-__device__ __forceinline__ void cp_async_wait(int n) {
-#if __CUDA_ARCH__ >= 800
-    switch (n) {
-    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
-    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
-    }
-#else
-    __trap(); /* never chosen without this code: cu_code_major() */
-#endif
-}
-__device__ __forceinline__ void named_bar(int id, int threads) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-#define MVC_MAX_NS 8
-
-/* Shared bytes of k_mvc_q4k with TT tiles per warp (rings, reduction, x,
- * the bulk path's mbarriers). */
-static size_t mvc_smem(int64_t n_in, int n_tok, int MB, int KW, int NS, int SBS, int TT) {
-    const size_t nw = (size_t)MB * KW;
-    return nw * NS * 16 * TT * (size_t)mvc_stride(SBS) + 2 * nw * 32 * 16 * TT +
-           (size_t)(64 + n_tok * (n_in / 256 * 64 + 4)) * 8 + nw * NS * 8;
-}
-
-/* A warp's issue cursor: stage j of its i-th tile goes to ring slot `slot`
- * (a struct, not a lambda, so that it is inlined and stays in registers).
- * BULK: each of lanes 0..16*TT-1 copies its row's run with one cp.async.bulk
- * completing on the slot's mbarrier (lane 0 arms it with the byte count);
- * else 16-byte cp.async by all lanes, a commit group per stage. */
-template <bool BULK, int TT>
-struct mvc_ring {
-    const uint8_t *W;
-    size_t rb;
-    int64_t n_out;
-    uint8_t *mine;
-    uint64_t *bars;
-    int64_t total;
-    int nsb, SBS, KW, NS, MB, per, stage_bytes, kw, mi, lane;
-    int64_t i, issued;
-    int j, slot;
-    /* copies the next stage (if any); cp.async: commits a group (always:
-     * empty groups past the end keep the wait counts uniform) */
-    __device__ __forceinline__ void issue_next() {
-        if (issued < total) {
-            const int64_t tile = ((int64_t)blockIdx.x + i * gridDim.x) * MB + mi; /* of TT tiles */
-            const int sb0 = (kw + j * KW) * SBS;
-            const int valid = nsb - sb0 < SBS ? nsb - sb0 : SBS;
-            uint8_t *dst = mine + slot * stage_bytes;
-            const uint8_t *src = W + (size_t)sb0 * 144;
-            const int64_t rlast = n_out - 1;
-            const size_t rbb = rb;
-            if (BULK) {
-#if __CUDA_ARCH__ >= 900
-                const uint32_t bytes = (uint32_t)valid * 144;
-                if (lane == 0) mbar_expect_tx(bars + slot, 16 * TT * bytes);
-                if (lane < 16 * TT) {
-                    int64_t row = tile * (16 * TT) + lane;
-                    row = row < rlast ? row : rlast;
-                    bulk_copy(dst + lane * (stage_bytes / (16 * TT)), src + (size_t)row * rbb, bytes, bars + slot);
-                }
-#else
-                __trap(); /* never chosen without this code: cu_code_major() */
-#endif
-            } else {
-                mvc_stage_copies(lane, 16 * TT, SBS, valid, [&](int doff, int r, int soff) {
-                    int64_t row = tile * (16 * TT) + r;
-                    row = row < rlast ? row : rlast;
-                    cp_async16(dst + doff, src + (size_t)row * rbb + soff);
-                });
-            }
-            if (++j == per) j = 0, i++;
-        }
-        issued++;
-        if (!BULK) cp_async_commit();
-        if (++slot == NS) slot = 0;
-    }
-};
-
-/* at most 256 threads; 128 registers (168 with two tiles per warp), or
- * ptxas stops at 80 and spills in the loop (no occupancy is lost: shared
- * memory allows ~16 warps per SM). TT: 16-row tiles per warp (1 or 2: two
- * tiles share each x fragment load and give the mmas two more independent
- * chains); a "tile" below is then TT tiles (16*TT rows). */
-template <bool PROBE, bool BULK, int TT>
-__global__ void __maxnreg__(TT == 2 ? 168 : 128) k_mvc_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
-                                                 float *__restrict__ y, int MB, int KW, int NS, int SBS) {
-    extern __shared__ uint4 mvh_dyn[];
-    const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
-    const int stride = mvc_stride(SBS), stage_bytes = 16 * TT * stride, nw = MB * KW;
-    uint8_t *const ring = (uint8_t *)mvh_dyn;
-    float4 *const red = (float4 *)(ring + (size_t)nw * NS * stage_bytes);
-    uint2 *const xz = (uint2 *)(red + 2 * nw * 32 * TT), *const xs = xz + 64;
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    uint64_t *const bars = (uint64_t *)(xs + n_tok * xstride) + wid * NS; /* this warp's, one per slot */
-    const int mi = wid / KW, kw = wid - mi * KW;
-    const int g = lane >> 2, t = lane & 3;
-    const int64_t tiles = (n_out + 16 * TT - 1) / (16 * TT), groups = (tiles + MB - 1) / MB;
-    const int nst = (nsb + SBS - 1) / SBS;                       /* stages per tile */
-    const int per = kw < nst ? (nst - kw + KW - 1) / KW : 0;     /* this warp's stages per tile */
-    const int64_t my_groups = blockIdx.x < groups ? (groups - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-    const int64_t total = my_groups * per;
-    uint8_t *const mine = ring + (size_t)wid * NS * stage_bytes;
-
-    if (BULK) {
-#if __CUDA_ARCH__ >= 900
-        if (lane == 0) {
-            for (int k = 0; k < NS; k++) mbar_init(bars + k, 1);
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-        __syncwarp();
-#else
-        __trap(); /* never chosen without this code: cu_code_major() */
-#endif
-    }
-    mvc_ring<BULK, TT> ring_ = {W, rb, n_out, mine, bars, total, nsb, SBS, KW, NS, MB, per, stage_bytes, kw, mi, lane,
-                            0, 0, 0, 0};
-    for (int k = 0; k < NS - 1; k++) ring_.issue_next(); /* in flight while x is staged */
-    mvh_stage_x<TND_TYPE_Q4_K>(xs, x, n_in, n_tok, xstride);
-    for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
-    __syncthreads();
-
-    const bool feeds = g < n_tok;
-    const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
-    const int xsb = feeds ? 64 : 0;
-    uint32_t sink = 0;
-    int slot = 0;
-    uint32_t phase = 0; /* of the slot's mbarrier (bulk path) */
-    float acc[TT][2][4];
-    for (int64_t i = 0; i < my_groups; i++) {
-#pragma unroll
-        for (int k = 0; k < 8 * TT; k++) acc[k >> 3][(k >> 2) & 1][k & 3] = 0.f;
-        for (int jj = 0; jj < per; jj++) {
-            __syncwarp(); /* every lane is done with the slot refilled now */
-            ring_.issue_next();
-            if (BULK) {
-#if __CUDA_ARCH__ >= 900
-                mbar_wait(bars + slot, phase); /* the bulk copies' bytes are visible once it completes */
-#else
-                __trap(); /* never chosen without this code: cu_code_major() */
-#endif
-            } else {
-                cp_async_wait(NS - 1);
-                __syncwarp(); /* and every lane's copies of this stage are visible */
-            }
-            const int sb0 = (kw + jj * KW) * SBS;
-            const uint8_t *stg = mine + slot * stage_bytes;
-            for (int u = 0; u < SBS && sb0 + u < nsb; u++) {
-                int o[6];
-                mvc_offsets(SBS, g, t, u, o);
-                const uint2 *xb = xl + (sb0 + u) * xsb;
-#pragma unroll
-                for (int tt = 0; tt < TT; tt++) {
-                    const uint8_t *st2 = stg + tt * 16 * stride;
-                    const uint4 H0 = *(const uint4 *)(st2 + o[0]), H1 = *(const uint4 *)(st2 + o[1]);
-                    const uint4 Q00 = *(const uint4 *)(st2 + o[2]), Q01 = *(const uint4 *)(st2 + o[3]);
-                    const uint4 Q10 = *(const uint4 *)(st2 + o[4]), Q11 = *(const uint4 *)(st2 + o[5]);
-                    if (PROBE) {
-                        sink ^= H0.x ^ H0.y ^ H0.z ^ H0.w ^ H1.x ^ H1.y ^ H1.z ^ H1.w;
-                        sink ^= Q00.x ^ Q00.y ^ Q00.z ^ Q00.w ^ Q01.x ^ Q01.y ^ Q01.z ^ Q01.w;
-                        sink ^= Q10.x ^ Q10.y ^ Q10.z ^ Q10.w ^ Q11.x ^ Q11.y ^ Q11.z ^ Q11.w;
-                        continue;
-                    }
-                    const uint32_t h0[4] = {H0.x, H0.y, H0.z, H0.w}, h1[4] = {H1.x, H1.y, H1.z, H1.w};
-                    const uint32_t q0[8] = {Q00.x, Q00.y, Q00.z, Q00.w, Q01.x, Q01.y, Q01.z, Q01.w};
-                    const uint32_t q1[8] = {Q10.x, Q10.y, Q10.z, Q10.w, Q11.x, Q11.y, Q11.z, Q11.w};
-                    mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
-                               [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
-                                   mma_f16(acc[tt][chain], a0, a1, a2, a3, bx);
-                               });
-                }
-            }
-            if (++slot == NS) slot = 0, phase ^= 1;
-        }
-        if (!PROBE) { /* (a continue for PROBE would leave this unreachable: a front-end warning) */
-            /* this tile's sums: KW partials in a fixed order (as mvh_finish) */
-            float4 a[TT];
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++)
-                a[tt] = make_float4(acc[tt][0][0] + acc[tt][1][0], acc[tt][0][1] + acc[tt][1][1],
-                                    acc[tt][0][2] + acc[tt][1][2], acc[tt][0][3] + acc[tt][1][3]);
-            if (KW > 1) {
-                float4 *rd = red + (i & 1) * nw * 32 * TT;
-#pragma unroll
-                for (int tt = 0; tt < TT; tt++) rd[(wid * TT + tt) * 32 + lane] = a[tt];
-                named_bar(1 + mi, 32 * KW);
-                if (kw != 0) continue;
-                for (int k = 1; k < KW; k++)
-#pragma unroll
-                    for (int tt = 0; tt < TT; tt++) {
-                        const float4 b = rd[((wid + k) * TT + tt) * 32 + lane];
-                        a[tt].x += b.x; a[tt].y += b.y; a[tt].z += b.z; a[tt].w += b.w;
-                    }
-            }
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++) {
-                const int64_t r0 = (((int64_t)blockIdx.x + i * gridDim.x) * MB + mi) * (16 * TT) + 16 * tt + g, r1 = r0 + 8;
-                if (2 * t < n_tok) {
-                    float *yt = y + (int64_t)(2 * t) * n_out;
-                    if (r0 < n_out) yt[r0] = a[tt].x;
-                    if (r1 < n_out) yt[r1] = a[tt].z;
-                }
-                if (2 * t + 1 < n_tok) {
-                    float *yt = y + (int64_t)(2 * t + 1) * n_out;
-                    if (r0 < n_out) yt[r0] = a[tt].y;
-                    if (r1 < n_out) yt[r1] = a[tt].w;
-                }
-            }
-        }
-    }
-    if (!BULK) cp_async_wait(0); /* (bulk: every issued stage was waited for) */
-    if (PROBE && sink == 0x2545F491u) y[0] = 0.f; /* keeps the reads; practically never taken */
-}
-
-/* Pure bandwidth probe: the n bytes at W read once, fully coalesced (each
- * thread U 16-byte loads in flight per step), XORed into a sink. */
-__global__ void __launch_bounds__(256) k_probe_stream(const uint4 *__restrict__ W, size_t n16, float *__restrict__ y) {
-    constexpr int U = 4;
-    const size_t nt = (size_t)gridDim.x * blockDim.x;
-    uint32_t sink = 0;
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + (U - 1) * nt < n16; i += U * nt) {
-        uint4 v[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) v[u] = ld_stream16(W + i + u * nt);
-#pragma unroll
-        for (int u = 0; u < U; u++) sink ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-    }
-    for (; i < n16; i += nt) {
-        const uint4 v = ld_stream16(W + i);
-        sink ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (sink == 0x2545F491u) y[0] = 0.f;
-}
-
 static int cu_dev_attr(cudaDeviceAttr a) {
     static int cache[2][64];
     const int i = a == cudaDevAttrMultiProcessorCount ? 0 : 1;
@@ -2012,50 +1495,6 @@ static int cu_code_major(void) { return cu_unit_arch() / 100; }
 static int mvh_attr_smem(void) {
     const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin), want = MVH_XS_MAX + 8 * 32 * 16;
     return max < want ? max : want;
-}
-
-/* Stage shape for k_mv_q4k_tma: SR rows (a multiple of 4) of about 32 KB per
- * stage, the most stages (2..8) that fit; false if even two do not (or the
- * device is older than sm_90). */
-static bool mvt_shape(int64_t n_in, size_t row_bytes, int *SR, int *NS) {
-    if (cu_code_major() < 9 || n_in > (1 << 20)) return false;
-    const size_t max = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    /* stages of 16..64 KB and rings of 3..8 measured within 10% of this on
-     * the H200 (5120x17408: 1240..1520 GB/s) */
-    int sr = (int)(32768 / row_bytes) / MVT_R * MVT_R;
-    if (sr < MVT_R) sr = MVT_R;
-    for (int ns = 8; ns >= 2; ns--)
-        if (mvt_smem(n_in, row_bytes, sr, ns) <= max) {
-            *SR = sr;
-            *NS = ns;
-            return true;
-        }
-    return false;
-}
-
-/* Launches k_mv_q4k_tma with `blocks` blocks (0: one per SM); -1 if the
- * shape does not fit it (the caller falls back), else the launch's error. */
-static int launch_q4k_tma(const void *W, size_t rb, int64_t n_in, int64_t n_out, const float *x, float *y, int blocks,
-                          cudaStream_t st) {
-    int SR, NS;
-    if (!mvt_shape(n_in, rb, &SR, &NS) || rb > (1u << 30) || n_out > 0x7fffffff) return -1;
-    static bool attr_set[64]; /* the opt-in above 48 KiB, once per device (a repeat is harmless) */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return -1;
-    const size_t smem = mvt_smem(n_in, rb, SR, NS);
-    if (!attr_set[dev]) {
-        cudaError_t e = cudaFuncSetAttribute(k_mv_q4k_tma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin));
-        if (e != cudaSuccess) return (int)e;
-        attr_set[dev] = true;
-    }
-    const int64_t nts = (n_out + SR - 1) / SR;
-    int64_t G = blocks > 0 ? blocks : cu_dev_attr(cudaDevAttrMultiProcessorCount);
-    if (G > nts) G = nts;
-    if (G < 1) G = 1;
-    k_mv_q4k_tma<<<(unsigned)G, 32 * (MVT_WARPS + 1), smem, st>>>((const uint8_t *)W, (int)rb, (int)n_in, (int)n_out,
-                                                                    x, y, SR, NS);
-    return (int)cudaGetLastError();
 }
 
 /* n_tok 2..TMAX tokens, any readable type: as k_mv_warp, each decoded sub
@@ -2138,7 +1577,7 @@ static int check_w(int type, const void *W, int64_t n_in, int64_t n_out) {
 /* ---- tensor-core paths: selection and launch -------------------------------- */
 
 /* THE DEFAULT (flip here after measuring): which family tnd_cu_matvec uses
- * for each type. Env TND_CUDA_MV=old|f16mma|i8mma|f16cp overrides it for all
+ * for each type. Env TND_CUDA_MV=old|f16mma|i8mma overrides it for all
  * types; a family that cannot take a type or shape falls back to the f32
  * kernels. */
 /* Measured on the H200 (docs/BENCHMARKS.md, session 3), GB/s at 5120x17408:
@@ -2155,9 +1594,7 @@ static int mv_default(int type) {
 static int mv_forced = -1; /* tnd_cu_matvec_set_kind */
 
 extern "C" void tnd_cu_matvec_set_kind(int kind) {
-    mv_forced = kind == TND_CU_MV_F32 || kind == TND_CU_MV_F16MMA || kind == TND_CU_MV_I8MMA || kind == TND_CU_MV_F16CP
-                    ? kind
-                    : -1;
+    mv_forced = kind == TND_CU_MV_F32 || kind == TND_CU_MV_F16MMA || kind == TND_CU_MV_I8MMA ? kind : -1;
 }
 
 /* env TND_CUDA_MV: -1 unset (per-type default), else the family forced */
@@ -2169,7 +1606,6 @@ static int mv_env(void) {
                : strcmp(e, "old") == 0    ? TND_CU_MV_F32
                : strcmp(e, "f16mma") == 0 ? TND_CU_MV_F16MMA
                : strcmp(e, "i8mma") == 0  ? TND_CU_MV_I8MMA
-               : strcmp(e, "f16cp") == 0  ? TND_CU_MV_F16CP
                                           : -1;
     }
     return mode;
@@ -2214,15 +1650,8 @@ extern "C" bool tnd_cu_matvec_i8mma_supported(int type, int64_t n_in, int n_tok)
     return mvh_supported(TND_CU_MV_I8MMA, type, n_in, n_tok);
 }
 
-static bool mvc_supported(int type, int64_t n_in, int n_tok);
-
 extern "C" int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok) {
-    int m = mv_mode(type);
-    /* f16cp falls back to f16mma (same math) where it cannot take the shape */
-    if (m == TND_CU_MV_F16CP) {
-        if (mvc_supported(type, n_in, n_tok)) return m;
-        m = TND_CU_MV_F16MMA;
-    }
+    const int m = mv_mode(type);
     return m != TND_CU_MV_F32 && mvh_supported(m, type, n_in, n_tok) ? m : TND_CU_MV_F32;
 }
 
@@ -2253,9 +1682,6 @@ static int mvh_occupancy_k(mvh_kernel k, int warps, size_t smem) {
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, 32 * warps, smem) != cudaSuccess) return 0;
     if (n_cache < 256) cache[n_cache++] = {dev, k, warps, smem, n}; /* a benign race, as the other caches */
     return n;
-}
-static int mvh_occupancy(int fam, int type, int warps, size_t smem) {
-    return mvh_occupancy_k(mvh_kernel_of(fam, type), warps, smem);
 }
 
 /* Default launch shape: MB tiles x KW warps per tile. Picks, over blocks of
@@ -2334,16 +1760,6 @@ extern "C" int tnd_cu_matvec_i8mma(int type, const void *W, int64_t n_in, int64_
                       (cudaStream_t)stream);
 }
 
-/* ---- f16cp (k_mvc_q4k): launch ---------------------------------------------- */
-
-typedef void (*mvc_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *, int, int, int, int);
-static mvc_kernel mvc_kernel_of(bool probe, int flags) {
-    static const mvc_kernel k[2][4] = {
-        {k_mvc_q4k<false, false, 1>, k_mvc_q4k<false, true, 1>, k_mvc_q4k<false, false, 2>, k_mvc_q4k<false, true, 2>},
-        {k_mvc_q4k<true, false, 1>, k_mvc_q4k<true, true, 1>, k_mvc_q4k<true, false, 2>, k_mvc_q4k<true, true, 2>}};
-    return k[probe ? 1 : 0][flags & 3]; /* bit 0: TND_CU_F16CP_BULK, bit 1: TND_CU_F16CP_TT2 */
-}
-
 /* Lets kernels k[0..n) take the device's opt-in shared memory, once per
  * device (done: per device, the caller's). */
 static int smem_optin_once(bool (&done)[64], const void *const *k, int n) {
@@ -2360,328 +1776,6 @@ static int smem_optin_once(bool (&done)[64], const void *const *k, int n) {
     }
     done[dev] = true;
     return 0;
-}
-
-/* The opt-in above 48 KiB for the k_mvc_q4k instances and the probes,
- * once per device. */
-static int mvc_prepare(void) {
-    static bool done[64];
-    const void *k[9];
-    for (int i = 0; i < 8; i++) k[i] = (const void *)mvc_kernel_of(i & 1, i >> 1);
-    k[8] = (const void *)k_mvh_q4k_t<true>;
-    return smem_optin_once(done, k, 9);
-}
-
-/* Dynamic shared bytes (>= smem) with which no more than occ blocks fit
- * per SM: the probes need fewer registers than the kernels they mimic and
- * would otherwise run more blocks at once. */
-static size_t mvc_pad_smem(size_t smem, int occ) {
-    int dev = 0, per_sm = 0, reserved = 0;
-    if (occ <= 0 || cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
-        return smem;
-    size_t p = ((size_t)per_sm / (size_t)occ - (size_t)reserved) & ~(size_t)1023;
-    const size_t max = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    if (p > max) p = max;
-    return p > smem ? p : smem;
-}
-
-/* Resident blocks of k_mvc_q4k per SM for this block and shared size
- * (cached; 0 on error or if it does not fit). */
-static int mvc_occupancy(int warps, size_t smem, int flags) {
-    static struct {
-        int dev, warps;
-        size_t smem;
-        int n, flags;
-    } cache[256];
-    static int n_cache;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || mvc_prepare()) return 0;
-    if (smem > (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin)) return 0;
-    for (int i = 0; i < n_cache; i++)
-        if (cache[i].dev == dev && cache[i].warps == warps && cache[i].smem == smem && cache[i].flags == flags)
-            return cache[i].n;
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mvc_kernel_of(false, flags), 32 * warps, smem) != cudaSuccess)
-        return 0;
-    if (n_cache < 256) cache[n_cache++] = {dev, warps, smem, n, flags};
-    return n;
-}
-
-/* Grid for G (> 0: G blocks per SM, at most the resident count; 0: the
- * resident count; -1: one block per tile group, no persistence): the
- * fewest blocks that take the same number of rounds of tile groups as the
- * resident (or asked) count, so every block does the same work. */
-static int64_t mvc_grid(int64_t groups, int occ, int G) {
-    const int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
-    if (G < 0) return groups;
-    const int per_sm = G > 0 && G < occ ? G : occ;
-    const int64_t cap = (int64_t)per_sm * (sms > 0 ? sms : 1);
-    if (cap <= 0) return 0;
-    const int64_t rounds = (groups + cap - 1) / cap;
-    return (groups + rounds - 1) / rounds;
-}
-
-/* Default shape (a first guess until the bench's sweep says better): over
- * blocks of 4 or 8 warps (MB x KW) and rings of SBS = 1 or 2 super-blocks
- * x NS = 3..6 stages that fit, the best score: warps busy per SM on average
- * over the run (tile groups per block and KW's share of a tile's stages
- * rounded up), counted up to 16 (enough to issue the decode), plus an
- * eighth of the super-block tiles in flight per SM, counted up to 48 (~110
- * KB: more than HBM needs per SM at ~1 us latency). Cached per shape: the
- * search costs dozens of occupancy queries. */
-static void mvc_shape(int64_t n_in, int64_t n_out, int n_tok, int *MB, int *KW, int *NS, int *SBS) {
-    static struct {
-        int dev;
-        int64_t n_in, n_out;
-        int n_tok, s[4];
-    } cache[64];
-    static int n_cache, next;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;
-    for (int i = 0; i < n_cache; i++)
-        if (cache[i].dev == dev && cache[i].n_in == n_in && cache[i].n_out == n_out && cache[i].n_tok == n_tok) {
-            *MB = cache[i].s[0], *KW = cache[i].s[1], *NS = cache[i].s[2], *SBS = cache[i].s[3];
-            return;
-        }
-    const int64_t tiles = (n_out + 15) / 16, nsb = n_in / 256;
-    const int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
-    double best = -1;
-    *MB = 4, *KW = 1, *NS = 3, *SBS = 1;
-    for (int sbs = 1; sbs <= 2; sbs++)
-        for (int ns = 3; ns <= 6; ns++)
-            for (int nw = 4; nw <= 8; nw *= 2)
-                for (int kw = 1; kw <= nw; kw *= 2) {
-                    const int64_t nst = (nsb + sbs - 1) / sbs;
-                    if (kw > 1 && kw > nst) break;
-                    const int mb = nw / kw;
-                    const int occ = mvc_occupancy(nw, mvc_smem(n_in, n_tok, mb, kw, ns, sbs, 1), 0);
-                    if (occ <= 0) continue;
-                    const int64_t groups = (tiles + mb - 1) / mb, grid = mvc_grid(groups, occ, 0);
-                    const int64_t rounds = (groups + grid - 1) / grid;
-                    /* warps busy on average, per SM, capped by what a warp's ring can feed */
-                    const double kbal = (double)nst / (double)(kw * ((nst + kw - 1) / kw));
-                    double busy = (double)groups * nw / (double)rounds * kbal / (double)(sms > 0 ? sms : 1);
-                    const double inflight = busy * (ns - 1) * sbs; /* super-block tiles in flight per SM */
-                    const double score = (busy < 16 ? busy : 16) + (inflight < 48 ? inflight : 48) / 8;
-                    if (score > best * 1.001) {
-                        best = score;
-                        *MB = mb, *KW = kw, *NS = ns, *SBS = sbs;
-                    }
-                }
-    const int i = n_cache < 64 ? n_cache++ : next++ % 64; /* a benign race, as mvh_occupancy's */
-    cache[i] = {dev, n_in, n_out, n_tok, {*MB, *KW, *NS, *SBS}};
-}
-
-static bool mvc_supported(int type, int64_t n_in, int n_tok) {
-    if (type != TND_TYPE_Q4_K || n_tok < 1 || n_tok > 8 || n_in <= 0 || n_in % 256 || n_in > (1 << 24)) return false;
-    if (cu_code_major() < 8) return false;
-    /* the smallest useful ring (4 warps of 1 x 3 stages of one super-block) must fit */
-    return mvc_smem(n_in, n_tok, 4, 1, 3, 1, 1) <= (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-}
-
-extern "C" bool tnd_cu_matvec_f16cp_supported(int type, int64_t n_in, int n_tok) {
-    return mvc_supported(type, n_in, n_tok);
-}
-
-static int launch_mvc(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                      int MB, int KW, int NS, int SBS, int G, int flags, cudaStream_t st) {
-    if (!mvc_supported(TND_TYPE_Q4_K, n_in, n_tok) || ((uintptr_t)x & 15)) return cudaErrorNotSupported;
-    if (flags & ~3) return cudaErrorInvalidValue;
-    if ((flags & TND_CU_F16CP_BULK) && cu_code_major() < 9) /* cp.async.bulk and mbarrier tx counts: sm_90 */
-        return cudaErrorNotSupported;
-    int e = mvc_prepare();
-    if (e) return e;
-    /* The two-tile variant with the default shape failed to launch on the
-     * H200 (invalid argument; explicit shapes ran and matched): refused
-     * until understood. It is an experiment, never a default. */
-    if ((flags & TND_CU_F16CP_TT2) && (MB <= 0 || KW <= 0 || NS <= 0 || SBS <= 0)) return cudaErrorNotSupported;
-    if (MB <= 0 || KW <= 0 || NS <= 0 || SBS <= 0) {
-        int mb, kw, ns, sbs;
-        mvc_shape(n_in, n_out, n_tok, &mb, &kw, &ns, &sbs);
-        if (MB <= 0) MB = mb;
-        if (KW <= 0) KW = kw;
-        if (NS <= 0) NS = ns;
-        if (SBS <= 0) SBS = sbs;
-    }
-    if (MB * KW > 8 || NS < 2 || NS > MVC_MAX_NS || SBS > 8) return cudaErrorInvalidValue;
-    const int TT = flags & TND_CU_F16CP_TT2 ? 2 : 1;
-    const size_t smem = mvc_smem(n_in, n_tok, MB, KW, NS, SBS, TT);
-    const int occ = mvc_occupancy(MB * KW, smem, flags);
-    if (occ <= 0) return cudaErrorInvalidValue; /* does not fit */
-    const int64_t tiles = (n_out + 16 * TT - 1) / (16 * TT), groups = (tiles + MB - 1) / MB;
-    const int64_t grid = mvc_grid(groups, occ, G);
-    if (grid <= 0 || grid > 0x7fffffff) return cudaErrorInvalidValue;
-    const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
-    mvc_kernel_of(probe, flags)<<<(unsigned)grid, 32 * MB * KW, probe ? mvc_pad_smem(smem, occ) : smem, st>>>(
-        (const uint8_t *)W, rb, n_in, n_out, x, n_tok, y, MB, KW, NS, SBS);
-    return (int)cudaGetLastError();
-}
-
-extern "C" bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok, int *shape) {
-    if (!shape || n_out <= 0 || !mvc_supported(TND_TYPE_Q4_K, n_in, n_tok)) return false;
-    mvc_shape(n_in, n_out, n_tok, &shape[0], &shape[1], &shape[2], &shape[3]);
-    const size_t smem = mvc_smem(n_in, n_tok, shape[0], shape[1], shape[2], shape[3], 1);
-    const int64_t tiles = (n_out + 15) / 16, groups = (tiles + shape[0] - 1) / shape[0];
-    const int occ = mvc_occupancy(shape[0] * shape[1], smem, 0);
-    shape[4] = (int)mvc_grid(groups, occ, 0);
-    shape[5] = occ;
-    return occ > 0;
-}
-
-extern "C" int tnd_cu_matvec_f16cp(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
-                                   float *y, int tiles_per_block, int ksplit, int stages, int sb_per_stage, int blocks,
-                                   int flags, tnd_cu_stream stream) {
-    int e = check_w(type, W, n_in, n_out);
-    if (e) return e;
-    if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0 || stages < 0 || sb_per_stage < 0)
-        return cudaErrorInvalidValue;
-    if (type != TND_TYPE_Q4_K) return cudaErrorNotSupported;
-    return launch_mvc(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, stages, sb_per_stage, blocks, flags,
-                      (cudaStream_t)stream);
-}
-
-/* ---- Q4_K in the tile layout, fed through shared memory: k_mvs_q4k --------
- * Why: k_mvt_q4k holds its loads in registers, and the H200 measured its
- * loads alone (the probe) at 64% of the copy bandwidth at every depth: a
- * deeper register ring costs occupancy (DEPTH 3-4: 170 registers) as fast
- * as it adds bytes in flight, while a contiguous read with 8 blocks per SM
- * reaches 85%. A chunk (one super-block of a tile) is 2304 contiguous bytes,
- * so here each warp streams its chunks through its own ring of NS stages in
- * shared memory, 2304 bytes each, filled asynchronously (no registers held
- * while in flight): FEED 0 with 16-byte cp.async (sm_80; lane l copies the
- * 16-byte units l, l + 32, .. of the chunk, one commit group per stage),
- * FEED 1 with one cp.async.bulk by lane 0 per stage, completing on the
- * stage's mbarrier (sm_90). The first NS stages are queued before x is
- * staged, so the weight stream starts at once; the warp then waits for its
- * oldest stage, decodes it and refills that slot with the stage NS ahead,
- * so NS - 1..NS stages stay in flight.
- *
- * Lanes read the same six 16-byte pieces as k_mvt_q4k's loads, from the
- * ring instead of global memory (lane-contiguous: no bank conflicts; the
- * headers are broadcasts), and decode them with the same mvh_q4k_sb and
- * mma order, warp kw of a tile taking super-blocks kw, kw + KW, ..: with
- * the same MB, KW the sums are k_mvt_q4k's, bit for bit. Shared memory:
- * the rings, the mbarriers (bulk), then x and the reduction as k_mvt_q4k.
- * PROBE: the same copies and shared reads, data XORed into a sink. */
-#define MVS_MAX_NS 8
-
-/* Shared bytes of k_mvs_q4k: rings, mbarriers (16-byte padded), x and the
- * reduction. */
-static size_t mvs_smem(int64_t n_in, int n_tok, int warps, int NS) {
-    const size_t bars = ((size_t)warps * NS * 8 + 15) / 16 * 16;
-    return (size_t)warps * NS * Q4KT_CHUNK + bars + (size_t)(64 + n_tok * (n_in / 256 * 64 + 4)) * 8 +
-           (size_t)warps * 32 * 16;
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait_n() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#else
-    __trap(); /* never chosen without this code: cu_code_major() */
-#endif
-}
-
-template <bool PROBE, int FEED, int NS>
-__global__ void __launch_bounds__(256) k_mvs_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
-                                                 float *__restrict__ y, int MB, int KW) {
-    extern __shared__ uint4 mvh_dyn[];
-    const int warps = MB * KW;
-    const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    uint8_t *const rings = (uint8_t *)mvh_dyn;
-    uint64_t *const bars = (uint64_t *)(rings + (size_t)warps * NS * Q4KT_CHUNK);
-    uint2 *const xz = (uint2 *)(rings + (size_t)warps * NS * Q4KT_CHUNK + ((size_t)warps * NS * 8 + 15) / 16 * 16);
-    uint2 *const xs = xz + 64;
-    float4 *red = (float4 *)(xs + n_tok * xstride);
-    const int mi = wid / KW, kw = wid - mi * KW;
-    const int g = lane >> 2, t = lane & 3;
-    const int64_t tile = (int64_t)blockIdx.x * MB + mi, last = n_out / 16 - 1;
-    const int64_t r0 = tile * 16 + g;
-    const uint8_t *const base = W + (size_t)(tile <= last ? tile : last) * 16 * rb;
-    uint8_t *const ring = rings + (size_t)wid * NS * Q4KT_CHUNK;
-    uint64_t *const bar = bars + wid * NS;
-    const int per = kw < nsb ? (nsb - kw + KW - 1) / KW : 0; /* this warp's super-blocks */
-    (void)bar;
-    /* stage i (super-block kw + i * KW) into slot i % NS */
-    auto issue = [&](int i) {
-        if (FEED == 0) {
-            if (i < per) {
-                const uint8_t *src = base + (size_t)(kw + i * KW) * Q4KT_CHUNK;
-                uint8_t *dst = ring + (i % NS) * Q4KT_CHUNK;
-#pragma unroll
-                for (int k = 0; k < 5; k++) {
-                    const int u = lane + 32 * k;
-                    if (u < Q4KT_CHUNK / 16) cp_async16(dst + 16 * u, src + 16 * u);
-                }
-            }
-            cp_async_commit(); /* empty past the end: the group count stays uniform */
-        } else {
-#if __CUDA_ARCH__ >= 900
-            if (i < per && lane == 0) {
-                /* the slot's previous reads (generic proxy) before the copy's writes (async proxy) */
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                mbar_expect_tx(bar + i % NS, Q4KT_CHUNK);
-                bulk_copy(ring + (i % NS) * Q4KT_CHUNK, base + (size_t)(kw + i * KW) * Q4KT_CHUNK, Q4KT_CHUNK,
-                          bar + i % NS);
-            }
-#else
-            __trap(); /* never chosen without this code: cu_code_major() */
-#endif
-        }
-    };
-    if (FEED == 1) {
-#if __CUDA_ARCH__ >= 900
-        if (lane == 0) {
-            for (int k = 0; k < NS; k++) mbar_init(bar + k, 1);
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-        __syncwarp();
-#else
-        __trap(); /* never chosen without this code: cu_code_major() */
-#endif
-    }
-#pragma unroll
-    for (int i = 0; i < NS; i++) issue(i); /* in flight while x is staged */
-    mvt_stage_x(xz, xs, x, n_in, n_tok, xstride);
-    __syncthreads();
-    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    const bool feeds = g < n_tok;
-    const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
-    const int xsb = feeds ? 64 : 0;
-    uint32_t sink = 0;
-    for (int i = 0; i < per; i++) {
-        const int slot = i % NS;
-        if (FEED == 0) {
-            cp_async_wait_n<NS - 1>(); /* stage i's group done (stages i+1..i+NS-1 may pend) */
-        } else {
-#if __CUDA_ARCH__ >= 900
-            mbar_wait(bar + slot, (uint32_t)((i / NS) & 1));
-#else
-            __trap(); /* never chosen without this code: cu_code_major() */
-#endif
-        }
-        __syncwarp(); /* every lane's copies of the stage visible to all */
-        const uint8_t *s = ring + slot * Q4KT_CHUNK;
-        q4k_pieces b;
-        b.q00 = *(const uint4 *)(s + 16 * lane), b.q01 = *(const uint4 *)(s + 512 + 16 * lane);
-        b.q10 = *(const uint4 *)(s + 1024 + 16 * lane), b.q11 = *(const uint4 *)(s + 1536 + 16 * lane);
-        b.h0 = *(const uint4 *)(s + Q4KT_HDR + 16 * g), b.h1 = *(const uint4 *)(s + Q4KT_HDR + 128 + 16 * g);
-        q4k_step<PROBE>(b, xl + (kw + i * KW) * xsb, t, acc, sink);
-        __syncwarp(); /* every lane's reads of the slot done before it is refilled */
-        issue(i + NS);
-    }
-    if (FEED == 0) cp_async_wait_n<0>(); /* nothing left writing shared memory at exit */
-    if (PROBE) {
-        if (sink == 0x2545F491u) y[0] = 0.f; /* keeps the reads; practically never taken */
-        return;
-    }
-    const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
-                                 acc[0][3] + acc[1][3]);
-    mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
 }
 
 /* ---- Q4_K tile layout: repack and launch (k_mvt_q4k) ------------------------- */
@@ -2702,11 +1796,10 @@ __global__ void __launch_bounds__(256) k_mvs_q4k(const uint8_t *__restrict__ W, 
 #define MVT_DEFAULT_PF 0
 #define MVT_DEFAULT_PDL 1
 
-#define MVT_K(P, F) {k_mvt_q4k<P, 1, F>, k_mvt_q4k<P, 2, F>, k_mvt_q4k<P, 3, F>, k_mvt_q4k<P, 4, F>}
-static mvh_kernel mvt_kernel_of(bool probe, int depth, int pf) {
-    static const mvh_kernel k[2][MVT_N_PF][MVT_MAX_DEPTH] = {{MVT_K(false, 0), MVT_K(false, 1), MVT_K(false, 2)},
-                                                             {MVT_K(true, 0), MVT_K(true, 1), MVT_K(true, 2)}};
-    return k[probe ? 1 : 0][pf][depth - 1];
+#define MVT_K(F) {k_mvt_q4k<1, F>, k_mvt_q4k<2, F>, k_mvt_q4k<3, F>, k_mvt_q4k<4, F>}
+static mvh_kernel mvt_kernel_of(int depth, int pf) {
+    static const mvh_kernel k[MVT_N_PF][MVT_MAX_DEPTH] = {MVT_K(0), MVT_K(1), MVT_K(2)};
+    return k[pf][depth - 1];
 }
 #undef MVT_K
 
@@ -2765,8 +1858,8 @@ static bool mvt_pdl(void) {
     return mvt_pdl_on != 0;
 }
 
-/* The opt-in shared memory of the tiled kernels, the probes and the repack,
- * once per device. */
+/* The opt-in shared memory of the tiled kernels and the repack, once per
+ * device. */
 static int mvt_prepare(void) {
     static bool attr_set[64];
     int dev = 0;
@@ -2774,12 +1867,9 @@ static int mvt_prepare(void) {
     if (attr_set[dev]) return 0;
     const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     cudaError_t e = cudaSuccess;
-    for (int k = 0; k < 2 * MVT_N_PF * MVT_MAX_DEPTH && e == cudaSuccess; k++) { /* k: probe, pf, depth - 1 */
-        const bool probe = k >= MVT_N_PF * MVT_MAX_DEPTH;
-        e = cudaFuncSetAttribute(mvt_kernel_of(probe, k % MVT_MAX_DEPTH + 1, (k / MVT_MAX_DEPTH) % MVT_N_PF),
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 probe ? max : mvh_attr_smem());
-    }
+    for (int k = 0; k < MVT_N_PF * MVT_MAX_DEPTH && e == cudaSuccess; k++) /* k: pf, depth - 1 */
+        e = cudaFuncSetAttribute(mvt_kernel_of(k % MVT_MAX_DEPTH + 1, k / MVT_MAX_DEPTH),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, mvh_attr_smem());
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_q4kt_repack, cudaFuncAttributeMaxDynamicSharedMemorySize, max);
     if (e != cudaSuccess) return (int)e;
     attr_set[dev] = true;
@@ -2843,25 +1933,22 @@ static int launch_result(cudaError_t le) {
     return (int)(le != cudaSuccess ? le : last);
 }
 
-/* One launch of k_mvt_q4k (or its probe) for n_tok <= mvt_max_tok tokens.
- * pad (probe): 0 as resident as the kernel, 1 as many blocks as fit. */
-static int launch_mvt1(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                       int MB, int KW, int depth, int pf, int pad, cudaStream_t st) {
-    const mvh_kernel k = mvt_kernel_of(false, depth, pf);
+/* One launch of k_mvt_q4k for n_tok <= mvt_max_tok tokens. */
+static int launch_mvt1(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y, int MB,
+                       int KW, int depth, int pf, cudaStream_t st) {
+    const mvh_kernel k = mvt_kernel_of(depth, pf);
     if (MB <= 0 || KW <= 0) mvh_shape_k(k, TND_CU_MV_F16MMA, n_in, n_out, n_tok, 0, &MB, &KW);
     if (MB * KW > 8) return cudaErrorInvalidValue;
-    size_t smem = mvh_smem(TND_CU_MV_F16MMA, n_in, n_tok, MB * KW);
-    if (probe && !pad) smem = mvc_pad_smem(smem, mvh_occupancy_k(k, MB * KW, smem));
+    const size_t smem = mvh_smem(TND_CU_MV_F16MMA, n_in, n_tok, MB * KW);
     const int64_t tiles = n_out / 16;
-    const mvh_kernel kl = mvt_kernel_of(probe, depth, pf);
     cudaLaunchAttribute at;
-    const cudaLaunchConfig_t cfg = tile_launch_cfg((const void *)kl, (tiles + MB - 1) / MB, 32 * MB * KW, smem, st, &at);
-    return launch_result(cudaLaunchKernelEx(&cfg, kl, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in,
+    const cudaLaunchConfig_t cfg = tile_launch_cfg((const void *)k, (tiles + MB - 1) / MB, 32 * MB * KW, smem, st, &at);
+    return launch_result(cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in,
                                             n_out, x, n_tok, y, MB, KW));
 }
 
-static int launch_mvt(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                      int MB, int KW, int depth, int prefetch, int pad, cudaStream_t st) {
+static int launch_mvt(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y, int MB, int KW,
+                      int depth, int prefetch, cudaStream_t st) {
     if (!tnd_cu_q4kt_supported(n_in, n_out)) return cudaErrorNotSupported;
     if (depth <= 0) depth = mvt_depth();
     if (depth > MVT_MAX_DEPTH || MB < 0 || KW < 0 || prefetch >= MVT_N_PF) return cudaErrorInvalidValue;
@@ -2871,13 +1958,10 @@ static int launch_mvt(bool probe, const void *W, int64_t n_in, int64_t n_out, co
     const int per = mvt_max_tok(n_in);
     if (per < 1) return cudaErrorNotSupported;
     for (int k0 = 0; k0 < n_tok && !e; k0 += per) /* x too wide for all tokens at once: token groups */
-        e = launch_mvt1(probe, W, n_in, n_out, x + (int64_t)k0 * n_in, n_tok - k0 < per ? n_tok - k0 : per,
-                        y + (int64_t)k0 * n_out, MB, KW, depth, pf, pad, st);
+        e = launch_mvt1(W, n_in, n_out, x + (int64_t)k0 * n_in, n_tok - k0 < per ? n_tok - k0 : per,
+                        y + (int64_t)k0 * n_out, MB, KW, depth, pf, st);
     return e;
 }
-
-static int launch_mvs(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                      int MB, int KW, int feed, int ns, int pad, cudaStream_t st);
 
 /* ---- the int8 tiled decode (k_mvq_q4k): defaults and launch ------------------ */
 
@@ -3190,7 +2274,7 @@ extern "C" int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, co
     if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0 || depth < 0)
         return cudaErrorInvalidValue;
     /* all defaults: the int8 kernel for one or two tokens where it is on,
-     * else the default feed, k_mvt_q4k where that cannot run */
+     * else (or where it cannot run) k_mvt_q4k */
     if (tiles_per_block == 0 && ksplit == 0 && depth == 0 && prefetch == -1 && mvq_on() &&
         tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, n_tok)) {
         const int mode = mvq_mode();
@@ -3203,16 +2287,7 @@ extern "C" int tnd_cu_matvec_q4kt(const void *W, int64_t n_in, int64_t n_out, co
         e = tnd_cu_matvec_q4kt_i8(W, n_in, n_out, x, n_tok, y, 0, 0, 0, -1, stream);
         if (e != cudaErrorNotSupported) return e; /* e.g. TND_CUDA_TILE_I8_NS's ring does not fit: the f16 kernel */
     }
-    if (depth == 0 && prefetch == -1) {
-        const int feed = tnd_cu_matvec_q4kt_feed();
-        if (feed != TND_CU_TILE_REGS) {
-            e = launch_mvs(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, feed, 0, 0,
-                           (cudaStream_t)stream);
-            if (e != cudaErrorNotSupported) return e;
-        }
-    }
-    return launch_mvt(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, depth, prefetch, 0,
-                      (cudaStream_t)stream);
+    return launch_mvt(W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, depth, prefetch, (cudaStream_t)stream);
 }
 
 extern "C" int tnd_cu_matvec_q4kt_depth(void) { return mvt_depth(); }
@@ -3220,168 +2295,8 @@ extern "C" int tnd_cu_matvec_q4kt_prefetch(void) { return mvt_pf(); }
 extern "C" bool tnd_cu_matvec_q4kt_pdl(void) { return mvt_pdl(); }
 extern "C" void tnd_cu_matvec_q4kt_set_pdl(bool on) { mvt_pdl_on = on ? 1 : 0; }
 
-/* ---- the shared-memory feeds of the tiled decode (k_mvs_q4k) ---------------- */
-
-/* THE DEFAULTS (flip after the bench's sweep): the feed (env
- * TND_CUDA_TILE_FEED=regs|cpasync|bulk; bulk needs sm_90, cpasync sm_80,
- * an unsupported choice falls back to the next simpler one) and stages per
- * warp's ring (env TND_CUDA_TILE_NS=2|4|6|8).
- * Measured on the H200 (session 5, 5120x17408, default launch shape, % of
- * the 4271 GB/s copy): regs (k_mvt_q4k, depth 1) 52%; cpasync 45/45/39/35%
- * and bulk 44/42/37/30% at NS 2/4/6/8. The rings raise the loads-only
- * ceiling (probe: 71% against the register feed's 64%) but the decode out
- * of shared memory loses more than that: the register feed stays. */
-#define MVS_DEFAULT_FEED TND_CU_TILE_REGS
-#define MVS_DEFAULT_NS 4
-
-static mvh_kernel mvs_kernel_of(bool probe, int feed, int ns) {
-    static const mvh_kernel k[2][2][4] = {
-        {{k_mvs_q4k<false, 0, 2>, k_mvs_q4k<false, 0, 4>, k_mvs_q4k<false, 0, 6>, k_mvs_q4k<false, 0, 8>},
-         {k_mvs_q4k<false, 1, 2>, k_mvs_q4k<false, 1, 4>, k_mvs_q4k<false, 1, 6>, k_mvs_q4k<false, 1, 8>}},
-        {{k_mvs_q4k<true, 0, 2>, k_mvs_q4k<true, 0, 4>, k_mvs_q4k<true, 0, 6>, k_mvs_q4k<true, 0, 8>},
-         {k_mvs_q4k<true, 1, 2>, k_mvs_q4k<true, 1, 4>, k_mvs_q4k<true, 1, 6>, k_mvs_q4k<true, 1, 8>}}};
-    return k[probe ? 1 : 0][feed == TND_CU_TILE_BULK ? 1 : 0][ns / 2 - 1];
-}
-
-static bool mvs_ns_ok(int ns) { return ns == 2 || ns == 4 || ns == 6 || ns == 8; }
-
-extern "C" bool tnd_cu_matvec_q4kt_feed_supported(int feed) {
-    const int major = cu_code_major();
-    if (feed == TND_CU_TILE_BULK) return major >= 9;
-    if (feed == TND_CU_TILE_CPASYNC || feed == TND_CU_TILE_REGS) return major >= 8;
-    return false;
-}
-
-extern "C" int tnd_cu_matvec_q4kt_feed(void) {
-    static int f = 0; /* a benign race: every thread computes the same value */
-    if (!f) {
-        const char *e = getenv("TND_CUDA_TILE_FEED");
-        int v = !e                          ? MVS_DEFAULT_FEED
-                : strcmp(e, "regs") == 0    ? TND_CU_TILE_REGS
-                : strcmp(e, "cpasync") == 0 ? TND_CU_TILE_CPASYNC
-                : strcmp(e, "bulk") == 0    ? TND_CU_TILE_BULK
-                                            : MVS_DEFAULT_FEED;
-        if (v == TND_CU_TILE_BULK && !tnd_cu_matvec_q4kt_feed_supported(v)) v = TND_CU_TILE_CPASYNC;
-        if (v == TND_CU_TILE_CPASYNC && !tnd_cu_matvec_q4kt_feed_supported(v)) v = TND_CU_TILE_REGS;
-        f = v;
-    }
-    return f;
-}
-
-extern "C" int tnd_cu_matvec_q4kt_stages(void) {
-    static int n = 0; /* a benign race, as the feed's */
-    if (!n) {
-        const char *e = getenv("TND_CUDA_TILE_NS");
-        const int v = e ? atoi(e) : 0;
-        n = mvs_ns_ok(v) ? v : MVS_DEFAULT_NS;
-    }
-    return n;
-}
-
-/* The opt-in shared memory of k_mvs_q4k's variants, once per device. */
-static int mvs_prepare(void) {
-    static bool attr_set[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-    if (attr_set[dev]) return 0;
-    const int max = cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    cudaError_t e = cudaSuccess;
-    for (int k = 0; k < 16 && e == cudaSuccess; k++) /* k: probe, feed, ns / 2 - 1 */
-        e = cudaFuncSetAttribute(mvs_kernel_of(k >= 8, (k & 4) ? TND_CU_TILE_BULK : TND_CU_TILE_CPASYNC, 2 * (k % 4) + 2),
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, max);
-    if (e != cudaSuccess) return (int)e;
-    attr_set[dev] = true;
-    return 0;
-}
-
-/* One launch of k_mvs_q4k (or its probe) for n_tok tokens whose x fits
- * beside the rings; pad as launch_mvt1's. */
-static int launch_mvs1(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                       int MB, int KW, int feed, int ns, int pad, cudaStream_t st) {
-    const mvh_kernel k = mvs_kernel_of(false, feed, ns);
-    if (MB <= 0 || KW <= 0)
-        mvh_shape_k(k, TND_CU_MV_F16MMA, n_in, n_out, n_tok, (size_t)ns * (Q4KT_CHUNK + 8), &MB, &KW);
-    if (MB * KW > 8) return cudaErrorInvalidValue;
-    size_t smem = mvs_smem(n_in, n_tok, MB * KW, ns);
-    if (smem > (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin)) return cudaErrorNotSupported;
-    if (probe && !pad) smem = mvc_pad_smem(smem, mvh_occupancy_k(k, MB * KW, smem));
-    const int64_t tiles = n_out / 16;
-    mvs_kernel_of(probe, feed, ns)<<<(unsigned)((tiles + MB - 1) / MB), 32 * MB * KW, smem, st>>>(
-        (const uint8_t *)W, tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in), n_in, n_out, x, n_tok, y, MB, KW);
-    return (int)cudaGetLastError();
-}
-
-/* k_mvs_q4k over all n_tok tokens (token groups as wide as x and the rings
- * allow). cudaErrorNotSupported where the feed, W's alignment or shared
- * memory rule it out (the caller falls back to k_mvt_q4k). */
-static int launch_mvs(bool probe, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                      int MB, int KW, int feed, int ns, int pad, cudaStream_t st) {
-    if (!tnd_cu_q4kt_supported(n_in, n_out)) return cudaErrorNotSupported;
-    if (ns <= 0) ns = tnd_cu_matvec_q4kt_stages();
-    if (!mvs_ns_ok(ns) || MB < 0 || KW < 0 || MB * KW > 8 || (feed != TND_CU_TILE_CPASYNC && feed != TND_CU_TILE_BULK))
-        return cudaErrorInvalidValue;
-    if (!tnd_cu_matvec_q4kt_feed_supported(feed) || ((uintptr_t)W & 15)) return cudaErrorNotSupported;
-    int e = mvs_prepare();
-    if (e) return e;
-    const size_t smax = (size_t)cu_dev_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    const int warps = MB > 0 && KW > 0 ? MB * KW : 8; /* the default shape: at most 8 warps */
-    int per = mvt_max_tok(n_in);
-    while (per > 0 && mvs_smem(n_in, per, warps, ns) > smax) per--;
-    if (per < 1) return cudaErrorNotSupported;
-    for (int k0 = 0; k0 < n_tok && !e; k0 += per)
-        e = launch_mvs1(probe, W, n_in, n_out, x + (int64_t)k0 * n_in, n_tok - k0 < per ? n_tok - k0 : per,
-                        y + (int64_t)k0 * n_out, MB, KW, feed, ns, pad, st);
-    return e;
-}
-
-extern "C" int tnd_cu_matvec_q4kt_fed(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                                      int tiles_per_block, int ksplit, int feed, int stages, tnd_cu_stream stream) {
-    int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
-    if (e) return e;
-    if (!x || !y || n_tok < 1 || n_tok > 8 || tiles_per_block < 0 || ksplit < 0 || stages < 0) return cudaErrorInvalidValue;
-    if (feed == TND_CU_TILE_DEFAULT) feed = tnd_cu_matvec_q4kt_feed();
-    if (feed == TND_CU_TILE_REGS)
-        return launch_mvt(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, 0, -1, 0, (cudaStream_t)stream);
-    return launch_mvs(false, W, n_in, n_out, x, n_tok, y, tiles_per_block, ksplit, feed, stages, 0,
-                      (cudaStream_t)stream);
-}
-
-extern "C" int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
-                                   int a, int b, int c, int d, int g, int flags, tnd_cu_stream stream) {
-    int e = check_w(TND_TYPE_Q4_K, W, n_in, n_out);
-    if (e) return e;
-    if (!x || !y || ((uintptr_t)x & 15)) return cudaErrorInvalidValue;
-    cudaStream_t st = (cudaStream_t)stream;
-    const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
-    if (pattern == 0) {
-        if ((e = mvc_prepare())) return e;
-        const int64_t sms = cu_dev_attr(cudaDevAttrMultiProcessorCount);
-        const int64_t grid = (a > 0 ? a : 4) * (sms > 0 ? sms : 1);
-        k_probe_stream<<<(unsigned)grid, 256, 0, st>>>((const uint4 *)W, rb * (size_t)n_out / 16, y);
-        return (int)cudaGetLastError();
-    }
-    if (pattern == 1) {
-        if (!mvh_supported(TND_CU_MV_F16MMA, TND_TYPE_Q4_K, n_in, 1)) return cudaErrorNotSupported;
-        if ((e = mvc_prepare())) return e;
-        int MB = a, KW = b;
-        if (MB <= 0 || KW <= 0) mvh_shape(TND_CU_MV_F16MMA, TND_TYPE_Q4_K, n_in, n_out, 1, &MB, &KW);
-        if (MB * KW > 8) return cudaErrorInvalidValue;
-        const int64_t tiles = (n_out + 15) / 16;
-        size_t smem = mvh_smem(TND_CU_MV_F16MMA, n_in, 1, MB * KW);
-        if (!c) /* as resident as k_mvh_q4k (c = 1: as many blocks as fit) */
-            smem = mvc_pad_smem(smem, mvh_occupancy(TND_CU_MV_F16MMA, TND_TYPE_Q4_K, MB * KW, smem));
-        k_mvh_q4k_t<true><<<(unsigned)((tiles + MB - 1) / MB), 32 * MB * KW, smem, st>>>((const uint8_t *)W, rb, n_in,
-                                                                                           n_out, x, 1, y, MB, KW);
-        return (int)cudaGetLastError();
-    }
-    if (pattern == 2) return launch_mvc(true, W, n_in, n_out, x, 1, y, a, b, c, d, g, flags, st);
-    if (pattern == 3) return launch_mvt(true, W, n_in, n_out, x, 1, y, a, b, d, g, c, st);
-    if (pattern == 4) return launch_mvs(true, W, n_in, n_out, x, 1, y, a, b, g, d, c, st);
-    return cudaErrorInvalidValue;
-}
-
 /* Kernel families for one token (tnd_cu_matvec_cfg's `kernel`). */
-enum { MV_AUTO = 0, MV_DIRECT = 1, MV_SPECIAL = 2, MV_STREAM = 3 };
+enum { MV_AUTO = 0, MV_DIRECT = 1, MV_SPECIAL = 2 };
 
 /* The family a type gets by default: its own kernel (Q4_K, when x is
  * 16-byte aligned), else the lane-per-sub kernel. (A variant staging the
@@ -3469,8 +2384,6 @@ extern "C" int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_ou
     if (!x || !y || n_tok < 1 || n_tok > 8) return cudaErrorInvalidValue;
     cudaStream_t st = (cudaStream_t)stream;
     const int kind = tnd_cu_matvec_kind(type, n_in, n_tok);
-    if (kind == TND_CU_MV_F16CP && ((uintptr_t)x & 15) == 0)
-        return launch_mvc(false, W, n_in, n_out, x, n_tok, y, 0, 0, 0, 0, 0, 0, st);
     if (kind != TND_CU_MV_F32 && ((uintptr_t)x & 15) == 0) return launch_mvh(kind, type, W, n_in, n_out, x, n_tok, y, 0, 0, st);
     if (n_tok == 1) {
         int R, threads;
@@ -3492,20 +2405,8 @@ extern "C" int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t 
     int e = check_w(type, W, n_in, n_out);
     if (e) return e;
     if (!x || !y || (rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4)) return cudaErrorInvalidValue;
-    if (threads < 32 || threads > 32 * MV_MAX_WARPS || threads % 32 || kernel < 0 || kernel > MV_STREAM)
+    if (threads < 32 || threads > 32 * MV_MAX_WARPS || threads % 32 || kernel < 0 || kernel > MV_SPECIAL)
         return cudaErrorInvalidValue;
-    if (kernel == MV_STREAM) {
-        /* the streaming kernel's block shape is fixed: rows_per_warp * threads
-         * / 32 picks the number of blocks instead (below 32: that many, so
-         * the tests reach its grid splits; 32: one per SM, the default) */
-        if (type == TND_TYPE_Q4_K && ((uintptr_t)x & 15) == 0) {
-            const int blocks = rows_per_warp * threads / 32;
-            int e2 = launch_q4k_tma(W, tnd_cu_row_bytes(type, n_in), n_in, n_out, x, y, blocks < 32 ? blocks : 0,
-                                    (cudaStream_t)stream);
-            if (e2 != -1) return e2;
-        }
-        kernel = MV_AUTO;
-    }
     return dispatch1(kernel, type, rows_per_warp, threads, W, n_in, n_out, x, y, NULL, 1, 0, 0, 1,
                      (cudaStream_t)stream);
 }
