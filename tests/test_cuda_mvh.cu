@@ -1,4 +1,4 @@
-/* The tensor-core decodes of matvec.cu replayed on the host (runs in CI
+/* The tensor-core decodes of matvec_mma.cu replayed on the host (runs in CI
  * without a GPU): every lane's fragments come from the same host+device
  * helpers the kernels use, an emulated mma.sync places them by the PTX
  * fragment layout and sums exactly.

@@ -471,7 +471,7 @@ static inline size_t tnd_cu_type_align(int t) {
 }
 
 
-/* ---- f16 tensor-core decode (matvec.cu, k_mvh_*) ----------------------------
+/* ---- f16 tensor-core decode (matvec_mma.cu, k_mvh_*) ------------------------
  * Weights are decoded to f16 pairs (half2 as raw 32-bit words) with integer
  * tricks and fed to mma.sync m16n8k16 (f16 in, f32 accumulate). A 4-bit code
  * q at bits 0..3 (or 4..7) of a 16-bit lane ORed into 0x6400 is the half
@@ -675,7 +675,7 @@ TND_HD int mvh_q6k_slot(int o) {
     return ((2 * n + ((e >> 2) & 1)) * 4 + j) * 4 + (e >> 3);
 }
 
-/* ---- int8 tensor-core decode of Q4_K (matvec.cu, k_mvi_q4k) ----------------
+/* ---- int8 tensor-core decode of Q4_K (matvec_mma.cu, k_mvi_q4k) ------------
  * The weights go in as they are: a nibble masked in place is an unsigned
  * byte (0..15 for the low sub of a chunk, 16*q for the high one), 4 weights
  * per LOP3, into mma.sync m16n8k32 (u8 x s8, exact s32 sums). x goes in as

@@ -56,7 +56,7 @@ int tnd_cu_arch_fallbacks(void);
  * Returns a cudaError_t. */
 int tnd_cu_arch_probe(int *attr_arch, int *ran_arch);
 
-/* ---- matvec.cu: decode products --------------------------------------------
+/* ---- matvec.cu, matvec_mma.cu, matvec_tile.cu: decode products --------------
  * y[t][r] = sum_k W[r][k] * x[t][k] for t < n_tok, r < n_out.
  * W: n_out rows of n_in elements of type `type` (int, a tnd_type), aligned
  * to 16 bytes for Q4_K/Q5_K, 4 for F32/Q4_1/Q5_1/Q2_K, 2 for the rest; x: f32 [n_tok][n_in]; y: f32 [n_tok][n_out]. Full f32 accuracy
