@@ -331,8 +331,8 @@ __device__ __forceinline__ void mvq_chunk(const mvq_lane &L, Piece &&piece, int 
 /* NS == 0: DEPTH chunks in flight per lane in a register ring (as
  * k_mvt_q4k). NS > 0 (sm_90): instead, each warp streams its chunks
  * through its own ring of NS 2304-byte slots in shared memory, one
- * cp.async.bulk per chunk completing on the slot's mbarrier (as k_mvs_q4k),
- * so NS - 2 chunks or more stay in flight at no register cost, and the
+ * cp.async.bulk per chunk completing on the slot's mbarrier, so NS - 2
+ * chunks or more stay in flight at no register cost, and the
  * lanes decode out of the slot: 80 registers, so 24 warps fit an SM.
  * Shared memory: x (mvi_xbytes), then the rings, then the mbarriers. */
 template <int DEPTH, int NS>
