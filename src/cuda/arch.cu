@@ -6,7 +6,8 @@
  * `#if __CUDA_ARCH__ >= 800` (tensor-core mma, cp.async) is missing, and a
  * choice made from the device's compute capability alone would then run
  * kernels that do nothing: wrong tokens, at a speed that looks good. So the
- * files that choose kernels by architecture (matvec.cu, attn.cu) ask the
+ * files that choose kernels by architecture (matvec_mma.cu, matvec_tile.cu,
+ * attn.cu) ask the
  * runtime which architecture their own code was loaded as on this device
  * (cudaFuncGetAttributes on a probe kernel of theirs, TND_CU_UNIT_ARCH in
  * common.cuh) and choose by that. Where that is below what the device could
