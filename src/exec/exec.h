@@ -1,5 +1,6 @@
-/* Hybrid execution (DESIGN.md §3–§5): placement, memory layout, running a
- * round's op list across the CPU and a GPU (CUDA or SimGPU).
+/* Hybrid execution (docs/ARCHITECTURE.md): the context's fields, the memory
+ * layout's allocation, and running a round's op list across the CPU and a GPU
+ * (CUDA or SimGPU). Only exec/, runtime/ and tests include this header.
  *
  * Sides: side 0 is always the CPU backend; side 1, when present, is the GPU.
  * A context with no GPU runs every node on side 0 with no copies at all.

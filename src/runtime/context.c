@@ -233,6 +233,7 @@ static tnd_status kv_move(tnd_ctx *c, uint16_t *save, bool restore) {
     const size_t n = (size_t)c->n_past * (size_t)c->kv_dim * sizeof(uint16_t);
     tnd_backend *g = c->side[1].be;
     tnd_status st = TND_OK;
+    if (!n) return TND_OK; /* an empty cache */
     for (int l = 0; !st && l < L; l++)
         for (int kv = 0; !st && kv < 2; kv++) {
             char *host = (char *)save + (2 * (size_t)l + (size_t)kv) * n;

@@ -104,8 +104,8 @@ static tnd_ctx_params cal_params(void) {
 /* Decode-step calibration. The slice timings run each op alone, with the
  * caches flushed; a real CPU decode step (ops back to back, a pool barrier
  * after each, every layer's own weights and cache rows) took 1.2-1.3x the
- * sum of those times on the device (TND_TRACE=2 against the DB, session
- * 6; 1.05-1.12 once decode attention was timed cold too), and a
+ * sum of those times on the device (TND_TRACE=2 against the DB, commit
+ * d7f37d7; 1.05-1.12 once decode attention was timed cold too), and a
  * placement's decode predictions were as much too fast. So a few
  * real CPU-only decode steps are timed, against the model's prediction for
  * the same steps, and every CPU decode time is scaled by the ratio. */
@@ -136,7 +136,7 @@ static tnd_status calibrate_decode(const tnd_model *m, tnd_perf *pf) {
  * shows: GPU ops queue slower in place (5.9 against 3.8 us), a split
  * layer's CPU part copies its activations three times, the CPU ops after a
  * GPU stretch run 10% slower than in a CPU-only step (synth qwen3-30b-a3b,
- * TND_TRACE=2, session 6). So real steps are
+ * TND_TRACE=2, commit 9f2cea8). So real steps are
  * timed under a static placement of a quarter of the weights (within half
  * the GPU's budget) and the per-switch host cost the model adds is fitted
  * to them (tnd_perf_fit_switch). Skipped, with a line in pf->note, when
