@@ -256,16 +256,17 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
                         plan->n_ctx, plan->n_batch, c->n_ctx, c->n_batch);
     if (plan->gpu && !c->gpu)
         return tnd_fail(TND_ERR_ARG, "plan '%s' needs a GPU and the context has none", plan->pl.desc);
+    if (plan->gpu && strcmp(plan->gpu_name, tnd_backend_name(c->side[1].be)))
+        return tnd_fail(TND_ERR_ARG, "plan '%s' is for a %s GPU and the context's is %s", plan->pl.desc,
+                        plan->gpu_name, tnd_backend_name(c->side[1].be));
+    /* a CPU plan lays out no GPU side, which a GPU context's executor expects */
+    if (c->gpu && !plan->gpu)
+        return tnd_fail(TND_ERR_ARG, "plan '%s' is for the CPU alone and the context has a GPU (make the plan "
+                        "for the context's device with the placement cpu)", plan->pl.desc);
     tnd_status st = check_fits(c, plan);
     tnd_plan *own = NULL;
     if (!st) st = tnd_plan_copy(plan, &own);
     if (st) return st;
-    /* a GPU context keeps its GPU under a CPU plan: the plan places nothing there */
-    if (c->gpu && !own->gpu) {
-        tnd_plan_free(own);
-        return tnd_fail(TND_ERR_ARG, "plan '%s' is for the CPU alone and the context has a GPU (make the plan "
-                        "for the context's device with --placement cpu)", plan->pl.desc);
-    }
     const size_t kv_bytes = 2 * (size_t)c->m->hp.n_layer * (size_t)c->n_past * (size_t)c->kv_dim * sizeof(uint16_t);
     uint16_t *kv = malloc(kv_bytes + 1);
     if (!kv) {
