@@ -5,8 +5,10 @@ Reads every `#include "..."` of src/ (C, CUDA and headers), maps each file
 and each included header to its folder (src/ itself is the folder "src"),
 and looks for a cycle in the folder graph. The layering it protects is
 docs/ARCHITECTURE.md's: model <- sched <- exec <- runtime <- tools, with
-the backends and the root files below them. Exit status 1 names a cycle
-and the includes that make each of its edges; 0 prints a one-line summary.
+the backends and the root files below them. It also fails on the edges
+FORBIDDEN names (the tools see contexts only through runtime/runtime.h).
+Exit status 1 names the cycle or the edge and the includes that make it;
+0 prints a one-line summary.
 
 Usage: scripts/check-includes.py [SRC_DIR]
 """
@@ -16,6 +18,8 @@ import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 EXTS = (".c", ".h", ".cu", ".cuh")
+# (from folder, to folder): includes that would skip a layer
+FORBIDDEN = {("tools", "exec"): "tools read no context fields: they include runtime/runtime.h"}
 
 
 def folder_of(src, path):
@@ -86,6 +90,13 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     src = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "src"))
     nodes, edges = graph(src)
+    bad = [(e, why) for e, why in FORBIDDEN.items() if e in edges]
+    for (a, b), why in bad:
+        print(f"check-includes: {a} must not include {b} ({why})")
+        for f, name in edges[(a, b)][:5]:
+            print(f"  {f} includes \"{name}\"")
+    if bad:
+        return 1
     cycle = find_cycle(nodes, edges)
     if cycle:
         print("check-includes: the folders of src/ include each other in a cycle: " + " -> ".join(cycle))
