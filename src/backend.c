@@ -88,6 +88,11 @@ tnd_status tnd_backend_copy_d2d(tnd_backend *b, void *dst_dev, const void *src_d
     return b->iface->copy_d2d(b, dst_dev, src_dev, n, s);
 }
 
+tnd_status tnd_backend_memset(tnd_backend *b, void *dst_dev, int v, size_t n, tnd_stream *s) {
+    if (!b->iface->memset) return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend has no memset", b->iface->name);
+    return b->iface->memset(b, dst_dev, v, n, s);
+}
+
 tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s) {
     return b->iface->copy_mapped ? b->iface->copy_mapped(b, dst, src, n, s) : b->iface->copy_d2d(b, dst, src, n, s);
 }

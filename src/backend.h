@@ -329,6 +329,8 @@ tnd_status tnd_backend_event_elapsed(tnd_backend *b, tnd_event *start, tnd_event
 tnd_status tnd_backend_copy_h2d(tnd_backend *b, void *dst_dev, const void *src_host, size_t n, tnd_stream *s);
 tnd_status tnd_backend_copy_d2h(tnd_backend *b, void *dst_host, const void *src_dev, size_t n, tnd_stream *s);
 tnd_status tnd_backend_copy_d2d(tnd_backend *b, void *dst_dev, const void *src_dev, size_t n, tnd_stream *s);
+/* Without memset: TND_ERR_UNSUPPORTED. */
+tnd_status tnd_backend_memset(tnd_backend *b, void *dst_dev, int v, size_t n, tnd_stream *s);
 /* Without copy_mapped: copy_d2d. */
 tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s);
 /* Without op_supported: TND_OK for every op but MATMUL_PAIR. */

@@ -149,7 +149,7 @@ static void *gpu_buf(meas *M, size_t n) {
         tnd_clear_error();
         return NULL;
     }
-    if (p && M->gpu->iface->memset) M->gpu->iface->memset(M->gpu, p, 0, n, M->gs);
+    if (p && M->gpu->iface->memset) tnd_backend_memset(M->gpu, p, 0, n, M->gs);
     return p;
 }
 
