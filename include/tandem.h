@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,6 +112,7 @@ tnd_status tnd_cuda_device_get(int dev, tnd_cuda_device_info *out);
 
 typedef struct tnd_model tnd_model;
 typedef struct tnd_ctx tnd_ctx;
+typedef struct tnd_plan tnd_plan;
 
 typedef struct tnd_model_params {
     int n_threads;           /* CPU threads; 0 = physical cores */
@@ -142,6 +144,8 @@ typedef struct tnd_ctx_params {
     bool cpu_exact;          /* CPU matmuls with f32 activations (exact, slower) instead of
                                 Q8-quantized activations and integer dots (the default);
                                 tnd_ctx_default_params sets it when TND_CPU_INT8=0 */
+    bool predict;            /* tnd_plan_build: fetch the perf DB for the predicted times even
+                                when the placement needs none (it may profile the machine) */
 } tnd_ctx_params;
 
 tnd_model_params tnd_model_default_params(void);
@@ -159,10 +163,44 @@ const char *tnd_model_chat_template(const tnd_model *m);
 /* One-line description, e.g. "llama 135M Q4_1, 30 layers". */
 const char *tnd_model_desc(const tnd_model *m);
 
+/* A plan: where every weight slice runs (the placement), what the GPU and
+ * the host hold (the memory layout) and, when a perf DB is at hand, the
+ * predicted round times; decided from the model, the perf DB (cached, or
+ * measured now), the GPU budget and the placement policy of p, without
+ * allocating weights, caches or buffers. Fails when the placement does not
+ * fit the budget; a budget too small for any GPU placement gives a CPU plan
+ * (with a warning). */
+tnd_status tnd_plan_build(tnd_model *m, const tnd_ctx_params *p, tnd_plan **out);
+void tnd_plan_free(tnd_plan *pl);
+/* The plan as text: the placement per layer and tensor role, the memory
+ * breakdown and the predictions (tandem plan's table). */
+void tnd_plan_print(const tnd_plan *pl, FILE *f);
+/* The same as one JSON object (and a newline); model: the path it names. */
+void tnd_plan_print_json(const tnd_plan *pl, const char *model, FILE *f);
+/* The placement as an SVG picture (layers x tensor roles) at path. */
+tnd_status tnd_plan_write_svg(const tnd_plan *pl, const char *path);
+/* The placement as a placement file (for tnd_ctx_params.placement). */
+tnd_status tnd_plan_write_placement(const tnd_plan *pl, FILE *f);
+/* The short summary run --dry-run prints (model, placement, memory), as
+ * text (malloc'd). */
+tnd_status tnd_plan_text(const tnd_plan *pl, char **text);
+
+/* A context running plan pl (copied: pl may be freed). Fails when the GPU
+ * budget no longer holds the plan's layout. */
+tnd_status tnd_ctx_new_from_plan(const tnd_plan *pl, tnd_ctx **out);
+/* tnd_plan_build then tnd_ctx_new_from_plan, on the same GPU backend (so a
+ * budget taken from the driver's free memory is read once). */
 tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
-/* What tnd_ctx_new would place and allocate, as text (malloc'd), without
- * allocating weights, caches or buffers. Fails as tnd_ctx_new would when the
- * placement does not fit the budget. */
+/* Runs c under plan pl (copied) from the next round on: everything laid
+ * out for the old plan is freed, the new layout allocated and uploaded, and
+ * the KV cache's n_past positions moved to where pl keeps each layer's;
+ * the tokens that follow are those the old plan would have given. pl must
+ * be for c's model, context length and chunk size, and for its device (a
+ * CPU plan for a CPU context, a GPU plan for a GPU one). On failure c can
+ * only be freed. */
+tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *pl);
+/* tnd_plan_build then tnd_plan_text: what tnd_ctx_new would place and
+ * allocate. */
 tnd_status tnd_ctx_plan_text(tnd_model *m, const tnd_ctx_params *p, char **text);
 void tnd_ctx_free(tnd_ctx *c);
 /* Parses a --vram-budget value: bytes ("6G", "4523M", "123456") or a

@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# the layering of src/ (docs/ARCHITECTURE.md): no folder includes back into itself
+python3 scripts/check-includes.py
 scripts/fetch-default-model.sh
 # Real models of other families for the tokenizer vectors and reference checks.
 scripts/fetch-gemma3.sh || echo "warning: could not fetch Gemma 3 270M; its checks will skip"

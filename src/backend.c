@@ -32,6 +32,84 @@ void tnd_backend_free(tnd_backend *b) {
     if (b && b->iface && b->iface->free) b->iface->free(b);
 }
 
+const char *tnd_backend_name(const tnd_backend *b) { return b->iface->name; }
+void tnd_backend_mem_info(tnd_backend *b, tnd_mem_info *out) { b->iface->mem_info(b, out); }
+tnd_status tnd_backend_buf_alloc(tnd_backend *b, size_t size, void **out) { return b->iface->buf_alloc(b, size, out); }
+void tnd_backend_buf_free(tnd_backend *b, void *ptr) { b->iface->buf_free(b, ptr); }
+
+tnd_status tnd_backend_host_alloc(tnd_backend *b, size_t size, void **host, void **dev) {
+    if (!b->iface->host_alloc)
+        return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend has no pinned host memory", b->iface->name);
+    return b->iface->host_alloc(b, size, host, dev);
+}
+
+void tnd_backend_host_free(tnd_backend *b, void *host) {
+    if (b->iface->host_free) b->iface->host_free(b, host);
+}
+
+tnd_status tnd_backend_stream_new(tnd_backend *b, tnd_stream **out) { return b->iface->stream_new(b, out); }
+
+void tnd_backend_stream_free(tnd_backend *b, tnd_stream *s) {
+    if (s) b->iface->stream_free(b, s);
+}
+
+tnd_status tnd_backend_stream_sync(tnd_backend *b, tnd_stream *s) { return b->iface->stream_sync(b, s); }
+tnd_status tnd_backend_event_new(tnd_backend *b, tnd_event **out) { return b->iface->event_new(b, out); }
+
+void tnd_backend_event_free(tnd_backend *b, tnd_event *e) {
+    if (e) b->iface->event_free(b, e);
+}
+
+tnd_status tnd_backend_event_record(tnd_backend *b, tnd_event *e, tnd_stream *s) {
+    return b->iface->event_record(b, e, s);
+}
+
+tnd_status tnd_backend_stream_wait(tnd_backend *b, tnd_stream *s, tnd_event *e) {
+    return b->iface->stream_wait(b, s, e);
+}
+
+tnd_status tnd_backend_event_sync(tnd_backend *b, tnd_event *e) { return b->iface->event_sync(b, e); }
+
+tnd_status tnd_backend_event_elapsed(tnd_backend *b, tnd_event *start, tnd_event *end, float *ms) {
+    if (!b->iface->event_elapsed)
+        return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend does not time events", b->iface->name);
+    return b->iface->event_elapsed(b, start, end, ms);
+}
+
+tnd_status tnd_backend_copy_h2d(tnd_backend *b, void *dst_dev, const void *src_host, size_t n, tnd_stream *s) {
+    return b->iface->copy_h2d(b, dst_dev, src_host, n, s);
+}
+
+tnd_status tnd_backend_copy_d2h(tnd_backend *b, void *dst_host, const void *src_dev, size_t n, tnd_stream *s) {
+    return b->iface->copy_d2h(b, dst_host, src_dev, n, s);
+}
+
+tnd_status tnd_backend_copy_d2d(tnd_backend *b, void *dst_dev, const void *src_dev, size_t n, tnd_stream *s) {
+    return b->iface->copy_d2d(b, dst_dev, src_dev, n, s);
+}
+
+tnd_status tnd_backend_memset(tnd_backend *b, void *dst_dev, int v, size_t n, tnd_stream *s) {
+    if (!b->iface->memset) return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend has no memset", b->iface->name);
+    return b->iface->memset(b, dst_dev, v, n, s);
+}
+
+tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s) {
+    return b->iface->copy_mapped ? b->iface->copy_mapped(b, dst, src, n, s) : b->iface->copy_d2d(b, dst, src, n, s);
+}
+
+tnd_status tnd_backend_op_supported(tnd_backend *b, const tnd_op *op) {
+    if (b->iface->op_supported) return b->iface->op_supported(b, op);
+    return op->kind == TND_OP_MATMUL_PAIR ? tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend runs no matmul pairs",
+                                                     b->iface->name)
+                                          : TND_OK;
+}
+
+tnd_status tnd_backend_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) { return b->iface->op_run(b, op, s); }
+
+tnd_status tnd_backend_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
+    return b->iface->reserve ? b->iface->reserve(b, op, s) : TND_OK;
+}
+
 int64_t tnd_tensor_nelem(const tnd_tensor *t) {
     int64_t n = 1;
     for (int i = 0; i < TND_MAX_DIMS; i++) n *= t->ne[i] > 0 ? t->ne[i] : 1;
@@ -71,3 +149,7 @@ void *tnd_cuda_stream_handle(tnd_stream *s) {
     return NULL;
 }
 #endif
+
+tnd_status tnd_backend_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_stream *s) {
+    return b->iface->weight_prepare ? b->iface->weight_prepare(b, w, s) : TND_OK;
+}

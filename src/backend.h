@@ -311,6 +311,39 @@ void *tnd_cuda_stream_handle(tnd_stream *s);
 
 /* Frees b (NULL: no-op). */
 void tnd_backend_free(tnd_backend *b);
+/* The slots above as calls: tnd_backend_X(b, ...) is b->iface->X(b, ...);
+ * the OPTIONAL ones fall back as their comments say. */
+const char *tnd_backend_name(const tnd_backend *b);
+void tnd_backend_mem_info(tnd_backend *b, tnd_mem_info *out);
+tnd_status tnd_backend_buf_alloc(tnd_backend *b, size_t size, void **out);
+void tnd_backend_buf_free(tnd_backend *b, void *ptr);
+/* TND_ERR_UNSUPPORTED when the backend has no pinned host memory. */
+tnd_status tnd_backend_host_alloc(tnd_backend *b, size_t size, void **host, void **dev);
+void tnd_backend_host_free(tnd_backend *b, void *host);
+tnd_status tnd_backend_stream_new(tnd_backend *b, tnd_stream **out);
+void tnd_backend_stream_free(tnd_backend *b, tnd_stream *s); /* s NULL: no-op */
+tnd_status tnd_backend_stream_sync(tnd_backend *b, tnd_stream *s);
+tnd_status tnd_backend_event_new(tnd_backend *b, tnd_event **out);
+void tnd_backend_event_free(tnd_backend *b, tnd_event *e); /* e NULL: no-op */
+tnd_status tnd_backend_event_record(tnd_backend *b, tnd_event *e, tnd_stream *s);
+tnd_status tnd_backend_stream_wait(tnd_backend *b, tnd_stream *s, tnd_event *e);
+tnd_status tnd_backend_event_sync(tnd_backend *b, tnd_event *e);
+/* TND_ERR_UNSUPPORTED without event timing. */
+tnd_status tnd_backend_event_elapsed(tnd_backend *b, tnd_event *start, tnd_event *end, float *ms);
+tnd_status tnd_backend_copy_h2d(tnd_backend *b, void *dst_dev, const void *src_host, size_t n, tnd_stream *s);
+tnd_status tnd_backend_copy_d2h(tnd_backend *b, void *dst_host, const void *src_dev, size_t n, tnd_stream *s);
+tnd_status tnd_backend_copy_d2d(tnd_backend *b, void *dst_dev, const void *src_dev, size_t n, tnd_stream *s);
+/* Without memset: TND_ERR_UNSUPPORTED. */
+tnd_status tnd_backend_memset(tnd_backend *b, void *dst_dev, int v, size_t n, tnd_stream *s);
+/* Without copy_mapped: copy_d2d. */
+tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s);
+/* Without op_supported: TND_OK for every op but MATMUL_PAIR. */
+tnd_status tnd_backend_op_supported(tnd_backend *b, const tnd_op *op);
+tnd_status tnd_backend_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s);
+/* Without reserve: TND_OK (nothing to reserve). */
+tnd_status tnd_backend_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s);
+/* Without weight_prepare: TND_OK (weights are read as uploaded). */
+tnd_status tnd_backend_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_stream *s);
 /* Bytes of a contiguous tensor (ne[0] a multiple of the block size);
  * 0 if the shape is invalid. */
 size_t tnd_tensor_nbytes(const tnd_tensor *t);

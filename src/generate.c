@@ -6,11 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
 #include "tandem.h"
 #include "util.h"
-
-tnd_model *tnd_ctx_model(const tnd_ctx *c) { return c ? c->m : NULL; }
 
 tnd_generate_params tnd_generate_default_params(void) {
     tnd_generate_params p;

@@ -19,6 +19,7 @@
 
 #include "check.h"
 #include "exec/exec.h"
+#include "runtime/runtime.h"
 #include "model_fixture.h"
 #include "sim/sim.h"
 #include "tandem.h"

@@ -58,7 +58,7 @@ static void trace_add(tnd_ctx *c, int side, int op, int part, double s) {
 
 /* Waits for side s's queued work (TND_TRACE=1 only). */
 static tnd_status trace_sync(tnd_ctx *c, int s) {
-    return s == TND_SIDE_GPU && c->trace_mode == 1 ? c->side[1].be->iface->stream_sync(c->side[1].be, c->side[1].st)
+    return s == TND_SIDE_GPU && c->trace_mode == 1 ? tnd_backend_stream_sync(c->side[1].be, c->side[1].st)
                                                    : TND_OK;
 }
 
@@ -111,7 +111,7 @@ static tnd_status wait_mapped(tnd_ctx *c, int b) {
     if (!c->mapped_pending[b]) return TND_OK;
     tnd_backend *g = c->side[1].be;
     c->mapped_pending[b] = false;
-    return g->iface->event_sync(g, c->mapped_ev);
+    return tnd_backend_event_sync(g, c->mapped_ev);
 }
 
 /* promote=auto: this round promotes a candidate when copying it and running
@@ -150,7 +150,7 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
     const char *src = c->w[0][sid];
     char *dst = c->slot[k];
     size_t n = w->t->nbytes;
-    tnd_status st = g->iface->stream_wait(g, c->xfer, c->slot_free[k]);
+    tnd_status st = tnd_backend_stream_wait(g, c->xfer, c->slot_free[k]);
     if (st) return st;
     if (w->n_expert > 1) {
         /* the routing ids, on the host (waits for the GPU if it routed) */
@@ -164,10 +164,10 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
         for (size_t i = 0; i < nb / sizeof(int32_t); i++)
             if (ids[i] >= 0 && ids[i] < w->n_expert) chosen[ids[i]] = 1;
         if ((st = tnd_copy_experts(g, dst, src, n, w->n_expert, chosen, 1, false, c->xfer, &n))) return st;
-    } else if ((st = g->iface->copy_h2d(g, dst, src, n, c->xfer))) {
+    } else if ((st = tnd_backend_copy_h2d(g, dst, src, n, c->xfer))) {
         return st;
     }
-    if ((st = g->iface->event_record(g, c->slot_ready[k], c->xfer))) return st;
+    if ((st = tnd_backend_event_record(g, c->slot_ready[k], c->xfer))) return st;
     c->n_w_copies++;
     c->w_copy_bytes += n;
     return TND_OK;
@@ -201,13 +201,13 @@ static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s) {
     char *host = (char *)c->act_dev[b] + off, *dev = (char *)c->side[1].act[b] + off;
     tnd_status st;
     if (s == TND_SIDE_GPU) {
-        if ((st = g->iface->copy_mapped(g, dev, host, n, c->side[1].st)) ||
-            (st = g->iface->event_record(g, c->host_read[b], c->side[1].st)))
+        if ((st = tnd_backend_copy_mapped(g, dev, host, n, c->side[1].st)) ||
+            (st = tnd_backend_event_record(g, c->host_read[b], c->side[1].st)))
             return st;
         c->host_read_pending[b] = true;
     } else {
-        if ((st = g->iface->copy_mapped(g, host, dev, n, c->side[1].st)) ||
-            (st = g->iface->event_record(g, c->sync_ev, c->side[1].st)) || (st = g->iface->event_sync(g, c->sync_ev)))
+        if ((st = tnd_backend_copy_mapped(g, host, dev, n, c->side[1].st)) ||
+            (st = tnd_backend_event_record(g, c->sync_ev, c->side[1].st)) || (st = tnd_backend_event_sync(g, c->sync_ev)))
             return st;
     }
     c->n_act_copies++;
@@ -278,7 +278,7 @@ static tnd_status host_act(tnd_ctx *c, const tnd_tensor *t, bool read, int *idx,
     if (!st && c->gpu) st = wait_mapped(c, r->idx);
     if (!st && c->gpu && !read && c->host_read_pending[r->idx]) {
         tnd_backend *g = c->side[1].be;
-        st = g->iface->event_sync(g, c->host_read[r->idx]);
+        st = tnd_backend_event_sync(g, c->host_read[r->idx]);
         c->host_read_pending[r->idx] = false;
     }
     *idx = r->idx;
@@ -356,7 +356,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         /* a CPU write must not race a queued GPU copy out of the same buffer */
         if (r && r->kind == R_ACT && s == TND_SIDE_CPU && c->host_read_pending[r->idx]) {
             tnd_backend *g = c->side[1].be;
-            if ((st = g->iface->event_sync(g, c->host_read[r->idx]))) return st;
+            if ((st = tnd_backend_event_sync(g, c->host_read[r->idx]))) return st;
             c->host_read_pending[r->idx] = false;
         }
         /* nor a GPU write into the host buffer, unless their rows are disjoint */
@@ -376,14 +376,14 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     }
     /* an expert tensor's copy is queued now that routing has run */
     if (prom && c->prom_next == *prom_seen && (st = prefetch(c, *prom_seen, true))) return st;
-    if (prom && (st = sd->be->iface->stream_wait(sd->be, sd->st, c->slot_ready[slot]))) return st;
+    if (prom && (st = tnd_backend_stream_wait(sd->be, sd->st, c->slot_ready[slot]))) return st;
     if (c->trace_mode == 1 && prom) {
         tr = tnd_time_s();
-        if ((st = sd->be->iface->event_sync(sd->be, c->slot_ready[slot]))) return st;
+        if ((st = tnd_backend_event_sync(sd->be, c->slot_ready[slot]))) return st;
         trace_add(c, s, TR_WCOPY, part, tnd_time_s() - tr);
     }
     if (c->trace) tr = tnd_time_s();
-    if ((st = sd->be->iface->op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
+    if ((st = tnd_backend_op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
     if (c->trace) {
         if ((st = trace_sync(c, s))) return st;
         trace_add(c, s, op.kind, part, tnd_time_s() - tr);
@@ -396,7 +396,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
             c->valid[r->idx] = (uint8_t)(1u << (mapped_out ? TND_SIDE_CPU : s));
             c->wlen[r->idx] = (size_t)((const char *)o->data - r->base) + tnd_tensor_nbytes(o);
             if (mapped_out) {
-                if ((st = sd->be->iface->event_record(sd->be, c->mapped_ev, sd->st))) return st;
+                if ((st = tnd_backend_event_record(sd->be, c->mapped_ev, sd->st))) return st;
                 c->mapped_pending[r->idx] = true;
             }
         }
@@ -412,7 +412,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
             if (v[i] >= 0 && v[i] < E) c->expert_hits[(size_t)nd->layer * E + v[i]]++;
     }
     if (prom) {
-        if ((st = sd->be->iface->event_record(sd->be, c->slot_free[slot], sd->st))) return st;
+        if ((st = tnd_backend_event_record(sd->be, c->slot_free[slot], sd->st))) return st;
         (*prom_seen)++;
         if ((st = prefetch(c, *prom_seen, false))) return st;
     }
@@ -454,7 +454,7 @@ static bool fuse_pair(tnd_ctx *c, const tnd_node *a, const tnd_node *b, tnd_node
     int8_t *ok = &c->pair_ok[2 * a->sid + nt - 1];
     if (*ok < 0) {
         tnd_backend *g = c->side[1].be;
-        *ok = g->iface->op_supported && g->iface->op_supported(g, &out->op) == TND_OK;
+        *ok = g->iface->op_supported && tnd_backend_op_supported(g, &out->op) == TND_OK;
         if (!*ok) tnd_clear_error(); /* a refusal is an answer here, not an error */
     }
     return *ok == 1;
@@ -504,7 +504,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     if (c->gpu) {
         /* always drain, so no queued work outlives a failed round */
         tnd_backend *g = c->side[1].be;
-        tnd_status s1 = g->iface->stream_sync(g, c->side[1].st), s2 = g->iface->stream_sync(g, c->xfer);
+        tnd_status s1 = tnd_backend_stream_sync(g, c->side[1].st), s2 = tnd_backend_stream_sync(g, c->xfer);
         if (!st) st = s1 ? s1 : s2;
         memset(c->host_read_pending, 0, sizeof c->host_read_pending);
         memset(c->mapped_pending, 0, sizeof c->mapped_pending);

@@ -1,5 +1,6 @@
-/* Hybrid execution (docs/ARCHITECTURE.md: Slices to Execution): placement, memory layout, running a
- * round's op list across the CPU and a GPU (CUDA or SimGPU).
+/* Hybrid execution (docs/ARCHITECTURE.md): the context's fields, the memory
+ * layout's allocation, and running a round's op list across the CPU and a GPU
+ * (CUDA or SimGPU). Only exec/, runtime/ and tests include this header.
  *
  * Sides: side 0 is always the CPU backend; side 1, when present, is the GPU.
  * A context with no GPU runs every node on side 0 with no copies at all.
@@ -22,72 +23,11 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "exec/layout.h"
 #include "graph.h"
+#include "model/forward.h"
 #include "model/model.h"
-
-enum { TND_SIDE_CPU = 0, TND_SIDE_GPU = 1 };
-
-/* Activation buffers of one round. */
-enum {
-    A_X,      /* [nb][n_embd] residual stream */
-    A_H,      /* [nb][n_embd] normed sublayer input */
-    A_Q,      /* [nb][n_head * head_dim] */
-    A_K,      /* [nb][kv_dim] */
-    A_V,      /* [nb][kv_dim] */
-    A_ATT,    /* [nb][n_head * head_dim] */
-    A_O,      /* [nb][n_embd] sublayer output */
-    A_G,      /* [nb][n_used][n_ff] gate (dense: n_used = 1) */
-    A_U,      /* [nb][n_used][n_ff] up */
-    A_EY,     /* [nb][n_used][n_embd] expert outputs (MoE) */
-    A_RL,     /* [nb][n_expert] router logits (MoE) */
-    A_RW,     /* [nb][n_used] routing weights (MoE) */
-    A_RI,     /* [nb][n_used] i32 routing ids (MoE) */
-    A_RIC,    /* [nb][n_used] i32 split layers: ids of the CPU-side experts, -1 for the others */
-    A_RIG,    /* [nb][n_used] i32 split layers: GPU-resident experts' compact indices, -1 for the others */
-    A_IDS,    /* [nb] i32 token ids */
-    A_POS,    /* [nb] i32 positions */
-    A_LOGITS, /* [n_vocab] */
-    A_COUNT
-};
-
-/* Where each weight slice runs. Small slices (norm weights, biases: 1-D
- * tensors) are replicated on both sides and not placed.
- *
- * MoE layers are placed either by whole tensors (where[] of gate_exps,
- * up_exps and down_exps, each on its own side) or, when split[l], expert
- * by expert: exp[l][e] is the side of expert e's gate, up and down (so the
- * SILU_MUL between them stays on one side). A split layer has experts on
- * both sides (tnd_placement_normalize unsplits the others); its three
- * expert tensors then have where = CPU (the host store holds them whole,
- * the GPU arena only its experts) and one promotion flag shared by the
- * three (promoting moves the chosen CPU-side experts to a slot). */
-typedef struct tnd_placement {
-    int n_slices, n_layer, n_expert; /* n_expert: per MoE layer, 0 for dense models */
-    uint8_t *where;    /* [n_slices] TND_SIDE_* of the ops reading the slice */
-    uint8_t *split;    /* [n_layer] 1: the layer's experts are placed one by one (exp[]) */
-    uint8_t *exp;      /* [n_layer][n_expert] TND_SIDE_* of each expert of a split layer; NULL for dense */
-    uint8_t *kv;       /* [n_layer] side of the layer's attention and KV cache */
-    uint8_t *promote;  /* [n_slices] 1: a CPU slice copied to a GPU slot each round */
-    bool promote_auto; /* promote[] are candidates; each round promotes those whose copy
-                          costs less than the CPU time it saves (large rounds: prefill) */
-    char desc[96];     /* how it was made, for messages */
-} tnd_placement;
-
-/* Memory the layout needs, computed before anything big is allocated. */
-typedef struct tnd_layout {
-    uint64_t budget;        /* GPU bytes allowed (0 = no GPU) */
-    uint64_t w_gpu;         /* resident weight slices */
-    uint64_t small_gpu;     /* replicated norm weights and biases */
-    uint64_t kv_gpu;        /* KV cache of GPU layers */
-    uint64_t act_gpu;       /* GPU activation buffers */
-    uint64_t slots_gpu;     /* temporary slots for promoted slices */
-    uint64_t scratch_gpu;   /* op scratch (prefill GEMM tiles, attention splits) */
-    uint64_t gpu_total;     /* sum of the above */
-    uint64_t pinned_host;   /* pinned store (non-resident slices) + host activations */
-    uint64_t kv_cpu;        /* KV cache of CPU layers */
-    uint64_t slot_bytes;    /* size of one slot */
-    int n_slots;
-} tnd_layout;
+#include "sched/placement.h"
 
 typedef struct tnd_side {
     tnd_backend *be;
@@ -112,8 +52,8 @@ struct tnd_ctx {
     tnd_side side[2];
     bool gpu;                /* side 1 present */
     tnd_stream *xfer;        /* GPU transfer stream (weight copies) */
-    tnd_placement pl;
-    const tnd_placement *fixed_pl; /* tnd_ctx_new_placed: the placement asked for (while planning) */
+    struct tnd_plan *plan;   /* the plan run now (runtime/); owns pl's arrays and perf */
+    tnd_placement pl;        /* the plan's placement and layout, copied here for the executor */
     tnd_layout lay;
     uint64_t budget_asked;   /* the GPU budget before any fallback to the CPU */
 
@@ -154,15 +94,12 @@ struct tnd_ctx {
     tnd_region *reg;
     int n_reg;
 
-    struct tnd_perf *perf;   /* the perf DB behind a static placement (NULL otherwise) */
+    struct tnd_perf *perf;   /* the plan's perf DB (static placement, automatic promotion), or NULL */
     bool verbose;            /* report predicted vs measured per round */
-    bool planned_only;       /* made by tnd_ctx_plan_only: nothing allocated */
 
     tnd_graph g;
     int cur;                 /* side of the previous node */
-    int emit_layer;          /* layer the recipe is emitting (-1 outside) */
     float *logits;           /* [n_vocab] host */
-    tnd_status err;          /* first failure of the round */
     /* counters (tests, --verbose) */
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes;
     uint64_t n_pairs; /* MATMUL pairs handed to the GPU as one MATMUL_PAIR (fuse_pair) */
@@ -176,48 +113,13 @@ struct tnd_ctx {
     int trace_prefill;       /* the round being traced has more than one token */
 };
 
-/* ---- placement.c ---- */
-/* True for slices that are replicated instead of placed (1-D tensors). */
-bool tnd_slice_small(const tnd_weight *w);
-/* Layer of a slice from its GGUF name ("blk.N."), or -1. */
-int tnd_slice_layer(const tnd_weight *w);
-/* True if slice sid is an expert tensor of a layer p splits expert by
- * expert (*layer: that layer, may be NULL). */
-bool tnd_slice_split(const tnd_model *m, const tnd_placement *p, int sid, int *layer);
-/* Experts of layer l on the GPU (whole tensors: all or none, from gate_exps). */
-int tnd_placement_gpu_experts(const tnd_model *m, const tnd_placement *p, int l);
-/* Bytes of slice sid resident on the GPU: all of it, a split tensor's GPU
- * experts, or 0. */
-uint64_t tnd_slice_gpu_bytes(const tnd_model *m, const tnd_placement *p, int sid);
-/* Restores the invariants of split layers: a layer with all its experts on
- * one side becomes whole tensors on that side; a split layer's expert
- * tensors get where = CPU and one promotion flag (set if any was). */
-void tnd_placement_normalize(const tnd_model *m, tnd_placement *p);
-/* Builds p from spec: "cpu", "gpu", "layer" (whole layers from the last
- * while they fit in weight_budget bytes, with their KV cache of kv_layer
- * bytes), "random:SEED" (MoE: some layers split expert by expert), or a
- * placement file ("name side" lines, fnmatch patterns, later lines win;
- * "blk.N.exp.E" names one expert). promote: NULL/"none", "all", "auto",
- * "random:SEED". */
-tnd_status tnd_placement_make(const tnd_model *m, const char *spec, const char *promote, uint64_t weight_budget,
-                              uint64_t kv_layer, tnd_placement *p);
-/* A copy of src (a placement for m) into dst, to free with tnd_placement_free. */
-tnd_status tnd_placement_copy(const tnd_model *m, const tnd_placement *src, tnd_placement *dst);
-void tnd_placement_free(tnd_placement *p);
-/* Writes p as a placement file (loadable by tnd_placement_make). */
-tnd_status tnd_placement_write(const tnd_model *m, const tnd_placement *p, FILE *f);
-
 /* ---- layout.c ---- */
-/* Fills *l for model m, placement p, context n_ctx x n_batch, GPU budget
- * (gpu: a GPU side exists). */
-void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int n_batch, uint64_t budget,
-                        bool gpu, tnd_layout *l);
 /* Allocates everything of c's layout on both sides (c->pl and c->lay set). */
 tnd_status tnd_layout_alloc(tnd_ctx *c);
 /* Frees what tnd_layout_alloc allocated. */
 void tnd_layout_free(tnd_ctx *c);
-/* Prints the memory breakdown. */
-void tnd_layout_print(const tnd_layout *l, FILE *f);
+/* The same, leaving c as before tnd_layout_alloc (a new plan is laid out next). */
+void tnd_layout_release(tnd_ctx *c);
 /* Weight bytes one decode token reads on the CPU, on the GPU (resident),
  * and copies over PCIe (promoted); MoE experts count n_used / n_expert. */
 void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie);
@@ -227,22 +129,6 @@ void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint
  * compact. *copied: the bytes queued. */
 tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t nbytes, int64_t n_expert,
                             const uint8_t *mark, uint8_t want, bool compact, tnd_stream *st, size_t *copied);
-/* Activation buffer sizes for n_batch tokens. */
-void tnd_act_sizes(const tnd_hparams *hp, int n_batch, size_t sz[A_COUNT]);
-
-/* ---- model/forward.c ---- */
-/* A context with its placement, layout and perf DB decided but nothing big
- * allocated (tandem plan, --dry-run); only for inspection, then
- * tnd_ctx_free. */
-tnd_status tnd_ctx_plan_only(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
-/* tnd_ctx_new with placement pl (copied; p->placement and p->promote
- * ignored, no promotion slots, so pl may not promote automatically): the
- * profile's calibration steps under a placement of its choosing. */
-tnd_status tnd_ctx_new_placed(tnd_model *m, const tnd_ctx_params *p, const tnd_placement *pl, tnd_ctx **out);
-
-/* The perf DB for c's model and GPU (cached, else measured and cached);
- * *out is c's to free with tnd_perf_free + free. */
-tnd_status tnd_ctx_get_perf(tnd_ctx *c, const tnd_ctx_params *p, struct tnd_perf **out);
 
 /* ---- exec.c ---- */
 /* The side node nd runs on after a node on side cur (the rule of the file

@@ -144,7 +144,7 @@ void tnd_layout_print(const tnd_layout *l, FILE *f) {
 /* ---- allocation ------------------------------------------------------------ */
 
 static tnd_status gpu_alloc(tnd_ctx *c, size_t n, void **out, const char *what) {
-    tnd_status st = c->side[1].be->iface->buf_alloc(c->side[1].be, n, out);
+    tnd_status st = tnd_backend_buf_alloc(c->side[1].be, n, out);
     return st ? tnd_fail_wrap(st, "%s: ", what) : TND_OK;
 }
 
@@ -155,11 +155,11 @@ static tnd_status alloc_acts(tnd_ctx *c) {
         if (!n) continue;
         tnd_status st;
         if (g) {
-            if ((st = g->iface->host_alloc(g, n, &c->side[0].act[i], &c->act_dev[i])))
+            if ((st = tnd_backend_host_alloc(g, n, &c->side[0].act[i], &c->act_dev[i])))
                 return tnd_fail_wrap(st, "pinned activation buffers: ");
             if ((st = gpu_alloc(c, n, &c->side[1].act[i], "GPU activation buffers"))) return st;
         } else {
-            if ((st = c->side[0].be->iface->buf_alloc(c->side[0].be, n, &c->side[0].act[i])))
+            if ((st = tnd_backend_buf_alloc(c->side[0].be, n, &c->side[0].act[i])))
                 return tnd_fail_wrap(st, "activation buffers: ");
         }
     }
@@ -226,7 +226,7 @@ static tnd_status alloc_weights(tnd_ctx *c) {
     for (int i = 0; i < n; i++)
         if (!tnd_slice_small(m->slices[i]) && c->pl.where[i] == TND_SIDE_CPU) store += ALIGN256(m->slices[i]->t->nbytes);
     if (store) {
-        tnd_status st = g->iface->host_alloc(g, store, &c->pinned, &c->pinned_dev);
+        tnd_status st = tnd_backend_host_alloc(g, store, &c->pinned, &c->pinned_dev);
         if (st) {
             TND_WARN("could not pin %.1f MiB of host memory for the weight store (%s); the CPU "
                      "computes from the mapped file and promoted weights copy from pageable memory, several "
@@ -249,7 +249,7 @@ static tnd_status alloc_weights(tnd_ctx *c) {
     for (int i = 0; i < n; i++)
         if (tnd_slice_small(m->slices[i]) || c->pl.where[i] == TND_SIDE_GPU) arena += ALIGN256(m->slices[i]->t->nbytes);
         else if (tnd_slice_split(m, &c->pl, i, NULL)) arena += ALIGN256(tnd_slice_gpu_bytes(m, &c->pl, i));
-    tnd_status st = arena ? g->iface->buf_alloc(g, arena, &c->w_arena) : TND_OK;
+    tnd_status st = arena ? tnd_backend_buf_alloc(g, arena, &c->w_arena) : TND_OK;
     if (st) return tnd_fail_wrap(st, "resident weights (%.1f MiB): ", arena / MIB);
     char *next = c->w_arena;
     for (int i = 0; i < n; i++) {
@@ -269,17 +269,17 @@ static tnd_status alloc_weights(tnd_ctx *c) {
             continue;
         }
         if (!tnd_slice_small(w) && c->pl.where[i] != TND_SIDE_GPU) continue;
-        if ((st = g->iface->copy_h2d(g, next, w->data, w->t->nbytes, c->side[1].st))) return st;
+        if ((st = tnd_backend_copy_h2d(g, next, w->data, w->t->nbytes, c->side[1].st))) return st;
         /* the backend may re-lay a weight that only dense matmuls read (CUDA: Q4_K tiles) */
         if (g->iface->weight_prepare && slice_matmul_only(m, i)) {
             tnd_tensor t = {next, w->type, {w->n_in, w->n_out, 1, 1}};
-            if ((st = g->iface->weight_prepare(g, &t, c->side[1].st)))
+            if ((st = tnd_backend_weight_prepare(g, &t, c->side[1].st)))
                 return tnd_fail_wrap(st, "%.*s: ", (int)w->t->name.len, w->t->name.ptr);
         }
         c->w[1][i] = next;
         next += ALIGN256(w->t->nbytes);
     }
-    return g->iface->stream_sync(g, c->side[1].st);
+    return tnd_backend_stream_sync(g, c->side[1].st);
 }
 
 tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t nbytes, int64_t n_expert,
@@ -293,7 +293,7 @@ tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t n
         int64_t e1 = e;
         while (e1 < n_expert && mark[e1] == want) e1++;
         size_t n = (size_t)(e1 - e) * per;
-        tnd_status s = g->iface->copy_h2d(g, (char *)dst + (compact ? at : (size_t)e * per),
+        tnd_status s = tnd_backend_copy_h2d(g, (char *)dst + (compact ? at : (size_t)e * per),
                                           (const char *)src + (size_t)e * per, n, st);
         if (s) return s;
         at += n;
@@ -313,7 +313,7 @@ static tnd_status alloc_slots(tnd_ctx *c) {
     for (int i = 0; i < n; i++) {
         tnd_status st;
         if ((st = gpu_alloc(c, c->lay.slot_bytes, &c->slot[i], "promotion slots")) ||
-            (st = g->iface->event_new(g, &c->slot_ready[i])) || (st = g->iface->event_new(g, &c->slot_free[i])))
+            (st = tnd_backend_event_new(g, &c->slot_ready[i])) || (st = tnd_backend_event_new(g, &c->slot_free[i])))
             return st;
     }
     return TND_OK;
@@ -372,41 +372,40 @@ tnd_status tnd_layout_alloc(tnd_ctx *c) {
     if ((st = alloc_acts(c)) || (st = alloc_kv(c)) || (st = alloc_weights(c))) return st;
     if (c->gpu) {
         tnd_backend *g = c->side[1].be;
-        if ((st = g->iface->event_new(g, &c->sync_ev))) return st;
+        if ((st = tnd_backend_event_new(g, &c->sync_ev))) return st;
         for (int i = 0; i < A_COUNT; i++)
-            if (c->act_size[i] && (st = g->iface->event_new(g, &c->host_read[i]))) return st;
+            if (c->act_size[i] && (st = tnd_backend_event_new(g, &c->host_read[i]))) return st;
         if (c->lay.n_slots && (st = alloc_slots(c))) return st;
-        if ((st = g->iface->event_new(g, &c->mapped_ev))) return st;
+        if ((st = tnd_backend_event_new(g, &c->mapped_ev))) return st;
         if ((st = alloc_expert_map(c))) return st;
     }
     return build_regions(c);
 }
 
 void tnd_layout_free(tnd_ctx *c) {
-    if (c->planned_only) return;
     tnd_backend *g = c->gpu ? c->side[1].be : NULL;
     for (int s = 0; s < 2; s++) {
         tnd_backend *b = c->side[s].be;
         if (!b) continue;
         for (int i = 0; i < A_COUNT; i++) {
             if (!c->side[s].act[i]) continue;
-            if (s == 0 && g) g->iface->host_free(g, c->side[0].act[i]);
-            else b->iface->buf_free(b, c->side[s].act[i]);
+            if (s == 0 && g) tnd_backend_host_free(g, c->side[0].act[i]);
+            else tnd_backend_buf_free(b, c->side[s].act[i]);
         }
     }
     if (g) {
-        g->iface->buf_free(g, c->kv_arena);
-        g->iface->buf_free(g, c->w_arena);
-        if (c->pinned) g->iface->host_free(g, c->pinned);
+        tnd_backend_buf_free(g, c->kv_arena);
+        tnd_backend_buf_free(g, c->w_arena);
+        if (c->pinned) tnd_backend_host_free(g, c->pinned);
         for (int i = 0; c->slot && i < c->lay.n_slots; i++) {
-            g->iface->buf_free(g, c->slot[i]);
-            if (c->slot_ready[i]) g->iface->event_free(g, c->slot_ready[i]);
-            if (c->slot_free[i]) g->iface->event_free(g, c->slot_free[i]);
+            tnd_backend_buf_free(g, c->slot[i]);
+            if (c->slot_ready[i]) tnd_backend_event_free(g, c->slot_ready[i]);
+            if (c->slot_free[i]) tnd_backend_event_free(g, c->slot_free[i]);
         }
         for (int i = 0; i < A_COUNT; i++)
-            if (c->host_read[i]) g->iface->event_free(g, c->host_read[i]);
-        if (c->sync_ev) g->iface->event_free(g, c->sync_ev);
-        if (c->mapped_ev) g->iface->event_free(g, c->mapped_ev);
+            if (c->host_read[i]) tnd_backend_event_free(g, c->host_read[i]);
+        if (c->sync_ev) tnd_backend_event_free(g, c->sync_ev);
+        if (c->mapped_ev) tnd_backend_event_free(g, c->mapped_ev);
     }
     free(c->exp_gpu);
     if (c->kv_canon) munmap(c->kv_canon, c->kv_canon_bytes);
@@ -417,6 +416,29 @@ void tnd_layout_free(tnd_ctx *c) {
     free(c->slot_ready);
     free(c->slot_free);
     free(c->reg);
+}
+
+void tnd_layout_release(tnd_ctx *c) {
+    tnd_layout_free(c);
+    for (int s = 0; s < 2; s++) memset(c->side[s].act, 0, sizeof c->side[s].act);
+    memset(c->act_size, 0, sizeof c->act_size);
+    memset(c->act_dev, 0, sizeof c->act_dev);
+    memset(c->valid, 0, sizeof c->valid);
+    memset(c->wlen, 0, sizeof c->wlen);
+    memset(c->host_read, 0, sizeof c->host_read);
+    memset(c->host_read_pending, 0, sizeof c->host_read_pending);
+    memset(c->mapped_pending, 0, sizeof c->mapped_pending);
+    c->w[0] = c->w[1] = NULL;
+    c->w_arena = c->pinned = c->pinned_dev = c->kv_arena = NULL;
+    c->kv_canon = NULL;
+    c->kv_canon_bytes = 0;
+    c->kv_addr = NULL;
+    c->sync_ev = c->mapped_ev = NULL;
+    c->slot = NULL;
+    c->slot_ready = c->slot_free = NULL;
+    c->exp_gpu = NULL;
+    c->reg = NULL;
+    c->n_reg = 0;
 }
 
 void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie) {

@@ -124,7 +124,7 @@ static double time_cpu(meas *M, const tnd_op *op, int reps) {
     for (int r = 0; r <= reps; r++) {
         if (M->evict) tnd_cpu_read_once(M->pool, M->evict, M->evict_n);
         double t0 = tnd_time_s();
-        if (M->cpu->iface->op_run(M->cpu, op, M->cs)) return -1;
+        if (tnd_backend_op_run(M->cpu, op, M->cs)) return -1;
         t[r] = tnd_time_s() - t0;
     }
     qsort(t + 1, (size_t)reps, sizeof(double), cmp_double);
@@ -133,24 +133,23 @@ static double time_cpu(meas *M, const tnd_op *op, int reps) {
 
 /* Seconds per run of op on the GPU (events around reps runs, after a warm-up). */
 static double time_gpu(meas *M, const tnd_op *op, int reps) {
-    const tnd_backend_iface *g = M->gpu->iface;
-    if (g->op_run(M->gpu, op, M->gs) || g->stream_sync(M->gpu, M->gs)) return -1;
-    g->event_record(M->gpu, M->e0, M->gs);
+    if (tnd_backend_op_run(M->gpu, op, M->gs) || tnd_backend_stream_sync(M->gpu, M->gs)) return -1;
+    tnd_backend_event_record(M->gpu, M->e0, M->gs);
     for (int r = 0; r < reps; r++)
-        if (g->op_run(M->gpu, op, M->gs)) return -1;
-    g->event_record(M->gpu, M->e1, M->gs);
+        if (tnd_backend_op_run(M->gpu, op, M->gs)) return -1;
+    tnd_backend_event_record(M->gpu, M->e1, M->gs);
     float ms = 0;
-    if (g->stream_sync(M->gpu, M->gs) || !g->event_elapsed || g->event_elapsed(M->gpu, M->e0, M->e1, &ms)) return -1;
+    if (tnd_backend_stream_sync(M->gpu, M->gs) || !M->gpu->iface->event_elapsed || tnd_backend_event_elapsed(M->gpu, M->e0, M->e1, &ms)) return -1;
     return ms / 1e3 / reps;
 }
 
 static void *gpu_buf(meas *M, size_t n) {
     void *p = NULL;
-    if (M->gpu && M->gpu->iface->buf_alloc(M->gpu, n, &p)) {
+    if (M->gpu && tnd_backend_buf_alloc(M->gpu, n, &p)) {
         tnd_clear_error();
         return NULL;
     }
-    if (p && M->gpu->iface->memset) M->gpu->iface->memset(M->gpu, p, 0, n, M->gs);
+    if (p && M->gpu->iface->memset) tnd_backend_memset(M->gpu, p, 0, n, M->gs);
     return p;
 }
 
@@ -176,10 +175,7 @@ static double cpu_read_bw(const tnd_model *m, size_t *n_used) {
     return bw;
 }
 
-/* Records that a measurement looks disturbed (why: a sentence): a warning
- * now, and ", disturbed" in the DB's source, which a later run loading the
- * DB warns about. */
-static void disturbed(tnd_perf *pf, const char *why) {
+void tnd_perf_disturbed(tnd_perf *pf, const char *why) {
     TND_WARN("%s: something else is using the machine, and the times may not be its own; profile again when it "
              "is quiet (tandem profile)", why);
     if (!strstr(pf->source, ", disturbed")) {
@@ -188,8 +184,7 @@ static void disturbed(tnd_perf *pf, const char *why) {
     }
 }
 
-/* Appends a line to pf->note (what tandem profile reports beside the numbers). */
-static void note(tnd_perf *pf, const char *line) {
+void tnd_perf_note(tnd_perf *pf, const char *line) {
     size_t k = strlen(pf->note);
     snprintf(pf->note + k, sizeof pf->note - k, "%s\n", line);
 }
@@ -221,9 +216,9 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
     if (!st) fill_ids(ids, TND_MAX(hp->n_expert_used, 1), NT, TND_MAX(hp->n_expert, 1), &seed);
     bool gpu_ok = M->gpu && gx && gy && gids;
     if (gpu_ok && !st) {
-        M->gpu->iface->copy_h2d(M->gpu, gx, x, xb, M->gs);
-        M->gpu->iface->copy_h2d(M->gpu, gids, ids, idb, M->gs);
-        M->gpu->iface->stream_sync(M->gpu, M->gs);
+        tnd_backend_copy_h2d(M->gpu, gx, x, xb, M->gs);
+        tnd_backend_copy_h2d(M->gpu, gids, ids, idb, M->gs);
+        tnd_backend_stream_sync(M->gpu, M->gs);
     }
     /* bandwidths and switch latency */
     size_t bn = (size_t)256 << 20;
@@ -231,21 +226,20 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
     void *hd = NULL, *db = gpu_ok ? gpu_buf(M, bn) : NULL;
     if (!st) pf->b_cpu = cpu_read_bw(m, &M->bw_n);
     if (!st && db && M->gpu->iface->host_alloc && M->gpu->iface->copy_mapped && M->gpu->iface->event_elapsed &&
-        !M->gpu->iface->host_alloc(M->gpu, bn, (void **)&hb, &hd)) {
-        const tnd_backend_iface *g = M->gpu->iface;
+        !tnd_backend_host_alloc(M->gpu, bn, (void **)&hb, &hd)) {
         memset(hb, 1, bn);
         float ms = 0;
-        g->event_record(M->gpu, M->e0, M->gs);
-        g->copy_h2d(M->gpu, db, hb, bn, M->gs);
-        g->event_record(M->gpu, M->e1, M->gs);
-        if (!g->stream_sync(M->gpu, M->gs) && !g->event_elapsed(M->gpu, M->e0, M->e1, &ms) && ms > 0) pf->b_pcie = bn / (ms / 1e3);
+        tnd_backend_event_record(M->gpu, M->e0, M->gs);
+        tnd_backend_copy_h2d(M->gpu, db, hb, bn, M->gs);
+        tnd_backend_event_record(M->gpu, M->e1, M->gs);
+        if (!tnd_backend_stream_sync(M->gpu, M->gs) && !tnd_backend_event_elapsed(M->gpu, M->e0, M->e1, &ms) && ms > 0) pf->b_pcie = bn / (ms / 1e3);
         /* the best of three copies: a single cold one read 2.5-3.1 TB/s on
          * the H200 from one profile to the next */
         for (int r = 0; r < 3; r++) {
-            g->event_record(M->gpu, M->e0, M->gs);
-            g->copy_d2d(M->gpu, (char *)db + bn / 2, db, bn / 2, M->gs);
-            g->event_record(M->gpu, M->e1, M->gs);
-            if (!g->stream_sync(M->gpu, M->gs) && !g->event_elapsed(M->gpu, M->e0, M->e1, &ms) && ms > 0)
+            tnd_backend_event_record(M->gpu, M->e0, M->gs);
+            tnd_backend_copy_d2d(M->gpu, (char *)db + bn / 2, db, bn / 2, M->gs);
+            tnd_backend_event_record(M->gpu, M->e1, M->gs);
+            if (!tnd_backend_stream_sync(M->gpu, M->gs) && !tnd_backend_event_elapsed(M->gpu, M->e0, M->e1, &ms) && ms > 0)
                 pf->b_hbm = fmax(pf->b_hbm, bn / (ms / 1e3));
         }
         /* A pair of switches as the executor pays them: the CPU pool wakes
@@ -256,13 +250,13 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
         double pair[21], alone[21];
         for (int r = 0; r < 21; r++) {
             double t0 = tnd_time_s();
-            M->cpu->iface->op_run(M->cpu, &cn, M->cs);
+            tnd_backend_op_run(M->cpu, &cn, M->cs);
             alone[r] = tnd_time_s() - t0;
-            g->copy_mapped(M->gpu, db, hd, row, M->gs);
-            g->op_run(M->gpu, &gn, M->gs);
-            g->copy_mapped(M->gpu, (char *)hd + row, (char *)db + row, row, M->gs);
-            g->event_record(M->gpu, M->e1, M->gs);
-            g->event_sync(M->gpu, M->e1);
+            tnd_backend_copy_mapped(M->gpu, db, hd, row, M->gs);
+            tnd_backend_op_run(M->gpu, &gn, M->gs);
+            tnd_backend_copy_mapped(M->gpu, (char *)hd + row, (char *)db + row, row, M->gs);
+            tnd_backend_event_record(M->gpu, M->e1, M->gs);
+            tnd_backend_event_sync(M->gpu, M->e1);
             pair[r] = tnd_time_s() - t0;
             for (volatile int spin = 0; spin < 200000; spin++) { /* let the pool's threads fall asleep, as between real ops */
             }
@@ -272,16 +266,16 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
         pf->lat = (pair[10] - alone[10]) / 2;
         /* queuing GPU ops costs the host a few microseconds each, whatever the GPU does */
         double q0 = tnd_time_s();
-        for (int r = 0; r < 64; r++) g->op_run(M->gpu, &gn, M->gs);
+        for (int r = 0; r < 64; r++) tnd_backend_op_run(M->gpu, &gn, M->gs);
         pf->launch = (tnd_time_s() - q0) / 64;
-        g->stream_sync(M->gpu, M->gs);
-        g->host_free(M->gpu, hb);
+        tnd_backend_stream_sync(M->gpu, M->gs);
+        tnd_backend_host_free(M->gpu, hb);
     }
     if (pf->b_hbm <= 0) pf->b_hbm = 1e12;
     if (pf->b_pcie <= 0) pf->b_pcie = 16e9;
     if (pf->b_cpu <= 0) pf->b_cpu = 20e9;
     if (pf->lat <= 0) pf->lat = 20e-6;
-    if (db) M->gpu->iface->buf_free(M->gpu, db);
+    if (db) tnd_backend_buf_free(M->gpu, db);
     /* slices: one timing per (type, shape) */
     M->pool = m->pool;
     M->evict_n = (size_t)256 << 20;
@@ -306,13 +300,13 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
         if (progress) progress(done, groups + 1, "timing weight slices");
         void *gw = gpu_ok ? gpu_buf(M, w->t->nbytes) : NULL;
         if (gw) {
-            M->gpu->iface->copy_h2d(M->gpu, gw, w->data, w->t->nbytes, M->gs);
+            tnd_backend_copy_h2d(M->gpu, gw, w->data, w->t->nbytes, M->gs);
             /* laid out as the executor lays resident weights (layout.c), so the kernel timed is the one that runs */
             tnd_tensor t = {gw, w->type, {w->n_in, w->n_out, 1, 1}};
             if (M->gpu->iface->weight_prepare && w->n_expert <= 1 && w != &m->tok_embd &&
-                M->gpu->iface->weight_prepare(M->gpu, &t, M->gs))
+                tnd_backend_weight_prepare(M->gpu, &t, M->gs))
                 st = tnd_fail_wrap(TND_ERR_BACKEND, "profiling on the GPU: ");
-            M->gpu->iface->stream_sync(M->gpu, M->gs);
+            tnd_backend_stream_sync(M->gpu, M->gs);
         }
         for (int k = 0; k < TND_PERF_NK && !st; k++) {
             int nt = tokens_for(m, i, tnd_perf_nt[k]);
@@ -342,7 +336,7 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
             double tg = -1;
             tnd_op g = slice_op(m, w, gw, nt, gx, gy, gids);
             if (g.kind == TND_OP_MATMUL_ID) g.p.mmid.ids_host = ids; /* as the executor hands them over (exec.c) */
-            if (M->gpu && M->gpu->iface->op_supported && M->gpu->iface->op_supported(M->gpu, &g)) {
+            if (M->gpu && M->gpu->iface->op_supported && tnd_backend_op_supported(M->gpu, &g)) {
                 tnd_clear_error();
                 tg = INFINITY; /* the GPU cannot run it: never place it there */
             } else if (gw) {
@@ -353,7 +347,7 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
             if (!(tg > 0)) pf->estimated = true;
             *T(pf->t_gpu, i, k) = tg > 0 ? tg : (double)w->t->nbytes / pf->b_hbm;
         }
-        if (gw) M->gpu->iface->buf_free(M->gpu, gw);
+        if (gw) tnd_backend_buf_free(M->gpu, gw);
         done++;
     }
     for (int i = 0; !st && i < n; i++) {
@@ -399,193 +393,17 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
     tnd_aligned_free(K);
     tnd_aligned_free(V);
     if (M->gpu) {
-        M->gpu->iface->buf_free(M->gpu, gK);
-        M->gpu->iface->buf_free(M->gpu, gV);
-        M->gpu->iface->buf_free(M->gpu, gx);
-        M->gpu->iface->buf_free(M->gpu, gy);
-        M->gpu->iface->buf_free(M->gpu, gids);
+        tnd_backend_buf_free(M->gpu, gK);
+        tnd_backend_buf_free(M->gpu, gV);
+        tnd_backend_buf_free(M->gpu, gx);
+        tnd_backend_buf_free(M->gpu, gy);
+        tnd_backend_buf_free(M->gpu, gids);
     }
     tnd_aligned_free(x);
     tnd_aligned_free(y);
     tnd_aligned_free(ids);
-    snprintf(pf->source, sizeof pf->source, "measured (%s + %s)", "cpu", M->gpu ? M->gpu->iface->name : "no GPU");
+    snprintf(pf->source, sizeof pf->source, "measured (%s + %s)", "cpu", M->gpu ? tnd_backend_name(M->gpu) : "no GPU");
     return st;
-}
-
-/* Expert popularity (the hot-expert table, docs/ARCHITECTURE.md: MoE): a short CPU-only
- * run over a fixed text counts how often routing picks each expert. */
-#define CALIB_TOKENS 256
-static tnd_status calibrate_experts(const tnd_model *m, tnd_perf *pf) {
-    const tnd_hparams *hp = &m->hp;
-    static const char text[] =
-        "The history of science is the study of the development of science and scientific knowledge, including both "
-        "the natural and social sciences. Science is a body of empirical, theoretical, and practical knowledge about "
-        "the natural world, produced by scientists who emphasize the observation, explanation, and prediction of "
-        "real-world phenomena. def quicksort(xs):\n    if len(xs) <= 1:\n        return xs\n    pivot = xs[0]\n"
-        "    return quicksort([x for x in xs[1:] if x < pivot]) + [pivot] + quicksort([x for x in xs[1:] if x >= pivot])\n"
-        "Paris, Berlin, Madrid, Rome and Lisbon are capitals; 17 * 23 = 391; water boils at 100 degrees Celsius.";
-    int32_t toks[CALIB_TOKENS];
-    int want = TND_MIN(CALIB_TOKENS, hp->n_ctx_train);
-    int32_t *ids = NULL;
-    size_t n = 0, have = 0;
-    if (m->tok && !tnd_tokenize(m->tok, text, sizeof text - 1, true, false, &ids, &n)) {
-        while (have < (size_t)want && n) { /* repeat the text to the length wanted */
-            size_t k = TND_MIN(n, (size_t)want - have);
-            memcpy(toks + have, ids, k * sizeof *ids);
-            have += k;
-        }
-    }
-    free(ids);
-    tnd_clear_error();
-    uint64_t s = 7;
-    for (; have < (size_t)want; have++) { /* no tokenizer: pseudo-random ids */
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        toks[have] = (int32_t)((s >> 33) % (uint64_t)hp->n_vocab);
-    }
-    tnd_ctx_params cp = tnd_ctx_default_params();
-    cp.n_ctx = want;
-    cp.n_batch = 64;
-    cp.cpu_exact = pf->cpu_exact;
-    tnd_ctx *c;
-    tnd_status st = tnd_ctx_new((tnd_model *)m, &cp, &c);
-    if (st) return st;
-    size_t cells = (size_t)hp->n_layer * hp->n_expert;
-    c->expert_hits = tnd_calloc(cells, sizeof(int64_t));
-    pf->pop = tnd_calloc(cells, sizeof(double));
-    if (!c->expert_hits || !pf->pop) st = tnd_fail(TND_ERR_NOMEM, "out of memory");
-    if (!st) st = tnd_ctx_eval(c, toks, want, NULL);
-    for (size_t i = 0; !st && i < cells; i++) pf->pop[i] = (double)c->expert_hits[i] / want;
-    pf->n_expert = hp->n_expert;
-    free(c->expert_hits);
-    c->expert_hits = NULL;
-    tnd_ctx_free(c);
-    return st;
-}
-
-#define CAL_PROMPT 8
-#define CAL_STEPS 5
-/* The decode factors undisturbed profiles gave: 1.05-1.12 on the device,
- * 1.32 on a 2-core machine; a step is not much faster than its ops alone. */
-#define CAL_MIN 0.9
-#define CAL_MAX 2.0
-/* Median seconds of CAL_STEPS decode steps of a fresh context c (after an
- * 8-token prompt and one unmeasured step, which touches the step's buffers),
- * and at *pos the position of the median's step. */
-static tnd_status time_steps(tnd_ctx *c, const tnd_model *m, double *median, int *pos) {
-    int32_t toks[CAL_PROMPT + CAL_STEPS + 1];
-    for (int i = 0; i < CAL_PROMPT + CAL_STEPS + 1; i++) /* any fixed ids */
-        toks[i] = (int32_t)((7919u * (unsigned)(i + 1)) % (unsigned)m->hp.n_vocab);
-    double t[CAL_STEPS];
-    tnd_status st = tnd_ctx_eval(c, toks, CAL_PROMPT, NULL);
-    if (!st) st = tnd_ctx_eval(c, toks + CAL_PROMPT, 1, NULL);
-    for (int i = 0; !st && i < CAL_STEPS; i++) {
-        double t0 = tnd_time_s();
-        st = tnd_ctx_eval(c, toks + CAL_PROMPT + 1 + i, 1, NULL);
-        t[i] = tnd_time_s() - t0;
-    }
-    if (st) return st;
-    qsort(t, CAL_STEPS, sizeof(double), cmp_double);
-    *median = t[CAL_STEPS / 2];
-    *pos = CAL_PROMPT + 1 + CAL_STEPS / 2; /* attention barely moves over five positions */
-    return TND_OK;
-}
-
-static tnd_ctx_params cal_params(const tnd_perf *pf) {
-    tnd_ctx_params cp = tnd_ctx_default_params();
-    cp.n_ctx = CAL_PROMPT + CAL_STEPS + 1;
-    cp.n_batch = CAL_PROMPT;
-    cp.cpu_exact = pf->cpu_exact; /* the steps time the mode the DB is for */
-    return cp;
-}
-
-/* Decode-step calibration. The slice timings run each op alone, with the
- * caches flushed; a real CPU decode step (ops back to back, a pool barrier
- * after each, every layer's own weights and cache rows) took 1.2-1.3x the
- * sum of those times on the device (TND_TRACE=2 against the DB, d7f37d7,
- * 2026-11-30; 1.05-1.12 once decode attention was timed cold too), and a
- * placement's decode predictions were as much too fast. So a few
- * real CPU-only decode steps are timed, against the model's prediction for
- * the same steps, and every CPU decode time is scaled by the ratio. */
-static tnd_status calibrate_decode(const tnd_model *m, tnd_perf *pf) {
-    tnd_ctx_params cp = cal_params(pf);
-    tnd_ctx *c;
-    tnd_status st = tnd_ctx_new((tnd_model *)m, &cp, &c);
-    if (st) return st;
-    double t = 0, pred = 0;
-    int pos = 0;
-    if (!(st = time_steps(c, m, &t, &pos))) pred = tnd_perf_predict(m, pf, &c->pl, 0, 1, pos);
-    tnd_ctx_free(c);
-    if (st) return st;
-    double f = pred > 0 ? t / pred : 1;
-    if (!(f >= CAL_MIN && f <= CAL_MAX)) { /* a disturbed measurement, not the machine */
-        char why[160];
-        snprintf(why, sizeof why, "real CPU decode steps took %.2fx the sum of their ops timed alone (%.1f-%.1f is "
-                 "usual; the factor is clamped)", f, CAL_MIN, CAL_MAX);
-        disturbed(pf, why);
-        f = f > CAL_MAX ? CAL_MAX : CAL_MIN; /* (NaN too) */
-    }
-    tnd_perf_scale_cpu_decode(pf, f);
-    return TND_OK;
-}
-
-/* Hybrid decode calibration. In a step that moves between the sides each
- * layer, the host pays more per move than the profile's switch latency
- * shows: GPU ops queue slower in place (5.9 against 3.8 us), a split
- * layer's CPU part copies its activations three times, the CPU ops after a
- * GPU stretch run 10% slower than in a CPU-only step (synth qwen3-30b-a3b,
- * TND_TRACE=2 at d7f37d7, docs/BENCHMARKS.md of 2026-11-30). So real steps are
- * timed under a static placement of a quarter of the weights (within half
- * the GPU's budget) and the per-switch host cost the model adds is fitted
- * to them (tnd_perf_fit_switch). Skipped, with a line in pf->note, when
- * under 256 MiB of the budget is left, no such placement fits or it
- * switches sides too little to tell; a fit at the cap marks the DB
- * disturbed. */
-#define CAL_MIN_ROOM ((uint64_t)256 << 20)
-static void calibrate_hybrid(const tnd_model *m, tnd_backend *gpu, tnd_device dev, tnd_perf *pf) {
-    tnd_mem_info mi = {0};
-    gpu->iface->mem_info(gpu, &mi);
-    /* the steps' context is a second backend: it gets what the first left of the budget */
-    const uint64_t room = mi.budget ? (mi.budget > mi.used ? mi.budget - mi.used : 0) : mi.dev_free;
-    if (room < CAL_MIN_ROOM) {
-        note(pf, "hybrid calibration: skipped (under 256 MiB of the GPU budget left for it)");
-        return;
-    }
-    tnd_ctx_params cp = cal_params(pf);
-    cp.device = dev;
-    cp.vram_budget = mi.budget ? room : 0;
-    const uint64_t kv_layer = 2ull * cp.n_ctx * (uint64_t)m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
-    tnd_placement pl;
-    tnd_ctx *c = NULL;
-    double t = 0;
-    int pos = 0;
-    bool any_gpu = false;
-    tnd_status st = tnd_placement_make(m, "cpu", NULL, 0, 0, &pl);
-    if (st) goto out;
-    st = tnd_static_place(m, pf, TND_MIN(tnd_model_weight_bytes(m) / 4, room / 2), kv_layer, cp.n_ctx, cp.n_batch,
-                          false, &pl);
-    for (int i = 0; !st && i < m->n_slices; i++) any_gpu |= tnd_slice_gpu_bytes(m, &pl, i) > 0;
-    if (!st && any_gpu && !(st = tnd_ctx_new_placed((tnd_model *)m, &cp, &pl, &c)) && c->gpu &&
-        !(st = time_steps(c, m, &t, &pos))) {
-        if (!tnd_perf_fit_switch(m, pf, &c->pl, pos, t))
-            note(pf, "hybrid calibration: none (its placement moves between the sides too little to tell)");
-        else if (pf->sw_host >= tnd_perf_sw_host_max(pf)) {
-            char why[160];
-            snprintf(why, sizeof why, "real hybrid decode steps took %.2f ms, more than the model allows for "
-                     "(the per-switch host cost is clamped to %.1f us)", 1e3 * t, 1e6 * pf->sw_host);
-            disturbed(pf, why);
-        }
-    } else if (!st) {
-        note(pf, "hybrid calibration: skipped (its placement does not fit the GPU)");
-    }
-    tnd_placement_free(&pl);
-out:
-    if (c) tnd_ctx_free(c);
-    if (st) {
-        char line[sizeof pf->note / 2];
-        snprintf(line, sizeof line, "hybrid calibration: skipped (%s)", tnd_last_error());
-        note(pf, line);
-        tnd_clear_error();
-    }
 }
 
 double tnd_perf_sw_host_max(const tnd_perf *pf) { return fmin(1e-3, 5 * (fmax(pf->lat, 0) + fmax(pf->launch, 0))); }
@@ -627,12 +445,10 @@ void tnd_perf_scale_cpu_decode(tnd_perf *pf, double f) {
     pf->cal_decode = (pf->cal_decode > 0 ? pf->cal_decode : 1) * f;
 }
 
-tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, const tnd_hw *hw,
-                          tnd_device hybrid_dev, tnd_progress_fn progress, tnd_perf *pf) {
+tnd_status tnd_perf_init(const tnd_model *m, tnd_perf *pf) {
     memset(pf, 0, sizeof *pf);
     pf->n_slices = m->n_slices;
     pf->n_layer = m->hp.n_layer;
-    pf->cpu_exact = cpu ? !tnd_backend_cpu_int8(cpu) : !tnd_cpu_int8_env();
     pf->t_cpu = tnd_calloc((size_t)m->n_slices * TND_PERF_NK + 1, sizeof(double));
     pf->t_cpu_one = tnd_calloc((size_t)m->n_slices + 1, sizeof(double));
     pf->t_gpu = tnd_calloc((size_t)m->n_slices * TND_PERF_NK + 1, sizeof(double));
@@ -640,45 +456,56 @@ tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu
         tnd_perf_free(pf);
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     }
-    tnd_status st = TND_OK;
-    if (m->hp.n_expert > 1 && (st = calibrate_experts(m, pf))) {
-        tnd_perf_free(pf);
-        return tnd_fail_wrap(st, "calibrating expert popularity: ");
-    }
-    if (hw) {
-        build_from_hw(m, hw, pf);
-        return TND_OK;
-    }
+    return TND_OK;
+}
+
+tnd_status tnd_perf_set_popularity(const tnd_model *m, tnd_perf *pf, const int64_t *hits, int n_tokens) {
+    size_t cells = (size_t)m->hp.n_layer * m->hp.n_expert;
+    free(pf->pop);
+    pf->pop = tnd_calloc(cells, sizeof(double));
+    if (!pf->pop) return tnd_fail(TND_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < cells; i++) pf->pop[i] = (double)hits[i] / n_tokens;
+    pf->n_expert = m->hp.n_expert;
+    return TND_OK;
+}
+
+void tnd_perf_from_hw(const tnd_model *m, const tnd_hw *hw, tnd_perf *pf) { build_from_hw(m, hw, pf); }
+
+tnd_status tnd_perf_measure_ops(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, tnd_progress_fn progress,
+                                tnd_perf *pf, tnd_perf_run *run) {
+    memset(run, 0, sizeof *run);
     meas M = {.cpu = cpu, .gpu = gpu};
-    st = cpu->iface->stream_new(cpu, &M.cs);
+    tnd_status st = tnd_backend_stream_new(cpu, &M.cs);
     if (!st && gpu) {
-        if ((st = gpu->iface->stream_new(gpu, &M.gs)) || (st = gpu->iface->event_new(gpu, &M.e0)) ||
-            (st = gpu->iface->event_new(gpu, &M.e1)))
+        if ((st = tnd_backend_stream_new(gpu, &M.gs)) || (st = tnd_backend_event_new(gpu, &M.e0)) ||
+            (st = tnd_backend_event_new(gpu, &M.e1)))
             M.gpu = NULL;
     }
     if (!st) st = build_measured(m, &M, progress, pf);
-    if (!st && (st = calibrate_decode(m, pf))) st = tnd_fail_wrap(st, "timing CPU decode steps: ");
-    if (M.cs) cpu->iface->stream_free(cpu, M.cs);
+    if (M.cs) tnd_backend_stream_free(cpu, M.cs);
     /* the measuring stream's cuBLAS handle and scratch leave the budget to the hybrid steps */
     if (gpu) {
-        if (M.e0) gpu->iface->event_free(gpu, M.e0);
-        if (M.e1) gpu->iface->event_free(gpu, M.e1);
-        if (M.gs) gpu->iface->stream_free(gpu, M.gs);
+        if (M.e0) tnd_backend_event_free(gpu, M.e0);
+        if (M.e1) tnd_backend_event_free(gpu, M.e1);
+        if (M.gs) tnd_backend_stream_free(gpu, M.gs);
     }
-    if (!st && M.gpu && hybrid_dev != TND_DEVICE_CPU) calibrate_hybrid(m, gpu, hybrid_dev, pf);
+    run->gpu_timed = M.gpu != NULL;
+    run->bw_bytes = M.bw_n;
+    return st;
+}
+
+void tnd_perf_check_quiet(const tnd_model *m, tnd_perf *pf, const tnd_perf_run *run) {
     /* Another program's load moves the timings (on the device: profiles
      * whose CPU decode factor came out 0.5 and 0.79 against 1.05-1.12), and
      * it shows as a change in the read bandwidth between start and end. */
-    size_t n_end = M.bw_n;
-    const double b_end = st || !n_end ? 0 : cpu_read_bw(m, &n_end);
+    size_t n_end = run->bw_bytes;
+    const double b_end = !n_end ? 0 : cpu_read_bw(m, &n_end);
     if (b_end > 0 && pf->b_cpu > 0 && fabs(b_end / pf->b_cpu - 1) > 0.2) {
         char why[160];
         snprintf(why, sizeof why, "the CPU's read bandwidth went from %.1f to %.1f GB/s while profiling",
                  pf->b_cpu / 1e9, b_end / 1e9);
-        disturbed(pf, why);
+        tnd_perf_disturbed(pf, why);
     }
-    if (st) tnd_perf_free(pf);
-    return st;
 }
 
 void tnd_perf_free(tnd_perf *pf) {

@@ -11,7 +11,8 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "exec/exec.h"
+#include "model/model.h"
+#include "sched/placement.h"
 #include "sim/hw.h"
 
 #define TND_PERF_NK 3
@@ -48,15 +49,41 @@ typedef struct tnd_perf {
 /* Progress callback: done of total steps. */
 typedef void (*tnd_progress_fn)(int done, int total, const char *what);
 
-/* Fills *pf for model m. With hw: from the hardware profile's cost model
- * (no backend needed). Otherwise measured with backends cpu and gpu (gpu
- * may be NULL: GPU times estimated from bytes / measured HBM bandwidth);
- * slices with the same type and shape are timed once; then real CPU decode
- * steps calibrate the CPU decode times and, when hybrid_dev names a GPU
- * (TND_DEVICE_CPU: none), real hybrid steps on it fit sw_host, within
- * what gpu's budget leaves. */
-tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, const tnd_hw *hw,
-                          tnd_device hybrid_dev, tnd_progress_fn progress, tnd_perf *pf);
+/* Building a DB (runtime/perfdb.c does it in this order): tnd_perf_init,
+ * for MoE models the hot-expert table from a real run's routing counts
+ * (tnd_perf_set_popularity), then the times either from a hardware
+ * profile (tnd_perf_from_hw) or measured op by op (tnd_perf_measure_ops),
+ * then the calibrations against real decode steps (the layer above runs
+ * them: sched/ builds no contexts), then tnd_perf_check_quiet. */
+
+/* Allocates pf's tables for m, every time 0. */
+tnd_status tnd_perf_init(const tnd_model *m, tnd_perf *pf);
+/* The hot-expert table: hits[n_layer][n_expert], the routings a run of
+ * n_tokens tokens made. */
+tnd_status tnd_perf_set_popularity(const tnd_model *m, tnd_perf *pf, const int64_t *hits, int n_tokens);
+/* Every time from the hardware profile's cost model (no backend needed). */
+void tnd_perf_from_hw(const tnd_model *m, const tnd_hw *hw, tnd_perf *pf);
+
+/* What tnd_perf_measure_ops leaves for the steps after it. */
+typedef struct tnd_perf_run {
+    size_t bw_bytes;  /* bytes of the first CPU read-bandwidth measurement (0: none) */
+    bool gpu_timed;   /* the GPU's ops were timed (a GPU was given and took streams) */
+} tnd_perf_run;
+
+/* Measures with backends cpu and gpu (gpu may be NULL: GPU times
+ * estimated from bytes / measured HBM bandwidth); slices with the same
+ * type and shape are timed once. */
+tnd_status tnd_perf_measure_ops(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu, tnd_progress_fn progress,
+                                tnd_perf *pf, tnd_perf_run *run);
+/* Measures the CPU's read bandwidth again and marks pf disturbed when it
+ * moved over 20% since tnd_perf_measure_ops. */
+void tnd_perf_check_quiet(const tnd_model *m, tnd_perf *pf, const tnd_perf_run *run);
+/* Records that a measurement looks disturbed (why: a sentence): a warning
+ * now, and ", disturbed" in the DB's source, which a later run loading the
+ * DB warns about. */
+void tnd_perf_disturbed(tnd_perf *pf, const char *why);
+/* Appends a line to pf->note (what tandem profile reports beside the numbers). */
+void tnd_perf_note(tnd_perf *pf, const char *line);
 void tnd_perf_free(tnd_perf *pf);
 /* Scales every CPU decode time (one-token slices, attention, weightless
  * ops) by f, and records it in cal_decode (the profile's calibration

@@ -6,15 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "cpu/matmul.h"
-#include "cpu/membw.h"
-#include "exec/exec.h"
-#include "sched/perf.h"
+#include "runtime/runtime.h"
 #include "tandem.h"
 #include "tnd_git_commit.h" /* TND_GIT_COMMIT, written by the build */
 #include "tools.h"
-#include "util.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tandem bench [options]\n\n"
@@ -63,80 +58,6 @@ static void stats(result *r) {
 }
 
 
-/* The bandwidths of the physical limit (docs/ARCHITECTURE.md), GB/s. */
-typedef struct limits {
-    double cpu, pcie, hbm, both_cpu, both_pcie;
-} limits;
-
-static int measure_limits(int n_threads, limits *L) {
-    memset(L, 0, sizeof *L);
-    size_t n = (size_t)1 << 30;
-    tnd_pool *pool = tnd_pool_new(n_threads);
-    uint8_t *cbuf = tnd_aligned_alloc(2 * n);
-    if (!pool || !cbuf) {
-        tnd_pool_free(pool);
-        tnd_aligned_free(cbuf);
-        return 1;
-    }
-    memset(cbuf, 1, 2 * n);
-    L->cpu = tnd_cpu_read_bw(pool, cbuf, 2 * n, 2);
-    tnd_backend *g = NULL;
-    tnd_cuda_params cp = {0};
-    void *h = NULL, *hd = NULL, *d = NULL;
-    tnd_stream *st = NULL;
-    tnd_event *e0 = NULL, *e1 = NULL;
-    int rc = 1;
-    if (tnd_backend_cuda_new(&cp, &g) || g->iface->host_alloc(g, n, &h, &hd) || g->iface->buf_alloc(g, n, &d) ||
-        g->iface->stream_new(g, &st) || g->iface->event_new(g, &e0) || g->iface->event_new(g, &e1))
-        goto out;
-    memset(h, 1, n);
-    float ms;
-    double best = 1e30;
-    for (int r = 0; r < 3; r++) { /* pinned host -> device */
-        g->iface->event_record(g, e0, st);
-        g->iface->copy_h2d(g, d, h, n, st);
-        g->iface->event_record(g, e1, st);
-        g->iface->stream_sync(g, st);
-        if (!g->iface->event_elapsed(g, e0, e1, &ms)) best = fmin(best, ms / 1e3);
-    }
-    L->pcie = n / best / 1e9;
-    best = 1e30;
-    for (int r = 0; r < 3; r++) { /* device -> device: reads and writes n/2 */
-        g->iface->event_record(g, e0, st);
-        g->iface->copy_d2d(g, (char *)d + n / 2, d, n / 2, st);
-        g->iface->event_record(g, e1, st);
-        g->iface->stream_sync(g, st);
-        if (!g->iface->event_elapsed(g, e0, e1, &ms)) best = fmin(best, ms / 1e3);
-    }
-    L->hbm = (double)n / best / 1e9;
-    /* both at once: four pinned copies queued, the CPU reading meanwhile for
-     * as long as the copies take (from the rates alone), so both rates come
-     * from the same window */
-    int passes = (int)ceil((4.0 * n / (L->pcie * 1e9)) / (2.0 * n / (L->cpu * 1e9)));
-    if (passes < 1) passes = 1;
-    g->iface->event_record(g, e0, st);
-    for (int r = 0; r < 4; r++) g->iface->copy_h2d(g, d, h, n, st);
-    g->iface->event_record(g, e1, st);
-    double t = 0;
-    for (int r = 0; r < passes; r++) t += tnd_cpu_read_once(pool, cbuf, 2 * n);
-    g->iface->stream_sync(g, st);
-    if (!g->iface->event_elapsed(g, e0, e1, &ms)) L->both_pcie = 4.0 * n / (ms / 1e3) / 1e9;
-    L->both_cpu = 2.0 * n * passes / t / 1e9;
-    rc = 0;
-out:
-    if (g) {
-        if (e0) g->iface->event_free(g, e0);
-        if (e1) g->iface->event_free(g, e1);
-        if (st) g->iface->stream_free(g, st);
-        if (d) g->iface->buf_free(g, d);
-        if (h) g->iface->host_free(g, h);
-        tnd_backend_free(g);
-    }
-    tnd_pool_free(pool);
-    tnd_aligned_free(cbuf);
-    return rc;
-}
-
 #define MAX_CONFIGS 8
 
 typedef struct config {
@@ -151,7 +72,7 @@ typedef struct config {
 } config;
 
 static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const int32_t *toks, long n_prompt,
-                      long n_gen, long depth, long reps, const limits *L, const tnd_perf *pf, const char *name_pp,
+                      long n_gen, long depth, long reps, const tnd_limits *L, const tnd_perf *pf, const char *name_pp,
                       const char *name_tg) {
     tnd_ctx_params cp = *base;
     if (k->placement[0]) cp.placement = k->placement;
@@ -159,21 +80,24 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     tnd_ctx *c;
     k->route_gpu = k->route_pred = -1;
     if (tnd_ctx_new(m, &cp, &c)) return 1;
-    k->gpu_mib = c->lay.gpu_total / 1048576.0;
-    snprintf(k->desc, sizeof k->desc, "%s", c->pl.desc);
-    if (pf && c->gpu) {
+    const tnd_plan *pl = tnd_ctx_plan(c);
+    const tnd_placement *p = tnd_plan_placement(pl);
+    const int n_batch = tnd_plan_n_batch(pl);
+    k->gpu_mib = tnd_plan_layout(pl)->gpu_total / 1048576.0;
+    snprintf(k->desc, sizeof k->desc, "%s", p->desc);
+    if (pf && tnd_plan_gpu(pl)) {
         /* the rounds the tests run: one prefill chunk from an empty cache,
          * decode steps from depth to depth + n_gen */
         double tp = 0;
-        for (long done = 0; done < n_prompt; done += c->n_batch)
-            tp += tnd_perf_predict(m, pf, &c->pl, c->lay.n_slots, (int)TND_MIN(c->n_batch, n_prompt - done), (int)done);
+        for (long done = 0; done < n_prompt; done += n_batch)
+            tp += tnd_plan_predict(pl, pf, (int)TND_MIN(n_batch, n_prompt - done), (int)done);
         k->pred_pp = tp > 0 ? n_prompt / tp : 0;
         double tg = 0;
-        for (long i = 0; i < n_gen; i += 16) tg += 16 * tnd_perf_predict(m, pf, &c->pl, c->lay.n_slots, 1, (int)(depth + i));
+        for (long i = 0; i < n_gen; i += 16) tg += 16 * tnd_plan_predict(pl, pf, 1, (int)(depth + i));
         k->pred_tg = tg > 0 ? ((n_gen + 15) / 16 * 16) / tg : 0;
     }
     uint64_t s_cpu, s_gpu, s_pcie;
-    tnd_layout_token_bytes(c, &s_cpu, &s_gpu, &s_pcie);
+    tnd_ctx_token_bytes(c, &s_cpu, &s_gpu, &s_pcie);
     if (L && L->hbm > 0) {
         double both = L->both_cpu + L->both_pcie;
         /* bytes not resident must be read by the CPU or cross PCIe, both at once at best */
@@ -183,9 +107,9 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
          * an expert tensor's non-resident experts: a chunk touches nearly every expert) */
         uint64_t full = 0;
         for (int i = 0; i < m->n_slices; i++)
-            if (!tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd && c->pl.where[i] != TND_SIDE_GPU)
-                full += m->slices[i]->t->nbytes - tnd_slice_gpu_bytes(m, &c->pl, i);
-        double chunks = ceil((double)n_prompt / c->n_batch);
+            if (!tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd && p->where[i] != TND_SIDE_GPU)
+                full += m->slices[i]->t->nbytes - tnd_slice_gpu_bytes(m, p, i);
+        double chunks = ceil((double)n_prompt / n_batch);
         double tp = chunks * (double)full / (L->pcie * 1e9);
         k->lim_pp = tp > 0 ? (double)n_prompt / tp : 0;
     }
@@ -195,7 +119,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     if (tnd_ctx_eval(c, toks, 1, NULL)) goto out;
     if (n_prompt > 1 || depth > 1) {
         tnd_ctx_truncate(c, 0);
-        if (tnd_ctx_eval(c, toks, (int)TND_MIN(TND_MAX(n_prompt, depth), c->n_batch), NULL)) goto out;
+        if (tnd_ctx_eval(c, toks, (int)TND_MIN(TND_MAX(n_prompt, depth), n_batch), NULL)) goto out;
     }
     if (n_prompt) {
         result *r = &k->res[k->nres++];
@@ -226,12 +150,14 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     rc = 0;
     /* how much of the split layers' decode routing the GPU's experts took,
      * against the hot-expert table the placement was made from */
-    if (c->n_route_dec >= 16 * (uint64_t)m->hp.n_expert_used) { /* 16 decode steps at least: a share, not noise */
-        k->route_gpu = (double)c->n_route_dec_gpu / (double)c->n_route_dec;
+    tnd_ctx_stats cs;
+    tnd_ctx_get_stats(c, &cs);
+    if (cs.n_route_dec >= 16 * (uint64_t)m->hp.n_expert_used) { /* 16 decode steps at least: a share, not noise */
+        k->route_gpu = (double)cs.n_route_dec_gpu / (double)cs.n_route_dec;
         double sum = 0;
         int n = 0;
         for (int l = 0; pf && l < m->hp.n_layer; l++)
-            if (c->pl.split && c->pl.split[l]) sum += tnd_perf_gpu_share(m, pf, &c->pl, l), n++;
+            if (p->split && p->split[l]) sum += tnd_perf_gpu_share(m, pf, p, l), n++;
         if (n) k->route_pred = sum / n;
     }
 out:
@@ -335,20 +261,20 @@ int cmd_bench(int argc, char **argv) {
         tnd_model_free(m);
         return 2;
     }
-    limits L;
-    bool have_limits = device == TND_DEVICE_CUDA && want_limits && !measure_limits(n_threads, &L);
+    tnd_limits L;
+    bool have_limits = device == TND_DEVICE_CUDA && want_limits && !tnd_measure_limits(n_threads, &L);
+    if (device == TND_DEVICE_CUDA && want_limits && !have_limits) tnd_clear_error();
     /* the perf DB (cached, or measured now) for the timeline model's predictions */
     tnd_perf *pf = NULL;
     if (device != TND_DEVICE_CPU) {
         tnd_ctx_params pp = cp;
         pp.placement = "static";
-        tnd_ctx *pc;
-        if (tnd_ctx_plan_only(m, &pp, &pc)) {
+        tnd_plan *pl;
+        if (tnd_plan_build(m, &pp, &pl)) {
             fprintf(stderr, "tandem: warning: no predictions: %s\n", tnd_last_error());
-        } else { /* keep the perf DB, not the planning context and its GPU */
-            pf = pc->perf;
-            pc->perf = NULL;
-            tnd_ctx_free(pc);
+        } else { /* keep the perf DB, not the plan */
+            pf = tnd_plan_take_perf(pl);
+            tnd_plan_free(pl);
         }
     }
     int nv = tnd_model_n_vocab(m);

@@ -5,12 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
-#include "sched/perf.h"
-#include "sched/plan_svg.h"
+#include "runtime/runtime.h"
 #include "tandem.h"
 #include "tools.h"
-#include "util.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tandem plan [options]\n\n"
@@ -30,51 +27,6 @@ static void usage(FILE *f) {
                "      --save FILE        also write the placement as a file for --placement\n"
                "      --cpu-exact        plan for CPU matmuls with f32 activations (its own perf DB)\n",
             tnd_hw_names());
-}
-
-/* Tensor roles, the columns of the table and the picture. */
-static const char *const roles[] = {"attn_q", "attn_k", "attn_v", "kv", "attn_output", "ffn_gate_inp",
-                                    "ffn_gate", "ffn_up", "ffn_down", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
-#define N_ROLES ((int)(sizeof roles / sizeof *roles))
-
-static const tnd_weight *role_weight(const tnd_layer *L, int r) {
-    const tnd_weight *w[] = {&L->wq, &L->wk, &L->wv, NULL, &L->wo, &L->router, &L->ffn_gate, &L->ffn_up,
-                             &L->ffn_down, &L->gate_exps, &L->up_exps, &L->down_exps};
-    return w[r];
-}
-
-static const char *side_name(const tnd_ctx *c, int sid) {
-    if (!c->gpu) return "cpu";
-    if (c->pl.promote[sid] && c->lay.n_slots) return c->pl.promote_auto ? "auto" : "promote";
-    return c->pl.where[sid] ? "gpu" : "cpu";
-}
-
-/* Layer l's experts on the GPU: how many, and their share of the routings
- * (the perf DB's hot-expert table; the count's share without one). */
-static int gpu_experts(const tnd_ctx *c, const tnd_perf *pf, int l, double *share) {
-    const tnd_model *m = c->m;
-    int E = c->pl.n_expert, g = c->gpu ? tnd_placement_gpu_experts(m, &c->pl, l) : 0;
-    *share = E ? (double)g / E : 0;
-    if (!E || !pf || !pf->pop || pf->n_expert != E || g == 0 || g == E) return g;
-    double on = 0, all = 0;
-    for (int e = 0; e < E; e++) {
-        double x = pf->pop[(size_t)l * E + e];
-        all += x;
-        if (c->pl.split[l] ? c->pl.exp[(size_t)l * E + e] == TND_SIDE_GPU : g == E) on += x;
-    }
-    if (all > 0) *share = on / all;
-    return g;
-}
-
-static void json_str(const char *s, size_t n) {
-    putchar('"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\') printf("\\%c", ch);
-        else if (ch < 0x20) printf("\\u%04x", ch);
-        else putchar(ch);
-    }
-    putchar('"');
 }
 
 int cmd_plan(int argc, char **argv) {
@@ -117,185 +69,34 @@ int cmd_plan(int argc, char **argv) {
         tnd_model_free(m);
         return 2;
     }
-    tnd_ctx *c;
-    if (tnd_ctx_plan_only(m, &cp, &c)) {
+    /* predictions need a perf DB: the static placement's, or this machine's */
+    cp.predict = true;
+    tnd_plan *pl;
+    if (tnd_plan_build(m, &cp, &pl)) {
         tools_print_error("plan");
         tnd_model_free(m);
         return 1;
     }
-    /* predictions need a perf DB: the static placement's, or this machine's */
-    tnd_perf *pf_own = NULL, *pf = c->perf;
-    if (!pf && c->gpu) {
-        if (!tnd_ctx_get_perf(c, &cp, &pf_own)) pf = pf_own;
-        else tnd_clear_error();
-    }
-    double t_dec = 0, t_pp = 0, t_pp2 = 0;
-    if (pf) {
-        t_dec = tnd_perf_predict(m, pf, &c->pl, c->lay.n_slots, 1, c->n_ctx / 2);
-        t_pp = tnd_perf_predict(m, pf, &c->pl, c->lay.n_slots, TND_MIN(512, c->n_batch), 0);
-        t_pp2 = tnd_perf_predict(m, pf, &c->pl, c->lay.n_slots, TND_MIN(2048, c->n_batch), 0);
-    }
-    const tnd_layout *l = &c->lay;
-    const tnd_hparams *hp = &m->hp;
-    uint64_t kv_layer = 2ull * c->n_ctx * (uint64_t)c->kv_dim * sizeof(uint16_t);
-    if (json) {
-        printf("{\"model\": ");
-        json_str(model, strlen(model));
-        printf(", \"placement\": ");
-        json_str(c->pl.desc, strlen(c->pl.desc));
-        printf(", \"device\": \"%s\", \"n_ctx\": %d, \"n_batch\": %d", c->gpu ? c->side[1].be->iface->name : "cpu",
-               c->n_ctx, c->n_batch);
-        printf(", \"budget_bytes\": %llu, \"gpu_bytes\": %llu", (unsigned long long)c->budget_asked,
-               (unsigned long long)(c->gpu ? l->gpu_total : 0));
-        printf(", \"gpu\": {\"weights\": %llu, \"norms\": %llu, \"kv_cache\": %llu, \"activations\": %llu, "
-               "\"slots\": %llu, \"n_slots\": %d, \"scratch\": %llu}",
-               (unsigned long long)l->w_gpu, (unsigned long long)l->small_gpu, (unsigned long long)l->kv_gpu,
-               (unsigned long long)l->act_gpu, (unsigned long long)l->slots_gpu, l->n_slots,
-               (unsigned long long)l->scratch_gpu);
-        printf(", \"host\": {\"pinned\": %llu, \"kv_cache\": %llu}", (unsigned long long)l->pinned_host,
-               (unsigned long long)l->kv_cpu);
-        if (pf)
-            printf(", \"predicted\": {\"source\": \"%s\", \"decode_ms\": %.4f, \"prefill%d_ms\": %.4f, "
-                   "\"prefill%d_ms\": %.4f}",
-                   pf->source, 1e3 * t_dec, TND_MIN(512, c->n_batch), 1e3 * t_pp, TND_MIN(2048, c->n_batch), 1e3 * t_pp2);
-        printf(", \"slices\": [");
-        for (int i = 0; i < m->n_slices; i++) {
-            const tnd_weight *w = m->slices[i];
-            int sl;
-            if (c->gpu && tnd_slice_split(m, &c->pl, i, &sl)) {
-                /* one entry per expert: "blk.3.ffn_up_exps[17]" */
-                size_t nl = w->t->name.len;
-                if (nl > 7 && !memcmp(w->t->name.ptr + nl - 7, ".weight", 7)) nl -= 7;
-                for (int e = 0; e < c->pl.n_expert; e++) {
-                    char nm[300];
-                    snprintf(nm, sizeof nm, "%.*s[%d]", (int)nl, w->t->name.ptr, e);
-                    printf("%s{\"name\": ", i || e ? ", " : "");
-                    json_str(nm, strlen(nm));
-                    bool on = c->pl.exp[(size_t)sl * c->pl.n_expert + e] == TND_SIDE_GPU;
-                    printf(", \"bytes\": %llu, \"backend\": \"%s\"}",
-                           (unsigned long long)(w->t->nbytes / (uint64_t)w->n_expert), on ? "gpu" : side_name(c, i));
-                }
-                continue;
-            }
-            printf("%s{\"name\": ", i ? ", " : "");
-            json_str(w->t->name.ptr, w->t->name.len);
-            printf(", \"bytes\": %llu, \"backend\": \"%s\"", (unsigned long long)w->t->nbytes,
-                   tnd_slice_small(w) && c->gpu ? "both" : side_name(c, i));
-            if (pf && !tnd_slice_small(w))
-                printf(", \"t_cpu_ms\": %.4f, \"t_gpu_ms\": %.4f", 1e3 * tnd_perf_slice_time(pf, i, 0, 1),
-                       1e3 * tnd_perf_slice_time(pf, i, 1, 1));
-            printf("}");
-        }
-        printf("], \"experts\": [");
-        for (int il = 0, k = 0; c->pl.n_expert && il < hp->n_layer; il++) {
-            double share;
-            int g = gpu_experts(c, pf, il, &share);
-            if (!m->layers[il].gate_exps.t) continue;
-            printf("%s{\"layer\": %d, \"n_expert\": %d, \"gpu\": %d, \"gpu_routing_share\": %.4f}", k++ ? ", " : "",
-                   il, c->pl.n_expert, g, share);
-        }
-        printf("], \"kv\": [");
-        for (int il = 0; il < hp->n_layer; il++)
-            printf("%s{\"layer\": %d, \"bytes\": %llu, \"backend\": \"%s\"}", il ? ", " : "", il,
-                   (unsigned long long)kv_layer, c->gpu && c->pl.kv[il] ? "gpu" : "cpu");
-        printf("]}\n");
-    } else {
-        printf("model: %s\nplacement: %s\n\n", m->desc, c->pl.desc);
-        printf("layer");
-        for (int r = 0; r < N_ROLES; r++) {
-            bool any = false;
-            for (int il = 0; il < hp->n_layer && !any; il++) any = r == 3 || (role_weight(&m->layers[il], r)->t != NULL);
-            if (any) printf(" %s", roles[r]);
-        }
-        if (c->pl.n_expert) printf(" gpu_experts");
-        printf("   (G gpu, C cpu, P promoted every round, A promoted when it pays; lower case: split expert by "
-               "expert, the letter for the CPU's experts; gpu_experts: how many are on the GPU and their share of "
-               "the routings)\n");
-        for (int il = 0; il < hp->n_layer; il++) {
-            printf("%5d", il);
-            for (int r = 0; r < N_ROLES; r++) {
-                const tnd_weight *w = role_weight(&m->layers[il], r);
-                bool any = false;
-                for (int j = 0; j < hp->n_layer && !any; j++) any = r == 3 || (role_weight(&m->layers[j], r)->t != NULL);
-                if (!any) continue;
-                char ch = r == 3 ? (c->gpu && c->pl.kv[il] ? 'G' : 'C')
-                          : !w->t ? '-'
-                                  : (side_name(c, w->id)[0] - 32);
-                /* split: lower case, the side of the CPU's experts (the GPU's are resident) */
-                if (w && w->t && c->gpu && tnd_slice_split(m, &c->pl, w->id, NULL)) ch = (char)(ch + 32);
-                printf(" %*c", (int)strlen(roles[r]), ch);
-            }
-            double share;
-            int g = gpu_experts(c, pf, il, &share);
-            if (c->pl.n_expert && m->layers[il].gate_exps.t) printf(" %4d/%d %3.0f%%", g, c->pl.n_expert, 100 * share);
-            printf("\n");
-        }
-        printf("output: %s   token_embd: %s\n\n", m->output.id >= 0 ? side_name(c, m->output.id) : "-",
-               side_name(c, m->tok_embd.id));
-        tnd_layout_print(l, stdout);
-        if (pf) {
-            int b1 = TND_MIN(512, c->n_batch), b2 = TND_MIN(2048, c->n_batch);
-            printf("\npredicted (%s):\n  decode at half the context %.2f ms/token (%.1f tok/s)\n  prefill chunk of %d: %.1f ms (%.0f tok/s)\n",
-                   pf->source, 1e3 * t_dec, 1 / t_dec, b1, 1e3 * t_pp, b1 / t_pp);
-            if (b2 != b1) printf("  prefill chunk of %d: %.1f ms (%.0f tok/s)\n", b2, 1e3 * t_pp2, b2 / t_pp2);
-        }
-    }
+    if (json) tnd_plan_print_json(pl, model, stdout);
+    else tnd_plan_print(pl, stdout);
     int rc = 0;
     if (svg) {
-        int rows = hp->n_layer + 1;
-        float *cells = malloc(sizeof(float) * (size_t)rows * N_ROLES);
-        const char **labels = malloc(sizeof(char *) * (size_t)rows);
-        char *lab = malloc((size_t)rows * 16);
-        if (!cells || !labels || !lab) {
-            fprintf(stderr, "tandem: error: out of memory\n");
-            free(cells), free(labels), free(lab);
-            tnd_ctx_free(c);
-            tnd_model_free(m);
-            return 1;
-        }
-        for (int il = 0; il < hp->n_layer; il++) {
-            snprintf(lab + il * 16, 16, "blk.%d", il);
-            labels[il] = lab + il * 16;
-            for (int r = 0; r < N_ROLES; r++) {
-                const tnd_weight *w = role_weight(&m->layers[il], r);
-                cells[il * N_ROLES + r] = r == 3 ? (float)(c->gpu && c->pl.kv[il]) : !w->t ? -1.0f
-                                                   : (float)(c->gpu && c->pl.where[w->id]);
-                double share;
-                /* a split expert tensor: the share of the routings its GPU experts take */
-                if (w && w->t && c->gpu && tnd_slice_split(m, &c->pl, w->id, NULL)) {
-                    gpu_experts(c, pf, il, &share);
-                    cells[il * N_ROLES + r] = (float)share;
-                }
-            }
-        }
-        labels[hp->n_layer] = "output";
-        for (int r = 0; r < N_ROLES; r++) cells[hp->n_layer * N_ROLES + r] = -1;
-        cells[hp->n_layer * N_ROLES + 8] = m->output.id >= 0 && c->gpu ? (float)c->pl.where[m->output.id] : 0;
-        char title[320];
-        snprintf(title, sizeof title, "%s: %s", m->desc, c->pl.desc);
-        if (tnd_plan_svg(svg, title, rows, labels, N_ROLES, roles, cells)) {
+        if (tnd_plan_write_svg(pl, svg)) {
             tools_print_error("svg");
             rc = 1;
         } else if (!json) {
             printf("\npicture: %s\n", svg);
         }
-        free(cells);
-        free(labels);
-        free(lab);
     }
     if (save) {
         FILE *f = fopen(save, "w");
-        if (!f || tnd_placement_write(m, &c->pl, f)) {
+        if (!f || tnd_plan_write_placement(pl, f)) {
             fprintf(stderr, "tandem: error: cannot write %s\n", save);
             rc = 1;
         }
         if (f) fclose(f);
     }
-    if (pf_own) {
-        tnd_perf_free(pf_own);
-        free(pf_own);
-    }
-    tnd_ctx_free(c);
+    tnd_plan_free(pl);
     tnd_model_free(m);
     return rc;
 }

@@ -2,16 +2,15 @@
  * weight slice, CPU and GPU seconds for a decode step and prefill chunks of
  * 512 and 2048 tokens; attention and the other ops of a layer; pinned PCIe,
  * CPU read and GPU memory bandwidths; the latency of a backend switch. The
- * result is cached, keyed by model and hardware, for static placement. */
+ * result is cached, keyed by model and hardware, for static placement: it is
+ * the perf DB of a static plan built with the cache bypassed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
-#include "sched/perf.h"
+#include "runtime/runtime.h"
 #include "tandem.h"
 #include "tools.h"
-#include "util.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tandem profile [options]\n\n"
@@ -55,8 +54,8 @@ int cmd_profile(int argc, char **argv) {
     }
     tnd_model *m;
     if (!tools_load_model(&model, threads, &m)) return 1;
-    /* a fresh measurement (then cached): the static placement of a
-     * planning context, with the cache bypassed */
+    /* a fresh measurement (then cached): the perf DB of a static plan, with
+     * the cache bypassed */
     tnd_ctx_params cp = tnd_ctx_default_params();
     cp.reprofile = true;
     cp.cpu_exact |= cpu_exact;
@@ -65,17 +64,17 @@ int cmd_profile(int argc, char **argv) {
     cp.placement = "static";
     cp.n_ctx = 256;
     cp.n_batch = 256;
-    tnd_ctx *c;
+    tnd_plan *pl;
     double t0 = tnd_time_s();
-    if (tnd_ctx_plan_only(m, &cp, &c)) {
+    if (tnd_plan_build(m, &cp, &pl)) {
         tools_print_error("profile");
         tnd_model_free(m);
         return 1;
     }
-    const tnd_perf *pf = c->perf;
+    const tnd_perf *pf = tnd_plan_perf(pl);
     if (!pf) {
         fprintf(stderr, "tandem: error: profiling needs a GPU (--device cuda, or --device sim)\n");
-        tnd_ctx_free(c);
+        tnd_plan_free(pl);
         tnd_model_free(m);
         return 1;
     }
@@ -168,7 +167,7 @@ int cmd_profile(int argc, char **argv) {
                    top, E, 100.0 * share / pf->n_layer, 100.0 * top / E);
         }
     }
-    tnd_ctx_free(c);
+    tnd_plan_free(pl);
     tnd_model_free(m);
     return 0;
 }

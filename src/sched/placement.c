@@ -1,14 +1,14 @@
-/* Placements (docs/ARCHITECTURE.md: Slices): which side runs the ops reading each weight
+/* Placements (docs/ARCHITECTURE.md, "Hybrid execution"): which side runs the ops reading each weight
  * slice, where each layer's attention and KV cache live, which CPU slices
  * are promoted to the GPU every round. Policies here are the simple ones —
  * all on one side, whole layers (llama.cpp's -ngl, tandem's baseline), a
  * file for experiments, random for tests; the cost-based static placement
- * lives in sched/. */
+ * is sched/static.c. */
 #include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
+#include "sched/placement.h"
 #include "util.h"
 
 bool tnd_slice_small(const tnd_weight *w) { return w->t && w->t->n_dims == 1; }

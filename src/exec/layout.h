@@ -1,0 +1,41 @@
+/* The memory layout of a context: what the GPU and the host hold for a
+ * placement, computed before anything big is allocated (tandem plan,
+ * run --dry-run). Allocating it is exec/layout.c's tnd_layout_alloc. */
+#ifndef TND_EXEC_LAYOUT_H
+#define TND_EXEC_LAYOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model/forward.h"
+#include "model/model.h"
+#include "sched/placement.h"
+
+/* Memory the layout needs, computed before anything big is allocated. */
+typedef struct tnd_layout {
+    uint64_t budget;        /* GPU bytes allowed (0 = no GPU) */
+    uint64_t w_gpu;         /* resident weight slices */
+    uint64_t small_gpu;     /* replicated norm weights and biases */
+    uint64_t kv_gpu;        /* KV cache of GPU layers */
+    uint64_t act_gpu;       /* GPU activation buffers */
+    uint64_t slots_gpu;     /* temporary slots for promoted slices */
+    uint64_t scratch_gpu;   /* op scratch (prefill GEMM tiles, attention splits) */
+    uint64_t gpu_total;     /* sum of the above */
+    uint64_t pinned_host;   /* pinned store (non-resident slices) + host activations */
+    uint64_t kv_cpu;        /* KV cache of CPU layers */
+    uint64_t slot_bytes;    /* size of one slot */
+    int n_slots;
+} tnd_layout;
+
+/* Fills *l for model m, placement p, context n_ctx x n_batch, GPU budget
+ * (gpu: a GPU side exists). */
+void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int n_batch, uint64_t budget,
+                        bool gpu, tnd_layout *l);
+/* Prints the memory breakdown. */
+void tnd_layout_print(const tnd_layout *l, FILE *f);
+/* Activation buffer sizes for n_batch tokens. */
+void tnd_act_sizes(const tnd_hparams *hp, int n_batch, size_t sz[A_COUNT]);
+
+#endif

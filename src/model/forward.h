@@ -1,0 +1,53 @@
+/* The forward recipe: one round (a chunk of tokens through every layer)
+ * as an op list over canonical buffers (graph.h). It knows the model and
+ * nothing of where ops run: the executor (exec/) decides that. */
+#ifndef TND_MODEL_FORWARD_H
+#define TND_MODEL_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "graph.h"
+#include "model/model.h"
+
+/* Activation buffers of one round. */
+enum {
+    A_X,      /* [nb][n_embd] residual stream */
+    A_H,      /* [nb][n_embd] normed sublayer input */
+    A_Q,      /* [nb][n_head * head_dim] */
+    A_K,      /* [nb][kv_dim] */
+    A_V,      /* [nb][kv_dim] */
+    A_ATT,    /* [nb][n_head * head_dim] */
+    A_O,      /* [nb][n_embd] sublayer output */
+    A_G,      /* [nb][n_used][n_ff] gate (dense: n_used = 1) */
+    A_U,      /* [nb][n_used][n_ff] up */
+    A_EY,     /* [nb][n_used][n_embd] expert outputs (MoE) */
+    A_RL,     /* [nb][n_expert] router logits (MoE) */
+    A_RW,     /* [nb][n_used] routing weights (MoE) */
+    A_RI,     /* [nb][n_used] i32 routing ids (MoE) */
+    A_RIC,    /* [nb][n_used] i32 split layers: ids of the CPU-side experts, -1 for the others */
+    A_RIG,    /* [nb][n_used] i32 split layers: GPU-resident experts' compact indices, -1 for the others */
+    A_IDS,    /* [nb] i32 token ids */
+    A_POS,    /* [nb] i32 positions */
+    A_LOGITS, /* [n_vocab] */
+    A_COUNT
+};
+
+/* What the recipe emits into and over: the canonical buffers of a context. */
+typedef struct tnd_recipe {
+    const tnd_model *m;
+    tnd_graph *g;            /* the round's op list, reset by tnd_recipe_emit */
+    void **act;              /* [A_COUNT] host activation buffers */
+    uint16_t *kv_canon;      /* canonical KV cache: [2][n_layer][n_ctx][kv_dim] f16 */
+    int n_ctx;
+    int64_t kv_dim;
+    const uint8_t *split;    /* [n_layer] layers whose experts run on two sides (a NONE node maps
+                                the routing ids for each side), or NULL for none */
+} tnd_recipe;
+
+/* Emits the op list of one round: nt tokens at positions pos0.. (ids and
+ * positions are read from act[A_IDS] and act[A_POS] when it runs), and the
+ * logits of the last token when want_logits. */
+tnd_status tnd_recipe_emit(const tnd_recipe *r, int nt, int pos0, bool want_logits);
+
+#endif

@@ -1,0 +1,374 @@
+/* Contexts: their lifecycle (made from a plan, freed), evaluation round by
+ * round (the recipe of model/forward.c emits a round, exec/ runs it), and
+ * changing the plan of a live context between rounds. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "runtime/internal.h"
+#include "sim/sim.h"
+#include "util.h"
+
+tnd_ctx_params tnd_ctx_default_params(void) {
+    tnd_ctx_params p = {.n_ctx = 0, .n_batch = 0, .device = TND_DEVICE_CPU, .vram_budget = 0,
+                        .cpu_exact = !tnd_cpu_int8_env()};
+    return p;
+}
+
+/* Drops the GPU side (a plan that fell back to the CPU). */
+static void drop_gpu(tnd_ctx *c) {
+    tnd_backend *g = c->side[1].be;
+    if (!g) return;
+    tnd_backend_stream_free(g, c->xfer);
+    tnd_backend_stream_free(g, c->side[1].st);
+    tnd_backend_free(g);
+    memset(&c->side[1], 0, sizeof c->side[1]);
+    c->xfer = NULL;
+    c->gpu = false;
+}
+
+void tnd_ctx_free(tnd_ctx *c) {
+    if (!c) return;
+    tnd_exec_trace_print(c, stderr);
+    free(c->trace);
+    tnd_layout_free(c);
+    drop_gpu(c);
+    if (c->side[0].be) {
+        tnd_backend_stream_free(c->side[0].be, c->side[0].st);
+        tnd_backend_free(c->side[0].be);
+    }
+    tnd_plan_free(c->plan); /* owns c->pl's arrays and c->perf */
+    tnd_graph_free(&c->g);
+    free(c->prom);
+    free(c->round_prom);
+    free(c->chosen);
+    free(c->pair_ok);
+    free(c->logits);
+    free(c);
+}
+
+/* The op list of a round into c->g (the recipe over c's buffers). */
+static tnd_status emit_round(tnd_ctx *c, int nt, int pos0, bool want_logits) {
+    tnd_recipe r = {.m = c->m,
+                    .g = &c->g,
+                    .act = c->side[0].act,
+                    .kv_canon = c->kv_canon,
+                    .n_ctx = c->n_ctx,
+                    .kv_dim = c->kv_dim,
+                    .split = c->gpu ? c->pl.split : NULL};
+    return tnd_recipe_emit(&r, nt, pos0, want_logits);
+}
+
+/* Allocates now the GPU scratch of the largest rounds (a full prefill chunk
+ * at the end of the context, a decode step), so that a budget too small
+ * fails here with a clear message and never mid-generation. */
+static tnd_status reserve_scratch(tnd_ctx *c) {
+    tnd_backend *g = c->side[1].be;
+    int rounds[2][2] = {{c->n_batch, c->n_ctx - c->n_batch}, {1, c->n_ctx - 1}};
+    for (int r = 0; r < 2; r++) {
+        tnd_status st = emit_round(c, rounds[r][0], rounds[r][1], true);
+        int cur = TND_SIDE_CPU;
+        for (int i = 0; !st && i < c->g.n; i++) {
+            cur = tnd_exec_node_side(c, &c->g.nodes[i], cur, true, NULL);
+            if (cur == TND_SIDE_GPU) st = tnd_backend_reserve(g, &c->g.nodes[i].op, c->side[1].st);
+        }
+        if (st) return tnd_fail_wrap(st, "GPU op scratch: ");
+    }
+    return TND_OK;
+}
+
+/* The GPU side: a CUDA GPU or SimGPU (with the timing profile hw, or none). */
+static tnd_status new_gpu(tnd_ctx *c, tnd_device device, uint64_t vram_budget, const char *hw_name, bool cpu_exact) {
+    tnd_status st;
+    if (device == TND_DEVICE_CUDA) {
+        tnd_cuda_params cp = {.device = 0, .vram_budget = vram_budget};
+        st = tnd_backend_cuda_new(&cp, &c->side[1].be);
+    } else {
+        tnd_hw hw;
+        if (hw_name && (st = tnd_hw_load(hw_name, &hw))) return st;
+        tnd_sim_params sp = {.budget = vram_budget ? vram_budget : hw_name ? hw.vram : 0, .n_threads = 1,
+                             .hw = hw_name ? &hw : NULL, .cpu_exact = cpu_exact};
+        st = tnd_backend_sim_new(&sp, &c->side[1].be);
+    }
+    if (st) return st;
+    tnd_backend *g = c->side[1].be;
+    c->gpu = true;
+    if ((st = tnd_backend_stream_new(g, &c->side[1].st)) || (st = tnd_backend_stream_new(g, &c->xfer))) return st;
+    if (!g->iface->host_alloc || !g->iface->copy_mapped)
+        return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend cannot map host memory", tnd_backend_name(g));
+    return TND_OK;
+}
+
+/* A context with its backends (CPU, and the GPU unless device is the CPU)
+ * and nothing else yet; cpu_exact: the CPU's f32 activations. */
+static tnd_status ctx_alloc(tnd_model *m, int n_ctx, int n_batch, tnd_device device, uint64_t vram_budget,
+                            const char *hw, bool cpu_exact, tnd_ctx **out) {
+    tnd_ctx *c = tnd_calloc(1, sizeof *c);
+    *out = c;
+    if (!c) return TND_ERR_NOMEM;
+    c->m = m;
+    c->n_ctx = n_ctx;
+    c->n_batch = n_batch;
+    c->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+    const char *tr = getenv("TND_TRACE");
+    c->trace_mode = tr && atoi(tr) >= 2 ? 2 : tr && atoi(tr) > 0 ? 1 : 0;
+    tnd_status st = tnd_backend_cpu_new(m->pool, 0, &c->side[0].be);
+    if (!st && cpu_exact) tnd_backend_cpu_set_int8(c->side[0].be, false);
+    if (!st) st = tnd_backend_stream_new(c->side[0].be, &c->side[0].st);
+    if (!st && device != TND_DEVICE_CPU) st = new_gpu(c, device, vram_budget, hw, cpu_exact);
+    return st;
+}
+
+/* c runs plan from now on (c owns it): c->pl, c->lay and c->perf are the
+ * plan's, c->pl sharing its arrays. */
+static void adopt(tnd_ctx *c, tnd_plan *plan) {
+    c->plan = plan;
+    c->pl = plan->pl;
+    c->lay = plan->lay;
+    c->perf = plan->perf;
+    c->budget_asked = plan->budget_asked;
+}
+
+/* Everything big of c's plan: buffers on both sides, then the GPU scratch. */
+static tnd_status ctx_lay_out(tnd_ctx *c) {
+    tnd_status st = tnd_layout_alloc(c);
+    if (!st && c->gpu) st = reserve_scratch(c);
+    return st;
+}
+
+/* The budget of c's GPU must still hold the layout plan made (a plan made
+ * earlier, or by another process's view of the driver's free memory). */
+static tnd_status check_fits(tnd_ctx *c, const tnd_plan *plan) {
+    if (!c->gpu) return TND_OK;
+    tnd_mem_info mi;
+    tnd_backend_mem_info(c->side[1].be, &mi);
+    uint64_t budget = mi.budget ? mi.budget : UINT64_MAX / 4;
+    if (plan->lay.gpu_total <= budget) return TND_OK;
+    return tnd_fail(TND_ERR_NOMEM, "plan '%s' needs %.1f MiB on the GPU but its budget is now %.1f MiB",
+                    plan->pl.desc, plan->lay.gpu_total / 1048576.0, budget / 1048576.0);
+}
+
+static tnd_status ctx_finish(tnd_ctx *c, bool verbose, tnd_ctx **out) {
+    tnd_status st = ctx_lay_out(c);
+    c->verbose = verbose;
+    if (!st && !(c->logits = malloc(sizeof(float) * (size_t)c->m->hp.n_vocab)))
+        st = tnd_fail(TND_ERR_NOMEM, "out of memory");
+    if (st) {
+        tnd_ctx_free(c);
+        return st;
+    }
+    *out = c;
+    return TND_OK;
+}
+
+/* tnd_ctx_new and tnd_ctx_new_placed: the plan is made on the context's own
+ * backends (the budget is the GPU backend's, a perf DB is measured on it). */
+static tnd_status ctx_new(tnd_model *m, const tnd_ctx_params *p, const tnd_placement *fixed, tnd_ctx **out) {
+    tnd_ctx_params dp = tnd_ctx_default_params();
+    if (!p) p = &dp;
+    const tnd_hparams *hp = &m->hp;
+    if (p->n_ctx < 0 || p->n_batch < 0) return tnd_fail(TND_ERR_ARG, "context and batch sizes must be positive");
+    int n_ctx = p->n_ctx ? p->n_ctx : TND_MIN(hp->n_ctx_train, 4096);
+    if (n_ctx > hp->n_ctx_train)
+        return tnd_fail(TND_ERR_LIMIT, "context length %d exceeds the model's training context %d", n_ctx,
+                        hp->n_ctx_train);
+    int nb = p->n_batch ? p->n_batch : 512;
+    if (nb > n_ctx) nb = n_ctx;
+    tnd_ctx *c;
+    tnd_status st = ctx_alloc(m, n_ctx, nb, p->device, p->vram_budget, p->hw, p->cpu_exact, &c);
+    tnd_plan *plan = NULL;
+    if (!st) st = tnd_plan_make(m, p, c->side[0].be, c->gpu ? c->side[1].be : NULL, fixed, &plan);
+    if (st) {
+        tnd_ctx_free(c);
+        return st;
+    }
+    if (!plan->gpu) drop_gpu(c);
+    adopt(c, plan);
+    return ctx_finish(c, p->verbose, out);
+}
+
+tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) { return ctx_new(m, p, NULL, out); }
+
+tnd_model *tnd_ctx_model(const tnd_ctx *c) { return c ? c->m : NULL; }
+
+tnd_status tnd_ctx_new_bare(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) {
+    const int n_ctx = p->n_ctx ? p->n_ctx : TND_MIN(m->hp.n_ctx_train, 4096);
+    tnd_ctx *c;
+    tnd_status st = ctx_alloc(m, n_ctx, TND_MIN(p->n_batch ? p->n_batch : 512, n_ctx), p->device, p->vram_budget,
+                              p->hw, p->cpu_exact, &c);
+    if (st) {
+        tnd_ctx_free(c);
+        return st;
+    }
+    *out = c;
+    return TND_OK;
+}
+
+tnd_status tnd_ctx_new_placed(tnd_model *m, const tnd_ctx_params *p, const tnd_placement *pl, tnd_ctx **out) {
+    return ctx_new(m, p, pl, out);
+}
+
+tnd_status tnd_ctx_new_from_plan(const tnd_plan *plan, tnd_ctx **out) {
+    if (plan->n_ctx > plan->m->hp.n_ctx_train)
+        return tnd_fail(TND_ERR_LIMIT, "context length %d exceeds the model's training context %d", plan->n_ctx,
+                        plan->m->hp.n_ctx_train);
+    tnd_plan *own;
+    tnd_status st = tnd_plan_copy(plan, &own);
+    if (st) return st;
+    tnd_ctx *c;
+    st = ctx_alloc(plan->m, plan->n_ctx, plan->n_batch, plan->gpu ? plan->device : TND_DEVICE_CPU,
+                   plan->vram_budget, plan->hw, plan->cpu_exact, &c);
+    if (!st) st = check_fits(c, own);
+    if (st) {
+        tnd_plan_free(own);
+        tnd_ctx_free(c);
+        return st;
+    }
+    adopt(c, own);
+    return ctx_finish(c, false, out);
+}
+
+/* The first n_past positions of every layer's K and V, saved on the host
+ * ([n_layer][2][n_past][kv_dim]) or put back, from and to wherever c's
+ * plan keeps each layer's cache. */
+static tnd_status kv_move(tnd_ctx *c, uint16_t *save, bool restore) {
+    const int L = c->m->hp.n_layer;
+    const size_t n = (size_t)c->n_past * (size_t)c->kv_dim * sizeof(uint16_t);
+    tnd_backend *g = c->side[1].be;
+    tnd_status st = TND_OK;
+    if (!n) return TND_OK; /* an empty cache */
+    for (int l = 0; !st && l < L; l++)
+        for (int kv = 0; !st && kv < 2; kv++) {
+            char *host = (char *)save + (2 * (size_t)l + (size_t)kv) * n;
+            void *at = c->kv_addr[2 * l + kv];
+            if (c->gpu && c->pl.kv[l] == TND_SIDE_GPU)
+                st = restore ? tnd_backend_copy_h2d(g, at, host, n, c->side[1].st)
+                             : tnd_backend_copy_d2h(g, host, at, n, c->side[1].st);
+            else if (restore)
+                memcpy(at, host, n);
+            else
+                memcpy(host, at, n);
+        }
+    if (!st && c->gpu) st = tnd_backend_stream_sync(g, c->side[1].st);
+    return st;
+}
+
+tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
+    if (plan->m != c->m || plan->n_ctx != c->n_ctx || plan->n_batch != c->n_batch)
+        return tnd_fail(TND_ERR_ARG, "the plan is for another model or context size (%d x %d, the context's %d x %d)",
+                        plan->n_ctx, plan->n_batch, c->n_ctx, c->n_batch);
+    if (plan->gpu && !c->gpu)
+        return tnd_fail(TND_ERR_ARG, "plan '%s' needs a GPU and the context has none", plan->pl.desc);
+    if (plan->gpu && strcmp(plan->gpu_name, tnd_backend_name(c->side[1].be)))
+        return tnd_fail(TND_ERR_ARG, "plan '%s' is for a %s GPU and the context's is %s", plan->pl.desc,
+                        plan->gpu_name, tnd_backend_name(c->side[1].be));
+    /* a CPU plan lays out no GPU side, which a GPU context's executor expects */
+    if (c->gpu && !plan->gpu)
+        return tnd_fail(TND_ERR_ARG, "plan '%s' is for the CPU alone and the context has a GPU (make the plan "
+                        "for the context's device with the placement cpu)", plan->pl.desc);
+    tnd_status st = check_fits(c, plan);
+    tnd_plan *own = NULL;
+    if (!st) st = tnd_plan_copy(plan, &own);
+    if (st) return st;
+    const size_t kv_bytes = 2 * (size_t)c->m->hp.n_layer * (size_t)c->n_past * (size_t)c->kv_dim * sizeof(uint16_t);
+    uint16_t *kv = malloc(kv_bytes + 1);
+    if (!kv) {
+        tnd_plan_free(own);
+        return tnd_fail(TND_ERR_NOMEM, "out of memory for the KV cache's copy");
+    }
+    if ((st = kv_move(c, kv, false))) {
+        free(kv);
+        tnd_plan_free(own);
+        return st;
+    }
+    /* Everything laid out for the old plan goes, and with it what the
+     * executor learnt about it (which MATMUL pairs the GPU takes, the
+     * automatic promotions' scratch). */
+    tnd_layout_release(c);
+    free(c->pair_ok);
+    c->pair_ok = NULL;
+    free(c->round_prom);
+    c->round_prom = NULL;
+    tnd_plan_free(c->plan);
+    adopt(c, own);
+    st = ctx_lay_out(c);
+    if (!st) st = kv_move(c, kv, true);
+    free(kv);
+    return st;
+}
+
+const tnd_plan *tnd_ctx_plan(const tnd_ctx *c) { return c->plan; }
+
+void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
+    *out = (tnd_ctx_stats){.n_switch = c->n_switch,
+                           .n_act_copies = c->n_act_copies,
+                           .act_copy_bytes = c->act_copy_bytes,
+                           .n_w_copies = c->n_w_copies,
+                           .w_copy_bytes = c->w_copy_bytes,
+                           .n_pairs = c->n_pairs,
+                           .n_route_dec = c->n_route_dec,
+                           .n_route_dec_gpu = c->n_route_dec_gpu};
+}
+
+void tnd_ctx_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie) {
+    tnd_layout_token_bytes(c, cpu, gpu, pcie);
+}
+
+int tnd_ctx_n_past(const tnd_ctx *c) { return c->n_past; }
+int tnd_ctx_n_ctx(const tnd_ctx *c) { return c->n_ctx; }
+
+tnd_status tnd_ctx_truncate(tnd_ctx *c, int n) {
+    if (n < 0 || n > c->n_past) return tnd_fail(TND_ERR_ARG, "cannot truncate %d tokens to %d", c->n_past, n);
+    c->n_past = n;
+    return TND_OK;
+}
+
+/* One round: nt tokens at positions n_past..; logits of the last if asked. */
+static tnd_status round_forward(tnd_ctx *c, const int32_t *tokens, int nt, bool want_logits) {
+    tnd_status st = emit_round(c, nt, c->n_past, want_logits);
+    if (st) return st;
+    int32_t *ids = c->side[0].act[A_IDS], *pos = c->side[0].act[A_POS];
+    memcpy(ids, tokens, sizeof(int32_t) * (size_t)nt);
+    for (int t = 0; t < nt; t++) pos[t] = c->n_past + t;
+    double t0 = tnd_time_s();
+    if ((st = tnd_exec_round(c, nt, want_logits))) return st;
+    if (c->verbose && c->perf) {
+        double ms = 1e3 * (tnd_time_s() - t0);
+        double pred = 1e3 * tnd_perf_predict(c->m, c->perf, &c->pl, c->lay.n_slots, nt, c->n_past);
+        fprintf(stderr, "round of %d tokens: predicted %.2f ms, measured %.2f ms (%+.0f%%)\n", nt, pred, ms,
+                100.0 * (ms - pred) / pred);
+    }
+    c->n_past += nt;
+    return TND_OK;
+}
+
+tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits) {
+    if (n <= 0) return tnd_fail(TND_ERR_ARG, "no tokens to evaluate");
+    if ((int64_t)c->n_past + n > c->n_ctx)
+        return tnd_fail(TND_ERR_LIMIT, "context full: %d tokens in the cache + %d new > context length %d "
+                        "(use a larger --ctx-size, up to the model's %d)",
+                        c->n_past, n, c->n_ctx, c->m->hp.n_ctx_train);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->m->hp.n_vocab)
+            return tnd_fail(TND_ERR_ARG, "token id %d out of range [0, %d)", tokens[i], c->m->hp.n_vocab);
+    int start = c->n_past;
+    double t0 = tnd_time_s();
+    uint64_t sw0 = c->n_switch, ac0 = c->n_act_copies, wc0 = c->n_w_copies, wb0 = c->w_copy_bytes, np0 = c->n_pairs;
+    for (int done = 0; done < n;) {
+        int nt = TND_MIN(c->n_batch, n - done);
+        tnd_status st = round_forward(c, tokens + done, nt, done + nt == n);
+        if (st) {
+            c->n_past = start; /* a failed eval leaves the cache as it was */
+            return st;
+        }
+        done += nt;
+    }
+    if (logits) memcpy(logits, c->logits, sizeof(float) * (size_t)c->m->hp.n_vocab);
+    TND_DEBUG("eval %d tokens: %.2f ms, %llu switches, %llu activation copies, %llu weight copies (%.1f MiB), "
+              "%llu matmul pairs",
+              n, 1e3 * (tnd_time_s() - t0), (unsigned long long)(c->n_switch - sw0),
+              (unsigned long long)(c->n_act_copies - ac0), (unsigned long long)(c->n_w_copies - wc0),
+              (c->w_copy_bytes - wb0) / 1048576.0, (unsigned long long)(c->n_pairs - np0));
+    return TND_OK;
+}

@@ -1,0 +1,46 @@
+/* Shared by the files of src/runtime/ only: the plan's fields, and the
+ * steps a context and a plan are built from. */
+#ifndef TND_RUNTIME_INTERNAL_H
+#define TND_RUNTIME_INTERNAL_H
+
+#include "exec/exec.h"
+#include "runtime/runtime.h"
+
+struct tnd_plan {
+    tnd_model *m;
+    tnd_device device;       /* the device asked for */
+    uint64_t vram_budget;    /* the GPU budget asked for (0: the backend's default) */
+    char *hw;                /* the SimGPU timing profile asked for, or NULL (owned) */
+    bool cpu_exact;          /* the CPU's f32 activations (tnd_ctx_params.cpu_exact) */
+    int n_ctx, n_batch;
+    int64_t kv_dim;
+    bool gpu;                /* a GPU side: false on the CPU, and after a fallback to it */
+    char gpu_name[16];       /* the GPU backend's name ("cuda", "sim"), "cpu" without one */
+    uint64_t budget;         /* GPU bytes the layout was checked against (0: no GPU) */
+    uint64_t budget_asked;   /* the GPU backend's budget before any fallback to the CPU */
+    tnd_placement pl;
+    tnd_layout lay;
+    tnd_perf *perf;          /* the perf DB the placement came from, or that automatic promotion
+                                decides by (the context's executor reads it); NULL: none */
+    tnd_perf *perf_pred;     /* a perf DB fetched for the predictions alone (tnd_ctx_params.predict) */
+};
+
+/* Builds *out for m on backends already made: cpu (it times CPU ops when a
+ * perf DB is measured) and gpu (NULL: none; its mem_info gives the budget,
+ * and it is the GPU a perf DB is measured on). fixed: the placement to take
+ * as it is (the calibration steps of runtime/perfdb.c), else NULL. When the
+ * budget cannot hold even what any GPU placement needs, the plan falls
+ * back to the CPU (out->gpu false, a warning): the caller then drops gpu. */
+tnd_status tnd_plan_make(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu, tnd_backend *gpu,
+                         const tnd_placement *fixed, tnd_plan **out);
+/* A context with its backends (CPU, and the GPU p asks for) and nothing
+ * laid out: what tnd_plan_build plans on. */
+tnd_status tnd_ctx_new_bare(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
+/* A deep copy of src (placement, perf DBs), to free with tnd_plan_free. */
+tnd_status tnd_plan_copy(const tnd_plan *src, tnd_plan **out);
+
+/* The perf DB for m and the GPU gpu (cached, else measured with cpu and
+ * gpu, or computed from p->hw's cost model, and cached). */
+tnd_status tnd_perf_get(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu, tnd_backend *gpu, tnd_perf **out);
+
+#endif

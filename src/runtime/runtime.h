@@ -1,0 +1,76 @@
+/* The internal API the tools (src/tools/) and the tests use beside
+ * include/tandem.h: a plan's contents and predictions, what a context ran,
+ * the perf DB, and the machine's bandwidths. A tool includes tandem.h, its
+ * own tools.h and this header, nothing else of src/ (docs/ARCHITECTURE.md);
+ * the context's fields stay behind exec/exec.h.
+ *
+ * Below this header: sched/placement.h (tnd_placement, slice queries),
+ * sched/perf.h (the perf DB and the timeline model), exec/layout.h (the
+ * memory layout) and util.h (errors, logging, timing, checked arithmetic). */
+#ifndef TND_RUNTIME_H
+#define TND_RUNTIME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "exec/layout.h"
+#include "sched/perf.h"
+#include "sched/placement.h"
+#include "tandem.h"
+#include "util.h"
+
+/* ---- a plan's contents (plan.c) ---- */
+tnd_model *tnd_plan_model(const tnd_plan *pl);
+const tnd_placement *tnd_plan_placement(const tnd_plan *pl);
+const tnd_layout *tnd_plan_layout(const tnd_plan *pl);
+/* True when the plan uses a GPU (false on the CPU and after a fallback). */
+bool tnd_plan_gpu(const tnd_plan *pl);
+/* The GPU backend's name ("cuda", "sim"), "cpu" without a GPU. */
+const char *tnd_plan_device_name(const tnd_plan *pl);
+int tnd_plan_n_ctx(const tnd_plan *pl);
+int tnd_plan_n_batch(const tnd_plan *pl);
+/* The GPU budget before any fallback to the CPU (0: none). */
+uint64_t tnd_plan_budget_asked(const tnd_plan *pl);
+/* The perf DB behind the plan's predictions: its placement's, else the
+ * one tnd_ctx_params.predict fetched; NULL without one. */
+const tnd_perf *tnd_plan_perf(const tnd_plan *pl);
+/* Takes that DB out of the plan: the caller's, to free with tnd_perf_free
+ * and free. */
+tnd_perf *tnd_plan_take_perf(tnd_plan *pl);
+/* The timeline model's seconds for a round of nt tokens at positions
+ * pos0.. under the plan's placement and promotion slots, by pf (NULL: the
+ * plan's DB); 0 without a DB. */
+double tnd_plan_predict(const tnd_plan *pl, const tnd_perf *pf, int nt, int pos0);
+
+/* ---- contexts (context.c) ---- */
+/* tnd_ctx_new with placement pl (copied; p->placement and p->promote
+ * ignored, no promotion slots, so pl may not promote automatically): the
+ * profile's calibration steps under a placement of its choosing. */
+tnd_status tnd_ctx_new_placed(tnd_model *m, const tnd_ctx_params *p, const tnd_placement *pl, tnd_ctx **out);
+/* The plan the context runs now (changed by tnd_ctx_set_plan). */
+const tnd_plan *tnd_ctx_plan(const tnd_ctx *c);
+typedef struct tnd_ctx_stats {
+    uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes, n_pairs;
+    /* split layers' routings of decode steps: all, and those to GPU experts */
+    uint64_t n_route_dec, n_route_dec_gpu;
+} tnd_ctx_stats;
+void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out);
+/* Weight bytes one decode token reads on the CPU, on the GPU (resident)
+ * and copies over PCIe (promoted); MoE experts count n_used / n_expert. */
+void tnd_ctx_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie);
+
+/* ---- the machine's bandwidths (limits.c) ---- */
+/* The bandwidths of the physical limit (docs/ARCHITECTURE.md), GB/s: the
+ * CPU's read, pinned host to GPU, GPU memory, and the CPU's read and the
+ * pinned copies while both run at once. */
+typedef struct tnd_limits {
+    double cpu, pcie, hbm, both_cpu, both_pcie;
+} tnd_limits;
+/* Measures them with n_threads CPU threads on CUDA device 0; fails
+ * without a CUDA GPU or memory for 3 GiB of buffers. */
+tnd_status tnd_measure_limits(int n_threads, tnd_limits *out);
+/* The CPU kernels' instruction set in use ("avx512", "avx2", "scalar"). */
+const char *tnd_cpu_isa(void);
+
+#endif
