@@ -3,7 +3,7 @@
 # root, in steps (a device call can run several):
 #   scripts/device-arch.sh build   # three builds, side by side:
 #       build        exactly as the README says (no flags: the GPU's own code)
-#       build-sm90   -DCMAKE_CUDA_ARCHITECTURES=90
+#       build-device -DCMAKE_CUDA_ARCHITECTURES=90 (Release: the one scripts/device-test.sh uses)
 #       build-sm75   -DCMAKE_CUDA_ARCHITECTURES=75 (no code for an sm_80+ GPU:
 #                    the driver runs its PTX; the run-time guard must fall back)
 #   scripts/device-arch.sh ops     # --version of each; test_cuda_ops of the
@@ -27,13 +27,13 @@ fail=0
 build() {
   local jobs=$(( $(nproc) / 3 > 0 ? $(nproc) / 3 : 1 ))
   ( cmake -S . -B build >"$logs/cfg-readme.log" 2>&1 && cmake --build build -j"$jobs" >"$logs/build-readme.log" 2>&1; echo "build: $?" ) &
-  ( cmake -S . -B build-sm90 -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null 2>&1 &&
-      cmake --build build-sm90 -j"$jobs" >"$logs/build-sm90.log" 2>&1; echo "build-sm90: $?" ) &
+  ( cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null 2>&1 &&
+      cmake --build build-device -j"$jobs" >"$logs/build-device.log" 2>&1; echo "build-device: $?" ) &
   ( cmake -S . -B build-sm75 -DCMAKE_CUDA_ARCHITECTURES=75 >/dev/null 2>&1 &&
       cmake --build build-sm75 -j"$jobs" >"$logs/build-sm75.log" 2>&1; echo "build-sm75: $?" ) &
   wait
   grep "tandem: CUDA architectures" "$logs/cfg-readme.log"
-  for b in build build-sm90 build-sm75; do [ -x $b/tandem ] || { echo "FAIL: $b/tandem was not built"; fail=1; }; done
+  for b in build build-device build-sm75; do [ -x $b/tandem ] || { echo "FAIL: $b/tandem was not built"; fail=1; }; done
 }
 
 # label build model prompt [run options]: the build's GPU run against its CPU run
@@ -49,7 +49,7 @@ cmp_run() {
 }
 
 ops() {
-  for b in build build-sm90 build-sm75; do echo "== $b/tandem --version"; $b/tandem --version; done
+  for b in build build-device build-sm75; do echo "== $b/tandem --version"; $b/tandem --version; done
   for b in build build-sm75; do
     echo "== $b/test_cuda_ops"
     timeout 240 $b/test_cuda_ops >"$logs/test_cuda_ops-$b.log" 2>&1
@@ -63,7 +63,7 @@ models() {
   for s in tiny-llama tiny-qwen3 tiny-qwen3moe; do
     [ -f /tmp/tnd/$s.gguf ] || build/tandem synth --shape $s -o /tmp/tnd/$s.gguf --force >/dev/null 2>&1
   done
-  for b in build build-sm90 build-sm75; do
+  for b in build build-device build-sm75; do
     for s in tiny-llama tiny-qwen3 tiny-qwen3moe; do
       cmp_run "$b $s" $b /tmp/tnd/$s.gguf "The capital of France is" -b 16
     done
@@ -72,10 +72,10 @@ models() {
   echo "== README build against the sm_90 build (the same tokens)"
   for s in tiny_llama tiny_qwen3 tiny_qwen3moe default_model; do
     [ -f /tmp/tnd/g-build_$s.txt ] || { echo "skipped: $s (no run)"; continue; }
-    if cmp -s /tmp/tnd/g-build_$s.txt /tmp/tnd/g-build_sm90_$s.txt; then
+    if cmp -s /tmp/tnd/g-build_$s.txt /tmp/tnd/g-build_device_$s.txt; then
       echo "identical: $s: $(head -c 120 /tmp/tnd/g-build_$s.txt | tr '\n' ' ')"
     else
-      echo "FAIL: $s differs"; diff /tmp/tnd/g-build_$s.txt /tmp/tnd/g-build_sm90_$s.txt | head -6; fail=1
+      echo "FAIL: $s differs"; diff /tmp/tnd/g-build_$s.txt /tmp/tnd/g-build_device_$s.txt | head -6; fail=1
     fi
   done
 }
@@ -85,7 +85,7 @@ speed() {
   [ -f $M8 ] || /usr/bin/time -f "synth: %e s" build/tandem synth --shape qwen3-8b -o $M8 2>&1 | tail -1
   # the README build and the sm_90 build twice each, in turn (order effects
   # show as a spread between the two rounds), then the sm_75 build's fallbacks
-  for b in build build-sm90 build build-sm90 build-sm75; do
+  for b in build build-device build build-device build-sm75; do
     echo "== $b: synth qwen3-8b, all on the GPU, tg128"
     $b/tandem bench -m $M8 --device cuda -p 0 -n 128 -r 3 2>"$logs/bench-$b.err" | tee "$logs/bench-$b.md" | tail -3
     grep -h "warning" "$logs/bench-$b.err" | head -2
