@@ -136,8 +136,11 @@ tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
  * placement does not fit the budget. */
 tnd_status tnd_ctx_plan_text(tnd_model *m, const tnd_ctx_params *p, char **text);
 void tnd_ctx_free(tnd_ctx *c);
-/* Parses a --vram-budget value: bytes ("6G", "4523M", "123456") or a
- * percentage of the model's weight bytes ("50%"). */
+/* Parses a --vram-budget value: a size ("6G", "4523M", "1.5GiB", "123456"
+ * bytes) or a percentage of the model's weight bytes ("50%"). Refused with
+ * TND_ERR_ARG and a message: 0, a plain number with a fraction ("0.4": a
+ * share or a size?), 1024T or more, anything malformed. m may be NULL to
+ * check the text alone (a percentage then gives 0). */
 tnd_status tnd_parse_budget(const char *s, const tnd_model *m, uint64_t *out);
 /* Bytes of the model's weights (all tensors). */
 uint64_t tnd_model_weight_bytes(const tnd_model *m);

@@ -299,28 +299,61 @@ const char *tnd_model_chat_template(const tnd_model *m) { return m->chat_templat
 const char *tnd_model_desc(const tnd_model *m) { return m->desc; }
 uint64_t tnd_model_weight_bytes(const tnd_model *m) { return m->weight_bytes; }
 
+/* Budgets from 1 PiB up mean nothing real, and staying far below 2^64
+ * keeps the double-to-integer conversion defined and the sums over it
+ * (budget + reserve) from wrapping. */
+#define BUDGET_MAX_BYTES (1ull << 50)
+
+/* Strict on purpose: a value misread here silently changes where every
+ * weight runs. A plain number is whole bytes, so "0.4" (a share? a size?)
+ * is refused rather than guessed; a unit (K, M, G, T, optionally followed by
+ * B or iB) may take a fraction; "N%" is a share of the weight bytes. */
 tnd_status tnd_parse_budget(const char *s, const tnd_model *m, uint64_t *out) {
-    size_t n = s ? strlen(s) : 0;
-    if (n > 1 && s[n - 1] == '%') {
-        char *end;
-        double pct = strtod(s, &end);
-        if (end != s + n - 1 || !(pct > 0) || pct > 1000)
-            return tnd_fail(TND_ERR_ARG, "bad budget '%s' (want e.g. 50%% or 6G)", s);
-        *out = (uint64_t)((double)m->weight_bytes * pct / 100.0);
+    static const char want[] = "want a size such as 6G, 4523M or 512MiB, or a share of the model's weights such as 50%";
+    if (!s || !*s) return tnd_fail(TND_ERR_ARG, "empty budget: %s", want);
+    const char *p = s;
+    int dots = 0, digits = 0;
+    for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) *p == '.' ? dots++ : digits++;
+    if (!digits || dots > 1) return tnd_fail(TND_ERR_ARG, "bad budget '%s': %s", s, want);
+    double v = strtod(s, NULL); /* only digits and one dot: no sign, exponent, hex, inf or nan */
+    if (!strcmp(p, "%")) {
+        if (!(v > 0) || v > 1000)
+            return tnd_fail(TND_ERR_ARG, "bad budget '%s': a share of the weights must be above 0%% and at most 1000%%", s);
+        if (!m) {
+            *out = 0;
+            return TND_OK;
+        }
+        double b = (double)m->weight_bytes * v / 100.0;
+        if (b < 1) return tnd_fail(TND_ERR_ARG, "bad budget '%s': that share of the weights is 0 bytes", s);
+        *out = (uint64_t)b;
         return TND_OK;
     }
-    char *end;
-    double v = s && *s ? strtod(s, &end) : -1;
-    if (!s || !*s || v < 0 || !isfinite(v)) return tnd_fail(TND_ERR_ARG, "bad budget '%s' (want e.g. 50%% or 6G)", s ? s : "");
     double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    switch (*p) {
+    case 'k': case 'K': mul = 1024.0; p++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; p++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; p++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; p++; break;
     default: break;
     }
-    if (mul > 1 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
-    if (*end) return tnd_fail(TND_ERR_ARG, "bad budget '%s' (want e.g. 50%% or 6G)", s);
-    *out = (uint64_t)(v * mul);
+    if (!strcmp(p, "B") || (mul > 1 && (!strcmp(p, "iB") || !strcmp(p, "ib")))) p += strlen(p);
+    if (*p) return tnd_fail(TND_ERR_ARG, "bad budget '%s': %s", s, want);
+    if (mul == 1 && dots) {
+        if (v < 1)
+            return tnd_fail(TND_ERR_ARG,
+                            "budget '%s' is ambiguous: a plain number is bytes; write %g%% for a share of the "
+                            "model's weights or give a size with a unit (e.g. %gG)",
+                            s, v * 100, v);
+        return tnd_fail(TND_ERR_ARG, "bad budget '%s': a plain number is whole bytes; add a unit (%sG, %sM) or "
+                        "write a share of the weights (50%%)", s, s, s);
+    }
+    double b = v * mul;
+    if (b >= (double)BUDGET_MAX_BYTES)
+        return tnd_fail(TND_ERR_ARG, "bad budget '%s': too large (budgets are below 1024T)", s);
+    if (b < 1)
+        return tnd_fail(TND_ERR_ARG,
+                        "bad budget '%s': a budget of 0 bytes leaves the GPU nothing; leave --vram-budget out for "
+                        "the default (the driver's free memory less 512 MiB) or run with --device cpu", s);
+    *out = (uint64_t)b;
     return TND_OK;
 }

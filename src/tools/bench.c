@@ -293,7 +293,9 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--device")) {
             ok = v && (!strcmp(v, "cpu") || !strcmp(v, "cuda") || !strcmp(v, "sim"));
             if (ok) device = !strcmp(v, "cuda") ? TND_DEVICE_CUDA : !strcmp(v, "sim") ? TND_DEVICE_SIM : TND_DEVICE_CPU;
-        } else if (!strcmp(a, "--vram-budget")) ok = (budget = v) != NULL;
+        } else if (!strcmp(a, "--vram-budget")) {
+            if ((ok = (budget = v) != NULL) && !tools_check_budget(v)) return 2;
+        }
         else if (!strcmp(a, "--hw")) ok = (hw = v) != NULL;
         else if (!strcmp(a, "--placement") || !strcmp(a, "--policy")) {
             ok = v && n_cfg < MAX_CONFIGS && strlen(v) < sizeof cfg[0].placement;
@@ -323,7 +325,7 @@ int cmd_bench(int argc, char **argv) {
     cp.device = device;
     cp.hw = hw;
     if (budget && tnd_parse_budget(budget, m, &cp.vram_budget)) {
-        tools_print_error(NULL);
+        tools_print_error("--vram-budget");
         tnd_model_free(m);
         return 2;
     }

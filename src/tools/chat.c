@@ -37,7 +37,7 @@ int cmd_chat(int argc, char **argv) {
     tnd_sampler *s;
     if (gen_load(&o, &m, &c, &s)) {
         if (*tnd_last_error()) tools_print_error(NULL);
-        return 1;
+        return o.usage_error ? 2 : 1;
     }
     if (o.dry_run) return 0;
     const tnd_tokenizer *tok = tnd_model_tokenizer(m);

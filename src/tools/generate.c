@@ -118,6 +118,7 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
         o->dry_run = true;
     } else if (!strcmp(a, "--vram-budget")) {
         if (!(o->vram_budget = VAL())) BAD("a size (6G, 4523M) or a percentage of the weights (50%)");
+        if (!tools_check_budget(o->vram_budget)) return -1;
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
         o->verbose = true;
         o->cp.verbose = true;
@@ -142,6 +143,8 @@ tnd_status gen_load(gen_opts *o, tnd_model **m, tnd_ctx **c, tnd_sampler **s) {
     tnd_status st = tnd_model_load(o->model, &mp, m);
     if (st) return st;
     if (o->vram_budget && (st = tnd_parse_budget(o->vram_budget, *m, &o->cp.vram_budget))) {
+        tnd_fail_wrap(st, "--vram-budget: ");
+        o->usage_error = true;
         tnd_model_free(*m);
         *m = NULL;
         return st;

@@ -24,6 +24,7 @@ typedef struct gen_opts {
     const char *vram_budget; /* --vram-budget text, parsed once the model is loaded */
     bool verbose;
     bool dry_run;            /* --dry-run: gen_load prints the plan and loads no context */
+    bool usage_error;        /* set by gen_load when it failed on a bad option value (exit 2) */
 } gen_opts;
 
 typedef struct gen_result {

@@ -94,7 +94,9 @@ int cmd_plan(int argc, char **argv) {
             ok = v && (!strcmp(v, "cuda") || !strcmp(v, "sim"));
             if (ok) cp.device = strcmp(v, "cuda") ? TND_DEVICE_SIM : TND_DEVICE_CUDA;
         } else if (!strcmp(a, "--hw")) ok = (cp.hw = v) != NULL;
-        else if (!strcmp(a, "--vram-budget")) ok = (budget = v) != NULL;
+        else if (!strcmp(a, "--vram-budget")) {
+            if ((ok = (budget = v) != NULL) && !tools_check_budget(v)) return 2;
+        }
         else if (!strcmp(a, "--placement") || !strcmp(a, "--policy")) ok = (cp.placement = v) != NULL;
         else if (!strcmp(a, "--promote")) ok = (cp.promote = v) != NULL;
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = tools_parse_int(v, 1, 1 << 24, &n_ctx);
@@ -111,7 +113,7 @@ int cmd_plan(int argc, char **argv) {
     tnd_model *m;
     if (!tools_load_model(&model, threads, &m)) return 1;
     if (budget && tnd_parse_budget(budget, m, &cp.vram_budget)) {
-        tools_print_error(NULL);
+        tools_print_error("--vram-budget");
         tnd_model_free(m);
         return 2;
     }

@@ -94,7 +94,7 @@ int cmd_run(int argc, char **argv) {
     if (gen_load(&o, &m, &c, &s)) {
         if (*tnd_last_error()) tools_print_error(NULL);
         free(file_text);
-        return 1;
+        return o.usage_error ? 2 : 1;
     }
     if (o.dry_run) {
         free(file_text);

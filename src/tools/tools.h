@@ -38,6 +38,11 @@ bool tools_parse_size(const char *s, uint64_t *out);
 bool tools_parse_int(const char *s, long lo, long hi, long *out);
 bool tools_parse_float(const char *s, double *out);
 
+/* Checks a --vram-budget value before the model is loaded; on a bad one
+ * prints "tandem: error: --vram-budget: ..." and returns false (the caller
+ * exits 2, bad usage). */
+bool tools_check_budget(const char *s);
+
 /* A command-line option the command `cmd` cannot take: unknown (the
  * message, then usage) or missing/bad value. Returns 2, the exit code. */
 int tools_bad_option(const char *cmd, const char *opt, bool unknown, void (*usage)(FILE *));
