@@ -1,9 +1,12 @@
 /* Error messages, logging, allocation and timing shared by every module. */
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,6 +72,87 @@ void tnd_log(int level, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+const char *tnd_file_kind(unsigned mode) {
+    if (S_ISREG(mode)) return "a regular file";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+tnd_status tnd_open_regular(const char *path, const char *what, uint64_t max_bytes, FILE **out) {
+    if (!path || !*path) return tnd_fail(TND_ERR_ARG, "%s: no path given", what);
+    /* O_NONBLOCK: opening a FIFO with no writer returns at once instead of
+     * waiting for one; regular files ignore the flag */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return tnd_fail(TND_ERR_IO, "%s '%s': cannot open: %s", what, path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return tnd_fail(TND_ERR_IO, "%s '%s': cannot stat: %s", what, path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return tnd_fail(TND_ERR_IO, "%s '%s' is %s, not a regular file", what, path, tnd_file_kind(sb.st_mode));
+    }
+    if ((uint64_t)sb.st_size > max_bytes) {
+        close(fd);
+        return tnd_fail(TND_ERR_LIMIT, "%s '%s' is %.1f MiB; a %s may be %.1f MiB at most", what, path,
+                        sb.st_size / 1048576.0, what, max_bytes / 1048576.0);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return tnd_fail(TND_ERR_IO, "%s '%s': %s", what, path, strerror(e));
+    }
+    *out = f;
+    return TND_OK;
+}
+
+tnd_status tnd_read_regular(const char *path, const char *what, uint64_t max_bytes, char **out, size_t *n) {
+    FILE *f;
+    tnd_status st = tnd_open_regular(path, what, max_bytes, &f);
+    if (st) return st;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) {
+            fclose(f);
+            return tnd_fail(TND_ERR_NOMEM, "%s '%s': out of memory", what, path);
+        }
+        size_t r = fread(buf + len, 1, cap - len - 1, f);
+        len += r;
+        if (r == 0) break;
+        if (len > max_bytes) {
+            free(buf);
+            fclose(f);
+            return tnd_fail(TND_ERR_LIMIT, "%s '%s' grew past %.1f MiB while it was read", what, path,
+                            max_bytes / 1048576.0);
+        }
+        if (len + 1 == cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) free(buf);
+            buf = b;
+        }
+    }
+    bool err = ferror(f) != 0;
+    fclose(f);
+    if (err) {
+        free(buf);
+        return tnd_fail(TND_ERR_IO, "%s '%s': read error", what, path);
+    }
+    buf[len] = 0;
+    *out = buf;
+    *n = len;
+    return TND_OK;
 }
 
 void *tnd_malloc(size_t n) {
