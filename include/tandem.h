@@ -88,7 +88,9 @@ typedef struct tnd_ctx tnd_ctx;
 
 typedef struct tnd_model_params {
     int n_threads;           /* CPU threads; 0 = physical cores */
-    bool verbose;
+    bool verbose;            /* print the hyperparameters and what the load checked (stderr) */
+    bool check_weights;      /* scan every weight for NaN and Inf (reads the whole file);
+                                without it small tensors are scanned and big ones sampled */
 } tnd_model_params;
 
 typedef enum tnd_device {
@@ -118,8 +120,10 @@ typedef struct tnd_ctx_params {
 tnd_model_params tnd_model_default_params(void);
 tnd_ctx_params tnd_ctx_default_params(void);
 
-/* Loads a model: validates the GGUF, checks the architecture and tensor
- * shapes, builds the tokenizer. Weights stay mmapped. */
+/* Loads a model: validates the GGUF, checks the architecture, the
+ * hyperparameters (eps > 0, rope base > 1, context length > 0) and tensor
+ * shapes, checks weights for NaN and Inf (see check_weights), builds the
+ * tokenizer. Weights stay mmapped. A damaged file fails with TND_ERR_FORMAT. */
 tnd_status tnd_model_load(const char *path, const tnd_model_params *p, tnd_model **out);
 void tnd_model_free(tnd_model *m);
 const tnd_tokenizer *tnd_model_tokenizer(const tnd_model *m);
@@ -187,12 +191,14 @@ typedef struct tnd_chat_msg {
 
 /* Renders messages with the named template ("chatml", "llama3", "gemma", ...)
  * or, if name is NULL, the one detected from the GGUF template text (tmpl may
- * be NULL: then chatml). add_assistant: end with the assistant's turn opened.
- * *out is malloc'd. Unknown name: TND_ERR_ARG listing the known ones. */
+ * be NULL: then chatml; a text that matches no known format:
+ * TND_ERR_UNSUPPORTED, name one). add_assistant: end with the assistant's
+ * turn opened. *out is malloc'd. Unknown name: TND_ERR_ARG listing the known ones. */
 tnd_status tnd_chat_render(const char *name, const char *tmpl,
                            const tnd_chat_msg *msgs, int n_msgs,
                            bool add_assistant, char **out);
-/* Name of the template detected from GGUF template text. */
+/* Name of the template detected from GGUF template text ("chatml" when
+ * tmpl is NULL or matches no known format). */
 const char *tnd_chat_detect(const char *tmpl);
 
 #ifdef __cplusplus

@@ -41,6 +41,7 @@ int cmd_chat(int argc, char **argv) {
     }
     if (o.dry_run) return 0;
     const tnd_tokenizer *tok = tnd_model_tokenizer(m);
+    gen_chat_warn(&o, m);
     bool tty = isatty(0);
     if (tty) fprintf(stderr, "%s\n/reset to start over, /quit to leave\n", tnd_model_desc(m));
     tnd_chat_msg msgs[MAX_TURNS];

@@ -3,6 +3,7 @@
  * timing, and the --dump file the reference tests read. */
 #include "generate.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,8 @@ const char *gen_opts_help =
     "      --hw PROFILE       SimGPU timing profile (rtx3060-laptop, rtx4090-desktop,\n"
     "                         h200-device, or a file)\n"
     "      --dry-run          print the placement and memory layout, run nothing\n"
+    "      --check-weights    scan every weight for NaN and Inf at load (reads the whole file;\n"
+    "                         by default small tensors are scanned and big ones sampled)\n"
     "  -v, --verbose          log loading details\n";
 
 /* Returns 1 if argv[*i] was a shared option (consumed, with its value), 0 if
@@ -119,6 +122,8 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
     } else if (!strcmp(a, "--vram-budget")) {
         if (!(o->vram_budget = VAL())) BAD("a size (6G, 4523M) or a percentage of the weights (50%)");
         if (!tools_check_budget(o->vram_budget)) return -1;
+    } else if (!strcmp(a, "--check-weights")) {
+        o->check_weights = true;
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
         o->verbose = true;
         o->cp.verbose = true;
@@ -140,6 +145,7 @@ tnd_status gen_load(gen_opts *o, tnd_model **m, tnd_ctx **c, tnd_sampler **s) {
     tnd_model_params mp = tnd_model_default_params();
     mp.n_threads = o->n_threads;
     mp.verbose = o->verbose;
+    mp.check_weights = o->check_weights;
     tnd_status st = tnd_model_load(o->model, &mp, m);
     if (st) return st;
     if (o->vram_budget && (st = tnd_parse_budget(o->vram_budget, *m, &o->cp.vram_budget))) {
@@ -164,8 +170,13 @@ tnd_status gen_load(gen_opts *o, tnd_model **m, tnd_ctx **c, tnd_sampler **s) {
         *m = NULL;
         return st;
     }
-    if (o->verbose) fprintf(stderr, "tandem: loaded %s\n", tnd_model_desc(*m));
     return TND_OK;
+}
+
+void gen_chat_warn(const gen_opts *o, const tnd_model *m) {
+    if (!o->chat_template && !tnd_model_chat_template(m))
+        fprintf(stderr, "tandem: warning: the model has no chat template; using chatml (--chat-template NAME "
+                        "picks another)\n");
 }
 
 /* Bytes at the end of buf that could begin a stop string (held back). */
@@ -197,6 +208,18 @@ static bool write_dump(const char *path, uint32_t nv, const int32_t *prompt, uin
     return fclose(f) == 0 && ok;
 }
 
+/* Weights damaged where the load's samples did not look give NaN or Inf
+ * logits; sampling from them would print nothing and "succeed". */
+static bool logits_finite(const float *x, int n, int at) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            fprintf(stderr, "tandem: error: the model computed a NaN or Inf logit (%s); its weights may be damaged: "
+                            "--check-weights scans them all\n", at ? "decoding" : "after the prompt");
+            return false;
+        }
+    return true;
+}
+
 int gen_run(gen_opts *o, tnd_model *m, tnd_ctx *c, tnd_sampler *s, const int32_t *prompt, size_t n_prompt,
             FILE *out, gen_result *res) {
     memset(res, 0, sizeof *res);
@@ -219,6 +242,7 @@ int gen_run(gen_opts *o, tnd_model *m, tnd_ctx *c, tnd_sampler *s, const int32_t
         goto done;
     }
     double t1 = tnd_time_s();
+    if (!logits_finite(logits, nv, 0)) goto done;
     res->n_prompt = (int)n_prompt;
     res->t_prompt = t1 - t0;
     for (int i = 0; o->n_predict < 0 || i < o->n_predict; i++) {
@@ -277,6 +301,7 @@ int gen_run(gen_opts *o, tnd_model *m, tnd_ctx *c, tnd_sampler *s, const int32_t
             tools_print_error("decode");
             goto done;
         }
+        if (!logits_finite(logits, nv, 1)) goto done;
     }
     if (shown < text_len) fwrite(text + shown, 1, text_len - shown, out);
     fflush(out);

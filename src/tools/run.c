@@ -95,6 +95,7 @@ int cmd_run(int argc, char **argv) {
         int nm = 0;
         if (o.system) msgs[nm++] = (tnd_chat_msg){"system", o.system};
         msgs[nm++] = (tnd_chat_msg){"user", prompt};
+        gen_chat_warn(&o, m);
         if (tnd_chat_render(o.chat_template, tnd_model_chat_template(m), msgs, nm, true, &rendered)) {
             tools_print_error("chat template");
             goto out;
