@@ -313,6 +313,15 @@ int cmd_bench(int argc, char **argv) {
         if (!ok) return tools_bad_option("bench", a, false, usage);
     }
     if (!n_cfg) n_cfg = 1; /* the default placement */
+    if (device == TND_DEVICE_CUDA && tnd_cuda_device_count() <= 0) { /* before any output or loading */
+#ifdef TND_HAVE_CUDA
+        const char *why = "no CUDA device found";
+#else
+        const char *why = "this tandem was built without CUDA";
+#endif
+        fprintf(stderr, "tandem: error: --device cuda: %s (--device sim simulates a GPU)\n", why);
+        return 1;
+    }
     tnd_model *m;
     if (!tools_load_model(&model, threads, &m)) return 1;
     int n_threads = threads ? (int)threads : tnd_physical_cores();
@@ -357,18 +366,24 @@ int cmd_bench(int argc, char **argv) {
     snprintf(name_pp, sizeof name_pp, "pp%ld", n_prompt);
     if (depth) snprintf(name_tg, sizeof name_tg, "tg%ld @ d%ld", n_gen, depth);
     else snprintf(name_tg, sizeof name_tg, "tg%ld", n_gen);
-    int rc = 0;
+    int rc = 0, n_ok = 0;
     for (int k = 0; k < n_cfg; k++) {
         if (run_config(m, &cp, &cfg[k], toks, n_prompt, n_gen, depth, reps, have_limits ? &L : NULL, pf, name_pp,
                        name_tg)) {
             fprintf(stderr, "tandem: error: bench (placement %s): %s\n", cfg[k].placement[0] ? cfg[k].placement : "default",
                     tnd_last_error());
+            cfg[k].nres = 0; /* no rows for a placement that failed */
+            if (!cfg[k].desc[0]) snprintf(cfg[k].desc, sizeof cfg[k].desc, "failed");
             rc = 1;
+        } else {
+            n_ok++;
         }
     }
+    if (!n_ok) fmt = NULL; /* nothing measured: no empty table */
     const char *cpu = tnd_cpu_model_name();
     const char *desc = tnd_model_desc(m);
-    if (!strcmp(fmt, "json")) {
+    if (!fmt) {
+    } else if (!strcmp(fmt, "json")) {
         printf("{\"model\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"build\": \"%s\", "
                "\"device\": \"%s\", \"vram_budget\": %llu",
                model, cpu, n_threads, tnd_cpu_isa(), TND_GIT_COMMIT, device_name(device),

@@ -71,7 +71,9 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
         if (!tools_parse_int(VAL(), 1, 1024, &lv)) BAD("an integer in 1..1024");
         o->n_threads = (int)lv;
     } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-        if (!tools_parse_int(VAL(), 1, 1 << 24, &lv)) BAD("a positive integer");
+        if (!tools_parse_int(VAL(), 1, TOOLS_MAX_CTX, &lv))
+            BAD("an integer from 1 to " TOOLS_MAX_CTX_TEXT " (the most tandem supports; the model's own context "
+                "length caps it too)");
         o->cp.n_ctx = (int)lv;
     } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
         if (!tools_parse_int(VAL(), 1, 1 << 16, &lv)) BAD("a positive integer");

@@ -99,7 +99,13 @@ int cmd_plan(int argc, char **argv) {
         }
         else if (!strcmp(a, "--placement") || !strcmp(a, "--policy")) ok = (cp.placement = v) != NULL;
         else if (!strcmp(a, "--promote")) ok = (cp.promote = v) != NULL;
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = tools_parse_int(v, 1, 1 << 24, &n_ctx);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (!tools_parse_int(v, 1, TOOLS_MAX_CTX, &n_ctx)) {
+                fprintf(stderr, "tandem plan: %s needs an integer from 1 to " TOOLS_MAX_CTX_TEXT " (the most tandem "
+                                "supports; the model's own context length caps it too)\n", a);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) ok = tools_parse_int(v, 1, 1 << 16, &n_batch);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = tools_parse_int(v, 1, 1024, &threads);
         else if (!strcmp(a, "--svg")) ok = (svg = v) != NULL;

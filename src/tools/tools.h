@@ -32,6 +32,11 @@ const char *tools_default_model(void);
  * the error and returns false. */
 bool tools_load_model(const char **path, long n_threads, tnd_model **m);
 
+/* The largest -c tandem takes (2^24 tokens, beyond any model's own context
+ * length, which ctx_new checks as well). */
+#define TOOLS_MAX_CTX (1 << 24)
+#define TOOLS_MAX_CTX_TEXT "16777216"
+
 /* Parses "123", "4k", "512M", "6G", "6GiB" into bytes; false if malformed. */
 bool tools_parse_size(const char *s, uint64_t *out);
 /* Parses a whole decimal integer in [lo, hi]; false if malformed or out of range. */
