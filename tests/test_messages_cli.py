@@ -33,9 +33,9 @@ def expect(args, rc, has=(), lacks=(), stdout_empty=True):
     return r
 
 
-for cmd in (["run", "-p", "hi"], ["plan", "--device", "sim"]):
+for cmd in (["run", "-p", "hi"], ["plan", "--device", "sim", "--hw", "rtx3060-laptop"]):
     expect([cmd[0], "-m", model, *cmd[1:], "-c", "100000000"], 2, has=["16777216"], lacks=["positive integer"])
-expect(["plan", "-m", model, "--device", "sim", "-c", "10000"], 1, has=["exceeds the model's training context 8192"])
+expect(["plan", "-m", model, "--device", "sim", "--hw", "rtx3060-laptop", "-c", "10000"], 1, has=["exceeds the model's training context 8192"])
 
 prompt = os.path.join(tempfile.mkdtemp(), "long.txt")
 with open(prompt, "w") as f:

@@ -43,7 +43,7 @@ def expect(args, phrase, rc=1):
 run = ["run", "-m", model, "-n", "1", "-t", "2"]
 for path, kind in kinds.items():
     expect([*run, "-p", "hi", "--device", "sim", "--placement", path], f"placement file '{path}' is {kind}")
-    expect(["plan", "-m", model, "--device", "sim", "--placement", path], f"placement file '{path}' is {kind}")
+    expect(["plan", "-m", model, "--device", "sim", "--hw", "rtx3060-laptop", "--placement", path], f"placement file '{path}' is {kind}")
     expect([*run, "-p", "hi", "--device", "sim", "--hw", path], f"hw profile '{path}' is {kind}")
     expect(["run", "-m", path, "-p", "hi", "-n", "1"], f"{path} is {kind}")
     expect(["info", path], f"{path} is {kind}")

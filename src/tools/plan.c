@@ -19,7 +19,9 @@ static void usage(FILE *f) {
                "  -m, --model FILE       GGUF model (default: the default model)\n"
                "      --device cuda|sim  the GPU to plan for (default: cuda if present, else sim)\n"
                "      --hw PROFILE       SimGPU hardware profile: %s, or a file\n"
-               "      --vram-budget X    bytes (6G) or percent of the weights (50%%)\n"
+               "      --vram-budget X    bytes (6G) or percent of the weights (50%%); default: the GPU's free\n"
+               "                         memory less 512 MiB, SimGPU: the --hw profile's memory\n"
+               "                         (SimGPU needs --hw or --vram-budget)\n"
                "      --placement P      static (default), layer, gpu, cpu, random:SEED or a file\n"
                "      --promote P        none (default), all, auto, random:SEED\n"
                "  -c, --ctx-size N       context length (default: min(model, 4096))\n"
@@ -114,6 +116,13 @@ int cmd_plan(int argc, char **argv) {
         if (!ok) return tools_bad_option("plan", a, false, usage);
         if (takes) i++;
     }
+    /* SimGPU alone has no memory size (all would fit) and no speed but this
+     * CPU's: such a plan says nothing, and profiling for it takes a while */
+    if (cp.device == TND_DEVICE_SIM && !cp.hw && !budget) {
+        fprintf(stderr, "tandem plan: no GPU to plan for: give --hw PROFILE (%s, or a file: a GPU's memory and "
+                        "speed) or --vram-budget X (SimGPU has no memory size of its own)\n", tnd_hw_names());
+        return 2;
+    }
     cp.n_ctx = (int)n_ctx;
     cp.n_batch = (int)n_batch;
     tnd_model *m;
@@ -206,7 +215,10 @@ int cmd_plan(int argc, char **argv) {
                    (unsigned long long)kv_layer, c->gpu && c->pl.kv[il] ? "gpu" : "cpu");
         printf("]}\n");
     } else {
-        printf("model: %s\nplacement: %s\n\n", m->desc, c->pl.desc);
+        printf("model: %s\nplacement: %s\n", m->desc, c->pl.desc);
+        if (budget) printf("GPU budget: %.1f MiB (--vram-budget %s)\n\n", cp.vram_budget / 1048576.0, budget);
+        else if (cp.device == TND_DEVICE_SIM) printf("GPU budget: the %s profile's memory\n\n", cp.hw);
+        else printf("GPU budget: the driver's free memory less 512 MiB\n\n");
         printf("layer");
         for (int r = 0; r < N_ROLES; r++) {
             bool any = false;
