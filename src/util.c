@@ -155,6 +155,49 @@ tnd_status tnd_read_regular(const char *path, const char *what, uint64_t max_byt
     return TND_OK;
 }
 
+size_t tnd_utf8_seq_len(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    size_t len;
+    unsigned cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+void tnd_json_str(FILE *f, const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    fputc('"', f);
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        size_t l = tnd_utf8_seq_len(p + i, n - i < 4 ? n - i : 4);
+        if (l > 1) {
+            fwrite(p + i, 1, l, f);
+            i += l;
+            continue;
+        }
+        i++;
+        if (l == 0) fprintf(f, "\\udc%02x", c);
+        else if (c == '"') fputs("\\\"", f);
+        else if (c == '\\') fputs("\\\\", f);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
+        else fputc((int)c, f);
+    }
+    fputc('"', f);
+}
+
 void *tnd_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) tnd_fail(TND_ERR_NOMEM, "out of memory allocating %zu bytes", n);

@@ -48,6 +48,15 @@ tnd_status tnd_read_regular(const char *path, const char *what, uint64_t max_byt
 /* What kind of file a st_mode is, for messages: "a directory", "a FIFO"... */
 const char *tnd_file_kind(unsigned mode);
 
+/* Length of the valid UTF-8 sequence at p (n bytes left), or 0 if invalid:
+ * overlong forms, surrogates and code points above U+10FFFF are invalid. */
+size_t tnd_utf8_seq_len(const unsigned char *p, size_t n);
+/* Writes n bytes of s to f as a quoted JSON string: quote, backslash and
+ * control characters escaped, valid UTF-8 as is, each invalid byte as
+ * \udcXX (Python's surrogateescape: a path's bytes can be recovered). The
+ * one JSON string writer of the tools. */
+void tnd_json_str(FILE *f, const char *s, size_t n);
+
 /* Monotonic time in seconds. */
 double tnd_time_s(void);
 

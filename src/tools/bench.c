@@ -384,10 +384,13 @@ int cmd_bench(int argc, char **argv) {
     const char *desc = tnd_model_desc(m);
     if (!fmt) {
     } else if (!strcmp(fmt, "json")) {
-        printf("{\"model\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"build\": \"%s\", "
-               "\"device\": \"%s\", \"vram_budget\": %llu",
-               model, cpu, n_threads, tnd_cpu_isa(), TND_GIT_COMMIT, device_name(device),
-               (unsigned long long)cp.vram_budget);
+        printf("{\"model\": ");
+        tnd_json_str(stdout, model, strlen(model));
+        printf(", \"cpu\": ");
+        tnd_json_str(stdout, cpu, strlen(cpu));
+        printf(", \"threads\": %d, \"isa\": \"%s\", \"build\": ", n_threads, tnd_cpu_isa());
+        tnd_json_str(stdout, TND_GIT_COMMIT, strlen(TND_GIT_COMMIT));
+        printf(", \"device\": \"%s\", \"vram_budget\": %llu", device_name(device), (unsigned long long)cp.vram_budget);
         if (have_limits)
             printf(", \"bw_gbps\": {\"cpu\": %.1f, \"pcie\": %.1f, \"hbm\": %.1f, \"both_cpu\": %.1f, \"both_pcie\": %.1f}",
                    L.cpu, L.pcie, L.hbm, L.both_cpu, L.both_pcie);
@@ -398,12 +401,19 @@ int cmd_bench(int argc, char **argv) {
                 const result *r = &cfg[k].res[i];
                 double lim = i == 0 && n_prompt ? cfg[k].lim_pp : cfg[k].lim_tg;
                 double pred = i == 0 && n_prompt ? cfg[k].pred_pp : cfg[k].pred_tg;
-                printf("%s{\"placement\": \"%s\", \"promote\": \"%s\", \"built\": \"%s\", \"gpu_mib\": %.1f, "
-                       "\"test\": \"%s\", \"n_tokens\": %d, \"reps\": %d, \"tok_per_s\": %.3f, \"stddev\": %.3f, "
+                const char *pl = cfg[k].placement[0] ? cfg[k].placement : "default";
+                const char *pr = cfg[k].promote ? cfg[k].promote : "none";
+                printf("%s{\"placement\": ", first ? "" : ", ");
+                tnd_json_str(stdout, pl, strlen(pl));
+                printf(", \"promote\": ");
+                tnd_json_str(stdout, pr, strlen(pr));
+                printf(", \"built\": ");
+                tnd_json_str(stdout, cfg[k].desc, strlen(cfg[k].desc));
+                printf(", \"gpu_mib\": %.1f, \"test\": ", cfg[k].gpu_mib);
+                tnd_json_str(stdout, r->name, strlen(r->name));
+                printf(", \"n_tokens\": %d, \"reps\": %d, \"tok_per_s\": %.3f, \"stddev\": %.3f, "
                        "\"limit_tok_per_s\": %.3f, \"predicted_tok_per_s\": %.3f}",
-                       first ? "" : ", ", cfg[k].placement[0] ? cfg[k].placement : "default",
-                       cfg[k].promote ? cfg[k].promote : "none", cfg[k].desc, cfg[k].gpu_mib, r->name, r->n_tok, r->n,
-                       r->mean, r->sd, lim, pred);
+                       r->n_tok, r->n, r->mean, r->sd, lim, pred);
                 first = 0;
             }
         printf("]}\n");

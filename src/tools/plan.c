@@ -67,17 +67,6 @@ static int gpu_experts(const tnd_ctx *c, const tnd_perf *pf, int l, double *shar
     return g;
 }
 
-static void json_str(const char *s, size_t n) {
-    putchar('"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\') printf("\\%c", ch);
-        else if (ch < 0x20) printf("\\u%04x", ch);
-        else putchar(ch);
-    }
-    putchar('"');
-}
-
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *budget = NULL, *svg = NULL, *save = NULL;
     bool json = false;
@@ -155,9 +144,9 @@ int cmd_plan(int argc, char **argv) {
     uint64_t kv_layer = 2ull * c->n_ctx * (uint64_t)c->kv_dim * sizeof(uint16_t);
     if (json) {
         printf("{\"model\": ");
-        json_str(model, strlen(model));
+        tnd_json_str(stdout, model, strlen(model));
         printf(", \"placement\": ");
-        json_str(c->pl.desc, strlen(c->pl.desc));
+        tnd_json_str(stdout, c->pl.desc, strlen(c->pl.desc));
         printf(", \"device\": \"%s\", \"n_ctx\": %d, \"n_batch\": %d", c->gpu ? c->side[1].be->iface->name : "cpu",
                c->n_ctx, c->n_batch);
         printf(", \"budget_bytes\": %llu, \"gpu_bytes\": %llu", (unsigned long long)c->budget_asked,
@@ -169,10 +158,11 @@ int cmd_plan(int argc, char **argv) {
                (unsigned long long)l->scratch_gpu);
         printf(", \"host\": {\"pinned\": %llu, \"kv_cache\": %llu}", (unsigned long long)l->pinned_host,
                (unsigned long long)l->kv_cpu);
-        if (pf)
-            printf(", \"predicted\": {\"source\": \"%s\", \"decode_ms\": %.4f, \"prefill%d_ms\": %.4f, "
-                   "\"prefill%d_ms\": %.4f}",
-                   pf->source, 1e3 * t_dec, TND_MIN(512, c->n_batch), 1e3 * t_pp, TND_MIN(2048, c->n_batch), 1e3 * t_pp2);
+        if (pf) {
+            printf(", \"predicted\": {\"source\": ");
+            tnd_json_str(stdout, pf->source, strlen(pf->source));
+            printf(", \"decode_ms\": %.4f, \"prefill%d_ms\": %.4f, \"prefill%d_ms\": %.4f}", 1e3 * t_dec, TND_MIN(512, c->n_batch), 1e3 * t_pp, TND_MIN(2048, c->n_batch), 1e3 * t_pp2);
+        }
         printf(", \"slices\": [");
         for (int i = 0; i < m->n_slices; i++) {
             const tnd_weight *w = m->slices[i];
@@ -185,7 +175,7 @@ int cmd_plan(int argc, char **argv) {
                     char nm[300];
                     snprintf(nm, sizeof nm, "%.*s[%d]", (int)nl, w->t->name.ptr, e);
                     printf("%s{\"name\": ", i || e ? ", " : "");
-                    json_str(nm, strlen(nm));
+                    tnd_json_str(stdout, nm, strlen(nm));
                     bool on = c->pl.exp[(size_t)sl * c->pl.n_expert + e] == TND_SIDE_GPU;
                     printf(", \"bytes\": %llu, \"backend\": \"%s\"}",
                            (unsigned long long)(w->t->nbytes / (uint64_t)w->n_expert), on ? "gpu" : side_name(c, i));
@@ -193,7 +183,7 @@ int cmd_plan(int argc, char **argv) {
                 continue;
             }
             printf("%s{\"name\": ", i ? ", " : "");
-            json_str(w->t->name.ptr, w->t->name.len);
+            tnd_json_str(stdout, w->t->name.ptr, w->t->name.len);
             printf(", \"bytes\": %llu, \"backend\": \"%s\"", (unsigned long long)w->t->nbytes,
                    tnd_slice_small(w) && c->gpu ? "both" : side_name(c, i));
             if (pf && !tnd_slice_small(w))
