@@ -106,11 +106,14 @@ typedef struct tnd_ctx_params {
     uint64_t vram_budget;    /* bytes the GPU may hold in all (weights, KV
                                 cache, scratch); 0 = driver's free memory less a margin
                                 (SimGPU: the --hw profile's memory, else unlimited) */
-    const char *placement;   /* where weight slices run, with a GPU: "layer" (the default:
-                                whole layers from the last while they fit the budget),
-                                "gpu", "cpu", "random:SEED", or a placement file */
-    const char *promote;     /* CPU slices copied to the GPU for every round: NULL or
-                                "none", "all", "random:SEED" (or "promote" lines of a file) */
+    const char *placement;   /* where weight slices run, with a GPU: NULL or "static" (the
+                                default: the machine is measured once, cached, then the
+                                knapsack placement), "layer" (whole layers from the last
+                                while they fit the budget), "gpu", "cpu", "random:SEED", or
+                                a placement file */
+    const char *promote;     /* CPU slices copied to the GPU for a round: NULL or "none",
+                                "all", "auto" (when the copy pays: prefill), "random:SEED"
+                                (or "promote" lines of a file) */
     const char *hw;          /* SimGPU timing profile: a built-in name or a file; NULL = none */
     bool verbose;            /* print the memory layout and per-round statistics */
     bool reprofile;          /* static placement: measure the machine anew even if a
