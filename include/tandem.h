@@ -124,7 +124,7 @@ tnd_model_params tnd_model_default_params(void);
 tnd_ctx_params tnd_ctx_default_params(void);
 
 /* Loads a model: validates the GGUF, checks the architecture, the
- * hyperparameters (eps > 0, rope base > 1, context length > 0) and tensor
+ * hyperparameters (eps > 0, rope base > 0, context length > 0) and tensor
  * shapes, checks weights for NaN and Inf (see check_weights), builds the
  * tokenizer. Weights stay mmapped. A damaged file fails with TND_ERR_FORMAT. */
 tnd_status tnd_model_load(const char *path, const tnd_model_params *p, tnd_model **out);

@@ -87,7 +87,8 @@ cases = [
      ["layer_norm_rms_epsilon", "above 0"]),
     ("tiny-llama", "eps-zero", set_field("llama.attention.layer_norm_rms_epsilon", 0.0),
      ["layer_norm_rms_epsilon", "above 0"]),
-    ("tiny-llama", "rope-zero", set_field("llama.rope.freq_base", 0.0), ["rope.freq_base", "above 1"]),
+    ("tiny-llama", "rope-zero", set_field("llama.rope.freq_base", 0.0), ["rope.freq_base", "above 0"]),
+    ("tiny-llama", "rope-nan", set_field("llama.rope.freq_base", np.nan), ["rope.freq_base", "not finite"]),
     ("tiny-llama", "ctx-zero", set_field("llama.context_length", 0), ["context_length", "above 0"]),
 ]
 for shape, name, edit, phrases in cases:

@@ -91,8 +91,8 @@ static tnd_status read_hparams(tnd_model *m) {
     if (!(hp->eps > 0) || hp->eps > 1)
         return tnd_fail(TND_ERR_FORMAT, "%s: hyperparameter '%s.attention.layer_norm_rms_epsilon' = %g; it must be "
                         "above 0 and at most 1 (typically 1e-5 or 1e-6)", gguf_path(g), a, hp->eps);
-    if (!(hp->rope_base > 1))
-        return tnd_fail(TND_ERR_FORMAT, "%s: hyperparameter '%s.rope.freq_base' = %g; it must be above 1 "
+    if (!(hp->rope_base > 0))
+        return tnd_fail(TND_ERR_FORMAT, "%s: hyperparameter '%s.rope.freq_base' = %g; it must be above 0 "
                         "(typically 10000 or more)", gguf_path(g), a, hp->rope_base);
     if (hp->n_ctx_train <= 0)
         return tnd_fail(TND_ERR_FORMAT, "%s: hyperparameter '%s.context_length' = %d; a model needs a context "
@@ -270,8 +270,7 @@ typedef struct {
     const tnd_weight *w;
     float *buf;          /* n_in floats per thread */
     int64_t n_in_max;
-    int64_t bad;         /* the first bad row a thread found, or -1 (threads write their own slot) */
-    int64_t *bad_th;
+    int64_t *bad_th;     /* per thread: the first bad row it found, or -1 */
 } scan_job;
 
 static void scan_task(void *arg, int ith, int nth) {
