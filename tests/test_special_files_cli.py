@@ -2,8 +2,8 @@
 with no writer and a directory as the placement file, the hw profile, the
 model, the prompt file (-f) and tokenize's text file each give a prompt,
 clear error naming what the file is; oversized text inputs are refused by
-size. Every call has a timeout: before the fix several of them hung or
-read until memory ran out."""
+size, and so is a chat input line past 16 MiB. Every call has a timeout:
+before the fix several of them hung or read until memory ran out."""
 import os
 import subprocess
 import sys
@@ -59,6 +59,22 @@ nul = os.path.join(tmp, "nul.txt")
 with open(nul, "wb") as f:
     f.write(b"hello\0world")
 expect([*run, "-f", nul], "NUL byte")
+# chat reads lines from stdin: one without end is refused at 16 MiB
+try:
+    with open("/dev/zero", "rb") as z:
+        r = subprocess.run([tandem, "chat", "-m", model, "-n", "4", "-t", "2"], stdin=z, capture_output=True,
+                           text=True, errors="replace", timeout=120)
+    ok = r.returncode == 1 and "longer than 16 MiB" in r.stderr
+    got = f"rc={r.returncode} {r.stderr.strip()[-200:]}"
+except subprocess.TimeoutExpired:
+    ok, got = False, "timed out"
+print(("ok   " if ok else "FAIL ") + "chat < /dev/zero: " + got)
+fails += not ok
+r = subprocess.run([tandem, "chat", "-m", model, "-n", "4", "-t", "2", "--temp", "0"], input="Hi\n/quit\n",
+                   capture_output=True, text=True, errors="replace", timeout=300)
+ok = r.returncode == 0 and r.stdout.strip() != ""
+print(("ok   " if ok else "FAIL ") + f"chat with two lines: rc={r.returncode} {r.stdout.strip()[:80]!r}")
+fails += not ok
 # regular files still work
 ok_prompt = os.path.join(tmp, "prompt.txt")
 with open(ok_prompt, "w") as f:
