@@ -7,9 +7,9 @@
  * -t: only these types (names as tnd_type_name: Q4_K,Q6_K,...); -s: these
  * shapes instead (any NINxNOUT, at most 16), for the listed types (default:
  * the four main types);
- * --tiled: of the variants, only the default launch, the contiguous probes
- * and the tiled rows (Q4_K); --i8: as --tiled, but of the f16 tiled rows
- * only the default depth and prefetch (and no rings), next to the int8
+ * --tiled: of the variants, only the default launch and the tiled rows
+ * (Q4_K); --i8: as --tiled, but of the f16 tiled rows only the default
+ * depth and prefetch, next to the int8
  * rows ("tiled i8 MBm KWk Dd [PDL]": tnd_cu_matvec_q4kt_i8) and the
  * even-share int8 rows ("i8b Gg Ww Dd|NSn Pp [PDL]": tnd_cu_matvec_q4kt_i8b,
  * g blocks of w warps, p chunks per warp asked of L2 before the wait; 0
@@ -28,19 +28,6 @@
  * HBM. GB/s counts the bytes of W plus x and y; "of copy" is that over the
  * device-to-device copy rate (bytes read + written), the practical HBM peak.
  *
- * For Q4_K the run also sweeps the f16cp ring (tnd_cu_matvec_f16cp: "f16cp
- * MBm KWk NSs SBSb Gg [bulk] [2tiles]" = m tiles x k warps per tile per
- * block, a ring of s stages of b super-blocks per warp, grid g: 0 resident
- * blocks looping over the tile groups, n at most n blocks per SM, -1 one
- * block per group; bulk: a cp.async.bulk per row and stage instead of
- * 16-byte cp.async; 2tiles: 32 rows per warp, m counts tile pairs) and
- * the bandwidth probes (tnd_cu_matvec_probe: the same bytes read in the
- * pattern of f16mma, of f16cp, and contiguously, only XORed, no decode:
- * the ceiling of each pattern). The summary line of each shape shows the
- * best of each. Lead's sweep (well under a minute):
- *
- *   build/dev_cuda_matvec_bench 50 -t Q4_K -s 5120x17408,4096x14336
- *
  * Q4_K shapes the tile layout takes (q4k_tile.cuh: n_out % 16 == 0, a
  * 16-row group in shared memory) end with the tiled rows: the weight
  * copies re-laid in place, "tiled MBm KWk Dd PFp" (k_mvt_q4k: m tiles x k
@@ -48,14 +35,11 @@
  * an L2 prefetch 4 chunks past the loads in flight, 2: of the warp's first
  * 8 chunks before the kernel's grid-dependency wait; "PDL": launched with
  * programmatic dependent launch, so each launch overlaps the tail of the
- * one before, as consecutive matvecs of a decode step do) and
- * "probe tiled ..." (its loads only), then the shared-memory feeds of the
- * same decode (tnd_cu_matvec_q4kt_fed: "ring cpasync|bulk NSn MBm KWk", a
- * ring of n 2304-byte chunks per warp filled with 16-byte cp.async or one
- * cp.async.bulk per chunk; 0 = default) and "probe ring ..." (its copies
- * and shared reads only), then n_tok 2, 4, 8 with the default dispatch
- * (TND_CUDA_TILE_FEED / TND_CUDA_TILE_NS pick it); the summary line gets
- * the best of each. Sweep of the tiled rows:
+ * one before, as consecutive matvecs of a decode step do), then n_tok 2,
+ * 4, 8 with the default dispatch; the summary line gets the best of each.
+ * (The f16cp ring, the shared-memory feeds of the tiles and the bandwidth
+ * probes were removed on 2026-12-01: docs/DECISIONS.md.) Sweep of the
+ * tiled rows:
  *
  *   build/dev_cuda_matvec_bench 50 -t Q4_K -s 5120x17408,4096x4096,4096x14336,14336x4096
  */
@@ -483,133 +467,41 @@ int main(int argc, char **argv) {
 
             /* variants: the default launch, the f16 and int8 tensor-core
              * kernels (default shape, then tiles per block x warps per tile),
-             * the f16cp ring (Q4_K: MB x KW x stages x super-blocks per
-             * stage x grid), then kernel (3 = streaming, 2 = the type's own,
-             * 1 = lane-per-sub) x rows per warp x threads; last the
-             * bandwidth probes (Q4_K: the same bytes read in the pattern of
-             * f16mma, of f16cp, and contiguously, XORed, no decode) */
-            enum { V_F16MMA = 4, V_I8MMA = 5, V_F16CP = 6, V_PROBE = 7, V_FAMS = 8 };
-            static int VK[256], VR[256], VT[256], VP[256][6];
-            int nv = 0, bulk = 0; /* f16cp flags for ADDV */
-#define ADDV(k, r, th, a, b, c, d, e) \
-    (VK[nv] = (k), VR[nv] = (r), VT[nv] = (th), VP[nv][0] = (a), VP[nv][1] = (b), VP[nv][2] = (c), VP[nv][3] = (d), \
-     VP[nv][4] = (e), VP[nv][5] = bulk, nv++)
-            ADDV(-1, -1, 0, 0, 0, 0, 0, 0);
+             * then kernel (2 = the type's own, 1 = lane-per-sub) x rows per
+             * warp x threads */
+            enum { V_F16MMA = 4, V_I8MMA = 5, V_FAMS = 6 };
+            static int VK[256], VR[256], VT[256];
+            int nv = 0;
+#define ADDV(k, r, th) (VK[nv] = (k), VR[nv] = (r), VT[nv] = (th), nv++)
+            ADDV(-1, -1, 0);
             static const int mk[][2] = {{0, 0}, {1, 2}, {1, 4}, {1, 8}, {2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}, {8, 1}};
             for (size_t i = 0; i < sizeof mk / sizeof mk[0]; i++)
-                if (tnd_cu_matvec_f16mma_supported(t, n_in, 1)) ADDV(V_F16MMA, mk[i][0], mk[i][1], 0, 0, 0, 0, 0);
+                if (tnd_cu_matvec_f16mma_supported(t, n_in, 1)) ADDV(V_F16MMA, mk[i][0], mk[i][1]);
             for (size_t i = 0; i < sizeof mk / sizeof mk[0]; i++)
-                if (tnd_cu_matvec_i8mma_supported(t, n_in, 1)) ADDV(V_I8MMA, mk[i][0], mk[i][1], 0, 0, 0, 0, 0);
-            const bool cp = tnd_cu_matvec_f16cp_supported(t, n_in, 1);
-            /* f16cp: {MB, KW} x {NS, SBS} resident-grid, then other grids */
-            static const int cpw[][2] = {{4, 1}, {2, 2}, {1, 4}, {8, 1}, {4, 2}, {2, 4}, {1, 8}};
-            static const int cps[][2] = {{3, 1}, {4, 1}, {6, 1}, {3, 2}, {4, 2}};
-            static const int cpg[][5] = {{4, 1, 4, 1, -1}, {2, 2, 4, 1, -1}, {4, 2, 3, 1, -1}, {4, 1, 4, 1, 1},
-                                         {4, 1, 4, 1, 2},  {2, 2, 4, 1, 2},  {4, 1, 6, 2, 1}};
-            int cpd[6];
-            if (cp && tnd_cu_matvec_f16cp_shape(n_in, n_out, 1, cpd))
-                printf("| %s | %lldx%lld | | f16cp default: MB%d KW%d NS%d SBS%d grid %d (%d blocks/SM resident) | | | | |\n",
-                       tnd_type_name(t), (long long)n_in, (long long)n_out, cpd[0], cpd[1], cpd[2], cpd[3], cpd[4],
-                       cpd[5]);
-            if (cp) {
-                ADDV(V_F16CP, 0, 0, 0, 0, 0, 0, 0);
-                for (size_t i = 0; i < sizeof cpw / sizeof cpw[0]; i++)
-                    for (size_t j = 0; j < sizeof cps / sizeof cps[0]; j++)
-                        ADDV(V_F16CP, 0, 0, cpw[i][0], cpw[i][1], cps[j][0], cps[j][1], 0);
-                for (size_t i = 0; i < sizeof cpg / sizeof cpg[0]; i++)
-                    ADDV(V_F16CP, 0, 0, cpg[i][0], cpg[i][1], cpg[i][2], cpg[i][3], cpg[i][4]);
-                /* the same rings with one cp.async.bulk per row and stage */
-                bulk = 1;
-                for (size_t i = 0; i < sizeof cpw / sizeof cpw[0]; i++)
-                    for (size_t j = 0; j < sizeof cps / sizeof cps[0]; j++)
-                        if (i < 4 || j == 1) ADDV(V_F16CP, 0, 0, cpw[i][0], cpw[i][1], cps[j][0], cps[j][1], 0);
-                for (size_t i = 0; i < sizeof cpg / sizeof cpg[0]; i++)
-                    ADDV(V_F16CP, 0, 0, cpg[i][0], cpg[i][1], cpg[i][2], cpg[i][3], cpg[i][4]);
-                /* two tiles per warp (MB counts pairs), both copy kinds */
-                static const int tt2[][5] = {{4, 1, 3, 1, 0}, {4, 1, 4, 1, 0}, {2, 2, 3, 1, 0}, {2, 1, 4, 1, 0},
-                                             {1, 4, 3, 1, 0}, {2, 2, 4, 1, 0}, {4, 2, 3, 1, 0}, {2, 4, 3, 1, 0},
-                                             {4, 1, 3, 2, 0}, {2, 1, 6, 1, 0}, {2, 2, 3, 1, -1}, {4, 1, 4, 1, 1}};
-                for (bulk = TND_CU_F16CP_TT2; bulk <= (TND_CU_F16CP_TT2 | TND_CU_F16CP_BULK); bulk++)
-                    for (size_t i = 0; i < sizeof tt2 / sizeof tt2[0]; i++)
-                        ADDV(V_F16CP, 0, 0, tt2[i][0], tt2[i][1], tt2[i][2], tt2[i][3], tt2[i][4]);
-                bulk = 0;
-            }
-            for (int k = 3; k >= 1; k--) {
-                if (k >= 2 && t != TND_TYPE_Q4_K) continue;
+                if (tnd_cu_matvec_i8mma_supported(t, n_in, 1)) ADDV(V_I8MMA, mk[i][0], mk[i][1]);
+            for (int k = 2; k >= 1; k--) {
+                if (k == 2 && t != TND_TYPE_Q4_K) continue;
                 for (int r = 1; r <= 4; r *= 2)
-                    for (int th = 64; th <= 256; th *= 2) {
-                        if (k == 3 && (th != 256 || r != 4)) continue; /* streaming: one block per SM */
-                        ADDV(k, r, th, 0, 0, 0, 0, 0);
-                    }
-            }
-            if (cp) { /* probes: pattern in VR, its shape in VP */
-                ADDV(V_PROBE, 0, 0, 4, 0, 0, 0, 0);
-                ADDV(V_PROBE, 0, 0, 8, 0, 0, 0, 0);
-                static const int pm[][3] = {{0, 0, 0}, {4, 1, 0}, {2, 2, 0}, {4, 2, 0}, {8, 1, 0},
-                                            {0, 0, 1}, {4, 2, 1}, {8, 1, 1}};
-                for (size_t i = 0; i < sizeof pm / sizeof pm[0]; i++)
-                    ADDV(V_PROBE, 1, 0, pm[i][0], pm[i][1], pm[i][2], 0, 0);
-                static const int pc[][5] = {{0, 0, 0, 0, 0}, {4, 1, 3, 1, 0}, {4, 1, 4, 1, 0}, {4, 1, 6, 1, 0},
-                                            {4, 1, 4, 2, 0}, {2, 2, 4, 1, 0}, {8, 1, 3, 1, 0}, {4, 2, 3, 2, 0},
-                                            {4, 1, 4, 1, -1}, {4, 1, 4, 1, 1}};
-                for (bulk = 0; bulk < 2; bulk++)
-                    for (size_t i = 0; i < sizeof pc / sizeof pc[0]; i++)
-                        ADDV(V_PROBE, 2, 0, pc[i][0], pc[i][1], pc[i][2], pc[i][3], pc[i][4]);
-                for (bulk = TND_CU_F16CP_TT2; bulk <= (TND_CU_F16CP_TT2 | TND_CU_F16CP_BULK); bulk++) {
-                    ADDV(V_PROBE, 2, 0, 4, 1, 3, 1, 0);
-                    ADDV(V_PROBE, 2, 0, 2, 2, 3, 1, 0);
-                }
-                bulk = 0;
+                    for (int th = 64; th <= 256; th *= 2) ADDV(k, r, th);
             }
 #undef ADDV
-            if (tiled_only) { /* the default launch and the contiguous probes, then the tiled rows */
-                int k = 0;
-                for (int v = 0; v < nv; v++)
-                    if (VK[v] < 0 || (VK[v] == V_PROBE && VR[v] == 0)) {
-                        VK[k] = VK[v], VR[k] = VR[v], VT[k] = VT[v];
-                        if (k != v) memcpy(VP[k], VP[v], sizeof VP[0]);
-                        k++;
-                    }
-                nv = k;
-            }
-            double def_gbs = 0, def_err = 0, fam_gbs[V_FAMS] = {0}, probe_gbs[3] = {0};
-            char fam_var[V_FAMS][64] = {""}, probe_var[3][64] = {""};
+            if (tiled_only) nv = 1; /* the default launch, then the tiled rows */
+            double def_gbs = 0, def_err = 0, fam_gbs[V_FAMS] = {0};
+            char fam_var[V_FAMS][64] = {""};
             for (int v = 0; v < nv; v++) {
                 int e;
-                const int *P = VP[v];
 #define LAUNCH(c)                                                                                                     \
     (VK[v] < 0            ? tnd_cu_matvec(t, dw[c], n_in, n_out, dx, 1, dy, cs)                                        \
      : VK[v] == V_F16MMA  ? tnd_cu_matvec_f16mma(t, dw[c], n_in, n_out, dx, 1, dy, VR[v], VT[v], cs)                   \
      : VK[v] == V_I8MMA   ? tnd_cu_matvec_i8mma(t, dw[c], n_in, n_out, dx, 1, dy, VR[v], VT[v], cs)                    \
-     : VK[v] == V_F16CP   ? tnd_cu_matvec_f16cp(t, dw[c], n_in, n_out, dx, 1, dy, P[0], P[1], P[2], P[3], P[4], P[5], cs) \
-     : VK[v] == V_PROBE                                                                                                \
-         ? tnd_cu_matvec_probe(VR[v], dw[c], n_in, n_out, dx, dy, P[0], P[1], P[2], P[3], P[4], P[5], cs)              \
                           : tnd_cu_matvec_cfg(t, dw[c], n_in, n_out, dx, dy, VK[v], VR[v], VT[v], cs))
                 char var[64];
                 if (VK[v] < 0) var[0] = 0;
                 else if (VK[v] == V_F16MMA) snprintf(var, sizeof var, "f16mma MB%d KW%d", VR[v], VT[v]);
                 else if (VK[v] == V_I8MMA) snprintf(var, sizeof var, "i8mma MB%d KW%d", VR[v], VT[v]);
-                else if (VK[v] == V_F16CP)
-                    snprintf(var, sizeof var, "f16cp MB%d KW%d NS%d SBS%d G%d%s%s", P[0], P[1], P[2], P[3], P[4],
-                             P[5] & TND_CU_F16CP_BULK ? " bulk" : "", P[5] & TND_CU_F16CP_TT2 ? " 2tiles" : "");
-                else if (VK[v] == V_PROBE && VR[v] == 0) snprintf(var, sizeof var, "probe contiguous B%d/SM", P[0]);
-                else if (VK[v] == V_PROBE && VR[v] == 1)
-                    snprintf(var, sizeof var, "probe f16mma MB%d KW%d%s", P[0], P[1], P[2] ? " max-resident" : "");
-                else if (VK[v] == V_PROBE)
-                    snprintf(var, sizeof var, "probe f16cp MB%d KW%d NS%d SBS%d G%d%s%s", P[0], P[1], P[2], P[3],
-                             P[4], P[5] & TND_CU_F16CP_BULK ? " bulk" : "", P[5] & TND_CU_F16CP_TT2 ? " 2tiles" : "");
                 else snprintf(var, sizeof var, "K%d R%d T%d", VK[v], VR[v], VT[v]);
                 CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
                 e = LAUNCH(0);
-                if (e && (VK[v] == V_F16CP || VK[v] == V_PROBE)) {
-                    /* error 1 (invalid value): an explicit ring shape whose shared memory does not fit; any other
-                     * error is a failure, but the sweep goes on */
-                    printf("| %s | %lldx%lld | %.1f | %s | - | - | - | %s (%s) |\n", tnd_type_name(t), (long long)n_in,
-                           (long long)n_out, wb / 1048576.0, var, e == 1 ? "does not fit" : "LAUNCH FAILED",
-                           tnd_cu_error_string(e));
-                    if (e != 1) failures++;
-                    continue;
-                }
                 if (e) {
                     printf("launch failed (%s): %s\n", var, tnd_cu_error_string(e));
                     return 1;
@@ -618,13 +510,12 @@ int main(int argc, char **argv) {
                 CK(B->iface->stream_sync(B, S));
                 /* validate 97 rows spread over the matrix (tolerance as in
                  * test_cuda_ops: 2e-4 of sum|w x| for the exact-f32 and int8 kernels,
-                 * 2e-3 + n_in * 6e-8 for the f16 path); probes compute nothing */
+                 * 2e-3 + n_in * 6e-8 for the f16 path) */
                 const int dkind = tnd_cu_matvec_kind(t, n_in, 1);
-                const bool f16 = VK[v] == V_F16MMA || VK[v] == V_F16CP ||
-                                 (VK[v] < 0 && (dkind == TND_CU_MV_F16MMA || dkind == TND_CU_MV_F16CP));
+                const bool f16 = VK[v] == V_F16MMA || (VK[v] < 0 && dkind == TND_CU_MV_F16MMA);
                 int bad = 0;
                 double err = 0; /* max |y - ref| / sum |w x| */
-                for (int k = 0; VK[v] != V_PROBE && k < 97; k++) {
+                for (int k = 0; k < 97; k++) {
                     int64_t r = (int64_t)k * (n_out - 1) / 96;
                     const uint8_t *row = w + tnd_row_size(t, n_in) * (size_t)r;
                     double ref = tnd_ref_dot_f32(t, n_in, row, x), sc = 0;
@@ -649,8 +540,7 @@ int main(int argc, char **argv) {
                 double gbs = bytes / (us * 1e-6) / 1e9;
                 if (VK[v] < 0)
                     snprintf(var, sizeof var, "default (%s)",
-                             dkind == TND_CU_MV_F16CP   ? "f16cp"
-                             : dkind == TND_CU_MV_F16MMA ? "f16mma"
+                             dkind == TND_CU_MV_F16MMA   ? "f16mma"
                              : dkind == TND_CU_MV_I8MMA  ? "i8mma"
                                                          : "f32");
                 printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n", tnd_type_name(t),
@@ -659,39 +549,26 @@ int main(int argc, char **argv) {
                 if (VK[v] < 0) {
                     def_gbs = gbs;
                     def_err = err;
-                } else if (VK[v] == V_PROBE) {
-                    if (gbs > probe_gbs[VR[v]]) {
-                        probe_gbs[VR[v]] = gbs;
-                        snprintf(probe_var[VR[v]], sizeof probe_var[0], "%s", var + 6);
-                    }
                 } else if (gbs > fam_gbs[VK[v]]) {
                     fam_gbs[VK[v]] = gbs;
-                    if (VK[v] == V_F16CP) snprintf(fam_var[VK[v]], sizeof fam_var[0], "%s", var + 6);
-                    else snprintf(fam_var[VK[v]], sizeof fam_var[0], "R%dT%d", VR[v], VT[v]);
+                    snprintf(fam_var[VK[v]], sizeof fam_var[0], "R%dT%d", VR[v], VT[v]);
                 }
 #undef LAUNCH
             }
             if (n_summary < 64) {
-                int n = snprintf(summary[n_summary], sizeof summary[0],
-                         "%-5s %5lldx%-5lld default %5.0f GB/s (%3.0f%%) err %.0e | f16mma %-7s %5.0f (%3.0f%%) | i8mma %-7s %5.0f (%3.0f%%) | stream %5.0f | own %-7s %5.0f | lane/sub %-7s %5.0f",
+                snprintf(summary[n_summary], sizeof summary[0],
+                         "%-5s %5lldx%-5lld default %5.0f GB/s (%3.0f%%) err %.0e | f16mma %-7s %5.0f (%3.0f%%) | i8mma %-7s %5.0f (%3.0f%%) | own %-7s %5.0f | lane/sub %-7s %5.0f",
                          tnd_type_name(t), (long long)n_in, (long long)n_out, def_gbs, 100 * def_gbs / bw, def_err,
                          fam_var[4], fam_gbs[4], 100 * fam_gbs[4] / bw, fam_var[5], fam_gbs[5], 100 * fam_gbs[5] / bw,
-                         fam_gbs[3], fam_var[2], fam_gbs[2], fam_var[1], fam_gbs[1]);
-                if (cp && n > 0 && (size_t)n < sizeof summary[0])
-                    snprintf(summary[n_summary] + n, sizeof summary[0] - (size_t)n,
-                             "\n        f16cp %s %5.0f (%3.0f%%) | probes (read+XOR, no decode): f16mma pattern %s %5.0f (%3.0f%%), f16cp pattern %s %5.0f (%3.0f%%), contiguous %s %5.0f (%3.0f%%)",
-                             fam_var[V_F16CP], fam_gbs[V_F16CP], 100 * fam_gbs[V_F16CP] / bw, probe_var[1], probe_gbs[1],
-                             100 * probe_gbs[1] / bw, probe_var[2], probe_gbs[2], 100 * probe_gbs[2] / bw, probe_var[0],
-                             probe_gbs[0], 100 * probe_gbs[0] / bw);
+                         fam_var[2], fam_gbs[2], fam_var[1], fam_gbs[1]);
                 n_summary++;
             }
             /* batched decode: 2, 4 and 8 tokens through tnd_cu_matvec with
              * each family forced (f16mma only where it takes the shape) */
             for (int nt = 2; nt <= 8; nt *= 2)
-                for (int kind = TND_CU_MV_F32; kind <= TND_CU_MV_F16CP; kind++) {
+                for (int kind = TND_CU_MV_F32; kind <= TND_CU_MV_I8MMA; kind++) {
                     if (kind == TND_CU_MV_F16MMA && !tnd_cu_matvec_f16mma_supported(t, n_in, nt)) continue;
                     if (kind == TND_CU_MV_I8MMA && !tnd_cu_matvec_i8mma_supported(t, n_in, nt)) continue;
-                    if (kind == TND_CU_MV_F16CP && !tnd_cu_matvec_f16cp_supported(t, n_in, nt)) continue;
                     tnd_cu_matvec_set_kind(kind);
                     for (int i = 0; i < 3; i++) tnd_cu_matvec(t, dw[i % ncopies], n_in, n_out, dx, nt, dy, cs);
                     CK(B->iface->event_record(B, E0, S));
@@ -704,7 +581,6 @@ int main(int argc, char **argv) {
                            (long long)n_in, (long long)n_out, wb / 1048576.0, nt,
                            kind == TND_CU_MV_F16MMA  ? "f16mma"
                            : kind == TND_CU_MV_I8MMA ? "i8mma"
-                           : kind == TND_CU_MV_F16CP ? "f16cp"
                                                      : "f32",
                            us, gbs,
                            100.0 * gbs / bw);
@@ -712,8 +588,8 @@ int main(int argc, char **argv) {
             /* The Q4_K tile layout: the copies re-laid in place
              * (tnd_cu_q4kt_repack), then the tiled kernel ("tiled MBm KWk
              * Dd": m tiles x k warps per tile, d super-blocks in flight per
-             * lane; 0: the default) and its probe (the same loads, XORed),
-             * then batched decode with the default shape. */
+             * lane; 0: the default), then batched decode with the default
+             * shape. */
             if (t == TND_TYPE_Q4_K && tnd_cu_q4kt_supported(n_in, n_out)) {
                 for (size_t c = 0; c < ncopies; c++) {
                     int e = tnd_cu_q4kt_repack(dw[c], n_in, n_out, cs);
@@ -724,25 +600,20 @@ int main(int argc, char **argv) {
                 }
                 CK(B->iface->stream_sync(B, S));
                 /* [pdl]: launched without, with programmatic dependent launch */
-                double tiled_gbs[2] = {0, 0}, tprobe_gbs[2] = {0, 0};
-                char tiled_var[2][64] = {"", ""}, tprobe_var[2][64] = {"", ""};
+                double tiled_gbs[2] = {0, 0};
+                char tiled_var[2][64] = {"", ""};
                 static const int tw[][2] = {{0, 0}, {4, 1}, {2, 2}, {1, 4}, {8, 1}, {4, 2}, {2, 4}, {1, 8}};
                 const bool pdl_default = tnd_cu_matvec_q4kt_pdl();
                 for (int pdl = 0; pdl < 2; pdl++)
-                for (int probe = 0; probe < 2; probe++)
                     for (int pf = 0; pf < 3; pf++)
                     for (int d = 0; d <= 4; d++)
                         for (size_t i = 0; i < sizeof tw / sizeof tw[0]; i++) {
                             const int MB = tw[i][0], KW = tw[i][1];
-                            if (probe && i > 4) continue; /* probes: the default and one-warp-per-tile shapes */
                             if (i8_only && (d != 0 || pf != tnd_cu_matvec_q4kt_prefetch())) continue;
                             tnd_cu_matvec_q4kt_set_pdl(pdl);
                             char var[64];
-                            snprintf(var, sizeof var, "%s MB%d KW%d D%d PF%d%s", probe ? "probe tiled" : "tiled", MB, KW,
-                                     d, pf, pdl ? " PDL" : "");
-#define TLAUNCH(c)                                                                                  \
-    (probe ? tnd_cu_matvec_probe(3, dw[c], n_in, n_out, dx, dy, MB, KW, 0, d, pf, 0, cs)            \
-           : tnd_cu_matvec_q4kt(dw[c], n_in, n_out, dx, 1, dy, MB, KW, d, pf, cs))
+                            snprintf(var, sizeof var, "tiled MB%d KW%d D%d PF%d%s", MB, KW, d, pf, pdl ? " PDL" : "");
+#define TLAUNCH(c) tnd_cu_matvec_q4kt(dw[c], n_in, n_out, dx, 1, dy, MB, KW, d, pf, cs)
                             CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
                             int e = TLAUNCH(0);
                             if (e) {
@@ -755,7 +626,7 @@ int main(int argc, char **argv) {
                             CK(B->iface->copy_d2h(B, y, dy, (size_t)n_out * 4, S));
                             CK(B->iface->stream_sync(B, S));
                             double err = 0;
-                            int bad = probe ? 0 : validate_f16(t, w, n_in, n_out, x, y, &err);
+                            int bad = validate_f16(t, w, n_in, n_out, x, y, &err);
                             if (bad) failures++;
                             for (int k = 0; k < 3; k++) TLAUNCH(k % ncopies);
                             CK(B->iface->event_record(B, E0, S));
@@ -767,11 +638,9 @@ int main(int argc, char **argv) {
                             printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n", tnd_type_name(t),
                                    (long long)n_in, (long long)n_out, wb / 1048576.0, var, bad ? " MISMATCH" : "", us,
                                    gbs, 100.0 * gbs / bw, err);
-                            double *best = probe ? &tprobe_gbs[pdl] : &tiled_gbs[pdl];
-                            if (gbs > *best) {
-                                *best = gbs;
-                                snprintf(probe ? tprobe_var[pdl] : tiled_var[pdl], sizeof tiled_var[0], "%s",
-                                         var + (probe ? 12 : 6));
+                            if (gbs > tiled_gbs[pdl]) {
+                                tiled_gbs[pdl] = gbs;
+                                snprintf(tiled_var[pdl], sizeof tiled_var[0], "%s", var + 6);
                             }
                         }
                 /* the int8 kernel (tnd_cu_matvec_q4kt_i8): "tiled i8 MBm KWk Dd" (register
@@ -857,59 +726,6 @@ int main(int argc, char **argv) {
                     }
                 }
                 tnd_cu_matvec_q4kt_set_pdl(pdl_default);
-                /* the shared-memory feeds (tnd_cu_matvec_q4kt_fed: "ring FEED NSn MBm
-                 * KWk", n stages of one chunk per warp) and their probes */
-                double ring_gbs = 0, rprobe_gbs = 0;
-                char ring_var[64] = "", rprobe_var[64] = "";
-                static const int rw[][2] = {{0, 0}, {4, 1}, {2, 2}, {8, 1}, {4, 2}, {2, 4}};
-                for (int probe = 0; probe < 2 && !tiled_only; probe++)
-                    for (int feed = TND_CU_TILE_CPASYNC; feed <= TND_CU_TILE_BULK; feed++)
-                        for (int ns = 2; ns <= 8; ns += 2)
-                            for (size_t i = 0; i < sizeof rw / sizeof rw[0]; i++) {
-                                const int MB = rw[i][0], KW = rw[i][1];
-                                if (probe && i > 3) continue; /* probes: the default and one-warp-per-tile shapes */
-                                char var[64];
-                                snprintf(var, sizeof var, "%s %s NS%d MB%d KW%d", probe ? "probe ring" : "ring",
-                                         feed == TND_CU_TILE_BULK ? "bulk" : "cpasync", ns, MB, KW);
-#define RLAUNCH(c)                                                                                  \
-    (probe ? tnd_cu_matvec_probe(4, dw[c], n_in, n_out, dx, dy, MB, KW, 0, ns, feed, 0, cs)         \
-           : tnd_cu_matvec_q4kt_fed(dw[c], n_in, n_out, dx, 1, dy, MB, KW, feed, ns, cs))
-                                CK(B->iface->memset(B, dy, 0xff, (size_t)n_out * 4, S));
-                                int e = RLAUNCH(0);
-                                if (e == 801) { /* the device lacks the feed, or the ring does not fit */
-                                    printf("| %s | %lldx%lld | %.1f | %s | - | - | - | not supported here |\n",
-                                           tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, var);
-                                    continue;
-                                }
-                                if (e) {
-                                    printf("| %s | %lldx%lld | %.1f | %s | - | - | - | LAUNCH FAILED (%s) |\n",
-                                           tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, var,
-                                           tnd_cu_error_string(e));
-                                    failures++;
-                                    continue;
-                                }
-                                CK(B->iface->copy_d2h(B, y, dy, (size_t)n_out * 4, S));
-                                CK(B->iface->stream_sync(B, S));
-                                double err = 0;
-                                int bad = probe ? 0 : validate_f16(t, w, n_in, n_out, x, y, &err);
-                                if (bad) failures++;
-                                for (int k = 0; k < 3; k++) RLAUNCH(k % ncopies);
-                                CK(B->iface->event_record(B, E0, S));
-                                for (int k = 0; k < reps; k++) RLAUNCH(k % ncopies);
-                                CK(B->iface->event_record(B, E1, S));
-#undef RLAUNCH
-                                double us = time_ms() * 1e3 / reps;
-                                double gbs = ((double)wb + n_in * 4.0 + n_out * 4.0) / (us * 1e-6) / 1e9;
-                                printf("| %s | %lldx%lld | %.1f | %s%s | %.1f | %.0f | %.0f%% | %.1e |\n",
-                                       tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, var,
-                                       bad ? " MISMATCH" : "", us, gbs, 100.0 * gbs / bw, err);
-                                double *best = probe ? &rprobe_gbs : &ring_gbs;
-                                if (gbs > *best) {
-                                    *best = gbs;
-                                    snprintf(probe ? rprobe_var : ring_var, sizeof ring_var, "%s",
-                                             var + (probe ? 11 : 5));
-                                }
-                            }
                 for (int nt = 2; nt <= 8; nt *= 2) {
                     for (int i = 0; i < 3; i++)
                         tnd_cu_matvec_q4kt(dw[i % ncopies], n_in, n_out, dx, nt, dy, 0, 0, 0, -1, cs);
@@ -928,10 +744,9 @@ int main(int argc, char **argv) {
                     for (int pdl = 0; pdl < 2; pdl++) {
                         n = strlen(sm);
                         snprintf(sm + n, sizeof summary[0] - n,
-                                 "\n        tiled%s (default depth %d, prefetch %d) %s %5.0f (%3.0f%%) | probe tiled %s %5.0f (%3.0f%%)",
+                                 "\n        tiled%s (default depth %d, prefetch %d) %s %5.0f (%3.0f%%)",
                                  pdl ? " PDL" : "", tnd_cu_matvec_q4kt_depth(), tnd_cu_matvec_q4kt_prefetch(),
-                                 tiled_var[pdl], tiled_gbs[pdl], 100 * tiled_gbs[pdl] / bw, tprobe_var[pdl],
-                                 tprobe_gbs[pdl], 100 * tprobe_gbs[pdl] / bw);
+                                 tiled_var[pdl], tiled_gbs[pdl], 100 * tiled_gbs[pdl] / bw);
                     }
                     for (int pdl = 0; pdl < 2; pdl++) {
                         n = strlen(sm);
@@ -953,12 +768,6 @@ int main(int argc, char **argv) {
                                  pdl ? " PDL" : "", pair_var[pdl], pair_gbs[pdl], 100 * pair_gbs[pdl] / bw,
                                  two_gbs[pdl], 100 * two_gbs[pdl] / bw);
                     }
-                    n = strlen(sm);
-                    static const char *const feed_names[] = {"default", "regs", "cpasync", "bulk"};
-                    snprintf(sm + n, sizeof summary[0] - n,
-                             "\n        ring (default feed %s, NS%d) %s %5.0f (%3.0f%%) | probe ring %s %5.0f (%3.0f%%)",
-                             feed_names[tnd_cu_matvec_q4kt_feed()], tnd_cu_matvec_q4kt_stages(), ring_var, ring_gbs,
-                             100 * ring_gbs / bw, rprobe_var, rprobe_gbs, 100 * rprobe_gbs / bw);
                 }
             }
             for (size_t c = 0; c < ncopies; c++) B->iface->buf_free(B, dw[c]);

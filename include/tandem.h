@@ -81,6 +81,32 @@ int32_t tnd_tokenizer_find(const tnd_tokenizer *t, const char *text);
  * Invalid bytes count as complete. */
 size_t tnd_utf8_complete(const char *buf, size_t len);
 
+/* ---- CUDA devices and this build ---------------------------------------- */
+
+/* Number of usable CUDA devices; 0 when built without CUDA, when there is no
+ * driver or no device. Never fails. */
+int tnd_cuda_device_count(void);
+/* The CUDA architectures this build carries code for, as configured
+ * (CMAKE_CUDA_ARCHITECTURES, space-separated, e.g. "90-real 90-virtual");
+ * "" when built without CUDA. */
+const char *tnd_cuda_build_archs(void);
+
+typedef struct tnd_cuda_device_info {
+    char name[256];
+    int arch;            /* the device's compute capability, 100*major + 10*minor: 900 = sm_90 */
+    int code_arch;       /* the architecture of the code this build runs on it: arch when the
+                            build has code for it; lower when the driver compiled an older PTX,
+                            and then tandem leaves the kernels that need newer features off
+                            (slower; rebuild with -DCMAKE_CUDA_ARCHITECTURES=native) */
+    uint64_t mem_total;  /* bytes */
+    uint64_t mem_free;   /* bytes free now */
+} tnd_cuda_device_info;
+
+/* Describes CUDA device `dev` (0 .. tnd_cuda_device_count() - 1).
+ * TND_ERR_UNSUPPORTED without CUDA, TND_ERR_ARG for no such device,
+ * TND_ERR_BACKEND if the runtime fails. */
+tnd_status tnd_cuda_device_get(int dev, tnd_cuda_device_info *out);
+
 /* ---- models and contexts ------------------------------------------------- */
 
 typedef struct tnd_model tnd_model;
@@ -118,6 +144,9 @@ typedef struct tnd_ctx_params {
     bool verbose;            /* print the memory layout and per-round statistics */
     bool reprofile;          /* static placement: measure the machine anew even if a
                                 cached perf DB exists (tandem profile) */
+    bool cpu_exact;          /* CPU matmuls with f32 activations (exact, slower) instead of
+                                Q8-quantized activations and integer dots (the default);
+                                tnd_ctx_default_params sets it when TND_CPU_INT8=0 */
 } tnd_ctx_params;
 
 tnd_model_params tnd_model_default_params(void);
@@ -184,6 +213,67 @@ void tnd_sampler_free(tnd_sampler *s);
 int32_t tnd_sampler_sample(tnd_sampler *s, float *logits, int32_t n_vocab);
 /* Feeds a token the sampler did not pick (the prompt), for the penalty. */
 void tnd_sampler_accept(tnd_sampler *s, int32_t tok);
+
+/* ---- generation ---------------------------------------------------------- */
+
+/* The model a context runs. */
+tnd_model *tnd_ctx_model(const tnd_ctx *c);
+
+typedef enum tnd_stop_reason {
+    TND_STOP_LENGTH = 0,     /* n_predict tokens generated */
+    TND_STOP_EOG,            /* an end-of-generation token (not shown) */
+    TND_STOP_STRING,         /* a stop string (cut from the text, not shown) */
+    TND_STOP_CONTEXT,        /* the context is full */
+    TND_STOP_CANCELLED,      /* the callback returned false */
+} tnd_stop_reason;
+
+typedef struct tnd_generate_params {
+    int n_predict;                  /* tokens to generate at most; < 0: until a stop */
+    tnd_sampler_params sampling;    /* tnd_sampler_default_params() by default */
+    const char *const *stop;        /* n_stop stop strings (may be NULL) */
+    int n_stop;
+    bool parse_special;             /* special-token texts in the prompt (chat markup)
+                                       are those tokens; BOS is added as the vocab says
+                                       when the context is empty */
+    bool with_logits;               /* each event carries the logits (a copy per token) */
+    tnd_sampler *sampler;           /* NULL: one made from `sampling` for this call; else
+                                       this one (its repetition history spans calls) */
+} tnd_generate_params;
+
+/* One generated token, as tnd_generate hands it to the callback. */
+typedef struct tnd_token_event {
+    int32_t token;
+    int index;                      /* 0, 1, ... */
+    const char *text;               /* text that became final with this token (UTF-8
+                                       complete, past any stop string it could start);
+                                       may be empty, not NUL-terminated */
+    size_t len;
+    const float *logits;            /* with_logits: the n_vocab logits the token was
+                                       sampled from; else NULL */
+} tnd_token_event;
+
+/* Returns false to cancel the generation (then TND_STOP_CANCELLED). */
+typedef bool (*tnd_token_cb)(const tnd_token_event *ev, void *user);
+
+typedef struct tnd_generate_result {
+    int n_prompt, n_gen;            /* tokens evaluated from the prompt, tokens generated */
+    double t_prompt, t_gen;         /* seconds */
+    tnd_stop_reason stop;
+} tnd_generate_result;
+
+tnd_generate_params tnd_generate_default_params(void);
+/* Appends the prompt to the context (after what it holds: a chat continues),
+ * then samples up to p->n_predict tokens, each fed back, calling on_token
+ * (may be NULL) once per token; the last call's text ends the output. The
+ * final text is the concatenation of every event's text. Fails like
+ * tnd_ctx_eval (TND_ERR_LIMIT: the prompt does not fit); res (may be NULL)
+ * is filled either way. */
+tnd_status tnd_generate(tnd_ctx *ctx, const char *prompt, const tnd_generate_params *p, tnd_token_cb on_token,
+                        void *user, tnd_generate_result *res);
+/* The same from tokens (n >= 1) instead of text: for callers that tokenize
+ * themselves, e.g. to reuse a cached prefix of a conversation. */
+tnd_status tnd_generate_tokens(tnd_ctx *ctx, const int32_t *tokens, size_t n, const tnd_generate_params *p,
+                               tnd_token_cb on_token, void *user, tnd_generate_result *res);
 
 /* ---- chat templates ------------------------------------------------------ */
 

@@ -52,6 +52,14 @@ size_t tnd_tensor_nbytes(const tnd_tensor *t) {
 #ifndef TND_HAVE_CUDA
 int tnd_cuda_device_count(void) { return 0; }
 
+const char *tnd_cuda_build_archs(void) { return ""; }
+
+tnd_status tnd_cuda_device_get(int dev, tnd_cuda_device_info *out) {
+    (void)dev;
+    (void)out;
+    return tnd_fail(TND_ERR_UNSUPPORTED, "this tandem was built without CUDA");
+}
+
 tnd_status tnd_backend_cuda_new(const tnd_cuda_params *p, tnd_backend **out) {
     (void)p;
     (void)out;

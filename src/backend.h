@@ -1,4 +1,4 @@
-/* The backend interface (DESIGN.md §2, §5): what the CPU, CUDA and SimGPU
+/* The backend interface (docs/ARCHITECTURE.md: Execution): what the CPU, CUDA and SimGPU
  * backends implement, and the only way the executor reaches a device.
  *
  * A backend is a table of function pointers (tnd_backend_iface) plus a
@@ -227,7 +227,8 @@ typedef struct tnd_backend_iface {
     /* OPTIONAL. Copies n bytes between device memory and mapped pinned host
      * memory (either side may be the mapped one, given by its dev address)
      * with a compute kernel instead of the copy engine, so a small activation
-     * copy never queues behind a large weight copy (DESIGN.md §5).
+     * copy never queues behind a large weight copy (docs/ARCHITECTURE.md,
+     * Execution).
      * NULL: the wrappers use copy_d2d. */
     tnd_status (*copy_mapped)(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s);
     /* OPTIONAL. Sets n bytes of device memory to the byte value v. */
@@ -278,12 +279,17 @@ struct tnd_pool;
  * memory is host memory, so host pointers (mmapped weights) work directly.
  * budget 0 = unlimited. */
 tnd_status tnd_backend_cpu_new(struct tnd_pool *pool, uint64_t budget, tnd_backend **out);
-/* Matmuls of CPU backend b: on = activations quantized to Q8 (integer dot
- * path, faster prefill, ~1 logit of noise); off (the default) = f32
- * activations, exact and the same for chunked prefill and decode. The env
- * var TND_CPU_INT8=1, read by tnd_backend_cpu_new, sets the initial value.
- * No effect on other backends. */
+/* Matmuls of CPU backend b over quantized weights: on (the default) =
+ * activations quantized to Q8 blocks and integer dot products, as llama.cpp
+ * does (faster decode and prefill; ~0.1 logit of noise per logit on the
+ * default model, tests/test_ref_logits.py); off = f32 activations, the
+ * exact mode (--cpu-exact), the same for chunked prefill and decode.
+ * tnd_backend_cpu_new starts from tnd_cpu_int8_env(). No effect on other
+ * backends; tnd_backend_cpu_int8 is false for them. */
 void tnd_backend_cpu_set_int8(tnd_backend *b, bool on);
+bool tnd_backend_cpu_int8(const tnd_backend *b);
+/* The process default: true unless the environment has TND_CPU_INT8=0. */
+bool tnd_cpu_int8_env(void);
 
 /* ---- CUDA backend -------------------------------------------------------- */
 
@@ -292,9 +298,7 @@ typedef struct tnd_cuda_params {
     uint64_t vram_budget;  /* bytes; 0 = the device's free memory at start less 512 MiB */
 } tnd_cuda_params;
 
-/* Number of usable CUDA devices; 0 when built without CUDA, when there is no
- * driver or no device. Never fails. */
-int tnd_cuda_device_count(void);
+/* (tnd_cuda_device_count and tnd_cuda_device_get: tandem.h) */
 /* Creates the CUDA backend on p->device. TND_ERR_UNSUPPORTED when built
  * without CUDA; TND_ERR_BACKEND if the device cannot be opened. */
 tnd_status tnd_backend_cuda_new(const tnd_cuda_params *p, tnd_backend **out);

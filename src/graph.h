@@ -1,4 +1,5 @@
-/* The op list of a round at slice granularity (DESIGN.md §2, §3).
+/* The op list of a round at slice granularity (docs/ARCHITECTURE.md: The
+ * path of a request, Slices).
  *
  * The forward recipe (model/forward.c) appends one node per op; the executor
  * (exec/) then decides each node's backend from the placement and runs the

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +252,15 @@ int tnd_physical_cores(void) {
         n = n_pairs;
     }
     if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+    /* no more than the CPUs this process may run on (taskset, cgroups'
+     * cpusets): threads beyond them only wait for each other */
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        const int allowed = CPU_COUNT(&set);
+        if (allowed > 0 && allowed < n) n = allowed;
+    }
+#endif
     return n > 0 ? n : 1;
 }
 

@@ -94,12 +94,18 @@ cases = [
 for shape, name, edit, phrases in cases:
     expect(broken(shape, name, edit), phrases)
 
-# a NaN scale in a row the load does not sample (embedding row 100 of 512;
-# samples: 0, 34, 68, 102, ...): --check-weights finds it; a plain run whose
-# logits read it (tied output: every logit row is an embedding row) stops
-# with an error instead of printing nothing
-hidden = broken("tiny-llama", "embd-hidden", scale_nan("token_embd.weight", 100, 0))
-expect(hidden, ["token_embd.weight", "row 100", "scanning every weight"], "--check-weights")
+# a NaN scale in a row the load does not sample (row 100 of the 512 of the
+# output projection, output.weight or, when tied, token_embd; samples: 0, 34,
+# 68, 102, ...): --check-weights finds it; a plain run computes every logit
+# from it and stops with an error instead of printing nothing
+D_OFFSET = {gguf.GGMLQuantizationType.Q4_K: 0, gguf.GGMLQuantizationType.Q6_K: 208,
+            gguf.GGMLQuantizationType.Q8_0: 0, gguf.GGMLQuantizationType.Q4_0: 0}
+head = next((t for t in gguf.GGUFReader(base["tiny-llama"]).tensors if t.name == "output.weight"), None)
+head_name = head.name if head is not None else "token_embd.weight"
+head_type = head.tensor_type if head is not None else next(
+    t.tensor_type for t in gguf.GGUFReader(base["tiny-llama"]).tensors if t.name == "token_embd.weight")
+hidden = broken("tiny-llama", "head-hidden", scale_nan(head_name, 100, D_OFFSET[head_type]))
+expect(hidden, [head_name, "row 100", "scanning every weight"], "--check-weights")
 expect(hidden, ["NaN or Inf logit", "--check-weights"])
 
 # intact models still load, with and without the full scan

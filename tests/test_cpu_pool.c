@@ -1,7 +1,9 @@
-/* Thread pool: every thread runs every task exactly once with its own ith,
- * runs are ordered (a run sees all writes of the previous one), the in-task
- * barrier separates phases, and both the spinning and the sleeping wake-up
- * paths work. */
+/* Thread pool: every item of a run runs exactly once with its own index and
+ * the run's item count, runs are ordered (a run sees all writes of the
+ * previous one), a slow item leaves the other items to the other threads
+ * (the run does not wait for a fixed share per thread), and both the
+ * spinning and the sleeping wake-up paths work. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,26 +27,41 @@ static void task_count(void *v, int ith, int nth) {
     a->acc[ith] += ith + 1;
 }
 
-typedef struct {
-    tnd_pool *pool;
-    int phase1[MAXT];
-    int ok[MAXT];
-    int rounds;
-} bar_arg;
+#define MANY 1000
 
-/* Each round: write own slot, barrier, check everyone's slot, barrier (so no
- * one overwrites a slot another thread is still reading). */
-static void task_barrier(void *v, int ith, int nth) {
-    bar_arg *a = v;
-    int ok = 1;
-    for (int r = 1; r <= a->rounds; r++) {
-        a->phase1[ith] = r * 1000 + ith;
-        tnd_pool_barrier(a->pool);
-        for (int i = 0; i < nth; i++)
-            if (__atomic_load_n(&a->phase1[i], __ATOMIC_RELAXED) != r * 1000 + i) ok = 0;
-        tnd_pool_barrier(a->pool);
+typedef struct {
+    _Atomic int runs[MANY]; /* times item i ran */
+    _Atomic int bad_n;
+} many_arg;
+
+static void task_many(void *v, int i, int n) {
+    many_arg *a = v;
+    atomic_fetch_add(&a->runs[i], 1);
+    if (n != MANY) atomic_fetch_add(&a->bad_n, 1);
+}
+
+/* Item 0 waits (bounded) until every other item is done: only threads other
+ * than the one holding item 0 can do them, as when the OS deschedules a
+ * worker in the middle of a run. A pool that gave each thread a fixed share
+ * would never finish the others' part of item 0's thread. */
+typedef struct {
+    _Atomic int finished;
+    int n_items;
+    bool timed_out;
+} slow_arg;
+
+static void task_slow(void *v, int i, int n) {
+    slow_arg *a = v;
+    (void)n;
+    if (i == 0) {
+        const double t0 = tnd_time_s();
+        while (atomic_load(&a->finished) < a->n_items - 1)
+            if (tnd_time_s() - t0 > 20) { /* a bound, not a timing: 20 s means stuck */
+                a->timed_out = true;
+                break;
+            }
     }
-    a->ok[ith] = ok;
+    atomic_fetch_add(&a->finished, 1);
 }
 
 static void test_pool(int n, const char *spin) {
@@ -73,13 +90,20 @@ static void test_pool(int n, const char *spin) {
         CHECK(ra.acc[i] == (long)runs * (i + 1), "thread %d acc %ld", i, ra.acc[i]);
     }
 
-    bar_arg ba;
-    memset(&ba, 0, sizeof ba);
-    ba.pool = p;
-    ba.rounds = 500;
-    for (int rep = 0; rep < 5; rep++) {
-        tnd_pool_run(p, task_barrier, &ba);
-        for (int i = 0; i < n; i++) CHECK(ba.ok[i] == 1, "n=%d barrier rep %d thread %d saw a torn phase", n, rep, i);
+    static many_arg ma;
+    memset(&ma, 0, sizeof ma);
+    for (int rep = 0; rep < 20; rep++) tnd_pool_run_n(p, task_many, &ma, MANY);
+    int wrong = 0;
+    for (int i = 0; i < MANY; i++) wrong += atomic_load(&ma.runs[i]) != 20;
+    CHECK(wrong == 0 && atomic_load(&ma.bad_n) == 0, "n=%d: %d of %d items did not run exactly 20 times", n, wrong,
+          MANY);
+
+    if (n > 1) {
+        slow_arg sa = {.n_items = 8 * n};
+        tnd_pool_run_n(p, task_slow, &sa, sa.n_items);
+        CHECK(!sa.timed_out && atomic_load(&sa.finished) == sa.n_items,
+              "n=%d: the other threads did not take a slow thread's items (%d of %d done)", n,
+              atomic_load(&sa.finished), sa.n_items);
     }
 
     /* Latency of an empty run, for information only (not asserted: shared CI
@@ -98,7 +122,10 @@ int main(void) {
     tnd_pool_run(NULL, task_count, &ra);
     CHECK(ra.count[0] == 1 && ra.nth_seen[0] == 1, "NULL pool");
     CHECK(tnd_pool_size(NULL) == 1, "size of NULL pool");
-    tnd_pool_barrier(NULL);
+    many_arg *ma = calloc(1, sizeof *ma);
+    tnd_pool_run_n(NULL, task_many, ma, MANY);
+    CHECK(atomic_load(&ma->runs[MANY - 1]) == 1 && atomic_load(&ma->bad_n) == 0, "NULL pool, many items");
+    free(ma);
 
     test_pool(1, NULL);
     test_pool(2, NULL);
@@ -106,7 +133,7 @@ int main(void) {
     /* No spinning: every wake-up goes through the futex path. */
     test_pool(3, "0");
     test_pool(MAXT, "50");
-    /* Default size: physical cores. */
+    /* Default size: physical cores (those this process may use). */
     unsetenv("TND_POOL_SPIN");
     tnd_pool *p = tnd_pool_new(0);
     CHECK(p && tnd_pool_size(p) >= 1 && tnd_pool_size(p) <= 512, "default pool");

@@ -1,4 +1,4 @@
-/* The tensor-core decodes of matvec.cu replayed on the host (runs in CI
+/* The tensor-core decodes of matvec_mma.cu replayed on the host (runs in CI
  * without a GPU): every lane's fragments come from the same host+device
  * helpers the kernels use, an emulated mma.sync places them by the PTX
  * fragment layout and sums exactly.
@@ -16,11 +16,7 @@
  * byte planes H, L of token k as columns 2k, 2k+1. Checked against the
  * reference within the grid's rounding bound (half a step per value), and
  * against the product with x on the grid in double (1e-5 of sum |w x|: the
- * f32 combination of the exact integer sums), with an outlier in x too.
- *
- * f16cp (k_mvc_q4k): the same decode as k_mvh_q4k (checked above) fed from
- * a shared-memory stage: check_ring replays the stage copies and the reads
- * of all lanes. */
+ * f32 combination of the exact integer sums), with an outlier in x too. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,96 +355,8 @@ static void check_i8(int nsb, int n_tok, bool outlier) {
     free(xr);
 }
 
-/* ---- the f16cp ring (k_mvc_q4k): stage copies and shared reads ---- */
-
-/* One tile of nsb Q4_K super-blocks through stages of sbs: every lane's
- * 16-byte copies (mvc_stage_copies) into a poisoned stage land inside it,
- * 16-byte aligned, at most once per 16 bytes and only for existing
- * super-blocks; then every lane's six reads (mvc_offsets) of every
- * existing super-block give the bytes k_mvh_q4k reads from global memory
- * for the same lane. And the reads are free of bank conflicts: in each
- * phase of 8 lanes of a 128-bit shared load, distinct addresses fall in
- * distinct 16-byte bank groups. */
-/* a stage copy on the host, checked: inside the stage, aligned, once per
- * 16 bytes, from an existing super-block */
-struct ring_copy {
-    uint8_t *buf;
-    int *hits;
-    const uint8_t *src;
-    size_t rb;
-    int stage, rows, valid, *bad;
-    TND_HD void operator()(int doff, int r, int soff) const {
-        if (doff < 0 || doff + 16 > stage || doff % 16 || r < 0 || r >= rows || soff < 0 || soff + 16 > valid * 144 ||
-            hits[doff / 16]++) {
-            ++*bad;
-            return;
-        }
-        memcpy(buf + doff, src + r * rb + soff, 16);
-    }
-};
-
-static void check_ring(int nsb, int sbs, int tt) {
-    const int rows = 16 * tt;
-    const size_t rb = (size_t)nsb * 144;
-    uint8_t *w = (uint8_t *)malloc(rb * rows);
-    for (size_t i = 0; i < rb * rows; i++) w[i] = (uint8_t)(tc_xorshift() >> 24);
-    const int stage = rows * mvc_stride(sbs);
-    uint8_t *buf = (uint8_t *)malloc(stage);
-    int *hits = (int *)malloc(sizeof(int) * (stage / 16));
-    int bad = 0;
-    for (int sb0 = 0; sb0 < nsb; sb0 += sbs) {
-        const int valid = nsb - sb0 < sbs ? nsb - sb0 : sbs;
-        memset(buf, 0xEE, stage);
-        memset(hits, 0, sizeof(int) * (stage / 16));
-        ring_copy rc = {buf, hits, w + (size_t)sb0 * 144, rb, stage, rows, valid, &bad};
-        for (int lane = 0; lane < 32; lane++) mvc_stage_copies(lane, rows, sbs, valid, rc);
-        for (int u = 0; u < valid; u++)
-            for (int ti = 0; ti < tt; ti++)
-                for (int lane = 0; lane < 32; lane++) {
-                    const int g = lane >> 2, t = lane & 3;
-                    int o[6];
-                    mvc_offsets(sbs, g, t, u, o);
-                    /* k_mvh_q4k's global reads of tile ti: h0p, h1p, q0p, q0p + 64, q1p, q1p + 64 */
-                    const uint8_t *h0 = w + (16 * ti + g) * rb + (size_t)(sb0 + u) * 144, *h1 = h0 + 8 * rb;
-                    const uint8_t *want[6] = {h0, h1, h0 + 16 + 16 * t, h0 + 80 + 16 * t, h1 + 16 + 16 * t,
-                                              h1 + 80 + 16 * t};
-                    for (int k = 0; k < 6; k++) {
-                        const int off = o[k] + 16 * ti * mvc_stride(sbs); /* as k_mvc_q4k's second tile */
-                        if (off < 0 || off + 16 > stage || memcmp(buf + off, want[k], 16)) bad++;
-                    }
-                }
-        for (int u = 0; u < sbs; u++)
-            for (int k = 0; k < 6; k++)
-                for (int ph = 0; ph < 4; ph++) {
-                    int addr[8], n = 0;
-                    for (int l = 8 * ph; l < 8 * ph + 8; l++) {
-                        int o[6];
-                        mvc_offsets(sbs, l >> 2, l & 3, u, o);
-                        bool seen = false;
-                        for (int i = 0; i < n; i++) seen |= addr[i] == o[k];
-                        if (!seen) addr[n++] = o[k];
-                    }
-                    for (int i = 0; i < n; i++)
-                        for (int j = i + 1; j < n; j++)
-                            if ((addr[i] / 16) % 8 == (addr[j] / 16) % 8) bad++;
-                }
-    }
-    if (!tc_count(bad == 0)) {
-        printf("FAIL ring nsb=%d sbs=%d tiles=%d: %d bad copies or reads\n", nsb, sbs, tt, bad);
-    }
-    free(w);
-    free(buf);
-    free(hits);
-}
-
 int main() {
     tc_rng = 0x1234567ull;
-    for (int sbs = 1; sbs <= 8; sbs++)
-        for (int tt = 1; tt <= 2; tt++) {
-            check_ring(1, sbs, tt);
-            check_ring(7, sbs, tt);
-            check_ring(20, sbs, tt);
-        }
     static const int tys[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K, TND_TYPE_Q8_0};
     for (int ti = 0; ti < 3; ti++) {
         const int ty = tys[ti];

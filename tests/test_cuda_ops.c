@@ -229,12 +229,11 @@ static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) 
     char what[160];
     bool f16path = n_tok > 8;
     const int kind = f16path ? TND_CU_MV_F32 : tnd_cu_matvec_kind(t, n_in, (int)n_tok);
-    /* f16cp: the f16 path's math; i8mma keeps the f32 tolerance (test_matvec_mma) */
-    bool mvh = kind == TND_CU_MV_F16MMA || kind == TND_CU_MV_F16CP;
+    /* i8mma keeps the f32 tolerance (test_matvec_mma) */
+    bool mvh = kind == TND_CU_MV_F16MMA;
     snprintf(what, sizeof what, "matmul %-5s n_in=%lld n_out=%lld n_tok=%lld (%s)", tnd_type_name(t), (long long)n_in,
              (long long)n_out, (long long)n_tok,
              f16path                        ? "f16 cuBLAS"
-             : kind == TND_CU_MV_F16CP      ? "matvec f16cp"
              : mvh                          ? "matvec f16mma"
              : kind == TND_CU_MV_I8MMA      ? "matvec i8mma"
                                             : "matvec f32");
@@ -263,11 +262,10 @@ static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) 
 static void test_matvec_cfg(tnd_type t, int64_t n_in, int64_t n_out) {
     mm_case mc = mm_case_new(t, n_in, n_out, 1);
     float *dy = (float *)dev_alloc((size_t)n_out * 4), *y = (float *)tc_xmalloc((size_t)n_out * 4);
-    /* kernels: 1 lane-per-sub, 2 the type's own, 3 the streaming one (Q4_K;
-     * the others fall back to their default, tested too; for 3, R*T/32
-     * is the number of blocks) */
+    /* kernels: 1 lane-per-sub, 2 the type's own (Q4_K; the others fall back
+     * to their default, tested too) */
     static const int R[] = {1, 2, 4}, T[] = {32, 96, 128, 256};
-    for (int k = 1; k <= 3; k++)
+    for (int k = 1; k <= 2; k++)
     for (size_t i = 0; i < 3; i++)
         for (size_t j = 0; j < 4; j++) {
             char what[160];
@@ -335,94 +333,6 @@ static void test_matvec_mma(bool i8, tnd_type t, int64_t n_in, int64_t n_out, in
     dev_free(dy);
     free(y);
     free(y0);
-}
-
-/* The f16cp matvec (tnd_cu_matvec_f16cp: the f16 path's math through a
- * cp.async ring) for n_tok tokens over launch shapes (tiles per block x
- * warps per tile, ring stages x super-blocks per stage, grid: 0 resident
- * blocks looping over tile groups, k at most k per SM, -1 a block per tile
- * group; 16-byte cp.async or bulk copies; one or two tiles per warp):
- * against the reference with test_matvec_mma's f16 tolerance, and
- * bit for bit against tnd_cu_matvec_f16mma with the same tiles per block
- * and warps per tile where the summation order is the same (one warp per
- * tile, or one super-block per stage). Then through tnd_cu_matvec with the
- * family forced. */
-static void test_matvec_f16cp(int64_t n_in, int64_t n_out, int n_tok) {
-    const tnd_type t = TND_TYPE_Q4_K;
-    mm_case mc = mm_case_new(t, n_in, n_out, n_tok);
-    const size_t yb = (size_t)(n_out * n_tok) * 4;
-    float *dy = (float *)dev_alloc(yb), *y = (float *)tc_xmalloc(yb), *y1 = (float *)tc_xmalloc(yb);
-    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
-    /* MB, KW, NS, SBS, grid, flags (1 bulk copies, 2 two tiles per warp) */
-    static const int shapes[][6] = {{0, 0, 0, 0, 0, 0}, {1, 1, 2, 1, 0, 0}, {4, 1, 3, 2, 0, 0}, {2, 2, 3, 1, 0, 0},
-                                    {1, 4, 4, 2, 0, 0}, {1, 8, 3, 1, 1, 0}, {8, 1, 6, 1, 1, 0}, {2, 4, 5, 3, -1, 0},
-                                    {4, 2, 8, 1, 2, 0}, {2, 1, 4, 4, 1, 0}, {0, 0, 0, 0, 0, 1}, {1, 1, 2, 1, 0, 1},
-                                    {4, 1, 3, 2, 0, 1}, {2, 2, 3, 1, 1, 1}, {1, 8, 4, 3, -1, 1}, {0, 0, 0, 0, 0, 2},
-                                    {1, 1, 3, 1, 0, 2}, {2, 2, 3, 2, 1, 2}, {4, 2, 3, 1, -1, 2}, {1, 1, 2, 1, 0, 3},
-                                    {2, 4, 4, 3, 0, 3}};
-    const bool ok = tnd_cu_matvec_f16cp_supported(t, n_in, n_tok);
-    if (!ok) { /* x alone too wide for shared memory */
-        int e = tnd_cu_matvec_f16cp(t, mc.dW, n_in, n_out, (const float *)mc.dx, n_tok, dy, 0, 0, 0, 0, 0, 0, cs);
-        tc_report(e == 801 && n_in * n_tok * 2 > 150 * 1024, "matvec_f16cp n_in=%lld n_tok=%d refused (got %d)",
-               (long long)n_in, n_tok, e);
-    }
-    for (size_t i = 0; ok && i < TND_ARRAY_LEN(shapes); i++) {
-        const int *c = shapes[i];
-        char what[200];
-        snprintf(what, sizeof what, "matvec_f16cp n_in=%lld n_out=%lld n_tok=%d MB=%d KW=%d NS=%d SBS=%d grid=%d%s%s",
-                 (long long)n_in, (long long)n_out, n_tok, c[0], c[1], c[2], c[3], c[4],
-                 c[5] & TND_CU_F16CP_BULK ? " bulk" : "", c[5] & TND_CU_F16CP_TT2 ? " 2tiles" : "");
-        dev_poison(dy, yb);
-        int e = tnd_cu_matvec_f16cp(t, mc.dW, n_in, n_out, (const float *)mc.dx, n_tok, dy, c[0], c[1], c[2], c[3], c[4],
-                                    c[5], cs);
-        tnd_status st = B->iface->stream_sync(B, S);
-        if ((c[5] & TND_CU_F16CP_TT2) && !c[0]) { /* refused (matvec.cu: failed to launch on the H200) */
-            tc_report(e == 801, "%s: refused (got %d)", what, e);
-            continue;
-        }
-        if (e == 1 && c[0]) { /* this explicit shape's shared memory does not fit: at least its ring and x */
-            const double need = (double)c[0] * c[1] * c[2] * 16 * 144 * c[3] * (c[5] & TND_CU_F16CP_TT2 ? 2 : 1) +
-                                (double)n_in * n_tok * 2;
-            tc_report(need > 160 * 1024, "%s: refused as too big for shared memory", what);
-            continue;
-        }
-        if (e || st) {
-            tc_report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
-            continue;
-        }
-        dev_download(y, dy, yb);
-        compare(what, y, mc.ref, mc.sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * mc.xmax);
-        if (c[0] > 0 && (c[1] == 1 || c[3] == 1) && c[0] * c[1] <= 8 && tnd_cu_matvec_f16mma_supported(t, n_in, n_tok)) {
-            dev_poison(dy, yb);
-            e = tnd_cu_matvec_f16mma(t, mc.dW, n_in, n_out, (const float *)mc.dx, n_tok, dy, c[0], c[1], cs);
-            st = B->iface->stream_sync(B, S);
-            dev_download(y1, dy, yb);
-            tc_report(!e && !st && memcmp(y, y1, yb) == 0, "%s: same bits as f16mma MB=%d KW=%d", what, c[0], c[1]);
-        }
-    }
-    /* the family through tnd_cu_matvec */
-    tnd_cu_matvec_set_kind(TND_CU_MV_F16CP);
-    const int kind = tnd_cu_matvec_kind(t, n_in, n_tok);
-    dev_poison(dy, yb);
-    int e = tnd_cu_matvec(t, mc.dW, n_in, n_out, (const float *)mc.dx, n_tok, dy, cs);
-    tnd_status st = B->iface->stream_sync(B, S);
-    tnd_cu_matvec_set_kind(-1);
-    char what[160];
-    snprintf(what, sizeof what, "matvec forced f16cp n_in=%lld n_out=%lld n_tok=%d (kind %d)", (long long)n_in,
-             (long long)n_out, n_tok, kind);
-    if (e || st) tc_report(false, "%s: launch %s", what, e ? tnd_cu_error_string(e) : tnd_last_error());
-    else {
-        dev_download(y, dy, yb);
-        compare(what, y, mc.ref, mc.sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * mc.xmax);
-        tc_report(kind == (tnd_cu_matvec_f16cp_supported(t, n_in, n_tok) ? TND_CU_MV_F16CP
-                        : tnd_cu_matvec_f16mma_supported(t, n_in, n_tok) ? TND_CU_MV_F16MMA
-                                                                           : TND_CU_MV_F32),
-               "%s: family", what);
-    }
-    mm_case_free(&mc);
-    dev_free(dy);
-    free(y);
-    free(y1);
 }
 
 /* Types and shapes the tensor-core paths refuse: cudaErrorNotSupported, and
@@ -1216,29 +1126,6 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
                 dev_download(y1, dy, yb);
                 tc_report(!e && !st && memcmp(y, y1, yb) == 0, "%s: same bits as f16mma on the original layout", w2);
             }
-            /* the shared-memory feeds: the same bits as the register-fed kernel with the same shape
-             * (every ring depth); with the default shape, against the reference */
-            for (int feed = TND_CU_TILE_CPASYNC; feed <= TND_CU_TILE_BULK; feed++) {
-                if (!tnd_cu_matvec_q4kt_feed_supported(feed)) continue;
-                for (int ns = 2; ns <= 8; ns += 2) {
-                    char w3[300];
-                    snprintf(w3, sizeof w3, "%s feed=%s stages=%d", w2, feed == TND_CU_TILE_BULK ? "bulk" : "cpasync",
-                             ns);
-                    dev_poison(dy, yb);
-                    e = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, c[0], c[1], feed, ns, cs);
-                    st = B->iface->stream_sync(B, S);
-                    if (e || st) {
-                        tc_report(false, "%s: launch %s / %s", w3, e ? tnd_cu_error_string(e) : "ok",
-                               st ? tnd_last_error() : "ok");
-                        continue;
-                    }
-                    dev_download(y1, dy, yb);
-                    if (c[0] > 0)
-                        tc_report(memcmp(y, y1, yb) == 0, "%s: same bits as the register-fed tiled kernel", w3);
-                    else
-                        compare(w3, y1, ref, sc, n_out * n_tok, 2e-3, (double)n_in * 6e-8 * xmax);
-                }
-            }
         }
         /* x 4 bytes past a 16-byte boundary: the kernel stages it from single floats */
         dev_poison(dy, yb);
@@ -1255,12 +1142,6 @@ static void test_matvec_q4kt(int64_t n_in, int64_t n_out, int n_tok) {
         int e2 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 5, -1, cs);
         int e3 = tnd_cu_matvec_q4kt(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 0, 3, cs);
         tc_report(e == 1 && e2 == 1 && e3 == 1, "%s: refuses 16 warps per block (%d), depth 5 (%d), prefetch 3 (%d)",
-               what, e, e2, e3);
-        /* the fed variant: 3 stages, an unknown feed, 16 warps per block */
-        e = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, 0, 0, TND_CU_TILE_CPASYNC, 3, cs);
-        e2 = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, 0, 0, 7, 0, cs);
-        e3 = tnd_cu_matvec_q4kt_fed(dW, n_in, n_out, dx, n_tok, dy, 4, 4, TND_CU_TILE_CPASYNC, 0, cs);
-        tc_report(e == 1 && e2 == 1 && e3 == 1, "%s: fed refuses 3 stages (%d), feed 7 (%d), 16 warps per block (%d)",
                what, e, e2, e3);
         dev_free(dy);
         free(y);
@@ -1889,7 +1770,8 @@ static void test_q4kt_all(void) {
     test_q4kt_pdl_chain(8192, 1, 8, 0); /* 512 blocks of 8 warps: more than one wave on the H200 */
     test_q4kt_pdl_chain(4096, 0, 0, 1);
     test_q4kt_pdl_chain(8192, 1, 16, 1);
-    if (tnd_cu_matvec_q4kt_feed_supported(TND_CU_TILE_BULK)) { /* sm_90: the ring */
+    int attr = 0, ran = 0;
+    if (tnd_cu_arch_probe(&attr, &ran) == 0 && ran >= 900) { /* sm_90 code: the ring */
         test_q4kt_pdl_chain(4096, 0, 0, 2);
         test_q4kt_pdl_chain(8192, 1, 8, 2);
         test_q4kt_pdl_chain(4096, 0, 0, 4);
@@ -1910,6 +1792,64 @@ static void test_q4kt_all(void) {
     test_matvec_q4kt_pair(256 * 20, 17408, 17408, 2); /* its gate and up */
 }
 
+/* A build without code for the device's architecture (src/cuda/arch.cu):
+ * the probe's attribute query agrees with the __CUDA_ARCH__ its code ran as;
+ * with the code capped at sm_75 (as a build for sm_75 alone runs on a newer
+ * GPU), the decode matvec, the Q4_K tiles and the prefill attention refuse
+ * their sm_80 kernels, the fallbacks still match the references, and the
+ * fallback is counted (the warning's trigger); without the cap the tensor-core
+ * kernels are chosen again. */
+static bool test_arch_fallback(void) {
+    int attr = 0, ran = 0;
+    const int dev = tnd_cu_device_arch();
+    CHECK(tnd_cu_arch_probe(&attr, &ran) == 0);
+    CHECK(attr == ran && ran > 0 && ran <= dev, " probe: attributes %d, ran as %d, device %d", attr, ran, dev);
+    printf("arch: device sm_%d, code sm_%d, built %s\n", dev / 10, ran / 10, tnd_cuda_build_archs());
+    if (dev < 800 || ran < 800) return false; /* no sm_80 kernels to refuse */
+    const int64_t n_in = 256 * 21;
+    const bool tc = tnd_cu_matvec_kind(TND_TYPE_Q4_K, n_in, 1) != TND_CU_MV_F32; /* TND_CUDA_MV=old: f32 */
+    const int before = tnd_cu_arch_fallbacks();
+    tnd_cu_arch_cap(750);
+    CHECK(tnd_cu_matvec_kind(TND_TYPE_Q4_K, n_in, 1) == TND_CU_MV_F32);
+    CHECK(tnd_cu_matvec_kind(TND_TYPE_Q6_K, n_in, 2) == TND_CU_MV_F32);
+    CHECK(!tnd_cu_q4kt_supported(n_in, 1024), " the Q4_K tiles need sm_80 code");
+    test_matmul(TND_TYPE_Q4_K, n_in, 1031, 1);
+    test_matmul(TND_TYPE_Q6_K, n_in, 67, 2);
+    test_attn(40, 8, 2, 128, 5, 0.f, 0); /* 16+ tokens: the tensor-core kernel's shape */
+    CHECK(tnd_cu_arch_fallbacks() > before, " fallbacks counted: %d -> %d", before, tnd_cu_arch_fallbacks());
+    tnd_cu_arch_cap(0);
+    if (tc) CHECK(tnd_cu_matvec_kind(TND_TYPE_Q4_K, n_in, 1) != TND_CU_MV_F32);
+    CHECK(tnd_cu_q4kt_supported(n_in, 1024));
+    return true;
+}
+
+/* Without sm_80 code (an older GPU, or a build without code for this one):
+ * every entry point of the tensor-core and tile families says so
+ * and refuses a launch with an error, instead of running a compiled-out body
+ * (which traps) or returning zeros. */
+static void test_arch_refusals(void) {
+    const int64_t n_in = 256 * 4, n_out = 32;
+    size_t wb;
+    void *W = make_weights(TND_TYPE_Q4_K, n_in, n_out, &wb);
+    void *dW = dev_upload(W, wb);
+    float *dx = (float *)dev_alloc((size_t)n_in * 4), *dy = (float *)dev_alloc((size_t)n_out * 4);
+    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
+    CHECK(!tnd_cu_matvec_f16mma_supported(TND_TYPE_Q4_K, n_in, 1) && !tnd_cu_matvec_i8mma_supported(TND_TYPE_Q4_K, n_in, 1));
+    CHECK(!tnd_cu_q4kt_supported(n_in, n_out) && !tnd_cu_matvec_q4kt_i8_supported(n_in, n_out, 1));
+    CHECK(!tnd_cu_matvec_q4kt_pair_supported(n_in, n_out, n_out, 1));
+    CHECK(tnd_cu_matvec_kind(TND_TYPE_Q4_K, n_in, 1) == TND_CU_MV_F32);
+    CHECK(tnd_cu_matvec_f16mma(TND_TYPE_Q4_K, dW, n_in, n_out, dx, 1, dy, 0, 0, cs) != 0);
+    CHECK(tnd_cu_matvec_i8mma(TND_TYPE_Q4_K, dW, n_in, n_out, dx, 1, dy, 0, 0, cs) != 0);
+    CHECK(tnd_cu_q4kt_repack(dW, n_in, n_out, cs) != 0);
+    CHECK_ST(B->iface->stream_sync(B, S)); /* nothing ran that trapped */
+    test_matmul(TND_TYPE_Q4_K, n_in, n_out, 1); /* the f32 matvec instead */
+    printf("arch: no sm_80 code on this GPU: its kernels refused, the tensor-core and tile tests skipped\n");
+    dev_free(dW);
+    dev_free(dx);
+    dev_free(dy);
+    free(W);
+}
+
 int main(int argc, char **argv) {
     const bool only_q4kt = argc == 2 && strcmp(argv[1], "--only-q4kt") == 0;
     if (argc > 2 || (argc == 2 && !only_q4kt)) {
@@ -1926,8 +1866,10 @@ int main(int argc, char **argv) {
     tnd_cuda_params p = {0, 0};
     CHECK_ST(tnd_backend_cuda_new(&p, &B));
     CHECK_ST(B->iface->stream_new(B, &S));
+    const bool sm80 = test_arch_fallback();
+    if (!sm80) test_arch_refusals();
     if (only_q4kt) {
-        test_q4kt_all();
+        if (sm80) test_q4kt_all();
         goto done;
     }
 
@@ -1962,6 +1904,7 @@ int main(int argc, char **argv) {
 
     /* the f16 tensor-core matvec: n_out not a multiple of the 16-row tile,
      * n_in of one super-block, long rows, 1..4 and 8 tokens */
+    if (sm80) { /* else test_arch_refusals */
     static const tnd_type mvh_types[] = {TND_TYPE_Q4_K, TND_TYPE_Q6_K, TND_TYPE_Q8_0};
     for (size_t i = 0; i < TND_ARRAY_LEN(mvh_types); i++) {
         tnd_type t = mvh_types[i];
@@ -1980,36 +1923,14 @@ int main(int argc, char **argv) {
     }
     test_matvec_mma(true, TND_TYPE_Q4_K, 256 * 68, 129, 1);
     test_matvec_mma(true, TND_TYPE_Q4_K, 256 * 3, 4099, 2);
-    /* f16cp: n_out not a multiple of 16 (and of the tile groups), n_in =
-     * 256 k for k not a multiple of the stage, 1..8 tokens, the longest row */
-    for (int nt = 1; nt <= 8; nt++) {
-        test_matvec_f16cp(256, 37, nt);
-        test_matvec_f16cp(256 * 7, 1031, nt);
-    }
-    test_matvec_f16cp(256 * 20, 4099, 1);
-    test_matvec_f16cp(256 * 21, 333, 3);
-    test_matvec_f16cp(256 * 68, 129, 1);
-    test_matvec_f16cp(256 * 68, 77, 8); /* x too wide for the ring with 8 tokens: refused or fitted */
-    {
-        size_t wb;
-        void *W = make_weights(TND_TYPE_Q6_K, 256, 16, &wb);
-        void *dW = dev_upload(W, wb);
-        float *dx = (float *)dev_alloc(256 * 4), *dy = (float *)dev_alloc(16 * 4);
-        int e = tnd_cu_matvec_f16cp(TND_TYPE_Q6_K, dW, 256, 16, dx, 1, dy, 0, 0, 0, 0, 0, 0,
-                                    (tnd_cu_stream)tnd_cuda_stream_handle(S));
-        tc_report(e == 801 && !tnd_cu_matvec_f16cp_supported(TND_TYPE_Q6_K, 256, 1), "matvec_f16cp refuses Q6_K (got %d)", e);
-        dev_free(dW);
-        dev_free(dx);
-        dev_free(dy);
-        free(W);
-    }
     test_matvec_mma_refusals();
     test_q4kt_all();
     test_weight_prepare(256 * 3, 4112); /* prefill: two row chunks of the tiled dequant */
     test_weight_prepare(256 * 20, 48);
     test_weight_prepare(256 * 68, 32);
     test_weight_prepare(256 * 3, 40);   /* n_out % 16 != 0: stays as uploaded */
-    static const char *const kind_names[] = {"f32", "f16mma", "i8mma", "f16cp"};
+    }
+    static const char *const kind_names[] = {"f32", "f16mma", "i8mma"};
     printf("matvec default family: Q4_K %s, Q6_K %s, Q8_0 %s (env TND_CUDA_MV=%s)\n",
            kind_names[tnd_cu_matvec_kind(TND_TYPE_Q4_K, 4096, 1)], kind_names[tnd_cu_matvec_kind(TND_TYPE_Q6_K, 4096, 1)],
            kind_names[tnd_cu_matvec_kind(TND_TYPE_Q8_0, 4096, 1)],

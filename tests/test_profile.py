@@ -3,7 +3,8 @@ tiny synth MoE model: from a hardware profile's cost model and measured on
 SimGPU, --json carries the bandwidths, the switch costs, the calibrations
 and per slice three CPU and three GPU times (1, 512 and 2048 tokens); the
 measured perf DB is cached and a later static run uses it without
-profiling again; bad options exit 2 with a message."""
+profiling again, apart per CPU activation mode; bad options exit 2 with a
+message."""
 import json
 import os
 import subprocess
@@ -69,6 +70,18 @@ r = subprocess.run([tandem, "run", "-m", model, "--device", "sim", "--placement"
                    timeout=900)
 check(r.returncode == 0 and "profiling this model" not in r.stderr and "perf DB:" in r.stderr,
       "a static run reuses the cached perf DB", r.stderr[-400:])
+
+# the CPU's activation mode is part of the cache key: a DB profiled with Q8
+# activations (the default) never steers an exact-mode run, and back
+run_args = [tandem, "run", "-m", model, "--device", "sim", "--placement", "static", "-t", "2", "-n", "2",
+            "--temp", "0", "-p", "hello"]
+r = subprocess.run(run_args + ["--cpu-exact"], capture_output=True, text=True, errors="replace", env=env, timeout=900)
+check(r.returncode == 0 and "profiling this model" in r.stderr and len(os.listdir(cache)) == len(dbs) + 1,
+      "--cpu-exact profiles anew, into a DB of its own", r.stderr[-400:])
+r = subprocess.run(run_args, capture_output=True, text=True, errors="replace", env=dict(env, TND_CPU_INT8="0"),
+                   timeout=900)
+check(r.returncode == 0 and "profiling this model" not in r.stderr and len(os.listdir(cache)) == len(dbs) + 1,
+      "TND_CPU_INT8=0 reuses the exact mode's DB", r.stderr[-400:])
 
 # a DB marked disturbed warns once per process, however many contexts load it
 for f in dbs:

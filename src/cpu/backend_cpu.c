@@ -457,8 +457,7 @@ tnd_status tnd_backend_cpu_new(struct tnd_pool *pool, uint64_t budget, tnd_backe
     }
     c->pool = pool;
     c->budget = budget;
-    const char *e = getenv("TND_CPU_INT8");
-    c->int8_act = e && *e && strcmp(e, "0") != 0;
+    c->int8_act = tnd_cpu_int8_env();
     b->iface = &cpu_iface;
     b->ctx = c;
     *out = b;
@@ -467,4 +466,13 @@ tnd_status tnd_backend_cpu_new(struct tnd_pool *pool, uint64_t budget, tnd_backe
 
 void tnd_backend_cpu_set_int8(tnd_backend *b, bool on) {
     if (b && b->iface == &cpu_iface) C(b)->int8_act = on;
+}
+
+bool tnd_backend_cpu_int8(const tnd_backend *b) {
+    return b && b->iface == &cpu_iface && ((const cpu_ctx *)b->ctx)->int8_act;
+}
+
+bool tnd_cpu_int8_env(void) {
+    const char *e = getenv("TND_CPU_INT8");
+    return !(e && !strcmp(e, "0"));
 }

@@ -242,29 +242,32 @@ static void act_aux(tnd_type act, const char *xq, int64_t n_in, tnd_act_aux *aux
  * starts on a cache line (no false sharing) and kernels get full tiles. */
 #define ROW_GRAIN 16
 
-static void mm_task(void *arg, int ith, int nth) {
+/* The phases of a matmul, each a pool run (items claimed by whichever
+ * threads run: no barrier, so a descheduled thread delays nobody). */
+static void quant_task(void *arg, int i, int n) {
     mm_job *j = arg;
-    if (j->quant) {
-        int64_t nbr = j->n_in / j->act_bs, total = nbr * j->n_tok;
-        int64_t b0 = total * ith / nth, b1 = total * (ith + 1) / nth;
-        while (b0 < b1) {
-            int64_t t = b0 / nbr, b = b0 % nbr, n = TND_MIN(nbr - b, b1 - b0);
-            j->quant(j->x + t * j->n_in + b * j->act_bs, j->xq + (size_t)t * j->x_row + (size_t)b * j->act_ts,
-                     n * j->act_bs);
-            b0 += n;
-        }
-        if (j->gemm) {
-            /* Quantization was shared by blocks, aux is shared by tokens: wait
-             * until every block is written. */
-            tnd_pool_barrier(j->pool);
-            int64_t t0 = j->n_tok * ith / nth, t1 = j->n_tok * (ith + 1) / nth;
-            for (int64_t t = t0; t < t1; t++) act_aux(j->act, j->xq + (size_t)t * j->x_row, j->n_in,
-                                                     j->aux + t * (j->n_in / TND_CHUNK));
-        }
-        tnd_pool_barrier(j->pool);
+    int64_t nbr = j->n_in / j->act_bs, total = nbr * j->n_tok;
+    int64_t b0 = total * i / n, b1 = total * (i + 1) / n;
+    while (b0 < b1) {
+        int64_t t = b0 / nbr, b = b0 % nbr, k = TND_MIN(nbr - b, b1 - b0);
+        j->quant(j->x + t * j->n_in + b * j->act_bs, j->xq + (size_t)t * j->x_row + (size_t)b * j->act_ts,
+                 k * j->act_bs);
+        b0 += k;
     }
+}
+
+/* Scale and quant sums per chunk, per token: after all blocks are quantized. */
+static void aux_task(void *arg, int i, int n) {
+    mm_job *j = arg;
+    int64_t t0 = j->n_tok * i / n, t1 = j->n_tok * (i + 1) / n;
+    for (int64_t t = t0; t < t1; t++)
+        act_aux(j->act, j->xq + (size_t)t * j->x_row, j->n_in, j->aux + t * (j->n_in / TND_CHUNK));
+}
+
+static void rows_task(void *arg, int i, int n) {
+    mm_job *j = arg;
     int64_t nr = j->r1 - j->r0, ng = (nr + ROW_GRAIN - 1) / ROW_GRAIN;
-    int64_t g0 = ng * ith / nth, g1 = ng * (ith + 1) / nth;
+    int64_t g0 = ng * i / n, g1 = ng * (i + 1) / n;
     int64_t a = j->r0 + g0 * ROW_GRAIN, b = TND_MIN(j->r0 + g1 * ROW_GRAIN, j->r1);
     if (a >= b) return;
     const char *w = j->W + (size_t)a * j->w_row;
@@ -273,6 +276,28 @@ static void mm_task(void *arg, int ith, int nth) {
         j->gemm(j->n_in, w, j->w_row, b - a, j->xq, j->x_row, j->aux, j->n_tok, y, j->n_out);
     else if (j->fn) j->fn(j->n_in, w, j->w_row, b - a, j->xq, j->x_row, j->n_tok, y, j->n_out);
     else mm_generic(j->dot, j->n_in, w, j->w_row, b - a, j->xq, j->x_row, j->n_tok, y, j->n_out);
+}
+
+/* Quantizing one token's activations takes ~1 us: below this many values the
+ * caller does it alone rather than wake the pool for it. */
+#define QUANT_PAR_MIN 65536
+
+static void mm_run(mm_job *j) {
+    tnd_pool *pool = j->pool;
+    if (j->quant) {
+        if (j->n_in * j->n_tok < QUANT_PAR_MIN) quant_task(j, 0, 1);
+        else tnd_pool_run(pool, quant_task, j);
+        if (j->gemm) {
+            if (j->n_tok == 1) aux_task(j, 0, 1);
+            else tnd_pool_run_n(pool, aux_task, j, (int)TND_MIN(j->n_tok, tnd_pool_size(pool)));
+        }
+    }
+    /* more items than threads, so threads that run late or slow (other
+     * processes on the cores) leave their share to the others; prefill
+     * (gemm) keeps one item per thread: its tiles want long row ranges */
+    const int64_t ng = (j->r1 - j->r0 + ROW_GRAIN - 1) / ROW_GRAIN;
+    const int64_t items = j->gemm ? tnd_pool_size(pool) : (int64_t)tnd_pool_size(pool) * TND_POOL_ITEMS_PER_THREAD;
+    tnd_pool_run_n(pool, rows_task, j, (int)TND_MAX(1, TND_MIN(ng, items)));
 }
 
 void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_in, int64_t n_out,
@@ -326,7 +351,7 @@ void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_i
             return;
         }
     }
-    tnd_pool_run(pool, mm_task, &j);
+    mm_run(&j);
 }
 
 void tnd_cpu_matmul(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_in, int64_t n_out,

@@ -378,6 +378,7 @@ TGTI void row_q4_1(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
     for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps(), accm0[t] = accm1[t] = 0.0f;
     int64_t i = 0, nb = n / 32;
     for (; i + 2 <= nb; i += 2) {
+        pf_ahead(&w[i], 1); /* 40 bytes */
         blk_q4_1(w, i, xq, xs, nt, acc0, accm0, da, nb_);
         blk_q4_1(w, i + 1, xq, xs, nt, acc1, accm1, da, nb_);
     }

@@ -224,7 +224,11 @@ void tnd_cpu_matmul_f32_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t
         .blk = tr->block_size, .n_in = n_in, .n_out = n_out, .r0 = r0, .r1 = r1, .n_tok = n_tok,
         .P = decode ? k->max_r : P_PREFILL, .KC = decode ? KC_DECODE : KC_PREFILL, .x = x, .y = y,
     };
-    tnd_pool_run(pool, task, &j);
+    /* decode: more items than threads, so late threads (other processes on
+     * the cores) leave their share to the others (pool.h) */
+    const int64_t ng = (r1 - r0 + ROW_GRAIN - 1) / ROW_GRAIN;
+    const int64_t items = decode ? (int64_t)tnd_pool_size(pool) * TND_POOL_ITEMS_PER_THREAD : tnd_pool_size(pool);
+    tnd_pool_run_n(pool, task, &j, (int)TND_MAX(1, TND_MIN(ng, items)));
 }
 
 void tnd_cpu_matmul_f32(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_in, int64_t n_out, const float *x,

@@ -1,6 +1,6 @@
 /* Host memory read bandwidth, measured the way the CPU kernels read weights
  * (every thread streams a contiguous share): the denominator of the
- * matvec benchmarks and of the physical limit (DESIGN.md §12). */
+ * matvec benchmarks and of the physical limit (docs/ARCHITECTURE.md: The physical limit). */
 #ifndef TND_CPU_MEMBW_H
 #define TND_CPU_MEMBW_H
 

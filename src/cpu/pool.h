@@ -1,6 +1,13 @@
 /* Thread pool for per-token work: threads are created once and kept hot, a
- * parallel region costs a wake-up and a barrier, not a thread creation.
- * The calling thread takes part as thread 0. */
+ * parallel region costs a wake-up, not a thread creation. The calling thread
+ * takes part.
+ *
+ * A run is a set of items; whichever threads are running claim them one at a
+ * time, and the run ends when every item is done, not when every thread has
+ * checked in. So a worker the OS has descheduled (other processes on the
+ * cores) delays at most the item it holds, never the whole run: the others,
+ * and the caller, take what it would have done. Item functions must not
+ * depend on which thread runs them or wait for each other. */
 #ifndef TND_CPU_POOL_H
 #define TND_CPU_POOL_H
 
@@ -8,19 +15,22 @@
 
 typedef struct tnd_pool tnd_pool;
 
-/* ith in [0, nth): which share of the work this thread does. */
-typedef void (*tnd_task_fn)(void *arg, int ith, int nth);
+/* Item i of n: which share of the work (e.g. rows [r*i/n, r*(i+1)/n)). */
+typedef void (*tnd_task_fn)(void *arg, int i, int n);
 
-/* n_threads <= 0: physical cores. NULL on failure (message set). */
+/* n_threads <= 0: the physical cores this process may run on. NULL on
+ * failure (message set). */
 tnd_pool *tnd_pool_new(int n_threads);
 void tnd_pool_free(tnd_pool *p);
 int tnd_pool_size(const tnd_pool *p);
-/* Runs fn(arg, ith, nth) on every thread and returns when all are done.
- * p may be NULL: runs fn(arg, 0, 1) on the caller. Not reentrant. */
+/* Runs fn(arg, i, n) for every i in [0, n) with n = the pool's size, and
+ * returns when all are done. p may be NULL: runs fn(arg, 0, 1) on the caller.
+ * Not reentrant. */
 void tnd_pool_run(tnd_pool *p, tnd_task_fn fn, void *arg);
-/* Inside a task run by tnd_pool_run: returns once all nth threads of the run
- * have called it (every thread must call it the same number of times).
- * p NULL or of one thread: returns at once. */
-void tnd_pool_barrier(tnd_pool *p);
+/* The same with n_items items (1 .. 1<<20): more items than threads balance
+ * threads that run at different speeds. */
+void tnd_pool_run_n(tnd_pool *p, tnd_task_fn fn, void *arg, int n_items);
+/* Items per thread that tnd_pool_run_n callers use to balance late threads. */
+#define TND_POOL_ITEMS_PER_THREAD 4
 
 #endif

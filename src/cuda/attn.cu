@@ -174,6 +174,8 @@ __device__ __forceinline__ void fa_mma(float (&d)[4], const uint32_t (&a)[4], ui
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+#else
+    __trap(); /* never chosen without this code: tnd_cu_attn checks cu_unit_arch() */
 #endif
 }
 
@@ -256,6 +258,10 @@ k_attn_tc(const float *__restrict__ q, const uint16_t *__restrict__ K, const uin
     fa_store<HD>(O, m, l, wr0, gq, tq, b.M, ratio, n_head, g, n_split, c, o, part);
 }
 
+/* The tensor-core kernel needs sm_80 code (mma.sync m16n8k16), which a build
+ * for an older architecture lacks even on a newer GPU (arch.cu). */
+TND_CU_UNIT_ARCH(attn)
+
 /* TND_CUDA_ATTN=old: k_attn for every call (a way out without a rebuild) */
 static bool attn_old_only() {
     static int v = -1;
@@ -327,7 +333,7 @@ extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V,
     cudaStream_t st = (cudaStream_t)stream;
     /* 8-byte K/V loads (rows start at multiples of head_dim, a multiple of
      * 16) and 8-byte o / scratch stores */
-    if (n_tok >= FA_MIN_TOK && !attn_old_only() &&
+    if (n_tok >= FA_MIN_TOK && !attn_old_only() && cu_unit_arch() >= 800 &&
         (((uintptr_t)K | (uintptr_t)V | (uintptr_t)o | (uintptr_t)scratch) & 7) == 0) {
         switch (head_dim) {
 #define TC(HD)                                                                                                   \

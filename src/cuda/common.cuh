@@ -31,6 +31,44 @@
 #define TND_UNROLL
 #endif
 
+/* ---- the architecture this file's device code runs as (arch.cu) ----------
+ * A file that picks kernels by architecture places TND_CU_UNIT_ARCH(name)
+ * once and asks cu_unit_arch() (e.g. 900), never the device's compute
+ * capability: a build without code for this GPU runs PTX of an older
+ * architecture, in which the newer kernels' bodies are compiled out. */
+#define TND_CU_MAX_DEV 64
+#ifdef __cplusplus
+extern "C" {
+#endif
+int tnd_cu_code_arch(const void *kernel); /* arch.cu */
+int tnd_cu_arch_usable(int code_arch);
+#ifdef __cplusplus
+}
+#endif
+__device__ __forceinline__ int cu_arch_here() {
+#ifdef __CUDA_ARCH__
+    return __CUDA_ARCH__;
+#else
+    return 0;
+#endif
+}
+#define TND_CU_UNIT_ARCH(unit)                                                                           \
+    __global__ void k_unit_arch_##unit(int *out) { *out = cu_arch_here(); }                             \
+    static inline int cu_unit_arch(void) {                                                               \
+        static int cache[TND_CU_MAX_DEV];                                                                \
+        int dev = 0;                                                                                     \
+        if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= TND_CU_MAX_DEV) {                    \
+            cudaGetLastError();                                                                          \
+            return 0;                                                                                    \
+        }                                                                                                \
+        int a = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED);                                          \
+        if (!a) {                                                                                        \
+            a = tnd_cu_code_arch((const void *)k_unit_arch_##unit);                                      \
+            __atomic_store_n(&cache[dev], a, __ATOMIC_RELAXED);                                          \
+        }                                                                                                \
+        return tnd_cu_arch_usable(a);                                                                    \
+    }
+
 /* Plain loads: the decoders read global memory and, in the staged matvec,
  * shared memory; after inlining the compiler sees which (an explicit __ldg
  * would make a shared address fault). */
@@ -433,7 +471,7 @@ static inline size_t tnd_cu_type_align(int t) {
 }
 
 
-/* ---- f16 tensor-core decode (matvec.cu, k_mvh_*) ----------------------------
+/* ---- f16 tensor-core decode (matvec_mma.cu, k_mvh_*) ------------------------
  * Weights are decoded to f16 pairs (half2 as raw 32-bit words) with integer
  * tricks and fed to mma.sync m16n8k16 (f16 in, f32 accumulate). A 4-bit code
  * q at bits 0..3 (or 4..7) of a 16-bit lane ORed into 0x6400 is the half
@@ -637,7 +675,7 @@ TND_HD int mvh_q6k_slot(int o) {
     return ((2 * n + ((e >> 2) & 1)) * 4 + j) * 4 + (e >> 3);
 }
 
-/* ---- int8 tensor-core decode of Q4_K (matvec.cu, k_mvi_q4k) ----------------
+/* ---- int8 tensor-core decode of Q4_K (matvec_mma.cu, k_mvi_q4k) ------------
  * The weights go in as they are: a nibble masked in place is an unsigned
  * byte (0..15 for the low sub of a chunk, 16*q for the high one), 4 weights
  * per LOP3, into mma.sync m16n8k32 (u8 x s8, exact s32 sums). x goes in as
@@ -735,42 +773,6 @@ TND_UNROLL
 TND_HD int mvh_q8_slot(int o) {
     const int b = o >> 5;
     return (((b & 1) << 3) + ((o & 31) >> 2)) * 4 + (b >> 1);
-}
-
-/* ---- f16 tensor-core Q4_K through a cp.async ring (matvec.cu, k_mvc_q4k) ----
- * A stage holds `sbs` consecutive super-blocks of the 16 rows of a tile (or
- * the 32 rows of two):
- * row r's sbs*144 bytes at r * mvc_stride(sbs). The stride is 64 mod 128
- * so that the 16-byte reads of mvh_q4k_sb's pieces hit distinct banks:
- * lanes 0..7 (g = 0, 1; t = 0..3) of a shared 128-bit load read rows 0 and
- * 1 at offsets that differ by 64 mod 128 (headers) or span [16, 80) and
- * [80, 144) (pieces). */
-TND_HD int mvc_stride(int sbs) {
-    const int b = sbs * 144;
-    return b + (192 - b % 128) % 128;
-}
-/* Lane `lane`'s 16-byte copies of one stage of `rows` rows whose first
- * `valid` of `sbs` super-blocks exist: cp(dst offset in the stage, row, src
- * offset from the row's first super-block of the stage). Consecutive lanes
- * take consecutive 16 bytes of a row (runs of sbs*144 bytes per row). */
-template <class CP>
-TND_HD void mvc_stage_copies(int lane, int rows, int sbs, int valid, CP cp) {
-    const int cpr = 9 * sbs, stride = mvc_stride(sbs), lim = 9 * valid;
-    const int dr = 32 / cpr, dc = 32 % cpr;
-    int r = lane / cpr, c = lane % cpr;
-    for (int k = lane; k < rows * cpr; k += 32) {
-        if (c < lim) cp(r * stride + 16 * c, r, 16 * c);
-        r += dr, c += dc;
-        if (c >= cpr) c -= cpr, r++;
-    }
-}
-/* Stage offsets of lane (g, t)'s six 16-byte reads of super-block u of a
- * stage: the headers of rows g, g+8, pieces j = 0, 1 of row g, then of row
- * g+8 (mvh_q4k_sb's h0, h1, q0, q1); the second tile of a two-tile stage
- * is 16 rows further. */
-TND_HD void mvc_offsets(int sbs, int g, int t, int u, int (&o)[6]) {
-    const int s = mvc_stride(sbs), a = g * s + u * 144, b = a + 8 * s;
-    o[0] = a, o[1] = b, o[2] = a + 16 + 16 * t, o[3] = a + 80 + 16 * t, o[4] = b + 16 + 16 * t, o[5] = b + 80 + 16 * t;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -28,7 +28,35 @@ typedef struct cublasContext *tnd_cu_blas;   /* == cublasHandle_t */
 /* Text of a cudaError_t value. */
 const char *tnd_cu_error_string(int err);
 
-/* ---- matvec.cu: decode products --------------------------------------------
+/* ---- arch.cu: which code runs on this GPU ----------------------------------
+ * Kernels that need sm_80 or sm_90 features are chosen by the architecture
+ * their file's code was loaded as on the current device, not by the device's
+ * own (a build without code for it runs older PTX, with those bodies compiled
+ * out); the first time that is lower than the device's, one warning. */
+
+/* (the architectures built in: tnd_cuda_build_archs, tandem.h) */
+/* The current device's compute capability as 100*major + 10*minor (900 on
+ * an H200); 0 on error. */
+int tnd_cu_device_arch(void);
+/* The architecture (e.g. 750, 900) of the code the runtime loaded for a
+ * kernel (a __global__ function's address) on the current device; 0 on
+ * error. */
+int tnd_cu_code_arch(const void *kernel);
+/* code_arch as the kernel choice may use it: capped by tnd_cu_arch_cap;
+ * counts and (once) warns when it is below the device's. */
+int tnd_cu_arch_usable(int code_arch);
+/* Tests: treat all code as built for at most `arch` (e.g. 750), as a build
+ * without newer code would be; 0 lifts the cap. Re-arms the warning. */
+void tnd_cu_arch_cap(int arch);
+/* How many kernel choices so far found the code's architecture below the
+ * device's (each then took a fallback). */
+int tnd_cu_arch_fallbacks(void);
+/* Tests: arch.cu's probe kernel's architecture by cudaFuncGetAttributes
+ * (*attr_arch) and as it ran (__CUDA_ARCH__, *ran_arch); synchronous.
+ * Returns a cudaError_t. */
+int tnd_cu_arch_probe(int *attr_arch, int *ran_arch);
+
+/* ---- matvec.cu, matvec_mma.cu, matvec_tile.cu: decode products --------------
  * y[t][r] = sum_k W[r][k] * x[t][k] for t < n_tok, r < n_out.
  * W: n_out rows of n_in elements of type `type` (int, a tnd_type), aligned
  * to 16 bytes for Q4_K/Q5_K, 4 for F32/Q4_1/Q5_1/Q2_K, 2 for the rest; x: f32 [n_tok][n_in]; y: f32 [n_tok][n_out]. Full f32 accuracy
@@ -44,11 +72,9 @@ int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_out, const fl
                   float *y, tnd_cu_stream stream);
 /* n_tok == 1 with an explicit kernel and launch shape (for the bench's
  * variants and the tests): kernel 0 = the type's default, 1 = the
- * lane-per-sub kernel (every type), 2 = the type's own kernel, 3 = the
- * shared-memory streaming kernel (both Q4_K; other types fall back to their
- * default). A warp per rows_per_warp (1, 2 or 4) rows, threads (32..256, a
- * multiple of 32) per block; for kernel 3, rows_per_warp * threads / 32
- * blocks (32: one per SM). */
+ * lane-per-sub kernel (every type), 2 = the type's own kernel (Q4_K; other
+ * types fall back to their default). A warp per rows_per_warp (1, 2 or 4)
+ * rows, threads (32..256, a multiple of 32) per block. */
 int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
                       int kernel, int rows_per_warp, int threads, tnd_cu_stream stream);
 /* Kernel family tnd_cu_matvec runs for this type, row length and n_tok
@@ -58,13 +84,13 @@ int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, cons
  * (Q4_K, n_tok <= 4: exact integer weights, x rounded to a 16-bit grid per
  * 256 values, int8 tensor-core products, exact s32 sums: error per value
  * <= max|x| over its 256 / 65278). The default per type is mv_default() in
- * matvec.cu; env TND_CUDA_MV=old|f16mma|i8mma|f16cp overrides it for all types
+ * matvec.cu; env TND_CUDA_MV=old|f16mma|i8mma overrides it for all types
  * (read once). Types and shapes a family cannot take (f16mma: Q4_K, Q6_K,
  * Q8_0 with n_in a multiple of 256, n_tok <= 8, n_tok * n_in <= 49152) get
- * F32 (f16cp: F16MMA first, same math). */
-enum { TND_CU_MV_F32 = 0, TND_CU_MV_F16MMA = 1, TND_CU_MV_I8MMA = 2, TND_CU_MV_F16CP = 3 };
+ * F32. */
+enum { TND_CU_MV_F32 = 0, TND_CU_MV_F16MMA = 1, TND_CU_MV_I8MMA = 2 };
 int tnd_cu_matvec_kind(int type, int64_t n_in, int n_tok);
-/* Forces tnd_cu_matvec's family (TND_CU_MV_F32, _F16MMA, _I8MMA or _F16CP; -1:
+/* Forces tnd_cu_matvec's family (TND_CU_MV_F32, _F16MMA or _I8MMA; -1:
  * back to the default / env choice), for benches comparing both in one run.
  * Not thread-safe against concurrent tnd_cu_matvec calls. */
 void tnd_cu_matvec_set_kind(int kind);
@@ -81,43 +107,6 @@ int tnd_cu_matvec_f16mma(int type, const void *W, int64_t n_in, int64_t n_out, c
 /* The int8 path likewise (Q4_K, n_tok 1..4, n_tok * n_in <= ~90000). */
 int tnd_cu_matvec_i8mma(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
                         float *y, int tiles_per_block, int ksplit, tnd_cu_stream stream);
-/* TND_CU_MV_F16CP (env TND_CUDA_MV=f16cp): the f16 path's math for Q4_K
- * (n_in a multiple of 256, n_tok 1..8, x 16-byte aligned) with the weights
- * streamed through a per-warp cp.async ring in shared memory. Blocks of
- * tiles_per_block 16-row tiles x ksplit warps per tile (at most 8 warps),
- * rings of `stages` (2..8) stages of sb_per_stage super-blocks x 16 rows;
- * blocks: grid of resident blocks looping over tile groups (0: as many as
- * fit, k > 0: at most k per SM, -1: one block per tile group); flags:
- * TND_CU_F16CP_BULK rows copied with cp.async.bulk and an mbarrier per
- * stage (sm_90) instead of 16-byte cp.async, TND_CU_F16CP_TT2 two tiles
- * (32 rows) per warp (tiles_per_block then counts pairs). 0 for any shape
- * argument: the default. Same bits as tnd_cu_matvec_f16mma with ksplit
- * warps per tile when ksplit is 1 or sb_per_stage is 1.
- * cudaErrorNotSupported (801) for a type or shape it cannot take; 1 for a
- * shape whose shared memory does not fit. */
-enum { TND_CU_F16CP_BULK = 1, TND_CU_F16CP_TT2 = 2 };
-bool tnd_cu_matvec_f16cp_supported(int type, int64_t n_in, int n_tok);
-int tnd_cu_matvec_f16cp(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                        int tiles_per_block, int ksplit, int stages, int sb_per_stage, int blocks, int flags,
-                        tnd_cu_stream stream);
-/* The default f16cp launch for this shape: shape[0..5] = tiles per block,
- * warps per tile, stages, super-blocks per stage, grid, resident blocks per
- * SM; false if f16cp cannot take it. */
-bool tnd_cu_matvec_f16cp_shape(int64_t n_in, int64_t n_out, int n_tok, int *shape);
-/* Bandwidth probe for the bench: reads a Q4_K matrix's bytes as pattern 0
- * (contiguous, fully coalesced; a: blocks of 256 threads per SM, 0: 4), 1
- * (k_mvh_q4k's loads, MB = a, KW = b; c = 1: as many blocks per SM as fit
- * the probe, else no more than k_mvh_q4k's) or 2 (f16cp's ring: a..d, g,
- * flags as tnd_cu_matvec_f16cp's shape arguments, as resident as the
- * kernel), with x staged as the kernels do (n_tok 1), the data XORed into
- * a sink instead of decoded. y is not written (but must be valid).
- * Pattern 3: k_mvt_q4k's loads on a matrix in the Q4_K tile layout (a, b:
- * MB, KW, 0 0 the default; c as for 1; d: depth, 0 the default; g: L2
- * prefetch as tnd_cu_matvec_q4kt's). Pattern 4: the shared-memory ring of
- * tnd_cu_matvec_q4kt_fed on a re-laid matrix (a, b: MB, KW; c as for 1;
- * d: stages, 0 the default; g: feed, TND_CU_TILE_CPASYNC or _BULK). */
-int tnd_cu_matvec_probe(int pattern, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y, int a,
-                        int b, int c, int d, int g, int flags, tnd_cu_stream stream);
 
 /* Q4_K tile layout (q4k_tile.cuh): resident Q4_K weights re-laid in place
  * so that the f16 tensor-core decoder reads each 16-row tile as one
@@ -193,7 +182,7 @@ int tnd_cu_matvec_q4kt_pair(const void *W1, const void *W2, int64_t n_in, int64_
                             int prefetch, tnd_cu_stream stream);
 bool tnd_cu_matvec_q4kt_pair_supported(int64_t n_in, int64_t n_out1, int64_t n_out2, int n_tok);
 /* Which kernel tnd_cu_matvec_q4kt with all-default arguments takes for one
- * or two tokens: F16 the f16 tiles (k_mvt_q4k's feeds); I8 the int8 tiles
+ * or two tokens: F16 the f16 tiles (k_mvt_q4k); I8 the int8 tiles
  * (tnd_cu_matvec_q4kt_i8); I8B the even share (tnd_cu_matvec_q4kt_i8b, its
  * defaults), the int8 tiles where it refuses; AUTO (the default) the even
  * share for W of 20 MiB or more, the int8 tiles below (measured, session
@@ -215,28 +204,6 @@ int tnd_cu_matvec_q4kt_depth(void);
 int tnd_cu_matvec_q4kt_prefetch(void);
 bool tnd_cu_matvec_q4kt_pdl(void);
 void tnd_cu_matvec_q4kt_set_pdl(bool on);
-/* How the tiled decode feeds its weights: REGS the register-held loads of
- * tnd_cu_matvec_q4kt (depth, prefetch as given there), CPASYNC / BULK a
- * ring of `stages` 2304-byte chunks per warp in shared memory filled with
- * 16-byte cp.async (sm_80+) / one cp.async.bulk per chunk (sm_90+). With
- * depth 0 and prefetch -1, tnd_cu_matvec_q4kt uses the default feed
- * (tnd_cu_matvec_q4kt_feed()) with the default stages, falling back to
- * REGS where the ring cannot run. */
-enum { TND_CU_TILE_DEFAULT = 0, TND_CU_TILE_REGS = 1, TND_CU_TILE_CPASYNC = 2, TND_CU_TILE_BULK = 3 };
-/* tnd_cu_matvec_q4kt through the given feed (DEFAULT: the default one) with
- * stages 2, 4, 6 or 8 per warp (0: the default); the same bits as
- * tnd_cu_matvec_q4kt for the same tiles_per_block, ksplit (both > 0).
- * cudaErrorNotSupported (801) where the device lacks the feed, W is not
- * 16-byte aligned or the rings and x do not fit shared memory. */
-int tnd_cu_matvec_q4kt_fed(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
-                           int tiles_per_block, int ksplit, int feed, int stages, tnd_cu_stream stream);
-/* True if the current device can run this feed (BULK: sm_90+). */
-bool tnd_cu_matvec_q4kt_feed_supported(int feed);
-/* The default feed (env TND_CUDA_TILE_FEED=regs|cpasync|bulk, else
- * built in; what the device lacks falls back to the next simpler one) and
- * stages (env TND_CUDA_TILE_NS=2|4|6|8). */
-int tnd_cu_matvec_q4kt_feed(void);
-int tnd_cu_matvec_q4kt_stages(void);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
  * y[t][u][r] = sum_k W[ids[t][u]][r][k] * xs[k], xs = x[t] (x [n_tok][n_in])
  * or, if x_per_slot, x[t][u] (x [n_tok][n_used][n_in], the down projection).

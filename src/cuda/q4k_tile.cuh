@@ -1,5 +1,5 @@
 /* The Q4_K tile layout: resident Q4_K weights re-laid once, at upload, in
- * the order the f16 tensor-core decoder reads them (matvec.cu,
+ * the order the f16 tensor-core decoder reads them (matvec_tile.cu,
  * k_mvt_q4k), so a warp's loads of one super-block are one contiguous
  * 2304-byte run instead of 16 pieces a row apart (docs/ARCHITECTURE.md,
  * CUDA: "Q4_K tile layout").

@@ -1,4 +1,5 @@
-/* Running a round's op list across the CPU and the GPU (DESIGN.md §5).
+/* Running a round's op list across the CPU and the GPU (docs/ARCHITECTURE.md:
+ * Execution, Hybrid execution).
  *
  * Nodes run in order. A node that reads a weight slice runs where the slice
  * is placed (or on the GPU if the slice is promoted this round); attention
@@ -137,7 +138,8 @@ static bool is_expert_copy(const tnd_ctx *c, int j) { return c->m->slices[c->g.n
 static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s);
 
 /* Queues the copy of the j-th promoted slice of the round into its slot. An
- * expert tensor is copied only once routing has chosen (DESIGN.md §5): the
+ * expert tensor is copied only once routing has chosen (docs/ARCHITECTURE.md,
+ * Execution): the
  * experts its ids name, each to its own offset in a slot the size of the
  * whole tensor, so the kernels index it as they would the full tensor. */
 static tnd_status queue_weight_copy(tnd_ctx *c, int j) {

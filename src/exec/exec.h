@@ -1,4 +1,4 @@
-/* Hybrid execution (DESIGN.md §3–§5): placement, memory layout, running a
+/* Hybrid execution (docs/ARCHITECTURE.md: Slices to Execution): placement, memory layout, running a
  * round's op list across the CPU and a GPU (CUDA or SimGPU).
  *
  * Sides: side 0 is always the CPU backend; side 1, when present, is the GPU.

@@ -1,4 +1,4 @@
-/* Memory layout (DESIGN.md §4): what goes where on each side, computed
+/* Memory layout (docs/ARCHITECTURE.md: Memory layout): what goes where on each side, computed
  * before anything big is allocated (so `tandem plan` and `run --dry-run`
  * can print it), then allocated in one go.
  *

@@ -1,4 +1,4 @@
-/* Placements (DESIGN.md §3): which side runs the ops reading each weight
+/* Placements (docs/ARCHITECTURE.md: Slices): which side runs the ops reading each weight
  * slice, where each layer's attention and KV cache live, which CPU slices
  * are promoted to the GPU every round. Policies here are the simple ones —
  * all on one side, whole layers (llama.cpp's -ngl, tandem's baseline), a

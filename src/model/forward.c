@@ -25,7 +25,8 @@
 #include "util.h"
 
 tnd_ctx_params tnd_ctx_default_params(void) {
-    tnd_ctx_params p = {.n_ctx = 0, .n_batch = 0, .device = TND_DEVICE_CPU, .vram_budget = 0};
+    tnd_ctx_params p = {.n_ctx = 0, .n_batch = 0, .device = TND_DEVICE_CPU, .vram_budget = 0,
+                        .cpu_exact = !tnd_cpu_int8_env()};
     return p;
 }
 
@@ -85,7 +86,7 @@ static tnd_status new_gpu(tnd_ctx *c, const tnd_ctx_params *p) {
         tnd_hw hw;
         if (p->hw && (st = tnd_hw_load(p->hw, &hw))) return st;
         tnd_sim_params sp = {.budget = p->vram_budget ? p->vram_budget : p->hw ? hw.vram : 0, .n_threads = 1,
-                             .hw = p->hw ? &hw : NULL};
+                             .hw = p->hw ? &hw : NULL, .cpu_exact = p->cpu_exact};
         st = tnd_backend_sim_new(&sp, &c->side[1].be);
     }
     if (st) return st;
@@ -139,8 +140,11 @@ static tnd_status get_perf(tnd_ctx *c, const tnd_ctx_params *p, tnd_perf **out) 
     }
     /* two GPU models of equal memory are different machines */
     hh = tnd_fnv1a(hh, mi.dev_name, strlen(mi.dev_name));
-    snprintf(key, sizeof key, "%s-%s-%llu-%016llx", c->side[1].be->iface->name, use_hw ? hw.name : "measured",
-             (unsigned long long)mi.dev_total, (unsigned long long)hh);
+    /* the CPU's times depend on its activation mode: a profile taken in one
+     * mode must not steer runs in the other */
+    snprintf(key, sizeof key, "%s-%s-%llu-%016llx-%s", c->side[1].be->iface->name, use_hw ? hw.name : "measured",
+             (unsigned long long)mi.dev_total, (unsigned long long)hh,
+             tnd_backend_cpu_int8(c->side[0].be) ? "i8" : "f32");
     bool cached = !st && tnd_perf_cache_path(c->m, key, path, sizeof path);
     if (!st && cached && !p->reprofile && tnd_perf_load(c->m, path, pf) == TND_OK) {
         TND_INFO("perf DB: %s (%s)", path, pf->source);
@@ -287,6 +291,7 @@ static tnd_status ctx_new(tnd_model *m, const tnd_ctx_params *p, const tnd_place
     const char *tr = getenv("TND_TRACE");
     c->trace_mode = tr && atoi(tr) >= 2 ? 2 : tr && atoi(tr) > 0 ? 1 : 0;
     tnd_status st = tnd_backend_cpu_new(m->pool, 0, &c->side[0].be);
+    if (!st && p->cpu_exact) tnd_backend_cpu_set_int8(c->side[0].be, false);
     if (!st) st = c->side[0].be->iface->stream_new(c->side[0].be, &c->side[0].st);
     if (!st && p->device != TND_DEVICE_CPU) st = new_gpu(c, p);
     c->fixed_pl = fixed;
@@ -402,7 +407,7 @@ static void moe_ffn(tnd_ctx *c, const tnd_layer *L, int nt) {
     r.out[0] = F(c->side[0].act[A_RW], k, nt, 1);
     r.out[1] = T(c->side[0].act[A_RI], TND_TYPE_I32, k, nt, 1);
     run(c, &r);
-    /* A layer split expert by expert (DESIGN.md §5): the executor maps the
+    /* A layer split expert by expert (docs/ARCHITECTURE.md, Hybrid execution): the executor maps the
      * routing ids to those of each side's experts (the NONE node: A_RIG
      * holds the GPU's compact indices, A_RIC the CPU's ids, -1 elsewhere),
      * then the GPU's experts run (queued), then the CPU's (on this thread,
@@ -605,6 +610,7 @@ tnd_status tnd_ctx_plan_only(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **ou
     c->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
     c->planned_only = true;
     tnd_status st = tnd_backend_cpu_new(m->pool, 0, &c->side[0].be); /* profiling may time CPU ops */
+    if (!st && p->cpu_exact) tnd_backend_cpu_set_int8(c->side[0].be, false);
     if (!st) st = c->side[0].be->iface->stream_new(c->side[0].be, &c->side[0].st);
     if (!st && p->device != TND_DEVICE_CPU) st = new_gpu(c, p);
     if (!st) st = plan_memory(c, p);

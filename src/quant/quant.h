@@ -289,6 +289,15 @@ static inline void tnd_get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, ui
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
 }
+/* Packs the 6-bit scales sc and mins m of groups 0..7 into the 12 bytes of
+ * Q4_K / Q5_K scales: the inverse of tnd_get_scale_min_k4. */
+static inline void tnd_pack_scale_min_k4(const uint8_t sc[8], const uint8_t m[8], uint8_t q[12]) {
+    for (int j = 0; j < 4; j++) {
+        q[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        q[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        q[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+    }
+}
 /* Unpacks the 16 6-bit Q3_K scales as signed values (stored - 32). */
 static inline void tnd_get_scales_q3_K(const uint8_t *s, int8_t out[16]) {
     for (int i = 0; i < 16; i++) {

@@ -195,14 +195,6 @@ void tnd_ref_from_float_q3_K(const float *x, void *vy, int64_t k) {
 
 /* ---- Q4_K / Q5_K ------------------------------------------------------------ */
 
-static void pack_scales_k4(const uint8_t ls[8], const uint8_t lm[8], uint8_t s[12]) {
-    for (int j = 0; j < 4; j++) {
-        s[j] = (uint8_t)((ls[j] & 63) | ((ls[j + 4] >> 4) << 6));
-        s[j + 4] = (uint8_t)((lm[j] & 63) | ((lm[j + 4] >> 4) << 6));
-        s[j + 8] = (uint8_t)((ls[j + 4] & 0xF) | ((lm[j + 4] & 0xF) << 4));
-    }
-}
-
 static inline int q4k_at(const uint8_t *qs, int i) {
     int byte = qs[32 * (i / 64) + i % 32];
     return (i / 32) & 1 ? byte >> 4 : byte & 0xF;
@@ -226,7 +218,7 @@ void tnd_ref_from_float_q4_K(const float *x, void *vy, int64_t k) {
     for (int64_t b = 0; b < k / QK; b++, x += QK) {
         uint8_t ls[8], lm[8], q[QK];
         quant_asym(x, 8, 32, 15, 63, &y[b].d, &y[b].dmin, ls, lm, q);
-        pack_scales_k4(ls, lm, y[b].scales);
+        tnd_pack_scale_min_k4(ls, lm, y[b].scales);
         memset(y[b].qs, 0, sizeof(y[b].qs));
         for (int i = 0; i < QK; i++)
             y[b].qs[32 * (i / 64) + i % 32] |= (uint8_t)(q[i] << ((i / 32) & 1 ? 4 : 0));
@@ -255,7 +247,7 @@ void tnd_ref_from_float_q5_K(const float *x, void *vy, int64_t k) {
     for (int64_t b = 0; b < k / QK; b++, x += QK) {
         uint8_t ls[8], lm[8], q[QK];
         quant_asym(x, 8, 32, 31, 63, &y[b].d, &y[b].dmin, ls, lm, q);
-        pack_scales_k4(ls, lm, y[b].scales);
+        tnd_pack_scale_min_k4(ls, lm, y[b].scales);
         memset(y[b].qs, 0, sizeof(y[b].qs));
         memset(y[b].qh, 0, sizeof(y[b].qh));
         for (int i = 0; i < QK; i++) {

@@ -412,7 +412,7 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
     return st;
 }
 
-/* Expert popularity (DESIGN.md §11's hot-expert table): a short CPU-only
+/* Expert popularity (the hot-expert table, docs/ARCHITECTURE.md: MoE): a short CPU-only
  * run over a fixed text counts how often routing picks each expert. */
 #define CALIB_TOKENS 256
 static tnd_status calibrate_experts(const tnd_model *m, tnd_perf *pf) {
@@ -445,6 +445,7 @@ static tnd_status calibrate_experts(const tnd_model *m, tnd_perf *pf) {
     tnd_ctx_params cp = tnd_ctx_default_params();
     cp.n_ctx = want;
     cp.n_batch = 64;
+    cp.cpu_exact = pf->cpu_exact;
     tnd_ctx *c;
     tnd_status st = tnd_ctx_new((tnd_model *)m, &cp, &c);
     if (st) return st;
@@ -489,23 +490,24 @@ static tnd_status time_steps(tnd_ctx *c, const tnd_model *m, double *median, int
     return TND_OK;
 }
 
-static tnd_ctx_params cal_params(void) {
+static tnd_ctx_params cal_params(const tnd_perf *pf) {
     tnd_ctx_params cp = tnd_ctx_default_params();
     cp.n_ctx = CAL_PROMPT + CAL_STEPS + 1;
     cp.n_batch = CAL_PROMPT;
+    cp.cpu_exact = pf->cpu_exact; /* the steps time the mode the DB is for */
     return cp;
 }
 
 /* Decode-step calibration. The slice timings run each op alone, with the
  * caches flushed; a real CPU decode step (ops back to back, a pool barrier
  * after each, every layer's own weights and cache rows) took 1.2-1.3x the
- * sum of those times on the device (TND_TRACE=2 against the DB, session
- * 6; 1.05-1.12 once decode attention was timed cold too), and a
+ * sum of those times on the device (TND_TRACE=2 against the DB, d7f37d7,
+ * 2026-11-30; 1.05-1.12 once decode attention was timed cold too), and a
  * placement's decode predictions were as much too fast. So a few
  * real CPU-only decode steps are timed, against the model's prediction for
  * the same steps, and every CPU decode time is scaled by the ratio. */
 static tnd_status calibrate_decode(const tnd_model *m, tnd_perf *pf) {
-    tnd_ctx_params cp = cal_params();
+    tnd_ctx_params cp = cal_params(pf);
     tnd_ctx *c;
     tnd_status st = tnd_ctx_new((tnd_model *)m, &cp, &c);
     if (st) return st;
@@ -531,7 +533,7 @@ static tnd_status calibrate_decode(const tnd_model *m, tnd_perf *pf) {
  * shows: GPU ops queue slower in place (5.9 against 3.8 us), a split
  * layer's CPU part copies its activations three times, the CPU ops after a
  * GPU stretch run 10% slower than in a CPU-only step (synth qwen3-30b-a3b,
- * TND_TRACE=2, session 6). So real steps are
+ * TND_TRACE=2 at d7f37d7, docs/BENCHMARKS.md of 2026-11-30). So real steps are
  * timed under a static placement of a quarter of the weights (within half
  * the GPU's budget) and the per-switch host cost the model adds is fitted
  * to them (tnd_perf_fit_switch). Skipped, with a line in pf->note, when
@@ -548,7 +550,7 @@ static void calibrate_hybrid(const tnd_model *m, tnd_backend *gpu, tnd_device de
         note(pf, "hybrid calibration: skipped (under 256 MiB of the GPU budget left for it)");
         return;
     }
-    tnd_ctx_params cp = cal_params();
+    tnd_ctx_params cp = cal_params(pf);
     cp.device = dev;
     cp.vram_budget = mi.budget ? room : 0;
     const uint64_t kv_layer = 2ull * cp.n_ctx * (uint64_t)m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
@@ -630,6 +632,7 @@ tnd_status tnd_perf_build(const tnd_model *m, tnd_backend *cpu, tnd_backend *gpu
     memset(pf, 0, sizeof *pf);
     pf->n_slices = m->n_slices;
     pf->n_layer = m->hp.n_layer;
+    pf->cpu_exact = cpu ? !tnd_backend_cpu_int8(cpu) : !tnd_cpu_int8_env();
     pf->t_cpu = tnd_calloc((size_t)m->n_slices * TND_PERF_NK + 1, sizeof(double));
     pf->t_cpu_one = tnd_calloc((size_t)m->n_slices + 1, sizeof(double));
     pf->t_gpu = tnd_calloc((size_t)m->n_slices * TND_PERF_NK + 1, sizeof(double));

@@ -1,4 +1,4 @@
-/* The perf DB (DESIGN.md §7; ATSInfer §4.3.1): per slice, seconds on the
+/* The perf DB (docs/ARCHITECTURE.md: The perf DB; ATSInfer §4.3.1): per slice, seconds on the
  * CPU and on the GPU for a decode step and for prefill chunks; per layer,
  * attention and the weightless ops; the bandwidths and the fixed latency of
  * a backend switch. Measured once per model x machine (`tandem profile`) and
@@ -41,6 +41,8 @@ typedef struct tnd_perf {
                                           at the end when the machine looked busy while profiling */
     char note[320];                   /* lines on what the calibrations could not do (not saved) */
     bool estimated;                   /* some GPU times are estimates (no room to time them): not cached */
+    bool cpu_exact;                   /* measured with the CPU's f32 activations (its calibration contexts
+                                         use the same mode); not saved: the cache key holds it */
 } tnd_perf;
 
 /* Progress callback: done of total steps. */

@@ -1,6 +1,7 @@
 /* Static placement: ATSInfer Algorithm 1 (knapsack DP with a switch penalty),
  * the MoE partition rule, a brute-force oracle, the round cost model and the
- * llama.cpp-style layer baseline. See place.h and DESIGN.md §8. */
+ * llama.cpp-style layer baseline. See place.h and docs/ARCHITECTURE.md
+ * (Static placement). */
 #include "sched/place.h"
 
 #include <math.h>

@@ -1,4 +1,5 @@
-/* Static placement (ATSInfer §4.3, Algorithm 1; DESIGN.md §8) and the round
+/* Static placement (ATSInfer §4.3, Algorithm 1; docs/ARCHITECTURE.md:
+ * Static placement) and the round
  * cost model it optimizes. Symbols follow the paper: s_i (bytes), t_i^c,
  * t_i^g (seconds), r_i = t_i^c - t_i^g, c_i (switch cost before op i), M
  * (GPU budget). Objective (paper eq. in §4.3.2):
@@ -47,12 +48,13 @@ typedef struct tnd_place_result {
 tnd_status tnd_place_dp(const tnd_place_item *it, int n, uint64_t budget, uint64_t granule, int first_backend,
                         int last_backend, double c_last, uint8_t *out, tnd_place_result *res);
 
-/* The MoE rule of the paper (DESIGN §8), plus tandem's per-expert refinement: if budget covers all
- * non-expert items (those not fixed to the CPU, plus any experts fixed to the GPU), they all go to the
- * GPU and the DP runs over the expert items with the rest (experts weighted by popularity through
- * weight, so hotter experts win when all else is equal); otherwise free experts stay on the CPU and the
- * DP runs over the non-expert items. Dense models (no expert items): plain tnd_place_dp. Fixed items
- * are honored in all cases; switch costs are counted over the whole sequence. Errors as tnd_place_dp. */
+/* The MoE rule of the paper (docs/ARCHITECTURE.md: Static placement), plus tandem's per-expert
+ * refinement: if budget covers all non-expert items (those not fixed to the CPU, plus any experts
+ * fixed to the GPU), they all go to the GPU and the DP runs over the expert items with the rest
+ * (experts weighted by popularity through weight, so hotter experts win when all else is equal);
+ * otherwise free experts stay on the CPU and the DP runs over the non-expert items. Dense models (no
+ * expert items): plain tnd_place_dp. Fixed items are honored in all cases; switch costs are counted
+ * over the whole sequence. Errors as tnd_place_dp. */
 tnd_status tnd_place_moe(const tnd_place_item *it, int n, uint64_t budget, uint64_t granule, int first_backend,
                          int last_backend, double c_last, uint8_t *out, tnd_place_result *res);
 

@@ -1,4 +1,4 @@
-/* The placement as a picture (DESIGN.md §13, `tandem plan`): layers x tensor roles. */
+/* The placement as a picture (`tandem plan`): layers x tensor roles. */
 #ifndef TND_SCHED_PLAN_SVG_H
 #define TND_SCHED_PLAN_SVG_H
 

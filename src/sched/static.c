@@ -1,5 +1,5 @@
-/* Static placement from the perf DB (ATSInfer §4.3.2, Algorithm 1; DESIGN.md
- * §8): the items of a decode round in execution order — each weight slice,
+/* Static placement from the perf DB (ATSInfer §4.3.2, Algorithm 1;
+ * docs/ARCHITECTURE.md: Static placement): the items of a decode round in execution order — each weight slice,
  * and each layer's attention with its KV cache as one more item whose bytes
  * are the cache — go to the knapsack DP with switch costs (sched/place.c),
  * under the MoE rule for expert tensors. The times are those of a round mix

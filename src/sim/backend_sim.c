@@ -826,7 +826,7 @@ static const tnd_backend_iface sim_iface = {
 };
 
 tnd_status tnd_backend_sim_new(const tnd_sim_params *p, tnd_backend **out) {
-    tnd_sim_params def = {0, 0, NULL};
+    tnd_sim_params def = {0};
     if (!p) p = &def;
     if (p->hw && (p->hw->hbm_bw <= 0 || p->hw->pcie_bw <= 0 || p->hw->pcie_pageable_bw <= 0))
         return tnd_fail(TND_ERR_ARG, "sim: hardware profile '%s' has a zero bandwidth", p->hw->name);
@@ -846,6 +846,7 @@ tnd_status tnd_backend_sim_new(const tnd_sim_params *p, tnd_backend **out) {
         }
     }
     tnd_status st = tnd_backend_cpu_new(c->pool, 0, &c->cpu);
+    if (!st && p->cpu_exact) tnd_backend_cpu_set_int8(c->cpu, false);
     if (st) {
         tnd_pool_free(c->pool);
         free(c);

@@ -1,4 +1,5 @@
-/* Hardware profiles and the per-op cost model (DESIGN.md §6): the inputs of
+/* Hardware profiles and the per-op cost model (docs/ARCHITECTURE.md: SimGPU and
+ * the timeline model): the inputs of
  * the timeline model that SimGPU runs and the planners optimize.
  *
  * A profile is a built-in name (tnd_hw_names()) or a text file:

@@ -1,4 +1,4 @@
-/* SimGPU (DESIGN.md §6): the backend interface of backend.h on CPU threads,
+/* SimGPU (docs/ARCHITECTURE.md: SimGPU and the timeline model): the backend interface of backend.h on CPU threads,
  * with CUDA's stream, event and copy semantics, so the executor's
  * synchronization is exercised (and checked under ThreadSanitizer) without a
  * GPU, plus an optional timeline from a hardware profile (sim/hw.h).
@@ -35,6 +35,8 @@ typedef struct tnd_sim_params {
     uint64_t budget;  /* bytes of simulated device memory; 0 = unlimited */
     int n_threads;    /* CPU threads computing the simulated GPU's ops; 0 = 1 */
     const tnd_hw *hw; /* timing model (copied); NULL = none (event_elapsed then reports wall time) */
+    bool cpu_exact;   /* compute with f32 activations, as a CPU backend in the exact mode
+                         (tnd_backend_cpu_set_int8), so both sides agree bit for bit */
 } tnd_sim_params;
 
 /* The SimGPU backend: name "sim". p may be NULL (defaults). */

@@ -33,14 +33,17 @@ static void usage(FILE *f) {
                "                         random:SEED or a file; Q: none, all, auto, random:SEED\n"
                "      --hw PROFILE       SimGPU timing profile (with --device sim)\n"
                "      --no-limits        skip measuring the bandwidths behind the physical limit\n"
+               "      --cpu-exact        CPU matmuls with f32 activations (exact; default: Q8\n"
+               "                         activations and integer dots, as TND_CPU_INT8=0 turns off)\n"
                "      --tokens text|random  what the tests read (default text: a fixed English\n"
                "                         passage, repeated; random: fixed pseudo-random ids, as\n"
                "                         llama-bench). MoE speed depends on the routing it causes.\n"
                "\n"
-               "With a GPU, the bandwidths of DESIGN.md §12 are measured first (CPU read, pinned\n"
-               "PCIe, HBM, and CPU + PCIe at once) and each result is reported against its\n"
-               "physical limit: decode TPOT >= S_cpu/B_both + S_gpu/B_hbm, prefill >= the\n"
-               "non-resident bytes copied once per chunk at the pinned PCIe rate.\n");
+               "With a GPU, the bandwidths of the physical limit are measured first (CPU read,\n"
+               "pinned PCIe, HBM, and CPU + PCIe at once) and each result is reported against\n"
+               "that limit: decode TPOT >= S_cpu/B_both + S_gpu/B_hbm, prefill >= the\n"
+               "non-resident bytes copied once per chunk at the pinned PCIe rate\n"
+               "(docs/ARCHITECTURE.md, The physical limit).\n");
 }
 
 typedef struct {
@@ -60,7 +63,7 @@ static void stats(result *r) {
 }
 
 
-/* The bandwidths of the physical limit (DESIGN.md §12), GB/s. */
+/* The bandwidths of the physical limit (docs/ARCHITECTURE.md), GB/s. */
 typedef struct limits {
     double cpu, pcie, hbm, both_cpu, both_pcie;
 } limits;
@@ -271,7 +274,7 @@ int cmd_bench(int argc, char **argv) {
     bool text_tokens = true;
     static config cfg[MAX_CONFIGS];
     int n_cfg = 0;
-    bool want_limits = true;
+    bool want_limits = true, cpu_exact = false;
     for (int i = 1; i < argc; i += 2) { /* every option but the flags takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -280,6 +283,10 @@ int cmd_bench(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--no-limits")) {
             want_limits = false;
+            i--;
+            continue;
+        } else if (!strcmp(a, "--cpu-exact")) {
+            cpu_exact = true;
             i--;
             continue;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = (model = v) != NULL;
@@ -333,6 +340,7 @@ int cmd_bench(int argc, char **argv) {
     cp.n_batch = (int)(batch ? batch : n_prompt ? n_prompt : TND_MIN(TND_MAX(depth, 1), 512));
     cp.device = device;
     cp.hw = hw;
+    cp.cpu_exact |= cpu_exact;
     if (budget && tnd_parse_budget(budget, m, &cp.vram_budget)) {
         tools_print_error("--vram-budget");
         tnd_model_free(m);
@@ -388,7 +396,8 @@ int cmd_bench(int argc, char **argv) {
         tnd_json_str(stdout, model, strlen(model));
         printf(", \"cpu\": ");
         tnd_json_str(stdout, cpu, strlen(cpu));
-        printf(", \"threads\": %d, \"isa\": \"%s\", \"build\": ", n_threads, tnd_cpu_isa());
+        printf(", \"threads\": %d, \"isa\": \"%s\", \"cpu_act\": \"%s\", \"build\": ", n_threads, tnd_cpu_isa(),
+               cp.cpu_exact ? "f32" : "q8");
         tnd_json_str(stdout, TND_GIT_COMMIT, strlen(TND_GIT_COMMIT));
         printf(", \"device\": \"%s\", \"vram_budget\": %llu", device_name(device), (unsigned long long)cp.vram_budget);
         if (have_limits)
@@ -418,8 +427,8 @@ int cmd_bench(int argc, char **argv) {
             }
         printf("]}\n");
     } else {
-        printf("model: %s\ncpu: %s | threads: %d | isa: %s | device: %s | build: %s\n", desc, cpu, n_threads,
-               tnd_cpu_isa(), device_name(device), TND_GIT_COMMIT);
+        printf("model: %s\ncpu: %s | threads: %d | isa: %s | activations: %s | device: %s | build: %s\n", desc, cpu,
+               n_threads, tnd_cpu_isa(), cp.cpu_exact ? "f32" : "q8", device_name(device), TND_GIT_COMMIT);
         if (cp.vram_budget) printf("vram budget: %.1f MiB\n", cp.vram_budget / 1048576.0);
         if (have_limits)
             printf("bandwidth (GB/s): CPU read %.1f | pinned PCIe %.1f | HBM %.1f | at once: CPU %.1f + PCIe %.1f\n",

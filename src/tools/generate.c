@@ -3,7 +3,6 @@
  * timing, and the --dump file the reference tests read. */
 #include "generate.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +45,8 @@ const char *gen_opts_help =
     "      --hw PROFILE       SimGPU timing profile (rtx3060-laptop, rtx4090-desktop,\n"
     "                         h200-device, or a file)\n"
     "      --dry-run          print the placement and memory layout, run nothing\n"
+    "      --cpu-exact        CPU matmuls with f32 activations: exact, slower (default: Q8\n"
+    "                         activations and integer dots, like llama.cpp; TND_CPU_INT8=0)\n"
     "      --check-weights    scan every weight for NaN and Inf at load (reads the whole file;\n"
     "                         by default small tensors are scanned and big ones sampled)\n"
     "  -v, --verbose          log loading details\n";
@@ -121,6 +122,8 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
         if (!(o->cp.hw = VAL())) BAD("a hardware profile name or file");
     } else if (!strcmp(a, "--dry-run")) {
         o->dry_run = true;
+    } else if (!strcmp(a, "--cpu-exact")) {
+        o->cp.cpu_exact = true;
     } else if (!strcmp(a, "--vram-budget")) {
         if (!(o->vram_budget = VAL())) BAD("a size (6G, 4523M) or a percentage of the weights (50%)");
         if (!tools_check_budget(o->vram_budget)) return -1;
@@ -181,20 +184,6 @@ void gen_chat_warn(const gen_opts *o, const tnd_model *m) {
                         "picks another)\n");
 }
 
-/* Bytes at the end of buf that could begin a stop string (held back). */
-static size_t stop_holdback(const gen_opts *o, const char *buf, size_t n) {
-    size_t hold = 0;
-    for (int s = 0; s < o->n_stop; s++) {
-        size_t ls = strlen(o->stop[s]);
-        for (size_t k = ls - 1; k > hold && k > 0; k--)
-            if (k <= n && !memcmp(buf + n - k, o->stop[s], k)) {
-                hold = k;
-                break;
-            }
-    }
-    return hold;
-}
-
 /* --dump FILE (for the reference tests): "TNDD", u32 version 1, u32 n_vocab,
  * u32 n_prompt, u32 n_gen, i32 prompt[n_prompt], i32 gen[n_gen],
  * f32 logits[n_gen][n_vocab] (row i: the logits gen[i] was chosen from). */
@@ -210,116 +199,85 @@ static bool write_dump(const char *path, uint32_t nv, const int32_t *prompt, uin
     return fclose(f) == 0 && ok;
 }
 
-/* Weights damaged where the load's samples did not look give NaN or Inf
- * logits; sampling from them would print nothing and "succeed". */
-static bool logits_finite(const float *x, int n, int at) {
-    for (int i = 0; i < n; i++)
-        if (!isfinite(x[i])) {
-            fprintf(stderr, "tandem: error: the model computed a NaN or Inf logit (%s); its weights may be damaged: "
-                            "--check-weights scans them all\n", at ? "decoding" : "after the prompt");
-            return false;
-        }
+/* What gen_run's callback keeps: the streamed text, and for --dump each
+ * token with the logits it was chosen from. */
+typedef struct {
+    FILE *out;
+    char *text;
+    size_t len, cap;
+    int32_t *ids;
+    float *rows;
+    size_t n, cap_ids;
+    int nv;
+    bool dump, oom;
+} gen_sink;
+
+static bool gen_emit(const tnd_token_event *ev, void *user) {
+    gen_sink *k = user;
+    if (ev->len) {
+        fwrite(ev->text, 1, ev->len, k->out);
+        fflush(k->out);
+    }
+    if (k->len + ev->len + 1 > k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 4096;
+        while (k->len + ev->len + 1 > cap) cap *= 2;
+        char *t = realloc(k->text, cap);
+        if (!t) return !(k->oom = true);
+        k->text = t;
+        k->cap = cap;
+    }
+    memcpy(k->text + k->len, ev->text, ev->len);
+    k->len += ev->len;
+    k->text[k->len] = 0;
+    if (!k->dump) return true;
+    if (k->n == k->cap_ids) {
+        size_t cap = k->cap_ids ? k->cap_ids * 2 : 64;
+        int32_t *g = realloc(k->ids, cap * sizeof *g);
+        if (g) k->ids = g;
+        float *r = realloc(k->rows, cap * sizeof(float) * (size_t)k->nv);
+        if (r) k->rows = r;
+        if (!g || !r) return !(k->oom = true);
+        k->cap_ids = cap;
+    }
+    k->ids[k->n] = ev->token;
+    memcpy(k->rows + k->n * (size_t)k->nv, ev->logits, sizeof(float) * (size_t)k->nv);
+    k->n++;
     return true;
 }
 
 int gen_run(gen_opts *o, tnd_model *m, tnd_ctx *c, tnd_sampler *s, const int32_t *prompt, size_t n_prompt,
             FILE *out, gen_result *res) {
     memset(res, 0, sizeof *res);
-    const tnd_tokenizer *tok = tnd_model_tokenizer(m);
-    int nv = tnd_model_n_vocab(m);
-    float *logits = malloc(sizeof(float) * (size_t)nv);
-    size_t text_cap = 4096, text_len = 0, shown = 0, gen_cap = 0;
-    char *text = malloc(text_cap);
-    int32_t *gen_ids = NULL;
-    float *rows = NULL; /* logits rows kept for --dump */
-    int rc = 1;
-    if (!logits || !text) {
-        fprintf(stderr, "tandem: error: out of memory\n");
-        goto done;
-    }
-    for (size_t i = 0; i < n_prompt; i++) tnd_sampler_accept(s, prompt[i]);
-    double t0 = tnd_time_s();
-    if (tnd_ctx_eval(c, prompt, (int)n_prompt, logits)) {
-        tools_print_error("prompt");
-        goto done;
-    }
-    double t1 = tnd_time_s();
-    if (!logits_finite(logits, nv, 0)) goto done;
-    res->n_prompt = (int)n_prompt;
-    res->t_prompt = t1 - t0;
-    for (int i = 0; o->n_predict < 0 || i < o->n_predict; i++) {
-        if ((size_t)i >= gen_cap) {
-            gen_cap = gen_cap ? gen_cap * 2 : 64;
-            int32_t *g = realloc(gen_ids, gen_cap * sizeof *g);
-            float *r = o->dump ? realloc(rows, gen_cap * sizeof(float) * (size_t)nv) : NULL;
-            if (g) gen_ids = g;
-            if (r) rows = r;
-            if (!g || (o->dump && !r)) {
-                fprintf(stderr, "tandem: error: out of memory\n");
-                goto done;
-            }
-        }
-        if (o->dump) memcpy(rows + (size_t)i * nv, logits, sizeof(float) * (size_t)nv);
-        int32_t id = tnd_sampler_sample(s, logits, nv);
-        gen_ids[res->n_gen++] = id;
-        if (tnd_tokenizer_is_eog(tok, id)) {
-            res->stopped_eog = true;
-            break;
-        }
-        char piece[256];
-        size_t pl = tnd_token_to_piece(tok, id, false, piece, sizeof piece);
-        if (pl > sizeof piece) pl = sizeof piece;
-        if (text_len + pl + 1 > text_cap) {
-            while (text_len + pl + 1 > text_cap) text_cap *= 2;
-            char *t = realloc(text, text_cap);
-            if (!t) break;
-            text = t;
-        }
-        memcpy(text + text_len, piece, pl);
-        text_len += pl;
-        text[text_len] = 0;
-        for (int k = 0; k < o->n_stop; k++) { /* cut at the first stop string */
-            char *hit = strstr(text + (shown > 64 ? shown - 64 : 0), o->stop[k]);
-            if (hit) {
-                text_len = (size_t)(hit - text);
-                text[text_len] = 0;
-                res->stopped_string = true;
-            }
-        }
-        size_t show = res->stopped_string ? text_len
-                                          : tnd_utf8_complete(text, text_len - stop_holdback(o, text, text_len));
-        if (show > shown) {
-            fwrite(text + shown, 1, show - shown, out);
-            fflush(out);
-            shown = show;
-        }
-        if (res->stopped_string) break;
-        if (o->n_predict >= 0 && i + 1 >= o->n_predict) break;
-        if (tnd_ctx_n_past(c) >= tnd_ctx_n_ctx(c)) {
-            res->stopped_ctx = true;
-            break;
-        }
-        if (tnd_ctx_eval(c, &id, 1, logits)) {
-            tools_print_error("decode");
-            goto done;
-        }
-        if (!logits_finite(logits, nv, 1)) goto done;
-    }
-    if (shown < text_len) fwrite(text + shown, 1, text_len - shown, out);
+    gen_sink k = {.out = out, .nv = tnd_model_n_vocab(m), .dump = o->dump != NULL};
+    tnd_generate_params gp = tnd_generate_default_params();
+    gp.n_predict = o->n_predict;
+    gp.stop = o->stop;
+    gp.n_stop = o->n_stop;
+    gp.sampler = s;
+    gp.with_logits = k.dump;
+    tnd_generate_result r;
+    tnd_status st = tnd_generate_tokens(c, prompt, n_prompt, &gp, gen_emit, &k, &r);
     fflush(out);
-    res->t_gen = tnd_time_s() - t1;
-    if (o->dump && !write_dump(o->dump, (uint32_t)nv, prompt, (uint32_t)n_prompt, gen_ids, (uint32_t)res->n_gen, rows)) {
+    int rc = 1;
+    if (st) tools_print_error(r.n_prompt ? "decode" : "prompt");
+    else if (k.oom) fprintf(stderr, "tandem: error: out of memory\n");
+    else if (k.dump && !write_dump(o->dump, (uint32_t)k.nv, prompt, (uint32_t)n_prompt, k.ids, (uint32_t)k.n, k.rows))
         fprintf(stderr, "tandem: error: cannot write %s\n", o->dump);
-        goto done;
+    else rc = 0;
+    res->n_prompt = r.n_prompt;
+    res->n_gen = r.n_gen;
+    res->t_prompt = r.t_prompt;
+    res->t_gen = r.t_gen;
+    res->stopped_eog = r.stop == TND_STOP_EOG;
+    res->stopped_string = r.stop == TND_STOP_STRING;
+    res->stopped_ctx = r.stop == TND_STOP_CONTEXT;
+    if (rc == 0) {
+        res->text = k.text ? k.text : strdup("");
+        k.text = NULL;
     }
-    res->text = text;
-    text = NULL;
-    rc = 0;
-done:
-    free(rows);
-    free(gen_ids);
-    free(logits);
-    free(text);
+    free(k.text);
+    free(k.ids);
+    free(k.rows);
     return rc;
 }
 

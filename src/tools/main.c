@@ -31,6 +31,33 @@ static void usage(FILE *f) {
         if (commands[i].fn) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
 
+/* The version, the CUDA code built in and, per GPU, the code that runs on
+ * it: a build without code for the GPU's own architecture runs slower
+ * fallbacks, and this is where a user sees why. */
+static void print_version(void) {
+    printf("tandem %s\n", TND_VERSION);
+    const char *archs = tnd_cuda_build_archs();
+    if (!*archs) {
+        printf("CUDA: not built (CPU only)\n");
+        return;
+    }
+    printf("CUDA: code for %s\n", archs);
+    const int n = tnd_cuda_device_count();
+    if (n == 0) printf("GPU: none visible\n");
+    for (int i = 0; i < n; i++) {
+        tnd_cuda_device_info d;
+        if (tnd_cuda_device_get(i, &d) != TND_OK) {
+            printf("GPU %d: %s\n", i, tnd_last_error());
+            continue;
+        }
+        printf("GPU %d: %s, sm_%d, %.1f GiB; runs sm_%d code%s\n", i, d.name, d.arch / 10,
+               d.mem_total / 1073741824.0, d.code_arch / 10,
+               d.code_arch < d.arch ? " (no code for its own architecture in this build: slower kernels; rebuild "
+                                      "with -DCMAKE_CUDA_ARCHITECTURES=native)"
+                                    : "");
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -41,7 +68,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("tandem %s\n", TND_VERSION);
+        print_version();
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {

@@ -29,7 +29,8 @@ static void usage(FILE *f) {
                "  -t, --threads N        CPU threads (default: physical cores)\n"
                "      --json             JSON instead of the table\n"
                "      --svg FILE         also draw the placement (layers x tensor roles)\n"
-               "      --save FILE        also write the placement as a file for --placement\n",
+               "      --save FILE        also write the placement as a file for --placement\n"
+               "      --cpu-exact        plan for CPU matmuls with f32 activations (its own perf DB)\n",
             tnd_hw_names());
 }
 
@@ -80,6 +81,7 @@ int cmd_plan(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--json")) json = true, takes = false;
+        else if (!strcmp(a, "--cpu-exact")) cp.cpu_exact = true, takes = false;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = (model = v) != NULL;
         else if (!strcmp(a, "--device")) {
             ok = v && (!strcmp(v, "cuda") || !strcmp(v, "sim"));

@@ -1,4 +1,4 @@
-/* tandem profile: measures this machine for a model (DESIGN.md §7): per
+/* tandem profile: measures this machine for a model (docs/ARCHITECTURE.md: The perf DB): per
  * weight slice, CPU and GPU seconds for a decode step and prefill chunks of
  * 512 and 2048 tokens; attention and the other ops of a layer; pinned PCIe,
  * CPU read and GPU memory bandwidths; the latency of a backend switch. The
@@ -20,13 +20,15 @@ static void usage(FILE *f) {
                "      --hw PROFILE       SimGPU: take times from this hardware profile's cost model\n"
                "  -t, --threads N        CPU threads (default: physical cores)\n"
                "      --json             JSON instead of the table\n"
+               "      --cpu-exact        measure CPU matmuls with f32 activations (the exact mode;\n"
+               "                         its own perf DB, apart from the default Q8 activations')\n"
                "The result is cached (in $TANDEM_CACHE, else $XDG_CACHE_HOME/tandem or\n"
                "~/.cache/tandem) and reused by the static placement of run, bench and plan.\n");
 }
 
 int cmd_profile(int argc, char **argv) {
     const char *model = NULL, *hw_name = NULL;
-    bool json = false;
+    bool json = false, cpu_exact = false;
     long threads = 0;
     tnd_device dev = tnd_cuda_device_count() > 0 ? TND_DEVICE_CUDA : TND_DEVICE_SIM;
     for (int i = 1; i < argc; i++) {
@@ -37,6 +39,9 @@ int cmd_profile(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = true;
+            continue;
+        } else if (!strcmp(a, "--cpu-exact")) {
+            cpu_exact = true;
             continue;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = (model = v) != NULL;
         else if (!strcmp(a, "--device")) {
@@ -54,6 +59,7 @@ int cmd_profile(int argc, char **argv) {
      * planning context, with the cache bypassed */
     tnd_ctx_params cp = tnd_ctx_default_params();
     cp.reprofile = true;
+    cp.cpu_exact |= cpu_exact;
     cp.device = dev;
     cp.hw = hw_name;
     cp.placement = "static";

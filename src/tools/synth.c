@@ -135,15 +135,6 @@ static void fill_random_bytes(uint64_t *s, uint8_t *dst, size_t n) {
     }
 }
 
-/* Packs 8 six-bit scales and mins into the 12 bytes of a Q4_K/Q5_K block. */
-static void pack_q4k_scales(const uint8_t *sc, const uint8_t *mn, uint8_t *out) {
-    for (int j = 0; j < 4; j++) {
-        out[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
-        out[j + 4] = (uint8_t)((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
-        out[j + 8] = (uint8_t)((sc[j + 4] & 0xf) | ((mn[j + 4] & 0xf) << 4));
-    }
-}
-
 static void gen_q4k_random(uint64_t *s, const qparams *p, block_q4_K *b) {
     uint64_t r = splitmix(s);
     int v = (int)(r >> 60);
@@ -154,7 +145,7 @@ static void gen_q4k_random(uint64_t *s, const qparams *p, block_q4_K *b) {
     }
     b->d = p->d[v];
     b->dmin = p->dmin[v];
-    pack_q4k_scales(sc, mn, b->scales);
+    tnd_pack_scale_min_k4(sc, mn, b->scales);
     fill_random_bytes(s, b->qs, sizeof b->qs);
 }
 
@@ -167,55 +158,6 @@ static void gen_q6k_random(uint64_t *s, const qparams *p, block_q6_K *b) {
     b->d = p->d[r2 >> 60];
     fill_random_bytes(s, b->ql, sizeof b->ql);
     fill_random_bytes(s, b->qh, sizeof b->qh);
-}
-
-/* A simple Q4_K quantizer (for the structured MoE embeddings): per sub-block
- * of 32, an affine map of [min(x, 0), max(x)] onto 0..15; the 6-bit scales and
- * mins are relative to the block's largest ones. Not error-optimal, which a
- * random model does not need. */
-static void quantize_q4k(const float *x, block_q4_K *b) {
-    float scale[8], minv[8], smax = 0, mmax = 0;
-    for (int j = 0; j < 8; j++) {
-        float lo = 0, hi = -INFINITY;
-        for (int i = 0; i < 32; i++) {
-            float v = x[32 * j + i];
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-        }
-        scale[j] = (hi - lo) / 15.0f;
-        minv[j] = -lo;
-        smax = scale[j] > smax ? scale[j] : smax;
-        mmax = minv[j] > mmax ? minv[j] : mmax;
-    }
-    float d = smax > 0 ? fp16_round(smax / 63.0f) : 0, dmin = mmax > 0 ? fp16_round(mmax / 63.0f) : 0;
-    uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; j++) {
-        long a = d > 0 ? lrintf(scale[j] / d) : 0, m = dmin > 0 ? lrintf(minv[j] / dmin) : 0;
-        sc[j] = (uint8_t)(a < 1 ? 1 : a > 63 ? 63 : a);
-        mn[j] = (uint8_t)(m < 0 ? 0 : m > 63 ? 63 : m);
-    }
-    b->d = tnd_fp32_to_fp16(d);
-    b->dmin = tnd_fp32_to_fp16(dmin);
-    pack_q4k_scales(sc, mn, b->scales);
-    /* Values 64c+l (l < 32) are the low nibbles of qs[32c+l] (sub-block 2c),
-     * values 64c+32+l the high nibbles (sub-block 2c+1). */
-    float inv[8], off[8];
-    for (int j = 0; j < 8; j++) {
-        float step = d * sc[j];
-        inv[j] = step > 0 ? 1.0f / step : 0;
-        off[j] = dmin * mn[j];
-    }
-    for (int c = 0; c < 4; c++) {
-        for (int l = 0; l < 32; l++) {
-            int q[2];
-            for (int h = 0; h < 2; h++) {
-                int j = 2 * c + h;
-                float v = (x[64 * c + 32 * h + l] + off[j]) * inv[j] + 0.5f;
-                q[h] = v <= 0 ? 0 : v >= 15 ? 15 : (int)v; /* round half up of a value >= 0 */
-            }
-            b->qs[32 * c + l] = (uint8_t)(q[0] | (q[1] << 4));
-        }
-    }
 }
 
 /* ---- the model being generated ---------------------------------------------- */
@@ -412,7 +354,7 @@ static void gen_units(const stensor *t, uint64_t u0, uint64_t n, uint8_t *out) {
             uint64_t s = rng_for(S->seed, (uint64_t)t->index + 1, blk);
             for (int j = 0; j < TND_QK_K; j++)
                 x[j] = sq * ((float)A_U * S->dirs[col0 + j] + (float)A_T * tk[col0 + j]) + a_n * rng_normal(&s);
-            quantize_q4k(x, (block_q4_K *)(out + i * t->unit_bytes));
+            tnd_ref_from_float_q4_K(x, out + i * t->unit_bytes, TND_QK_K); /* quant/'s quantizer */
         }
         break;
     }
