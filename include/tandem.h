@@ -266,8 +266,9 @@ tnd_generate_params tnd_generate_default_params(void);
  * then samples up to p->n_predict tokens, each fed back, calling on_token
  * (may be NULL) once per token; the last call's text ends the output. The
  * final text is the concatenation of every event's text. Fails like
- * tnd_ctx_eval (TND_ERR_LIMIT: the prompt does not fit); res (may be NULL)
- * is filled either way. */
+ * tnd_ctx_eval (TND_ERR_LIMIT: the prompt does not fit), and with
+ * TND_ERR_FORMAT when a logit comes out NaN or Inf (damaged weights); res
+ * (may be NULL) is filled either way. */
 tnd_status tnd_generate(tnd_ctx *ctx, const char *prompt, const tnd_generate_params *p, tnd_token_cb on_token,
                         void *user, tnd_generate_result *res);
 /* The same from tokens (n >= 1) instead of text: for callers that tokenize
