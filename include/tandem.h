@@ -116,7 +116,9 @@ typedef struct tnd_plan tnd_plan;
 
 typedef struct tnd_model_params {
     int n_threads;           /* CPU threads; 0 = physical cores */
-    bool verbose;
+    bool verbose;            /* print the hyperparameters and what the load checked (stderr) */
+    bool check_weights;      /* scan every weight for NaN and Inf (reads the whole file);
+                                without it small tensors are scanned and big ones sampled */
 } tnd_model_params;
 
 typedef enum tnd_device {
@@ -132,11 +134,14 @@ typedef struct tnd_ctx_params {
     uint64_t vram_budget;    /* bytes the GPU may hold in all (weights, KV
                                 cache, scratch); 0 = driver's free memory less a margin
                                 (SimGPU: the --hw profile's memory, else unlimited) */
-    const char *placement;   /* where weight slices run, with a GPU: "layer" (the default:
-                                whole layers from the last while they fit the budget),
-                                "gpu", "cpu", "random:SEED", or a placement file */
-    const char *promote;     /* CPU slices copied to the GPU for every round: NULL or
-                                "none", "all", "random:SEED" (or "promote" lines of a file) */
+    const char *placement;   /* where weight slices run, with a GPU: NULL or "static" (the
+                                default: the machine is measured once, cached, then the
+                                knapsack placement), "layer" (whole layers from the last
+                                while they fit the budget), "gpu", "cpu", "random:SEED", or
+                                a placement file */
+    const char *promote;     /* CPU slices copied to the GPU for a round: NULL or "none",
+                                "all", "auto" (when the copy pays: prefill), "random:SEED"
+                                (or "promote" lines of a file) */
     const char *hw;          /* SimGPU timing profile: a built-in name or a file; NULL = none */
     bool verbose;            /* print the memory layout and per-round statistics */
     bool reprofile;          /* static placement: measure the machine anew even if a
@@ -151,8 +156,10 @@ typedef struct tnd_ctx_params {
 tnd_model_params tnd_model_default_params(void);
 tnd_ctx_params tnd_ctx_default_params(void);
 
-/* Loads a model: validates the GGUF, checks the architecture and tensor
- * shapes, builds the tokenizer. Weights stay mmapped. */
+/* Loads a model: validates the GGUF, checks the architecture, the
+ * hyperparameters (eps > 0, rope base > 0, context length > 0) and tensor
+ * shapes, checks weights for NaN and Inf (see check_weights), builds the
+ * tokenizer. Weights stay mmapped. A damaged file fails with TND_ERR_FORMAT. */
 tnd_status tnd_model_load(const char *path, const tnd_model_params *p, tnd_model **out);
 void tnd_model_free(tnd_model *m);
 const tnd_tokenizer *tnd_model_tokenizer(const tnd_model *m);
@@ -203,8 +210,11 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *pl);
  * allocate. */
 tnd_status tnd_ctx_plan_text(tnd_model *m, const tnd_ctx_params *p, char **text);
 void tnd_ctx_free(tnd_ctx *c);
-/* Parses a --vram-budget value: bytes ("6G", "4523M", "123456") or a
- * percentage of the model's weight bytes ("50%"). */
+/* Parses a --vram-budget value: a size ("6G", "4523M", "1.5GiB", "123456"
+ * bytes) or a percentage of the model's weight bytes ("50%"). Refused with
+ * TND_ERR_ARG and a message: 0, a plain number with a fraction ("0.4": a
+ * share or a size?), 1024T or more, anything malformed. m may be NULL to
+ * check the text alone (a percentage then gives 0). */
 tnd_status tnd_parse_budget(const char *s, const tnd_model *m, uint64_t *out);
 /* Bytes of the model's weights (all tensors). */
 uint64_t tnd_model_weight_bytes(const tnd_model *m);
@@ -294,8 +304,9 @@ tnd_generate_params tnd_generate_default_params(void);
  * then samples up to p->n_predict tokens, each fed back, calling on_token
  * (may be NULL) once per token; the last call's text ends the output. The
  * final text is the concatenation of every event's text. Fails like
- * tnd_ctx_eval (TND_ERR_LIMIT: the prompt does not fit); res (may be NULL)
- * is filled either way. */
+ * tnd_ctx_eval (TND_ERR_LIMIT: the prompt does not fit), and with
+ * TND_ERR_FORMAT when a logit comes out NaN or Inf (damaged weights); res
+ * (may be NULL) is filled either way. */
 tnd_status tnd_generate(tnd_ctx *ctx, const char *prompt, const tnd_generate_params *p, tnd_token_cb on_token,
                         void *user, tnd_generate_result *res);
 /* The same from tokens (n >= 1) instead of text: for callers that tokenize
@@ -312,12 +323,14 @@ typedef struct tnd_chat_msg {
 
 /* Renders messages with the named template ("chatml", "llama3", "gemma", ...)
  * or, if name is NULL, the one detected from the GGUF template text (tmpl may
- * be NULL: then chatml). add_assistant: end with the assistant's turn opened.
- * *out is malloc'd. Unknown name: TND_ERR_ARG listing the known ones. */
+ * be NULL: then chatml; a text that matches no known format:
+ * TND_ERR_UNSUPPORTED, name one). add_assistant: end with the assistant's
+ * turn opened. *out is malloc'd. Unknown name: TND_ERR_ARG listing the known ones. */
 tnd_status tnd_chat_render(const char *name, const char *tmpl,
                            const tnd_chat_msg *msgs, int n_msgs,
                            bool add_assistant, char **out);
-/* Name of the template detected from GGUF template text. */
+/* Name of the template detected from GGUF template text ("chatml" when
+ * tmpl is NULL or matches no known format). */
 const char *tnd_chat_detect(const char *tmpl);
 
 #ifdef __cplusplus

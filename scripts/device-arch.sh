@@ -40,9 +40,9 @@ build() {
 cmp_run() {
   local label=$1 b=$2 model=$3 prompt=$4; shift 4
   local tag=$(echo "$label" | tr -c 'a-zA-Z0-9\n' '_')
-  $b/tandem run -m "$model" -p "$prompt" -n 32 --temp 0 --device cpu --dump /tmp/tnd/c-$tag.bin "$@" \
+  $b/tandem run -m "$model" -p "$prompt" -n 32 --temp 0 --cpu-exact --device cpu --dump /tmp/tnd/c-$tag.bin "$@" \
     >/tmp/tnd/c-$tag.txt 2>&1 || { echo "FAIL $label: cpu run"; tail -3 /tmp/tnd/c-$tag.txt; fail=1; return; }
-  $b/tandem run -m "$model" -p "$prompt" -n 32 --temp 0 --device cuda --dump /tmp/tnd/g-$tag.bin "$@" \
+  $b/tandem run -m "$model" -p "$prompt" -n 32 --temp 0 --cpu-exact --device cuda --dump /tmp/tnd/g-$tag.bin "$@" \
     >/tmp/tnd/g-$tag.txt 2>"$logs/stderr-$tag.txt" || { echo "FAIL $label: cuda run"; tail -3 "$logs/stderr-$tag.txt"; fail=1; return; }
   python3 tests/compare_dumps.py /tmp/tnd/c-$tag.bin /tmp/tnd/g-$tag.bin --label "$label: " || fail=1
   grep -q "no sm_90 code" "$logs/stderr-$tag.txt" && echo "   ($label: the fallback warning was printed)"

@@ -314,9 +314,8 @@ static const struct {
     {"deepseek3", render_deepseek3},
 };
 
-const char *tnd_chat_detect(const char *tmpl) {
-    if (!tmpl)
-        return "chatml";
+/* The format a GGUF template text is written for; NULL if none matches. */
+static const char *detect_known(const char *tmpl) {
     if (strstr(tmpl, "<|im_start|>"))
         return "chatml";
     if (strstr(tmpl, "<|start_header_id|>"))
@@ -329,7 +328,12 @@ const char *tnd_chat_detect(const char *tmpl) {
         return strstr(tmpl, "<<SYS>>") ? "llama2" : "mistral";
     if (strstr(tmpl, "<|user|>") && strstr(tmpl, "<|end|>"))
         return "phi3";
-    return "chatml"; /* the most common format; also what an unknown template gets */
+    return NULL;
+}
+
+const char *tnd_chat_detect(const char *tmpl) {
+    const char *k = tmpl ? detect_known(tmpl) : NULL;
+    return k ? k : "chatml"; /* the most common format */
 }
 
 tnd_status tnd_chat_render(const char *name, const char *tmpl, const tnd_chat_msg *msgs, int n_msgs,
@@ -339,6 +343,17 @@ tnd_status tnd_chat_render(const char *name, const char *tmpl, const tnd_chat_ms
     for (int i = 0; i < n_msgs; i++)
         if (!msgs[i].role || !msgs[i].content)
             return tnd_fail(TND_ERR_ARG, "chat: message %d has a NULL role or content", i);
+    /* A template that matches no known format is an error, not chatml: the
+     * wrong markup still yields fluent text, only worse, and nothing would
+     * tell the user why; naming the format (--chat-template) is one flag.
+     * No template at all (a base model) gets chatml, which the caller says. */
+    if (!name && tmpl && !detect_known(tmpl)) {
+        char known[256] = "";
+        for (size_t i = 0; i < TND_ARRAY_LEN(templates); i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", templates[i].name);
+        return tnd_fail(TND_ERR_UNSUPPORTED, "chat: the model's chat template matches none of the formats tandem "
+                        "knows (%s); name the one it uses (--chat-template NAME)", known);
+    }
     if (!name)
         name = tnd_chat_detect(tmpl);
     render_fn fn = NULL;

@@ -3,6 +3,7 @@
  * embedders share it, so the streaming rules live in one place: text is
  * handed out only once it is UTF-8 complete and cannot be the start of a
  * stop string; a stop string is cut and never shown. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +76,17 @@ tnd_status tnd_generate(tnd_ctx *ctx, const char *prompt, const tnd_generate_par
     return st;
 }
 
+/* Weights damaged where the load's samples did not look give NaN or Inf
+ * logits; sampling from them would emit arbitrary tokens and "succeed". */
+static tnd_status logits_check(const float *x, int n, bool prompt) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return tnd_fail(TND_ERR_FORMAT, "the model computed a NaN or Inf logit (%s); its weights may be damaged: "
+                            "--check-weights (tnd_model_params.check_weights) scans them all",
+                            prompt ? "after the prompt" : "decoding");
+    return TND_OK;
+}
+
 tnd_status tnd_generate_tokens(tnd_ctx *ctx, const int32_t *ids, size_t n_ids, const tnd_generate_params *p,
                                tnd_token_cb on_token, void *user, tnd_generate_result *res) {
     tnd_generate_result r;
@@ -103,7 +115,7 @@ tnd_status tnd_generate_tokens(tnd_ctx *ctx, const int32_t *ids, size_t n_ids, c
     if (own) smp = own;
     for (size_t i = 0; i < n_ids; i++) tnd_sampler_accept(smp, ids[i]);
     double t0 = tnd_time_s();
-    if ((st = tnd_ctx_eval(ctx, ids, (int)n_ids, logits))) goto done;
+    if ((st = tnd_ctx_eval(ctx, ids, (int)n_ids, logits)) || (st = logits_check(logits, nv, true))) goto done;
     double t1 = tnd_time_s();
     r.n_prompt = (int)n_ids;
     r.t_prompt = t1 - t0;
@@ -158,7 +170,7 @@ tnd_status tnd_generate_tokens(tnd_ctx *ctx, const int32_t *ids, size_t n_ids, c
             break;
         }
         if (last) break;
-        if ((st = tnd_ctx_eval(ctx, &id, 1, logits))) goto done;
+        if ((st = tnd_ctx_eval(ctx, &id, 1, logits)) || (st = logits_check(logits, nv, false))) goto done;
     }
     if (p->n_predict == 0) r.stop = TND_STOP_LENGTH;
     r.t_gen = tnd_time_s() - t1;

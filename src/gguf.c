@@ -569,7 +569,9 @@ tnd_status gguf_open_memory(const void *data, size_t size, const char *name, tnd
 
 tnd_status tnd_gguf_open(const char *path, tnd_gguf **out) {
     if (!path || !out) return tnd_fail(TND_ERR_ARG, "tnd_gguf_open: bad arguments");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO without a writer must not hang the open (it is
+     * refused below); regular files ignore the flag */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return tnd_fail(TND_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
@@ -579,7 +581,7 @@ tnd_status tnd_gguf_open(const char *path, tnd_gguf **out) {
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return tnd_fail(TND_ERR_IO, "%s: not a regular file", path);
+        return tnd_fail(TND_ERR_IO, "%s is %s, not a regular file", path, tnd_file_kind(sb.st_mode));
     }
     if (sb.st_size < 24) {
         close(fd);

@@ -1,10 +1,13 @@
 /* Error messages, logging, allocation and timing shared by every module. */
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,6 +73,130 @@ void tnd_log(int level, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+const char *tnd_file_kind(unsigned mode) {
+    if (S_ISREG(mode)) return "a regular file";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+tnd_status tnd_open_regular(const char *path, const char *what, uint64_t max_bytes, FILE **out) {
+    if (!path || !*path) return tnd_fail(TND_ERR_ARG, "%s: no path given", what);
+    /* O_NONBLOCK: opening a FIFO with no writer returns at once instead of
+     * waiting for one; regular files ignore the flag */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return tnd_fail(TND_ERR_IO, "%s '%s': cannot open: %s", what, path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return tnd_fail(TND_ERR_IO, "%s '%s': cannot stat: %s", what, path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return tnd_fail(TND_ERR_IO, "%s '%s' is %s, not a regular file", what, path, tnd_file_kind(sb.st_mode));
+    }
+    if ((uint64_t)sb.st_size > max_bytes) {
+        close(fd);
+        return tnd_fail(TND_ERR_LIMIT, "%s '%s' is %.1f MiB; a %s may be %.1f MiB at most", what, path,
+                        sb.st_size / 1048576.0, what, max_bytes / 1048576.0);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return tnd_fail(TND_ERR_IO, "%s '%s': %s", what, path, strerror(e));
+    }
+    *out = f;
+    return TND_OK;
+}
+
+tnd_status tnd_read_regular(const char *path, const char *what, uint64_t max_bytes, char **out, size_t *n) {
+    FILE *f;
+    tnd_status st = tnd_open_regular(path, what, max_bytes, &f);
+    if (st) return st;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) {
+            fclose(f);
+            return tnd_fail(TND_ERR_NOMEM, "%s '%s': out of memory", what, path);
+        }
+        size_t r = fread(buf + len, 1, cap - len - 1, f);
+        len += r;
+        if (r == 0) break;
+        if (len > max_bytes) {
+            free(buf);
+            fclose(f);
+            return tnd_fail(TND_ERR_LIMIT, "%s '%s' grew past %.1f MiB while it was read", what, path,
+                            max_bytes / 1048576.0);
+        }
+        if (len + 1 == cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) free(buf);
+            buf = b;
+        }
+    }
+    bool err = ferror(f) != 0;
+    fclose(f);
+    if (err) {
+        free(buf);
+        return tnd_fail(TND_ERR_IO, "%s '%s': read error", what, path);
+    }
+    buf[len] = 0;
+    *out = buf;
+    *n = len;
+    return TND_OK;
+}
+
+size_t tnd_utf8_seq_len(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    size_t len;
+    unsigned cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+void tnd_json_str(FILE *f, const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    fputc('"', f);
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        size_t l = tnd_utf8_seq_len(p + i, n - i < 4 ? n - i : 4);
+        if (l > 1) {
+            fwrite(p + i, 1, l, f);
+            i += l;
+            continue;
+        }
+        i++;
+        if (l == 0) fprintf(f, "\\udc%02x", c);
+        else if (c == '"') fputs("\\\"", f);
+        else if (c == '\\') fputs("\\\\", f);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
+        else fputc((int)c, f);
+    }
+    fputc('"', f);
 }
 
 void *tnd_malloc(size_t n) {

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tandem.h"
 
@@ -35,6 +36,26 @@ void *tnd_calloc(size_t n, size_t size);
 /* 64-byte aligned allocation for SIMD buffers; free with tnd_aligned_free. */
 void *tnd_aligned_alloc(size_t n);
 void tnd_aligned_free(void *p);
+
+/* Opens path for reading; it must be a regular file of at most max_bytes
+ * (what names it in messages, e.g. "placement file"). A FIFO, a device, a
+ * directory or a socket is refused before anything is read, and opening
+ * never blocks (a FIFO without a writer would). *out: a stdio stream. */
+tnd_status tnd_open_regular(const char *path, const char *what, uint64_t max_bytes, FILE **out);
+/* Reads such a file whole: *out malloc'd, NUL-terminated, *n bytes (the
+ * file may not grow past max_bytes while it is read either). */
+tnd_status tnd_read_regular(const char *path, const char *what, uint64_t max_bytes, char **out, size_t *n);
+/* What kind of file a st_mode is, for messages: "a directory", "a FIFO"... */
+const char *tnd_file_kind(unsigned mode);
+
+/* Length of the valid UTF-8 sequence at p (n bytes left), or 0 if invalid:
+ * overlong forms, surrogates and code points above U+10FFFF are invalid. */
+size_t tnd_utf8_seq_len(const unsigned char *p, size_t n);
+/* Writes n bytes of s to f as a quoted JSON string: quote, backslash and
+ * control characters escaped, valid UTF-8 as is, each invalid byte as
+ * \udcXX (Python's surrogateescape: a path's bytes can be recovered). The
+ * one JSON string writer of the tools. */
+void tnd_json_str(FILE *f, const char *s, size_t n);
 
 /* Monotonic time in seconds. */
 double tnd_time_s(void);

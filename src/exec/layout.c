@@ -126,7 +126,9 @@ void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, i
 void tnd_layout_print(const tnd_layout *l, FILE *f) {
     fprintf(f, "memory layout:\n");
     if (l->budget || l->gpu_total) {
-        fprintf(f, "  GPU budget          %10.1f MiB\n", l->budget / MIB);
+        /* plan_memory's stand-in for "no limit" (SimGPU without --hw or a budget) */
+        if (l->budget >= UINT64_MAX / 4) fprintf(f, "  GPU budget           unlimited (SimGPU without --hw or --vram-budget)\n");
+        else fprintf(f, "  GPU budget          %10.1f MiB\n", l->budget / MIB);
         fprintf(f, "    resident weights  %10.1f MiB\n", l->w_gpu / MIB);
         fprintf(f, "    norms and biases  %10.1f MiB\n", l->small_gpu / MIB);
         fprintf(f, "    KV cache          %10.1f MiB\n", l->kv_gpu / MIB);
@@ -134,8 +136,9 @@ void tnd_layout_print(const tnd_layout *l, FILE *f) {
         fprintf(f, "    promotion slots   %10.1f MiB (%d x %.1f MiB)\n", l->slots_gpu / MIB, l->n_slots,
                 l->slot_bytes / MIB);
         fprintf(f, "    op scratch        %10.1f MiB\n", l->scratch_gpu / MIB);
-        fprintf(f, "    total             %10.1f MiB (%.1f%% of the budget)\n", l->gpu_total / MIB,
-                l->budget ? 100.0 * (double)l->gpu_total / (double)l->budget : 0.0);
+        if (l->budget >= UINT64_MAX / 4) fprintf(f, "    total             %10.1f MiB\n", l->gpu_total / MIB);
+        else fprintf(f, "    total             %10.1f MiB (%.1f%% of the budget)\n", l->gpu_total / MIB,
+                     l->budget ? 100.0 * (double)l->gpu_total / (double)l->budget : 0.0);
         fprintf(f, "  host pinned store   %10.1f MiB\n", l->pinned_host / MIB);
     }
     fprintf(f, "  host KV cache       %10.1f MiB\n", l->kv_cpu / MIB);

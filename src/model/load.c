@@ -9,7 +9,7 @@
 #include "util.h"
 
 tnd_model_params tnd_model_default_params(void) {
-    tnd_model_params p = {.n_threads = 0, .verbose = false};
+    tnd_model_params p = {.n_threads = 0, .verbose = false, .check_weights = false};
     return p;
 }
 
@@ -86,13 +86,30 @@ static tnd_status read_hparams(tnd_model *m) {
     if (!hp_float(g, a, "attention.layer_norm_rms_epsilon", &hp->eps) ||
         !hp_float(g, a, "rope.freq_base", &hp->rope_base))
         return TND_ERR_FORMAT;
+    /* eps <= 0 divides by zero on an all-zero row, and freq_base <= 0 makes
+     * every rotation angle NaN: either gives NaN logits, not an error */
+    if (!(hp->eps > 0) || hp->eps > 1)
+        return tnd_fail(TND_ERR_FORMAT, "%s: hyperparameter '%s.attention.layer_norm_rms_epsilon' = %g; it must be "
+                        "above 0 and at most 1 (typically 1e-5 or 1e-6)", gguf_path(g), a, hp->eps);
+    if (!(hp->rope_base > 0))
+        return tnd_fail(TND_ERR_FORMAT, "%s: hyperparameter '%s.rope.freq_base' = %g; it must be above 0 "
+                        "(typically 10000 or more)", gguf_path(g), a, hp->rope_base);
+    if (hp->n_ctx_train <= 0)
+        return tnd_fail(TND_ERR_FORMAT, "%s: hyperparameter '%s.context_length' = %d; a model needs a context "
+                        "length above 0", gguf_path(g), a, hp->n_ctx_train);
     float factor = 0;
     if (!hp_float(g, a, "rope.scaling.factor", &factor)) return TND_ERR_FORMAT;
     {
         char key[128];
         snprintf(key, sizeof key, "%s.rope.scaling.type", a);
         char *t = gguf_get_cstr(g, key);
-        if (t && !strcmp(t, "linear") && factor > 0) hp->rope_scale = 1.0f / factor;
+        if (t && !strcmp(t, "linear") && !(factor > 0)) {
+            tnd_status st = tnd_fail(TND_ERR_FORMAT, "%s: linear rope scaling with factor %g; it must be above 0",
+                                     gguf_path(g), factor);
+            free(t);
+            return st;
+        }
+        if (t && !strcmp(t, "linear")) hp->rope_scale = 1.0f / factor;
         else if (t && strcmp(t, "none") && strcmp(t, "linear")) {
             TND_WARN("%s: rope scaling '%s' is not supported; ignoring it (long contexts may degrade)",
                      gguf_path(g), t);
@@ -226,6 +243,105 @@ static tnd_status load_tensors(tnd_model *m) {
     return TND_OK;
 }
 
+/* ---- weight validation ------------------------------------------------------
+ * A damaged file (NaN or Inf in a norm, an embedding row, a block scale)
+ * loads and runs "fine": every logit is NaN and the output is empty. So at
+ * load every small tensor is scanned whole (norms, biases, routers: a few
+ * MiB in all) and every big one is sampled: SAMPLE_ROWS rows spread over it,
+ * a cost bounded by the row size whatever the model. --check-weights
+ * (tnd_model_params.check_weights) scans every row of every tensor. */
+
+#define SAMPLE_ROWS 16
+#define SMALL_BYTES (64u << 10) /* scanned whole at every load */
+
+static int64_t weight_rows(const tnd_weight *w) { return w->n_out * w->n_expert; }
+
+/* Dequantizes row r of w into buf (w->n_in floats); false if a value is NaN or Inf. */
+static bool row_finite(const tnd_weight *w, int64_t r, float *buf) {
+    const tnd_type_traits *tr = tnd_type_traits_get(w->type);
+    size_t rs = tnd_row_size(w->type, w->n_in);
+    tr->to_float((const uint8_t *)w->data + (size_t)r * rs, buf, w->n_in);
+    for (int64_t i = 0; i < w->n_in; i++)
+        if (!isfinite(buf[i])) return false;
+    return true;
+}
+
+typedef struct {
+    const tnd_weight *w;
+    float *buf;          /* n_in floats per thread */
+    int64_t n_in_max;
+    int64_t *bad_th;     /* per thread: the first bad row it found, or -1 */
+} scan_job;
+
+static void scan_task(void *arg, int ith, int nth) {
+    scan_job *j = arg;
+    int64_t rows = weight_rows(j->w), r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
+    j->bad_th[ith] = -1;
+    for (int64_t r = r0; r < r1; r++)
+        if (!row_finite(j->w, r, j->buf + (size_t)ith * j->n_in_max)) {
+            j->bad_th[ith] = r;
+            return;
+        }
+}
+
+static tnd_status bad_weight(const tnd_model *m, const tnd_weight *w, int64_t row, const char *how) {
+    char where[64] = "";
+    if (w->n_out > 1 || w->n_expert > 1) {
+        if (w->n_expert > 1)
+            snprintf(where, sizeof where, " (expert %lld, row %lld)", (long long)(row / w->n_out),
+                     (long long)(row % w->n_out));
+        else
+            snprintf(where, sizeof where, " (row %lld)", (long long)row);
+    }
+    return tnd_fail(TND_ERR_FORMAT, "%s: tensor '%.*s' holds NaN or Inf values%s, found %s: the file is damaged",
+                    gguf_path(m->gguf), (int)w->t->name.len, w->t->name.ptr, where, how);
+}
+
+static tnd_status check_weights(tnd_model *m, bool full) {
+    int64_t n_in_max = 0;
+    for (int i = 0; i < m->n_slices; i++) n_in_max = TND_MAX(n_in_max, m->slices[i]->n_in);
+    int nth = full ? tnd_pool_size(m->pool) : 1;
+    float *buf = tnd_malloc(sizeof(float) * (size_t)n_in_max * (size_t)nth);
+    int64_t *bad_th = tnd_malloc(sizeof(int64_t) * (size_t)nth);
+    if (!buf || !bad_th) {
+        free(buf);
+        free(bad_th);
+        return TND_ERR_NOMEM;
+    }
+    tnd_status st = TND_OK;
+    double t0 = tnd_time_s();
+    uint64_t scanned = 0;
+    for (int i = 0; i < m->n_slices && !st; i++) {
+        const tnd_weight *w = m->slices[i];
+        int64_t rows = weight_rows(w);
+        bool router = false;
+        for (int l = 0; l < m->hp.n_layer && !router; l++) router = w == &m->layers[l].router;
+        if (full || router || w->t->nbytes <= SMALL_BYTES) {
+            scan_job j = {.w = w, .buf = buf, .n_in_max = n_in_max, .bad_th = bad_th};
+            tnd_pool_run(full ? m->pool : NULL, scan_task, &j);
+            for (int t = 0; t < (full ? nth : 1) && !st; t++)
+                if (bad_th[t] >= 0) st = bad_weight(m, w, bad_th[t], full ? "scanning every weight" : "at load");
+            scanned += w->t->nbytes;
+            continue;
+        }
+        /* evenly spread rows, the first and the last among them */
+        int64_t k = TND_MIN(rows, SAMPLE_ROWS);
+        for (int64_t s = 0; s < k && !st; s++) {
+            int64_t r = k > 1 ? s * (rows - 1) / (k - 1) : 0;
+            if (!row_finite(w, r, buf))
+                st = bad_weight(m, w, r, "sampling rows at load (--check-weights scans every weight)");
+            scanned += tnd_row_size(w->type, w->n_in);
+        }
+    }
+    free(buf);
+    free(bad_th);
+    if (!st)
+        TND_INFO("%s: %s %.1f MiB of weights for NaN and Inf in %.2f s: none", gguf_path(m->gguf),
+                 full ? "scanned all" : "checked the small tensors and samples of the big ones,", scanned / 1048576.0,
+                 tnd_time_s() - t0);
+    return st;
+}
+
 static void describe(tnd_model *m) {
     char *name = gguf_get_cstr(m->gguf, "general.name");
     double params = 0;
@@ -273,7 +389,18 @@ tnd_status tnd_model_load(const char *path, const tnd_model_params *p, tnd_model
         st = TND_ERR_NOMEM;
         goto fail;
     }
+    if ((st = check_weights(m, p->check_weights))) goto fail;
     describe(m);
+    if (p->verbose) {
+        const tnd_hparams *hp = &m->hp;
+        fprintf(stderr, "tandem: loaded %s: %s\n"
+                        "  layers %d, embd %d, heads %d/%d (head dim %d), ffn %d, vocab %d, context %d, experts %d/%d\n"
+                        "  rms eps %g, rope base %g (scale %g, %d dims), %d weight slices, %s embeddings\n",
+                path, m->desc, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim,
+                m->arch->moe ? hp->n_ff_exp : hp->n_ff, hp->n_vocab, hp->n_ctx_train, hp->n_expert_used,
+                hp->n_expert, hp->eps, hp->rope_base, hp->rope_scale, hp->n_rot, m->n_slices,
+                m->hp_tied ? "tied" : "separate output");
+    }
     *out = m;
     return TND_OK;
 fail:
@@ -299,28 +426,61 @@ const char *tnd_model_chat_template(const tnd_model *m) { return m->chat_templat
 const char *tnd_model_desc(const tnd_model *m) { return m->desc; }
 uint64_t tnd_model_weight_bytes(const tnd_model *m) { return m->weight_bytes; }
 
+/* Budgets from 1 PiB up mean nothing real, and staying far below 2^64
+ * keeps the double-to-integer conversion defined and the sums over it
+ * (budget + reserve) from wrapping. */
+#define BUDGET_MAX_BYTES (1ull << 50)
+
+/* Strict on purpose: a value misread here silently changes where every
+ * weight runs. A plain number is whole bytes, so "0.4" (a share? a size?)
+ * is refused rather than guessed; a unit (K, M, G, T, optionally followed by
+ * B or iB) may take a fraction; "N%" is a share of the weight bytes. */
 tnd_status tnd_parse_budget(const char *s, const tnd_model *m, uint64_t *out) {
-    size_t n = s ? strlen(s) : 0;
-    if (n > 1 && s[n - 1] == '%') {
-        char *end;
-        double pct = strtod(s, &end);
-        if (end != s + n - 1 || !(pct > 0) || pct > 1000)
-            return tnd_fail(TND_ERR_ARG, "bad budget '%s' (want e.g. 50%% or 6G)", s);
-        *out = (uint64_t)((double)m->weight_bytes * pct / 100.0);
+    static const char want[] = "want a size such as 6G, 4523M or 512MiB, or a share of the model's weights such as 50%";
+    if (!s || !*s) return tnd_fail(TND_ERR_ARG, "empty budget: %s", want);
+    const char *p = s;
+    int dots = 0, digits = 0;
+    for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) *p == '.' ? dots++ : digits++;
+    if (!digits || dots > 1) return tnd_fail(TND_ERR_ARG, "bad budget '%s': %s", s, want);
+    double v = strtod(s, NULL); /* only digits and one dot: no sign, exponent, hex, inf or nan */
+    if (!strcmp(p, "%")) {
+        if (!(v > 0) || v > 1000)
+            return tnd_fail(TND_ERR_ARG, "bad budget '%s': a share of the weights must be above 0%% and at most 1000%%", s);
+        if (!m) {
+            *out = 0;
+            return TND_OK;
+        }
+        double b = (double)m->weight_bytes * v / 100.0;
+        if (b < 1) return tnd_fail(TND_ERR_ARG, "bad budget '%s': that share of the weights is 0 bytes", s);
+        *out = (uint64_t)b;
         return TND_OK;
     }
-    char *end;
-    double v = s && *s ? strtod(s, &end) : -1;
-    if (!s || !*s || v < 0 || !isfinite(v)) return tnd_fail(TND_ERR_ARG, "bad budget '%s' (want e.g. 50%% or 6G)", s ? s : "");
     double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    switch (*p) {
+    case 'k': case 'K': mul = 1024.0; p++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; p++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; p++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; p++; break;
     default: break;
     }
-    if (mul > 1 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
-    if (*end) return tnd_fail(TND_ERR_ARG, "bad budget '%s' (want e.g. 50%% or 6G)", s);
-    *out = (uint64_t)(v * mul);
+    if (!strcmp(p, "B") || (mul > 1 && (!strcmp(p, "iB") || !strcmp(p, "ib")))) p += strlen(p);
+    if (*p) return tnd_fail(TND_ERR_ARG, "bad budget '%s': %s", s, want);
+    if (mul == 1 && dots) {
+        if (v < 1)
+            return tnd_fail(TND_ERR_ARG,
+                            "budget '%s' is ambiguous: a plain number is bytes; write %g%% for a share of the "
+                            "model's weights or give a size with a unit (e.g. %gG)",
+                            s, v * 100, v);
+        return tnd_fail(TND_ERR_ARG, "bad budget '%s': a plain number is whole bytes; add a unit (%sG, %sM) or "
+                        "write a share of the weights (50%%)", s, s, s);
+    }
+    double b = v * mul;
+    if (b >= (double)BUDGET_MAX_BYTES)
+        return tnd_fail(TND_ERR_ARG, "bad budget '%s': too large (budgets are below 1024T)", s);
+    if (b < 1)
+        return tnd_fail(TND_ERR_ARG,
+                        "bad budget '%s': a budget of 0 bytes leaves the GPU nothing; leave --vram-budget out for "
+                        "the default (the driver's free memory less 512 MiB) or run with --device cpu", s);
+    *out = (uint64_t)b;
     return TND_OK;
 }

@@ -345,10 +345,14 @@ static tnd_status round_forward(tnd_ctx *c, const int32_t *tokens, int nt, bool 
 
 tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits) {
     if (n <= 0) return tnd_fail(TND_ERR_ARG, "no tokens to evaluate");
-    if ((int64_t)c->n_past + n > c->n_ctx)
+    if ((int64_t)c->n_past + n > c->n_ctx) {
+        if (c->n_ctx >= c->m->hp.n_ctx_train) /* no larger --ctx-size to suggest */
+            return tnd_fail(TND_ERR_LIMIT, "context full: %d tokens in the cache + %d new > context length %d, the "
+                            "model's maximum (shorten the prompt)", c->n_past, n, c->n_ctx);
         return tnd_fail(TND_ERR_LIMIT, "context full: %d tokens in the cache + %d new > context length %d "
                         "(use a larger --ctx-size, up to the model's %d)",
                         c->n_past, n, c->n_ctx, c->m->hp.n_ctx_train);
+    }
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->m->hp.n_vocab)
             return tnd_fail(TND_ERR_ARG, "token id %d out of range [0, %d)", tokens[i], c->m->hp.n_vocab);

@@ -174,6 +174,11 @@ tnd_status tnd_plan_make(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu
     pl->vram_budget = p->vram_budget;
     pl->cpu_exact = p->cpu_exact;
     pl->n_ctx = p->n_ctx ? p->n_ctx : TND_MIN(m->hp.n_ctx_train, 4096);
+    if (pl->n_ctx > m->hp.n_ctx_train) { /* as tnd_ctx_new: a plan must be one that can run */
+        tnd_plan_free(pl);
+        return tnd_fail(TND_ERR_LIMIT, "context length %d exceeds the model's training context %d", p->n_ctx,
+                        m->hp.n_ctx_train);
+    }
     pl->n_batch = TND_MIN(p->n_batch ? p->n_batch : 512, pl->n_ctx);
     pl->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
     pl->gpu = gpu != NULL;

@@ -41,17 +41,6 @@ static int gpu_experts(const tnd_plan *pl, const tnd_perf *pf, int l, double *sh
     return g;
 }
 
-static void json_str(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 /* The predicted round times tandem plan shows: a decode step at half the
  * context, prefill chunks of 512 and 2048 tokens (or the chunk size). */
 static void predictions(const tnd_plan *pl, double *dec, double *pp, double *pp2) {
@@ -70,9 +59,9 @@ void tnd_plan_print_json(const tnd_plan *pl, const char *model, FILE *f) {
     const tnd_hparams *hp = &m->hp;
     uint64_t kv_layer = 2ull * pl->n_ctx * (uint64_t)pl->kv_dim * sizeof(uint16_t);
     fprintf(f, "{\"model\": ");
-    json_str(f, model, strlen(model));
+    tnd_json_str(f, model, strlen(model));
     fprintf(f, ", \"placement\": ");
-    json_str(f, p->desc, strlen(p->desc));
+    tnd_json_str(f, p->desc, strlen(p->desc));
     fprintf(f, ", \"device\": \"%s\", \"n_ctx\": %d, \"n_batch\": %d", pl->gpu_name,
            pl->n_ctx, pl->n_batch);
     fprintf(f, ", \"budget_bytes\": %llu, \"gpu_bytes\": %llu", (unsigned long long)pl->budget_asked,
@@ -84,10 +73,12 @@ void tnd_plan_print_json(const tnd_plan *pl, const char *model, FILE *f) {
            (unsigned long long)l->scratch_gpu);
     fprintf(f, ", \"host\": {\"pinned\": %llu, \"kv_cache\": %llu}", (unsigned long long)l->pinned_host,
            (unsigned long long)l->kv_cpu);
-    if (pf)
-        fprintf(f, ", \"predicted\": {\"source\": \"%s\", \"decode_ms\": %.4f, \"prefill%d_ms\": %.4f, "
-               "\"prefill%d_ms\": %.4f}",
-               pf->source, 1e3 * t_dec, TND_MIN(512, pl->n_batch), 1e3 * t_pp, TND_MIN(2048, pl->n_batch), 1e3 * t_pp2);
+    if (pf) {
+        fprintf(f, ", \"predicted\": {\"source\": ");
+        tnd_json_str(f, pf->source, strlen(pf->source));
+        fprintf(f, ", \"decode_ms\": %.4f, \"prefill%d_ms\": %.4f, \"prefill%d_ms\": %.4f}", 1e3 * t_dec,
+                TND_MIN(512, pl->n_batch), 1e3 * t_pp, TND_MIN(2048, pl->n_batch), 1e3 * t_pp2);
+    }
     fprintf(f, ", \"slices\": [");
     for (int i = 0; i < m->n_slices; i++) {
         const tnd_weight *w = m->slices[i];
@@ -100,7 +91,7 @@ void tnd_plan_print_json(const tnd_plan *pl, const char *model, FILE *f) {
                 char nm[300];
                 snprintf(nm, sizeof nm, "%.*s[%d]", (int)nl, w->t->name.ptr, e);
                 fprintf(f, "%s{\"name\": ", i || e ? ", " : "");
-                json_str(f, nm, strlen(nm));
+                tnd_json_str(f, nm, strlen(nm));
                 bool on = p->exp[(size_t)sl * p->n_expert + e] == TND_SIDE_GPU;
                 fprintf(f, ", \"bytes\": %llu, \"backend\": \"%s\"}",
                        (unsigned long long)(w->t->nbytes / (uint64_t)w->n_expert), on ? "gpu" : side_name(pl, i));
@@ -108,7 +99,7 @@ void tnd_plan_print_json(const tnd_plan *pl, const char *model, FILE *f) {
             continue;
         }
         fprintf(f, "%s{\"name\": ", i ? ", " : "");
-        json_str(f, w->t->name.ptr, w->t->name.len);
+        tnd_json_str(f, w->t->name.ptr, w->t->name.len);
         fprintf(f, ", \"bytes\": %llu, \"backend\": \"%s\"", (unsigned long long)w->t->nbytes,
                tnd_slice_small(w) && pl->gpu ? "both" : side_name(pl, i));
         if (pf && !tnd_slice_small(w))

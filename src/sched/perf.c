@@ -561,21 +561,23 @@ tnd_status tnd_perf_save(const tnd_perf *pf, const char *path) {
      * 2048 tokens (4), decode attention with cold caches and every CPU
      * decode time calibrated against real steps (5, the "cal" line), the
      * per-switch host cost fitted to hybrid steps (6); older caches are
-     * measured anew */
+     * measured anew. Numbers as %.17g, which reads back to the same double:
+     * the knapsack breaks near-ties between alike layers by the last digits,
+     * so a rounded cache planned differently from the fresh measurement. */
     fprintf(f, "tandem-perf 6\nslices %d\nlayers %d\nexperts %d\nsource %s\n", pf->n_slices, pf->n_layer,
             pf->pop ? pf->n_expert : 0, pf->source);
-    fprintf(f, "bw %.6e %.6e %.6e\nlat %.6e %.6e\n", pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch);
-    fprintf(f, "attn %.6e %.6e %.6e %.6e %.6e %.6e\n", pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0],
+    fprintf(f, "bw %.17g %.17g %.17g\nlat %.17g %.17g\n", pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch);
+    fprintf(f, "attn %.17g %.17g %.17g %.17g %.17g %.17g\n", pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0],
             pf->attn_gpu[1], pf->attn_gpu[2]);
-    fprintf(f, "other %.6e %.6e %.6e %.6e %.6e %.6e\n", pf->other_cpu[0], pf->other_cpu[1], pf->other_cpu[2],
+    fprintf(f, "other %.17g %.17g %.17g %.17g %.17g %.17g\n", pf->other_cpu[0], pf->other_cpu[1], pf->other_cpu[2],
             pf->other_gpu[0], pf->other_gpu[1], pf->other_gpu[2]);
-    fprintf(f, "cal %.6e %.6e\n", pf->cal_decode, pf->sw_host);
+    fprintf(f, "cal %.17g %.17g\n", pf->cal_decode, pf->sw_host);
     for (int i = 0; i < pf->n_slices; i++)
-        fprintf(f, "s %d %.6e %.6e %.6e %.6e %.6e %.6e %.6e\n", i, *T(pf->t_cpu, i, 0), *T(pf->t_cpu, i, 1),
+        fprintf(f, "s %d %.17g %.17g %.17g %.17g %.17g %.17g %.17g\n", i, *T(pf->t_cpu, i, 0), *T(pf->t_cpu, i, 1),
                 *T(pf->t_cpu, i, 2), *T(pf->t_gpu, i, 0), *T(pf->t_gpu, i, 1), *T(pf->t_gpu, i, 2), pf->t_cpu_one[i]);
     for (int l = 0; pf->pop && l < pf->n_layer; l++) {
         fputc('p', f);
-        for (int e = 0; e < pf->n_expert; e++) fprintf(f, " %.6e", pf->pop[(size_t)l * pf->n_expert + e]);
+        for (int e = 0; e < pf->n_expert; e++) fprintf(f, " %.17g", pf->pop[(size_t)l * pf->n_expert + e]);
         fputc('\n', f);
     }
     bool bad = ferror(f) != 0;

@@ -7,6 +7,7 @@
 #include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sched/placement.h"
 #include "util.h"
@@ -128,8 +129,11 @@ static int side_of(const char *s) {
  * start where its ffn_gate_exps tensor was); naming an expert tensor of a
  * split layer makes the layer whole tensors again. Later lines win. */
 static tnd_status place_file(const tnd_model *m, const char *path, tnd_placement *p) {
-    FILE *f = fopen(path, "r");
-    if (!f) return tnd_fail(TND_ERR_IO, "cannot open placement file '%s' (placements: cpu, gpu, layer, random:SEED, or a file)", path);
+    if (access(path, F_OK) != 0)
+        return tnd_fail(TND_ERR_IO, "cannot open placement file '%s' (placements: cpu, gpu, layer, random:SEED, or a file)", path);
+    FILE *f;
+    tnd_status ost = tnd_open_regular(path, "placement file", 16u << 20, &f); /* far more than any model needs */
+    if (ost) return ost;
     char line[1024], name[256];
     int ln = 0;
     tnd_status st = TND_OK;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -179,10 +180,12 @@ static bool parse_number(const char *v, int kind, double *out, const char **why)
 }
 
 static tnd_status load_file(const char *path, tnd_hw *out) {
-    FILE *f = fopen(path, "r");
-    if (!f)
+    if (access(path, F_OK) != 0)
         return tnd_fail(TND_ERR_IO, "hw profile '%s': not a built-in (%s) and cannot be opened: %s", path,
                         tnd_hw_names(), strerror(errno));
+    FILE *f;
+    tnd_status ost = tnd_open_regular(path, "hw profile", 1u << 20, &f);
+    if (ost) return ost;
     tnd_hw hw;
     memset(&hw, 0, sizeof hw);
     bool have_base = false;

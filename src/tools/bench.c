@@ -226,7 +226,9 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--device")) {
             ok = v && (!strcmp(v, "cpu") || !strcmp(v, "cuda") || !strcmp(v, "sim"));
             if (ok) device = !strcmp(v, "cuda") ? TND_DEVICE_CUDA : !strcmp(v, "sim") ? TND_DEVICE_SIM : TND_DEVICE_CPU;
-        } else if (!strcmp(a, "--vram-budget")) ok = (budget = v) != NULL;
+        } else if (!strcmp(a, "--vram-budget")) {
+            if ((ok = (budget = v) != NULL) && !tools_check_budget(v)) return 2;
+        }
         else if (!strcmp(a, "--hw")) ok = (hw = v) != NULL;
         else if (!strcmp(a, "--placement") || !strcmp(a, "--policy")) {
             ok = v && n_cfg < MAX_CONFIGS && strlen(v) < sizeof cfg[0].placement;
@@ -244,6 +246,15 @@ int cmd_bench(int argc, char **argv) {
         if (!ok) return tools_bad_option("bench", a, false, usage);
     }
     if (!n_cfg) n_cfg = 1; /* the default placement */
+    if (device == TND_DEVICE_CUDA && tnd_cuda_device_count() <= 0) { /* before any output or loading */
+#ifdef TND_HAVE_CUDA
+        const char *why = "no CUDA device found";
+#else
+        const char *why = "this tandem was built without CUDA";
+#endif
+        fprintf(stderr, "tandem: error: --device cuda: %s (--device sim simulates a GPU)\n", why);
+        return 1;
+    }
     tnd_model *m;
     if (!tools_load_model(&model, threads, &m)) return 1;
     int n_threads = threads ? (int)threads : tnd_physical_cores();
@@ -257,7 +268,7 @@ int cmd_bench(int argc, char **argv) {
     cp.hw = hw;
     cp.cpu_exact |= cpu_exact;
     if (budget && tnd_parse_budget(budget, m, &cp.vram_budget)) {
-        tools_print_error(NULL);
+        tools_print_error("--vram-budget");
         tnd_model_free(m);
         return 2;
     }
@@ -289,22 +300,32 @@ int cmd_bench(int argc, char **argv) {
     snprintf(name_pp, sizeof name_pp, "pp%ld", n_prompt);
     if (depth) snprintf(name_tg, sizeof name_tg, "tg%ld @ d%ld", n_gen, depth);
     else snprintf(name_tg, sizeof name_tg, "tg%ld", n_gen);
-    int rc = 0;
+    int rc = 0, n_ok = 0;
     for (int k = 0; k < n_cfg; k++) {
         if (run_config(m, &cp, &cfg[k], toks, n_prompt, n_gen, depth, reps, have_limits ? &L : NULL, pf, name_pp,
                        name_tg)) {
             fprintf(stderr, "tandem: error: bench (placement %s): %s\n", cfg[k].placement[0] ? cfg[k].placement : "default",
                     tnd_last_error());
+            cfg[k].nres = 0; /* no rows for a placement that failed */
+            if (!cfg[k].desc[0]) snprintf(cfg[k].desc, sizeof cfg[k].desc, "failed");
             rc = 1;
+        } else {
+            n_ok++;
         }
     }
+    if (!n_ok) fmt = NULL; /* nothing measured: no empty table */
     const char *cpu = tnd_cpu_model_name();
     const char *desc = tnd_model_desc(m);
-    if (!strcmp(fmt, "json")) {
-        printf("{\"model\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"cpu_act\": \"%s\", "
-               "\"build\": \"%s\", \"device\": \"%s\", \"vram_budget\": %llu",
-               model, cpu, n_threads, tnd_cpu_isa(), cp.cpu_exact ? "f32" : "q8", TND_GIT_COMMIT, device_name(device),
-               (unsigned long long)cp.vram_budget);
+    if (!fmt) {
+    } else if (!strcmp(fmt, "json")) {
+        printf("{\"model\": ");
+        tnd_json_str(stdout, model, strlen(model));
+        printf(", \"cpu\": ");
+        tnd_json_str(stdout, cpu, strlen(cpu));
+        printf(", \"threads\": %d, \"isa\": \"%s\", \"cpu_act\": \"%s\", \"build\": ", n_threads, tnd_cpu_isa(),
+               cp.cpu_exact ? "f32" : "q8");
+        tnd_json_str(stdout, TND_GIT_COMMIT, strlen(TND_GIT_COMMIT));
+        printf(", \"device\": \"%s\", \"vram_budget\": %llu", device_name(device), (unsigned long long)cp.vram_budget);
         if (have_limits)
             printf(", \"bw_gbps\": {\"cpu\": %.1f, \"pcie\": %.1f, \"hbm\": %.1f, \"both_cpu\": %.1f, \"both_pcie\": %.1f}",
                    L.cpu, L.pcie, L.hbm, L.both_cpu, L.both_pcie);
@@ -315,12 +336,19 @@ int cmd_bench(int argc, char **argv) {
                 const result *r = &cfg[k].res[i];
                 double lim = i == 0 && n_prompt ? cfg[k].lim_pp : cfg[k].lim_tg;
                 double pred = i == 0 && n_prompt ? cfg[k].pred_pp : cfg[k].pred_tg;
-                printf("%s{\"placement\": \"%s\", \"promote\": \"%s\", \"built\": \"%s\", \"gpu_mib\": %.1f, "
-                       "\"test\": \"%s\", \"n_tokens\": %d, \"reps\": %d, \"tok_per_s\": %.3f, \"stddev\": %.3f, "
+                const char *pl = cfg[k].placement[0] ? cfg[k].placement : "default";
+                const char *pr = cfg[k].promote ? cfg[k].promote : "none";
+                printf("%s{\"placement\": ", first ? "" : ", ");
+                tnd_json_str(stdout, pl, strlen(pl));
+                printf(", \"promote\": ");
+                tnd_json_str(stdout, pr, strlen(pr));
+                printf(", \"built\": ");
+                tnd_json_str(stdout, cfg[k].desc, strlen(cfg[k].desc));
+                printf(", \"gpu_mib\": %.1f, \"test\": ", cfg[k].gpu_mib);
+                tnd_json_str(stdout, r->name, strlen(r->name));
+                printf(", \"n_tokens\": %d, \"reps\": %d, \"tok_per_s\": %.3f, \"stddev\": %.3f, "
                        "\"limit_tok_per_s\": %.3f, \"predicted_tok_per_s\": %.3f}",
-                       first ? "" : ", ", cfg[k].placement[0] ? cfg[k].placement : "default",
-                       cfg[k].promote ? cfg[k].promote : "none", cfg[k].desc, cfg[k].gpu_mib, r->name, r->n_tok, r->n,
-                       r->mean, r->sd, lim, pred);
+                       r->n_tok, r->n, r->mean, r->sd, lim, pred);
                 first = 0;
             }
         printf("]}\n");

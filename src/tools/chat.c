@@ -16,6 +16,33 @@ static void usage(FILE *f) {
                "Enter; /reset starts over, /quit (or end of input) leaves.\n\n%s", gen_opts_help);
 }
 
+/* A message longer than this is refused: more text than any context holds,
+ * and stdin from /dev/zero or a runaway pipe must not fill the memory. */
+#define LINE_MAX_BYTES ((size_t)16 << 20)
+
+/* Reads one line of stdin into *line (grown as needed, NUL-terminated, the
+ * newline dropped). Returns its length, -1 at end of input, -2 when the line
+ * passed LINE_MAX_BYTES (the rest of the input is not read). */
+static long read_line(char **line, size_t *cap) {
+    size_t n = 0;
+    int ch;
+    while ((ch = getchar()) != EOF && ch != '\n') {
+        if (n + 2 > *cap) {
+            if (*cap >= LINE_MAX_BYTES) return -2;
+            size_t nc = *cap ? *cap * 2 : 256;
+            char *b = realloc(*line, nc);
+            if (!b) return -2;
+            *line = b;
+            *cap = nc;
+        }
+        (*line)[n++] = (char)ch;
+    }
+    if (ch == EOF && n == 0) return -1;
+    if (!*line && !(*line = malloc(*cap = 256))) return -2;
+    (*line)[n] = 0;
+    return (long)n;
+}
+
 int cmd_chat(int argc, char **argv) {
     gen_opts o;
     gen_opts_init(&o);
@@ -37,10 +64,11 @@ int cmd_chat(int argc, char **argv) {
     tnd_sampler *s;
     if (gen_load(&o, &m, &c, &s)) {
         if (*tnd_last_error()) tools_print_error(NULL);
-        return 1;
+        return o.usage_error ? 2 : 1;
     }
     if (o.dry_run) return 0;
     const tnd_tokenizer *tok = tnd_model_tokenizer(m);
+    gen_chat_warn(&o, m);
     bool tty = isatty(0);
     if (tty) fprintf(stderr, "%s\n/reset to start over, /quit to leave\n", tnd_model_desc(m));
     tnd_chat_msg msgs[MAX_TURNS];
@@ -53,7 +81,13 @@ int cmd_chat(int argc, char **argv) {
     size_t cap = 0;
     for (;;) {
         if (tty) fprintf(stderr, "\n> ");
-        ssize_t len = getline(&line, &cap, stdin);
+        long len = read_line(&line, &cap);
+        if (len == -2) {
+            fprintf(stderr, "tandem: error: an input line is longer than %zu MiB (or memory ran out)\n",
+                    LINE_MAX_BYTES >> 20);
+            rc = 1;
+            break;
+        }
         if (len < 0) break;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
         if (!len) continue;

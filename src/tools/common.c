@@ -80,6 +80,13 @@ bool tools_parse_size(const char *s, uint64_t *out) {
     return true;
 }
 
+bool tools_check_budget(const char *s) {
+    uint64_t b;
+    if (!tnd_parse_budget(s, NULL, &b)) return true;
+    fprintf(stderr, "tandem: error: --vram-budget: %s\n", tnd_last_error());
+    return false;
+}
+
 int tools_bad_option(const char *cmd, const char *opt, bool unknown, void (*usage)(FILE *)) {
     if (!unknown) {
         fprintf(stderr, "tandem %s: bad or missing value for %s\n", cmd, opt);

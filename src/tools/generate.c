@@ -47,6 +47,8 @@ const char *gen_opts_help =
     "      --dry-run          print the placement and memory layout, run nothing\n"
     "      --cpu-exact        CPU matmuls with f32 activations: exact, slower (default: Q8\n"
     "                         activations and integer dots, like llama.cpp; TND_CPU_INT8=0)\n"
+    "      --check-weights    scan every weight for NaN and Inf at load (reads the whole file;\n"
+    "                         by default small tensors are scanned and big ones sampled)\n"
     "  -v, --verbose          log loading details\n";
 
 /* Returns 1 if argv[*i] was a shared option (consumed, with its value), 0 if
@@ -70,7 +72,9 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
         if (!tools_parse_int(VAL(), 1, 1024, &lv)) BAD("an integer in 1..1024");
         o->n_threads = (int)lv;
     } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-        if (!tools_parse_int(VAL(), 1, 1 << 24, &lv)) BAD("a positive integer");
+        if (!tools_parse_int(VAL(), 1, TOOLS_MAX_CTX, &lv))
+            BAD("an integer from 1 to " TOOLS_MAX_CTX_TEXT " (the most tandem supports; the model's own context "
+                "length caps it too)");
         o->cp.n_ctx = (int)lv;
     } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
         if (!tools_parse_int(VAL(), 1, 1 << 16, &lv)) BAD("a positive integer");
@@ -122,6 +126,9 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
         o->cp.cpu_exact = true;
     } else if (!strcmp(a, "--vram-budget")) {
         if (!(o->vram_budget = VAL())) BAD("a size (6G, 4523M) or a percentage of the weights (50%)");
+        if (!tools_check_budget(o->vram_budget)) return -1;
+    } else if (!strcmp(a, "--check-weights")) {
+        o->check_weights = true;
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
         o->verbose = true;
         o->cp.verbose = true;
@@ -143,9 +150,12 @@ tnd_status gen_load(gen_opts *o, tnd_model **m, tnd_ctx **c, tnd_sampler **s) {
     tnd_model_params mp = tnd_model_default_params();
     mp.n_threads = o->n_threads;
     mp.verbose = o->verbose;
+    mp.check_weights = o->check_weights;
     tnd_status st = tnd_model_load(o->model, &mp, m);
     if (st) return st;
     if (o->vram_budget && (st = tnd_parse_budget(o->vram_budget, *m, &o->cp.vram_budget))) {
+        tnd_fail_wrap(st, "--vram-budget: ");
+        o->usage_error = true;
         tnd_model_free(*m);
         *m = NULL;
         return st;
@@ -165,8 +175,13 @@ tnd_status gen_load(gen_opts *o, tnd_model **m, tnd_ctx **c, tnd_sampler **s) {
         *m = NULL;
         return st;
     }
-    if (o->verbose) fprintf(stderr, "tandem: loaded %s\n", tnd_model_desc(*m));
     return TND_OK;
+}
+
+void gen_chat_warn(const gen_opts *o, const tnd_model *m) {
+    if (!o->chat_template && !tnd_model_chat_template(m))
+        fprintf(stderr, "tandem: warning: the model has no chat template; using chatml (--chat-template NAME "
+                        "picks another)\n");
 }
 
 /* --dump FILE (for the reference tests): "TNDD", u32 version 1, u32 n_vocab,

@@ -23,7 +23,9 @@ typedef struct gen_opts {
     const char *dump;        /* --dump FILE (run only) */
     const char *vram_budget; /* --vram-budget text, parsed once the model is loaded */
     bool verbose;
+    bool check_weights;      /* --check-weights: scan every weight at load */
     bool dry_run;            /* --dry-run: gen_load prints the plan and loads no context */
+    bool usage_error;        /* set by gen_load when it failed on a bad option value (exit 2) */
 } gen_opts;
 
 typedef struct gen_result {
@@ -44,6 +46,9 @@ tnd_status gen_load(gen_opts *o, tnd_model **m, tnd_ctx **c, tnd_sampler **s);
 int gen_run(gen_opts *o, tnd_model *m, tnd_ctx *c, tnd_sampler *s, const int32_t *prompt, size_t n_prompt,
             FILE *out, gen_result *res);
 void gen_print_stats(const gen_result *r);
+/* Chat mode without --chat-template on a model with no template: says on
+ * stderr that chatml is used. */
+void gen_chat_warn(const gen_opts *o, const tnd_model *m);
 /* Tokenizes a prompt or rendered chat (BOS per vocab, special texts parsed,
  * no double BOS). 0 on success, 1 on failure (message printed). */
 int tools_tokenize_prompt(const tnd_tokenizer *tok, const char *text, int32_t **ids, size_t *n);

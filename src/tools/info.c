@@ -13,32 +13,12 @@
 
 #include "gguf.h"
 #include "tools.h"
+#include "util.h"
 
-/* Length of the valid UTF-8 sequence at p (n bytes left), or 0 if invalid:
- * overlong forms, surrogates and code points above U+10FFFF are invalid. */
-static size_t utf8_len(const unsigned char *p, size_t n) {
-    unsigned c = p[0];
-    size_t len;
-    unsigned cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (p[i] & 0x3f);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
-/* Writes bytes as the inside of a quoted string. json: JSON escapes (invalid
- * bytes as \udcXX); otherwise C-like escapes (invalid bytes as \xNN). At most
- * max bytes of input are shown (then "..."); max 0 means all. */
-static void put_escaped(FILE *f, const char *s, uint64_t n, bool json, uint64_t max) {
+/* Writes bytes as the inside of a quoted string, with C-like escapes
+ * (invalid bytes as \xNN). At most max bytes of input are shown (then
+ * "..."); max 0 means all. JSON strings: tnd_json_str. */
+static void put_escaped(FILE *f, const char *s, uint64_t n, uint64_t max) {
     const unsigned char *p = (const unsigned char *)s;
     uint64_t i = 0;
     while (i < n) {
@@ -47,7 +27,7 @@ static void put_escaped(FILE *f, const char *s, uint64_t n, bool json, uint64_t 
             return;
         }
         unsigned c = p[i];
-        size_t l = utf8_len(p + i, (size_t)(n - i < 8 ? n - i : 8));
+        size_t l = tnd_utf8_seq_len(p + i, (size_t)(n - i < 8 ? n - i : 8));
         if (l > 1) {
             fwrite(p + i, 1, l, f);
             i += l;
@@ -55,8 +35,7 @@ static void put_escaped(FILE *f, const char *s, uint64_t n, bool json, uint64_t 
         }
         i++;
         if (l == 0) {
-            if (json) fprintf(f, "\\udc%02x", c);
-            else fprintf(f, "\\x%02x", c);
+            fprintf(f, "\\x%02x", c);
             continue;
         }
         switch (c) {
@@ -66,19 +45,13 @@ static void put_escaped(FILE *f, const char *s, uint64_t n, bool json, uint64_t 
         case '\r': fputs("\\r", f); break;
         case '\t': fputs("\\t", f); break;
         default:
-            if (c < 0x20 || c == 0x7f) {
-                if (json) fprintf(f, "\\u%04x", c);
-                else fprintf(f, "\\x%02x", c);
-            } else fputc((int)c, f);
+            if (c < 0x20 || c == 0x7f) fprintf(f, "\\x%02x", c);
+            else fputc((int)c, f);
         }
     }
 }
 
-static void put_jstr(FILE *f, const char *s, uint64_t n) {
-    fputc('"', f);
-    put_escaped(f, s, n, true, 0);
-    fputc('"', f);
-}
+static void put_jstr(FILE *f, const char *s, uint64_t n) { tnd_json_str(f, s, (size_t)n); }
 static void put_jcstr(FILE *f, const char *s) { put_jstr(f, s, strlen(s)); }
 
 /* JSON: %.17g (exact). Text: the shortest form that reads back as the same
@@ -136,7 +109,7 @@ static void put_arr_elem(FILE *f, const gguf_kv *kv, uint64_t i, bool json) {
 static void put_value_text(FILE *f, const gguf_kv *kv) {
     if (kv->type == GGUF_STRING) {
         fputc('"', f);
-        put_escaped(f, kv->v.str.ptr, kv->v.str.len, false, 80);
+        put_escaped(f, kv->v.str.ptr, kv->v.str.len, 80);
         fputc('"', f);
     } else if (kv->type == GGUF_ARRAY) {
         uint64_t n = kv->v.arr.n;
@@ -149,7 +122,7 @@ static void put_value_text(FILE *f, const gguf_kv *kv) {
             if (i) fputs(", ", f);
             if (kv->v.arr.type == GGUF_STRING) {
                 fputc('"', f);
-                put_escaped(f, kv->v.arr.strs[i].ptr, kv->v.arr.strs[i].len, false, 40);
+                put_escaped(f, kv->v.arr.strs[i].ptr, kv->v.arr.strs[i].len, 40);
                 fputc('"', f);
             } else put_arr_elem(f, kv, i, false);
         }
@@ -319,10 +292,10 @@ int cmd_info(int argc, char **argv) {
         fprintf(f, "alignment:     %llu\n", (unsigned long long)gguf_alignment(g));
         fprintf(f, "data offset:   %llu\n", (unsigned long long)gguf_data_offset(g));
         fputs("architecture:  ", f);
-        if (arch.ptr) put_escaped(f, arch.ptr, arch.len, false, 80);
+        if (arch.ptr) put_escaped(f, arch.ptr, arch.len, 80);
         else fputs("(none)", f);
         fputs("\nname:          ", f);
-        if (name.ptr) put_escaped(f, name.ptr, name.len, false, 80);
+        if (name.ptr) put_escaped(f, name.ptr, name.len, 80);
         else fputs("(none)", f);
         fputc('\n', f);
         if (pl) {
@@ -331,7 +304,7 @@ int cmd_info(int argc, char **argv) {
                 const gguf_kv *kv = gguf_kv_at(g, i);
                 if (!key_has_prefix(kv->key, prefix, pl)) continue;
                 fputs("  ", f);
-                put_escaped(f, kv->key.ptr + pl, kv->key.len - pl, false, 60);
+                put_escaped(f, kv->key.ptr + pl, kv->key.len - pl, 60);
                 fputs(" = ", f);
                 put_value_text(f, kv);
                 fputc('\n', f);
@@ -360,7 +333,7 @@ int cmd_info(int argc, char **argv) {
         for (int64_t i = 0; i < gguf_n_kv(g); i++) {
             const gguf_kv *kv = gguf_kv_at(g, i);
             fprintf(f, "  %4lld  ", (long long)i);
-            put_escaped(f, kv->key.ptr, kv->key.len, false, 60);
+            put_escaped(f, kv->key.ptr, kv->key.len, 60);
             if (kv->type == GGUF_ARRAY) fprintf(f, " (array of %s) = ", gguf_vtype_name(kv->v.arr.type));
             else fprintf(f, " (%s) = ", gguf_vtype_name(kv->type));
             put_value_text(f, kv);
@@ -376,7 +349,7 @@ int cmd_info(int argc, char **argv) {
             for (uint32_t d = 0; d < t->n_dims; d++)
                 o += snprintf(shape + o, sizeof shape - (size_t)o, d ? " x %lld" : "%lld", (long long)t->ne[d]);
             fprintf(f, "  %5lld  ", (long long)i);
-            put_escaped(f, t->name.ptr, t->name.len, false, 64);
+            put_escaped(f, t->name.ptr, t->name.len, 64);
             int pad = 40 - (int)(t->name.len < 64 ? t->name.len : 67);
             fprintf(f, "%*s %-8s %-26s %12llu %12llu\n", pad > 0 ? pad : 0, "", gguf_type_name(t->type), shape,
                     (unsigned long long)t->nbytes, (unsigned long long)(t->offset + gguf_data_offset(g)));

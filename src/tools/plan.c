@@ -16,7 +16,9 @@ static void usage(FILE *f) {
                "  -m, --model FILE       GGUF model (default: the default model)\n"
                "      --device cuda|sim  the GPU to plan for (default: cuda if present, else sim)\n"
                "      --hw PROFILE       SimGPU hardware profile: %s, or a file\n"
-               "      --vram-budget X    bytes (6G) or percent of the weights (50%%)\n"
+               "      --vram-budget X    bytes (6G) or percent of the weights (50%%); default: the GPU's free\n"
+               "                         memory less 512 MiB, SimGPU: the --hw profile's memory\n"
+               "                         (SimGPU needs --hw or --vram-budget)\n"
                "      --placement P      static (default), layer, gpu, cpu, random:SEED or a file\n"
                "      --promote P        none (default), all, auto, random:SEED\n"
                "  -c, --ctx-size N       context length (default: min(model, 4096))\n"
@@ -48,10 +50,18 @@ int cmd_plan(int argc, char **argv) {
             ok = v && (!strcmp(v, "cuda") || !strcmp(v, "sim"));
             if (ok) cp.device = strcmp(v, "cuda") ? TND_DEVICE_SIM : TND_DEVICE_CUDA;
         } else if (!strcmp(a, "--hw")) ok = (cp.hw = v) != NULL;
-        else if (!strcmp(a, "--vram-budget")) ok = (budget = v) != NULL;
+        else if (!strcmp(a, "--vram-budget")) {
+            if ((ok = (budget = v) != NULL) && !tools_check_budget(v)) return 2;
+        }
         else if (!strcmp(a, "--placement") || !strcmp(a, "--policy")) ok = (cp.placement = v) != NULL;
         else if (!strcmp(a, "--promote")) ok = (cp.promote = v) != NULL;
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = tools_parse_int(v, 1, 1 << 24, &n_ctx);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (!tools_parse_int(v, 1, TOOLS_MAX_CTX, &n_ctx)) {
+                fprintf(stderr, "tandem plan: %s needs an integer from 1 to " TOOLS_MAX_CTX_TEXT " (the most tandem "
+                                "supports; the model's own context length caps it too)\n", a);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) ok = tools_parse_int(v, 1, 1 << 16, &n_batch);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = tools_parse_int(v, 1, 1024, &threads);
         else if (!strcmp(a, "--svg")) ok = (svg = v) != NULL;
@@ -60,12 +70,19 @@ int cmd_plan(int argc, char **argv) {
         if (!ok) return tools_bad_option("plan", a, false, usage);
         if (takes) i++;
     }
+    /* SimGPU alone has no memory size (all would fit) and no speed but this
+     * CPU's: such a plan says nothing, and profiling for it takes a while */
+    if (cp.device == TND_DEVICE_SIM && !cp.hw && !budget) {
+        fprintf(stderr, "tandem plan: no GPU to plan for: give --hw PROFILE (%s, or a file: a GPU's memory and "
+                        "speed) or --vram-budget X (SimGPU has no memory size of its own)\n", tnd_hw_names());
+        return 2;
+    }
     cp.n_ctx = (int)n_ctx;
     cp.n_batch = (int)n_batch;
     tnd_model *m;
     if (!tools_load_model(&model, threads, &m)) return 1;
     if (budget && tnd_parse_budget(budget, m, &cp.vram_budget)) {
-        tools_print_error(NULL);
+        tools_print_error("--vram-budget");
         tnd_model_free(m);
         return 2;
     }
@@ -77,8 +94,15 @@ int cmd_plan(int argc, char **argv) {
         tnd_model_free(m);
         return 1;
     }
-    if (json) tnd_plan_print_json(pl, model, stdout);
-    else tnd_plan_print(pl, stdout);
+    if (json) {
+        tnd_plan_print_json(pl, model, stdout);
+    } else {
+        /* where the budget came from: a number alone does not say */
+        if (budget) printf("GPU budget: %.1f MiB (--vram-budget %s)\n", cp.vram_budget / 1048576.0, budget);
+        else if (cp.device == TND_DEVICE_SIM) printf("GPU budget: the %s profile's memory\n", cp.hw);
+        else printf("GPU budget: the driver's free memory less 512 MiB\n");
+        tnd_plan_print(pl, stdout);
+    }
     int rc = 0;
     if (svg) {
         if (tnd_plan_write_svg(pl, svg)) {

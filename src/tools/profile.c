@@ -80,12 +80,16 @@ int cmd_profile(int argc, char **argv) {
     }
     double took = tnd_time_s() - t0;
     if (json) {
-        printf("{\"model\": \"%s\", \"source\": \"%s\", \"seconds\": %.2f, \"b_pcie\": %.4e, \"b_cpu\": %.4e, "
+        printf("{\"model\": ");
+        tnd_json_str(stdout, model, strlen(model));
+        printf(", \"source\": ");
+        tnd_json_str(stdout, pf->source, strlen(pf->source));
+        printf(", \"seconds\": %.2f, \"b_pcie\": %.4e, \"b_cpu\": %.4e, "
                "\"b_hbm\": %.4e, \"switch_latency_s\": %.4e, \"launch_s\": %.4e, \"decode_calibration\": %.4f, "
                "\"switch_host_s\": %.4e, \"disturbed\": %s, "
                "\"tokens\": [%d, %d, %d], "
                "\"attn_cpu_s\": [%.4e, %.4e, %.4e], \"attn_gpu_s\": [%.4e, %.4e, %.4e], \"slices\": [",
-               model, pf->source, took, pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch, pf->cal_decode, pf->sw_host,
+               took, pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch, pf->cal_decode, pf->sw_host,
                strstr(pf->source, ", disturbed") ? "true" : "false",
                tnd_perf_nt[0], tnd_perf_nt[1],
                tnd_perf_nt[2], pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0], pf->attn_gpu[1],
@@ -94,9 +98,10 @@ int cmd_profile(int argc, char **argv) {
         for (int i = 0; i < m->n_slices; i++) {
             const tnd_weight *w = m->slices[i];
             if (tnd_slice_small(w)) continue;
-            printf("%s{\"name\": \"%.*s\", \"bytes\": %llu, \"t_cpu_s\": [%.4e, %.4e, %.4e], \"t_gpu_s\": [%.4e, %.4e, "
-                   "%.4e]}",
-                   first ? "" : ", ", (int)w->t->name.len, w->t->name.ptr, (unsigned long long)w->t->nbytes,
+            printf("%s{\"name\": ", first ? "" : ", ");
+            tnd_json_str(stdout, w->t->name.ptr, w->t->name.len);
+            printf(", \"bytes\": %llu, \"t_cpu_s\": [%.4e, %.4e, %.4e], \"t_gpu_s\": [%.4e, %.4e, %.4e]}",
+                   (unsigned long long)w->t->nbytes,
                    pf->t_cpu[i * 3], pf->t_cpu[i * 3 + 1], pf->t_cpu[i * 3 + 2], pf->t_gpu[i * 3], pf->t_gpu[i * 3 + 1],
                    pf->t_gpu[i * 3 + 2]);
             first = 0;

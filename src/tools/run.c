@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "generate.h"
+#include "util.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tandem run [options] -p TEXT | -f FILE\n\n"
@@ -13,28 +14,6 @@ static void usage(FILE *f) {
                "      --chat             wrap the prompt in the model's chat template\n"
                "      --dump FILE        write prompt ids, generated ids and logits (tests)\n"
                "%s", gen_opts_help);
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 >= cap) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = b;
-        }
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    return buf;
 }
 
 /* Tokenizes a prompt: BOS as the vocab says, special-token texts recognised
@@ -77,8 +56,15 @@ int cmd_run(int argc, char **argv) {
     }
     char *file_text = NULL;
     if (pfile) {
-        if (!(file_text = read_file(pfile))) {
-            fprintf(stderr, "tandem: error: cannot read prompt file %s\n", pfile);
+        size_t len;
+        /* 64 MiB: more text than the longest context holds */
+        if (tnd_read_regular(pfile, "prompt file", 64u << 20, &file_text, &len)) {
+            tools_print_error(NULL);
+            return 1;
+        }
+        if (strlen(file_text) != len) {
+            fprintf(stderr, "tandem: error: prompt file '%s' holds a NUL byte (is it text?)\n", pfile);
+            free(file_text);
             return 1;
         }
         prompt = file_text;
@@ -94,7 +80,7 @@ int cmd_run(int argc, char **argv) {
     if (gen_load(&o, &m, &c, &s)) {
         if (*tnd_last_error()) tools_print_error(NULL);
         free(file_text);
-        return 1;
+        return o.usage_error ? 2 : 1;
     }
     if (o.dry_run) {
         free(file_text);
@@ -109,6 +95,7 @@ int cmd_run(int argc, char **argv) {
         int nm = 0;
         if (o.system) msgs[nm++] = (tnd_chat_msg){"system", o.system};
         msgs[nm++] = (tnd_chat_msg){"user", prompt};
+        gen_chat_warn(&o, m);
         if (tnd_chat_render(o.chat_template, tnd_model_chat_template(m), msgs, nm, true, &rendered)) {
             tools_print_error("chat template");
             goto out;

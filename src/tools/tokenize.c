@@ -6,6 +6,7 @@
 
 #include "tandem.h"
 #include "tools.h"
+#include "util.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -23,19 +24,30 @@ static void usage(FILE *f) {
             "               vocab test format): print one line of ids per case\n");
 }
 
-/* Reads a whole file (or stdin for "-"); *out malloc'd. */
+/* A text to tokenize may be large (vocab test files), not endless: stdin
+ * and files alike stop at this many bytes with a message. */
+#define TEXT_MAX ((size_t)256 << 20)
+
+/* Reads a whole regular file, or stdin for "-"; *out malloc'd. */
 static bool read_all(const char *path, char **out, size_t *n_out) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "tandem: error: %s: %s\n", path, strerror(errno));
-        return false;
+    if (strcmp(path, "-")) {
+        if (tnd_read_regular(path, "text file", TEXT_MAX, out, n_out)) {
+            tools_print_error(NULL);
+            return false;
+        }
+        return true;
     }
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     for (;;) {
         if (!buf) break;
-        n += fread(buf + n, 1, cap - n, f);
+        n += fread(buf + n, 1, cap - n, stdin);
         if (n < cap) break;
+        if (cap > TEXT_MAX) {
+            fprintf(stderr, "tandem: error: stdin holds more than %zu MiB of text\n", TEXT_MAX >> 20);
+            free(buf);
+            return false;
+        }
         char *nb = realloc(buf, cap * 2);
         if (!nb) {
             free(buf);
@@ -45,10 +57,8 @@ static bool read_all(const char *path, char **out, size_t *n_out) {
         buf = nb;
         cap *= 2;
     }
-    bool err = ferror(f);
-    if (f != stdin) fclose(f);
-    if (!buf || err) {
-        fprintf(stderr, "tandem: error: reading %s failed\n", path);
+    if (!buf || ferror(stdin)) {
+        fprintf(stderr, "tandem: error: reading stdin failed\n");
         free(buf);
         return false;
     }

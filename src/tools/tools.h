@@ -32,11 +32,21 @@ const char *tools_default_model(void);
  * the error and returns false. */
 bool tools_load_model(const char **path, long n_threads, tnd_model **m);
 
+/* The largest -c tandem takes (2^24 tokens, beyond any model's own context
+ * length, which ctx_new checks as well). */
+#define TOOLS_MAX_CTX (1 << 24)
+#define TOOLS_MAX_CTX_TEXT "16777216"
+
 /* Parses "123", "4k", "512M", "6G", "6GiB" into bytes; false if malformed. */
 bool tools_parse_size(const char *s, uint64_t *out);
 /* Parses a whole decimal integer in [lo, hi]; false if malformed or out of range. */
 bool tools_parse_int(const char *s, long lo, long hi, long *out);
 bool tools_parse_float(const char *s, double *out);
+
+/* Checks a --vram-budget value before the model is loaded; on a bad one
+ * prints "tandem: error: --vram-budget: ..." and returns false (the caller
+ * exits 2, bad usage). */
+bool tools_check_budget(const char *s);
 
 /* A command-line option the command `cmd` cannot take: unknown (the
  * message, then usage) or missing/bad value. Returns 2, the exit code. */
