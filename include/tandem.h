@@ -98,7 +98,7 @@ typedef struct tnd_cuda_device_info {
     int code_arch;       /* the architecture of the code this build runs on it: arch when the
                             build has code for it; lower when the driver compiled an older PTX,
                             and then tandem leaves the kernels that need newer features off
-                            (slower; rebuild with -DCMAKE_CUDA_ARCHITECTURES=native) */
+                            (slower; rebuild with -DCMAKE_CUDA_ARCHITECTURES=arch/10) */
     uint64_t mem_total;  /* bytes */
     uint64_t mem_free;   /* bytes free now */
 } tnd_cuda_device_info;
@@ -301,9 +301,12 @@ typedef struct tnd_generate_result {
 
 tnd_generate_params tnd_generate_default_params(void);
 /* Appends the prompt to the context (after what it holds: a chat continues),
- * then samples up to p->n_predict tokens, each fed back, calling on_token
- * (may be NULL) once per token; the last call's text ends the output. The
- * final text is the concatenation of every event's text. Fails like
+ * then samples up to p->n_predict tokens, calling on_token (may be NULL)
+ * once per token; the last call's text ends the output. The final text is
+ * the concatenation of every event's text. Each token but the last is fed
+ * back: the context then holds the prompt and all generated tokens but the
+ * last (sampled, never evaluated), so a caller that continues puts that
+ * token's text at the start of its next prompt. Fails like
  * tnd_ctx_eval (TND_ERR_LIMIT: the prompt does not fit), and with
  * TND_ERR_FORMAT when a logit comes out NaN or Inf (damaged weights); res
  * (may be NULL) is filled either way. */

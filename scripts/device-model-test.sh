@@ -12,8 +12,8 @@ mkdir -p "$logs" /tmp/tnd
 fail=0
 cmp_run() { # label model prompt [extra args]
   local label=$1 model=$2 prompt=$3; shift 3
-  $B run -m "$model" -p "$prompt" -n 48 --temp 0 -t 16 --device cpu --dump /tmp/tnd/c.bin "$@" >/tmp/tnd/c.txt 2>&1 || { echo "FAIL $label: cpu run"; tail -3 /tmp/tnd/c.txt; fail=1; return; }
-  $B run -m "$model" -p "$prompt" -n 48 --temp 0 --device cuda --dump /tmp/tnd/g.bin "$@" >/tmp/tnd/g.txt 2>&1 || { echo "FAIL $label: cuda run"; tail -3 /tmp/tnd/g.txt; fail=1; return; }
+  $B run -m "$model" -p "$prompt" -n 48 --temp 0 -t 16 --cpu-exact --device cpu --dump /tmp/tnd/c.bin "$@" >/tmp/tnd/c.txt 2>&1 || { echo "FAIL $label: cpu run"; tail -3 /tmp/tnd/c.txt; fail=1; return; }
+  $B run -m "$model" -p "$prompt" -n 48 --temp 0 --cpu-exact --device cuda --dump /tmp/tnd/g.bin "$@" >/tmp/tnd/g.txt 2>&1 || { echo "FAIL $label: cuda run"; tail -3 /tmp/tnd/g.txt; fail=1; return; }
   python3 tests/compare_dumps.py /tmp/tnd/c.bin /tmp/tnd/g.bin --label "$label: " || fail=1
 }
 if [ -f "$M" ]; then

@@ -96,9 +96,12 @@ tnd_status tnd_generate_tokens(tnd_ctx *ctx, const int32_t *ids, size_t n_ids, c
     if (n_ids > INT32_MAX) return tnd_fail(TND_ERR_LIMIT, "generate: %zu prompt tokens", n_ids);
     const tnd_generate_params dp = tnd_generate_default_params();
     if (!p) p = &dp;
-    for (int s = 0; s < p->n_stop; s++)
+    size_t max_stop = 0;
+    for (int s = 0; s < p->n_stop; s++) {
         if (!p->stop || !p->stop[s] || !p->stop[s][0])
             return tnd_fail(TND_ERR_ARG, "generate: stop string %d is empty", s);
+        max_stop = TND_MAX(max_stop, strlen(p->stop[s]));
+    }
     tnd_model *m = tnd_ctx_model(ctx);
     const tnd_tokenizer *tok = tnd_model_tokenizer(m);
     const int nv = tnd_model_n_vocab(m);
@@ -138,16 +141,19 @@ tnd_status tnd_generate_tokens(tnd_ctx *ctx, const int32_t *ids, size_t n_ids, c
                 st = tnd_fail(TND_ERR_NOMEM, "generate: out of memory");
                 goto done;
             }
-            /* cut at the first stop string; it can only end in the new piece */
-            const size_t from = text.len > pl + 256 ? text.len - pl - 256 : 0;
+            /* cut at the earliest stop string; a new one can only end in the
+             * new piece (memmem: a byte piece may hold a NUL) */
+            const size_t from = text.len > pl + max_stop ? text.len - pl - max_stop : 0;
+            size_t cut = text.len;
             for (int k = 0; k < p->n_stop; k++) {
-                char *hit = strstr(text.s + from, p->stop[k]);
-                if (hit) {
-                    text.len = (size_t)(hit - text.s);
-                    text.s[text.len] = 0;
-                    r.stop = TND_STOP_STRING;
-                    last = true;
-                }
+                const char *hit = memmem(text.s + from, text.len - from, p->stop[k], strlen(p->stop[k]));
+                if (hit && (size_t)(hit - text.s) < cut) cut = (size_t)(hit - text.s);
+            }
+            if (cut < text.len) {
+                text.len = cut;
+                text.s[cut] = 0;
+                r.stop = TND_STOP_STRING;
+                last = true;
             }
             if (!last && p->n_predict >= 0 && i + 1 >= p->n_predict) {
                 r.stop = TND_STOP_LENGTH;

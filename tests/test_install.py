@@ -42,7 +42,8 @@ def example_against(prefix, label, want):
         return
     exe = os.path.join(prefix, "generate")
     cc = run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", os.path.join(SRC, "examples", "generate.c"), "-o", exe]
-             + flags.stdout.split() + ["-Wl,-rpath," + os.path.join(prefix, "lib")])
+             + flags.stdout.split()
+             + ["-Wl,-rpath," + f[2:] for f in flags.stdout.split() if f.startswith("-L")])
     if not check(cc.returncode == 0, label + ": compiling the example: " + cc.stderr[-2000:]):
         return
     r = run([exe, MODEL, PROMPT, N])
@@ -80,8 +81,13 @@ def main():
                 if check(r.returncode == 0, "build shared: " + r.stdout[-2000:]):
                     r = run(["cmake", "--install", b, "--prefix", prefix])
                     check(r.returncode == 0, "install shared: " + r.stderr[-500:])
-                    libs = os.listdir(os.path.join(prefix, "lib"))
+                    libs = [f for d in ("lib", "lib64") if os.path.isdir(os.path.join(prefix, d))
+                            for f in os.listdir(os.path.join(prefix, d))]
                     check(any(f.startswith("libtandem.so") for f in libs), "libtandem.so installed: %s" % libs)
+                    # the installed tool finds the installed library by itself
+                    v = run([os.path.join(prefix, "bin", "tandem"), "--version"])
+                    check(v.returncode == 0 and v.stdout.startswith("tandem "),
+                          "the installed tandem runs: " + v.stdout + v.stderr)
                     example_against(prefix, "shared", want)
     print("%d passed, %d failed" % (checks - fails, fails))
     return 1 if fails else 0

@@ -99,19 +99,26 @@ static void check_cases(const char *what, tnd_model *m, const tnd_ctx_params *cp
 /* A plan is for one context size and one device: other ones are refused,
  * and the context runs on. */
 static void check_refusals(tnd_model *m, const tnd_ctx_params *cp, const int32_t *ids, int n) {
-    tnd_plan *a = NULL, *other = NULL, *cpu = NULL;
+    tnd_plan *a = NULL, *other = NULL, *cpu = NULL, *mode = NULL, *bad = NULL;
     tnd_ctx_params p = *cp;
     p.n_ctx = cp->n_ctx / 2;
     tnd_ctx_params q = *cp;
     q.device = TND_DEVICE_CPU;
+    tnd_ctx_params e = *cp; /* the other CPU activation mode */
+    e.cpu_exact = !cp->cpu_exact;
+    tnd_ctx_params neg = *cp;
+    neg.n_ctx = -5;
     CHECK_ST(build(m, cp, "random:9", NULL, &a));
     CHECK_ST(build(m, &p, "random:9", NULL, &other));
     CHECK_ST(build(m, &q, "cpu", NULL, &cpu));
+    CHECK_ST(build(m, &e, "random:9", NULL, &mode));
+    CHECK(build(m, &neg, "random:9", NULL, &bad) == TND_ERR_ARG && !bad, "a negative context size is refused");
     tnd_ctx *c = NULL;
     if (a && other && cpu && tnd_ctx_new_from_plan(a, &c) == TND_OK) {
         CHECK(tnd_ctx_eval(c, ids, n, NULL) == TND_OK, "eval: %s", tnd_last_error());
         CHECK(tnd_ctx_set_plan(c, other) == TND_ERR_ARG, "a plan of another context length is refused");
         CHECK(tnd_ctx_set_plan(c, cpu) == TND_ERR_ARG, "a CPU plan is refused by a GPU context");
+        CHECK(tnd_ctx_set_plan(c, mode) == TND_ERR_ARG, "a plan for the other CPU mode is refused");
         CHECK(tnd_ctx_n_past(c) == n && tnd_ctx_eval(c, ids, 1, NULL) == TND_OK, "the context runs on after refusals");
     } else {
         CHECK(0, "plans for the refusals: %s", tnd_last_error());
@@ -120,6 +127,7 @@ static void check_refusals(tnd_model *m, const tnd_ctx_params *cp, const int32_t
     tnd_plan_free(a);
     tnd_plan_free(other);
     tnd_plan_free(cpu);
+    tnd_plan_free(mode);
 }
 
 static const swap_case dense_cases[] = {

@@ -141,7 +141,9 @@ static void work(tnd_pool *p) {
                                                    memory_order_acquire))
             continue;
         p->fn(p->arg, (int)item, (int)count);
-        const uint32_t d = atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1;
+        /* seq_cst: with the sleeper's announce-then-recheck on n_sleeping,
+         * either it sees this count or this thread sees it asleep */
+        const uint32_t d = atomic_fetch_add_explicit(&p->done, 1, memory_order_seq_cst) + 1;
         if (d == count) wake(p, &p->done);
         cur = atomic_load_explicit(&p->next, memory_order_acquire);
     }

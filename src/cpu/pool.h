@@ -27,7 +27,7 @@ int tnd_pool_size(const tnd_pool *p);
  * returns when all are done. p may be NULL: runs fn(arg, 0, 1) on the caller.
  * Not reentrant. */
 void tnd_pool_run(tnd_pool *p, tnd_task_fn fn, void *arg);
-/* The same with n_items items (1 .. 1<<20): more items than threads balance
+/* The same with n_items items (1 .. 1<<20 - 1): more items than threads balance
  * threads that run at different speeds. */
 void tnd_pool_run_n(tnd_pool *p, tnd_task_fn fn, void *arg, int n_items);
 /* Items per thread that tnd_pool_run_n callers use to balance late threads. */

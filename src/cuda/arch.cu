@@ -77,15 +77,17 @@ extern "C" int tnd_cu_arch_usable(int code_arch) {
     const int dev = tnd_cu_device_arch();
     /* a family falls back only where the device could run it: sm_80 for the
      * mma and cp.async kernels, sm_90 for bulk copies and PDL */
-    const bool short_of = (code_arch < 800 && dev >= 800) || (code_arch < 900 && dev >= 900);
+    /* 0: the query failed; nothing is known, and the callers then choose
+     * the fallbacks anyway */
+    const bool short_of = code_arch > 0 && ((code_arch < 800 && dev >= 800) || (code_arch < 900 && dev >= 900));
     if (short_of) {
         __atomic_fetch_add(&n_fallbacks, 1, __ATOMIC_RELAXED);
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             TND_WARN("cuda: this build has no sm_%d code for the GPU (built for %s): the driver compiled "
                      "compute_%d code, which lacks the kernels that need sm_%d or later (tensor cores, "
                      "cp.async, bulk copies); slower kernels run instead. Rebuild for this GPU: cmake -S . -B "
-                     "build -DCMAKE_CUDA_ARCHITECTURES=native",
-                     dev / 10, TND_CUDA_ARCHS, code_arch / 10, code_arch < 800 ? 80 : 90);
+                     "build -DCMAKE_CUDA_ARCHITECTURES=%d (or configure a new build folder on this machine)",
+                     dev / 10, TND_CUDA_ARCHS, code_arch / 10, code_arch < 800 ? 80 : 90, dev / 10);
     }
     return code_arch;
 }

@@ -556,7 +556,7 @@ static int64_t rows_of(const tnd_tensor *t) { return ne(t, 1) * ne(t, 2) * ne(t,
 #define ARG_FAIL(...) return tnd_fail(TND_ERR_ARG, __VA_ARGS__)
 
 /* Whether MATMUL_PAIR is offered to the executor (env TND_CUDA_PAIR=0: no,
- * for comparing against two launches; on by default, session 14). */
+ * for comparing against two launches; on by default since 75610e8). */
 static bool pair_on(void) {
     static int v = -1; /* a benign race: every thread computes the same */
     if (v < 0) {

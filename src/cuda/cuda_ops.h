@@ -173,7 +173,7 @@ int tnd_cu_matvec_q4kt_i8b(const void *W, int64_t n_in, int64_t n_out, const flo
  * q and k): y1 = W1 x and y2 = W2 x, both W re-laid Q4_K of n_in columns,
  * through tnd_cu_matvec_q4kt_i8b's kernel over the rows of W1 then W2 (its
  * arguments, register ring only). One launch streams twice the bytes for
- * one launch's fixed cost (DECISIONS, session 14). The bits depend on
+ * one launch's fixed cost (docs/DECISIONS.md, "Two matrices in one launch"). The bits depend on
  * blocks and warps only, and differ from two separate launches' in the
  * last place. 801 where tnd_cu_matvec_q4kt_pair_supported is false, a W is
  * not 16-byte aligned or shared memory is short. */
@@ -299,7 +299,7 @@ int tnd_cu_softmax(const float *x, float *y, int64_t n, int64_t rows, float scal
 int tnd_cu_f32_to_f16(const float *x, uint16_t *y, int64_t n, tnd_cu_stream stream);
 int tnd_cu_f16_to_f32(const uint16_t *x, float *y, int64_t n, tnd_cu_stream stream);
 /* Copies n bytes with SM threads (not the copy engine): for activations to
- * or from mapped pinned host memory (DESIGN.md §5). Any alignment. */
+ * or from mapped pinned host memory (docs/ARCHITECTURE.md, "Hybrid execution"). Any alignment. */
 int tnd_cu_copy_sm(void *dst, const void *src, size_t n, tnd_cu_stream stream);
 
 /* ---- moe.cu ----------------------------------------------------------------

@@ -344,7 +344,7 @@ int cu_dev_attr(cudaDeviceAttr a) {
  * for each type. Env TND_CUDA_MV=old|f16mma|i8mma overrides it for all
  * types; a family that cannot take a type or shape falls back to the f32
  * kernels. */
-/* Measured on the H200 (docs/BENCHMARKS.md, session 3), GB/s at 5120x17408:
+/* Measured on the H200 (docs/DECISIONS.md, "CUDA decode matvec on f16 tensor cores"), GB/s at 5120x17408:
  * Q4_K f32 1595, f16mma 2010-2206, i8mma 2041; Q6_K f32 950, f16mma 1710;
  * Q8_0 f32 1786, f16mma 1719 (no gain: the exact kernel stays). */
 static int mv_default(int type) {

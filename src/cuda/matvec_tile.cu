@@ -213,8 +213,8 @@ __global__ void __launch_bounds__(512) k_q4kt_repack(uint8_t *__restrict__ W, si
 
 /* ---- Q4_K in the tile layout on the int8 tensor cores: k_mvq_q4k -----------
  * Why: ncu put the f16 tiled decode (k_mvt_q4k) at 45% issue with ~200 of
- * a chunk's ~330 instructions on the half-rate integer pipe (DECISIONS,
- * session 8). This is k_mvi_q4k's math (x on a 16-bit grid per super-block
+ * a chunk's ~330 instructions on the half-rate integer pipe (docs/DECISIONS.md,
+ * "Programmatic dependent launch for the tiled decode"). This is k_mvi_q4k's math (x on a 16-bit grid per super-block
  * as byte planes H, L; masked nibbles into mma m16n8k32 u8 x s8; exact
  * s32 sums per sub-block, one f32 step per super-block: mvq_value) on the
  * tile layout's loads: ~200 instructions a chunk all told (ncu), far fewer
@@ -478,7 +478,7 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
  * step of the block reads nw consecutive chunks (its stretch of memory
  * front to back) and no warp holds more than one item beyond the mean
  * (measured: about as fast as other splits; what is left is a fixed cost
- * per launch, DECISIONS, session 10). A warp
+ * per launch, docs/DECISIONS.md, "An even share per SM"). A warp
  * leaves its sum of each pair it touches in shared memory (no barrier in
  * the loop): the items p nsb + j, j < min(nsb, nw), of pair p belong to
  * distinct warps, and after the loop the block adds their sums in that
@@ -974,7 +974,7 @@ static int launch_mvt(const void *W, int64_t n_in, int64_t n_out, const float *x
  * default tnd_cu_matvec_q4kt call of one or two tokens takes (env
  * TND_CUDA_TILE_MV=f16|i8|i8b|auto: TND_CU_Q4KT_*), and the int8 tiles'
  * depth (env TND_CUDA_TILE_DEPTH, shared with k_mvt_q4k, clamped to 1..2).
- * AUTO (session 14, H200, PDL): the even share at depth 1 from 20 MiB of
+ * AUTO (75610e8, H200, PDL): the even share at depth 1 from 20 MiB of
  * weights (5120x17408: 14.8 us against the tiles' 16.5; 4096x12288: 9.8
  * against 12.2; 4096x14336: 10.8 against 10.9), the tiles below (5120x5120:
  * 7.1 us against 7.6). */
@@ -1058,7 +1058,7 @@ static int mvq_max_kw(int64_t n_in, int n_tok, int64_t mb, int ns) {
 }
 
 /* Default launch shape and stages (*NS in: the stages asked for, -1 any;
- * out: those to run). Measured on the H200 (session 9, ncu): each warp is
+ * out: those to run). Measured on the H200 (ncu, docs/DECISIONS.md, "The int8 decode on the tile layout"): each warp is
  * latency-bound (~7.6 cycles an instruction, half of it waiting on its
  * loads), the chunks of a warp run one after another, and a second wave of
  * blocks costs as much as the first. So: the fewest tiles per block (MB,
@@ -1141,7 +1141,7 @@ extern "C" int tnd_cu_matvec_q4kt_i8_stages(void) { return mvq_stages(); }
 
 /* ---- the int8 decode over an even share per SM (k_mvb_q4k): launch --------- */
 
-/* THE DEFAULTS, from dev_cuda_matvec_bench --i8 (session 10, H200, 5120x17408,
+/* THE DEFAULTS, from dev_cuda_matvec_bench --i8 (docs/BENCHMARKS.md of the even share, H200, 5120x17408,
  * PDL): the register ring of depth 2 (tnd_cu_matvec_q4kt_i8's default depth)
  * with 16 warps, 2 chunks per warp asked of L2 before the wait: 16.0 us,
  * 74% of the copy bandwidth; the shared rings 66-68%, 8 or 12 warps 70%,

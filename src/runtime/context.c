@@ -114,7 +114,7 @@ static tnd_status ctx_alloc(tnd_model *m, int n_ctx, int n_batch, tnd_device dev
     const char *tr = getenv("TND_TRACE");
     c->trace_mode = tr && atoi(tr) >= 2 ? 2 : tr && atoi(tr) > 0 ? 1 : 0;
     tnd_status st = tnd_backend_cpu_new(m->pool, 0, &c->side[0].be);
-    if (!st && cpu_exact) tnd_backend_cpu_set_int8(c->side[0].be, false);
+    if (!st) tnd_backend_cpu_set_int8(c->side[0].be, !cpu_exact); /* either way: the params win over the env */
     if (!st) st = tnd_backend_stream_new(c->side[0].be, &c->side[0].st);
     if (!st && device != TND_DEVICE_CPU) st = new_gpu(c, device, vram_budget, hw, cpu_exact);
     return st;
@@ -267,6 +267,10 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
     if (c->gpu && !plan->gpu)
         return tnd_fail(TND_ERR_ARG, "plan '%s' is for the CPU alone and the context has a GPU (make the plan "
                         "for the context's device with the placement cpu)", plan->pl.desc);
+    /* its perf DB timed the CPU in one activation mode: the context runs the other */
+    if (plan->cpu_exact == tnd_backend_cpu_int8(c->side[0].be))
+        return tnd_fail(TND_ERR_ARG, "plan '%s' is for the CPU's %s activations and the context runs %s",
+                        plan->pl.desc, plan->cpu_exact ? "f32" : "Q8", plan->cpu_exact ? "Q8" : "f32");
     tnd_status st = check_fits(c, plan);
     tnd_plan *own = NULL;
     if (!st) st = tnd_plan_copy(plan, &own);

@@ -163,10 +163,21 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
     return TND_OK;
 }
 
+/* The sizes a plan is made for: what tnd_ctx_new would accept. */
+static tnd_status check_sizes(const tnd_model *m, const tnd_ctx_params *p) {
+    if (p->n_ctx < 0 || p->n_batch < 0) return tnd_fail(TND_ERR_ARG, "context and batch sizes must be positive");
+    if (p->n_ctx > m->hp.n_ctx_train) /* as tnd_ctx_new: a plan must be one that can run */
+        return tnd_fail(TND_ERR_LIMIT, "context length %d exceeds the model's training context %d", p->n_ctx,
+                        m->hp.n_ctx_train);
+    return TND_OK;
+}
+
 tnd_status tnd_plan_make(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu, tnd_backend *gpu,
                          const tnd_placement *fixed, tnd_plan **out) {
     tnd_ctx_params dp = tnd_ctx_default_params();
     if (!p) p = &dp;
+    tnd_status cs = check_sizes(m, p);
+    if (cs) return cs;
     tnd_plan *pl = tnd_calloc(1, sizeof *pl);
     if (!pl) return TND_ERR_NOMEM;
     pl->m = m;
@@ -174,11 +185,6 @@ tnd_status tnd_plan_make(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu
     pl->vram_budget = p->vram_budget;
     pl->cpu_exact = p->cpu_exact;
     pl->n_ctx = p->n_ctx ? p->n_ctx : TND_MIN(m->hp.n_ctx_train, 4096);
-    if (pl->n_ctx > m->hp.n_ctx_train) { /* as tnd_ctx_new: a plan must be one that can run */
-        tnd_plan_free(pl);
-        return tnd_fail(TND_ERR_LIMIT, "context length %d exceeds the model's training context %d", p->n_ctx,
-                        m->hp.n_ctx_train);
-    }
     pl->n_batch = TND_MIN(p->n_batch ? p->n_batch : 512, pl->n_ctx);
     pl->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
     pl->gpu = gpu != NULL;
@@ -197,10 +203,13 @@ tnd_status tnd_plan_make(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu
 tnd_status tnd_plan_build(tnd_model *m, const tnd_ctx_params *p, tnd_plan **out) {
     tnd_ctx_params dp = tnd_ctx_default_params();
     if (!p) p = &dp;
+    /* sizes first: the backends (a CUDA context) take a while to start */
+    tnd_status st = check_sizes(m, p);
+    if (st) return st;
     /* backends only to plan with: the GPU's budget, and a perf DB measured
      * on them when none is cached */
     tnd_ctx *c = NULL;
-    tnd_status st = tnd_ctx_new_bare(m, p, &c);
+    st = tnd_ctx_new_bare(m, p, &c);
     if (!st) st = tnd_plan_make(m, p, c->side[0].be, c->gpu ? c->side[1].be : NULL, NULL, out);
     tnd_ctx_free(c);
     return st;

@@ -846,7 +846,7 @@ tnd_status tnd_backend_sim_new(const tnd_sim_params *p, tnd_backend **out) {
         }
     }
     tnd_status st = tnd_backend_cpu_new(c->pool, 0, &c->cpu);
-    if (!st && p->cpu_exact) tnd_backend_cpu_set_int8(c->cpu, false);
+    if (!st) tnd_backend_cpu_set_int8(c->cpu, !p->cpu_exact);
     if (st) {
         tnd_pool_free(c->pool);
         free(c);

@@ -50,11 +50,12 @@ static void print_version(void) {
             printf("GPU %d: %s\n", i, tnd_last_error());
             continue;
         }
-        printf("GPU %d: %s, sm_%d, %.1f GiB; runs sm_%d code%s\n", i, d.name, d.arch / 10,
-               d.mem_total / 1073741824.0, d.code_arch / 10,
-               d.code_arch < d.arch ? " (no code for its own architecture in this build: slower kernels; rebuild "
-                                      "with -DCMAKE_CUDA_ARCHITECTURES=native)"
-                                    : "");
+        printf("GPU %d: %s, sm_%d, %.1f GiB; runs sm_%d code", i, d.name, d.arch / 10, d.mem_total / 1073741824.0,
+               d.code_arch / 10);
+        if (d.code_arch < d.arch)
+            printf(" (no code for its own architecture in this build: slower kernels; rebuild with "
+                   "-DCMAKE_CUDA_ARCHITECTURES=%d)", d.arch / 10);
+        printf("\n");
     }
 }
 
