@@ -794,8 +794,8 @@ static int smem_optin_once(bool (&done)[64], const void *const *k, int n) {
 /* Measured on the H200 (copy bandwidth 4271 GB/s), default launch shape,
  * 4096x4096 / 4096x14336 / 5120x17408 / 14336x4096: DEPTH 1 PF 0 32% / 53%
  * / 52% / 52% of the copy bandwidth, the best; DEPTH 3-4 worse (170
- * registers: fewer warps resident); PF 1 never helped. Session 8 (4244
- * GB/s): PDL 31->39%, 53->59%, 53->55%, 53->60%; PF 2 no better. */
+ * registers: fewer warps resident); PF 1 never helped. At 554335c
+ * (2026-11-30, copy 4244 GB/s): PDL 31->39%, 53->59%, 53->55%, 53->60%; PF 2 no better. */
 #define MVT_DEFAULT_DEPTH 1
 #define MVT_DEFAULT_PF 0
 #define MVT_DEFAULT_PDL 1
@@ -1145,8 +1145,8 @@ extern "C" int tnd_cu_matvec_q4kt_i8_stages(void) { return mvq_stages(); }
  * PDL): the register ring of depth 2 (tnd_cu_matvec_q4kt_i8's default depth)
  * with 16 warps, 2 chunks per warp asked of L2 before the wait: 16.0 us,
  * 74% of the copy bandwidth; the shared rings 66-68%, 8 or 12 warps 70%,
- * 4 or more chunks asked of L2 70%. Session 14 (the kernel as built since,
- * two runs on one machine): depth 1 14.8-14.9 us (80%) against depth 2's
+ * 4 or more chunks asked of L2 70%. At d12e459 (2026-12-01; the kernel as
+ * built since, two runs on one machine): depth 1 14.8-14.9 us (80%) against depth 2's
  * 15.7 (76%), and the pair of 5120x17408 matrices 26.4 us (90%) against
  * 27.5 (86%). So depth 1, for this kernel alone. */
 #define MVB_DEFAULT_DEPTH 1 /* chunks in flight per lane in registers (the register ring) */
