@@ -8,12 +8,9 @@ import subprocess
 import sys
 import tempfile
 
-src = os.environ.get("TND_SRC", ".")
-tandem = os.environ.get("TND_BIN", os.path.join(src, "build", "tandem"))
-model = os.path.join(src, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-if not os.path.exists(model):
-    print("skipped: default model missing")
-    sys.exit(77)
+import cli_env
+
+src, tandem, model = cli_env.default_model_paths()
 os.environ["TANDEM_CACHE"] = tempfile.mkdtemp()
 fails = 0
 
