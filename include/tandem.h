@@ -139,9 +139,11 @@ typedef struct tnd_ctx_params {
                                 knapsack placement), "layer" (whole layers from the last
                                 while they fit the budget), "gpu", "cpu", "random:SEED", or
                                 a placement file */
-    const char *promote;     /* CPU slices copied to the GPU for a round: NULL or "none",
-                                "all", "auto" (when the copy pays: prefill), "random:SEED"
-                                (or "promote" lines of a file) */
+    const char *promote;     /* CPU slices copied to the GPU for a round: "none", "all",
+                                "auto" (those ATSInfer's Algorithm 2 finds pay, chosen before
+                                each round, decode and prefill), "random:SEED" (or "promote"
+                                lines of a file); NULL: "auto" for the static and layer
+                                placements with a GPU, else "none" */
     const char *hw;          /* SimGPU timing profile: a built-in name or a file; NULL = none */
     bool verbose;            /* print the memory layout and per-round statistics */
     bool reprofile;          /* static placement: measure the machine anew even if a

@@ -8,6 +8,9 @@
 #   dense  synth qwen3-14b at --vram-budget 50%, tg128: alone, then with 10
 #          cores busy
 #   moe    synth qwen3-30b-a3b (--moe-skew 0.5) at 30%, tg128, random tokens
+#   xfer   the dynamic-transfer ablation, synth qwen3-14b at 50%: layer
+#          placement, static placement, static with Algorithm 2's promotions
+#          (the default), tg128 then pp2048, with bench's limit columns
 # Models are generated under /tmp/tnd (kept while the machine is).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +53,16 @@ for s in ${*:-cpu dense moe}; do
     synth qwen3-30b-a3b /tmp/tnd/qwen3-30b-a3b.gguf --moe-skew 0.5
     tg "30B-A3B 30%, random tokens" -m /tmp/tnd/qwen3-30b-a3b.gguf --device cuda --vram-budget 30% -n 128 -r 2 -t $T --tokens random
     ;;
-  *) echo "usage: $0 [cpu|dense|moe]..." >&2; exit 2 ;;
+  xfer)
+    [ "$(left)" -gt 200 ] || { echo "xfer: skipped (time)"; continue; }
+    synth qwen3-14b /tmp/tnd/qwen3-14b.gguf
+    for run in "-p 0 -n 128 -r 2" "-p 2048 -n 0 -r 1"; do
+      timeout 300 $B bench -m /tmp/tnd/qwen3-14b.gguf --device cuda --vram-budget 50% -t $T $run \
+        --placement layer,promote=none --placement static,promote=none --placement static 2>/tmp/tnd/bench.err |
+        grep -E "^\||^placement|^bandwidth" || tail -3 /tmp/tnd/bench.err
+    done
+    ;;
+  *) echo "usage: $0 [cpu|dense|moe|xfer]..." >&2; exit 2 ;;
   esac
 done
 echo "device-speed: $(( $(date +%s) - start )) s"

@@ -12,8 +12,12 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
-import gguf
+try:
+    import numpy as np
+    import gguf
+except ImportError as e:  # the device machine has no PyPI: skip, as the other oracle tests do
+    print(f"skipped: {e}")
+    sys.exit(77)
 
 src = os.environ.get("TND_SRC", ".")
 tandem = os.environ.get("TND_BIN", os.path.join(src, "build", "tandem"))

@@ -9,8 +9,8 @@
  * run synchronously on this thread, GPU ops are queued on the compute
  * stream, and this thread waits for the GPU only when a CPU op needs a GPU
  * result (or before overwriting a host buffer the GPU is still copying).
- * Promoted slices are copied on the transfer stream into a ring of slots,
- * each copy starting as soon as its slot's previous reader is done.
+ * Promoted slices are copied on the transfer stream into a byte ring on the GPU,
+ * each copy starting as soon as the readers of the bytes it overwrites are done.
  *
  * A MoE layer split expert by expert (tnd_placement.split) arrives as a
  * NONE node, which maps the routing ids to each side's (done here, on the
@@ -32,6 +32,7 @@
 
 #include "exec/exec.h"
 #include "sched/perf.h"
+#include "sched/transfer.h"
 #include "util.h"
 
 /* ---- TND_TRACE -------------------------------------------------------------
@@ -114,43 +115,82 @@ static tnd_status wait_mapped(tnd_ctx *c, int b) {
     return tnd_backend_event_sync(g, c->mapped_ev);
 }
 
-/* promote=auto: this round promotes a candidate when copying it and running
- * it on the GPU costs less than running it on the CPU (the perf DB's times;
- * without one, rounds of 32 tokens or more promote every candidate). Large
- * prefill chunks promote nearly everything, decode steps almost nothing. */
-static void choose_round_promotions(tnd_ctx *c, int nt) {
+/* promote=auto: the promotions of this round by Algorithm 2 (sched/
+ * transfer.h) over the perf DB's times; without a DB, rounds of 32 tokens
+ * or more promote every candidate. The choice depends on the round's size
+ * and, through attention, its depth: it is kept while the size is the same
+ * and the depth within the same 256 positions. */
+static tnd_status choose_round_promotions(tnd_ctx *c, int nt) {
     const tnd_model *m = c->m;
-    for (int i = 0; i < m->n_slices; i++) {
-        if (!c->pl.promote[i]) continue;
-        c->round_prom[i] = c->perf ? tnd_perf_pays_to_promote(m, c->perf, i, nt) : nt >= 32;
+    const int depth = c->n_past / 256;
+    if (c->prom_key_nt == nt && c->prom_key_depth == depth) return TND_OK;
+    if (c->perf) {
+        tnd_status st = tnd_xfer_choose(m, c->perf, &c->pl, c->lay.n_slots, nt, c->n_past, c->round_prom, NULL);
+        if (st) return st;
+    } else {
+        for (int i = 0; i < m->n_slices; i++) c->round_prom[i] = c->pl.promote[i] && nt >= 32;
     }
-    /* a split layer's three expert tensors share the ids of the CPU's experts: one decision */
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        const tnd_layer *L = &m->layers[l];
-        if (!c->pl.split || !c->pl.split[l] || L->gate_exps.id < 0 || !c->pl.promote[L->gate_exps.id]) continue;
-        bool p = c->perf ? tnd_perf_split_pays_to_promote(m, c->perf, &c->pl, l, nt) : nt >= 32;
-        c->round_prom[L->gate_exps.id] = c->round_prom[L->up_exps.id] = c->round_prom[L->down_exps.id] = p;
-    }
+    c->prom_key_nt = nt;
+    c->prom_key_depth = depth;
+    return TND_OK;
 }
 
 static bool is_expert_copy(const tnd_ctx *c, int j) { return c->m->slices[c->g.nodes[c->prom[j]].sid]->n_expert > 1; }
 
 static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s);
 
-/* Queues the copy of the j-th promoted slice of the round into its slot. An
- * expert tensor is copied only once routing has chosen (docs/ARCHITECTURE.md,
- * Execution): the
- * experts its ids name, each to its own offset in a slot the size of the
- * whole tensor, so the kernels index it as they would the full tensor. */
+/* Bytes of the ring the j-th promoted slice of the round takes. */
+static uint64_t ring_len(const tnd_ctx *c, int j) {
+    return (c->m->slices[c->g.nodes[c->prom[j]].sid]->t->nbytes + 255) & ~(uint64_t)255;
+}
+
+/* Places the round's promoted slices in the ring one after another,
+ * wrapping to the start where one does not fit before the end. */
+static void ring_place(tnd_ctx *c) {
+    uint64_t at = 0;
+    for (int j = 0; j < c->n_prom; j++) {
+        uint64_t n = ring_len(c, j);
+        if (at + n > c->ring_bytes) at = 0;
+        c->prom_off[j] = at;
+        c->prom_len[j] = n;
+        at += n;
+    }
+}
+
+/* Promotion i's bytes in the ring overlap promotion j's. */
+static bool ring_overlap(const tnd_ctx *c, int i, int j) {
+    return c->prom_off[i] < c->prom_off[j] + c->prom_len[j] && c->prom_off[j] < c->prom_off[i] + c->prom_len[i];
+}
+
+/* Copy j may be queued once seen promoted nodes are queued: every node
+ * whose bytes it overwrites among the last TND_RING_EV is (older ones are
+ * covered by waiting for node j - TND_RING_EV, in stream order). */
+static bool ring_ready(const tnd_ctx *c, int j, int seen) {
+    if (j >= seen + TND_RING_EV) return false;
+    for (int i = TND_MAX(j - TND_RING_EV + 1, 0); i < j; i++)
+        if (i >= seen && ring_overlap(c, i, j)) return false;
+    return true;
+}
+
+/* Queues the copy of the j-th promoted slice of the round into its place
+ * in the ring. An expert tensor is copied only once routing has chosen
+ * (docs/ARCHITECTURE.md, Execution): the experts its ids name, each to its
+ * own offset in a place the size of the whole tensor, so the kernels index
+ * it as they would the full tensor. */
 static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
     tnd_backend *g = c->side[1].be;
     const tnd_node *nd = &c->g.nodes[c->prom[j]];
-    int k = j % c->lay.n_slots, sid = nd->sid;
+    int sid = nd->sid;
     const tnd_weight *w = c->m->slices[sid];
     const char *src = c->w[0][sid];
-    char *dst = c->slot[k];
+    char *dst = (char *)c->ring + c->prom_off[j];
     size_t n = w->t->nbytes;
-    tnd_status st = tnd_backend_stream_wait(g, c->xfer, c->slot_free[k]);
+    /* the readers of these bytes: node j - TND_RING_EV (all before it are
+     * done then) and the overlapping ones after it */
+    tnd_status st = TND_OK;
+    if (j >= TND_RING_EV) st = tnd_backend_stream_wait(g, c->xfer, c->slot_free[j % TND_RING_EV]);
+    for (int i = TND_MAX(j - TND_RING_EV + 1, 0); !st && i < j; i++)
+        if (ring_overlap(c, i, j)) st = tnd_backend_stream_wait(g, c->xfer, c->slot_free[i % TND_RING_EV]);
     if (st) return st;
     if (w->n_expert > 1) {
         /* the routing ids, on the host (waits for the GPU if it routed) */
@@ -167,7 +207,7 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
     } else if ((st = tnd_backend_copy_h2d(g, dst, src, n, c->xfer))) {
         return st;
     }
-    if ((st = tnd_backend_event_record(g, c->slot_ready[k], c->xfer))) return st;
+    if ((st = tnd_backend_event_record(g, c->slot_ready[j % TND_RING_EV], c->xfer))) return st;
     c->n_w_copies++;
     c->w_copy_bytes += n;
     return TND_OK;
@@ -180,14 +220,15 @@ static bool same_routing(const tnd_ctx *c, int j, int seen) {
     return a->layer == b->layer && a->op.in[2].data == b->op.in[2].data;
 }
 
-/* Keeps up to n_slots copies queued from the next promoted node to run
- * (seen); stops at an expert tensor, whose copy waits until its node is
- * reached (reached: node seen is about to run, its routing done) — and
- * then the layer's other expert tensors of the same routing follow at once,
- * so the link does not idle while the first one computes. */
+/* Keeps copies queued ahead of the next promoted node to run (seen) as far
+ * as the ring has room (ring_ready); stops at an expert tensor, whose copy
+ * waits until its node is reached (reached: node seen is about to run, its
+ * routing done) — and then the layer's other expert tensors of the same
+ * routing follow at once, so the link does not idle while the first one
+ * computes. */
 static tnd_status prefetch(tnd_ctx *c, int seen, bool reached) {
     tnd_status st = TND_OK;
-    while (!st && c->prom_next < c->n_prom && c->prom_next < seen + c->lay.n_slots &&
+    while (!st && c->prom_next < c->n_prom && ring_ready(c, c->prom_next, seen) &&
            (!is_expert_copy(c, c->prom_next) || (reached && same_routing(c, c->prom_next, seen))))
         st = queue_weight_copy(c, c->prom_next++);
     return st;
@@ -217,7 +258,7 @@ static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s) {
 }
 
 /* Rewrites tensor t's canonical data pointer into side s's memory (slot:
- * the promotion slot holding a weight, or -1), making an activation current
+ * the round's promotion whose ring place holds a weight, or -1), making an activation current
  * on side s first when the op reads it. */
 static tnd_status rebase(tnd_ctx *c, tnd_tensor *t, int s, bool read, int slot) {
     if (!t->data) return TND_OK;
@@ -242,7 +283,7 @@ static tnd_status rebase(tnd_ctx *c, tnd_tensor *t, int s, bool read, int slot) 
         return TND_OK;
     }
     default: {
-        const char *base = slot >= 0 ? c->slot[slot] : c->w[s][r->idx];
+        const char *base = slot >= 0 ? (const char *)c->ring + c->prom_off[slot] : c->w[s][r->idx];
         if (!base) {
             const gguf_str *nm = &c->m->slices[r->idx]->t->name;
             return tnd_fail(TND_ERR_INTERNAL, "weight '%.*s' is not on the %s", (int)nm->len, nm->ptr,
@@ -333,8 +374,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     c->cur = s;
     tnd_op op = nd->op;
     tnd_status st;
-    int slot = -1;
-    if (prom) slot = *prom_seen % c->lay.n_slots;
+    int slot = prom ? *prom_seen : -1, ev = slot % TND_RING_EV;
     for (int i = 0; i < TND_OP_MAX_IN; i++)
         if ((st = rebase(c, &op.in[i], s, true, i == 0 ? slot : -1))) return st;
     bool res = c->gpu && resident_part(c, nd), mapped_out = false;
@@ -376,10 +416,10 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     }
     /* an expert tensor's copy is queued now that routing has run */
     if (prom && c->prom_next == *prom_seen && (st = prefetch(c, *prom_seen, true))) return st;
-    if (prom && (st = tnd_backend_stream_wait(sd->be, sd->st, c->slot_ready[slot]))) return st;
+    if (prom && (st = tnd_backend_stream_wait(sd->be, sd->st, c->slot_ready[ev]))) return st;
     if (c->trace_mode == 1 && prom) {
         tr = tnd_time_s();
-        if ((st = tnd_backend_event_sync(sd->be, c->slot_ready[slot]))) return st;
+        if ((st = tnd_backend_event_sync(sd->be, c->slot_ready[ev]))) return st;
         trace_add(c, s, TR_WCOPY, part, tnd_time_s() - tr);
     }
     if (c->trace) tr = tnd_time_s();
@@ -412,7 +452,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
             if (v[i] >= 0 && v[i] < E) c->expert_hits[(size_t)nd->layer * E + v[i]]++;
     }
     if (prom) {
-        if ((st = tnd_backend_event_record(sd->be, c->slot_free[slot], sd->st))) return st;
+        if ((st = tnd_backend_event_record(sd->be, c->slot_free[ev], sd->st))) return st;
         (*prom_seen)++;
         if ((st = prefetch(c, *prom_seen, false))) return st;
     }
@@ -475,17 +515,21 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     if (c->lay.n_slots && c->pl.promote_auto) {
         if (!c->round_prom && !(c->round_prom = tnd_calloc((size_t)c->m->n_slices + 1, 1)))
             return tnd_fail(TND_ERR_NOMEM, "out of memory");
-        choose_round_promotions(c, nt);
+        if ((st = choose_round_promotions(c, nt))) return st;
     }
     if (c->lay.n_slots) {
         if (c->prom_cap < c->g.n) {
             int *p = realloc(c->prom, sizeof *p * (size_t)c->g.n);
-            if (!p) return tnd_fail(TND_ERR_NOMEM, "out of memory");
-            c->prom = p;
+            if (p) c->prom = p;
+            uint64_t *o = realloc(c->prom_off, sizeof *o * (size_t)c->g.n), *l = o ? realloc(c->prom_len, sizeof *l * (size_t)c->g.n) : NULL;
+            if (o) c->prom_off = o;
+            if (l) c->prom_len = l;
+            if (!p || !o || !l) return tnd_fail(TND_ERR_NOMEM, "out of memory");
             c->prom_cap = c->g.n;
         }
         for (int i = 0; i < c->g.n; i++)
             if (node_promoted(c, &c->g.nodes[i])) c->prom[c->n_prom++] = i;
+        ring_place(c);
         if (!c->chosen && !(c->chosen = tnd_calloc((size_t)TND_MAX(c->m->hp.n_expert, 1), 1)))
             return tnd_fail(TND_ERR_NOMEM, "out of memory");
         st = prefetch(c, 0, false);

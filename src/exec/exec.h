@@ -75,10 +75,15 @@ struct tnd_ctx {
     tnd_event *host_read[A_COUNT]; /* GPU copy out of the host buffer queued */
     bool host_read_pending[A_COUNT];
     tnd_event *sync_ev;
-    /* promotion slots */
-    void **slot;             /* [n_slots] */
-    tnd_event **slot_ready, **slot_free;
+    /* promotion slots: one ring of lay.n_slots * lay.slot_bytes on the GPU;
+     * the round's j-th promoted slice is copied to ring + prom_off[j], after
+     * the earlier ones its bytes overlap are done (exec.c) */
+    void *ring;
+    uint64_t ring_bytes;
+    tnd_event *slot_ready[TND_RING_EV], *slot_free[TND_RING_EV]; /* of promotion j % TND_RING_EV */
+    uint64_t *prom_off, *prom_len; /* [prom_cap] each promoted slice's place in the ring */
     uint8_t *round_prom;     /* [n_slices] promoted this round (promote_auto) */
+    int prom_key_nt, prom_key_depth; /* the round size and depth / 256 round_prom was chosen for (nt 0: none) */
     uint8_t *chosen;         /* [n_expert] scratch: the experts routing chose */
     int8_t *pair_ok;         /* [n_slices][2] whether the GPU backend takes the MATMUL after this slice's
                                 as one MATMUL_PAIR for 1 / 2 tokens: -1 not asked yet, 0 no, 1 yes */

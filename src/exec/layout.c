@@ -308,18 +308,11 @@ tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t n
 
 static tnd_status alloc_slots(tnd_ctx *c) {
     tnd_backend *g = c->side[1].be;
-    int n = c->lay.n_slots;
-    c->slot = tnd_calloc((size_t)n + 1, sizeof *c->slot);
-    c->slot_ready = tnd_calloc((size_t)n + 1, sizeof *c->slot_ready);
-    c->slot_free = tnd_calloc((size_t)n + 1, sizeof *c->slot_free);
-    if (!c->slot || !c->slot_ready || !c->slot_free) return TND_ERR_NOMEM;
-    for (int i = 0; i < n; i++) {
-        tnd_status st;
-        if ((st = gpu_alloc(c, c->lay.slot_bytes, &c->slot[i], "promotion slots")) ||
-            (st = tnd_backend_event_new(g, &c->slot_ready[i])) || (st = tnd_backend_event_new(g, &c->slot_free[i])))
-            return st;
-    }
-    return TND_OK;
+    c->ring_bytes = (uint64_t)c->lay.n_slots * c->lay.slot_bytes;
+    tnd_status st = gpu_alloc(c, c->ring_bytes, &c->ring, "promotion slots");
+    for (int i = 0; !st && i < TND_RING_EV; i++)
+        if (!(st = tnd_backend_event_new(g, &c->slot_ready[i]))) st = tnd_backend_event_new(g, &c->slot_free[i]);
+    return st;
 }
 
 /* Compact GPU index of each expert of a split layer (the arena's order). */
@@ -400,8 +393,8 @@ void tnd_layout_free(tnd_ctx *c) {
         tnd_backend_buf_free(g, c->kv_arena);
         tnd_backend_buf_free(g, c->w_arena);
         if (c->pinned) tnd_backend_host_free(g, c->pinned);
-        for (int i = 0; c->slot && i < c->lay.n_slots; i++) {
-            tnd_backend_buf_free(g, c->slot[i]);
+        if (c->ring) tnd_backend_buf_free(g, c->ring);
+        for (int i = 0; i < TND_RING_EV; i++) {
             if (c->slot_ready[i]) tnd_backend_event_free(g, c->slot_ready[i]);
             if (c->slot_free[i]) tnd_backend_event_free(g, c->slot_free[i]);
         }
@@ -415,9 +408,6 @@ void tnd_layout_free(tnd_ctx *c) {
     free(c->kv_addr);
     free(c->w[0]);
     free(c->w[1]);
-    free(c->slot);
-    free(c->slot_ready);
-    free(c->slot_free);
     free(c->reg);
 }
 
@@ -437,8 +427,10 @@ void tnd_layout_release(tnd_ctx *c) {
     c->kv_canon_bytes = 0;
     c->kv_addr = NULL;
     c->sync_ev = c->mapped_ev = NULL;
-    c->slot = NULL;
-    c->slot_ready = c->slot_free = NULL;
+    c->ring = NULL;
+    c->ring_bytes = 0;
+    memset(c->slot_ready, 0, sizeof c->slot_ready);
+    memset(c->slot_free, 0, sizeof c->slot_free);
     c->exp_gpu = NULL;
     c->reg = NULL;
     c->n_reg = 0;

@@ -41,6 +41,8 @@ void tnd_ctx_free(tnd_ctx *c) {
     tnd_plan_free(c->plan); /* owns c->pl's arrays and c->perf */
     tnd_graph_free(&c->g);
     free(c->prom);
+    free(c->prom_off);
+    free(c->prom_len);
     free(c->round_prom);
     free(c->chosen);
     free(c->pair_ok);
@@ -294,6 +296,7 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
     c->pair_ok = NULL;
     free(c->round_prom);
     c->round_prom = NULL;
+    c->prom_key_nt = 0; /* the new plan chooses its promotions afresh */
     tnd_plan_free(c->plan);
     adopt(c, own);
     st = ctx_lay_out(c);

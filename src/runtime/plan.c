@@ -82,6 +82,13 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
     const char *promote = fixed ? NULL : p->promote;
     if (fixed && fixed->promote_auto) return tnd_fail(TND_ERR_ARG, "a fixed placement cannot promote automatically");
     bool stat = !strcmp(spec, "static");
+    /* By default the measured placements promote dense slices where
+     * Algorithm 2 finds it pays (sched/transfer.h), every round, decode
+     * included, from slots that take at most a tenth of the budget. Expert
+     * tensors are left out: a slot must hold a whole one, and their copies
+     * wait for routing (`--promote auto` includes them). */
+    const bool dflt = !fixed && !promote && pl->gpu && (stat || !strcmp(spec, "layer"));
+    if (dflt) promote = "auto";
     uint64_t kv_layer = 2ull * pl->n_ctx * (uint64_t)pl->kv_dim * sizeof(uint16_t);
     uint64_t wbudget = 0;
     tnd_status st;
@@ -96,15 +103,23 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
         uint64_t fixed_bytes = l.act_gpu + l.small_gpu + l.scratch_gpu + (4u << 20);
         if (fixed_bytes <= budget && promote && strcmp(promote, "none")) {
             /* room for as many promotion slots (up to 3) as fit; none: no promotions */
-            uint64_t big = 0;
-            for (int i = 0; i < m->n_slices; i++)
-                if (!tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd && i != m->output.id &&
-                    m->slices[i]->t->nbytes > big)
-                    big = m->slices[i]->t->nbytes;
+            uint64_t big = 0, all = 0;
+            for (int i = 0; i < m->n_slices; i++) {
+                const tnd_weight *w = m->slices[i];
+                if (tnd_slice_small(w)) continue;
+                all += w->t->nbytes;
+                if (w != &m->tok_embd && i != m->output.id && (!dflt || w->n_expert <= 1) && w->t->nbytes > big)
+                    big = w->t->nbytes;
+            }
             uint64_t slot = ((big + 255) & ~(uint64_t)255) + (2u << 20); /* page rounding */
-            int k = 3;
+            int k = big ? 3 : 0;
             while (k > 0 && fixed_bytes + k * slot > budget) k--;
-            if (!k) {
+            /* the default: no slots where the weights fit without them or would lose over a tenth */
+            if (dflt && fixed_bytes + all + (4u << 20) <= budget) k = 0;
+            while (dflt && k > 0 && k * slot > (budget - fixed_bytes) / 10) k--;
+            if (!k && dflt) {
+                promote = NULL;
+            } else if (!k) {
                 TND_WARN("no room for a promotion slot (%.1f MiB) within the GPU budget: no promotions",
                          slot / 1048576.0);
                 promote = NULL;
@@ -134,6 +149,8 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
     } else if ((st = tnd_placement_make(m, stat ? "cpu" : spec, promote, wbudget, kv_layer, &pl->pl))) {
         return st;
     }
+    for (int i = 0; dflt && i < m->n_slices; i++)
+        if (m->slices[i]->n_expert > 1) pl->pl.promote[i] = 0;
     if (pl->gpu && pl->pl.promote_auto && !pl->perf && (st = tnd_perf_get(m, p, cpu, gpu, &pl->perf))) return st;
     if (!pl->gpu) {
         memset(pl->pl.where, 0, (size_t)m->n_slices);

@@ -9,11 +9,11 @@
 
 #include "cpu/membw.h"
 #include "sched/perf.h"
+#include "sched/transfer.h"
 #include "util.h"
 
 const int tnd_perf_nt[TND_PERF_NK] = {1, 512, 2048};
 #define KV_DEPTH 1024 /* cache rows a profiled decode step attends to */
-#define OTHER_OPS 10  /* weightless ops per layer (norms, adds, rope, act, KV stores) */
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -697,7 +697,7 @@ static double gpu_per_expert(const tnd_model *m, const tnd_perf *pf, int sid, in
 
 /* GPU seconds of slice sid (not split) for a round of nt tokens: an expert
  * tensor's over many tokens by the experts routing chooses. */
-static double gpu_time(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
+double tnd_perf_gpu_time(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
     const tnd_weight *w = m->slices[sid];
     if (w->n_expert <= 1 || nt <= 8) return tnd_perf_slice_time(pf, sid, TND_SIDE_GPU, nt);
     return gpu_per_expert(m, pf, sid, nt) * experts_chosen(m, pf, NULL, tnd_slice_layer(w), 0, nt);
@@ -705,7 +705,7 @@ static double gpu_time(const tnd_model *m, const tnd_perf *pf, int sid, int nt) 
 
 /* Bytes a promotion of slice sid copies in a round of nt tokens: an expert
  * tensor copies only the experts routing chose. */
-static double promoted_bytes(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
+double tnd_perf_promoted_bytes(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
     const tnd_weight *w = m->slices[sid];
     if (w->n_expert <= 1) return (double)w->t->nbytes;
     return (double)w->t->nbytes / w->n_expert * experts_chosen(m, pf, NULL, tnd_slice_layer(w), 0, nt);
@@ -751,8 +751,19 @@ bool tnd_perf_split_pays_to_promote(const tnd_model *m, const tnd_perf *pf, cons
 }
 
 bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
-    double copy = pf->lat + promoted_bytes(m, pf, sid, nt) / pf->b_pcie;
-    return copy + gpu_time(m, pf, sid, nt) < tnd_perf_slice_time(pf, sid, TND_SIDE_CPU, nt);
+    double copy = pf->lat + tnd_perf_promoted_bytes(m, pf, sid, nt) / pf->b_pcie;
+    return copy + tnd_perf_gpu_time(m, pf, sid, nt) < tnd_perf_slice_time(pf, sid, TND_SIDE_CPU, nt);
+}
+
+double tnd_perf_split_time(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt) {
+    split_cost sc = split_times(m, pf, p, l, nt);
+    const double launch = fmax(pf->launch, 0);
+    if (tnd_perf_split_pays_to_promote(m, pf, p, l, nt)) {
+        /* there and back, the chosen CPU experts' copy once routing is known, both parts on the GPU */
+        double sw = pf->lat + pf->sw_host + sizeof(float) * (double)m->hp.n_embd * nt / pf->b_pcie;
+        return 2 * sw + 3 * pf->lat + sc.bytes / pf->b_pcie + sc.tg + sc.tcg + 6 * launch;
+    }
+    return 7 * launch + fmax(sc.tc + tnd_perf_other_time(pf, TND_SIDE_CPU, nt), sc.tg + pf->lat);
 }
 
 /* Share of layer l's expert work (routings) that goes to its GPU experts:
@@ -799,12 +810,70 @@ static void tl_gpu(tl_clock *k, double t, int n) {
     k->host += n * k->launch;
 }
 
+/* The executor's ring of promoted slices (exec.c), in time: where each
+ * promotion of the round sits and when the op reading it is done. */
+typedef struct {
+    uint64_t bytes, at;
+    uint64_t *off, *len;
+    double *done;
+    int n, cap;
+    const tnd_model *m;
+} tl_ring;
+
+static bool ring_init(tl_ring *r, const tnd_model *m, const tnd_placement *p, int n_slots) {
+    uint64_t big = 0;
+    for (int i = 0; i < m->n_slices; i++)
+        if (p->promote[i]) big = TND_MAX(big, (m->slices[i]->t->nbytes + 255) & ~(uint64_t)255);
+    r->m = m;
+    r->bytes = (uint64_t)n_slots * big;
+    r->cap = m->n_slices + 1;
+    r->off = malloc(sizeof *r->off * (size_t)r->cap);
+    r->len = malloc(sizeof *r->len * (size_t)r->cap);
+    r->done = malloc(sizeof *r->done * (size_t)r->cap);
+    return r->off && r->len && r->done && big > 0;
+}
+
+static void ring_free(tl_ring *r) {
+    free(r->off);
+    free(r->len);
+    free(r->done);
+}
+
+/* Places the next promotion (slice sid) and returns when its bytes are
+ * free: promotion n - TND_RING_EV done and every later one they overlap. */
+static double ring_start(tl_ring *r, int sid) {
+    if (r->n >= r->cap) return INFINITY; /* cannot happen: a round promotes each slice once */
+    uint64_t n = (r->m->slices[sid]->t->nbytes + 255) & ~(uint64_t)255;
+    if (r->at + n > r->bytes) r->at = 0;
+    int j = r->n++;
+    r->off[j] = r->at;
+    r->len[j] = n;
+    r->done[j] = INFINITY;
+    r->at += n;
+    double t = j >= TND_RING_EV ? r->done[j - TND_RING_EV] : 0;
+    for (int i = TND_MAX(j - TND_RING_EV + 1, 0); i < j; i++)
+        if (r->off[i] < r->off[j] + n && r->off[j] < r->off[i] + r->len[i]) t = fmax(t, r->done[i]);
+    return t;
+}
+
+static void ring_done(tl_ring *r, int j, double t) {
+    if (j >= 0 && j < r->n) r->done[j] = t;
+}
+
 double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt, int pos0) {
     const tnd_hparams *hp = &m->hp;
-    /* the transfer stream copies promoted slices one after another, each
-     * into a slot freed by the op n_slots promotions earlier */
-    double xfer = 0, *slot_free = tnd_calloc((size_t)n_slots + 1, sizeof(double));
-    int k = 0;
+    /* the transfer stream copies promoted slices one after another into a
+     * ring of n_slots slots' bytes, each once the ops reading the bytes it
+     * overwrites are done (exec.c) */
+    double xfer = 0;
+    tl_ring rg = {0};
+    if (n_slots > 0 && !ring_init(&rg, m, p, n_slots)) n_slots = 0;
+    /* promote=auto: the promotions Algorithm 2 chooses for this round, as the executor runs them */
+    uint8_t *rp = p->promote_auto && n_slots > 0 ? tnd_calloc((size_t)m->n_slices + 1, 1) : NULL;
+    if (rp && tnd_xfer_choose(m, pf, p, n_slots, nt, pos0, rp, NULL)) {
+        tnd_clear_error();
+        memset(rp, 0, (size_t)m->n_slices); /* an allocation failed: predict none */
+    }
     double act = sizeof(float) * (double)hp->n_embd * nt;
     tl_clock ck = {0, 0, TND_SIDE_CPU, pf->lat + pf->sw_host + act / pf->b_pcie, pf->launch};
 
@@ -842,12 +911,15 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
                 /* the host needs the routing ids (a wait for the GPU that routed) */
                 if (ck.cur == TND_SIDE_GPU) ck.host = fmax(ck.host, ck.gpu) + ck.sw;
                 if (prom) {
-                    k += 3;
-                    xfer = fmax(xfer, ck.host) + 3 * pf->lat + sc.bytes / pf->b_pcie;
+                    double start = fmax(xfer, ck.host);
+                    const int ids[3] = {L->gate_exps.id, L->up_exps.id, L->down_exps.id};
+                    for (int q = 0; q < 3; q++) start = fmax(start, ring_start(&rg, ids[q]));
+                    xfer = start + 3 * pf->lat + sc.bytes / pf->b_pcie;
                     tl_to(&ck, TND_SIDE_GPU);
                     tl_gpu(&ck, sc.tg, 3);
                     ck.gpu = fmax(ck.gpu, xfer);
                     tl_gpu(&ck, sc.tcg, 3);
+                    for (int q = 0; q < 3; q++) ring_done(&rg, rg.n - 3 + q, ck.gpu);
                 } else {
                     /* The host queues the GPU part (seven ops: three expert
                      * ops, their row copies, the activation), then runs the
@@ -865,28 +937,26 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
                 continue;
             }
             if (!w->t || w->id < 0) continue;
-            bool prom = n_slots > 0 && p->promote[w->id] &&
-                        (!p->promote_auto || tnd_perf_pays_to_promote(m, pf, w->id, nt));
+            bool prom = n_slots > 0 && p->promote[w->id] && (!p->promote_auto || (rp && rp[w->id]));
             int side = prom ? TND_SIDE_GPU : p->where[w->id];
-            double t = side == TND_SIDE_GPU ? gpu_time(m, pf, w->id, nt) : tnd_perf_slice_time(pf, w->id, side, nt);
+            double t = side == TND_SIDE_GPU ? tnd_perf_gpu_time(m, pf, w->id, nt) : tnd_perf_slice_time(pf, w->id, side, nt);
             tl_to(&ck, side);
             if (side == TND_SIDE_CPU) {
                 ck.host += t;
                 continue;
             }
-            if (prom && slot_free) {
-                int s = k++ % n_slots;
-                double start = fmax(xfer, slot_free[s]);
+            if (prom) {
+                double start = fmax(xfer, ring_start(&rg, w->id));
                 /* an expert copy is queued once the host holds the routing
                  * (a wait for the GPU); the layer's others follow at once */
                 if (w->n_expert > 1) {
                     if (w == &L->gate_exps) ck.host = fmax(ck.host, ck.gpu);
                     start = fmax(start, ck.host);
                 }
-                xfer = start + pf->lat + promoted_bytes(m, pf, w->id, nt) / pf->b_pcie;
+                xfer = start + pf->lat + tnd_perf_promoted_bytes(m, pf, w->id, nt) / pf->b_pcie;
                 ck.gpu = fmax(ck.gpu, xfer);
                 tl_gpu(&ck, t, 1);
-                slot_free[s] = ck.gpu;
+                ring_done(&rg, rg.n - 1, ck.gpu);
             } else {
                 tl_gpu(&ck, t, 1);
             }
@@ -901,6 +971,7 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
     }
     /* the logits come back to the host */
     if (ck.cur != TND_SIDE_CPU) ck.host = fmax(ck.host, ck.gpu) + pf->lat + sizeof(float) * (double)hp->n_vocab / pf->b_pcie;
-    free(slot_free);
+    ring_free(&rg);
+    free(rp);
     return fmax(ck.host, ck.gpu);
 }

@@ -16,6 +16,8 @@
 #include "sim/hw.h"
 
 #define TND_PERF_NK 3
+/* weightless ops per layer (norms, adds, rope, act, KV stores) */
+#define OTHER_OPS 10
 /* The round sizes profiled: a decode step, prefill chunks of 512 and 2048. */
 extern const int tnd_perf_nt[TND_PERF_NK];
 
@@ -110,13 +112,24 @@ double tnd_perf_other_time(const tnd_perf *pf, int side, int nt);
  * between the profiled sizes). */
 double tnd_perf_slice_time(const tnd_perf *pf, int sid, int side, int nt);
 
-/* promote=auto's rule: copying slice sid and running it on the GPU beats
- * running it on the CPU, for a round of nt tokens. */
+/* The per-slice rule promote=auto used before Algorithm 2 (the baseline
+ * tests/test_transfer.c holds the DP against): copying slice sid and
+ * running it on the GPU beats running it on the CPU, for a round of nt
+ * tokens. */
 bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, int nt);
 /* The same for the CPU experts of split layer l (its three expert tensors
  * promote together): copying the ones routing chose and running their share
  * on the GPU beats running it on the CPU. */
 bool tnd_perf_split_pays_to_promote(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt);
+
+/* Seconds of split layer l's expert ops in a round of nt tokens, both
+ * halves (promoted by the rule above, or side by side). */
+double tnd_perf_split_time(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt);
+/* GPU seconds of slice sid (not split) for a round of nt tokens (an expert
+ * tensor's by the experts routing chooses), and the bytes its promotion
+ * copies (an expert tensor's chosen experts). */
+double tnd_perf_gpu_time(const tnd_model *m, const tnd_perf *pf, int sid, int nt);
+double tnd_perf_promoted_bytes(const tnd_model *m, const tnd_perf *pf, int sid, int nt);
 
 /* Share of split layer l's routings that go to its GPU experts: their
  * popularity mass in pf's hot-expert table, or their count without one

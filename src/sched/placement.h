@@ -24,6 +24,11 @@ enum { TND_SIDE_CPU = 0, TND_SIDE_GPU = 1 };
  * expert tensors then have where = CPU (the host store holds them whole,
  * the GPU arena only its experts) and one promotion flag shared by the
  * three (promoting moves the chosen CPU-side experts to a slot). */
+/* Promoted slices of a round in the executor's ring at once, at most: a
+ * copy is queued no earlier than the op TND_RING_EV promotions before it
+ * (exec.c; the timeline model and dynamic transfer assume the same). */
+#define TND_RING_EV 16
+
 typedef struct tnd_placement {
     int n_slices, n_layer, n_expert; /* n_expert: per MoE layer, 0 for dense models */
     uint8_t *where;    /* [n_slices] TND_SIDE_* of the ops reading the slice */

@@ -85,6 +85,11 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     const int n_batch = tnd_plan_n_batch(pl);
     k->gpu_mib = tnd_plan_layout(pl)->gpu_total / 1048576.0;
     snprintf(k->desc, sizeof k->desc, "%s", p->desc);
+    if (!k->promote) { /* the default, as the plan took it */
+        bool any = false;
+        for (int i = 0; i < m->n_slices; i++) any |= p->promote[i] != 0;
+        k->promote = !any || !tnd_plan_layout(pl)->n_slots ? "none" : p->promote_auto ? "auto" : "set";
+    }
     if (pf && tnd_plan_gpu(pl)) {
         /* the rounds the tests run: one prefill chunk from an empty cache,
          * decode steps from depth to depth + n_gen */
@@ -337,7 +342,7 @@ int cmd_bench(int argc, char **argv) {
                 double lim = i == 0 && n_prompt ? cfg[k].lim_pp : cfg[k].lim_tg;
                 double pred = i == 0 && n_prompt ? cfg[k].pred_pp : cfg[k].pred_tg;
                 const char *pl = cfg[k].placement[0] ? cfg[k].placement : "default";
-                const char *pr = cfg[k].promote ? cfg[k].promote : "none";
+                const char *pr = cfg[k].promote ? cfg[k].promote : "-";
                 printf("%s{\"placement\": ", first ? "" : ", ");
                 tnd_json_str(stdout, pl, strlen(pl));
                 printf(", \"promote\": ");
@@ -367,7 +372,7 @@ int cmd_bench(int argc, char **argv) {
                 const result *r = &cfg[k].res[i];
                 double lim = i == 0 && n_prompt ? cfg[k].lim_pp : cfg[k].lim_tg;
                 printf("| %s | %s | %.0f | %s | %.2f ± %.2f |", cfg[k].placement[0] ? cfg[k].placement : "default",
-                       cfg[k].promote ? cfg[k].promote : "none", cfg[k].gpu_mib, r->name, r->mean, r->sd);
+                       cfg[k].promote ? cfg[k].promote : "-", cfg[k].gpu_mib, r->name, r->mean, r->sd);
                 if (lim > 0) printf(" %.1f | %.0f%% |", lim, 100.0 * r->mean / lim);
                 else printf(" - | - |");
                 double pred = i == 0 && n_prompt ? cfg[k].pred_pp : cfg[k].pred_tg;

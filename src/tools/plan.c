@@ -20,7 +20,7 @@ static void usage(FILE *f) {
                "                         memory less 512 MiB, SimGPU: the --hw profile's memory\n"
                "                         (SimGPU needs --hw or --vram-budget)\n"
                "      --placement P      static (default), layer, gpu, cpu, random:SEED or a file\n"
-               "      --promote P        none (default), all, auto, random:SEED\n"
+               "      --promote P        auto (default with static/layer), none, all, random:SEED\n"
                "  -c, --ctx-size N       context length (default: min(model, 4096))\n"
                "  -b, --batch-size N     prefill chunk (default 512)\n"
                "  -t, --threads N        CPU threads (default: physical cores)\n"
