@@ -362,8 +362,10 @@ extern "C" void tnd_cu_matvec_set_kind(int kind) {
     mv_forced = kind == TND_CU_MV_F32 || kind == TND_CU_MV_F16MMA || kind == TND_CU_MV_I8MMA ? kind : -1;
 }
 
-/* env TND_CUDA_MV: -1 auto (per-type default), else the family forced
- * (TND_CFG_MV_* equal TND_CU_MV_*) */
+/* env TND_CUDA_MV: -1 auto (per-type default), else the family forced */
+static_assert((int)TND_CFG_MV_OLD == (int)TND_CU_MV_F32 && (int)TND_CFG_MV_F16MMA == (int)TND_CU_MV_F16MMA &&
+                  (int)TND_CFG_MV_I8MMA == (int)TND_CU_MV_I8MMA && (int)TND_CFG_MV_AUTO == -1,
+              "config.h's TND_CUDA_MV values are the families' own");
 static int mv_env(void) { return tnd_config_get()->cuda_mv; }
 
 static int mv_mode(int type) {
