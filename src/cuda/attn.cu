@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/attn_tc.cuh"
 #include "config.h"
+#include "cuda/attn_tc.cuh"
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
 

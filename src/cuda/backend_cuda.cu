@@ -20,8 +20,8 @@
 #include <sys/mman.h>
 
 #include "backend.h"
-#include "cuda/cuda_ops.h"
 #include "config.h"
+#include "cuda/cuda_ops.h"
 extern "C" {
 #include "util.h"
 }
