@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
+
 static _Thread_local char g_err[1024];
 
 const char *tnd_last_error(void) { return g_err; }
@@ -56,8 +58,7 @@ static int g_log_level = -1;
 
 int tnd_log_level(void) {
     if (g_log_level < 0) {
-        const char *e = getenv("TND_LOG");
-        g_log_level = e ? atoi(e) : TND_LOG_WARN;
+        g_log_level = tnd_config_get()->log_level;
     }
     return g_log_level;
 }

@@ -10,6 +10,7 @@
 
 #include "cpu/pool.h"
 #include "check.h"
+#include "config.h"
 #include "util.h"
 
 #define MAXT 16
@@ -65,8 +66,8 @@ static void task_slow(void *v, int i, int n) {
 }
 
 static void test_pool(int n, const char *spin) {
-    if (spin) setenv("TND_POOL_SPIN", spin, 1);
-    else unsetenv("TND_POOL_SPIN");
+    /* the environment is read once per process: the knob is set directly */
+    CHECK(tnd_config_set("TND_POOL_SPIN", spin) == TND_OK, "TND_POOL_SPIN=%s: %s", spin ? spin : "(unset)", tnd_last_error());
     tnd_pool *p = tnd_pool_new(n);
     CHECK(p, "pool_new(%d): %s", n, tnd_last_error());
     if (!p) return;
@@ -134,7 +135,7 @@ int main(void) {
     test_pool(3, "0");
     test_pool(MAXT, "50");
     /* Default size: physical cores (those this process may use). */
-    unsetenv("TND_POOL_SPIN");
+    tnd_config_set("TND_POOL_SPIN", NULL);
     tnd_pool *p = tnd_pool_new(0);
     CHECK(p && tnd_pool_size(p) >= 1 && tnd_pool_size(p) <= 512, "default pool");
     tnd_pool_free(p);

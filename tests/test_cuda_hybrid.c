@@ -23,6 +23,7 @@
 
 #include "backend.h"
 #include "check.h"
+#include "config.h"
 #include "exec/exec.h"
 #include "model_fixture.h"
 #include "tandem.h"
@@ -206,9 +207,9 @@ int main(void) {
                    cfg[k].promote ? cfg[k].promote : "none", cfg[k].budget ? cfg[k].budget : "default",
                    cfg[k].pieces ? ", pinned in pieces of MiB " : "", cfg[k].pieces ? cfg[k].pieces : "");
             uint64_t grew = 0;
-            if (cfg[k].pieces) setenv("TND_CUDA_PIN_PIECES", cfg[k].pieces, 1);
+            if (cfg[k].pieces) tnd_config_set("TND_CUDA_PIN_PIECES", cfg[k].pieces);
             tnd_status st = generate(m, &gp, ids, (int)n, tok, got, &grew);
-            unsetenv("TND_CUDA_PIN_PIECES");
+            tnd_config_set("TND_CUDA_PIN_PIECES", NULL);
             CHECK(st == TND_OK, "%s: %s", cfg[k].placement, tnd_last_error());
             if (st) continue;
             total++;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "config.h"
 #include "cpu/matmul.h"
 #include "cpu/matmul_f32.h"
 #include "cpu/ops.h"
@@ -472,7 +473,4 @@ bool tnd_backend_cpu_int8(const tnd_backend *b) {
     return b && b->iface == &cpu_iface && ((const cpu_ctx *)b->ctx)->int8_act;
 }
 
-bool tnd_cpu_int8_env(void) {
-    const char *e = getenv("TND_CPU_INT8");
-    return !(e && !strcmp(e, "0"));
-}
+bool tnd_cpu_int8_env(void) { return tnd_config_get()->cpu_int8; }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "cpu/matmul_amx.h"
 #include "cpu/matmul_impl.h"
 #include "util.h"
@@ -86,25 +87,14 @@ int tnd_cpu_pf_dist = 1024;
 static void isa_init(void) {
     /* TND_CPU_PF_DIST (bytes, a multiple of 64 up to 16 KiB): for tuning
      * the decode kernels' prefetch on a new machine (dev_matvec_f32_bw) */
-    const char *pd = getenv("TND_CPU_PF_DIST");
-    if (pd && *pd) {
-        char *end;
-        long v = strtol(pd, &end, 10);
-        if (*end || v < 64 || v > 16384 || v % 64)
-            TND_WARN("TND_CPU_PF_DIST=%s ignored (64..16384, a multiple of 64)", pd);
-        else tnd_cpu_pf_dist = (int)v;
-    }
+    const tnd_config *cfg = tnd_config_get();
+    tnd_cpu_pf_dist = cfg->cpu_pf_dist;
     build_tables();
     tnd_cpu_isa_id best = tnd_cpu_isa_best(), use = best;
-    const char *e = getenv("TND_CPU_ISA");
-    if (e && *e) {
-        int want = -1;
-        for (int i = 0; i < 3; i++)
-            if (!strcmp(e, k_isa_names[i])) want = i;
-        if (want < 0) TND_WARN("TND_CPU_ISA=%s unknown (scalar, avx2, avx512); using %s", e, k_isa_names[best]);
-        else if (want > (int)best) TND_WARN("TND_CPU_ISA=%s not supported here; using %s", e, k_isa_names[best]);
-        else use = (tnd_cpu_isa_id)want;
-    }
+    const int want = cfg->cpu_isa;
+    /* a set the CPU lacks is a fact of the machine, not a typo: a warning */
+    if (want > (int)best) TND_WARN("TND_CPU_ISA=%s not supported here; using %s", k_isa_names[want], k_isa_names[best]);
+    else if (want >= 0) use = (tnd_cpu_isa_id)want;
     atomic_store(&g_isa, (int)use);
 }
 

@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "util.h"
 
 #if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
@@ -193,8 +194,7 @@ static void amx_init(void) {
     else g_amx_ok = true;
 #endif
     int mode = g_amx_ok ? TND_AMX_HW : TND_AMX_OFF;
-    const char *e = getenv("TND_CPU_AMX");
-    if (g_amx_ok && e && !strcmp(e, "0")) {
+    if (g_amx_ok && !tnd_config_get()->cpu_amx) {
         mode = TND_AMX_OFF;
         g_amx_state = "off (TND_CPU_AMX=0)";
     } else if (g_amx_ok) g_amx_state = "on";

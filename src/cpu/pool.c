@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "config.h"
 #include "util.h"
 
 #ifdef __linux__
@@ -170,9 +171,7 @@ tnd_pool *tnd_pool_new(int n_threads) {
     if (!p) return NULL;
     memset(p, 0, sizeof *p);
     p->n = n_threads;
-    const char *e = getenv("TND_POOL_SPIN");
-    p->spin = e ? atoi(e) : 200000;
-    if (p->spin < 0) p->spin = 0;
+    p->spin = tnd_config_get()->pool_spin;
     atomic_init(&p->next, 0);
     atomic_init(&p->gen, 0);
     atomic_init(&p->done, 0);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "cuda/attn_tc.cuh"
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
@@ -263,14 +264,7 @@ k_attn_tc(const float *__restrict__ q, const uint16_t *__restrict__ K, const uin
 TND_CU_UNIT_ARCH(attn)
 
 /* TND_CUDA_ATTN=old: k_attn for every call (a way out without a rebuild) */
-static bool attn_old_only() {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("TND_CUDA_ATTN");
-        v = e && !strcmp(e, "old") ? 1 : 0;
-    }
-    return v == 1;
-}
+static bool attn_old_only() { return tnd_config_get()->cuda_attn_old; }
 
 template <int HD>
 static int attn_tc_launch(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok, int n_head,

@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 
 #include "backend.h"
+#include "config.h"
 #include "cuda/cuda_ops.h"
 extern "C" {
 #include "util.h"
@@ -234,9 +235,9 @@ static tnd_status cu_host_alloc(tnd_backend *b, size_t size, void **host, void *
     set_device(c);
     void *h = NULL, *d = NULL;
     /* TND_CUDA_PIN_PIECES=MIB: pieces of MIB MiB for every region of more
-     * than one (tests the fallback; read at each call, so a test can set it) */
-    const char *force = getenv("TND_CUDA_PIN_PIECES");
-    const long mib = force ? atol(force) : 0;
+     * than one (tests the fallback; read at each call, so a test can set it
+     * with tnd_config_set) */
+    const long mib = tnd_config_get()->cuda_pin_pieces;
     const size_t piece = mib >= 1 && mib <= 4096 ? (size_t)mib << 20 : CU_PIN_PIECE;
     cudaError_t e = mib >= 1 && mib <= 4096 && size > piece
                         ? cudaErrorMemoryAllocation
@@ -557,14 +558,7 @@ static int64_t rows_of(const tnd_tensor *t) { return ne(t, 1) * ne(t, 2) * ne(t,
 
 /* Whether MATMUL_PAIR is offered to the executor (env TND_CUDA_PAIR=0: no,
  * for comparing against two launches; on by default since 75610e8). */
-static bool pair_on(void) {
-    static int v = -1; /* a benign race: every thread computes the same */
-    if (v < 0) {
-        const char *e = getenv("TND_CUDA_PAIR");
-        v = !(e && strcmp(e, "0") == 0);
-    }
-    return v == 1;
-}
+static bool pair_on(void) { return tnd_config_get()->cuda_pair; }
 
 static tnd_status op_check(const tnd_op *op) {
     const tnd_tensor *a = &op->in[0], *o = &op->out[0];
@@ -765,14 +759,7 @@ static tnd_status tiled_check(cu_ctx *c, const tnd_op *op, int *w_tiled) {
     return TND_OK;
 }
 
-static bool repack_enabled(void) {
-    static int on = -1; /* a benign race: every thread computes the same value */
-    if (on < 0) {
-        const char *e = getenv("TND_CUDA_REPACK");
-        on = !(e && strcmp(e, "0") == 0);
-    }
-    return on != 0;
-}
+static bool repack_enabled(void) { return tnd_config_get()->cuda_repack; }
 
 static tnd_status cu_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_stream *s) {
     cu_ctx *c = ctx_of(b);

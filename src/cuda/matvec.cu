@@ -26,6 +26,7 @@
  * bandwidth probes) were removed on 2026-12-01: docs/DECISIONS.md.
  */
 #include "cuda/matvec.cuh"
+#include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -361,19 +362,11 @@ extern "C" void tnd_cu_matvec_set_kind(int kind) {
     mv_forced = kind == TND_CU_MV_F32 || kind == TND_CU_MV_F16MMA || kind == TND_CU_MV_I8MMA ? kind : -1;
 }
 
-/* env TND_CUDA_MV: -1 unset (per-type default), else the family forced */
-static int mv_env(void) {
-    static int mode = -2; /* a benign race: every thread computes the same value */
-    if (mode == -2) {
-        const char *e = getenv("TND_CUDA_MV");
-        mode = !e                          ? -1
-               : strcmp(e, "old") == 0    ? TND_CU_MV_F32
-               : strcmp(e, "f16mma") == 0 ? TND_CU_MV_F16MMA
-               : strcmp(e, "i8mma") == 0  ? TND_CU_MV_I8MMA
-                                          : -1;
-    }
-    return mode;
-}
+/* env TND_CUDA_MV: -1 auto (per-type default), else the family forced */
+static_assert((int)TND_CFG_MV_OLD == (int)TND_CU_MV_F32 && (int)TND_CFG_MV_F16MMA == (int)TND_CU_MV_F16MMA &&
+                  (int)TND_CFG_MV_I8MMA == (int)TND_CU_MV_I8MMA && (int)TND_CFG_MV_AUTO == -1,
+              "config.h's TND_CUDA_MV values are the families' own");
+static int mv_env(void) { return tnd_config_get()->cuda_mv; }
 
 static int mv_mode(int type) {
     if (mv_forced >= 0) return mv_forced;

@@ -5,6 +5,7 @@
  * calls tnd_cu_matvec_q4kt and tnd_cu_matvec_q4kt_pair for weights it
  * re-laid. */
 #include "cuda/matvec.cuh"
+#include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -807,24 +808,15 @@ static mvh_kernel mvt_kernel_of(int depth, int pf) {
 }
 #undef MVT_K
 
+/* TND_CUDA_TILE_DEPTH (config.h accepts 1..MVT_MAX_DEPTH; 0: unset) */
 static int mvt_depth(void) {
-    static int d = 0; /* a benign race: every thread computes the same value */
-    if (!d) {
-        const char *e = getenv("TND_CUDA_TILE_DEPTH");
-        const int v = e ? atoi(e) : 0;
-        d = v >= 1 && v <= MVT_MAX_DEPTH ? v : MVT_DEFAULT_DEPTH;
-    }
-    return d;
+    const int v = tnd_config_get()->cuda_tile_depth;
+    return v >= 1 && v <= MVT_MAX_DEPTH ? v : MVT_DEFAULT_DEPTH;
 }
 
 static int mvt_pf(void) {
-    static int pf = -1; /* a benign race, as mvt_depth's */
-    if (pf < 0) {
-        const char *e = getenv("TND_CUDA_TILE_PF");
-        const int v = e ? atoi(e) : -1;
-        pf = v >= 0 && v < MVT_N_PF ? v : MVT_DEFAULT_PF;
-    }
-    return pf;
+    const int v = tnd_config_get()->cuda_tile_pf;
+    return v >= 0 && v < MVT_N_PF ? v : MVT_DEFAULT_PF;
 }
 
 /* True if kernel k runs from code built for compute_90 or newer, the only
@@ -856,8 +848,8 @@ static bool mvt_has_wait(const void *k) {
 static int mvt_pdl_on = -1;
 static bool mvt_pdl(void) {
     if (mvt_pdl_on < 0) {
-        const char *e = getenv("TND_CUDA_PDL");
-        mvt_pdl_on = e ? atoi(e) != 0 : MVT_DEFAULT_PDL;
+        const int v = tnd_config_get()->cuda_pdl;
+        mvt_pdl_on = v >= 0 ? v : MVT_DEFAULT_PDL;
     }
     return mvt_pdl_on != 0;
 }
@@ -987,40 +979,28 @@ static int launch_mvt(const void *W, int64_t n_in, int64_t n_out, const float *x
  * the environment */
 static int mvq_on_v = -1;
 static int mvq_mode(void) {
-    if (mvq_on_v < 0) { /* a benign race, as mvt_depth's */
-        const char *e = getenv("TND_CUDA_TILE_MV");
-        mvq_on_v = e && strcmp(e, "f16") == 0    ? TND_CU_Q4KT_F16
-                   : e && strcmp(e, "i8") == 0   ? TND_CU_Q4KT_I8
-                   : e && strcmp(e, "i8b") == 0  ? TND_CU_Q4KT_I8B
-                   : e && strcmp(e, "auto") == 0 ? TND_CU_Q4KT_AUTO
-                                                 : MVQ_DEFAULT_MODE;
+    if (mvq_on_v < 0) { /* a benign race: every thread computes the same value */
+        const int e = tnd_config_get()->cuda_tile_mv;
+        mvq_on_v = e == TND_CFG_TILE_F16   ? TND_CU_Q4KT_F16
+                   : e == TND_CFG_TILE_I8  ? TND_CU_Q4KT_I8
+                   : e == TND_CFG_TILE_I8B ? TND_CU_Q4KT_I8B
+                                           : MVQ_DEFAULT_MODE;
     }
     return mvq_on_v;
 }
 static bool mvq_on(void) { return mvq_mode() != TND_CU_Q4KT_F16; }
 
 static int mvq_depth(void) {
-    static int d = 0; /* a benign race, as mvt_depth's */
-    if (!d) {
-        const char *e = getenv("TND_CUDA_TILE_DEPTH");
-        const int v = e ? atoi(e) : 0;
-        d = v >= 1 ? (v <= MVQ_MAX_DEPTH ? v : MVQ_MAX_DEPTH) : MVQ_DEFAULT_DEPTH;
-    }
-    return d;
+    const int v = tnd_config_get()->cuda_tile_depth;
+    return v >= 1 ? (v <= MVQ_MAX_DEPTH ? v : MVQ_MAX_DEPTH) : MVQ_DEFAULT_DEPTH;
 }
 
 /* the ring's stages (env TND_CUDA_TILE_I8_NS=0|2|4|6|8; 0: the register
  * ring; unset: -1, picked with the launch shape) */
 static bool mvq_ns_ok(int ns) { return ns == 0 || ns == 2 || ns == 4 || ns == 6 || ns == 8; }
 static int mvq_stages(void) {
-    static int n = -2; /* -2: not read yet; a benign race, as mvt_depth's */
-    if (n == -2) {
-        const char *e = getenv("TND_CUDA_TILE_I8_NS");
-        char *end = NULL;
-        const long v = e ? strtol(e, &end, 10) : -1;
-        n = e && *e && end && *end == 0 && mvq_ns_ok((int)v) ? (int)v : MVQ_DEFAULT_NS; /* junk: the default */
-    }
-    return n;
+    const int v = tnd_config_get()->cuda_tile_i8_ns;
+    return mvq_ns_ok(v) ? v : MVQ_DEFAULT_NS;
 }
 
 /* depth 1..MVQ_MAX_DEPTH (register ring) for ns == 0, else the ring of ns stages */

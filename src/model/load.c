@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "model/model.h"
 #include "util.h"
 
@@ -357,6 +358,9 @@ static void describe(tnd_model *m) {
 tnd_status tnd_model_load(const char *path, const tnd_model_params *p, tnd_model **out) {
     tnd_model_params dp = tnd_model_default_params();
     if (!p) p = &dp;
+    /* a mistyped knob fails here, before anything runs with its default */
+    tnd_status cst = tnd_config_check();
+    if (cst) return cst;
     tnd_model *m = tnd_calloc(1, sizeof *m);
     if (!m) return TND_ERR_NOMEM;
     tnd_status st = tnd_gguf_open(path, &m->gguf);

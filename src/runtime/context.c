@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "config.h"
 #include "runtime/internal.h"
 #include "sim/sim.h"
 #include "util.h"
@@ -106,6 +107,9 @@ static tnd_status new_gpu(tnd_ctx *c, tnd_device device, uint64_t vram_budget, c
  * and nothing else yet; cpu_exact: the CPU's f32 activations. */
 static tnd_status ctx_alloc(tnd_model *m, int n_ctx, int n_batch, tnd_device device, uint64_t vram_budget,
                             const char *hw, bool cpu_exact, tnd_ctx **out) {
+    *out = NULL;
+    tnd_status cst = tnd_config_check();
+    if (cst) return cst;
     tnd_ctx *c = tnd_calloc(1, sizeof *c);
     *out = c;
     if (!c) return TND_ERR_NOMEM;
@@ -113,8 +117,7 @@ static tnd_status ctx_alloc(tnd_model *m, int n_ctx, int n_batch, tnd_device dev
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
     c->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
-    const char *tr = getenv("TND_TRACE");
-    c->trace_mode = tr && atoi(tr) >= 2 ? 2 : tr && atoi(tr) > 0 ? 1 : 0;
+    c->trace_mode = tnd_config_get()->trace;
     tnd_status st = tnd_backend_cpu_new(m->pool, 0, &c->side[0].be);
     if (!st) tnd_backend_cpu_set_int8(c->side[0].be, !cpu_exact); /* either way: the params win over the env */
     if (!st) st = tnd_backend_stream_new(c->side[0].be, &c->side[0].st);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "runtime/internal.h"
 #include "util.h"
 
@@ -251,7 +252,7 @@ tnd_status tnd_perf_get(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu,
     tnd_status st = use_hw ? tnd_hw_load(p->hw, &hw) : TND_OK;
     tnd_mem_info mi = {0};
     tnd_backend_mem_info(gpu, &mi);
-    char key[240], path[4200];
+    char key[640], knobs[320], path[4200];
     uint64_t hh = TND_FNV_SEED; /* the profile's numbers: an edited file is another machine */
     if (use_hw) {
         double v[] = {(double)hw.vram, hw.hbm_bw, hw.gpu_flops, hw.pcie_bw, hw.pcie_pageable_bw, hw.pcie_lat,
@@ -261,9 +262,11 @@ tnd_status tnd_perf_get(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu,
     /* two GPU models of equal memory are different machines */
     hh = tnd_fnv1a(hh, mi.dev_name, strlen(mi.dev_name));
     /* the CPU's times depend on its activation mode: a profile taken in one
-     * mode must not steer runs in the other */
-    snprintf(key, sizeof key, "%s-%s-%llu-%016llx-%s", tnd_backend_name(gpu), use_hw ? hw.name : "measured",
-             (unsigned long long)mi.dev_total, (unsigned long long)hh, tnd_backend_cpu_int8(cpu) ? "i8" : "f32");
+     * mode must not steer runs in the other; nor one taken under a tuning
+     * knob (docs/TUNING.md) or by another build, whose kernels differ */
+    snprintf(key, sizeof key, "%s-%s-%llu-%016llx-%s-%s-%s", tnd_backend_name(gpu), use_hw ? hw.name : "measured",
+             (unsigned long long)mi.dev_total, (unsigned long long)hh, tnd_backend_cpu_int8(cpu) ? "i8" : "f32",
+             tnd_config_key(knobs, sizeof knobs), tnd_build_id());
     bool cached = !st && tnd_perf_cache_path(m, key, path, sizeof path);
     if (!st && cached && !p->reprofile && tnd_perf_load(m, path, pf) == TND_OK) {
         TND_INFO("perf DB: %s (%s)", path, pf->source);

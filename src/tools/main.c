@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "tandem.h"
 #include "tools.h"
 
@@ -36,6 +37,9 @@ static void usage(FILE *f) {
  * fallbacks, and this is where a user sees why. */
 static void print_version(void) {
     printf("tandem %s\n", TND_VERSION);
+    /* both key the perf DB: what a user compares when a profile is redone */
+    char key[320];
+    printf("build: %s\ntuning: %s\n", tnd_build_id(), tnd_config_key(key, sizeof key));
     const char *archs = tnd_cuda_build_archs();
     if (!*archs) {
         printf("CUDA: not built (CPU only)\n");
