@@ -153,6 +153,9 @@ typedef struct tnd_ctx_params {
                                 tnd_ctx_default_params sets it when TND_CPU_INT8=0 */
     bool predict;            /* tnd_plan_build: fetch the perf DB for the predicted times even
                                 when the placement needs none (it may profile the machine) */
+    bool no_adapt;           /* promote=auto from the perf DB's times alone (ATSInfer's static
+                                policy); default: corrected by the times measured while running,
+                                re-deciding when the machine's load changes (Algorithm 3) */
 } tnd_ctx_params;
 
 tnd_model_params tnd_model_default_params(void);
@@ -224,6 +227,9 @@ uint64_t tnd_model_weight_bytes(const tnd_model *m);
 int tnd_ctx_n_ctx(const tnd_ctx *c);
 /* Number of tokens in the KV cache. */
 int tnd_ctx_n_past(const tnd_ctx *c);
+/* Times the context has re-decided its promotions because the measured
+ * speeds moved away from those it planned with (Algorithm 3; 0 with no_adapt). */
+uint64_t tnd_ctx_n_replans(const tnd_ctx *c);
 /* Drops the KV cache past n tokens (n <= n_past). */
 tnd_status tnd_ctx_truncate(tnd_ctx *c, int n);
 /* Appends n tokens (prefill in chunks of n_batch) and writes the logits of the

@@ -84,6 +84,8 @@ struct tnd_ctx {
     uint64_t *prom_off, *prom_len; /* [prom_cap] each promoted slice's place in the ring */
     uint8_t *round_prom;     /* [n_slices] promoted this round (promote_auto) */
     int prom_key_nt, prom_key_depth; /* the round size and depth / 256 round_prom was chosen for (nt 0: none) */
+    uint64_t n_replans;      /* promotions re-decided on measured speeds (Algorithm 3) */
+    bool adapt;              /* correct promote=auto's times by measured ones (not no_adapt) */
     uint8_t *chosen;         /* [n_expert] scratch: the experts routing chose */
     int8_t *pair_ok;         /* [n_slices][2] whether the GPU backend takes the MATMUL after this slice's
                                 as one MATMUL_PAIR for 1 / 2 tokens: -1 not asked yet, 0 no, 1 yes */

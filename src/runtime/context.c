@@ -190,6 +190,7 @@ static tnd_status ctx_new(tnd_model *m, const tnd_ctx_params *p, const tnd_place
     }
     if (!plan->gpu) drop_gpu(c);
     adopt(c, plan);
+    c->adapt = !p->no_adapt;
     return ctx_finish(c, p->verbose, out);
 }
 
@@ -326,6 +327,7 @@ void tnd_ctx_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_
 }
 
 int tnd_ctx_n_past(const tnd_ctx *c) { return c->n_past; }
+uint64_t tnd_ctx_n_replans(const tnd_ctx *c) { return c->n_replans; }
 int tnd_ctx_n_ctx(const tnd_ctx *c) { return c->n_ctx; }
 
 tnd_status tnd_ctx_truncate(tnd_ctx *c, int n) {

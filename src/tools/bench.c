@@ -28,6 +28,8 @@ static void usage(FILE *f) {
                "                         random:SEED or a file; Q: none, all, auto, random:SEED\n"
                "      --hw PROFILE       SimGPU timing profile (with --device sim)\n"
                "      --no-limits        skip measuring the bandwidths behind the physical limit\n"
+               "      --no-adapt         promotions from the profile alone, not corrected by\n"
+               "                         the speeds measured while running\n"
                "      --cpu-exact        CPU matmuls with f32 activations (exact; default: Q8\n"
                "                         activations and integer dots, as TND_CPU_INT8=0 turns off)\n"
                "      --tokens text|random  what the tests read (default text: a fixed English\n"
@@ -205,7 +207,7 @@ int cmd_bench(int argc, char **argv) {
     bool text_tokens = true;
     static config cfg[MAX_CONFIGS];
     int n_cfg = 0;
-    bool want_limits = true, cpu_exact = false;
+    bool want_limits = true, cpu_exact = false, no_adapt = false;
     for (int i = 1; i < argc; i += 2) { /* every option but the flags takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -218,6 +220,10 @@ int cmd_bench(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--cpu-exact")) {
             cpu_exact = true;
+            i--;
+            continue;
+        } else if (!strcmp(a, "--no-adapt")) {
+            no_adapt = true;
             i--;
             continue;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = (model = v) != NULL;
@@ -272,6 +278,7 @@ int cmd_bench(int argc, char **argv) {
     cp.device = device;
     cp.hw = hw;
     cp.cpu_exact |= cpu_exact;
+    cp.no_adapt = no_adapt;
     if (budget && tnd_parse_budget(budget, m, &cp.vram_budget)) {
         tools_print_error("--vram-budget");
         tnd_model_free(m);

@@ -40,6 +40,8 @@ const char *gen_opts_help =
     "                         then ATSInfer's placement), layer (whole layers from the last\n"
     "                         while they fit), gpu, cpu, random:SEED, or a file of\n"
     "                         'PATTERN cpu|gpu|promote' lines (--policy: same)\n"
+    "      --no-adapt         choose the promotions from the profile alone, not from the\n"
+    "                         speeds measured while running (ATSInfer's static policy)\n"
     "      --promote P        CPU weights copied to the GPU for a round: auto (default\n"
     "                         with static/layer: where Algorithm 2 finds the copy pays,\n"
     "                         each round), none, all, random:SEED\n"
@@ -125,6 +127,8 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
         o->dry_run = true;
     } else if (!strcmp(a, "--cpu-exact")) {
         o->cp.cpu_exact = true;
+    } else if (!strcmp(a, "--no-adapt")) {
+        o->cp.no_adapt = true;
     } else if (!strcmp(a, "--vram-budget")) {
         if (!(o->vram_budget = VAL())) BAD("a size (6G, 4523M) or a percentage of the weights (50%)");
         if (!tools_check_budget(o->vram_budget)) return -1;
