@@ -147,7 +147,7 @@ static void test_model(void) {
         for (int q = 0; q < 2; q++) {
             int nt = nts[q];
             for (int slots = 1; slots <= 3; slots += 2) {
-                CHECK(tnd_xfer_choose(m, &pf, &p, slots, nt, 100, rp, NULL) == TND_OK, "choose");
+                CHECK(tnd_xfer_choose(m, &pf, NULL, &p, slots, nt, 100, rp, NULL) == TND_OK, "choose");
                 for (int i = 0; i < m->n_slices; i++) {
                     CHECK(!rp[i] || p.promote[i], "%s: slice %d promoted, not a candidate", spec, i);
                     n_prom += rp[i];

@@ -125,8 +125,18 @@ static tnd_status choose_round_promotions(tnd_ctx *c, int nt) {
     const int depth = c->n_past / 256;
     if (c->prom_key_nt == nt && c->prom_key_depth == depth) return TND_OK;
     if (c->perf) {
-        tnd_status st = tnd_xfer_choose(m, c->perf, &c->pl, c->lay.n_slots, nt, c->n_past, c->round_prom, NULL);
+        const tnd_adapt *a = &c->ad[nt > 1];
+        const tnd_xfer_scale sc = {a->plan_cpu, a->plan_pcie};
+        double t0 = tnd_time_s();
+        tnd_status st = tnd_xfer_choose(m, c->perf, c->adapt ? &sc : NULL, &c->pl, c->lay.n_slots, nt, c->n_past,
+                                        c->round_prom, NULL);
         if (st) return st;
+        if (c->verbose && a->n_replans) {
+            int k = 0;
+            for (int i = 0; i < m->n_slices; i++) k += c->round_prom[i];
+            fprintf(stderr, "[%s promotions for CPU x%.2f, PCIe x%.2f: %d slices, chosen in %.2f ms]\n",
+                    nt > 1 ? "prefill" : "decode", sc.cpu, sc.pcie, k, 1e3 * (tnd_time_s() - t0));
+        }
     } else {
         for (int i = 0; i < m->n_slices; i++) c->round_prom[i] = c->pl.promote[i] && nt >= 32;
     }
@@ -191,6 +201,8 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
     if (j >= TND_RING_EV) st = tnd_backend_stream_wait(g, c->xfer, c->slot_free[j % TND_RING_EV]);
     for (int i = TND_MAX(j - TND_RING_EV + 1, 0); !st && i < j; i++)
         if (ring_overlap(c, i, j)) st = tnd_backend_stream_wait(g, c->xfer, c->slot_free[i % TND_RING_EV]);
+    /* the recorder times the copy itself, from after its waits */
+    if (!st) st = tnd_backend_event_record(g, c->copy_start[j % TND_RING_EV], c->xfer);
     if (st) return st;
     if (w->n_expert > 1) {
         /* the routing ids, on the host (waits for the GPU if it routed) */
@@ -208,6 +220,7 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
         return st;
     }
     if ((st = tnd_backend_event_record(g, c->slot_ready[j % TND_RING_EV], c->xfer))) return st;
+    c->copy_pred[j % TND_RING_EV] = c->perf ? c->perf->lat + (double)n / c->perf->b_pcie : 0;
     c->n_w_copies++;
     c->w_copy_bytes += n;
     return TND_OK;
@@ -422,8 +435,16 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         if ((st = tnd_backend_event_sync(sd->be, c->slot_ready[ev]))) return st;
         trace_add(c, s, TR_WCOPY, part, tnd_time_s() - tr);
     }
+    /* the recorder: a CPU weight op's time against the perf DB's */
+    const bool rec = c->adapt && c->adapt_cpu && c->perf && s == TND_SIDE_CPU && nd->sid >= 0 &&
+                     !tnd_slice_small(c->m->slices[nd->sid]) && !tnd_slice_split(c->m, &c->pl, nd->sid, NULL);
+    double t_op = rec ? tnd_time_s() : 0;
     if (c->trace) tr = tnd_time_s();
     if ((st = tnd_backend_op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
+    if (rec) {
+        c->r_cpu_meas += tnd_time_s() - t_op;
+        c->r_cpu_pred += tnd_perf_slice_time(c->perf, nd->sid, TND_SIDE_CPU, nd->sid == c->m->output.id ? 1 : c->round_nt);
+    }
     if (c->trace) {
         if ((st = trace_sync(c, s))) return st;
         trace_add(c, s, op.kind, part, tnd_time_s() - tr);
@@ -500,7 +521,39 @@ static bool fuse_pair(tnd_ctx *c, const tnd_node *a, const tnd_node *b, tnd_node
     return *ok == 1;
 }
 
+/* Algorithm 3 after a round of nt tokens that began at t0: the round's
+ * measurements go to the recorder, and when the rule says so the next
+ * round chooses its promotions again with the live factors. */
+static tnd_status record_round(tnd_ctx *c, int nt, double t0) {
+    double copy_meas = 0, copy_pred = 0;
+    tnd_backend *g = c->side[1].be;
+    for (int j = TND_MAX(c->n_prom - TND_RING_EV, 0); j < c->n_prom; j++) {
+        float ms;
+        if (j >= c->prom_next) break; /* not queued (a failed round) */
+        if (tnd_backend_event_elapsed(g, c->copy_start[j % TND_RING_EV], c->slot_ready[j % TND_RING_EV], &ms)) {
+            tnd_clear_error(); /* no event timing: the link goes unmeasured */
+            copy_meas = copy_pred = 0;
+            break;
+        }
+        copy_meas += ms * 1e-3;
+        copy_pred += c->copy_pred[j % TND_RING_EV];
+    }
+    double now = tnd_time_s();
+    tnd_adapt *a = &c->ad[nt > 1];
+    if (tnd_adapt_observe(a, now, now - t0, c->r_cpu_meas, c->r_cpu_pred, copy_meas, copy_pred)) {
+        c->n_replans++;
+        c->prom_key_nt = 0;
+        if (c->verbose)
+            fprintf(stderr, "[re-plan %llu (%s): measured CPU x%.2f, PCIe x%.2f of the profile]\n",
+                    (unsigned long long)c->n_replans, nt > 1 ? "prefill" : "decode", a->cpu, a->pcie);
+    }
+    return TND_OK;
+}
+
 tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
+    const double t0 = tnd_time_s();
+    c->round_nt = nt;
+    c->r_cpu_meas = c->r_cpu_pred = 0;
     memset(c->valid, 0, sizeof c->valid);
     memset(c->wlen, 0, sizeof c->wlen);
     /* the caller wrote ids and positions into the host buffers */
@@ -555,5 +608,6 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
         if (c->trace) trace_add(c, TND_SIDE_GPU, TR_DRAIN, TR_PLAIN, tnd_time_s() - tr);
     }
     if (!st && want_logits) memcpy(c->logits, c->side[0].act[A_LOGITS], sizeof(float) * (size_t)c->m->hp.n_vocab);
+    if (!st && c->adapt && c->perf && c->pl.promote_auto && c->lay.n_slots) st = record_round(c, nt, t0);
     return st;
 }

@@ -27,6 +27,7 @@
 #include "graph.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "sched/adapt.h"
 #include "sched/placement.h"
 
 typedef struct tnd_side {
@@ -86,6 +87,13 @@ struct tnd_ctx {
     int prom_key_nt, prom_key_depth; /* the round size and depth / 256 round_prom was chosen for (nt 0: none) */
     uint64_t n_replans;      /* promotions re-decided on measured speeds (Algorithm 3) */
     bool adapt;              /* correct promote=auto's times by measured ones (not no_adapt) */
+    bool adapt_cpu;          /* ... the CPU's too (tests on a shared machine watch the link alone) */
+    tnd_adapt ad[2];         /* the recorder and rule, for decode steps and prefill chunks */
+    /* this round's measurements: CPU weight ops (wall) and their prediction,
+     * and each copy's start event and prediction (copy j: index j % TND_RING_EV) */
+    int round_nt;
+    double r_cpu_meas, r_cpu_pred, copy_pred[TND_RING_EV];
+    tnd_event *copy_start[TND_RING_EV];
     uint8_t *chosen;         /* [n_expert] scratch: the experts routing chose */
     int8_t *pair_ok;         /* [n_slices][2] whether the GPU backend takes the MATMUL after this slice's
                                 as one MATMUL_PAIR for 1 / 2 tokens: -1 not asked yet, 0 no, 1 yes */

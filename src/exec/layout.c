@@ -311,7 +311,8 @@ static tnd_status alloc_slots(tnd_ctx *c) {
     c->ring_bytes = (uint64_t)c->lay.n_slots * c->lay.slot_bytes;
     tnd_status st = gpu_alloc(c, c->ring_bytes, &c->ring, "promotion slots");
     for (int i = 0; !st && i < TND_RING_EV; i++)
-        if (!(st = tnd_backend_event_new(g, &c->slot_ready[i]))) st = tnd_backend_event_new(g, &c->slot_free[i]);
+        if (!(st = tnd_backend_event_new(g, &c->slot_ready[i])) && !(st = tnd_backend_event_new(g, &c->slot_free[i])))
+            st = tnd_backend_event_new(g, &c->copy_start[i]);
     return st;
 }
 
@@ -397,6 +398,7 @@ void tnd_layout_free(tnd_ctx *c) {
         for (int i = 0; i < TND_RING_EV; i++) {
             if (c->slot_ready[i]) tnd_backend_event_free(g, c->slot_ready[i]);
             if (c->slot_free[i]) tnd_backend_event_free(g, c->slot_free[i]);
+            if (c->copy_start[i]) tnd_backend_event_free(g, c->copy_start[i]);
         }
         for (int i = 0; i < A_COUNT; i++)
             if (c->host_read[i]) tnd_backend_event_free(g, c->host_read[i]);
@@ -431,6 +433,7 @@ void tnd_layout_release(tnd_ctx *c) {
     c->ring_bytes = 0;
     memset(c->slot_ready, 0, sizeof c->slot_ready);
     memset(c->slot_free, 0, sizeof c->slot_free);
+    memset(c->copy_start, 0, sizeof c->copy_start);
     c->exp_gpu = NULL;
     c->reg = NULL;
     c->n_reg = 0;

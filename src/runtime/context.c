@@ -118,6 +118,8 @@ static tnd_status ctx_alloc(tnd_model *m, int n_ctx, int n_batch, tnd_device dev
     c->n_batch = n_batch;
     c->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
     c->trace_mode = tnd_config_get()->trace;
+    tnd_adapt_init(&c->ad[0]);
+    tnd_adapt_init(&c->ad[1]);
     tnd_status st = tnd_backend_cpu_new(m->pool, 0, &c->side[0].be);
     if (!st) tnd_backend_cpu_set_int8(c->side[0].be, !cpu_exact); /* either way: the params win over the env */
     if (!st) st = tnd_backend_stream_new(c->side[0].be, &c->side[0].st);
@@ -191,6 +193,7 @@ static tnd_status ctx_new(tnd_model *m, const tnd_ctx_params *p, const tnd_place
     if (!plan->gpu) drop_gpu(c);
     adopt(c, plan);
     c->adapt = !p->no_adapt;
+    c->adapt_cpu = true;
     return ctx_finish(c, p->verbose, out);
 }
 
@@ -301,6 +304,8 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
     free(c->round_prom);
     c->round_prom = NULL;
     c->prom_key_nt = 0; /* the new plan chooses its promotions afresh */
+    tnd_adapt_init(&c->ad[0]);
+    tnd_adapt_init(&c->ad[1]);
     tnd_plan_free(c->plan);
     adopt(c, own);
     st = ctx_lay_out(c);

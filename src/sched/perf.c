@@ -870,7 +870,7 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
     if (n_slots > 0 && !ring_init(&rg, m, p, n_slots)) n_slots = 0;
     /* promote=auto: the promotions Algorithm 2 chooses for this round, as the executor runs them */
     uint8_t *rp = p->promote_auto && n_slots > 0 ? tnd_calloc((size_t)m->n_slices + 1, 1) : NULL;
-    if (rp && tnd_xfer_choose(m, pf, p, n_slots, nt, pos0, rp, NULL)) {
+    if (rp && tnd_xfer_choose(m, pf, NULL, p, n_slots, nt, pos0, rp, NULL)) {
         tnd_clear_error();
         memset(rp, 0, (size_t)m->n_slices); /* an allocation failed: predict none */
     }

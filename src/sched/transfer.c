@@ -140,9 +140,10 @@ tnd_status tnd_xfer_brute(const tnd_xfer_item *it, int n, double cap, int first_
     return TND_OK;
 }
 
-int tnd_xfer_items(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int nt, int pos0,
-                   tnd_xfer_item *it, int cap_items) {
+int tnd_xfer_items(const tnd_model *m, const tnd_perf *pf, const tnd_xfer_scale *sc, const tnd_placement *p, int nt,
+                   int pos0, tnd_xfer_item *it, int cap_items) {
     const tnd_hparams *hp = &m->hp;
+    const double fc = sc && sc->cpu > 0 ? sc->cpu : 1, fp = sc && sc->pcie > 0 ? sc->pcie : 1;
     const double act = sizeof(float) * (double)hp->n_embd * nt;
     const double sw = pf->lat + pf->sw_host + act / pf->b_pcie, launch = fmax(pf->launch, 0);
     int n = 0;
@@ -160,7 +161,7 @@ int tnd_xfer_items(const tnd_model *m, const tnd_perf *pf, const tnd_placement *
             if (!w) { /* attention and the layer's weightless ops, where its KV cache is */
                 int s = p->kv[l];
                 double t = tnd_perf_attn_time(pf, s, nt, pos0) + tnd_perf_other_time(pf, s, nt);
-                PUT(.t_cpu = t, .t_gpu = fmax(t, (OTHER_OPS + 1) * launch), .c_switch = sw + launch * s,
+                PUT(.t_cpu = fc * t, .t_gpu = fmax(t, (OTHER_OPS + 1) * launch), .c_switch = sw + launch * s,
                     .side = (int8_t)s, .sid = -1);
                 continue;
             }
@@ -168,15 +169,15 @@ int tnd_xfer_items(const tnd_model *m, const tnd_perf *pf, const tnd_placement *
             if (tnd_slice_split(m, p, w->id, NULL)) {
                 /* the layer's two halves run side by side (tnd_perf_predict); one CPU item here */
                 if (w != &L->gate_exps) continue;
-                double t = tnd_perf_split_time(m, pf, p, l, nt);
+                double t = fc * tnd_perf_split_time(m, pf, p, l, nt);
                 PUT(.t_cpu = t, .t_gpu = t, .c_switch = sw, .side = TND_SIDE_CPU, .sid = -1);
                 continue;
             }
             int s = p->where[w->id];
             double tg = fmax(tnd_perf_gpu_time(m, pf, w->id, nt), launch);
             bool cand = s == TND_SIDE_CPU && p->promote[w->id] && !tnd_slice_small(w);
-            PUT(.t_cpu = tnd_perf_slice_time(pf, w->id, TND_SIDE_CPU, nt), .t_gpu = tg,
-                .w = cand ? pf->lat + tnd_perf_promoted_bytes(m, pf, w->id, nt) / pf->b_pcie : 0,
+            PUT(.t_cpu = fc * tnd_perf_slice_time(pf, w->id, TND_SIDE_CPU, nt), .t_gpu = tg,
+                .w = cand ? fp * (pf->lat + tnd_perf_promoted_bytes(m, pf, w->id, nt) / pf->b_pcie) : 0,
                 .c_switch = sw + launch, .side = (int8_t)s, .candidate = cand,
                 .no_prefetch = w->n_expert > 1 && w == &L->gate_exps, .sid = w->id);
         }
@@ -184,21 +185,21 @@ int tnd_xfer_items(const tnd_model *m, const tnd_perf *pf, const tnd_placement *
     if (m->output.id >= 0) {
         int s = p->where[m->output.id];
         double t = tnd_perf_slice_time(pf, m->output.id, s, nt);
-        PUT(.t_cpu = t, .t_gpu = fmax(t, launch), .c_switch = sw + launch, .side = (int8_t)s, .sid = m->output.id);
+        PUT(.t_cpu = fc * t, .t_gpu = fmax(t, launch), .c_switch = sw + launch, .side = (int8_t)s, .sid = m->output.id);
     }
 #undef PUT
     return n;
 }
 
-tnd_status tnd_xfer_choose(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt,
-                           int pos0, uint8_t *round_prom, double *t) {
+tnd_status tnd_xfer_choose(const tnd_model *m, const tnd_perf *pf, const tnd_xfer_scale *sc, const tnd_placement *p,
+                           int n_slots, int nt, int pos0, uint8_t *round_prom, double *t) {
     memset(round_prom, 0, (size_t)m->n_slices);
     if (t) *t = 0;
     uint64_t slot_bytes = 0;
     for (int i = 0; i < m->n_slices; i++)
         if (p->promote[i] && m->slices[i]->t->nbytes > slot_bytes) slot_bytes = m->slices[i]->t->nbytes;
     if (n_slots <= 0 || !slot_bytes || !(pf->b_pcie > 0)) return TND_OK;
-    int n = tnd_xfer_items(m, pf, p, nt, pos0, NULL, 0);
+    int n = tnd_xfer_items(m, pf, sc, p, nt, pos0, NULL, 0);
     tnd_xfer_item *it = malloc(sizeof *it * (size_t)(n + 1));
     uint8_t *prom = malloc((size_t)n + 1);
     if (!it || !prom) {
@@ -206,11 +207,12 @@ tnd_status tnd_xfer_choose(const tnd_model *m, const tnd_perf *pf, const tnd_pla
         free(prom);
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     }
-    tnd_xfer_items(m, pf, p, nt, pos0, it, n);
+    tnd_xfer_items(m, pf, sc, p, nt, pos0, it, n);
     /* the stream may run ahead by what the ring holds (exec.c: n_slots
      * times the largest candidate, 256-byte aligned), less one slot: the
      * ring places copies whole, so up to a slot's bytes go unused at its end */
     double cap = (n_slots - 1) * (double)((slot_bytes + 255) & ~(uint64_t)255) / pf->b_pcie;
+    if (sc && sc->pcie > 0) cap *= sc->pcie;
     const double back = pf->lat + sizeof(float) * (double)m->hp.n_vocab / pf->b_pcie; /* the logits come home */
     tnd_status st = tnd_xfer_dp(it, n, cap, TND_SIDE_CPU, TND_SIDE_CPU, back, prom, t);
     for (int i = 0; !st && i < n; i++)

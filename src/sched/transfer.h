@@ -59,19 +59,26 @@ tnd_status tnd_xfer_dp(const tnd_xfer_item *it, int n, double cap, int first_sid
 tnd_status tnd_xfer_brute(const tnd_xfer_item *it, int n, double cap, int first_side, int last_side, double c_last,
                           uint8_t *prom, double *t);
 
+/* The live corrections of the perf DB's times (sched/adapt.h): CPU times
+ * and copy times multiplied by these; {1, 1} the DB as profiled. */
+typedef struct tnd_xfer_scale {
+    double cpu, pcie;
+} tnd_xfer_scale;
+
 /* The round of nt tokens at positions pos0.. under placement p as items
- * (the perf DB's times; the order and the costs of tnd_perf_predict):
- * writes up to cap_items items into it (NULL: counts), returns how many.
- * A split layer is one fixed item, its promotion left to its own rule. */
-int tnd_xfer_items(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int nt, int pos0,
-                   tnd_xfer_item *it, int cap_items);
+ * (the perf DB's times, scaled by sc (NULL: as profiled); the order and the
+ * costs of tnd_perf_predict): writes up to cap_items items into it (NULL:
+ * counts), returns how many. A split layer is one fixed item, its
+ * promotion left to its own rule. */
+int tnd_xfer_items(const tnd_model *m, const tnd_perf *pf, const tnd_xfer_scale *sc, const tnd_placement *p, int nt,
+                   int pos0, tnd_xfer_item *it, int cap_items);
 
 /* promote=auto's choice for one round: round_prom[sid] = 1 for each
  * candidate slice Algorithm 2 promotes, with n_slots slots (each the size
  * of the largest candidate, as exec/layout.c makes them; split layers'
  * expert tensors: tnd_perf_split_pays_to_promote's rule). *t (may be
- * NULL): the DP's round time. */
-tnd_status tnd_xfer_choose(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int n_slots, int nt,
-                           int pos0, uint8_t *round_prom, double *t);
+ * NULL): the DP's round time. sc as for tnd_xfer_items. */
+tnd_status tnd_xfer_choose(const tnd_model *m, const tnd_perf *pf, const tnd_xfer_scale *sc, const tnd_placement *p,
+                           int n_slots, int nt, int pos0, uint8_t *round_prom, double *t);
 
 #endif

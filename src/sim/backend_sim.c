@@ -96,6 +96,7 @@ struct sim_ctx {
     double h2d_free, d2h_free; /* virtual time each copy engine is free again */
     int jitter_us;
     uint64_t jitter_seed;
+    double copy_slow; /* host<->device copies take this many times the profile's time (0: 1) */
 };
 
 static sim_ctx *C(tnd_backend *b) { return (sim_ctx *)b->ctx; }
@@ -541,7 +542,8 @@ static tnd_status sim_copy(sim_ctx *c, copy_kind k, void *dst, const void *src, 
             const region *host = k == CP_H2D ? rs : rd;
             double *engine = k == CP_H2D ? &c->h2d_free : &c->d2h_free;
             double start = s->clock > *engine ? s->clock : *engine;
-            s->clock = *engine = start + tnd_hw_copy_time(&c->hw, n, host && host->host);
+            double slow = c->copy_slow > 0 ? c->copy_slow : 1;
+            s->clock = *engine = start + slow * tnd_hw_copy_time(&c->hw, n, host && host->host);
         } else if (k == CP_D2D) {
             s->clock += hbm_time(c, 2.0 * (double)n);
         } else {
@@ -881,5 +883,12 @@ void tnd_sim_set_jitter(tnd_backend *b, int us, uint64_t seed) {
     c->jitter_us = us > 0 ? us : 0;
     c->jitter_seed = seed;
     for (tnd_stream *s = c->streams; s; s = s->next) s->rng = stream_seed(seed, s->index);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void tnd_sim_set_copy_slowdown(tnd_backend *b, double factor) {
+    sim_ctx *c = C(b);
+    pthread_mutex_lock(&c->mu);
+    c->copy_slow = factor > 0 ? factor : 1;
     pthread_mutex_unlock(&c->mu);
 }

@@ -49,5 +49,9 @@ double tnd_sim_stream_clock(tnd_backend *b, tnd_stream *s);
  * microseconds of random busy-wait (seeded), so tests shake out missing
  * synchronization. 0 = off. */
 void tnd_sim_set_jitter(tnd_backend *b, int us, uint64_t seed);
+/* Test hook: host<->device copies queued from now on take factor times the
+ * profile's time (a link slowed by another process's copies; 1: as the
+ * profile says), so tests see the load-aware executor re-plan. */
+void tnd_sim_set_copy_slowdown(tnd_backend *b, double factor);
 
 #endif

@@ -1,0 +1,187 @@
+/* Load awareness (Algorithm 3, sched/adapt.h, and the executor's recorder):
+ * the rule on made-up measurement streams (noise within ±10% never
+ * re-plans, a lasting slowdown re-plans within the bound, a short spike
+ * does not, the end of a slowdown re-plans back to exactly the unloaded
+ * factors), then on SimGPU a tiny model decoding while its link is slowed
+ * at run time: a re-plan promotes less, the link's return brings back the
+ * first promotion set, no re-plan while nothing changes, and the tokens
+ * stay the CPU's throughout. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "exec/exec.h"
+#include "model_fixture.h"
+#include "sched/adapt.h"
+#include "sched/transfer.h"
+#include "sim/sim.h"
+#include "util.h"
+
+static double noise(double amp) { return 1 + amp * (2 * tc_unit(tc_splitmix()) - 1); }
+
+/* Feeds rounds of tpot seconds with CPU ratio cpu(k) and link ratio 1 (both
+ * with ±amp noise) from round k0 to k1; returns the round of the first
+ * re-plan in that span, or -1. */
+static int feed(tnd_adapt *a, int k0, int k1, double tpot, double cpu, double amp) {
+    int first = -1;
+    for (int k = k0; k < k1; k++) {
+        double r = cpu * noise(amp), q = noise(amp);
+        if (tnd_adapt_observe(a, k * tpot, tpot, r * 0.02, 0.02, q * 0.004, 0.004) && first < 0) first = k;
+    }
+    return first;
+}
+
+static void test_rule(void) {
+    const double tpot = 0.05; /* 20 tok/s */
+    tnd_adapt a;
+    tnd_adapt_init(&a);
+    /* noise within ±10%: never */
+    CHECK(feed(&a, 0, 2000, tpot, 1.0, 0.10) < 0 && a.n_replans == 0, "noise re-planned %d times", a.n_replans);
+    /* ten busy cores: the CPU 1.7x slower from round 2000 */
+    int k = feed(&a, 2000, 2400, tpot, 1.7, 0.10);
+    CHECK(k >= 2000, "no re-plan for a lasting 1.7x slowdown");
+    CHECK((k - 2000) * tpot <= 2.0, "re-planned %.2f s after the load began (bound 2 s)", (k - 2000) * tpot);
+    CHECK(fabs(a.plan_cpu / 1.7 - 1) < 0.15 && a.plan_pcie == 1, "planned with CPU x%.3f, PCIe x%.3f", a.plan_cpu,
+          a.plan_pcie);
+    CHECK(a.n_replans == 1, "one re-plan for one change (%d)", a.n_replans);
+    /* the load ends: back to exactly the unloaded factors */
+    int k2 = feed(&a, 2400, 2800, tpot, 1.0, 0.10);
+    CHECK(k2 >= 2400 && (k2 - 2400) * tpot <= 2.0, "back: re-planned at round %d", k2);
+    CHECK(a.plan_cpu == 1 && a.plan_pcie == 1, "back to CPU x%.3f, PCIe x%.3f", a.plan_cpu, a.plan_pcie);
+    CHECK(a.n_replans == 2, "two re-plans in all (%d)", a.n_replans);
+    /* a spike of three rounds is shorter than tau (5 tpot): nothing */
+    int n = a.n_replans;
+    feed(&a, 2800, 2803, tpot, 3.0, 0);
+    feed(&a, 2803, 3200, tpot, 1.0, 0.05);
+    CHECK(a.n_replans == n, "a 3-round spike re-planned (%d -> %d)", n, a.n_replans);
+    /* the link slowed by another process's copies */
+    tnd_adapt b;
+    tnd_adapt_init(&b);
+    bool re = false;
+    for (int i = 0; i < 200; i++) re |= tnd_adapt_observe(&b, i * tpot, tpot, 0.02, 0.02, 0.012, 0.004);
+    CHECK(re && fabs(b.plan_pcie / 3 - 1) < 0.05 && b.plan_cpu == 1, "link x3: planned CPU x%.3f, PCIe x%.3f",
+          b.plan_cpu, b.plan_pcie);
+    /* unmeasured rounds (no CPU work, no copies) change nothing */
+    tnd_adapt z;
+    tnd_adapt_init(&z);
+    for (int i = 0; i < 100; i++) CHECK(!tnd_adapt_observe(&z, i * tpot, tpot, 0, 0, 0, 0), "empty round re-planned");
+}
+
+/* The slices promoted this decode step. */
+static int promoted_set(const tnd_ctx *c, uint8_t *out) {
+    int k = 0;
+    for (int i = 0; i < c->m->n_slices; i++) k += out[i] = c->round_prom ? c->round_prom[i] : 0;
+    return k;
+}
+
+/* Greedy decode of n tokens after ids; stops early (returns how many) once
+ * the context has re-planned `until` times (until < 0: never). */
+static int decode(tnd_ctx *c, int32_t *tok, int n, uint64_t until, float *lg) {
+    int nv = tnd_model_n_vocab(c->m);
+    for (int i = 0; i < n; i++) {
+        tok[i] = tc_argmax(lg, nv);
+        if (tnd_ctx_eval(c, &tok[i], 1, lg)) {
+            CHECK(0, "eval: %s", tnd_last_error());
+            return i;
+        }
+        if (tnd_ctx_n_replans(c) >= until) return i + 1;
+    }
+    return n;
+}
+
+static void test_sim(void) {
+    char path[64];
+    int rc = fx_synth("tiny-llama", "", path, sizeof path);
+    if (rc == 77) return;
+    CHECK(rc == 0, "synth");
+    if (rc) return;
+    tnd_model *m = fx_load(path, 2);
+    unlink(path);
+    if (!m) {
+        CHECK(0, "load");
+        return;
+    }
+    const int32_t prompt[] = {1, 17, 42, 99, 7, 300, 12};
+    const int np = sizeof prompt / sizeof *prompt, n_gen = 120, nv = tnd_model_n_vocab(m);
+    /* the CPU's tokens */
+    tnd_ctx_params cp = tnd_ctx_default_params();
+    cp.cpu_exact = true;
+    cp.n_ctx = 256;
+    tnd_ctx *ref;
+    float *lg = malloc(sizeof(float) * nv);
+    int32_t *want = calloc(n_gen, sizeof *want), *got = calloc(n_gen, sizeof *got);
+    CHECK_ST(tnd_ctx_new(m, &cp, &ref));
+    CHECK_ST(tnd_ctx_eval(ref, prompt, np, lg));
+    decode(ref, want, n_gen, UINT64_MAX, lg);
+    tnd_ctx_free(ref);
+    /* SimGPU with automatic promotions; the recorder watches the link alone
+     * (the CPU's real times on a shared test machine are noise) */
+    /* a machine whose CPU is slow beside its link, so that decode promotes */
+    char hw[] = "/tmp/tnd_adapt_hw_XXXXXX";
+    int fd = mkstemp(hw);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    CHECK(f != NULL, "hw profile file");
+    if (!f) return;
+    fputs("base = rtx3060-laptop\ncpu_bw = 0.2 GB/s\npcie_bw = 1 GB/s\n", f);
+    fclose(f);
+    cp.device = TND_DEVICE_SIM;
+    cp.hw = hw;
+    cp.promote = "auto";
+    /* every weight on the CPU, each a candidate; the GPU's fixed needs
+     * (activations, scratch: ~109 MiB here) and the slots */
+    cp.placement = "cpu";
+    cp.vram_budget = 116ull << 20;
+    tnd_ctx *c;
+    tnd_status st = tnd_ctx_new(m, &cp, &c);
+    unlink(hw);
+    CHECK_ST(st);
+    c->adapt_cpu = false;
+    CHECK(c->gpu && c->lay.n_slots > 0 && c->pl.promote_auto, "a GPU with promotion slots (%d)", c->lay.n_slots);
+    uint8_t *s0 = calloc(m->n_slices, 1), *s1 = calloc(m->n_slices, 1), *s2 = calloc(m->n_slices, 1);
+    CHECK_ST(tnd_ctx_eval(c, prompt, np, lg));
+    int at = decode(c, got, 30, UINT64_MAX, lg);
+    int k0 = promoted_set(c, s0);
+    CHECK(k0 > 0, "the unloaded decode promotes something (%d)", k0);
+    CHECK(tnd_ctx_n_replans(c) == 0, "no re-plan while nothing changes (%llu)",
+          (unsigned long long)tnd_ctx_n_replans(c));
+    /* another process takes the link: copies 6x slower */
+    tnd_sim_set_copy_slowdown(c->side[1].be, 6);
+    at += decode(c, got + at, 40, 1, lg);
+    CHECK(tnd_ctx_n_replans(c) == 1, "a re-plan after the link slowed (%llu)", (unsigned long long)tnd_ctx_n_replans(c));
+    at += decode(c, got + at, 1, UINT64_MAX, lg); /* the step that chooses again */
+    int k1 = promoted_set(c, s1);
+    CHECK(k1 < k0, "the slow link promotes less: %d slices, before %d", k1, k0);
+    /* the link is free again: the first set comes back */
+    tnd_sim_set_copy_slowdown(c->side[1].be, 1);
+    at += decode(c, got + at, 40, 2, lg);
+    CHECK(tnd_ctx_n_replans(c) == 2, "a re-plan after the link recovered (%llu)", (unsigned long long)tnd_ctx_n_replans(c));
+    at += decode(c, got + at, 1, UINT64_MAX, lg);
+    promoted_set(c, s2);
+    /* the unloaded choice at this depth (attention grows with it) */
+    CHECK(c->ad[0].plan_pcie == 1 && c->ad[0].plan_cpu == 1, "back to the profile's times (PCIe x%.3f)",
+          c->ad[0].plan_pcie);
+    CHECK_ST(tnd_xfer_choose(m, c->perf, NULL, &c->pl, c->lay.n_slots, 1, tnd_ctx_n_past(c) - 1, s0, NULL));
+    CHECK(!memcmp(s0, s2, m->n_slices), "the unloaded promotion set is back");
+    at += decode(c, got + at, n_gen - at, UINT64_MAX, lg);
+    CHECK(tnd_ctx_n_replans(c) == 2, "no further re-plan (%llu)", (unsigned long long)tnd_ctx_n_replans(c));
+    CHECK(at == n_gen && !memcmp(want, got, sizeof *got * n_gen), "the tokens are the CPU's through the re-plans");
+    printf("sim: promoted %d slices, %d with the link 6x slower, %d again after; %d tokens as the CPU's\n", k0, k1,
+           promoted_set(c, s2), at);
+    tnd_ctx_free(c);
+    free(s0);
+    free(s1);
+    free(s2);
+    free(want);
+    free(got);
+    free(lg);
+    tnd_model_free(m);
+}
+
+int main(void) {
+    test_rule();
+    test_sim();
+    return tc_summary();
+}
