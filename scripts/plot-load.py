@@ -18,13 +18,17 @@ Summary columns, per series and phase:
   TPOT +%    the mean TPOT's increase over the `none` phases'
   replans    re-plans counted during the phase
   1st replan seconds from the phase's start to its first re-plan
-  settle     seconds from the phase's start until the smoothed TPOT stays
-             within --band (default 15%) of the phase's steady TPOT (the
-             median over its second half) to the phase's end; it includes up
-             to one --window of smoothing lag
+  settle     seconds from the phase's start until the smoothed TPOT enters
+             --band (default 15%) of the phase's steady TPOT (the median over
+             its second half) and stays there --hold seconds (default 1, or
+             to the phase's end); it includes up to one --window of
+             smoothing lag; `-` when it never does
 Then, per loaded phase, how much smaller the load-aware policy's TPOT
 increase is than the static one's (the paper's measure), when both series
-are named `load-aware` and `static`.
+are named `load-aware` and `static`. With --goal RATIO,SECONDS, a line per
+phase says whether it met the issue's goal (loaded: >= RATIO of the idle
+speed; after each change of load: settled within SECONDS); the exit status
+stays 0 (the goal is a measurement to report, not a failure of the plot).
 
 Needs matplotlib only for -o (no pandas); the summary needs nothing.
 Exit status: 0; 1 on unreadable or empty logs; 3 when -o is given and
@@ -110,7 +114,7 @@ def smooth(ts, ms, window):
     return out
 
 
-def analyse(name, tpath, ppath, window, band):
+def analyse(name, tpath, ppath, window, band, hold):
     t0, phases = read_phases(ppath)
     rows = [r for r in read_timing(tpath) if r[0] >= t0]
     if not rows:
@@ -138,11 +142,17 @@ def analyse(name, tpath, ppath, window, band):
             half = sm[(lo + hi) // 2:hi]
             if len(half) >= 4:
                 steady = statistics.median(half)
-                last_out = max((j for j in range(lo, hi) if abs(sm[j] - steady) > band * steady), default=None)
-                if last_out is None:
-                    p["settle"] = 0.0
-                elif last_out + 1 < hi:
-                    p["settle"] = ts[last_out + 1] - a
+                out_ = [abs(sm[j] - steady) > band * steady for j in range(lo, hi)]
+                # the first token from which the smoothed TPOT stays in the
+                # band for `hold` seconds (or to the phase's end): noise later
+                # in the phase does not count as not having settled
+                for j in range(lo, hi):
+                    k = j
+                    while k < hi and not out_[k - lo] and ts[k] - ts[j] < hold:
+                        k += 1
+                    if k == hi or ts[k] - ts[j] >= hold:
+                        p["settle"] = ts[j] - a
+                        break
         out.append(p)
     return {"name": name, "phases": phases, "ts": ts, "ms": ms, "rp": rp, "sm": sm, "stats": out,
             "idle_ms": idle_ms, "covered": ts[-1] >= phases[-1][1] - 1.0 if phases[-1][1] < 1e8 else True}
@@ -178,6 +188,26 @@ def summary(series):
             red = 1 - a["tpot_inc"] / b["tpot_inc"] if b["tpot_inc"] > 0 else None
             print(f"| {a['phase']} | {a['load']} | {b['tpot_inc'] * 100:+.0f}% | {a['tpot_inc'] * 100:+.0f}% | "
                   f"{fmt(red * 100 if red is not None else None, '{:.0f}%')} |")
+
+
+def goal_check(series, ratio, secs):
+    """The issue's done-when, per phase of each series: under load at least
+    `ratio` of the idle speed; after every change of load (each phase but
+    the first) settled within `secs`. Returns the number of misses."""
+    misses = 0
+    print(f"\ngoal: loaded phases >= {ratio:.0%} of idle speed, settled within {secs:g} s of every change")
+    for s in series:
+        for p in s["stats"]:
+            why = []
+            if p["load"] != "none" and p.get("vs_idle") is not None and p["vs_idle"] < ratio:
+                why.append(f"{p['vs_idle']:.0%} of idle")
+            if p["phase"] > 1 and p.get("tok_s") is not None and (p.get("settle") is None or p["settle"] > secs):
+                why.append(f"settled after {p['settle']:.2f} s" if p.get("settle") is not None else "never settled")
+            if p.get("tok_s") is None:
+                why.append("no tokens")
+            misses += bool(why)
+            print(f"  {s['name']:<12} phase {p['phase']} {p['load']:<20} {'MISS: ' + ', '.join(why) if why else 'ok'}")
+    return misses
 
 
 def shade_color(load):
@@ -239,12 +269,21 @@ def main():
     ap.add_argument("-o", "--output", help="PNG to write (needs matplotlib)")
     ap.add_argument("--window", type=float, default=0.5, help="smoothing window in seconds (default 0.5)")
     ap.add_argument("--band", type=float, default=0.15, help="settled: within this fraction of steady (0.15)")
+    ap.add_argument("--hold", type=float, default=1.0, help="settled: staying in the band this long (1 s)")
     ap.add_argument("--title", default="")
+    ap.add_argument("--goal", metavar="RATIO,SECONDS",
+                    help="also check each phase: loaded >= RATIO of idle, settled within SECONDS (e.g. 0.7,2)")
     a = ap.parse_args()
-    if a.window <= 0 or a.band <= 0:
-        fail("--window and --band must be > 0", 2)
-    series = [analyse(n, t, p, a.window, a.band) for n, t, p in a.series]
+    if a.window <= 0 or a.band <= 0 or a.hold <= 0:
+        fail("--window, --band and --hold must be > 0", 2)
+    series = [analyse(n, t, p, a.window, a.band, a.hold) for n, t, p in a.series]
     summary(series)
+    if a.goal:
+        try:
+            ratio, secs = (float(x) for x in a.goal.split(","))
+        except ValueError:
+            fail("--goal needs RATIO,SECONDS (e.g. 0.7,2)", 2)
+        goal_check(series, ratio, secs)
     if a.output:
         plot(series, a.output, a.title, a.window)
 
