@@ -208,6 +208,9 @@ static bool write_dump(const char *path, uint32_t nv, const int32_t *prompt, uin
  * token with the logits it was chosen from. */
 typedef struct {
     FILE *out;
+    FILE *tlog;              /* --timing-log: one line per token */
+    const tnd_ctx *ctx;
+    double t0, t_prev;       /* tnd_time_s() at the start, at the previous token */
     char *text;
     size_t len, cap;
     int32_t *ids;
@@ -219,6 +222,16 @@ typedef struct {
 
 static bool gen_emit(const tnd_token_event *ev, void *user) {
     gen_sink *k = user;
+    if (k->tlog) {
+        /* flushed per token: a run stopped by a signal keeps its lines; the
+         * absolute CLOCK_MONOTONIC time lines them up with another process's
+         * log (dev/stress.c) */
+        const double now = tnd_time_s();
+        fprintf(k->tlog, "%d\t%.6f\t%.3f\t%llu\t%.6f\n", ev->index, now - k->t0, (now - k->t_prev) * 1e3,
+                (unsigned long long)tnd_ctx_n_replans(k->ctx), now);
+        fflush(k->tlog);
+        k->t_prev = now;
+    }
     if (ev->len) {
         fwrite(ev->text, 1, ev->len, k->out);
         fflush(k->out);
@@ -253,7 +266,7 @@ static bool gen_emit(const tnd_token_event *ev, void *user) {
 int gen_run(gen_opts *o, tnd_model *m, tnd_ctx *c, tnd_sampler *s, const int32_t *prompt, size_t n_prompt,
             FILE *out, gen_result *res) {
     memset(res, 0, sizeof *res);
-    gen_sink k = {.out = out, .nv = tnd_model_n_vocab(m), .dump = o->dump != NULL};
+    gen_sink k = {.out = out, .tlog = o->timing_log, .ctx = c, .nv = tnd_model_n_vocab(m), .dump = o->dump != NULL};
     tnd_generate_params gp = tnd_generate_default_params();
     gp.n_predict = o->n_predict;
     gp.stop = o->stop;
@@ -261,6 +274,7 @@ int gen_run(gen_opts *o, tnd_model *m, tnd_ctx *c, tnd_sampler *s, const int32_t
     gp.sampler = s;
     gp.with_logits = k.dump;
     tnd_generate_result r;
+    k.t0 = k.t_prev = tnd_time_s();
     tnd_status st = tnd_generate_tokens(c, prompt, n_prompt, &gp, gen_emit, &k, &r);
     fflush(out);
     int rc = 1;

@@ -21,6 +21,7 @@ typedef struct gen_opts {
     const char *chat_template;
     const char *system;
     const char *dump;        /* --dump FILE (run only) */
+    FILE *timing_log;        /* --timing-log FILE, open with its header written (run only) */
     const char *vram_budget; /* --vram-budget text, parsed once the model is loaded */
     bool verbose;
     bool check_weights;      /* --check-weights: scan every weight at load */

@@ -1,4 +1,5 @@
 /* tandem run: one prompt in, streamed text out, speeds at the end. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,9 @@ static void usage(FILE *f) {
                "  -f, --file FILE        read the prompt from a file\n"
                "      --chat             wrap the prompt in the model's chat template\n"
                "      --dump FILE        write prompt ids, generated ids and logits (tests)\n"
+               "      --timing-log FILE  write a TSV line per generated token: token, t_s (seconds since\n"
+               "                         generation start; token 0 includes the prompt), ms (the token's\n"
+               "                         time), replans (tnd_ctx_n_replans so far), clock_s (CLOCK_MONOTONIC)\n"
                "%s", gen_opts_help);
 }
 
@@ -31,10 +35,22 @@ int tools_tokenize_prompt(const tnd_tokenizer *tok, const char *text, int32_t **
     return 0;
 }
 
+/* Closes --timing-log's file, if any: rc, or 1 when a write failed. */
+static int close_timing_log(gen_opts *o, const char *path, int rc) {
+    if (!o->timing_log) return rc;
+    const bool bad = ferror(o->timing_log) != 0;
+    if ((fclose(o->timing_log) != 0 || bad) && rc == 0) {
+        fprintf(stderr, "tandem: error: --timing-log: cannot write '%s'\n", path);
+        rc = 1;
+    }
+    o->timing_log = NULL;
+    return rc;
+}
+
 int cmd_run(int argc, char **argv) {
     gen_opts o;
     gen_opts_init(&o);
-    const char *prompt = NULL, *pfile = NULL;
+    const char *prompt = NULL, *pfile = NULL, *tlog = NULL;
     bool chat = false;
     for (int i = 1; i < argc; i++) {
         int r = gen_opts_parse(&o, argc, argv, &i);
@@ -45,6 +61,7 @@ int cmd_run(int argc, char **argv) {
         else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && i + 1 < argc) pfile = argv[++i];
         else if (!strcmp(a, "--chat")) chat = true;
         else if (!strcmp(a, "--dump") && i + 1 < argc) o.dump = argv[++i];
+        else if (!strcmp(a, "--timing-log") && i + 1 < argc) tlog = argv[++i];
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -74,17 +91,27 @@ int cmd_run(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    /* created before the model loads: a bad path fails in a moment, not
+     * after a big model's load */
+    if (tlog) {
+        if (!(o.timing_log = fopen(tlog, "w"))) {
+            fprintf(stderr, "tandem: error: --timing-log: cannot create '%s': %s\n", tlog, strerror(errno));
+            free(file_text);
+            return 1;
+        }
+        fputs("token\tt_s\tms\treplans\tclock_s\n", o.timing_log);
+    }
     tnd_model *m;
     tnd_ctx *c;
     tnd_sampler *s;
     if (gen_load(&o, &m, &c, &s)) {
         if (*tnd_last_error()) tools_print_error(NULL);
         free(file_text);
-        return o.usage_error ? 2 : 1;
+        return close_timing_log(&o, tlog, o.usage_error ? 2 : 1);
     }
     if (o.dry_run) {
         free(file_text);
-        return 0;
+        return close_timing_log(&o, tlog, 0);
     }
     int rc = 1;
     char *rendered = NULL;
@@ -120,5 +147,5 @@ out:
     tnd_sampler_free(s);
     tnd_ctx_free(c);
     tnd_model_free(m);
-    return rc;
+    return close_timing_log(&o, tlog, rc);
 }
