@@ -82,11 +82,10 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
     const char *promote = fixed ? NULL : p->promote;
     if (fixed && fixed->promote_auto) return tnd_fail(TND_ERR_ARG, "a fixed placement cannot promote automatically");
     bool stat = !strcmp(spec, "static");
-    /* By default the measured placements promote dense slices where
-     * Algorithm 2 finds it pays (sched/transfer.h), every round, decode
-     * included, from slots that take at most a tenth of the budget. Expert
-     * tensors are left out: a slot must hold a whole one, and their copies
-     * wait for routing (`--promote auto` includes them). */
+    /* By default the measured placements promote where Algorithm 2 finds
+     * it pays (sched/transfer.h), every round, decode included, from slots
+     * that take at most a tenth of the budget (a slot holds the largest
+     * candidate: a whole expert tensor for MoE models). */
     const bool dflt = !fixed && !promote && pl->gpu && (stat || !strcmp(spec, "layer"));
     if (dflt) promote = "auto";
     uint64_t kv_layer = 2ull * pl->n_ctx * (uint64_t)pl->kv_dim * sizeof(uint16_t);
@@ -108,7 +107,7 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
                 const tnd_weight *w = m->slices[i];
                 if (tnd_slice_small(w)) continue;
                 all += w->t->nbytes;
-                if (w != &m->tok_embd && i != m->output.id && (!dflt || w->n_expert <= 1) && w->t->nbytes > big)
+                if (w != &m->tok_embd && i != m->output.id && w->t->nbytes > big)
                     big = w->t->nbytes;
             }
             uint64_t slot = ((big + 255) & ~(uint64_t)255) + (2u << 20); /* page rounding */
@@ -149,8 +148,6 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
     } else if ((st = tnd_placement_make(m, stat ? "cpu" : spec, promote, wbudget, kv_layer, &pl->pl))) {
         return st;
     }
-    for (int i = 0; dflt && i < m->n_slices; i++)
-        if (m->slices[i]->n_expert > 1) pl->pl.promote[i] = 0;
     if (pl->gpu && pl->pl.promote_auto && !pl->perf && (st = tnd_perf_get(m, p, cpu, gpu, &pl->perf))) return st;
     if (!pl->gpu) {
         memset(pl->pl.where, 0, (size_t)m->n_slices);
