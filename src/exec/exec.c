@@ -221,6 +221,7 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
     }
     if ((st = tnd_backend_event_record(g, c->slot_ready[j % TND_RING_EV], c->xfer))) return st;
     c->copy_pred[j % TND_RING_EV] = c->perf ? c->perf->lat + (double)n / c->perf->b_pcie : 0;
+    c->copy_bytes[j % TND_RING_EV] = n;
     c->n_w_copies++;
     c->w_copy_bytes += n;
     return TND_OK;
@@ -438,12 +439,24 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     /* the recorder: a CPU weight op's time against the perf DB's */
     const bool rec = c->adapt && c->adapt_cpu && c->perf && s == TND_SIDE_CPU && nd->sid >= 0 &&
                      !tnd_slice_small(c->m->slices[nd->sid]) && !tnd_slice_split(c->m, &c->pl, nd->sid, NULL);
-    double t_op = rec ? tnd_time_s() : 0;
+    const int nt_op = nd->sid >= 0 && nd->sid == c->m->output.id ? 1 : c->round_nt;
+    double t_op = s == TND_SIDE_CPU ? tnd_time_s() : 0;
     if (c->trace) tr = tnd_time_s();
     if ((st = tnd_backend_op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
-    if (rec) {
-        c->r_cpu_meas += tnd_time_s() - t_op;
-        c->r_cpu_pred += tnd_perf_slice_time(c->perf, nd->sid, TND_SIDE_CPU, nd->sid == c->m->output.id ? 1 : c->round_nt);
+    if (s == TND_SIDE_CPU) {
+        double dt = tnd_time_s() - t_op;
+        c->busy_cpu += dt;
+        if (rec) {
+            c->r_cpu_meas += dt;
+            c->r_cpu_pred += tnd_perf_slice_time(c->perf, nd->sid, TND_SIDE_CPU, nt_op);
+        }
+    } else if (c->perf) { /* the GPU's busy time, by the perf DB (its ops run asynchronously) */
+        if (nd->sid >= 0 && !tnd_slice_small(c->m->slices[nd->sid]) && !res)
+            c->busy_gpu += tnd_perf_gpu_time(c->m, c->perf, nd->sid, nt_op);
+        else if (op.kind == TND_OP_ATTN)
+            c->busy_gpu += tnd_perf_attn_time(c->perf, TND_SIDE_GPU, c->round_nt, c->n_past);
+        else
+            c->busy_gpu += tnd_perf_other_time(c->perf, TND_SIDE_GPU, c->round_nt) / OTHER_OPS;
     }
     if (c->trace) {
         if ((st = trace_sync(c, s))) return st;
@@ -524,20 +537,25 @@ static bool fuse_pair(tnd_ctx *c, const tnd_node *a, const tnd_node *b, tnd_node
 /* Algorithm 3 after a round of nt tokens that began at t0: the round's
  * measurements go to the recorder, and when the rule says so the next
  * round chooses its promotions again with the live factors. */
-static tnd_status record_round(tnd_ctx *c, int nt, double t0) {
-    double copy_meas = 0, copy_pred = 0;
+/* The round's last (up to TND_RING_EV) weight copies as measured (events)
+ * and predicted, and their bytes; 0s when the backend cannot time events. */
+static void measure_copies(tnd_ctx *c, double *meas, double *pred, double *bytes) {
+    *meas = *pred = *bytes = 0;
     tnd_backend *g = c->side[1].be;
-    for (int j = TND_MAX(c->n_prom - TND_RING_EV, 0); j < c->n_prom; j++) {
+    for (int j = TND_MAX(c->n_prom - TND_RING_EV, 0); j < c->n_prom && j < c->prom_next; j++) {
         float ms;
-        if (j >= c->prom_next) break; /* not queued (a failed round) */
         if (tnd_backend_event_elapsed(g, c->copy_start[j % TND_RING_EV], c->slot_ready[j % TND_RING_EV], &ms)) {
             tnd_clear_error(); /* no event timing: the link goes unmeasured */
-            copy_meas = copy_pred = 0;
-            break;
+            *meas = *pred = *bytes = 0;
+            return;
         }
-        copy_meas += ms * 1e-3;
-        copy_pred += c->copy_pred[j % TND_RING_EV];
+        *meas += ms * 1e-3;
+        *pred += c->copy_pred[j % TND_RING_EV];
+        *bytes += (double)c->copy_bytes[j % TND_RING_EV];
     }
+}
+
+static tnd_status record_round(tnd_ctx *c, int nt, double t0, double copy_meas, double copy_pred) {
     double now = tnd_time_s();
     tnd_adapt *a = &c->ad[nt > 1];
     if (tnd_adapt_observe(a, now, now - t0, c->r_cpu_meas, c->r_cpu_pred, copy_meas, copy_pred)) {
@@ -552,6 +570,7 @@ static tnd_status record_round(tnd_ctx *c, int nt, double t0) {
 
 tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     const double t0 = tnd_time_s();
+    const uint64_t w0 = c->w_copy_bytes, a0 = c->act_copy_bytes;
     c->round_nt = nt;
     c->r_cpu_meas = c->r_cpu_pred = 0;
     memset(c->valid, 0, sizeof c->valid);
@@ -608,6 +627,12 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
         if (c->trace) trace_add(c, TND_SIDE_GPU, TR_DRAIN, TR_PLAIN, tnd_time_s() - tr);
     }
     if (!st && want_logits) memcpy(c->logits, c->side[0].act[A_LOGITS], sizeof(float) * (size_t)c->m->hp.n_vocab);
-    if (!st && c->adapt && c->perf && c->pl.promote_auto && c->lay.n_slots) st = record_round(c, nt, t0);
+    double cm = 0, cp = 0, cb = 0;
+    if (!st && c->n_prom) measure_copies(c, &cm, &cp, &cb);
+    /* busy times: the copies measured stand for all of the round's weight bytes */
+    c->busy_wall += tnd_time_s() - t0;
+    if (cb > 0) c->busy_pcie += cm * (double)(c->w_copy_bytes - w0) / cb;
+    if (c->perf && c->perf->b_pcie > 0) c->busy_pcie += (double)(c->act_copy_bytes - a0) / c->perf->b_pcie;
+    if (!st && c->adapt && c->perf && c->pl.promote_auto && c->lay.n_slots) st = record_round(c, nt, t0, cm, cp);
     return st;
 }

@@ -93,6 +93,9 @@ struct tnd_ctx {
      * and each copy's start event and prediction (copy j: index j % TND_RING_EV) */
     int round_nt;
     double r_cpu_meas, r_cpu_pred, copy_pred[TND_RING_EV];
+    size_t copy_bytes[TND_RING_EV];
+    /* what each resource was busy with, summed over rounds (tnd_ctx_stats) */
+    double busy_wall, busy_cpu, busy_pcie, busy_gpu;
     tnd_event *copy_start[TND_RING_EV];
     uint8_t *chosen;         /* [n_expert] scratch: the experts routing chose */
     int8_t *pair_ok;         /* [n_slices][2] whether the GPU backend takes the MATMUL after this slice's

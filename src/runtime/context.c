@@ -324,7 +324,11 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .w_copy_bytes = c->w_copy_bytes,
                            .n_pairs = c->n_pairs,
                            .n_route_dec = c->n_route_dec,
-                           .n_route_dec_gpu = c->n_route_dec_gpu};
+                           .n_route_dec_gpu = c->n_route_dec_gpu,
+                           .wall_s = c->busy_wall,
+                           .busy_cpu_s = c->busy_cpu,
+                           .busy_pcie_s = c->busy_pcie,
+                           .busy_gpu_s = c->busy_gpu};
 }
 
 void tnd_ctx_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie) {

@@ -54,6 +54,12 @@ typedef struct tnd_ctx_stats {
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes, n_pairs;
     /* split layers' routings of decode steps: all, and those to GPU experts */
     uint64_t n_route_dec, n_route_dec_gpu;
+    /* Seconds the rounds took (wall) and, within them, how long each
+     * resource was busy: the CPU's ops (measured), the weight copies over
+     * PCIe (measured by events, the last 16 of a round scaled to all its
+     * bytes) plus the activations' bytes at the link's bandwidth, and the
+     * GPU's ops (the perf DB's times for them: a model, 0 without a DB). */
+    double wall_s, busy_cpu_s, busy_pcie_s, busy_gpu_s;
 } tnd_ctx_stats;
 void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out);
 /* Weight bytes one decode token reads on the CPU, on the GPU (resident)

@@ -49,7 +49,16 @@ typedef struct {
     double mean, sd;  /* tokens per second */
     double samples[64];
     int n;
+    double busy[3]; /* share of the timed runs' wall time the CPU, the GPU (model) and PCIe were busy; -1: unknown */
 } result;
+
+/* The busy shares between two snapshots of the context's statistics. */
+static void busy_between(const tnd_ctx_stats *a, const tnd_ctx_stats *b, bool gpu, result *r) {
+    double wall = b->wall_s - a->wall_s;
+    r->busy[0] = wall > 0 ? (b->busy_cpu_s - a->busy_cpu_s) / wall : -1;
+    r->busy[1] = wall > 0 && gpu && b->busy_gpu_s > 0 ? (b->busy_gpu_s - a->busy_gpu_s) / wall : -1;
+    r->busy[2] = wall > 0 && gpu ? (b->busy_pcie_s - a->busy_pcie_s) / wall : -1;
+}
 
 static void stats(result *r) {
     double s = 0, ss = 0;
@@ -132,26 +141,43 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         result *r = &k->res[k->nres++];
         r->name = name_pp;
         r->n_tok = (int)n_prompt;
+        tnd_ctx_stats s0, s1;
+        tnd_ctx_get_stats(c, &s0);
         for (long i = 0; i < reps; i++) {
             tnd_ctx_truncate(c, 0);
             double t0 = tnd_time_s();
             if (tnd_ctx_eval(c, toks, (int)n_prompt, NULL)) goto out;
             r->samples[r->n++] = (double)n_prompt / (tnd_time_s() - t0);
         }
+        tnd_ctx_get_stats(c, &s1);
+        busy_between(&s0, &s1, tnd_plan_gpu(pl), r);
         stats(r);
     }
     if (n_gen) {
         result *r = &k->res[k->nres++];
         r->name = name_tg;
         r->n_tok = (int)n_gen;
+        double busy[3] = {0, 0, 0}, wall = 0;
+        bool known[3] = {true, true, true};
         for (long i = 0; i < reps; i++) {
             tnd_ctx_truncate(c, 0);
             if (depth && tnd_ctx_eval(c, toks, (int)depth, NULL)) goto out;
+            tnd_ctx_stats s0, s1;
+            tnd_ctx_get_stats(c, &s0);
             double t0 = tnd_time_s();
             for (long j = 0; j < n_gen; j++)
                 if (tnd_ctx_eval(c, toks + depth + j, 1, NULL)) goto out;
             r->samples[r->n++] = (double)n_gen / (tnd_time_s() - t0);
+            tnd_ctx_get_stats(c, &s1);
+            busy_between(&s0, &s1, tnd_plan_gpu(pl), r); /* the decode steps only, not the depth's prefill */
+            double w = s1.wall_s - s0.wall_s;
+            for (int q = 0; q < 3; q++) {
+                known[q] &= r->busy[q] >= 0;
+                busy[q] += r->busy[q] * w;
+            }
+            wall += w;
         }
+        for (int q = 0; q < 3; q++) r->busy[q] = known[q] && wall > 0 ? busy[q] / wall : -1;
         stats(r);
     }
     rc = 0;
@@ -359,8 +385,15 @@ int cmd_bench(int argc, char **argv) {
                 printf(", \"gpu_mib\": %.1f, \"test\": ", cfg[k].gpu_mib);
                 tnd_json_str(stdout, r->name, strlen(r->name));
                 printf(", \"n_tokens\": %d, \"reps\": %d, \"tok_per_s\": %.3f, \"stddev\": %.3f, "
-                       "\"limit_tok_per_s\": %.3f, \"predicted_tok_per_s\": %.3f}",
+                       "\"limit_tok_per_s\": %.3f, \"predicted_tok_per_s\": %.3f, \"busy\": {",
                        r->n_tok, r->n, r->mean, r->sd, lim, pred);
+                static const char *const res_names[3] = {"cpu", "gpu_model", "pcie"};
+                for (int q = 0; q < 3; q++) {
+                    printf("%s\"%s\": ", q ? ", " : "", res_names[q]);
+                    if (r->busy[q] >= 0) printf("%.3f", r->busy[q]);
+                    else printf("null");
+                }
+                printf("}}");
                 first = 0;
             }
         printf("]}\n");
@@ -372,8 +405,9 @@ int cmd_bench(int argc, char **argv) {
             printf("bandwidth (GB/s): CPU read %.1f | pinned PCIe %.1f | HBM %.1f | at once: CPU %.1f + PCIe %.1f\n",
                    L.cpu, L.pcie, L.hbm, L.both_cpu, L.both_pcie);
         for (int k = 0; k < n_cfg; k++) printf("placement %d: %s\n", k + 1, cfg[k].desc);
-        printf("\n| placement | promote | GPU MiB | test | t/s | limit t/s | of limit | predicted t/s | measured/predicted |\n"
-               "|---|---|---:|---|---:|---:|---:|---:|---:|\n");
+        printf("\n| placement | promote | GPU MiB | test | t/s | limit t/s | of limit | predicted t/s | measured/predicted "
+               "| busy: CPU | GPU (model) | PCIe |\n"
+               "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (int k = 0; k < n_cfg; k++)
             for (int i = 0; i < cfg[k].nres; i++) {
                 const result *r = &cfg[k].res[i];
@@ -383,8 +417,13 @@ int cmd_bench(int argc, char **argv) {
                 if (lim > 0) printf(" %.1f | %.0f%% |", lim, 100.0 * r->mean / lim);
                 else printf(" - | - |");
                 double pred = i == 0 && n_prompt ? cfg[k].pred_pp : cfg[k].pred_tg;
-                if (pred > 0) printf(" %.1f | %.2f |\n", pred, r->mean / pred);
-                else printf(" - | - |\n");
+                if (pred > 0) printf(" %.1f | %.2f |", pred, r->mean / pred);
+                else printf(" - | - |");
+                for (int q = 0; q < 3; q++) {
+                    if (r->busy[q] >= 0) printf(" %.0f%% |", 100 * r->busy[q]);
+                    else printf(" - |");
+                }
+                printf("\n");
             }
         for (int k = 0; k < n_cfg; k++)
             if (cfg[k].route_gpu >= 0) {
