@@ -388,7 +388,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     c->cur = s;
     tnd_op op = nd->op;
     tnd_status st;
-    int slot = prom ? *prom_seen : -1, ev = slot % TND_RING_EV;
+    int slot = prom ? *prom_seen : -1, ev = prom ? slot % TND_RING_EV : 0;
     for (int i = 0; i < TND_OP_MAX_IN; i++)
         if ((st = rebase(c, &op.in[i], s, true, i == 0 ? slot : -1))) return st;
     bool res = c->gpu && resident_part(c, nd), mapped_out = false;
@@ -534,9 +534,6 @@ static bool fuse_pair(tnd_ctx *c, const tnd_node *a, const tnd_node *b, tnd_node
     return *ok == 1;
 }
 
-/* Algorithm 3 after a round of nt tokens that began at t0: the round's
- * measurements go to the recorder, and when the rule says so the next
- * round chooses its promotions again with the live factors. */
 /* The round's last (up to TND_RING_EV) weight copies as measured (events)
  * and predicted, and their bytes; 0s when the backend cannot time events. */
 static void measure_copies(tnd_ctx *c, double *meas, double *pred, double *bytes) {
@@ -555,6 +552,9 @@ static void measure_copies(tnd_ctx *c, double *meas, double *pred, double *bytes
     }
 }
 
+/* Algorithm 3 after a round of nt tokens that began at t0: the round's
+ * measurements go to the recorder, and when the rule says so the next
+ * round chooses its promotions again with the live factors. */
 static tnd_status record_round(tnd_ctx *c, int nt, double t0, double copy_meas, double copy_pred) {
     double now = tnd_time_s();
     tnd_adapt *a = &c->ad[nt > 1];

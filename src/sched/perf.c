@@ -848,7 +848,7 @@ static double ring_start(tl_ring *r, int sid) {
     int j = r->n++;
     r->off[j] = r->at;
     r->len[j] = n;
-    r->done[j] = INFINITY;
+    r->done[j] = 0; /* until ring_done: a split layer's three copies go in before its ops (exec.c orders them) */
     r->at += n;
     double t = j >= TND_RING_EV ? r->done[j - TND_RING_EV] : 0;
     for (int i = TND_MAX(j - TND_RING_EV + 1, 0); i < j; i++)
