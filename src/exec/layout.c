@@ -43,6 +43,7 @@ void tnd_act_sizes(const tnd_hparams *hp, int nb, size_t sz[A_COUNT]) {
         [A_EY] = hp->n_expert ? f * nb * used * E : 0, [A_RL] = f * nb * hp->n_expert,
         [A_RW] = hp->n_expert ? f * nb * used : 0, [A_RI] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
         [A_RIC] = hp->n_expert ? sizeof(int32_t) * nb * used : 0, [A_RIG] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
+        /* one row of logits: a round computes only the last token's (model/forward.c) */
         [A_IDS] = sizeof(int32_t) * nb, [A_POS] = sizeof(int32_t) * nb, [A_LOGITS] = f * hp->n_vocab,
     };
     memcpy(sz, s, sizeof s);
@@ -93,7 +94,9 @@ void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, i
         if (split) l->w_gpu += ALIGN256(tnd_slice_gpu_bytes(m, p, i));
         if (p->promote[i] && b > l->slot_bytes) l->slot_bytes = b;
         if ((p->where[i] == TND_SIDE_GPU || p->promote[i] || split) && w != &m->tok_embd) {
-            uint64_t s = split ? skip_scratch(w, nb, n_used) : matmul_scratch(w, nb, n_used);
+            /* the output head reads one row per round (model/forward.c: logits only where read) */
+            int rows = w == &m->output ? 1 : nb;
+            uint64_t s = split ? skip_scratch(w, rows, n_used) : matmul_scratch(w, rows, n_used);
             if (s > scratch) scratch = s;
         }
     }
