@@ -252,15 +252,19 @@ static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s) {
     if (c->valid[b] & (1u << s)) return TND_OK;
     if (!c->valid[b]) return tnd_fail(TND_ERR_INTERNAL, "activation %d is read before it is written", b);
     tnd_backend *g = c->side[1].be;
-    char *host = (char *)c->act_dev[b] + off, *dev = (char *)c->side[1].act[b] + off;
+    /* a pageable buffer (pinning failed) goes through the copy engine */
+    const bool mapped = c->act_dev[b] != NULL;
+    char *host = (char *)(mapped ? c->act_dev[b] : c->side[0].act[b]) + off, *dev = (char *)c->side[1].act[b] + off;
     tnd_status st;
     if (s == TND_SIDE_GPU) {
-        if ((st = tnd_backend_copy_mapped(g, dev, host, n, c->side[1].st)) ||
+        if ((st = mapped ? tnd_backend_copy_mapped(g, dev, host, n, c->side[1].st)
+                         : tnd_backend_copy_h2d(g, dev, host, n, c->side[1].st)) ||
             (st = tnd_backend_event_record(g, c->host_read[b], c->side[1].st)))
             return st;
         c->host_read_pending[b] = true;
     } else {
-        if ((st = tnd_backend_copy_mapped(g, host, dev, n, c->side[1].st)) ||
+        if ((st = mapped ? tnd_backend_copy_mapped(g, host, dev, n, c->side[1].st)
+                         : tnd_backend_copy_d2h(g, host, dev, n, c->side[1].st)) ||
             (st = tnd_backend_event_record(g, c->sync_ev, c->side[1].st)) || (st = tnd_backend_event_sync(g, c->sync_ev)))
             return st;
     }
@@ -416,7 +420,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         if (r && r->kind == R_ACT && s == TND_SIDE_CPU && !disjoint && (st = wait_mapped(c, r->idx))) return st;
         if ((st = rebase(c, o, s, false, -1))) return st;
         /* the GPU part's expert outputs go where the CPU part's go */
-        if (res && r && r->kind == R_ACT && r->idx == A_EY && !promoted(c, nd->sid)) {
+        if (res && r && r->kind == R_ACT && r->idx == A_EY && !promoted(c, nd->sid) && c->act_dev[A_EY]) {
             o->data = (char *)c->act_dev[A_EY] + ((const char *)nd->op.out[i].data - r->base);
             mapped_out = true;
         }
@@ -459,6 +463,10 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
             if (mapped_out) {
                 if ((st = tnd_backend_event_record(sd->be, c->mapped_ev, sd->st))) return st;
                 c->mapped_pending[r->idx] = true;
+            } else if (res && r->idx == A_EY && !promoted(c, nd->sid)) {
+                /* pageable A_EY: the GPU part's rows reach the host before the
+                 * CPU part writes its own (no overlap, but right) */
+                if ((st = make_current(c, A_EY, 0, c->wlen[A_EY], TND_SIDE_CPU))) return st;
             }
         }
     }

@@ -69,8 +69,10 @@ struct tnd_ctx {
     size_t kv_canon_bytes;
     void **kv_addr;          /* [n_layer][2] */
     void *kv_arena;          /* GPU: the K and V caches of the GPU layers */
-    /* activations on the host: act_dev[i] is side 0's act[i] as the GPU sees it */
+    /* activations on the host: act_dev[i] is side 0's act[i] as the GPU sees it;
+     * NULL when pinning failed and they are pageable (copied by the copy engine) */
     void *act_dev[A_COUNT];
+    bool pin_warned;         /* the one warning about a failed pinning was given */
     uint8_t valid[A_COUNT];  /* bit s: side s holds the latest contents */
     size_t wlen[A_COUNT];    /* end of the bytes the last writer wrote */
     tnd_event *host_read[A_COUNT]; /* GPU copy out of the host buffer queued */
