@@ -381,7 +381,9 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
 static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     double tr = c->trace ? tnd_time_s() : 0;
     if (nd->op.kind == TND_OP_NONE && nd->op.out[0].data) {
+        if (c->tl) tnd_tl_node_begin(c, nd, TND_SIDE_CPU, false), tnd_tl_op_begin(c, TND_SIDE_CPU);
         tnd_status st = remap_ids(c, nd);
+        if (c->tl) tnd_tl_op_end(c, TND_SIDE_CPU);
         if (c->trace) trace_add(c, TND_SIDE_CPU, TND_OP_NONE, TR_PLAIN, tnd_time_s() - tr);
         return st;
     }
@@ -389,6 +391,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     int s = tnd_exec_node_side(c, nd, c->cur, false, &prom);
     if (s != c->cur) c->n_switch++;
     c->cur = s;
+    if (c->tl) tnd_tl_node_begin(c, nd, s, prom);
     tnd_op op = nd->op;
     tnd_status st;
     int slot = prom ? *prom_seen : -1, ev = slot % TND_RING_EV;
@@ -444,7 +447,9 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
                      !tnd_slice_small(c->m->slices[nd->sid]) && !tnd_slice_split(c->m, &c->pl, nd->sid, NULL);
     double t_op = rec ? tnd_time_s() : 0;
     if (c->trace) tr = tnd_time_s();
+    if (c->tl) tnd_tl_op_begin(c, s);
     if ((st = tnd_backend_op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
+    if (c->tl) tnd_tl_op_end(c, s);
     if (rec) {
         c->r_cpu_meas += tnd_time_s() - t_op;
         c->r_cpu_pred += tnd_perf_slice_time(c->perf, nd->sid, TND_SIDE_CPU, nd->sid == c->m->output.id ? 1 : c->round_nt);
@@ -573,6 +578,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     if (c->trace_mode && !c->trace && !(c->trace = tnd_calloc(2 * 2 * TR_OPS * TR_PARTS, sizeof *c->trace)))
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     c->trace_prefill = nt > 1;
+    if (c->tl) tnd_tl_round_begin(c);
     if (c->lay.n_slots && c->pl.promote_auto) {
         if (!c->round_prom && !(c->round_prom = tnd_calloc((size_t)c->m->n_slices + 1, 1)))
             return tnd_fail(TND_ERR_NOMEM, "out of memory");
@@ -617,5 +623,6 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     }
     if (!st && want_logits) memcpy(c->logits, c->side[0].act[A_LOGITS], sizeof(float) * (size_t)c->m->hp.n_vocab);
     if (!st && c->adapt && c->perf && c->pl.promote_auto && c->lay.n_slots) st = record_round(c, nt, t0);
+    if (c->tl) tnd_tl_round_end(c, nt, c->n_past);
     return st;
 }

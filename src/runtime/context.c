@@ -31,6 +31,7 @@ static void drop_gpu(tnd_ctx *c) {
 
 void tnd_ctx_free(tnd_ctx *c) {
     if (!c) return;
+    if (c->tl && tnd_tl_close(c)) TND_WARN("%s", tnd_last_error());
     tnd_exec_trace_print(c, stderr);
     free(c->trace);
     tnd_layout_free(c);
@@ -229,6 +230,7 @@ static tnd_status ctx_finish(tnd_ctx *c, const tnd_ctx_params *p, const tnd_plac
         }
     }
     c->verbose = verbose;
+    if (!st && p && p->trace) st = tnd_tl_open(c, p->trace, tnd_plan_perf(c->plan));
     if (!st && !(c->logits = malloc(sizeof(float) * (size_t)c->m->hp.n_vocab)))
         st = tnd_fail(TND_ERR_NOMEM, "out of memory");
     if (st) {
