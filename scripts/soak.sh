@@ -6,6 +6,8 @@
 # TND_BUILD names a build folder holding test_soak. Prints the tokens per
 # second and the process's RSS and the GPU backend's memory, warm and at
 # most; exits with the test's status (0: both stayed within 10%).
+# TND_MODEL=FILE soaks another model (a `tandem synth` one where the default
+# model is not at hand).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tokens=${1:-10000}
@@ -22,6 +24,6 @@ if [ -z "$build" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTND_CUDA=$cuda -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
   cmake --build "$build" -j"$(nproc)" --target test_soak >/dev/null
 fi
-[ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] || scripts/fetch-default-model.sh
+[ -n "${TND_MODEL:-}" ] || [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] || scripts/fetch-default-model.sh
 echo "soak: $tokens tokens on $device"
 TND_SRC=$PWD TND_SOAK_TOKENS=$tokens TND_SOAK_DEVICE=$device "$build/test_soak"

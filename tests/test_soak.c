@@ -7,6 +7,7 @@
  *
  *   TND_SOAK_TOKENS   tokens in all (default 1200; scripts/soak.sh: 10000)
  *   TND_SOAK_DEVICE   sim (default), cuda or cpu
+ *   TND_MODEL         another model than the default one
  *
  * Skips (77) when the default model is absent, or with cuda and no GPU. */
 #include <stdio.h>
@@ -74,9 +75,10 @@ int main(void) {
     const int nv = tnd_model_n_vocab(m);
     tnd_ctx *c = NULL;
     CHECK_ST(tnd_ctx_new(m, &p, &c));
-    const int32_t prompt[] = {1, 17, 33, 250, 7, 99, 3, 480, 12, 64, 5, 301, 77, 2, 190, 8, 400, 11, 23, 42,
+    int32_t prompt[] = {1, 17, 33, 250, 7, 99, 3, 480, 12, 64, 5, 301, 77, 2, 190, 8, 400, 11, 23, 42,
                               9, 1000, 57, 33, 12, 8, 700, 21, 6, 3000, 44, 15, 27, 81, 5, 2};
     const int n_prompt = (int)(sizeof prompt / sizeof *prompt), n_gen = N_CTX - n_prompt;
+    for (int i = 0; i < n_prompt; i++) prompt[i] %= nv; /* a small vocabulary (TND_MODEL: a synth model) */
     float *lg = tc_xmalloc(sizeof(float) * (size_t)nv);
     int32_t *first = tc_xmalloc(sizeof(int32_t) * (size_t)n_gen), *cur = tc_xmalloc(sizeof(int32_t) * (size_t)n_gen);
     uint64_t rss0 = 0, vram0 = 0, rss_max = 0, vram_max = 0;
