@@ -156,6 +156,10 @@ typedef struct tnd_ctx_params {
     bool no_adapt;           /* promote=auto from the perf DB's times alone (ATSInfer's static
                                 policy); default: corrected by the times measured while running,
                                 re-deciding when the machine's load changes (Algorithm 3) */
+    const char *trace;       /* tnd_ctx_new: write every round the context runs to this file as
+                                a Chrome/Perfetto trace (JSON: CPU ops, GPU ops, copies, syncs,
+                                the plan's predicted round times), completed by tnd_ctx_free;
+                                NULL = none */
 } tnd_ctx_params;
 
 tnd_model_params tnd_model_default_params(void);

@@ -37,9 +37,18 @@ void tnd_backend_mem_info(tnd_backend *b, tnd_mem_info *out) { b->iface->mem_inf
 tnd_status tnd_backend_buf_alloc(tnd_backend *b, size_t size, void **out) { return b->iface->buf_alloc(b, size, out); }
 void tnd_backend_buf_free(tnd_backend *b, void *ptr) { b->iface->buf_free(b, ptr); }
 
+/* Fault injection (tests): every host_alloc fails while set. Atomic: a test
+ * may set it while another thread allocates. */
+static _Atomic bool pin_fault;
+
+void tnd_backend_set_pin_fault(bool on) { pin_fault = on; }
+
 tnd_status tnd_backend_host_alloc(tnd_backend *b, size_t size, void **host, void **dev) {
     if (!b->iface->host_alloc)
         return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend has no pinned host memory", b->iface->name);
+    if (pin_fault)
+        return tnd_fail(TND_ERR_NOMEM, "%s: pinning %.1f MiB refused (injected fault)", b->iface->name,
+                        size / 1048576.0);
     return b->iface->host_alloc(b, size, host, dev);
 }
 

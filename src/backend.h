@@ -319,6 +319,9 @@ tnd_status tnd_backend_buf_alloc(tnd_backend *b, size_t size, void **out);
 void tnd_backend_buf_free(tnd_backend *b, void *ptr);
 /* TND_ERR_UNSUPPORTED when the backend has no pinned host memory. */
 tnd_status tnd_backend_host_alloc(tnd_backend *b, size_t size, void **host, void **dev);
+/* Test hook: while on, every tnd_backend_host_alloc fails with TND_ERR_NOMEM
+ * (as a driver refusing to pin), for the fallback to pageable memory. */
+void tnd_backend_set_pin_fault(bool on);
 void tnd_backend_host_free(tnd_backend *b, void *host);
 tnd_status tnd_backend_stream_new(tnd_backend *b, tnd_stream **out);
 void tnd_backend_stream_free(tnd_backend *b, tnd_stream *s); /* s NULL: no-op */

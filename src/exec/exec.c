@@ -253,15 +253,19 @@ static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s) {
     if (c->valid[b] & (1u << s)) return TND_OK;
     if (!c->valid[b]) return tnd_fail(TND_ERR_INTERNAL, "activation %d is read before it is written", b);
     tnd_backend *g = c->side[1].be;
-    char *host = (char *)c->act_dev[b] + off, *dev = (char *)c->side[1].act[b] + off;
+    /* a pageable buffer (pinning failed) goes through the copy engine */
+    const bool mapped = c->act_dev[b] != NULL;
+    char *host = (char *)(mapped ? c->act_dev[b] : c->side[0].act[b]) + off, *dev = (char *)c->side[1].act[b] + off;
     tnd_status st;
     if (s == TND_SIDE_GPU) {
-        if ((st = tnd_backend_copy_mapped(g, dev, host, n, c->side[1].st)) ||
+        if ((st = mapped ? tnd_backend_copy_mapped(g, dev, host, n, c->side[1].st)
+                         : tnd_backend_copy_h2d(g, dev, host, n, c->side[1].st)) ||
             (st = tnd_backend_event_record(g, c->host_read[b], c->side[1].st)))
             return st;
         c->host_read_pending[b] = true;
     } else {
-        if ((st = tnd_backend_copy_mapped(g, host, dev, n, c->side[1].st)) ||
+        if ((st = mapped ? tnd_backend_copy_mapped(g, host, dev, n, c->side[1].st)
+                         : tnd_backend_copy_d2h(g, host, dev, n, c->side[1].st)) ||
             (st = tnd_backend_event_record(g, c->sync_ev, c->side[1].st)) || (st = tnd_backend_event_sync(g, c->sync_ev)))
             return st;
     }
@@ -378,7 +382,9 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
 static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     double tr = c->trace ? tnd_time_s() : 0;
     if (nd->op.kind == TND_OP_NONE && nd->op.out[0].data) {
+        if (c->tl) tnd_tl_node_begin(c, nd, TND_SIDE_CPU, false), tnd_tl_op_begin(c, TND_SIDE_CPU);
         tnd_status st = remap_ids(c, nd);
+        if (c->tl) tnd_tl_op_end(c, TND_SIDE_CPU);
         if (c->trace) trace_add(c, TND_SIDE_CPU, TND_OP_NONE, TR_PLAIN, tnd_time_s() - tr);
         return st;
     }
@@ -386,6 +392,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     int s = tnd_exec_node_side(c, nd, c->cur, false, &prom);
     if (s != c->cur) c->n_switch++;
     c->cur = s;
+    if (c->tl) tnd_tl_node_begin(c, nd, s, prom);
     tnd_op op = nd->op;
     tnd_status st;
     int slot = prom ? *prom_seen : -1, ev = prom ? slot % TND_RING_EV : 0;
@@ -417,7 +424,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         if (r && r->kind == R_ACT && s == TND_SIDE_CPU && !disjoint && (st = wait_mapped(c, r->idx))) return st;
         if ((st = rebase(c, o, s, false, -1))) return st;
         /* the GPU part's expert outputs go where the CPU part's go */
-        if (res && r && r->kind == R_ACT && r->idx == A_EY && !promoted(c, nd->sid)) {
+        if (res && r && r->kind == R_ACT && r->idx == A_EY && !promoted(c, nd->sid) && c->act_dev[A_EY]) {
             o->data = (char *)c->act_dev[A_EY] + ((const char *)nd->op.out[i].data - r->base);
             mapped_out = true;
         }
@@ -442,7 +449,9 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     const int nt_op = nd->sid >= 0 && nd->sid == c->m->output.id ? 1 : c->round_nt;
     double t_op = s == TND_SIDE_CPU ? tnd_time_s() : 0;
     if (c->trace) tr = tnd_time_s();
+    if (c->tl) tnd_tl_op_begin(c, s);
     if ((st = tnd_backend_op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
+    if (c->tl) tnd_tl_op_end(c, s);
     if (s == TND_SIDE_CPU) {
         double dt = tnd_time_s() - t_op;
         c->busy_cpu += dt;
@@ -472,6 +481,10 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
             if (mapped_out) {
                 if ((st = tnd_backend_event_record(sd->be, c->mapped_ev, sd->st))) return st;
                 c->mapped_pending[r->idx] = true;
+            } else if (res && r->idx == A_EY && !promoted(c, nd->sid)) {
+                /* pageable A_EY: the GPU part's rows reach the host before the
+                 * CPU part writes its own (no overlap, but right) */
+                if ((st = make_current(c, A_EY, 0, c->wlen[A_EY], TND_SIDE_CPU))) return st;
             }
         }
     }
@@ -584,6 +597,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     if (c->trace_mode && !c->trace && !(c->trace = tnd_calloc(2 * 2 * TR_OPS * TR_PARTS, sizeof *c->trace)))
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     c->trace_prefill = nt > 1;
+    if (c->tl) tnd_tl_round_begin(c);
     if (c->lay.n_slots && c->pl.promote_auto) {
         if (!c->round_prom && !(c->round_prom = tnd_calloc((size_t)c->m->n_slices + 1, 1)))
             return tnd_fail(TND_ERR_NOMEM, "out of memory");
@@ -634,5 +648,6 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
     if (cb > 0) c->busy_pcie += cm * (double)(c->w_copy_bytes - w0) / cb;
     if (c->perf && c->perf->b_pcie > 0) c->busy_pcie += (double)(c->act_copy_bytes - a0) / c->perf->b_pcie;
     if (!st && c->adapt && c->perf && c->pl.promote_auto && c->lay.n_slots) st = record_round(c, nt, t0, cm, cp);
+    if (c->tl) tnd_tl_round_end(c, nt, c->n_past);
     return st;
 }

@@ -69,8 +69,10 @@ struct tnd_ctx {
     size_t kv_canon_bytes;
     void **kv_addr;          /* [n_layer][2] */
     void *kv_arena;          /* GPU: the K and V caches of the GPU layers */
-    /* activations on the host: act_dev[i] is side 0's act[i] as the GPU sees it */
+    /* activations on the host: act_dev[i] is side 0's act[i] as the GPU sees it;
+     * NULL when pinning failed and they are pageable (copied by the copy engine) */
     void *act_dev[A_COUNT];
+    bool pin_warned;         /* the one warning about a failed pinning was given */
     uint8_t valid[A_COUNT];  /* bit s: side s holds the latest contents */
     size_t wlen[A_COUNT];    /* end of the bytes the last writer wrote */
     tnd_event *host_read[A_COUNT]; /* GPU copy out of the host buffer queued */
@@ -129,6 +131,8 @@ struct tnd_ctx {
     int trace_mode;
     struct tnd_trace_cell *trace;
     int trace_prefill;       /* the round being traced has more than one token */
+    /* the --trace timeline (tnd_ctx_params.trace, exec/trace.c), or NULL */
+    struct tnd_tl *tl;
 };
 
 /* ---- layout.c ---- */
@@ -158,5 +162,20 @@ int tnd_exec_node_side(const tnd_ctx *c, const tnd_node *nd, int cur, bool any_p
 tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits);
 /* Prints the TND_TRACE table of c (nothing when tracing is off). */
 void tnd_exec_trace_print(const tnd_ctx *c, FILE *f);
+
+/* ---- trace.c: the --trace timeline (Chrome/Perfetto trace events) ---- */
+/* Starts writing path; c->tl set. perf: the DB of the predicted round
+ * times (kept, not owned), or NULL. TND_ERR_IO when it cannot be written. */
+tnd_status tnd_tl_open(tnd_ctx *c, const char *path, const struct tnd_perf *perf);
+/* Ends the file and frees c->tl (before c's GPU backend goes). */
+tnd_status tnd_tl_close(tnd_ctx *c);
+/* The executor's hooks (c->tl set): a round's start and end (after the
+ * drain: the round is written then), and each node's start, its op's start
+ * and end (s: the side it runs on; prom: it reads a promoted weight). */
+void tnd_tl_round_begin(tnd_ctx *c);
+void tnd_tl_round_end(tnd_ctx *c, int nt, int pos0);
+void tnd_tl_node_begin(tnd_ctx *c, const tnd_node *nd, int s, bool prom);
+void tnd_tl_op_begin(tnd_ctx *c, int s);
+void tnd_tl_op_end(tnd_ctx *c, int s);
 
 #endif

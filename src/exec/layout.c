@@ -43,6 +43,7 @@ void tnd_act_sizes(const tnd_hparams *hp, int nb, size_t sz[A_COUNT]) {
         [A_EY] = hp->n_expert ? f * nb * used * E : 0, [A_RL] = f * nb * hp->n_expert,
         [A_RW] = hp->n_expert ? f * nb * used : 0, [A_RI] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
         [A_RIC] = hp->n_expert ? sizeof(int32_t) * nb * used : 0, [A_RIG] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
+        /* one row of logits: a round computes only the last token's (model/forward.c) */
         [A_IDS] = sizeof(int32_t) * nb, [A_POS] = sizeof(int32_t) * nb, [A_LOGITS] = f * hp->n_vocab,
     };
     memcpy(sz, s, sizeof s);
@@ -93,7 +94,9 @@ void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, i
         if (split) l->w_gpu += ALIGN256(tnd_slice_gpu_bytes(m, p, i));
         if (p->promote[i] && b > l->slot_bytes) l->slot_bytes = b;
         if ((p->where[i] == TND_SIDE_GPU || p->promote[i] || split) && w != &m->tok_embd) {
-            uint64_t s = split ? skip_scratch(w, nb, n_used) : matmul_scratch(w, nb, n_used);
+            /* the output head reads one row per round (model/forward.c: logits only where read) */
+            int rows = w == &m->output ? 1 : nb;
+            uint64_t s = split ? skip_scratch(w, rows, n_used) : matmul_scratch(w, rows, n_used);
             if (s > scratch) scratch = s;
         }
     }
@@ -151,15 +154,39 @@ static tnd_status gpu_alloc(tnd_ctx *c, size_t n, void **out, const char *what) 
     return st ? tnd_fail_wrap(st, "%s: ", what) : TND_OK;
 }
 
+/* A pinning that failed: the first of a context warns (what it costs), the
+ * others are logged at debug level only; the caller falls back to pageable
+ * memory. */
+static void pin_failed(tnd_ctx *c, const char *what, uint64_t bytes) {
+    if (c->pin_warned) {
+        TND_DEBUG("could not pin %.1f MiB for the %s either (%s)", bytes / MIB, what, tnd_last_error());
+    } else {
+        TND_WARN("could not pin %.1f MiB of host memory for the %s (%s); using pageable memory "
+                 "instead: copies between the CPU and the GPU run several times slower",
+                 bytes / MIB, what, tnd_last_error());
+        c->pin_warned = true;
+    }
+    tnd_clear_error();
+}
+
 static tnd_status alloc_acts(tnd_ctx *c) {
     tnd_backend *g = c->gpu ? c->side[1].be : NULL;
+    bool pageable = false; /* once one buffer could not be pinned, none is tried again */
     for (int i = 0; i < A_COUNT; i++) {
         size_t n = c->act_size[i];
         if (!n) continue;
         tnd_status st;
         if (g) {
-            if ((st = tnd_backend_host_alloc(g, n, &c->side[0].act[i], &c->act_dev[i])))
-                return tnd_fail_wrap(st, "pinned activation buffers: ");
+            if (!pageable && tnd_backend_host_alloc(g, n, &c->side[0].act[i], &c->act_dev[i])) {
+                uint64_t all = 0;
+                for (int j = 0; j < A_COUNT; j++) all += c->act_size[j];
+                pin_failed(c, "activations", all);
+                pageable = true;
+                c->side[0].act[i] = c->act_dev[i] = NULL;
+            }
+            /* pageable: the executor copies these with copy_h2d/d2h (act_dev NULL) */
+            if (pageable && (st = tnd_backend_buf_alloc(c->side[0].be, n, &c->side[0].act[i])))
+                return tnd_fail_wrap(st, "activation buffers: ");
             if ((st = gpu_alloc(c, n, &c->side[1].act[i], "GPU activation buffers"))) return st;
         } else {
             if ((st = tnd_backend_buf_alloc(c->side[0].be, n, &c->side[0].act[i])))
@@ -231,9 +258,7 @@ static tnd_status alloc_weights(tnd_ctx *c) {
     if (store) {
         tnd_status st = tnd_backend_host_alloc(g, store, &c->pinned, &c->pinned_dev);
         if (st) {
-            TND_WARN("could not pin %.1f MiB of host memory for the weight store (%s); the CPU "
-                     "computes from the mapped file and promoted weights copy from pageable memory, several "
-                     "times slower", store / MIB, tnd_last_error());
+            pin_failed(c, "weight store", store);
             c->pinned = NULL;
         } else {
             double t0 = tnd_time_s();
@@ -386,7 +411,7 @@ void tnd_layout_free(tnd_ctx *c) {
         if (!b) continue;
         for (int i = 0; i < A_COUNT; i++) {
             if (!c->side[s].act[i]) continue;
-            if (s == 0 && g) tnd_backend_host_free(g, c->side[0].act[i]);
+            if (s == 0 && g && c->act_dev[i]) tnd_backend_host_free(g, c->side[0].act[i]);
             else tnd_backend_buf_free(b, c->side[s].act[i]);
         }
     }

@@ -235,6 +235,9 @@ tnd_status tnd_recipe_emit(const tnd_recipe *r, int nt, int pos0, bool want_logi
     }
     for (int il = 0; il < m->hp.n_layer; il++) layer_forward(e, il, nt, pos0);
     e->layer = -1;
+    /* The head runs over the last token only: its logits are the only ones
+     * a caller reads (tnd_ctx_eval), and the layout sizes A_LOGITS and the
+     * head's scratch for that one row (exec/layout.c). */
     if (want_logits) {
         float *last = (float *)e->act[A_X] + (int64_t)(nt - 1) * E;
         op_norm(e, last, &m->output_norm, e->act[A_H], E, 1);

@@ -31,6 +31,7 @@ static void drop_gpu(tnd_ctx *c) {
 
 void tnd_ctx_free(tnd_ctx *c) {
     if (!c) return;
+    if (c->tl && tnd_tl_close(c)) TND_WARN("%s", tnd_last_error());
     tnd_exec_trace_print(c, stderr);
     free(c->trace);
     tnd_layout_free(c);
@@ -151,14 +152,85 @@ static tnd_status check_fits(tnd_ctx *c, const tnd_plan *plan) {
     tnd_mem_info mi;
     tnd_backend_mem_info(c->side[1].be, &mi);
     uint64_t budget = mi.budget ? mi.budget : UINT64_MAX / 4;
-    if (plan->lay.gpu_total <= budget) return TND_OK;
-    return tnd_fail(TND_ERR_NOMEM, "plan '%s' needs %.1f MiB on the GPU but its budget is now %.1f MiB",
-                    plan->pl.desc, plan->lay.gpu_total / 1048576.0, budget / 1048576.0);
+    if (plan->lay.gpu_total > budget)
+        return tnd_fail(TND_ERR_NOMEM, "plan '%s' needs %.1f MiB on the GPU but its budget is now %.1f MiB",
+                        plan->pl.desc, plan->lay.gpu_total / 1048576.0, budget / 1048576.0);
+    /* what the device has free now (another process may hold memory since the plan was made) */
+    uint64_t avail = mi.dev_free + mi.used;
+    if (mi.dev_total && plan->lay.gpu_total > avail)
+        return tnd_fail(TND_ERR_NOMEM, "plan '%s' needs %.1f MiB on the GPU but the device has only %.1f MiB free "
+                        "now (of %.1f MiB; other processes hold the rest): make the plan anew",
+                        plan->pl.desc, plan->lay.gpu_total / 1048576.0, avail / 1048576.0,
+                        mi.dev_total / 1048576.0);
+    return TND_OK;
 }
 
-static tnd_status ctx_finish(tnd_ctx *c, bool verbose, tnd_ctx **out) {
+/* The GPU ran out of memory while c's layout was allocated (memory another
+ * process took after the plan read the budget): everything of the GPU side
+ * goes, a new GPU backend reads the budget anew (at most what the device
+ * has free), and the plan is made again for it (p, fixed: as ctx_new got
+ * them). One attempt; a failure names the numbers of both. */
+static tnd_status replan(tnd_ctx *c, const tnd_ctx_params *p, const tnd_placement *fixed) {
+    char first[512];
+    snprintf(first, sizeof first, "%s", tnd_last_error());
+    const double need = c->lay.gpu_total / 1048576.0;
+    tnd_mem_info mi;
+    tnd_backend_mem_info(c->side[1].be, &mi);
+    const double had = mi.used / 1048576.0;
+    tnd_layout_release(c);
+    drop_gpu(c);
+    tnd_plan_free(c->plan);
+    c->plan = NULL;
+    memset(&c->pl, 0, sizeof c->pl);
+    tnd_status st = new_gpu(c, p->device, p->vram_budget, p->hw, p->cpu_exact);
+    uint64_t fresh = 0;
+    if (!st) {
+        tnd_backend_mem_info(c->side[1].be, &mi);
+        fresh = mi.budget;
+        /* a budget the device no longer has: what it has, less a margin for the driver's own */
+        uint64_t margin = TND_MIN(mi.dev_free / 20, (uint64_t)256 << 20);
+        if (mi.dev_total && (!mi.budget || mi.budget > mi.dev_free - margin)) {
+            fresh = mi.dev_free - margin;
+            drop_gpu(c);
+            st = fresh ? new_gpu(c, p->device, fresh, p->hw, p->cpu_exact)
+                       : tnd_fail(TND_ERR_NOMEM, "the device has no memory free");
+        }
+    }
+    tnd_plan *plan = NULL;
+    if (!st) st = tnd_plan_make(c->m, p, c->side[0].be, c->gpu ? c->side[1].be : NULL, fixed, &plan);
+    if (!st) {
+        if (!plan->gpu) drop_gpu(c);
+        adopt(c, plan);
+        TND_WARN("the GPU ran out of memory allocating the plan's %.1f MiB (%s); re-planned for the %.1f MiB "
+                 "free now: %s", need, first, fresh / 1048576.0, plan->pl.desc);
+        st = ctx_lay_out(c);
+    }
+    if (st)
+        return tnd_fail_wrap(st, "the GPU ran out of memory allocating the plan's %.1f MiB after %.1f MiB (%s; "
+                             "another process may hold GPU memory), and re-planning for the %.1f MiB free failed: ",
+                             need, had, first, fresh / 1048576.0);
+    return TND_OK;
+}
+
+/* Lays c out (on a GPU allocation that fails, re-plans when p is given, as
+ * for tnd_ctx_new) and finishes it into *out; frees c on failure. */
+static tnd_status ctx_finish(tnd_ctx *c, const tnd_ctx_params *p, const tnd_placement *fixed, bool verbose,
+                             tnd_ctx **out) {
     tnd_status st = ctx_lay_out(c);
+    if (st == TND_ERR_NOMEM && c->gpu) {
+        if (p) {
+            st = replan(c, p, fixed);
+        } else {
+            tnd_mem_info mi;
+            tnd_backend_mem_info(c->side[1].be, &mi);
+            st = tnd_fail_wrap(st, "plan '%s' needs %.1f MiB on the GPU; %.1f MiB were allocated and the device "
+                               "has %.1f MiB free (another process may hold GPU memory: make the plan anew): ",
+                               c->pl.desc, c->lay.gpu_total / 1048576.0, mi.used / 1048576.0,
+                               mi.dev_free / 1048576.0);
+        }
+    }
     c->verbose = verbose;
+    if (!st && p && p->trace) st = tnd_tl_open(c, p->trace, tnd_plan_perf(c->plan));
     if (!st && !(c->logits = malloc(sizeof(float) * (size_t)c->m->hp.n_vocab)))
         st = tnd_fail(TND_ERR_NOMEM, "out of memory");
     if (st) {
@@ -194,7 +266,7 @@ static tnd_status ctx_new(tnd_model *m, const tnd_ctx_params *p, const tnd_place
     adopt(c, plan);
     c->adapt = !p->no_adapt;
     c->adapt_cpu = true;
-    return ctx_finish(c, p->verbose, out);
+    return ctx_finish(c, p, fixed, p->verbose, out);
 }
 
 tnd_status tnd_ctx_new(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) { return ctx_new(m, p, NULL, out); }
@@ -235,7 +307,7 @@ tnd_status tnd_ctx_new_from_plan(const tnd_plan *plan, tnd_ctx **out) {
         return st;
     }
     adopt(c, own);
-    return ctx_finish(c, false, out);
+    return ctx_finish(c, NULL, NULL, false, out);
 }
 
 /* The first n_past positions of every layer's K and V, saved on the host

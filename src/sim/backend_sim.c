@@ -265,6 +265,15 @@ static void *worker_main(void *arg) {
 
 /* ---- device and host memory ------------------------------------------------------ */
 
+/* Test hook (tnd_sim_set_taken): device bytes another process holds,
+ * shared by every SimGPU as the device is. */
+static _Atomic uint64_t sim_taken;
+
+void tnd_sim_set_taken(uint64_t bytes) { sim_taken = bytes; }
+
+/* The simulated device's memory: the profile's, else the budget (0: unlimited). */
+static uint64_t dev_total(const sim_ctx *c) { return c->has_hw ? c->hw.vram : c->budget; }
+
 static tnd_status sim_buf_alloc(tnd_backend *b, size_t size, void **out) {
     sim_ctx *c = C(b);
     /* backend.h: readable to the next 16 bytes; alignment 256 like cudaMalloc */
@@ -280,6 +289,16 @@ static tnd_status sim_buf_alloc(tnd_backend *b, size_t size, void **out) {
                         "(%.1f MiB) are in use",
                         size, size / 1048576.0, (unsigned long long)budget, budget / 1048576.0,
                         (unsigned long long)used, used / 1048576.0);
+    }
+    /* the device itself is full (another process's memory): as cudaMalloc's out of memory */
+    uint64_t total = dev_total(c), taken = sim_taken;
+    if (total && taken && (taken > total || c->used + size > total - taken)) {
+        uint64_t used = c->used;
+        pthread_mutex_unlock(&c->mu);
+        return tnd_fail(TND_ERR_NOMEM,
+                        "sim: allocating %.1f MiB failed: out of device memory (%.1f MiB in use here, %.1f MiB "
+                        "taken by another process, %.1f MiB in all)",
+                        size / 1048576.0, used / 1048576.0, taken / 1048576.0, total / 1048576.0);
     }
     c->used += size; /* reserved; the allocation itself happens outside the lock */
     pthread_mutex_unlock(&c->mu);
@@ -320,8 +339,9 @@ static void sim_mem_info(tnd_backend *b, tnd_mem_info *out) {
     out->used = c->used;
     out->peak = c->peak;
     pthread_mutex_unlock(&c->mu);
-    out->dev_total = c->has_hw ? c->hw.vram : c->budget;
-    out->dev_free = out->dev_total > out->used ? out->dev_total - out->used : 0;
+    out->dev_total = dev_total(c);
+    uint64_t held = out->used + sim_taken;
+    out->dev_free = out->dev_total > held ? out->dev_total - held : 0;
 }
 
 static tnd_status sim_host_alloc(tnd_backend *b, size_t size, void **host, void **dev) {

@@ -53,5 +53,11 @@ void tnd_sim_set_jitter(tnd_backend *b, int us, uint64_t seed);
  * profile's time (a link slowed by another process's copies; 1: as the
  * profile says), so tests see the load-aware executor re-plan. */
 void tnd_sim_set_copy_slowdown(tnd_backend *b, double factor);
+/* Test hook: another process holds `bytes` of the simulated device's memory
+ * (the --hw profile's, else the budget) from now on, in every SimGPU: device
+ * allocations beyond what is left fail as the driver's out of memory does,
+ * and mem_info's dev_free drops; budgets already read stay as they were
+ * (memory taken between a plan and its allocation). 0 = none. */
+void tnd_sim_set_taken(uint64_t bytes);
 
 #endif

@@ -27,6 +27,8 @@ static void usage(FILE *f) {
                "                         measured in turn, side by side): static, layer, gpu, cpu,\n"
                "                         random:SEED or a file; Q: none, all, auto, random:SEED\n"
                "      --hw PROFILE       SimGPU timing profile (with --device sim)\n"
+               "      --trace FILE       write the rounds as a Chrome/Perfetto trace (JSON); with\n"
+               "                         several placements, FILE-1.json, FILE-2.json, ...\n"
                "      --no-limits        skip measuring the bandwidths behind the physical limit\n"
                "      --no-adapt         promotions from the profile alone, not corrected by\n"
                "                         the speeds measured while running\n"
@@ -227,7 +229,7 @@ static void fill_tokens(const tnd_model *m, int32_t *toks, long n, int nv) {
 static const char *device_name(tnd_device d) { return d == TND_DEVICE_CUDA ? "cuda" : d == TND_DEVICE_SIM ? "sim" : "cpu"; }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *fmt = "md", *budget = NULL, *hw = NULL;
+    const char *model = NULL, *fmt = "md", *budget = NULL, *hw = NULL, *trace = NULL;
     tnd_device device = TND_DEVICE_CPU;
     long n_prompt = 512, n_gen = 128, depth = 0, threads = 0, reps = 3, batch = 0;
     bool text_tokens = true;
@@ -267,6 +269,7 @@ int cmd_bench(int argc, char **argv) {
             if ((ok = (budget = v) != NULL) && !tools_check_budget(v)) return 2;
         }
         else if (!strcmp(a, "--hw")) ok = (hw = v) != NULL;
+        else if (!strcmp(a, "--trace")) ok = (trace = v) != NULL && *v;
         else if (!strcmp(a, "--placement") || !strcmp(a, "--policy")) {
             ok = v && n_cfg < MAX_CONFIGS && strlen(v) < sizeof cfg[0].placement;
             if (ok) {
@@ -305,6 +308,7 @@ int cmd_bench(int argc, char **argv) {
     cp.hw = hw;
     cp.cpu_exact |= cpu_exact;
     cp.no_adapt = no_adapt;
+    cp.predict = trace != NULL; /* the trace's second track: the plan's predicted rounds */
     if (budget && tnd_parse_budget(budget, m, &cp.vram_budget)) {
         tools_print_error("--vram-budget");
         tnd_model_free(m);
@@ -339,7 +343,17 @@ int cmd_bench(int argc, char **argv) {
     if (depth) snprintf(name_tg, sizeof name_tg, "tg%ld @ d%ld", n_gen, depth);
     else snprintf(name_tg, sizeof name_tg, "tg%ld", n_gen);
     int rc = 0, n_ok = 0;
+    char trace_k[4096];
     for (int k = 0; k < n_cfg; k++) {
+        /* one trace per placement: FILE, or FILE-K.json beside the others */
+        if (trace && n_cfg > 1) {
+            const char *dot = strrchr(trace, '.'), *slash = strrchr(trace, '/');
+            int stem = dot && (!slash || dot > slash) ? (int)(dot - trace) : (int)strlen(trace);
+            snprintf(trace_k, sizeof trace_k, "%.*s-%d%s", stem, trace, k + 1, trace + stem);
+            cp.trace = trace_k;
+        } else {
+            cp.trace = trace;
+        }
         if (run_config(m, &cp, &cfg[k], toks, n_prompt, n_gen, depth, reps, have_limits ? &L : NULL, pf, name_pp,
                        name_tg)) {
             fprintf(stderr, "tandem: error: bench (placement %s): %s\n", cfg[k].placement[0] ? cfg[k].placement : "default",

@@ -48,6 +48,8 @@ const char *gen_opts_help =
     "      --hw PROFILE       SimGPU timing profile (rtx3060-laptop, rtx4090-desktop,\n"
     "                         h200-device, or a file)\n"
     "      --dry-run          print the placement and memory layout, run nothing\n"
+    "      --trace FILE       write the rounds as a Chrome/Perfetto trace (JSON): CPU ops,\n"
+    "                         GPU ops, copies, syncs, and the plan's predicted round times\n"
     "      --cpu-exact        CPU matmuls with f32 activations: exact, slower (default: Q8\n"
     "                         activations and integer dots, like llama.cpp; TND_CPU_INT8=0)\n"
     "      --check-weights    scan every weight for NaN and Inf at load (reads the whole file;\n"
@@ -125,6 +127,9 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
         if (!(o->cp.hw = VAL())) BAD("a hardware profile name or file");
     } else if (!strcmp(a, "--dry-run")) {
         o->dry_run = true;
+    } else if (!strcmp(a, "--trace")) {
+        if (!(o->cp.trace = VAL()) || !*o->cp.trace) BAD("a file name");
+        o->cp.predict = true; /* the trace's second track: the plan's predicted rounds */
     } else if (!strcmp(a, "--cpu-exact")) {
         o->cp.cpu_exact = true;
     } else if (!strcmp(a, "--no-adapt")) {
