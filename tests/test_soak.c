@@ -5,7 +5,8 @@
  * must stay within 10% of their warm values, and every cycle must give
  * the first cycle's tokens (greedy: the same cache gives the same text).
  *
- *   TND_SOAK_TOKENS   tokens in all (default 1200; scripts/soak.sh: 10000)
+ *   TND_SOAK_TOKENS   tokens in all (default 1200, 576 in sanitizer builds, where
+ *                     RSS is not checked; scripts/soak.sh: 10000)
  *   TND_SOAK_DEVICE   sim (default), cuda or cpu
  *   TND_MODEL         another model than the default one
  *
@@ -46,7 +47,10 @@ int main(void) {
     char path[4096];
     if (!fx_default_model(path, sizeof path, true)) return 77;
     const char *tv = getenv("TND_SOAK_TOKENS"), *dv = getenv("TND_SOAK_DEVICE");
-    const long total = tv ? atol(tv) : 1200;
+    /* sanitizer builds: ASan's quarantine keeps freed memory on purpose, so
+     * RSS says nothing there; a shorter run still checks the tokens */
+    const bool sanitized = getenv("TND_SANITIZED") != NULL;
+    const long total = tv ? atol(tv) : sanitized ? 2 * N_CTX + 64 : 1200;
     if (total < 2 * N_CTX) {
         fprintf(stderr, "TND_SOAK_TOKENS=%s: want at least %d (two cycles of the %d-token context)\n", tv, 2 * N_CTX,
                 N_CTX);
@@ -126,7 +130,8 @@ int main(void) {
            done, cycles, N_CTX, s, done / s, rss0 / MIB, rss_max / MIB, vram0 / MIB, vram_max / MIB);
     CHECK(cycles >= 2, "%d cycles", cycles);
     CHECK(same == cycles - 1, "%d of %d cycles gave the first cycle's tokens", same, cycles - 1);
-    CHECK(rss0 > 0 && rss_max <= rss0 + rss0 / 10, "RSS grew from %.1f to %.1f MiB", rss0 / MIB, rss_max / MIB);
+    CHECK(sanitized || (rss0 > 0 && rss_max <= rss0 + rss0 / 10), "RSS grew from %.1f to %.1f MiB", rss0 / MIB,
+          rss_max / MIB);
     CHECK(vram_max <= vram0 + vram0 / 10, "GPU memory grew from %.1f to %.1f MiB", vram0 / MIB, vram_max / MIB);
     free(lg);
     free(prompt_lg);
