@@ -66,22 +66,25 @@ check(rc_idle == 0 and rc_spin == 0 and spin >= 0.05 and spin >= 5 * idle,
       f"--cpu 1 --for 0.8 spins: exit {rc_spin}, CPU {spin:.3f} s against {idle:.3f} s idle")
 
 # SIGTERM in the middle of a long phase
-p = subprocess.Popen([stress, "--phase", "60:cpu=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-seen = ""
+p = subprocess.Popen([stress, "--phase", "60:cpu=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+# raw reads of the pipe (a buffered readline could hold the phase line
+# where select no longer sees it)
+seen = b""
 deadline = time.monotonic() + 20
-while "\t1\tcpu=1" not in seen and time.monotonic() < deadline:
+while b"\t1\tcpu=1" not in seen and time.monotonic() < deadline:
     if select.select([p.stdout], [], [], 1)[0]:
-        ln = p.stdout.readline()
-        if not ln:
+        chunk = os.read(p.stdout.fileno(), 4096)
+        if not chunk:
             break
-        seen += ln
+        seen += chunk
 p.send_signal(signal.SIGTERM)
 try:
     rest, err = p.communicate(timeout=10)
 except subprocess.TimeoutExpired:
     p.kill()
     rest, err = p.communicate()
-r = rows(seen + rest)
+rest = rest.decode()
+r = rows(seen.decode() + rest)
 check(p.returncode == 0 and r and r[-1][2:] == ["end", "-"] and "stopped by signal 15" in rest
       and float(r[-1][1]) < 30, f"SIGTERM stops it: rc={p.returncode} {rest.strip()[-120:]}")
 
