@@ -240,6 +240,51 @@ static void check_churn(tnd_model *m, const tnd_ctx_params *cp, const char *name
     for (int i = 0; i < 5; i++) free(la[i]);
 }
 
+/* A plan swapped into a live context of three sequences (tnd_ctx_set_plan):
+ * every slot's rows move to where the new plan keeps each layer's cache,
+ * and each sequence goes on as it would alone. SimGPU, exact mode. */
+static void check_swap(tnd_model *m, const tnd_ctx_params *cpu, const char *name) {
+    int nv = tnd_model_n_vocab(m);
+    prompt p[3];
+    make_prompts(p, 3, nv, 0xabc);
+    int32_t ta[3][N_GEN], got[3][N_GEN];
+    float *la[3];
+    for (int i = 0; i < 3; i++) {
+        la[i] = tc_xmalloc(sizeof(float) * (size_t)(N_GEN + 1) * nv);
+        CHECK(run_alone(m, cpu, &p[i], ta[i], la[i]) == TND_OK, "%s swap alone: %s", name, tnd_last_error());
+    }
+    tnd_ctx_params sp = *cpu;
+    sp.device = TND_DEVICE_SIM;
+    sp.n_seq_max = 3;
+    sp.placement = "random:41";
+    tnd_ctx *c = NULL;
+    tnd_plan *pl = NULL;
+    tnd_status st = tnd_ctx_new(m, &sp, &c);
+    sp.placement = "random:42";
+    if (!st) st = tnd_plan_build(m, &sp, &pl);
+    int seq[3];
+    for (int i = 0; !st && i < 3; i++)
+        if (!(st = tnd_seq_new(c, &seq[i]))) st = tnd_seq_feed(c, seq[i], p[i].ids, p[i].n);
+    if (!st) st = drain(c, NULL);
+    for (int g = 0; !st && g < N_GEN; g++) {
+        if (g == N_GEN / 2) st = tnd_ctx_set_plan(c, pl);
+        for (int i = 0; !st && i < 3; i++) {
+            const float *l = tnd_seq_logits(c, seq[i]);
+            got[i][g] = l ? tc_argmax(l, nv) : -1;
+            st = tnd_seq_feed(c, seq[i], &got[i][g], 1);
+        }
+        if (!st) st = drain(c, NULL);
+    }
+    CHECK(st == TND_OK, "%s swap: %s", name, tnd_last_error());
+    for (int i = 0; !st && i < 3; i++)
+        CHECK(!memcmp(got[i], ta[i], sizeof got[i]) &&
+                  !memcmp(tnd_seq_logits(c, seq[i]), la[i] + (size_t)N_GEN * nv, sizeof(float) * (size_t)nv),
+              "%s swap: sequence %d differs from it alone", name, i);
+    tnd_plan_free(pl);
+    tnd_ctx_free(c);
+    for (int i = 0; i < 3; i++) free(la[i]);
+}
+
 /* The errors: clear statuses, never a crash, nothing changed by a refusal. */
 static void check_errors(tnd_model *m) {
     tnd_ctx_params cp = tnd_ctx_default_params();
@@ -317,6 +362,7 @@ static void model_checks(const char *path, const char *name, int max_batch, int 
     snprintf(what, sizeof what, "%s exact", name);
     check_batches(m, &cp, &cp, what, true, max_batch);
     check_churn(m, &cp, what);
+    check_swap(m, &cp, what);
     check_sim(m, &cp, name, n_place, TND_MIN(max_batch, 4));
     cp.cpu_exact = false;
     snprintf(what, sizeof what, "%s q8", name);
