@@ -613,7 +613,7 @@ static void test_static_experts(void) {
             uint64_t budget = budgets[bi];
             tnd_placement p;
             CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "placement");
-            tnd_status st = tnd_static_place(m, &pf, budget, kv_layer, 64, 32, false, &p);
+            tnd_status st = tnd_static_place(m, &pf, budget, kv_layer, 64, 32, 1, false, &p);
             CHECK(st == TND_OK, "static place at %llu: %s", (unsigned long long)budget, tnd_last_error());
             if (st) {
                 tnd_placement_free(&p);
@@ -695,7 +695,7 @@ static void test_static_experts(void) {
      * cost per op makes the step dearer. */
     tnd_placement p;
     CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "placement");
-    if (tnd_static_place(m, &pf, dense + experts / 3, kv_layer, 64, 32, false, &p) == TND_OK) {
+    if (tnd_static_place(m, &pf, dense + experts / 3, kv_layer, 64, 32, 1, false, &p) == TND_OK) {
         int n_split = 0;
         for (int l = 0; l < L; l++) n_split += p.split[l];
         double lin = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
@@ -760,7 +760,7 @@ static void test_static_experts(void) {
     pf.lat = 10e-6;
     pf.launch = 4e-6;
     CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "placement");
-    if (tnd_static_place(m, &pf, dense + experts / 3, kv_layer, 64, 32, false, &p) == TND_OK) {
+    if (tnd_static_place(m, &pf, dense + experts / 3, kv_layer, 64, 32, 1, false, &p) == TND_OK) {
         const double cap = tnd_perf_sw_host_max(&pf), base = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
         pf.sw_host = 30e-6;
         const double slower = tnd_perf_predict(m, &pf, &p, 0, 1, 16);

@@ -141,7 +141,7 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
     } else if (stat && pl->gpu) {
         /* promotions apply to what static placement leaves on the CPU */
         if ((st = tnd_perf_get(m, p, cpu, gpu, &pl->perf)) || (st = tnd_placement_make(m, "cpu", promote, 0, 0, &pl->pl)) ||
-            (st = tnd_static_place(m, pl->perf, wbudget, kv_layer, pl->n_ctx, pl->n_batch,
+            (st = tnd_static_place(m, pl->perf, wbudget, kv_layer, pl->n_ctx, pl->n_batch, pl->n_seq_max,
                                    promote && strcmp(promote, "none"), &pl->pl)))
             return st;
         for (int i = 0; i < m->n_slices; i++)
