@@ -24,7 +24,7 @@
  * batch kernels take ~2.3x the time of one token for 4 tokens at the tied
  * head (Q8_0 576x49152: 3.1 against 7.2 ms, dev_matmul_prefill -n 1 / -n 4)
  * and ~2x on the layers' Q4_1 matrices, so a round of 4 sequences costs
- * ~2.1x a round of one and the ratio measured 1.74-1.89 (2026-12-02, load
+ * ~2.1x a round of one and the ratio measured 1.74-2.10 (2026-12-02, load
  * average 5-6 from other jobs on the two cores). The batched round itself
  * adds ~3 ms a round (per-sequence attention and KV stores) to ~55. So the
  * bar here is 1.5, a margin below what this machine reaches; 2.5x needs
