@@ -11,6 +11,10 @@
  *               K,V[pos] = k,v (f16);  a = attn(q, K, V);  o = Wo a;  [o = norm(o)];  x += o
  *               h = norm(x);  f = ffn(h) or moe(h);  [f = norm(f)];  x += f
  *   logits = out(norm(x_last))
+ *
+ * A batched round (tnd_recipe_emit_batch) runs several sequences' tokens
+ * through the same ops; only the KV store and attention, and the head's
+ * rows, are per sequence.
  */
 #include "model/forward.h"
 
@@ -255,7 +259,6 @@ tnd_status tnd_recipe_emit(const tnd_recipe *r, int nt, int pos0, bool want_logi
     }
     return e->err;
 }
-
 
 /* A batched round (docs/ARCHITECTURE.md: Sequences): the tokens of n_seg
  * sequences, in the order of segs, go through every matmul together, so a
