@@ -20,6 +20,8 @@ extern "C" {
 #endif
 
 #define TND_VERSION "0.1.0"
+/* The most sequences a context may hold (tnd_ctx_params.n_seq_max). */
+#define TND_SEQ_MAX 256
 
 typedef enum tnd_status {
     TND_OK = 0,
@@ -128,8 +130,12 @@ typedef enum tnd_device {
 } tnd_device;
 
 typedef struct tnd_ctx_params {
-    int n_ctx;               /* context length in tokens; 0 = min(model, 4096) */
-    int n_batch;             /* prefill chunk size (tokens per round); 0 = 512 */
+    int n_ctx;               /* context length in tokens (of each sequence); 0 = min(model, 4096) */
+    int n_batch;             /* tokens per round (a prefill chunk, or a batched round of several
+                                sequences' tokens); 0 = 512 */
+    int n_seq_max;           /* sequences the context holds at once (tnd_seq_new), each with its
+                                own n_ctx rows of KV cache in every layer, counted in the plan's
+                                memory; 0 = 1, at most TND_SEQ_MAX */
     tnd_device device;
     uint64_t vram_budget;    /* bytes the GPU may hold in all (weights, KV
                                 cache, scratch); 0 = driver's free memory less a margin
@@ -227,19 +233,61 @@ void tnd_ctx_free(tnd_ctx *c);
 tnd_status tnd_parse_budget(const char *s, const tnd_model *m, uint64_t *out);
 /* Bytes of the model's weights (all tensors). */
 uint64_t tnd_model_weight_bytes(const tnd_model *m);
-/* Context length (tokens the KV cache holds). */
+/* Context length (tokens the KV cache holds, per sequence). */
 int tnd_ctx_n_ctx(const tnd_ctx *c);
-/* Number of tokens in the KV cache. */
+/* Number of tokens in the KV cache (sequence 0's). */
 int tnd_ctx_n_past(const tnd_ctx *c);
 /* Times the context has re-decided its promotions because the measured
  * speeds moved away from those it planned with (Algorithm 3; 0 with no_adapt). */
 uint64_t tnd_ctx_n_replans(const tnd_ctx *c);
-/* Drops the KV cache past n tokens (n <= n_past). */
+/* Drops the KV cache of sequence 0 past n tokens (n <= n_past). */
 tnd_status tnd_ctx_truncate(tnd_ctx *c, int n);
-/* Appends n tokens (prefill in chunks of n_batch) and writes the logits of the
- * last one (n_vocab floats) to logits (may be NULL). Fails with TND_ERR_LIMIT
- * when the context would overflow, leaving the cache unchanged. */
+/* Appends n tokens to sequence 0 (prefill in chunks of n_batch) and writes
+ * the logits of the last one (n_vocab floats) to logits (may be NULL). Fails
+ * with TND_ERR_LIMIT when the context would overflow, leaving the cache
+ * unchanged, and with TND_ERR_ARG while sequence 0 has tokens queued
+ * (tnd_seq_feed). */
 tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits);
+
+/* ---- sequences: many users of one context -------------------------------
+ *
+ * A context holds up to n_seq_max sequences, each with its own positions
+ * and its own slot of n_ctx rows in every layer's KV cache (on the side the
+ * plan runs that layer's attention). Feed each sequence tokens, then
+ * tnd_ctx_step runs one round over the tokens queued in all of them: every
+ * weight is read once for the round, attention runs per sequence. Sequence
+ * 0 is the one tnd_ctx_eval evaluates; the two APIs may be mixed as long as
+ * sequence 0 has no queued tokens when tnd_ctx_eval runs. */
+
+/* Makes a sequence (empty) in a free slot; *seq: its id, 0 .. n_seq_max-1.
+ * TND_ERR_LIMIT when every slot is in use (back-pressure: free one, or make
+ * the context with a larger n_seq_max). */
+tnd_status tnd_seq_new(tnd_ctx *c, int *seq);
+/* Queues n tokens for sequence seq (evaluated by the following steps);
+ * the logits of its previous tokens are no longer readable. TND_ERR_ARG
+ * for an unknown or freed sequence or a token id out of range,
+ * TND_ERR_LIMIT when its n_ctx rows could not hold them (nothing queued). */
+tnd_status tnd_seq_feed(tnd_ctx *c, int seq, const int32_t *tokens, int n);
+/* One round over the queued tokens of every sequence: at most n_batch
+ * tokens, one at least from each sequence with tokens queued (as many as
+ * fit, the first offered in turn), then the rest of each queue in sequence
+ * order while the budget lasts. A sequence whose queue this round empties
+ * gets the logits of its last token (tnd_seq_logits). Nothing queued: does
+ * nothing. On failure no sequence advances. */
+tnd_status tnd_ctx_step(tnd_ctx *c);
+/* Tokens queued for seq and not yet evaluated (-1: no such sequence). */
+int tnd_seq_n_queued(const tnd_ctx *c, int seq);
+/* Tokens in seq's KV cache (-1: no such sequence). */
+int tnd_seq_n_past(const tnd_ctx *c, int seq);
+/* The n_vocab logits after seq's last fed token, once a step has
+ * evaluated it; NULL before that, or for no such sequence. Valid until the
+ * next step or feed of seq. */
+const float *tnd_seq_logits(const tnd_ctx *c, int seq);
+/* Removes sequence seq: its slot becomes free, its queue is dropped, the
+ * other sequences are untouched. TND_ERR_ARG for an unknown or freed one. */
+tnd_status tnd_seq_free(tnd_ctx *c, int seq);
+/* The context's sequence slots (tnd_ctx_params.n_seq_max). */
+int tnd_ctx_n_seq_max(const tnd_ctx *c);
 
 /* ---- sampling ------------------------------------------------------------ */
 

@@ -22,13 +22,15 @@ int main(void) {
     if (!m) return 1;
     const tnd_hparams *hp = &m->hp;
 
-    /* the buffers' sizes: one row of logits, whatever the chunk */
+    /* the buffers' sizes: one row of logits per sequence, whatever the chunk */
     size_t sz[A_COUNT];
-    for (int nb = 1; nb <= NB; nb *= 8) {
-        tnd_act_sizes(hp, nb, sz);
-        CHECK(sz[A_LOGITS] == sizeof(float) * (size_t)hp->n_vocab, "n_batch %d: %zu bytes of logits", nb,
-              sz[A_LOGITS]);
-    }
+    for (int nb = 1; nb <= NB; nb *= 8)
+        for (int ns = 1; ns <= 4; ns *= 4) {
+            tnd_act_sizes(hp, nb, ns, sz);
+            const size_t rows = (size_t)(nb < ns ? nb : ns);
+            CHECK(sz[A_LOGITS] == sizeof(float) * (size_t)hp->n_vocab * rows, "n_batch %d, %d sequences: %zu bytes "
+                  "of logits", nb, ns, sz[A_LOGITS]);
+        }
 
     tnd_ctx_params p = tnd_ctx_default_params();
     p.device = TND_DEVICE_SIM;

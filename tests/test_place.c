@@ -613,7 +613,7 @@ static void test_static_experts(void) {
             uint64_t budget = budgets[bi];
             tnd_placement p;
             CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "placement");
-            tnd_status st = tnd_static_place(m, &pf, budget, kv_layer, 64, 32, false, &p);
+            tnd_status st = tnd_static_place(m, &pf, budget, kv_layer, 64, 32, 1, false, &p);
             CHECK(st == TND_OK, "static place at %llu: %s", (unsigned long long)budget, tnd_last_error());
             if (st) {
                 tnd_placement_free(&p);
@@ -695,7 +695,7 @@ static void test_static_experts(void) {
      * cost per op makes the step dearer. */
     tnd_placement p;
     CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "placement");
-    if (tnd_static_place(m, &pf, dense + experts / 3, kv_layer, 64, 32, false, &p) == TND_OK) {
+    if (tnd_static_place(m, &pf, dense + experts / 3, kv_layer, 64, 32, 1, false, &p) == TND_OK) {
         int n_split = 0;
         for (int l = 0; l < L; l++) n_split += p.split[l];
         double lin = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
@@ -760,7 +760,7 @@ static void test_static_experts(void) {
     pf.lat = 10e-6;
     pf.launch = 4e-6;
     CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "placement");
-    if (tnd_static_place(m, &pf, dense + experts / 3, kv_layer, 64, 32, false, &p) == TND_OK) {
+    if (tnd_static_place(m, &pf, dense + experts / 3, kv_layer, 64, 32, 1, false, &p) == TND_OK) {
         const double cap = tnd_perf_sw_host_max(&pf), base = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
         pf.sw_host = 30e-6;
         const double slower = tnd_perf_predict(m, &pf, &p, 0, 1, 16);
@@ -790,6 +790,37 @@ static void test_static_experts(void) {
           "an all-CPU step (no switches) fits nothing: sw_host %.3g", pf.sw_host);
     pf.sw_host = pf.lat = pf.launch = 0;
     tnd_placement_free(&p);
+    /* many sequences: a decode round reads each weight once for all of them
+     * and runs attention per sequence, so a budget short of everything goes
+     * more to the KV caches (attention) and less to weights than for one */
+    pf.pop = NULL;
+    pf.n_expert = 0;
+    /* KV caches from small to as large as the weights: never fewer GPU
+     * caches for 16 sequences than for one, and more for some */
+    int more = 0;
+    for (int sc = 0; sc < 3; sc++) /* attention from as costly as in the DB above to a hundredth */
+    for (int f = 1; f <= 8; f *= 2) {
+        for (int k = 0; k < TND_PERF_NK; k++) {
+            const double a = sc == 0 ? 1 : sc == 1 ? 0.1 : 0.01;
+            pf.attn_cpu[k] = a * 1e-4 * tnd_perf_nt[k], pf.attn_gpu[k] = a * 1e-5 * tnd_perf_nt[k];
+        }
+        uint64_t kvb = (dense - kv_layer * (uint64_t)L) * (uint64_t)f / (8ull * (uint64_t)L), bud = (dense - kv_layer * (uint64_t)L) / 2;
+        int n_kv[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            CHECK(tnd_placement_make(m, "cpu", NULL, 0, 0, &p) == TND_OK, "cpu placement");
+            CHECK(tnd_static_place(m, &pf, bud, kvb, 64, 32, k ? 16 : 1, false, &p) == TND_OK, "n_seq %d: %s",
+                  k ? 16 : 1, tnd_last_error());
+            CHECK(placed_bytes(m, &p, kvb) <= bud, "n_seq %d: within the budget", k ? 16 : 1);
+            for (int l = 0; l < L; l++) n_kv[k] += p.kv[l] == TND_SIDE_GPU;
+            tnd_placement_free(&p);
+        }
+        CHECK(n_kv[1] >= n_kv[0], "KV %d/8 of the weights: GPU KV layers %d for one sequence, %d for 16", f, n_kv[0],
+              n_kv[1]);
+        more += n_kv[1] > n_kv[0];
+        printf("static placement, attention x%g, KV %d/8 of the weights: %d GPU KV layers for 1 sequence, %d for 16\n",
+               sc == 0 ? 1 : sc == 1 ? 0.1 : 0.01, f, n_kv[0], n_kv[1]);
+    }
+    CHECK(more > 0, "16 sequences never put more KV caches on the GPU than one");
     free(pf.t_cpu_one);
     free(pop);
     free(pf.t_cpu);

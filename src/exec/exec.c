@@ -122,13 +122,13 @@ static tnd_status wait_mapped(tnd_ctx *c, int b) {
  * and the depth within the same 256 positions. */
 static tnd_status choose_round_promotions(tnd_ctx *c, int nt) {
     const tnd_model *m = c->m;
-    const int depth = c->n_past / 256;
+    const int depth = c->depth / 256;
     if (c->prom_key_nt == nt && c->prom_key_depth == depth) return TND_OK;
     if (c->perf) {
         const tnd_adapt *a = &c->ad[nt > 1];
         const tnd_xfer_scale sc = {a->plan_cpu, a->plan_pcie};
         double t0 = tnd_time_s();
-        tnd_status st = tnd_xfer_choose(m, c->perf, c->adapt ? &sc : NULL, &c->pl, c->lay.n_slots, nt, c->n_past,
+        tnd_status st = tnd_xfer_choose(m, c->perf, c->adapt ? &sc : NULL, &c->pl, c->lay.n_slots, nt, c->depth,
                                         c->round_prom, NULL);
         if (st) return st;
         if (c->verbose && a->n_replans) {
@@ -581,7 +581,8 @@ static tnd_status record_round(tnd_ctx *c, int nt, double t0, double copy_meas, 
     return TND_OK;
 }
 
-tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
+tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
+    const size_t logit_bytes = sizeof(float) * (size_t)c->m->hp.n_vocab * (size_t)n_logits;
     const double t0 = tnd_time_s();
     const uint64_t w0 = c->w_copy_bytes, a0 = c->act_copy_bytes;
     c->round_nt = nt;
@@ -629,8 +630,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
             st = run_node(c, &c->g.nodes[i], &prom_seen);
     }
     double tr = c->trace ? tnd_time_s() : 0; /* the logits' copy and the drain: the round's tail */
-    if (!st && want_logits && c->gpu)
-        st = make_current(c, A_LOGITS, 0, sizeof(float) * (size_t)c->m->hp.n_vocab, TND_SIDE_CPU);
+    if (!st && n_logits && c->gpu) st = make_current(c, A_LOGITS, 0, logit_bytes, TND_SIDE_CPU);
     if (c->gpu) {
         /* always drain, so no queued work outlives a failed round */
         tnd_backend *g = c->side[1].be;
@@ -640,7 +640,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits) {
         memset(c->mapped_pending, 0, sizeof c->mapped_pending);
         if (c->trace) trace_add(c, TND_SIDE_GPU, TR_DRAIN, TR_PLAIN, tnd_time_s() - tr);
     }
-    if (!st && want_logits) memcpy(c->logits, c->side[0].act[A_LOGITS], sizeof(float) * (size_t)c->m->hp.n_vocab);
+    if (!st && n_logits) memcpy(c->logits, c->side[0].act[A_LOGITS], logit_bytes);
     double cm = 0, cp = 0, cb = 0;
     if (!st && c->n_prom) measure_copies(c, &cm, &cp, &cb);
     /* busy times: the copies measured stand for all of the round's weight bytes */

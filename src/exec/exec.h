@@ -45,9 +45,24 @@ typedef struct tnd_region {
 } tnd_region;
 enum { R_ACT, R_KV, R_WEIGHT };
 
+/* A sequence of a context (tnd_seq_*; runtime/batch.c). */
+typedef struct tnd_seq {
+    bool live;               /* made by tnd_seq_new (slot 0 also by tnd_ctx_eval), not freed since */
+    int n_past;              /* tokens in its KV slot (slot 0: the context's n_past) */
+    int32_t *q;              /* [q_cap] tokens fed, not yet evaluated */
+    int nq, q_cap;
+    bool has_logits;         /* seq_logits holds the logits of its last fed token */
+} tnd_seq;
+
 struct tnd_ctx {
     tnd_model *m;
-    int n_ctx, n_batch, n_past;
+    int n_ctx, n_batch, n_past; /* n_ctx: rows of each sequence's KV slot; n_past: sequence 0's */
+    int n_seq_max;           /* sequence slots (tnd_ctx_params.n_seq_max, at least 1) */
+    tnd_seq *seq;            /* [n_seq_max] */
+    float *seq_logits;       /* [n_seq_max][n_vocab] each sequence's last logits */
+    int seq_rr;              /* the sequence a round's token budget is offered to first (fairness) */
+    int depth;               /* the deepest position the round's attention reads (what
+                                automatic promotion keys on): n_past, or a batch's deepest */
     int64_t kv_dim;
     size_t act_size[A_COUNT];
     tnd_side side[2];
@@ -63,8 +78,9 @@ struct tnd_ctx {
     void *w_arena;           /* GPU: every resident slice, 256-byte aligned, in slice order */
     void *pinned;            /* the pinned host store (host address), or NULL */
     void *pinned_dev;        /* its device-mapped address */
-    /* KV cache: canonical reservation [2][n_layer][n_ctx][kv_dim] f16, and per
-     * layer the address of K and V on the layer's side */
+    /* KV cache: canonical reservation [2][n_layer][n_seq_max][n_ctx][kv_dim] f16
+     * (sequence s's slot at rows s * n_ctx), and per layer the address of K and
+     * V (all slots) on the layer's side */
     uint16_t *kv_canon;
     size_t kv_canon_bytes;
     void **kv_addr;          /* [n_layer][2] */
@@ -119,7 +135,7 @@ struct tnd_ctx {
 
     tnd_graph g;
     int cur;                 /* side of the previous node */
-    float *logits;           /* [n_vocab] host */
+    float *logits;           /* [tnd_logit_rows][n_vocab] host: the last round's */
     /* counters (tests, --verbose) */
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes;
     uint64_t n_pairs; /* MATMUL pairs handed to the GPU as one MATMUL_PAIR (fuse_pair) */
@@ -157,9 +173,9 @@ tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t n
  * comment of exec.c). any_promotion: count every promotion candidate as
  * promoted (reserving scratch for the worst case); *prom (may be NULL): it is. */
 int tnd_exec_node_side(const tnd_ctx *c, const tnd_node *nd, int cur, bool any_promotion, bool *prom);
-/* Runs c->g (the round of nt tokens) and leaves the logits in c->logits
- * when want_logits. */
-tnd_status tnd_exec_round(tnd_ctx *c, int nt, bool want_logits);
+/* Runs c->g (the round of nt tokens) and leaves the n_logits rows of logits
+ * it computes (0: none) in c->logits. */
+tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits);
 /* Prints the TND_TRACE table of c (nothing when tracing is off). */
 void tnd_exec_trace_print(const tnd_ctx *c, FILE *f);
 

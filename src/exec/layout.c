@@ -32,7 +32,9 @@ static uint64_t dev_cost(uint64_t n) {
  * keeps the copy engine busy across a short op. */
 #define WANT_SLOTS 3
 
-void tnd_act_sizes(const tnd_hparams *hp, int nb, size_t sz[A_COUNT]) {
+int tnd_logit_rows(int nb, int n_seq) { return TND_MAX(TND_MIN(nb, n_seq), 1); }
+
+void tnd_act_sizes(const tnd_hparams *hp, int nb, int n_seq, size_t sz[A_COUNT]) {
     int64_t E = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t used = hp->n_expert ? hp->n_expert_used : 1, ff = hp->n_expert ? hp->n_ff_exp : hp->n_ff;
     size_t f = sizeof(float);
@@ -43,8 +45,9 @@ void tnd_act_sizes(const tnd_hparams *hp, int nb, size_t sz[A_COUNT]) {
         [A_EY] = hp->n_expert ? f * nb * used * E : 0, [A_RL] = f * nb * hp->n_expert,
         [A_RW] = hp->n_expert ? f * nb * used : 0, [A_RI] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
         [A_RIC] = hp->n_expert ? sizeof(int32_t) * nb * used : 0, [A_RIG] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
-        /* one row of logits: a round computes only the last token's (model/forward.c) */
-        [A_IDS] = sizeof(int32_t) * nb, [A_POS] = sizeof(int32_t) * nb, [A_LOGITS] = f * hp->n_vocab,
+        /* logits only for each sequence's last token of the round (model/forward.c) */
+        [A_IDS] = sizeof(int32_t) * nb, [A_POS] = sizeof(int32_t) * nb,
+        [A_LOGITS] = f * hp->n_vocab * (size_t)tnd_logit_rows(nb, n_seq),
     };
     memcpy(sz, s, sizeof s);
 }
@@ -69,14 +72,16 @@ static uint64_t skip_scratch(const tnd_weight *w, int nb, int n_used) {
     return nb <= 8 ? ALIGN256((uint64_t)nb * (uint64_t)n_used * (uint64_t)w->n_out * 4) : matmul_scratch(w, nb, n_used);
 }
 
-void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int nb, uint64_t budget,
-                        bool gpu, tnd_layout *l) {
+void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int n_seq, int nb,
+                        uint64_t budget, bool gpu, tnd_layout *l) {
     const tnd_hparams *hp = &m->hp;
     memset(l, 0, sizeof *l);
     l->budget = budget;
-    uint64_t kv_layer = 2ull * n_ctx * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
+    n_seq = TND_MAX(n_seq, 1);
+    /* every sequence slot has its n_ctx rows in each layer's cache */
+    uint64_t kv_layer = 2ull * (uint64_t)n_seq * n_ctx * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
     size_t sz[A_COUNT];
-    tnd_act_sizes(hp, nb, sz);
+    tnd_act_sizes(hp, nb, n_seq, sz);
     uint64_t act = 0, store = 0, scratch = 0;
     for (int i = 0; i < A_COUNT; i++) act += dev_cost(sz[i]);
     for (int il = 0; il < hp->n_layer; il++) *(p->kv[il] ? &l->kv_gpu : &l->kv_cpu) += kv_layer;
@@ -198,7 +203,8 @@ static tnd_status alloc_acts(tnd_ctx *c) {
 
 static tnd_status alloc_kv(tnd_ctx *c) {
     const tnd_hparams *hp = &c->m->hp;
-    size_t per = (size_t)c->n_ctx * (size_t)c->kv_dim * sizeof(uint16_t);
+    /* per layer: n_seq_max slots of n_ctx rows (the recipe's kv_canon) */
+    size_t per = (size_t)c->n_seq_max * (size_t)c->n_ctx * (size_t)c->kv_dim * sizeof(uint16_t);
     c->kv_canon_bytes = 2 * (size_t)hp->n_layer * per;
     /* The canonical cache is a reservation: pages of GPU layers are never
      * touched, so they cost no memory; CPU layers compute in place. */
@@ -212,7 +218,9 @@ static tnd_status alloc_kv(tnd_ctx *c) {
     for (int l = 0; c->gpu && l < hp->n_layer; l++) n_gpu += c->pl.kv[l] == TND_SIDE_GPU;
     if (n_gpu) {
         tnd_status st = gpu_alloc(c, 2 * (size_t)n_gpu * per, &c->kv_arena, "KV cache");
-        if (st) return tnd_fail_wrap(st, "%d GPU layers x %d tokens of context: ", n_gpu, c->n_ctx);
+        if (st)
+            return tnd_fail_wrap(st, "%d GPU layers x %d sequences x %d tokens of context: ", n_gpu, c->n_seq_max,
+                                 c->n_ctx);
     }
     char *next = c->kv_arena;
     for (int l = 0; l < hp->n_layer; l++) {
@@ -389,7 +397,7 @@ static tnd_status build_regions(tnd_ctx *c) {
 }
 
 tnd_status tnd_layout_alloc(tnd_ctx *c) {
-    tnd_act_sizes(&c->m->hp, c->n_batch, c->act_size);
+    tnd_act_sizes(&c->m->hp, c->n_batch, c->n_seq_max, c->act_size);
     tnd_status st;
     if ((st = alloc_acts(c)) || (st = alloc_kv(c)) || (st = alloc_weights(c))) return st;
     if (c->gpu) {

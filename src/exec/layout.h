@@ -29,13 +29,17 @@ typedef struct tnd_layout {
     int n_slots;
 } tnd_layout;
 
-/* Fills *l for model m, placement p, context n_ctx x n_batch, GPU budget
- * (gpu: a GPU side exists). */
-void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int n_batch, uint64_t budget,
-                        bool gpu, tnd_layout *l);
+/* Fills *l for model m, placement p, n_seq sequence slots of n_ctx rows
+ * each (every layer's KV cache holds n_seq x n_ctx rows), rounds of n_batch
+ * tokens, GPU budget (gpu: a GPU side exists). */
+void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int n_seq, int n_batch,
+                        uint64_t budget, bool gpu, tnd_layout *l);
 /* Prints the memory breakdown. */
 void tnd_layout_print(const tnd_layout *l, FILE *f);
-/* Activation buffer sizes for n_batch tokens. */
-void tnd_act_sizes(const tnd_hparams *hp, int n_batch, size_t sz[A_COUNT]);
+/* Activation buffer sizes for n_batch tokens of up to n_seq sequences (the
+ * logits: a row per sequence a round can end, min(n_batch, n_seq)). */
+void tnd_act_sizes(const tnd_hparams *hp, int n_batch, int n_seq, size_t sz[A_COUNT]);
+/* Rows of logits a round can produce: min(n_batch, n_seq), at least 1. */
+int tnd_logit_rows(int n_batch, int n_seq);
 
 #endif

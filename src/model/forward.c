@@ -11,11 +11,17 @@
  *               K,V[pos] = k,v (f16);  a = attn(q, K, V);  o = Wo a;  [o = norm(o)];  x += o
  *               h = norm(x);  f = ffn(h) or moe(h);  [f = norm(f)];  x += f
  *   logits = out(norm(x_last))
+ *
+ * A batched round (tnd_recipe_emit_batch) runs several sequences' tokens
+ * through the same ops; only the KV store and attention, and the head's
+ * rows, are per sequence.
  */
 #include "model/forward.h"
 
 #include <math.h>
 #include <stddef.h>
+
+#include "util.h"
 
 /* One emission in progress: the recipe, the layer being emitted (-1
  * outside the layers) and the first failure. */
@@ -25,6 +31,8 @@ typedef struct em {
     void **act;
     int layer;
     tnd_status err;
+    const tnd_seg *seg; /* the round's sequences, in token order (one for tnd_recipe_emit) */
+    int n_seg;
 } em;
 
 /* ---- op emission ----------------------------------------------------------- */
@@ -49,9 +57,13 @@ static void emit(em *e, const tnd_op *op, int sid, int pin) {
 
 static void run(em *e, const tnd_op *op) { emit(e, op, -1, TND_PIN_FOLLOW); }
 
-/* Canonical K (kv 0) or V (kv 1) cache of layer il. */
-static uint16_t *kv_canon(const em *e, int kv, int il) {
-    return e->r->kv_canon + ((size_t)kv * e->m->hp.n_layer + (size_t)il) * (size_t)e->r->n_ctx * (size_t)e->r->kv_dim;
+/* Canonical K (kv 0) or V (kv 1) cache of layer il, sequence slot seq:
+ * each layer holds n_seq slots of n_ctx rows, one after another. */
+static uint16_t *kv_canon(const em *e, int kv, int il, int seq) {
+    const size_t n_seq = e->r->n_seq > 0 ? (size_t)e->r->n_seq : 1;
+    return e->r->kv_canon +
+           (((size_t)kv * e->m->hp.n_layer + (size_t)il) * n_seq + (size_t)seq) * (size_t)e->r->n_ctx *
+               (size_t)e->r->kv_dim;
 }
 
 static void op_matmul(em *e, const tnd_weight *w, const void *x, int nt, void *y) {
@@ -159,7 +171,7 @@ static void moe_ffn(em *e, const tnd_layer *L, int nt) {
     run(e, &sum);
 }
 
-static void layer_forward(em *e, int il, int nt, int pos0) {
+static void layer_forward(em *e, int il, int nt) {
     const tnd_model *m = e->m;
     const tnd_hparams *hp = &m->hp;
     const tnd_layer *L = &m->layers[il];
@@ -184,21 +196,25 @@ static void layer_forward(em *e, int il, int nt, int pos0) {
     float scale = L->swa ? 1.0f : hp->rope_scale;
     op_rope(e, a[A_Q], hp->n_head, nt, base, scale);
     op_rope(e, a[A_K], hp->n_head_kv, nt, base, scale);
-    uint16_t *kc = kv_canon(e, 0, il), *vc = kv_canon(e, 1, il);
-    op_store_kv(e, a[A_K], kc, pos0, nt);
-    op_store_kv(e, a[A_V], vc, pos0, nt);
-    tnd_op at = {.kind = TND_OP_ATTN};
-    at.p.attn.n_head = hp->n_head;
-    at.p.attn.n_head_kv = hp->n_head_kv;
-    at.p.attn.head_dim = (int)hd;
-    at.p.attn.pos0 = pos0;
-    at.p.attn.scale = hp->attn_scale;
-    at.p.attn.window = L->swa ? hp->swa_window : 0;
-    at.in[0] = F(a[A_Q], hd, hp->n_head, nt);
-    at.in[1] = T(kc, TND_TYPE_F16, kvd, e->r->n_ctx, 1);
-    at.in[2] = T(vc, TND_TYPE_F16, kvd, e->r->n_ctx, 1);
-    at.out[0] = F(a[A_ATT], hd, hp->n_head, nt);
-    emit(e, &at, -1, TND_PIN_KV);
+    /* the KV store and attention per sequence, over its own slot and positions */
+    for (int s = 0; s < e->n_seg; s++) {
+        const tnd_seg *sg = &e->seg[s];
+        uint16_t *kc = kv_canon(e, 0, il, sg->seq), *vc = kv_canon(e, 1, il, sg->seq);
+        op_store_kv(e, (float *)a[A_K] + (int64_t)sg->off * kvd, kc, sg->pos0, sg->n);
+        op_store_kv(e, (float *)a[A_V] + (int64_t)sg->off * kvd, vc, sg->pos0, sg->n);
+        tnd_op at = {.kind = TND_OP_ATTN};
+        at.p.attn.n_head = hp->n_head;
+        at.p.attn.n_head_kv = hp->n_head_kv;
+        at.p.attn.head_dim = (int)hd;
+        at.p.attn.pos0 = sg->pos0;
+        at.p.attn.scale = hp->attn_scale;
+        at.p.attn.window = L->swa ? hp->swa_window : 0;
+        at.in[0] = F((float *)a[A_Q] + (int64_t)sg->off * qd, hd, hp->n_head, sg->n);
+        at.in[1] = T(kc, TND_TYPE_F16, kvd, e->r->n_ctx, 1);
+        at.in[2] = T(vc, TND_TYPE_F16, kvd, e->r->n_ctx, 1);
+        at.out[0] = F((float *)a[A_ATT] + (int64_t)sg->off * qd, hd, hp->n_head, sg->n);
+        emit(e, &at, -1, TND_PIN_KV);
+    }
     op_matmul(e, &L->wo, a[A_ATT], nt, a[A_O]);
     if (L->attn_post_norm.t) op_norm(e, a[A_O], &L->attn_post_norm, a[A_O], E, nt);
     op_binary(e, TND_OP_ADD, a[A_X], a[A_O], E * nt, E * nt);
@@ -219,7 +235,8 @@ static void layer_forward(em *e, int il, int nt, int pos0) {
 /* The op list of one round: nt tokens at positions pos0.. (ids and
  * positions are read from the host buffers when it runs). */
 tnd_status tnd_recipe_emit(const tnd_recipe *r, int nt, int pos0, bool want_logits) {
-    em ctx = {.r = r, .m = r->m, .act = r->act, .layer = -1, .err = TND_OK}, *e = &ctx;
+    const tnd_seg one = {.seq = 0, .off = 0, .n = nt, .pos0 = pos0};
+    em ctx = {.r = r, .m = r->m, .act = r->act, .layer = -1, .err = TND_OK, .seg = &one, .n_seg = 1}, *e = &ctx;
     const tnd_model *m = e->m;
     int64_t E = m->hp.n_embd;
     tnd_graph_reset(r->g);
@@ -233,7 +250,7 @@ tnd_status tnd_recipe_emit(const tnd_recipe *r, int nt, int pos0, bool want_logi
         sc.in[0] = sc.out[0] = emb.out[0];
         run(e, &sc);
     }
-    for (int il = 0; il < m->hp.n_layer; il++) layer_forward(e, il, nt, pos0);
+    for (int il = 0; il < m->hp.n_layer; il++) layer_forward(e, il, nt);
     e->layer = -1;
     /* The head runs over the last token only: its logits are the only ones
      * a caller reads (tnd_ctx_eval), and the layout sizes A_LOGITS and the
@@ -246,3 +263,42 @@ tnd_status tnd_recipe_emit(const tnd_recipe *r, int nt, int pos0, bool want_logi
     return e->err;
 }
 
+/* A batched round (docs/ARCHITECTURE.md: Sequences): the tokens of n_seg
+ * sequences, in the order of segs, go through every matmul together, so a
+ * weight is read once per round and MATMUL_ID groups all the round's tokens
+ * by expert; the KV store and attention run per sequence (layer_forward).
+ * The head runs only on the last token of each segment with .logits: its
+ * rows are normed into A_H one by one, then one matmul writes A_LOGITS
+ * [n_logits][n_vocab] in segment order. */
+tnd_status tnd_recipe_emit_batch(const tnd_recipe *r, const tnd_seg *segs, int n_seg) {
+    em ctx = {.r = r, .m = r->m, .act = r->act, .layer = -1, .err = TND_OK, .seg = segs, .n_seg = n_seg}, *e = &ctx;
+    const tnd_model *m = e->m;
+    int64_t E = m->hp.n_embd;
+    int nt = 0;
+    for (int s = 0; s < n_seg; s++) {
+        if (segs[s].off != nt || segs[s].n <= 0) return tnd_fail(TND_ERR_INTERNAL, "segments out of order");
+        nt += segs[s].n;
+    }
+    tnd_graph_reset(r->g);
+    tnd_op emb = {.kind = TND_OP_GET_ROWS};
+    emb.in[0] = W(&m->tok_embd);
+    emb.in[1] = T(e->act[A_IDS], TND_TYPE_I32, nt, 1, 1);
+    emb.out[0] = F(e->act[A_X], E, nt, 1);
+    emit(e, &emb, m->tok_embd.id, TND_PIN_FOLLOW);
+    if (m->arch->embd_scale) {
+        tnd_op sc = {.kind = TND_OP_SCALE, .p.scale.s = sqrtf((float)E)};
+        sc.in[0] = sc.out[0] = emb.out[0];
+        run(e, &sc);
+    }
+    for (int il = 0; il < m->hp.n_layer; il++) layer_forward(e, il, nt);
+    e->layer = -1;
+    int n_out = 0;
+    for (int s = 0; s < n_seg; s++) {
+        if (!segs[s].logits) continue;
+        const float *last = (float *)e->act[A_X] + (int64_t)(segs[s].off + segs[s].n - 1) * E;
+        op_norm(e, last, &m->output_norm, (float *)e->act[A_H] + (int64_t)n_out * E, E, 1);
+        n_out++;
+    }
+    if (n_out) op_matmul(e, &m->output, e->act[A_H], n_out, e->act[A_LOGITS]);
+    return e->err;
+}

@@ -29,7 +29,7 @@ enum {
     A_RIG,    /* [nb][n_used] i32 split layers: GPU-resident experts' compact indices, -1 for the others */
     A_IDS,    /* [nb] i32 token ids */
     A_POS,    /* [nb] i32 positions */
-    A_LOGITS, /* [n_vocab] */
+    A_LOGITS, /* [n_out][n_vocab]: n_out = 1, or a batched round's sequences that want logits */
     A_COUNT
 };
 
@@ -38,8 +38,9 @@ typedef struct tnd_recipe {
     const tnd_model *m;
     tnd_graph *g;            /* the round's op list, reset by tnd_recipe_emit */
     void **act;              /* [A_COUNT] host activation buffers */
-    uint16_t *kv_canon;      /* canonical KV cache: [2][n_layer][n_ctx][kv_dim] f16 */
-    int n_ctx;
+    uint16_t *kv_canon;      /* canonical KV cache: [2][n_layer][n_seq][n_ctx][kv_dim] f16 */
+    int n_ctx;               /* rows of one sequence's slot */
+    int n_seq;               /* sequence slots per layer (0: 1) */
     int64_t kv_dim;
     const uint8_t *split;    /* [n_layer] layers whose experts run on two sides (a NONE node maps
                                 the routing ids for each side), or NULL for none */
@@ -49,5 +50,18 @@ typedef struct tnd_recipe {
  * positions are read from act[A_IDS] and act[A_POS] when it runs), and the
  * logits of the last token when want_logits. */
 tnd_status tnd_recipe_emit(const tnd_recipe *r, int nt, int pos0, bool want_logits);
+
+/* One sequence's share of a batched round: tokens [off, off + n) of the
+ * round, at positions pos0.. of KV slot seq; logits: the head runs on its
+ * last token. */
+typedef struct tnd_seg {
+    int seq, off, n, pos0;
+    bool logits;
+} tnd_seg;
+
+/* Emits a batched round: the segments' tokens in order (segs[i].off is the
+ * sum of the n before it), every matmul over all of them, attention per
+ * segment; A_LOGITS gets one row per segment with logits, in order. */
+tnd_status tnd_recipe_emit_batch(const tnd_recipe *r, const tnd_seg *segs, int n_seg);
 
 #endif

@@ -49,19 +49,40 @@ void tnd_ctx_free(tnd_ctx *c) {
     free(c->chosen);
     free(c->pair_ok);
     free(c->logits);
+    tnd_seq_release(c);
     free(c);
 }
 
-/* The op list of a round into c->g (the recipe over c's buffers). */
+void tnd_ctx_recipe(tnd_ctx *c, tnd_recipe *r) {
+    *r = (tnd_recipe){.m = c->m,
+                      .g = &c->g,
+                      .act = c->side[0].act,
+                      .kv_canon = c->kv_canon,
+                      .n_ctx = c->n_ctx,
+                      .n_seq = c->n_seq_max,
+                      .kv_dim = c->kv_dim,
+                      .split = c->gpu ? c->pl.split : NULL};
+}
+
+/* The op list of a round of sequence 0 into c->g (the recipe over c's buffers). */
 static tnd_status emit_round(tnd_ctx *c, int nt, int pos0, bool want_logits) {
-    tnd_recipe r = {.m = c->m,
-                    .g = &c->g,
-                    .act = c->side[0].act,
-                    .kv_canon = c->kv_canon,
-                    .n_ctx = c->n_ctx,
-                    .kv_dim = c->kv_dim,
-                    .split = c->gpu ? c->pl.split : NULL};
+    tnd_recipe r;
+    tnd_ctx_recipe(c, &r);
     return tnd_recipe_emit(&r, nt, pos0, want_logits);
+}
+
+/* The op list of the largest batched decode round: a token of each of as
+ * many sequences as a round takes, each at the end of its slot. */
+static tnd_status emit_batch_worst(tnd_ctx *c) {
+    int n = tnd_logit_rows(c->n_batch, c->n_seq_max);
+    tnd_seg *sg = tnd_calloc((size_t)n, sizeof *sg);
+    if (!sg) return TND_ERR_NOMEM;
+    for (int i = 0; i < n; i++) sg[i] = (tnd_seg){.seq = i, .off = i, .n = 1, .pos0 = c->n_ctx - 1, .logits = true};
+    tnd_recipe r;
+    tnd_ctx_recipe(c, &r);
+    tnd_status st = tnd_recipe_emit_batch(&r, sg, n);
+    free(sg);
+    return st;
 }
 
 /* Allocates now the GPU scratch of the largest rounds (a full prefill chunk
@@ -70,8 +91,9 @@ static tnd_status emit_round(tnd_ctx *c, int nt, int pos0, bool want_logits) {
 static tnd_status reserve_scratch(tnd_ctx *c) {
     tnd_backend *g = c->side[1].be;
     int rounds[2][2] = {{c->n_batch, c->n_ctx - c->n_batch}, {1, c->n_ctx - 1}};
-    for (int r = 0; r < 2; r++) {
-        tnd_status st = emit_round(c, rounds[r][0], rounds[r][1], true);
+    for (int r = 0; r < 3; r++) {
+        if (r == 2 && c->n_seq_max == 1) break;
+        tnd_status st = r < 2 ? emit_round(c, rounds[r][0], rounds[r][1], true) : emit_batch_worst(c);
         int cur = TND_SIDE_CPU;
         for (int i = 0; !st && i < c->g.n; i++) {
             cur = tnd_exec_node_side(c, &c->g.nodes[i], cur, true, NULL);
@@ -106,8 +128,8 @@ static tnd_status new_gpu(tnd_ctx *c, tnd_device device, uint64_t vram_budget, c
 
 /* A context with its backends (CPU, and the GPU unless device is the CPU)
  * and nothing else yet; cpu_exact: the CPU's f32 activations. */
-static tnd_status ctx_alloc(tnd_model *m, int n_ctx, int n_batch, tnd_device device, uint64_t vram_budget,
-                            const char *hw, bool cpu_exact, tnd_ctx **out) {
+static tnd_status ctx_alloc(tnd_model *m, int n_ctx, int n_batch, int n_seq_max, tnd_device device,
+                            uint64_t vram_budget, const char *hw, bool cpu_exact, tnd_ctx **out) {
     *out = NULL;
     tnd_status cst = tnd_config_check();
     if (cst) return cst;
@@ -117,6 +139,7 @@ static tnd_status ctx_alloc(tnd_model *m, int n_ctx, int n_batch, tnd_device dev
     c->m = m;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
+    c->n_seq_max = n_seq_max > 0 ? n_seq_max : 1;
     c->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
     c->trace_mode = tnd_config_get()->trace;
     tnd_adapt_init(&c->ad[0]);
@@ -231,8 +254,10 @@ static tnd_status ctx_finish(tnd_ctx *c, const tnd_ctx_params *p, const tnd_plac
     }
     c->verbose = verbose;
     if (!st && p && p->trace) st = tnd_tl_open(c, p->trace, tnd_plan_perf(c->plan));
-    if (!st && !(c->logits = malloc(sizeof(float) * (size_t)c->m->hp.n_vocab)))
+    size_t rows = (size_t)tnd_logit_rows(c->n_batch, c->n_seq_max);
+    if (!st && !(c->logits = malloc(sizeof(float) * (size_t)c->m->hp.n_vocab * rows)))
         st = tnd_fail(TND_ERR_NOMEM, "out of memory");
+    if (!st) st = tnd_seq_alloc(c);
     if (st) {
         tnd_ctx_free(c);
         return st;
@@ -248,6 +273,8 @@ static tnd_status ctx_new(tnd_model *m, const tnd_ctx_params *p, const tnd_place
     if (!p) p = &dp;
     const tnd_hparams *hp = &m->hp;
     if (p->n_ctx < 0 || p->n_batch < 0) return tnd_fail(TND_ERR_ARG, "context and batch sizes must be positive");
+    if (p->n_seq_max < 0 || p->n_seq_max > TND_SEQ_MAX)
+        return tnd_fail(TND_ERR_ARG, "n_seq_max %d out of range [0, %d]", p->n_seq_max, TND_SEQ_MAX);
     int n_ctx = p->n_ctx ? p->n_ctx : TND_MIN(hp->n_ctx_train, 4096);
     if (n_ctx > hp->n_ctx_train)
         return tnd_fail(TND_ERR_LIMIT, "context length %d exceeds the model's training context %d", n_ctx,
@@ -255,7 +282,7 @@ static tnd_status ctx_new(tnd_model *m, const tnd_ctx_params *p, const tnd_place
     int nb = p->n_batch ? p->n_batch : 512;
     if (nb > n_ctx) nb = n_ctx;
     tnd_ctx *c;
-    tnd_status st = ctx_alloc(m, n_ctx, nb, p->device, p->vram_budget, p->hw, p->cpu_exact, &c);
+    tnd_status st = ctx_alloc(m, n_ctx, nb, p->n_seq_max, p->device, p->vram_budget, p->hw, p->cpu_exact, &c);
     tnd_plan *plan = NULL;
     if (!st) st = tnd_plan_make(m, p, c->side[0].be, c->gpu ? c->side[1].be : NULL, fixed, &plan);
     if (st) {
@@ -276,8 +303,8 @@ tnd_model *tnd_ctx_model(const tnd_ctx *c) { return c ? c->m : NULL; }
 tnd_status tnd_ctx_new_bare(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) {
     const int n_ctx = p->n_ctx ? p->n_ctx : TND_MIN(m->hp.n_ctx_train, 4096);
     tnd_ctx *c;
-    tnd_status st = ctx_alloc(m, n_ctx, TND_MIN(p->n_batch ? p->n_batch : 512, n_ctx), p->device, p->vram_budget,
-                              p->hw, p->cpu_exact, &c);
+    tnd_status st = ctx_alloc(m, n_ctx, TND_MIN(p->n_batch ? p->n_batch : 512, n_ctx), p->n_seq_max, p->device,
+                              p->vram_budget, p->hw, p->cpu_exact, &c);
     if (st) {
         tnd_ctx_free(c);
         return st;
@@ -298,7 +325,7 @@ tnd_status tnd_ctx_new_from_plan(const tnd_plan *plan, tnd_ctx **out) {
     tnd_status st = tnd_plan_copy(plan, &own);
     if (st) return st;
     tnd_ctx *c;
-    st = ctx_alloc(plan->m, plan->n_ctx, plan->n_batch, plan->gpu ? plan->device : TND_DEVICE_CPU,
+    st = ctx_alloc(plan->m, plan->n_ctx, plan->n_batch, plan->n_seq_max, plan->gpu ? plan->device : TND_DEVICE_CPU,
                    plan->vram_budget, plan->hw, plan->cpu_exact, &c);
     if (!st) st = check_fits(c, own);
     if (st) {
@@ -310,35 +337,54 @@ tnd_status tnd_ctx_new_from_plan(const tnd_plan *plan, tnd_ctx **out) {
     return ctx_finish(c, NULL, NULL, false, out);
 }
 
-/* The first n_past positions of every layer's K and V, saved on the host
- * ([n_layer][2][n_past][kv_dim]) or put back, from and to wherever c's
- * plan keeps each layer's cache. */
+/* Tokens in sequence slot s's KV rows (0 for a free slot but slot 0, the
+ * context's own). */
+static int slot_past(const tnd_ctx *c, int s) {
+    if (s == 0) return c->n_past;
+    return c->seq && c->seq[s].live ? c->seq[s].n_past : 0;
+}
+
+/* KV rows every sequence holds, all layers: the size of kv_move's copy. */
+static size_t kv_rows(const tnd_ctx *c) {
+    size_t n = 0;
+    for (int s = 0; s < c->n_seq_max; s++) n += (size_t)slot_past(c, s);
+    return n;
+}
+
+/* The filled positions of every sequence slot, every layer's K and V, saved
+ * on the host (per slot: [n_layer][2][n_past][kv_dim]) or put back, from and
+ * to wherever c's plan keeps each layer's cache. */
 static tnd_status kv_move(tnd_ctx *c, uint16_t *save, bool restore) {
     const int L = c->m->hp.n_layer;
-    const size_t n = (size_t)c->n_past * (size_t)c->kv_dim * sizeof(uint16_t);
     tnd_backend *g = c->side[1].be;
     tnd_status st = TND_OK;
-    if (!n) return TND_OK; /* an empty cache */
-    for (int l = 0; !st && l < L; l++)
-        for (int kv = 0; !st && kv < 2; kv++) {
-            char *host = (char *)save + (2 * (size_t)l + (size_t)kv) * n;
-            void *at = c->kv_addr[2 * l + kv];
-            if (c->gpu && c->pl.kv[l] == TND_SIDE_GPU)
-                st = restore ? tnd_backend_copy_h2d(g, at, host, n, c->side[1].st)
-                             : tnd_backend_copy_d2h(g, host, at, n, c->side[1].st);
-            else if (restore)
-                memcpy(at, host, n);
-            else
-                memcpy(host, at, n);
-        }
+    char *host = (char *)save;
+    for (int s = 0; !st && s < c->n_seq_max; s++) {
+        const size_t n = (size_t)slot_past(c, s) * (size_t)c->kv_dim * sizeof(uint16_t);
+        const size_t at_slot = (size_t)s * (size_t)c->n_ctx * (size_t)c->kv_dim * sizeof(uint16_t);
+        if (!n) continue; /* an empty slot */
+        for (int l = 0; !st && l < L; l++)
+            for (int kv = 0; !st && kv < 2; kv++, host += n) {
+                void *at = (char *)c->kv_addr[2 * l + kv] + at_slot;
+                if (c->gpu && c->pl.kv[l] == TND_SIDE_GPU)
+                    st = restore ? tnd_backend_copy_h2d(g, at, host, n, c->side[1].st)
+                                 : tnd_backend_copy_d2h(g, host, at, n, c->side[1].st);
+                else if (restore)
+                    memcpy(at, host, n);
+                else
+                    memcpy(host, at, n);
+            }
+    }
     if (!st && c->gpu) st = tnd_backend_stream_sync(g, c->side[1].st);
     return st;
 }
 
 tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
-    if (plan->m != c->m || plan->n_ctx != c->n_ctx || plan->n_batch != c->n_batch)
-        return tnd_fail(TND_ERR_ARG, "the plan is for another model or context size (%d x %d, the context's %d x %d)",
-                        plan->n_ctx, plan->n_batch, c->n_ctx, c->n_batch);
+    if (plan->m != c->m || plan->n_ctx != c->n_ctx || plan->n_batch != c->n_batch || plan->n_seq_max != c->n_seq_max)
+        return tnd_fail(TND_ERR_ARG,
+                        "the plan is for another model or context size (%d x %d, %d sequences; the context's %d x %d, "
+                        "%d sequences)",
+                        plan->n_ctx, plan->n_batch, plan->n_seq_max, c->n_ctx, c->n_batch, c->n_seq_max);
     if (plan->gpu && !c->gpu)
         return tnd_fail(TND_ERR_ARG, "plan '%s' needs a GPU and the context has none", plan->pl.desc);
     if (plan->gpu && strcmp(plan->gpu_name, tnd_backend_name(c->side[1].be)))
@@ -356,7 +402,7 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
     tnd_plan *own = NULL;
     if (!st) st = tnd_plan_copy(plan, &own);
     if (st) return st;
-    const size_t kv_bytes = 2 * (size_t)c->m->hp.n_layer * (size_t)c->n_past * (size_t)c->kv_dim * sizeof(uint16_t);
+    const size_t kv_bytes = 2 * (size_t)c->m->hp.n_layer * kv_rows(c) * (size_t)c->kv_dim * sizeof(uint16_t);
     uint16_t *kv = malloc(kv_bytes + 1);
     if (!kv) {
         tnd_plan_free(own);
@@ -425,7 +471,8 @@ static tnd_status round_forward(tnd_ctx *c, const int32_t *tokens, int nt, bool 
     memcpy(ids, tokens, sizeof(int32_t) * (size_t)nt);
     for (int t = 0; t < nt; t++) pos[t] = c->n_past + t;
     double t0 = tnd_time_s();
-    if ((st = tnd_exec_round(c, nt, want_logits))) return st;
+    c->depth = c->n_past;
+    if ((st = tnd_exec_round(c, nt, want_logits ? 1 : 0))) return st;
     if (c->verbose && c->perf) {
         double ms = 1e3 * (tnd_time_s() - t0);
         double pred = 1e3 * tnd_perf_predict(c->m, c->perf, &c->pl, c->lay.n_slots, nt, c->n_past);
@@ -438,6 +485,9 @@ static tnd_status round_forward(tnd_ctx *c, const int32_t *tokens, int nt, bool 
 
 tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits) {
     if (n <= 0) return tnd_fail(TND_ERR_ARG, "no tokens to evaluate");
+    if (c->seq[0].nq)
+        return tnd_fail(TND_ERR_ARG, "sequence 0 has %d tokens queued (tnd_seq_feed): run tnd_ctx_step first",
+                        c->seq[0].nq);
     if ((int64_t)c->n_past + n > c->n_ctx) {
         if (c->n_ctx >= c->m->hp.n_ctx_train) /* no larger --ctx-size to suggest */
             return tnd_fail(TND_ERR_LIMIT, "context full: %d tokens in the cache + %d new > context length %d, the "
@@ -462,6 +512,10 @@ tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits)
         done += nt;
     }
     if (logits) memcpy(logits, c->logits, sizeof(float) * (size_t)c->m->hp.n_vocab);
+    /* sequence 0 is in use now: tnd_seq_new hands out the other slots */
+    c->seq[0].live = true;
+    memcpy(c->seq_logits, c->logits, sizeof(float) * (size_t)c->m->hp.n_vocab);
+    c->seq[0].has_logits = true;
     TND_DEBUG("eval %d tokens: %.2f ms, %llu switches, %llu activation copies, %llu weight copies (%.1f MiB), "
               "%llu matmul pairs",
               n, 1e3 * (tnd_time_s() - t0), (unsigned long long)(c->n_switch - sw0),

@@ -13,6 +13,7 @@ struct tnd_plan {
     char *hw;                /* the SimGPU timing profile asked for, or NULL (owned) */
     bool cpu_exact;          /* the CPU's f32 activations (tnd_ctx_params.cpu_exact) */
     int n_ctx, n_batch;
+    int n_seq_max;           /* sequence slots, each with n_ctx rows of KV per layer */
     int64_t kv_dim;
     bool gpu;                /* a GPU side: false on the CPU, and after a fallback to it */
     char gpu_name[16];       /* the GPU backend's name ("cuda", "sim"), "cpu" without one */
@@ -36,6 +37,12 @@ tnd_status tnd_plan_make(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu
 /* A context with its backends (CPU, and the GPU p asks for) and nothing
  * laid out: what tnd_plan_build plans on. */
 tnd_status tnd_ctx_new_bare(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out);
+/* The recipe over c's canonical buffers (context.c; batch.c emits through it too). */
+void tnd_ctx_recipe(tnd_ctx *c, tnd_recipe *r);
+/* The sequence slots' state of c (n_seq_max of them, logits too); batch.c. */
+tnd_status tnd_seq_alloc(tnd_ctx *c);
+void tnd_seq_release(tnd_ctx *c);
+
 /* A deep copy of src (placement, perf DBs), to free with tnd_plan_free. */
 tnd_status tnd_plan_copy(const tnd_plan *src, tnd_plan **out);
 

@@ -167,7 +167,7 @@ static void calibrate_hybrid(const tnd_model *m, tnd_backend *gpu, tnd_device de
     bool any_gpu = false;
     tnd_status st = tnd_placement_make(m, "cpu", NULL, 0, 0, &pl);
     if (st) goto out;
-    st = tnd_static_place(m, pf, TND_MIN(tnd_model_weight_bytes(m) / 4, room / 2), kv_layer, cp.n_ctx, cp.n_batch,
+    st = tnd_static_place(m, pf, TND_MIN(tnd_model_weight_bytes(m) / 4, room / 2), kv_layer, cp.n_ctx, cp.n_batch, 1,
                           false, &pl);
     for (int i = 0; !st && i < m->n_slices; i++) any_gpu |= tnd_slice_gpu_bytes(m, &pl, i) > 0;
     if (!st && any_gpu && !(st = tnd_ctx_new_placed((tnd_model *)m, &cp, &pl, &c)) && c->gpu &&

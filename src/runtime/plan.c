@@ -88,7 +88,8 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
      * candidate: a whole expert tensor for MoE models). */
     const bool dflt = !fixed && !promote && pl->gpu && (stat || !strcmp(spec, "layer"));
     if (dflt) promote = "auto";
-    uint64_t kv_layer = 2ull * pl->n_ctx * (uint64_t)pl->kv_dim * sizeof(uint16_t);
+    /* a layer's cache holds every sequence slot */
+    uint64_t kv_layer = 2ull * (uint64_t)pl->n_seq_max * pl->n_ctx * (uint64_t)pl->kv_dim * sizeof(uint16_t);
     uint64_t wbudget = 0;
     tnd_status st;
     if (pl->gpu && (stat || !strcmp(spec, "layer"))) {
@@ -96,7 +97,7 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
         tnd_placement all;
         if ((st = tnd_placement_make(m, "gpu", NULL, 0, 0, &all))) return st;
         tnd_layout l;
-        tnd_layout_compute(m, &all, pl->n_ctx, pl->n_batch, budget, true, &l);
+        tnd_layout_compute(m, &all, pl->n_ctx, pl->n_seq_max, pl->n_batch, budget, true, &l);
         tnd_placement_free(&all);
         /* + 4 MiB: the weight and KV arenas round up to 2 MiB pages */
         uint64_t fixed_bytes = l.act_gpu + l.small_gpu + l.scratch_gpu + (4u << 20);
@@ -140,7 +141,7 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
     } else if (stat && pl->gpu) {
         /* promotions apply to what static placement leaves on the CPU */
         if ((st = tnd_perf_get(m, p, cpu, gpu, &pl->perf)) || (st = tnd_placement_make(m, "cpu", promote, 0, 0, &pl->pl)) ||
-            (st = tnd_static_place(m, pl->perf, wbudget, kv_layer, pl->n_ctx, pl->n_batch,
+            (st = tnd_static_place(m, pl->perf, wbudget, kv_layer, pl->n_ctx, pl->n_batch, pl->n_seq_max,
                                    promote && strcmp(promote, "none"), &pl->pl)))
             return st;
         for (int i = 0; i < m->n_slices; i++)
@@ -155,7 +156,7 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
         memset(pl->pl.promote, 0, (size_t)m->n_slices);
         memset(pl->pl.split, 0, (size_t)m->hp.n_layer);
     }
-    tnd_layout_compute(m, &pl->pl, pl->n_ctx, pl->n_batch, budget, pl->gpu, &pl->lay);
+    tnd_layout_compute(m, &pl->pl, pl->n_ctx, pl->n_seq_max, pl->n_batch, budget, pl->gpu, &pl->lay);
     pl->budget = budget;
     if (p->verbose) {
         fprintf(stderr, "placement: %s\n", pl->pl.desc);
@@ -180,6 +181,8 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
 /* The sizes a plan is made for: what tnd_ctx_new would accept. */
 static tnd_status check_sizes(const tnd_model *m, const tnd_ctx_params *p) {
     if (p->n_ctx < 0 || p->n_batch < 0) return tnd_fail(TND_ERR_ARG, "context and batch sizes must be positive");
+    if (p->n_seq_max < 0 || p->n_seq_max > TND_SEQ_MAX)
+        return tnd_fail(TND_ERR_ARG, "n_seq_max %d out of range [0, %d]", p->n_seq_max, TND_SEQ_MAX);
     if (p->n_ctx > m->hp.n_ctx_train) /* as tnd_ctx_new: a plan must be one that can run */
         return tnd_fail(TND_ERR_LIMIT, "context length %d exceeds the model's training context %d", p->n_ctx,
                         m->hp.n_ctx_train);
@@ -200,6 +203,7 @@ tnd_status tnd_plan_make(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu
     pl->cpu_exact = p->cpu_exact;
     pl->n_ctx = p->n_ctx ? p->n_ctx : TND_MIN(m->hp.n_ctx_train, 4096);
     pl->n_batch = TND_MIN(p->n_batch ? p->n_batch : 512, pl->n_ctx);
+    pl->n_seq_max = p->n_seq_max ? p->n_seq_max : 1;
     pl->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
     pl->gpu = gpu != NULL;
     tnd_status st = TND_OK;

@@ -57,13 +57,13 @@ void tnd_plan_print_json(const tnd_plan *pl, const char *model, FILE *f) {
     predictions(pl, &t_dec, &t_pp, &t_pp2);
     const tnd_layout *l = &pl->lay;
     const tnd_hparams *hp = &m->hp;
-    uint64_t kv_layer = 2ull * pl->n_ctx * (uint64_t)pl->kv_dim * sizeof(uint16_t);
+    uint64_t kv_layer = 2ull * (uint64_t)pl->n_seq_max * pl->n_ctx * (uint64_t)pl->kv_dim * sizeof(uint16_t);
     fprintf(f, "{\"model\": ");
     tnd_json_str(f, model, strlen(model));
     fprintf(f, ", \"placement\": ");
     tnd_json_str(f, p->desc, strlen(p->desc));
-    fprintf(f, ", \"device\": \"%s\", \"n_ctx\": %d, \"n_batch\": %d", pl->gpu_name,
-           pl->n_ctx, pl->n_batch);
+    fprintf(f, ", \"device\": \"%s\", \"n_ctx\": %d, \"n_batch\": %d, \"n_seq_max\": %d", pl->gpu_name,
+           pl->n_ctx, pl->n_batch, pl->n_seq_max);
     fprintf(f, ", \"budget_bytes\": %llu, \"gpu_bytes\": %llu", (unsigned long long)pl->budget_asked,
            (unsigned long long)(pl->gpu ? l->gpu_total : 0));
     fprintf(f, ", \"gpu\": {\"weights\": %llu, \"norms\": %llu, \"kv_cache\": %llu, \"activations\": %llu, "

@@ -143,10 +143,11 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
 
 /* Static placement (ATSInfer Algorithm 1 with the MoE rule, sched/place.h):
  * fills p within weight_budget bytes (weights and the KV caches of GPU
- * layers, kv_layer bytes each), minimizing a decode step at half of n_ctx
- * plus a prompt token's share of a prefill chunk of n_batch (promote: CPU
- * slices may be promoted for prefill). */
+ * layers, kv_layer bytes each), minimizing a token's share of a decode
+ * round of n_seq sequences at half of n_ctx plus a prompt token's share of
+ * a prefill chunk of n_batch (promote: CPU slices may be promoted for
+ * prefill). */
 tnd_status tnd_static_place(const tnd_model *m, const tnd_perf *pf, uint64_t weight_budget, uint64_t kv_layer,
-                            int n_ctx, int n_batch, bool promote, tnd_placement *p);
+                            int n_ctx, int n_batch, int n_seq, bool promote, tnd_placement *p);
 
 #endif

@@ -13,18 +13,21 @@
 #include "sched/place.h"
 #include "util.h"
 
-/* The round mix the placement is optimized for: one decode step at half the
- * context plus one prompt token's share of a prefill chunk of nb tokens
- * (requests as long in as out). A CPU slice's prefill share is its CPU time,
- * or with promotions the copy and the GPU time when that is less. */
+/* The round mix the placement is optimized for: a token's share of a
+ * decode round of nseq sequences (one token each, at half the context)
+ * plus one prompt token's share of a prefill chunk of nb tokens (requests
+ * as long in as out). A CPU slice's prefill share is its CPU time, or with
+ * promotions the copy and the GPU time when that is less. With many
+ * sequences a decode round reads each weight once for nseq tokens, so the
+ * weights' time per token falls and attention's (per sequence) does not. */
 typedef struct mix {
-    int depth, nb;
+    int depth, nb, nseq;
     bool promote;
 } mix;
 
 static double slice_cost(const tnd_model *m, const tnd_perf *pf, const mix *x, int sid, int side) {
     int nt = sid == m->output.id ? 1 : x->nb;
-    double dec = tnd_perf_slice_time(pf, sid, side, 1), pp = tnd_perf_slice_time(pf, sid, side, nt);
+    double dec = tnd_perf_slice_time(pf, sid, side, x->nseq) / x->nseq, pp = tnd_perf_slice_time(pf, sid, side, nt);
     if (side == TND_SIDE_CPU && x->promote && sid != m->output.id) {
         double via_gpu = pf->lat + (double)m->slices[sid]->t->nbytes / pf->b_pcie + tnd_perf_slice_time(pf, sid, 1, nt);
         if (via_gpu < pp) pp = via_gpu;
@@ -54,8 +57,10 @@ static int collect(const tnd_model *m, const tnd_perf *pf, const mix *mx, uint64
         bool experts = E > 1 && L->gate_exps.id >= 0 && L->up_exps.id >= 0 && L->down_exps.id >= 0;
         for (size_t j = 0; j < sizeof seq / sizeof *seq; j++) {
             const tnd_weight *w = seq[j];
-            /* a chunk's switch moves nb rows: a token's share is lat/nb + a row */
-            tnd_place_item x = {.c_switch = sw + pf->lat / mx->nb + act / pf->b_pcie, .weight = 1, .fixed = -1};
+            /* a switch moves a row per token: a token's share of a decode round's is
+             * lat/nseq + a row, of a chunk's lat/nb + a row */
+            tnd_place_item x = {.c_switch = pf->lat / mx->nseq + act / pf->b_pcie + pf->lat / mx->nb + act / pf->b_pcie,
+                                .weight = 1, .fixed = -1};
             if (!w) {
                 x.bytes = kv_layer;
                 x.t_cpu = attn_cost(pf, mx, TND_SIDE_CPU);
@@ -110,8 +115,8 @@ static int collect(const tnd_model *m, const tnd_perf *pf, const mix *mx, uint64
 }
 
 tnd_status tnd_static_place(const tnd_model *m, const tnd_perf *pf, uint64_t weight_budget, uint64_t kv_layer,
-                            int n_ctx, int n_batch, bool promote, tnd_placement *p) {
-    mix mx = {.depth = n_ctx / 2, .nb = n_batch > 0 ? n_batch : 1, .promote = promote};
+                            int n_ctx, int n_batch, int n_seq, bool promote, tnd_placement *p) {
+    mix mx = {.depth = n_ctx / 2, .nb = n_batch > 0 ? n_batch : 1, .nseq = n_seq > 0 ? n_seq : 1, .promote = promote};
     int L = m->hp.n_layer, E = m->hp.n_expert > 1 ? m->hp.n_expert : 0;
     int cap = m->n_slices + L + 1 + L * E;
     tnd_place_item *it = tnd_calloc((size_t)cap, sizeof *it);

@@ -1,6 +1,7 @@
 /* tandem bench: prefill and decode throughput in the manner of llama-bench
  * (pp512 = one 512-token prompt from an empty cache, tg128 = 128 single-token
- * decode steps), mean ± standard deviation over repetitions. */
+ * decode steps), mean ± standard deviation over repetitions; with --batch,
+ * many sequences at once in the manner of llama-batched-bench. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,13 @@ static void usage(FILE *f) {
                "  -p, --n-prompt N   prompt tokens for the prefill test (default 512; 0 = skip)\n"
                "  -n, --n-gen N      tokens for the decode test (default 128; 0 = skip)\n"
                "  -d, --depth D      tokens already in the cache before the decode test (default 0)\n"
-               "  -b, --batch-size N prefill chunk size (default: the prompt length, else 512 for -d)\n"
+               "  -b, --batch-size N prefill chunk size (default: the prompt length, else 512 for -d;\n"
+               "                     with --batch: B x the prompt length, at most 2048)\n"
+               "      --batch B1,B2,..  sequences generated at once, each size measured in turn: B\n"
+               "                     sequences with a prompt of -p tokens each, then -n decode\n"
+               "                     rounds of one token per sequence; reports the generated\n"
+               "                     tokens per second counting prefill and decode time, the\n"
+               "                     prefill and decode rates, and each sequence's decode latency\n"
                "  -t, --threads N    CPU threads (default: physical cores)\n"
                "  -r, --repetitions N (default 3)\n"
                "  -o, --output md|json (default md)\n"
@@ -226,6 +233,85 @@ static void fill_tokens(const tnd_model *m, int32_t *toks, long n, int nv) {
     }
 }
 
+#define MAX_BATCHES 16
+
+/* One batch size's measurements, each a sample per repetition. */
+typedef struct bres {
+    int batch;
+    result all, pp, tg, lat; /* generated tok/s over prefill + decode; prefill tok/s; decode tok/s; ms per token per sequence */
+} bres;
+
+/* --batch: for each size B, B sequences in one context (n_seq_max = B):
+ * their prompts (toks shifted by the sequence's index, so they differ) fed
+ * and prefilled in rounds of n_batch tokens, then n_gen rounds of a token
+ * each, the next tokens of their texts (as llama-bench, fixed tokens, not
+ * sampled). Timed from the first feed to the last round. */
+static int run_batched(tnd_model *m, const tnd_ctx_params *base, const int32_t *toks, long n_toks, long n_prompt,
+                       long n_gen, long reps, long batch_size, bres *out) {
+    const int B = out->batch;
+    tnd_ctx_params cp = *base;
+    cp.n_seq_max = B;
+    cp.n_ctx = (int)TND_MAX(n_prompt + n_gen, 16);
+    cp.n_batch = (int)(batch_size ? batch_size : TND_MIN(TND_MAX((long)B * n_prompt, B), 2048));
+    tnd_ctx *c;
+    if (tnd_ctx_new(m, &cp, &c)) return 1;
+    int rc = 1, seq, ids[TND_SEQ_MAX];
+    /* warm-up: page faults and the pool's first runs stay out of the timings */
+    if (tnd_seq_new(c, &seq) || tnd_seq_feed(c, seq, toks, 1) || tnd_ctx_step(c) || tnd_seq_free(c, seq)) goto out;
+    for (long r = 0; r < reps; r++) {
+        double t0 = tnd_time_s();
+        for (int i = 0; i < B; i++) {
+            int32_t p[64];
+            if (tnd_seq_new(c, &ids[i])) goto out;
+            for (long done = 0; done < n_prompt; done += 64) {
+                int k = (int)TND_MIN(64, n_prompt - done);
+                for (int j = 0; j < k; j++) p[j] = toks[(done + j + i) % n_toks];
+                if (tnd_seq_feed(c, ids[i], p, k)) goto out;
+            }
+        }
+        for (bool more = n_prompt > 0; more;) {
+            if (tnd_ctx_step(c)) goto out;
+            more = false;
+            for (int i = 0; i < B; i++) more |= tnd_seq_n_queued(c, ids[i]) > 0;
+        }
+        double t1 = tnd_time_s();
+        for (long g = 0; g < n_gen; g++) {
+            for (int i = 0; i < B; i++) {
+                int32_t t = toks[(n_prompt + g + i) % n_toks];
+                if (tnd_seq_feed(c, ids[i], &t, 1)) goto out;
+            }
+            if (tnd_ctx_step(c)) goto out;
+        }
+        double t2 = tnd_time_s();
+        for (int i = 0; i < B; i++)
+            if (tnd_seq_free(c, ids[i])) goto out;
+        out->all.samples[out->all.n++] = (double)B * n_gen / (t2 - t0);
+        if (n_prompt) out->pp.samples[out->pp.n++] = (double)B * n_prompt / (t1 - t0);
+        if (n_gen) {
+            out->tg.samples[out->tg.n++] = (double)B * n_gen / (t2 - t1);
+            out->lat.samples[out->lat.n++] = 1e3 * (t2 - t1) / n_gen;
+        }
+    }
+    stats(&out->all), stats(&out->pp), stats(&out->tg), stats(&out->lat);
+    rc = 0;
+out:
+    tnd_ctx_free(c);
+    return rc;
+}
+
+/* Parses "1,4,16" into b[] (each 1..TND_SEQ_MAX); false when malformed. */
+static bool parse_batches(const char *v, int *b, int *n) {
+    *n = 0;
+    while (v && *v) {
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (end == v || x < 1 || x > TND_SEQ_MAX || *n >= MAX_BATCHES || (*end && *end != ',')) return false;
+        b[(*n)++] = (int)x;
+        v = *end ? end + 1 : end;
+    }
+    return *n > 0;
+}
+
 static const char *device_name(tnd_device d) { return d == TND_DEVICE_CUDA ? "cuda" : d == TND_DEVICE_SIM ? "sim" : "cpu"; }
 
 int cmd_bench(int argc, char **argv) {
@@ -236,6 +322,8 @@ int cmd_bench(int argc, char **argv) {
     static config cfg[MAX_CONFIGS];
     int n_cfg = 0;
     bool want_limits = true, cpu_exact = false, no_adapt = false;
+    static bres br[MAX_BATCHES];
+    int batches[MAX_BATCHES], n_batches = 0;
     for (int i = 1; i < argc; i += 2) { /* every option but the flags takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -261,6 +349,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) ok = tools_parse_int(v, 1, 1 << 16, &batch);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = tools_parse_int(v, 1, 1024, &threads);
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) ok = tools_parse_int(v, 1, 64, &reps);
+        else if (!strcmp(a, "--batch")) ok = parse_batches(v, batches, &n_batches);
         else if (!strcmp(a, "--tokens")) ok = v && ((text_tokens = !strcmp(v, "text")) || !strcmp(v, "random"));
         else if (!strcmp(a, "--device")) {
             ok = v && (!strcmp(v, "cpu") || !strcmp(v, "cuda") || !strcmp(v, "sim"));
@@ -286,6 +375,14 @@ int cmd_bench(int argc, char **argv) {
         if (!ok) return tools_bad_option("bench", a, false, usage);
     }
     if (!n_cfg) n_cfg = 1; /* the default placement */
+    if (n_batches && (n_cfg > 1 || depth)) {
+        fprintf(stderr, "tandem: error: --batch takes one placement and no --depth\n");
+        return 2;
+    }
+    if (n_batches && !n_gen) {
+        fprintf(stderr, "tandem: error: --batch needs tokens to generate (-n)\n");
+        return 2;
+    }
     if (device == TND_DEVICE_CUDA && tnd_cuda_device_count() <= 0) { /* before any output or loading */
 #ifdef TND_HAVE_CUDA
         const char *why = "no CUDA device found";
@@ -338,6 +435,58 @@ int cmd_bench(int argc, char **argv) {
         return 1;
     }
     fill_tokens(text_tokens ? m : NULL, toks, TND_MAX(need, 1), nv); /* at least one: the warm-up reads toks[0] */
+    if (n_batches) {
+        if (cfg[0].placement[0]) cp.placement = cfg[0].placement;
+        cp.promote = cfg[0].promote;
+        char name[64];
+        snprintf(name, sizeof name, "pp%ld+tg%ld", n_prompt, n_gen);
+        int rc = 0;
+        for (int k = 0; k < n_batches && !rc; k++) {
+            br[k].batch = batches[k];
+            if ((rc = run_batched(m, &cp, toks, TND_MAX(need, 1), n_prompt, n_gen, reps, batch, &br[k])))
+                fprintf(stderr, "tandem: error: bench --batch %d: %s\n", batches[k], tnd_last_error());
+        }
+        const char *cpu = tnd_cpu_model_name();
+        if (rc) {
+        } else if (!strcmp(fmt, "json")) {
+            printf("{\"model\": ");
+            tnd_json_str(stdout, model, strlen(model));
+            printf(", \"cpu\": ");
+            tnd_json_str(stdout, cpu, strlen(cpu));
+            printf(", \"threads\": %d, \"isa\": \"%s\", \"cpu_act\": \"%s\", \"build\": ", n_threads, tnd_cpu_isa(),
+                   cp.cpu_exact ? "f32" : "q8");
+            tnd_json_str(stdout, TND_GIT_COMMIT, strlen(TND_GIT_COMMIT));
+            printf(", \"device\": \"%s\", \"vram_budget\": %llu, \"results\": [", device_name(device),
+                   (unsigned long long)cp.vram_budget);
+            for (int k = 0; k < n_batches; k++) {
+                const bres *b = &br[k];
+                printf("%s{\"test\": ", k ? ", " : "");
+                tnd_json_str(stdout, name, strlen(name));
+                printf(", \"batch\": %d, \"n_prompt\": %ld, \"n_gen\": %ld, \"reps\": %d, \"tok_per_s\": %.3f, "
+                       "\"stddev\": %.3f, \"pp_tok_per_s\": %.3f, \"tg_tok_per_s\": %.3f, \"decode_ms_per_token\": %.3f}",
+                       b->batch, n_prompt, n_gen, b->all.n, b->all.mean, b->all.sd, b->pp.mean, b->tg.mean, b->lat.mean);
+            }
+            printf("]}\n");
+        } else {
+            printf("model: %s\ncpu: %s | threads: %d | isa: %s | activations: %s | device: %s | build: %s\n",
+                   tnd_model_desc(m), cpu, n_threads, tnd_cpu_isa(), cp.cpu_exact ? "f32" : "q8", device_name(device),
+                   TND_GIT_COMMIT);
+            printf("\n| batch | test | t/s (generated, prefill + decode) | prefill t/s | decode t/s | "
+                   "decode ms/token per sequence |\n|---:|---|---:|---:|---:|---:|\n");
+            for (int k = 0; k < n_batches; k++) {
+                const bres *b = &br[k];
+                printf("| %d | %s | %.2f ± %.2f | %.2f | %.2f | %.2f |\n", b->batch, name, b->all.mean, b->all.sd,
+                       b->pp.mean, b->tg.mean, b->lat.mean);
+            }
+        }
+        free(toks);
+        if (pf) {
+            tnd_perf_free(pf);
+            free(pf);
+        }
+        tnd_model_free(m);
+        return rc;
+    }
     char name_pp[32], name_tg[48];
     snprintf(name_pp, sizeof name_pp, "pp%ld", n_prompt);
     if (depth) snprintf(name_tg, sizeof name_tg, "tg%ld @ d%ld", n_gen, depth);
