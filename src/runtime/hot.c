@@ -24,10 +24,18 @@
 #include "sched/perf.h"
 #include "util.h"
 
-#define HOT_WINDOW 256 /* tokens (in each split layer) between looks */
+#define HOT_WINDOW 64  /* tokens (in each split layer) between looks */
 #define HOT_ALPHA 0.5  /* weight of the newest window in the EWMA */
 #define HOT_DRIFT 0.05 /* measured share this far below the assumed one: drift */
 #define HOT_GAIN 0.05  /* a swap must promise this much more share under the live table */
+/* an arriving expert must be this much more used than the one it replaces
+ * (ratio, and uses per token): a window's counts are noisy, and churn costs copies */
+#define HOT_RATIO 1.25
+#define HOT_MARGIN 0.01
+/* swaps per layer and look, at most k / HOT_STEP (at least 1): the copies of
+ * one look stay a small part of a window's time, and the table converges
+ * over a few looks */
+#define HOT_STEP 4
 
 static bool any_split(const tnd_ctx *c) {
     for (int l = 0; c->exp_gpu && l < c->pl.n_layer; l++)
@@ -99,8 +107,9 @@ static void sort_experts(int *idx, int n, const double *pop) {
     }
 }
 
-/* Copies expert a of split layer l from the host store to arena slot slot
- * of each of the layer's expert tensors. */
+/* Copies expert a of split layer l from the host store (pinned where the
+ * layout could pin it) to arena slot slot of each of the layer's expert
+ * tensors. */
 static tnd_status upload(tnd_ctx *c, int l, int a, int32_t slot) {
     for (int i = 0; i < c->m->n_slices; i++) {
         int sl;
@@ -108,7 +117,7 @@ static tnd_status upload(tnd_ctx *c, int l, int a, int32_t slot) {
         const tnd_weight *w = c->m->slices[i];
         size_t per = w->t->nbytes / (size_t)w->n_expert;
         tnd_status st = tnd_backend_copy_h2d(c->side[1].be, (char *)c->w[1][i] + (size_t)slot * per,
-                                             (const char *)w->data + (size_t)a * per, per, c->side[1].st);
+                                             (const char *)c->w[0][i] + (size_t)a * per, per, c->side[1].st);
         if (st) return st;
     }
     return TND_OK;
@@ -127,16 +136,16 @@ static tnd_status swap_layer(tnd_ctx *c, int l, int *idx, int *n_swaps) {
         k += side[e] == TND_SIDE_GPU;
     }
     sort_experts(idx, E, pop);
-    /* pairs: the i-th arriving expert (in the top k, on the CPU) takes the
-     * slot of the i-th leaving one (outside the top k, on the GPU) */
-    int in = 0, out = k;
+    /* pairs: the most used arriving expert (in the top k, on the CPU) takes
+     * the slot of the least used leaving one (outside the top k, on the GPU) */
+    int in = 0, out = E - 1, cap = TND_MAX(1, k / HOT_STEP);
     *n_swaps = 0;
-    for (;;) {
+    while (*n_swaps < cap) {
         while (in < k && side[idx[in]] == TND_SIDE_GPU) in++;
-        while (out < E && side[idx[out]] != TND_SIDE_GPU) out++;
-        if (in >= k || out >= E) break;
+        while (out >= k && side[idx[out]] != TND_SIDE_GPU) out--;
+        if (in >= k || out < k) break;
         int a = idx[in], r = idx[out];
-        if (pop[a] <= pop[r]) break; /* ties keep what is there */
+        if (pop[a] < HOT_RATIO * pop[r] + HOT_MARGIN) break; /* the rest are closer still: keep what is there */
         int32_t slot = gi[r];
         tnd_status st = upload(c, l, a, slot);
         if (st) return st;
@@ -146,7 +155,7 @@ static tnd_status swap_layer(tnd_ctx *c, int l, int *idx, int *n_swaps) {
         side[r] = TND_SIDE_CPU;
         (*n_swaps)++;
         in++;
-        out++;
+        out--;
     }
     return TND_OK;
 }
