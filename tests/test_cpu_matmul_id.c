@@ -1,6 +1,6 @@
-/* The CPU backend's expert matmul (MATMUL_ID) over rounds of several tokens:
- * pairs grouped by expert, either in one parallel region over every used
- * expert's rows (few tokens per expert: batched decode) or an expert's
+/* The CPU backend's expert matmul (MATMUL_ID): pairs grouped by expert,
+ * either in one parallel region over every used expert's rows (few tokens
+ * per expert: decode, batched decode) or an expert's
  * matmul at a time (prefill). Both must give, bit for bit, what a plain
  * matmul of each expert over the tokens that chose it gives (in the exact
  * mode, what each token alone gives), leave skipped pairs (id -1) untouched,
@@ -124,8 +124,8 @@ int main(void) {
     CHECK_ST(tnd_backend_cpu_new(pool, 0, &cpu));
     if (!cpu) return tc_summary();
     const tnd_type types[] = {TND_TYPE_Q4_K, TND_TYPE_Q4_0, TND_TYPE_Q8_0};
-    /* 2..16 tokens: the grouped region; 96 tokens of 8 used of 16: ~48 a used expert, an expert at a time */
-    const int64_t toks[] = {2, 5, 16, 96};
+    /* 1..16 tokens: the grouped region; 96 tokens of 8 used of 16: ~48 a used expert, an expert at a time */
+    const int64_t toks[] = {1, 2, 5, 16, 96};
     for (int i8 = 0; i8 < 2; i8++)
         for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
             for (size_t k = 0; k < sizeof toks / sizeof *toks; k++)

@@ -115,42 +115,6 @@ static bool grow(void **p, size_t *cap, size_t need) {
     return true;
 }
 
-/* One token's expert matvecs in one parallel region: the rows of all its
- * chosen experts, end to end, are split into one contiguous range per
- * thread (a region per expert would pay a wake-up and a barrier each, which
- * costs as much as a small expert's rows). Each row is computed exactly as
- * in a region of its own (the kernels' order does not depend on the split). */
-typedef struct {
-    const cpu_ctx *c;
-    tnd_type wt;
-    const char *W;
-    size_t w_slice;
-    int64_t n_in, n_out, n, n_x;
-    const int32_t *ids; /* the token's n_used ids; the k-th kept pair is slot slot[k] */
-    int32_t slot[64];
-    const float *x;
-    float *y;
-} token_experts;
-
-#define EXPERT_ROW_GRAIN 16
-
-static void token_experts_task(void *arg, int ith, int nth) {
-    const token_experts *j = arg;
-    int64_t grains = (j->n_out + EXPERT_ROW_GRAIN - 1) / EXPERT_ROW_GRAIN, total = grains * j->n;
-    int64_t a = total * ith / nth, b = total * (ith + 1) / nth;
-    while (a < b) {
-        int64_t k = a / grains, g0 = a % grains, g1 = TND_MIN(grains, g0 + (b - a));
-        int u = j->slot[k];
-        const char *W = j->W + (size_t)j->ids[u] * j->w_slice;
-        const float *x = j->x + (j->n_x == 1 ? 0 : u) * j->n_in;
-        float *y = j->y + (int64_t)u * j->n_out;
-        int64_t r0 = g0 * EXPERT_ROW_GRAIN, r1 = TND_MIN(j->n_out, g1 * EXPERT_ROW_GRAIN);
-        if (j->c->int8_act) tnd_cpu_matmul_rows(NULL, j->wt, W, j->n_in, j->n_out, r0, r1, x, 1, y);
-        else tnd_cpu_matmul_f32_rows(NULL, j->wt, W, j->n_in, j->n_out, r0, r1, x, 1, y);
-        a += g1 - g0;
-    }
-}
-
 typedef struct {
     const float *g, *u;
     float *y;
@@ -242,14 +206,15 @@ static tnd_status run_rows(cpu_ctx *c, const tnd_op *op, int64_t rows, int64_t e
     return err ? err : (tnd_status)atomic_load(&j.err);
 }
 
-/* A round of few tokens per expert (batched decode): every used expert's
- * rows in one parallel region, items of EXPERT_GROUP_ROWS rows of one
- * expert over all the tokens that chose it. A region per expert (three
- * pool runs each: quantize, aux, rows) would pay wake-ups and barriers
- * 128 x 3 times a layer, more than the rows cost. Each item quantizes its
- * expert's tokens itself (a few microseconds, against its rows' reads).
- * Every row is computed as tnd_cpu_matmul computes it for that expert's
- * tokens, so the result equals the per-expert path's. */
+/* A round of few tokens per expert (a decode step, a batched decode
+ * round): every used expert's rows in one parallel region, items of
+ * EXPERT_GROUP_ROWS rows of one expert over all the tokens that chose it.
+ * A region per expert (three pool runs each: quantize, aux, rows) would pay
+ * wake-ups and barriers 128 x 3 times a layer, more than the rows cost.
+ * Each item quantizes its expert's tokens itself (a few microseconds,
+ * against its rows' reads). Every row is computed as tnd_cpu_matmul
+ * computes it for that expert's tokens (the kernels' order does not depend
+ * on the split), so the result equals the per-expert path's. */
 typedef struct {
     const cpu_ctx *c;
     tnd_type wt;
@@ -300,14 +265,6 @@ static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
     for (int64_t i = 0; i < pairs; i++)
         if (ids[i] >= n_exp)
             return tnd_fail(TND_ERR_ARG, "matmul_id: expert id %d out of range [0, %lld)", ids[i], (long long)n_exp);
-    if (n_tok == 1 && n_used <= 64) { /* decode */
-        token_experts j = {.c = c, .wt = W->type, .W = W->data, .w_slice = w_slice, .n_in = n_in, .n_out = n_out,
-                           .n_x = n_x, .ids = ids, .x = x, .y = y};
-        for (int u = 0; u < n_used; u++)
-            if (ids[u] >= 0) j.slot[j.n++] = u;
-        if (j.n) tnd_pool_run(c->pool, token_experts_task, &j);
-        return TND_OK;
-    }
     /* counting sort of the pairs by expert: gidx[off[e] ..] are expert e's, in token order */
     if (!grow((void **)&c->gidx, &c->g_cap_i, sizeof(int32_t) * (size_t)pairs) ||
         !grow((void **)&c->gact, &c->g_cap_act, sizeof(int32_t) * (size_t)n_exp) ||

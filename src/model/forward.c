@@ -232,35 +232,13 @@ static void layer_forward(em *e, int il, int nt) {
     op_binary(e, TND_OP_ADD, a[A_X], a[A_O], E * nt, E * nt);
 }
 
-/* The op list of one round: nt tokens at positions pos0.. (ids and
- * positions are read from the host buffers when it runs). */
+/* The op list of one round: nt tokens of sequence 0 at positions pos0..
+ * (ids and positions are read from the host buffers when it runs), the
+ * head over the last token only when want_logits: its logits are the only
+ * ones a caller reads (tnd_ctx_eval). A batch of one segment. */
 tnd_status tnd_recipe_emit(const tnd_recipe *r, int nt, int pos0, bool want_logits) {
-    const tnd_seg one = {.seq = 0, .off = 0, .n = nt, .pos0 = pos0};
-    em ctx = {.r = r, .m = r->m, .act = r->act, .layer = -1, .err = TND_OK, .seg = &one, .n_seg = 1}, *e = &ctx;
-    const tnd_model *m = e->m;
-    int64_t E = m->hp.n_embd;
-    tnd_graph_reset(r->g);
-    tnd_op emb = {.kind = TND_OP_GET_ROWS};
-    emb.in[0] = W(&m->tok_embd);
-    emb.in[1] = T(e->act[A_IDS], TND_TYPE_I32, nt, 1, 1);
-    emb.out[0] = F(e->act[A_X], E, nt, 1);
-    emit(e, &emb, m->tok_embd.id, TND_PIN_FOLLOW);
-    if (m->arch->embd_scale) {
-        tnd_op sc = {.kind = TND_OP_SCALE, .p.scale.s = sqrtf((float)E)};
-        sc.in[0] = sc.out[0] = emb.out[0];
-        run(e, &sc);
-    }
-    for (int il = 0; il < m->hp.n_layer; il++) layer_forward(e, il, nt);
-    e->layer = -1;
-    /* The head runs over the last token only: its logits are the only ones
-     * a caller reads (tnd_ctx_eval), and the layout sizes A_LOGITS and the
-     * head's scratch for that one row (exec/layout.c). */
-    if (want_logits) {
-        float *last = (float *)e->act[A_X] + (int64_t)(nt - 1) * E;
-        op_norm(e, last, &m->output_norm, e->act[A_H], E, 1);
-        op_matmul(e, &m->output, e->act[A_H], 1, e->act[A_LOGITS]);
-    }
-    return e->err;
+    const tnd_seg one = {.seq = 0, .off = 0, .n = nt, .pos0 = pos0, .logits = want_logits};
+    return tnd_recipe_emit_batch(r, &one, 1);
 }
 
 /* A batched round (docs/ARCHITECTURE.md: Sequences): the tokens of n_seg
