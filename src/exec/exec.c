@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "exec/exec.h"
 #include "sched/perf.h"
 #include "sched/transfer.h"
@@ -381,6 +382,12 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
 
 static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     double tr = c->trace ? tnd_time_s() : 0;
+    /* the GPU's collected work starts before the host turns to CPU work */
+    tnd_status fs = c->graphs_on && (nd->op.kind == TND_OP_NONE || tnd_exec_node_side(c, nd, c->cur, false, NULL) ==
+                                                                       TND_SIDE_CPU)
+                        ? tnd_backend_graph_flush(c->side[1].be, c->side[1].st)
+                        : TND_OK;
+    if (fs) return fs;
     if (nd->op.kind == TND_OP_NONE && nd->op.out[0].data) {
         if (c->tl) tnd_tl_node_begin(c, nd, TND_SIDE_CPU, false), tnd_tl_op_begin(c, TND_SIDE_CPU);
         tnd_status st = remap_ids(c, nd);
@@ -621,6 +628,11 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
             return tnd_fail(TND_ERR_NOMEM, "out of memory");
         st = prefetch(c, 0, false);
     }
+    /* TND_CUDA_GRAPHS=1: the GPU segments of a decode-sized round are
+     * collected and launched as CUDA graphs (backend.h: graph_defer);
+     * TND_TRACE=1 times every node alone, so it launches them one by one */
+    c->graphs_on = c->gpu && !st && tnd_config_get()->cuda_graphs && nt <= TND_GRAPH_MAX_TOK && c->trace_mode != 1;
+    if (c->graphs_on) st = tnd_backend_graph_defer(c->side[1].be, c->side[1].st, true);
     int prom_seen = 0;
     for (int i = 0; !st && i < c->g.n; i++) {
         tnd_node pair;
@@ -634,8 +646,12 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
     if (c->gpu) {
         /* always drain, so no queued work outlives a failed round */
         tnd_backend *g = c->side[1].be;
-        tnd_status s1 = tnd_backend_stream_sync(g, c->side[1].st), s2 = tnd_backend_stream_sync(g, c->xfer);
-        if (!st) st = s1 ? s1 : s2;
+        tnd_status s0 = c->graphs_on ? tnd_backend_graph_defer(g, c->side[1].st, false) : TND_OK;
+        c->graphs_on = false;
+        /* the transfer stream has work only when the round queued copies */
+        tnd_status s1 = tnd_backend_stream_sync(g, c->side[1].st),
+                   s2 = c->prom_next ? tnd_backend_stream_sync(g, c->xfer) : TND_OK;
+        if (!st) st = s0 ? s0 : s1 ? s1 : s2;
         memset(c->host_read_pending, 0, sizeof c->host_read_pending);
         memset(c->mapped_pending, 0, sizeof c->mapped_pending);
         if (c->trace) trace_add(c, TND_SIDE_GPU, TR_DRAIN, TR_PLAIN, tnd_time_s() - tr);
