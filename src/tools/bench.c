@@ -37,6 +37,8 @@ static void usage(FILE *f) {
                "      --trace FILE       write the rounds as a Chrome/Perfetto trace (JSON); with\n"
                "                         several placements, FILE-1.json, FILE-2.json, ...\n"
                "      --no-limits        skip measuring the bandwidths behind the physical limit\n"
+               "  -v, --verbose      per placement, the decode test's host syncs, GPU launches\n"
+               "                     and CUDA graph launches per token (stderr)\n"
                "      --no-adapt         promotions from the profile alone, not corrected by\n"
                "                         the speeds measured while running\n"
                "      --cpu-exact        CPU matmuls with f32 activations (exact; default: Q8\n"
@@ -89,7 +91,31 @@ typedef struct config {
     double pred_tg, pred_pp;        /* the timeline model's tokens/s (0: no perf DB) */
     char desc[96];                  /* the placement as built */
     double route_gpu, route_pred;   /* decode: split layers' routings to GPU experts, measured and predicted (-1: none) */
+    tnd_backend_counters dec;       /* the GPU backend's counters over the decode test's steps */
+    long dec_tok;                   /* ... and the steps */
 } config;
+
+static bool g_verbose; /* -v */
+
+#define CNT_DIFF(d, a, b, f) ((d)->f += (b)->f - (a)->f)
+/* d += b - a, field by field */
+static void counters_add(tnd_backend_counters *d, const tnd_backend_counters *a, const tnd_backend_counters *b) {
+    CNT_DIFF(d, a, b, host_syncs), CNT_DIFF(d, a, b, ops), CNT_DIFF(d, a, b, launches);
+    CNT_DIFF(d, a, b, graph_launches), CNT_DIFF(d, a, b, graph_replays), CNT_DIFF(d, a, b, graph_updates);
+    CNT_DIFF(d, a, b, graph_inst), CNT_DIFF(d, a, b, graph_ops);
+}
+
+/* -v: what the host did per decode token (stderr, beside the table) */
+static void print_counters(const config *k) {
+    if (!k->dec_tok) return;
+    const tnd_backend_counters *d = &k->dec;
+    const double n = (double)k->dec_tok;
+    fprintf(stderr,
+            "bench: %s: per decode token: %.1f host syncs, %.1f GPU ops, %.1f launches, %.2f graph launches "
+            "(%.2f replayed, %.2f updated, %.2f instantiated) holding %.1f ops\n",
+            k->placement[0] ? k->placement : "default", d->host_syncs / n, d->ops / n, d->launches / n,
+            d->graph_launches / n, d->graph_replays / n, d->graph_updates / n, d->graph_inst / n, d->graph_ops / n);
+}
 
 static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const int32_t *toks, long n_prompt,
                       long n_gen, long depth, long reps, const tnd_limits *L, const tnd_perf *pf, const char *name_pp,
@@ -179,6 +205,8 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
             r->samples[r->n++] = (double)n_gen / (tnd_time_s() - t0);
             tnd_ctx_get_stats(c, &s1);
             busy_between(&s0, &s1, tnd_plan_gpu(pl), r); /* the decode steps only, not the depth's prefill */
+            counters_add(&k->dec, &s0.gpu, &s1.gpu);
+            k->dec_tok += n_gen;
             double w = s1.wall_s - s0.wall_s;
             for (int q = 0; q < 3; q++) {
                 known[q] &= r->busy[q] >= 0;
@@ -190,6 +218,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         stats(r);
     }
     rc = 0;
+    if (g_verbose) print_counters(k);
     /* how much of the split layers' decode routing the GPU's experts took,
      * against the hot-expert table the placement was made from */
     tnd_ctx_stats cs;
@@ -340,6 +369,10 @@ int cmd_bench(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--no-adapt")) {
             no_adapt = true;
+            i--;
+            continue;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            g_verbose = true;
             i--;
             continue;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = (model = v) != NULL;
