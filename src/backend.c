@@ -111,6 +111,7 @@ tnd_status tnd_backend_memset(tnd_backend *b, void *dst_dev, int v, size_t n, tn
 }
 
 tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s) {
+    if (!b->iface->graph_defer) b->cnt.launches++;
     return b->iface->copy_mapped ? b->iface->copy_mapped(b, dst, src, n, s) : b->iface->copy_d2d(b, dst, src, n, s);
 }
 
@@ -123,6 +124,7 @@ tnd_status tnd_backend_op_supported(tnd_backend *b, const tnd_op *op) {
 
 tnd_status tnd_backend_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     b->cnt.ops++;
+    if (!b->iface->graph_defer) b->cnt.launches++; /* a backend that cannot collect launches each op */
     return b->iface->op_run(b, op, s);
 }
 

@@ -287,7 +287,8 @@ typedef struct tnd_backend_iface {
  * (tnd_backend_counters; bench -v prints them per token). host_syncs:
  * every wait of the calling thread for the device (stream_sync,
  * event_sync, and the backend's own waits inside an op); ops: op_run
- * calls; launches: ops and SM copies sent to the device one by one;
+ * calls; launches: ops and SM copies sent to the device one by one (a
+ * backend without graph_defer: every op_run and copy_mapped);
  * graph_*: runs of collected work launched as one graph, of which replayed
  * unchanged, updated in place (cudaGraphExecUpdate) and instantiated anew,
  * and the ops they held. */
