@@ -31,6 +31,8 @@ extern "C" {
 #define CU_BLAS_WORKSPACE (32ull << 20)
 #define CU_PIN_PIECE (256ull << 20) /* default piece of a region pinned in pieces */
 #define CU_MATVEC_MAX_TOK 8
+#define CU_GRAPH_MIN_ITEMS 4 /* fewer collected items launch op by op */
+#define CU_GRAPH_CHUNK 96     /* collected items launched as one graph at most */
 
 struct cu_alloc {
     void *ptr;
@@ -435,8 +437,16 @@ static void cu_event_free(tnd_backend *b, tnd_event *ev) {
     cudaEventDestroy(ev->e);
     free(ev);
 }
-/* Appends an item to s's collected work. */
-static tnd_status collect(tnd_stream *s, const cu_gitem *it) {
+/* Appends an item to s's collected work. A long run is launched in pieces
+ * of CU_GRAPH_CHUNK items, so the GPU starts on the first layers while the
+ * host still collects the rest (one graph for the whole of a host-bound
+ * step would put all of the GPU's time after all of the host's). The
+ * pieces fall at the same items every step, so each keeps its graph. */
+static tnd_status collect(tnd_backend *b, tnd_stream *s, const cu_gitem *it) {
+    if (s->n_items >= CU_GRAPH_CHUNK) {
+        tnd_status st = flush(b, s);
+        if (st) return st;
+    }
     if (s->n_items == s->cap_items) {
         int cap = s->cap_items ? 2 * s->cap_items : 256;
         cu_gitem *p = (cu_gitem *)realloc(s->items, sizeof *p * (size_t)cap);
@@ -458,7 +468,7 @@ static tnd_status cu_event_record(tnd_backend *b, tnd_event *ev, tnd_stream *s) 
         it.kind = CU_GI_RECORD;
         it.ev = ev->e;
         it.tev = ev;
-        if ((st = collect(s, &it))) return st;
+        if ((st = collect(b, s, &it))) return st;
         ev->pend = s;
         return TND_OK;
     }
@@ -475,7 +485,7 @@ static tnd_status cu_stream_wait(tnd_backend *b, tnd_stream *s, tnd_event *ev) {
         memset(&it, 0, sizeof it);
         it.kind = CU_GI_WAIT;
         it.ev = ev->e;
-        return collect(s, &it);
+        return collect(b, s, &it);
     }
     cudaError_t e = cudaStreamWaitEvent(s->s, ev->e, 0);
     return e == cudaSuccess ? TND_OK : cu_err(e, "cudaStreamWaitEvent");
@@ -554,7 +564,7 @@ static tnd_status cu_copy_mapped(tnd_backend *b, void *d, const void *src, size_
         it.dst = d;
         it.src = src;
         it.n = n;
-        return collect(s, &it);
+        return collect(b, s, &it);
     }
     b->cnt.launches++;
     int e = tnd_cu_copy_sm(d, src, n, s->s);
@@ -1116,7 +1126,7 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
                 memcpy(u->ne, t->ne, sizeof u->ne);
             }
             it.op.p = op->p;
-            return collect(s, &it);
+            return collect(b, s, &it);
         }
         if ((st = flush(b, s))) return st;
     }
@@ -1175,8 +1185,9 @@ static tnd_status flush(tnd_backend *b, tnd_stream *s) {
     set_device(c);
     int r = 1;
     char why[200] = "";
-    /* a lone item gains nothing from a graph */
-    if (!s->graphs_off && n > 1) {
+    /* a run of a few items gains nothing from a graph (a hybrid step's
+     * short GPU segments): launched as they are */
+    if (!s->graphs_off && n >= CU_GRAPH_MIN_ITEMS) {
         if (!s->gc && !(s->gc = cu_gcache_new())) snprintf(why, sizeof why, "out of host memory");
         struct graph_extra ex;
         memset(&ex, 0, sizeof ex);

@@ -5,16 +5,19 @@
  * updated in place, which is cheap when only kernel parameters changed (a
  * decode step's attention length, a promoted weight's ring place); a run
  * of a new shape is instantiated in the least recently used slot. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/graph.h"
 
-#define CU_GSLOTS 16
+/* a hybrid round has a run per GPU segment, many of one shape */
+#define CU_GSLOTS 64
 
 struct cu_gslot {
     cudaGraphExec_t exec; /* NULL: empty */
+    uint64_t shape;       /* shape_hash of the key */
     cu_gitem *key;
     int n, cap;
     void *extra;
@@ -39,8 +42,15 @@ void cu_gcache_free(cu_gcache *gc) {
     free(gc);
 }
 
-static bool same_shape(const struct cu_gslot *s, const cu_gitem *it, int n) {
-    if (!s->exec || s->n != n) return false;
+/* A hash of the items' kinds and op kinds: what an update cannot change. */
+static uint64_t shape_hash(const cu_gitem *it, int n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(it[i].kind * 64 + (it[i].kind == CU_GI_OP ? it[i].op.kind : 0))) * 1099511628211ull;
+    return h;
+}
+
+static bool same_shape(const struct cu_gslot *s, const cu_gitem *it, int n, uint64_t shape) {
+    if (!s->exec || s->n != n || s->shape != shape) return false;
     for (int i = 0; i < n; i++)
         if (s->key[i].kind != it[i].kind || (it[i].kind == CU_GI_OP && s->key[i].op.kind != it[i].op.kind))
             return false;
@@ -48,14 +58,15 @@ static bool same_shape(const struct cu_gslot *s, const cu_gitem *it, int n) {
 }
 
 /* Items of the slot's key that differ from it (n_max + 1 when the shape differs). */
-static int differing(const struct cu_gslot *s, const cu_gitem *it, int n, int n_max) {
-    if (!same_shape(s, it, n)) return n_max + 1;
+static int differing(const struct cu_gslot *s, const cu_gitem *it, int n, uint64_t shape, int n_max) {
+    if (!same_shape(s, it, n, shape)) return n_max + 1;
     int d = 0;
     for (int i = 0; i < n; i++) d += memcmp(&s->key[i], &it[i], sizeof *it) != 0;
     return d;
 }
 
-static bool store_key(struct cu_gslot *s, const cu_gitem *it, int n, const void *extra, size_t extra_len) {
+static bool store_key(struct cu_gslot *s, const cu_gitem *it, int n, uint64_t shape, const void *extra,
+                      size_t extra_len) {
     if (n > s->cap) {
         cu_gitem *k = (cu_gitem *)realloc(s->key, sizeof *k * (size_t)n);
         if (!k) return false;
@@ -71,6 +82,7 @@ static bool store_key(struct cu_gslot *s, const cu_gitem *it, int n, const void 
     memcpy(s->key, it, sizeof *it * (size_t)n);
     memcpy(s->extra, extra, extra_len);
     s->n = n;
+    s->shape = shape;
     return true;
 }
 
@@ -85,11 +97,12 @@ int cu_graph_run(cu_gcache *gc, cudaStream_t cs, const cu_gitem *it, int n, cons
     gc->tick++;
     int n_ops = 0;
     for (int i = 0; i < n; i++) n_ops += it[i].kind == CU_GI_OP;
+    const uint64_t shape = shape_hash(it, n);
     /* the same work as a slot's graph: launch it as it is */
     int best = -1, best_d = n + 1;
     for (int i = 0; i < CU_GSLOTS; i++) {
         struct cu_gslot *s = &gc->s[i];
-        int d = differing(s, it, n, n);
+        int d = differing(s, it, n, shape, n);
         if (d == 0 && s->extra_len == extra_len && memcmp(s->extra, extra, extra_len) == 0) {
             cudaError_t e = cudaGraphLaunch(s->exec, cs);
             if (e != cudaSuccess) {
@@ -156,7 +169,7 @@ int cu_graph_run(cu_gcache *gc, cudaStream_t cs, const cu_gitem *it, int n, cons
         cnt->graph_inst++;
     }
     cudaGraphDestroy(g); /* the instantiated graph does not need it */
-    if (!store_key(s, it, n, extra, extra_len)) {
+    if (!store_key(s, it, n, shape, extra, extra_len)) {
         drop(s); /* no key: it could be replayed for other work */
         snprintf(why, why_len, "out of host memory");
         return 1;
