@@ -630,8 +630,10 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
     }
     /* TND_CUDA_GRAPHS=1: the GPU segments of a decode-sized round are
      * collected and launched as CUDA graphs (backend.h: graph_defer);
-     * TND_TRACE=1 times every node alone, so it launches them one by one */
-    c->graphs_on = c->gpu && !st && tnd_config_get()->cuda_graphs && nt <= TND_GRAPH_MAX_TOK && c->trace_mode != 1;
+     * TND_TRACE=1 and the --trace timeline time every node alone, so they
+     * launch them one by one */
+    c->graphs_on = c->gpu && !st && tnd_config_get()->cuda_graphs && nt <= TND_GRAPH_MAX_TOK && c->trace_mode != 1 &&
+                   !c->tl;
     if (c->graphs_on) st = tnd_backend_graph_defer(c->side[1].be, c->side[1].st, true);
     int prom_seen = 0;
     for (int i = 0; !st && i < c->g.n; i++) {
