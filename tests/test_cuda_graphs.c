@@ -9,6 +9,8 @@
  * graphs off and on (what bench -v prints), and on the GPU alone the test
  * asks that graphs really ran (a capture that fails on this driver falls
  * back to plain launches with a warning, which would pass unseen otherwise).
+ * First the backend alone: a collected run's graph is instantiated once,
+ * replayed when the run repeats, updated when a parameter changes.
  *
  * Runs on synthetic models (tandem synth), so it needs no models/ folder. */
 #include <math.h>
@@ -186,6 +188,78 @@ static void check_case(tnd_model *m, const char *model, const tnd_ctx_params *cp
     for (int r = 0; r < 3; r++) free(lg[r]);
 }
 
+/* The backend alone: a run of ops collected on one stream, an event it
+ * records that another stream waits for, launched as a graph that is
+ * instantiated, replayed when the same, updated when a parameter changes;
+ * results as computed on the host. */
+static void test_backend(void) {
+    tnd_backend *g = NULL;
+    tnd_cuda_params p = {0};
+    tnd_stream *s = NULL, *x = NULL;
+    tnd_event *e = NULL;
+    if (tnd_backend_cuda_new(&p, &g) || tnd_backend_stream_new(g, &s) || tnd_backend_stream_new(g, &x) ||
+        tnd_backend_event_new(g, &e)) {
+        CHECK(0, "backend: %s", tnd_last_error());
+        return;
+    }
+    enum { N = 4096 };
+    float *ha = malloc(N * 4), *hb = malloc(N * 4), *hy = malloc(N * 4);
+    void *a = NULL, *b = NULL, *y = NULL;
+    CHECK(!tnd_backend_buf_alloc(g, N * 4, &a) && !tnd_backend_buf_alloc(g, N * 4, &b) &&
+              !tnd_backend_buf_alloc(g, N * 4, &y),
+          "buffers");
+    for (int i = 0; i < N; i++) ha[i] = (float)(i % 97) * 0.01f, hb[i] = (float)(i % 13) * 0.1f;
+    tnd_backend_copy_h2d(g, a, ha, N * 4, s);
+    tnd_backend_copy_h2d(g, b, hb, N * 4, s);
+    CHECK(tnd_backend_stream_sync(g, s) == TND_OK, "upload: %s", tnd_last_error());
+    const float scales[4] = {2, 2, 3, 2};
+    const tnd_backend_counters c0 = tnd_backend_counters_get(g);
+    for (int it = 0; it < 4; it++) {
+        CHECK(tnd_backend_graph_defer(g, s, true) == TND_OK, "defer: %s", tnd_last_error());
+        tnd_op op = {.kind = TND_OP_ADD};
+        op.in[0] = (tnd_tensor){.data = a, .type = TND_TYPE_F32, .ne = {N, 1, 1, 1}};
+        op.in[1] = (tnd_tensor){.data = b, .type = TND_TYPE_F32, .ne = {N, 1, 1, 1}};
+        op.out[0] = (tnd_tensor){.data = y, .type = TND_TYPE_F32, .ne = {N, 1, 1, 1}};
+        CHECK(tnd_backend_op_run(g, &op, s) == TND_OK, "add: %s", tnd_last_error());
+        tnd_op sc = {.kind = TND_OP_SCALE, .p.scale.s = scales[it]};
+        sc.in[0] = op.out[0], sc.out[0] = op.out[0];
+        CHECK(tnd_backend_op_run(g, &sc, s) == TND_OK, "scale: %s", tnd_last_error());
+        tnd_op sm = {.kind = TND_OP_SILU_MUL};
+        sm.in[0] = op.out[0], sm.in[1] = op.in[0], sm.out[0] = op.out[0];
+        CHECK(tnd_backend_op_run(g, &sm, s) == TND_OK, "silu_mul: %s", tnd_last_error());
+        CHECK(tnd_backend_op_run(g, &sc, s) == TND_OK, "scale: %s", tnd_last_error());
+        CHECK(tnd_backend_event_record(g, e, s) == TND_OK, "record: %s", tnd_last_error());
+        /* another stream's wait launches the run first */
+        CHECK(tnd_backend_stream_wait(g, x, e) == TND_OK, "wait: %s", tnd_last_error());
+        CHECK(tnd_backend_copy_d2h(g, hy, y, N * 4, x) == TND_OK && tnd_backend_stream_sync(g, x) == TND_OK,
+              "read back: %s", tnd_last_error());
+        CHECK(tnd_backend_graph_defer(g, s, false) == TND_OK, "defer off: %s", tnd_last_error());
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            float v = (ha[i] + hb[i]) * scales[it];
+            v = v / (1.0f + expf(-v)) * ha[i] * scales[it];
+            bad += !(fabsf(hy[i] - v) <= 1e-3f * (1.0f + fabsf(v)));
+        }
+        CHECK(!bad, "graph run %d: %d of %d values wrong", it, bad, N);
+    }
+    const tnd_backend_counters c1 = tnd_backend_counters_get(g);
+    printf("  backend: 4 runs: %llu graph launches, %llu instantiated, %llu replayed, %llu updated, %llu launches\n",
+           (unsigned long long)(c1.graph_launches - c0.graph_launches), (unsigned long long)(c1.graph_inst - c0.graph_inst),
+           (unsigned long long)(c1.graph_replays - c0.graph_replays),
+           (unsigned long long)(c1.graph_updates - c0.graph_updates), (unsigned long long)(c1.launches - c0.launches));
+    CHECK(c1.graph_launches - c0.graph_launches == 4 && c1.graph_inst - c0.graph_inst == 1 &&
+              c1.graph_replays - c0.graph_replays == 1 && c1.graph_updates - c0.graph_updates == 2,
+          "expected 4 graph launches: 1 instantiated, 1 replayed, 2 updated");
+    tnd_backend_buf_free(g, a);
+    tnd_backend_buf_free(g, b);
+    tnd_backend_buf_free(g, y);
+    tnd_backend_event_free(g, e);
+    tnd_backend_stream_free(g, s);
+    tnd_backend_stream_free(g, x);
+    tnd_backend_free(g);
+    free(ha), free(hb), free(hy);
+}
+
 static const gcase dense_cases[] = {
     {"gpu", NULL, NULL, NULL, 0, false, true},
     {"gpu", NULL, NULL, NULL, 0, true, true},
@@ -229,6 +303,7 @@ int main(void) {
         printf("skipped: no CUDA device\n");
         return 77;
     }
+    test_backend();
     int rc = run_model("tiny-qwen3", dense_cases, (int)(sizeof dense_cases / sizeof *dense_cases));
     if (rc == 0) rc = run_model("tiny-qwen3moe", moe_cases, (int)(sizeof moe_cases / sizeof *moe_cases));
     if (rc == 77) return 77;
