@@ -149,6 +149,8 @@ static tnd_status choose_round_promotions(tnd_ctx *c, int nt) {
 static bool is_expert_copy(const tnd_ctx *c, int j) { return c->m->slices[c->g.nodes[c->prom[j]].sid]->n_expert > 1; }
 
 static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s);
+/* Activation bytes up to which make_current copies a whole buffer for a part. */
+#define SMALL_ACT (256u << 10)
 
 /* Bytes of the ring the j-th promoted slice of the round takes. */
 static uint64_t ring_len(const tnd_ctx *c, int j) {
@@ -253,6 +255,16 @@ static tnd_status prefetch(tnd_ctx *c, int seen, bool reached) {
 static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s) {
     if (c->valid[b] & (1u << s)) return TND_OK;
     if (!c->valid[b]) return tnd_fail(TND_ERR_INTERNAL, "activation %d is read before it is written", b);
+    /* A part of a small buffer: all that its last writer wrote, at once. A
+     * batched round reads a buffer sequence by sequence (attention's rows),
+     * and a copy (and, to the CPU, a wait) per part multiplied the hand-offs
+     * by the sequences; the whole is as valid on the writer's side as the
+     * part. Large buffers (a prefill chunk's rows, of which the output
+     * reads the last) still copy only the part. */
+    if ((off || n < c->wlen[b]) && off + n <= c->wlen[b] && c->wlen[b] <= SMALL_ACT) {
+        off = 0;
+        n = c->wlen[b];
+    }
     tnd_backend *g = c->side[1].be;
     /* a pageable buffer (pinning failed) goes through the copy engine */
     const bool mapped = c->act_dev[b] != NULL;
