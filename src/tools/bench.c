@@ -105,16 +105,15 @@ static void counters_add(tnd_backend_counters *d, const tnd_backend_counters *a,
     CNT_DIFF(d, a, b, graph_inst), CNT_DIFF(d, a, b, graph_ops);
 }
 
-/* -v: what the host did per decode token (stderr, beside the table) */
-static void print_counters(const config *k) {
-    if (!k->dec_tok) return;
-    const tnd_backend_counters *d = &k->dec;
-    const double n = (double)k->dec_tok;
+/* -v: what the host did per decode step (stderr, beside the table) */
+static void print_counters(const char *what, const char *per, const tnd_backend_counters *d, long steps) {
+    if (steps <= 0) return;
+    const double n = (double)steps;
     fprintf(stderr,
-            "bench: %s: per decode token: %.1f host syncs, %.1f GPU ops, %.1f launches, %.2f graph launches "
+            "bench: %s: per %s: %.1f host syncs, %.1f GPU ops, %.1f launches, %.2f graph launches "
             "(%.2f replayed, %.2f updated, %.2f instantiated) holding %.1f ops\n",
-            k->placement[0] ? k->placement : "default", d->host_syncs / n, d->ops / n, d->launches / n,
-            d->graph_launches / n, d->graph_replays / n, d->graph_updates / n, d->graph_inst / n, d->graph_ops / n);
+            what, per, d->host_syncs / n, d->ops / n, d->launches / n, d->graph_launches / n, d->graph_replays / n,
+            d->graph_updates / n, d->graph_inst / n, d->graph_ops / n);
 }
 
 static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const int32_t *toks, long n_prompt,
@@ -218,7 +217,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         stats(r);
     }
     rc = 0;
-    if (g_verbose) print_counters(k);
+    if (g_verbose) print_counters(k->placement[0] ? k->placement : "default", "decode token", &k->dec, k->dec_tok);
     /* how much of the split layers' decode routing the GPU's experts took,
      * against the hot-expert table the placement was made from */
     tnd_ctx_stats cs;
@@ -285,6 +284,9 @@ static int run_batched(tnd_model *m, const tnd_ctx_params *base, const int32_t *
     tnd_ctx *c;
     if (tnd_ctx_new(m, &cp, &c)) return 1;
     int rc = 1, seq, ids[TND_SEQ_MAX];
+    tnd_backend_counters dec;
+    memset(&dec, 0, sizeof dec);
+    long n_rounds = 0;
     /* warm-up: page faults and the pool's first runs stay out of the timings */
     if (tnd_seq_new(c, &seq) || tnd_seq_feed(c, seq, toks, 1) || tnd_ctx_step(c) || tnd_seq_free(c, seq)) goto out;
     for (long r = 0; r < reps; r++) {
@@ -304,6 +306,8 @@ static int run_batched(tnd_model *m, const tnd_ctx_params *base, const int32_t *
             for (int i = 0; i < B; i++) more |= tnd_seq_n_queued(c, ids[i]) > 0;
         }
         double t1 = tnd_time_s();
+        tnd_ctx_stats s0, s1;
+        tnd_ctx_get_stats(c, &s0);
         for (long g = 0; g < n_gen; g++) {
             for (int i = 0; i < B; i++) {
                 int32_t t = toks[(n_prompt + g + i) % n_toks];
@@ -312,6 +316,9 @@ static int run_batched(tnd_model *m, const tnd_ctx_params *base, const int32_t *
             if (tnd_ctx_step(c)) goto out;
         }
         double t2 = tnd_time_s();
+        tnd_ctx_get_stats(c, &s1);
+        counters_add(&dec, &s0.gpu, &s1.gpu);
+        n_rounds += n_gen;
         for (int i = 0; i < B; i++)
             if (tnd_seq_free(c, ids[i])) goto out;
         out->all.samples[out->all.n++] = (double)B * n_gen / (t2 - t0);
@@ -322,6 +329,11 @@ static int run_batched(tnd_model *m, const tnd_ctx_params *base, const int32_t *
         }
     }
     stats(&out->all), stats(&out->pp), stats(&out->tg), stats(&out->lat);
+    if (g_verbose) {
+        char what[32];
+        snprintf(what, sizeof what, "batch %d", B);
+        print_counters(what, "decode round", &dec, n_rounds);
+    }
     rc = 0;
 out:
     tnd_ctx_free(c);
