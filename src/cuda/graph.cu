@@ -117,6 +117,15 @@ int cu_graph_run(cu_gcache *gc, cudaStream_t cs, const cu_gitem *it, int n, cons
         }
         if (d < best_d) best = i, best_d = d;
     }
+    /* another run of the same shape (two layers' pieces of a hybrid step)
+     * gets a graph of its own while there is room, so that each is updated
+     * from its own last run, where few items change, or replayed */
+    if (best >= 0 && best_d * 4 > n)
+        for (int i = 0; i < CU_GSLOTS; i++)
+            if (!gc->s[i].exec) {
+                best = -1;
+                break;
+            }
     /* capture: nothing runs until the graph is launched */
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal);
