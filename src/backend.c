@@ -3,6 +3,8 @@
  * symbols in the CPU-only and sanitizer builds). */
 #include "backend.h"
 
+#include <string.h>
+
 #include "util.h"
 
 const char *tnd_op_name(tnd_op_kind k) {
@@ -62,7 +64,10 @@ void tnd_backend_stream_free(tnd_backend *b, tnd_stream *s) {
     if (s) b->iface->stream_free(b, s);
 }
 
-tnd_status tnd_backend_stream_sync(tnd_backend *b, tnd_stream *s) { return b->iface->stream_sync(b, s); }
+tnd_status tnd_backend_stream_sync(tnd_backend *b, tnd_stream *s) {
+    b->cnt.host_syncs++;
+    return b->iface->stream_sync(b, s);
+}
 tnd_status tnd_backend_event_new(tnd_backend *b, tnd_event **out) { return b->iface->event_new(b, out); }
 
 void tnd_backend_event_free(tnd_backend *b, tnd_event *e) {
@@ -77,7 +82,10 @@ tnd_status tnd_backend_stream_wait(tnd_backend *b, tnd_stream *s, tnd_event *e) 
     return b->iface->stream_wait(b, s, e);
 }
 
-tnd_status tnd_backend_event_sync(tnd_backend *b, tnd_event *e) { return b->iface->event_sync(b, e); }
+tnd_status tnd_backend_event_sync(tnd_backend *b, tnd_event *e) {
+    b->cnt.host_syncs++;
+    return b->iface->event_sync(b, e);
+}
 
 tnd_status tnd_backend_event_elapsed(tnd_backend *b, tnd_event *start, tnd_event *end, float *ms) {
     if (!b->iface->event_elapsed)
@@ -103,6 +111,7 @@ tnd_status tnd_backend_memset(tnd_backend *b, void *dst_dev, int v, size_t n, tn
 }
 
 tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s) {
+    if (!b->iface->graph_defer) b->cnt.launches++;
     return b->iface->copy_mapped ? b->iface->copy_mapped(b, dst, src, n, s) : b->iface->copy_d2d(b, dst, src, n, s);
 }
 
@@ -113,7 +122,25 @@ tnd_status tnd_backend_op_supported(tnd_backend *b, const tnd_op *op) {
                                           : TND_OK;
 }
 
-tnd_status tnd_backend_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) { return b->iface->op_run(b, op, s); }
+tnd_status tnd_backend_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
+    b->cnt.ops++;
+    if (!b->iface->graph_defer) b->cnt.launches++; /* a backend that cannot collect launches each op */
+    return b->iface->op_run(b, op, s);
+}
+
+tnd_status tnd_backend_graph_defer(tnd_backend *b, tnd_stream *s, bool on) {
+    return b->iface->graph_defer ? b->iface->graph_defer(b, s, on) : TND_OK;
+}
+
+tnd_status tnd_backend_graph_flush(tnd_backend *b, tnd_stream *s) {
+    return b->iface->graph_flush ? b->iface->graph_flush(b, s) : TND_OK;
+}
+
+tnd_backend_counters tnd_backend_counters_get(const tnd_backend *b) {
+    tnd_backend_counters z;
+    memset(&z, 0, sizeof z);
+    return b ? b->cnt : z;
+}
 
 tnd_status tnd_backend_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     return b->iface->reserve ? b->iface->reserve(b, op, s) : TND_OK;

@@ -271,11 +271,43 @@ typedef struct tnd_backend_iface {
      * for the same tensor is a no-op. The CUDA backend re-lays Q4_K
      * tensors of n_out % 16 == 0 (env TND_CUDA_REPACK=0: never). */
     tnd_status (*weight_prepare)(tnd_backend *b, const tnd_tensor *w, tnd_stream *s);
+
+    /* -- graphs (docs/ARCHITECTURE.md: CUDA graphs) -- */
+    /* OPTIONAL (NULL: work is always launched as it is queued). on: the
+     * ops, SM copies, event records and event waits queued on s from now on
+     * may be collected instead of launched, and launched together (as one
+     * CUDA graph, replayed or updated when the same run of work comes
+     * again) at the next graph_flush, or before anything that observes
+     * them: a host wait on s or on an event recorded in the run, another
+     * stream's wait on such an event, a copy through the copy engine on s,
+     * freeing memory. Work the backend cannot collect (it would wait for
+     * the host or allocate) launches the run so far, then itself. off:
+     * flushes, then launches as queued again. Results are the same either
+     * way: the same kernels run in the same order. */
+    tnd_status (*graph_defer)(tnd_backend *b, tnd_stream *s, bool on);
+    /* OPTIONAL with graph_defer. Launches the work collected on s so far
+     * (nothing collected: no-op); s keeps collecting. */
+    tnd_status (*graph_flush)(tnd_backend *b, tnd_stream *s);
 } tnd_backend_iface;
+
+/* What a backend was asked to do and did, summed from its creation
+ * (tnd_backend_counters; bench -v prints them per token). host_syncs:
+ * every wait of the calling thread for the device (stream_sync,
+ * event_sync, and the backend's own waits inside an op); ops: op_run
+ * calls; launches: ops and SM copies sent to the device one by one (a
+ * backend without graph_defer: every op_run and copy_mapped);
+ * graph_*: runs of collected work launched as one graph, of which replayed
+ * unchanged, updated in place (cudaGraphExecUpdate) and instantiated anew,
+ * and the ops they held. */
+typedef struct tnd_backend_counters {
+    uint64_t host_syncs, ops, launches;
+    uint64_t graph_launches, graph_replays, graph_updates, graph_inst, graph_ops;
+} tnd_backend_counters;
 
 struct tnd_backend {
     const tnd_backend_iface *iface;
     void *ctx; /* the implementation's state */
+    tnd_backend_counters cnt; /* zeroed at creation (the backends calloc b) */
 };
 
 /* ---- CPU backend --------------------------------------------------------- */
@@ -354,6 +386,12 @@ tnd_status tnd_backend_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s);
 tnd_status tnd_backend_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s);
 /* Without weight_prepare: TND_OK (weights are read as uploaded). */
 tnd_status tnd_backend_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_stream *s);
+/* Without graph_defer: TND_OK, nothing changes (work launches as queued). */
+tnd_status tnd_backend_graph_defer(tnd_backend *b, tnd_stream *s, bool on);
+/* Without graph_flush: TND_OK. */
+tnd_status tnd_backend_graph_flush(tnd_backend *b, tnd_stream *s);
+/* b's counters so far (b NULL: zeros). */
+tnd_backend_counters tnd_backend_counters_get(const tnd_backend *b);
 /* Bytes of a contiguous tensor (ne[0] a multiple of the block size);
  * 0 if the shape is invalid. */
 size_t tnd_tensor_nbytes(const tnd_tensor *t);

@@ -48,6 +48,7 @@ typedef struct tnd_config {
     int cuda_tile_pf;    /* TND_CUDA_TILE_PF: 0..2, -1 the default */
     int cuda_tile_i8_ns; /* TND_CUDA_TILE_I8_NS: 0|2|4|6|8, -1 the launch shape's pick */
     int cuda_pdl;        /* TND_CUDA_PDL: 0|1, -1 the default */
+    bool cuda_graphs;    /* TND_CUDA_GRAPHS: a decode round's GPU segments as CUDA graphs; default off */
 } tnd_config;
 
 /* The configuration, read from the environment on the first call; later

@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "config.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/graph.h"
 extern "C" {
 #include "util.h"
 }
@@ -36,6 +37,8 @@ extern "C" {
  * each, where the grouped path's dequantize + GEMM launches per used expert
  * (hundreds a layer) cost more than the pairs' reads. */
 #define CU_MATVEC_ID_MAX_TOK TND_MMID_PAIRS_MAX_TOK
+#define CU_GRAPH_MIN_ITEMS 4 /* fewer collected items launch op by op */
+#define CU_GRAPH_CHUNK 96     /* collected items launched as one graph at most */
 
 struct cu_alloc {
     void *ptr;
@@ -67,6 +70,8 @@ typedef struct cu_ctx {
     size_t n_hosts, cap_hosts;
     struct cu_tiled *tiled; /* sorted by base, disjoint (under mu) */
     size_t n_tiled, cap_tiled;
+    tnd_stream *deferring[8]; /* streams collecting work (graph_defer), flushed before memory is freed */
+    bool graph_warned;        /* the one warning about a failed capture was given */
 } cu_ctx;
 
 #define CU_STAGES 4
@@ -86,12 +91,25 @@ struct tnd_stream {
     cudaEvent_t stage_ev[CU_STAGES];
     size_t stage_cap; /* int32s per piece */
     int stage_next;
+    /* graph_defer (backend.h, graph.h): while defer is on, work is
+     * collected in items and launched at a flush, as a graph unless
+     * graphs_off (a capture failed here once: plain launches since). One
+     * thread drives a collecting stream. */
+    bool defer, graphs_off;
+    cu_gitem *items;
+    int n_items, cap_items;
+    cu_gcache *gc;
 };
 struct tnd_event {
     cudaEvent_t e;
+    tnd_stream *pend; /* a collecting stream whose items record e, not yet launched */
 };
 
 static cu_ctx *ctx_of(tnd_backend *b) { return (cu_ctx *)b->ctx; }
+
+/* graph_defer: launches s's collected work (defined with the ops) */
+static tnd_status flush(tnd_backend *b, tnd_stream *s);
+static tnd_status flush_all(tnd_backend *b);
 
 static tnd_status cu_err(cudaError_t e, const char *what) {
     cudaGetLastError(); /* clear a sticky-free error so the next call starts clean */
@@ -192,7 +210,10 @@ static void cu_free_raw(cu_ctx *c, void *ptr) {
 static tnd_status cu_buf_alloc(tnd_backend *b, size_t size, void **out) {
     return cu_alloc_raw(ctx_of(b), size, out, "buffer allocation");
 }
-static void cu_buf_free(tnd_backend *b, void *ptr) { cu_free_raw(ctx_of(b), ptr); }
+static void cu_buf_free(tnd_backend *b, void *ptr) {
+    flush_all(b); /* collected work may read the buffer */
+    cu_free_raw(ctx_of(b), ptr);
+}
 
 static void cu_mem_info(tnd_backend *b, tnd_mem_info *out) {
     cu_ctx *c = ctx_of(b);
@@ -306,6 +327,7 @@ static tnd_status cu_host_alloc(tnd_backend *b, size_t size, void **host, void *
 static void cu_host_free(tnd_backend *b, void *host) {
     if (!host) return;
     cu_ctx *c = ctx_of(b);
+    flush_all(b);
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->n_hosts; i++) {
         if (c->hosts[i].host == host) {
@@ -346,8 +368,13 @@ static tnd_status cu_stream_new(tnd_backend *b, tnd_stream **out) {
 static void cu_stream_free(tnd_backend *b, tnd_stream *s) {
     if (!s) return;
     cu_ctx *c = ctx_of(b);
+    flush(b, s);
+    for (int i = 0; i < 8; i++)
+        if (c->deferring[i] == s) c->deferring[i] = NULL;
+    free(s->items);
     set_device(c);
     cudaStreamSynchronize(s->s);
+    cu_gcache_free(s->gc);
     if (s->blas) cublasDestroy(s->blas);
     pthread_mutex_lock(&c->mu);
     c->used -= s->blas_own;
@@ -391,6 +418,8 @@ static tnd_status stage_take(tnd_stream *s, size_t n, int32_t **h, int32_t **d, 
 }
 
 static tnd_status cu_stream_sync(tnd_backend *b, tnd_stream *s) {
+    tnd_status st = s->defer ? flush(b, s) : TND_OK;
+    if (st) return st;
     set_device(ctx_of(b));
     cudaError_t e = cudaStreamSynchronize(s->s);
     return e == cudaSuccess ? TND_OK : cu_err(e, "work on the stream failed");
@@ -409,28 +438,74 @@ static tnd_status cu_event_new(tnd_backend *b, tnd_event **out) {
     return TND_OK;
 }
 static void cu_event_free(tnd_backend *b, tnd_event *ev) {
-    (void)b;
     if (!ev) return;
+    if (ev->pend) flush(b, ev->pend);
     cudaEventDestroy(ev->e);
     free(ev);
 }
+/* Appends an item to s's collected work. A long run is launched in pieces
+ * of CU_GRAPH_CHUNK items, so the GPU starts on the first layers while the
+ * host still collects the rest (one graph for the whole of a host-bound
+ * step would put all of the GPU's time after all of the host's). The
+ * pieces fall at the same items every step, so each keeps its graph. */
+static tnd_status collect(tnd_backend *b, tnd_stream *s, const cu_gitem *it) {
+    if (s->n_items >= CU_GRAPH_CHUNK) {
+        tnd_status st = flush(b, s);
+        if (st) return st;
+    }
+    if (s->n_items == s->cap_items) {
+        int cap = s->cap_items ? 2 * s->cap_items : 256;
+        cu_gitem *p = (cu_gitem *)realloc(s->items, sizeof *p * (size_t)cap);
+        if (!p) return tnd_fail(TND_ERR_NOMEM, "cuda: out of host memory");
+        s->items = p;
+        s->cap_items = cap;
+    }
+    s->items[s->n_items++] = *it;
+    return TND_OK;
+}
+
 static tnd_status cu_event_record(tnd_backend *b, tnd_event *ev, tnd_stream *s) {
-    (void)b;
+    /* an earlier record still collected elsewhere must not land after this one */
+    tnd_status st = ev->pend && ev->pend != s ? flush(b, ev->pend) : TND_OK;
+    if (st) return st;
+    if (s->defer) {
+        cu_gitem it;
+        memset(&it, 0, sizeof it);
+        it.kind = CU_GI_RECORD;
+        it.ev = ev->e;
+        it.tev = ev;
+        if ((st = collect(b, s, &it))) return st;
+        ev->pend = s;
+        return TND_OK;
+    }
     cudaError_t e = cudaEventRecord(ev->e, s->s);
     return e == cudaSuccess ? TND_OK : cu_err(e, "cudaEventRecord");
 }
 static tnd_status cu_stream_wait(tnd_backend *b, tnd_stream *s, tnd_event *ev) {
-    (void)b;
+    /* the record it waits for must be launched first (another stream's
+     * collected work; in s's own, stream order already holds) */
+    tnd_status st = ev->pend && ev->pend != s ? flush(b, ev->pend) : TND_OK;
+    if (st) return st;
+    if (s->defer) {
+        cu_gitem it;
+        memset(&it, 0, sizeof it);
+        it.kind = CU_GI_WAIT;
+        it.ev = ev->e;
+        return collect(b, s, &it);
+    }
     cudaError_t e = cudaStreamWaitEvent(s->s, ev->e, 0);
     return e == cudaSuccess ? TND_OK : cu_err(e, "cudaStreamWaitEvent");
 }
 static tnd_status cu_event_sync(tnd_backend *b, tnd_event *ev) {
-    (void)b;
+    tnd_status st = ev->pend ? flush(b, ev->pend) : TND_OK;
+    if (st) return st;
     cudaError_t e = cudaEventSynchronize(ev->e);
     return e == cudaSuccess ? TND_OK : cu_err(e, "cudaEventSynchronize");
 }
 static tnd_status cu_event_elapsed(tnd_backend *b, tnd_event *a, tnd_event *z, float *ms) {
-    (void)b;
+    tnd_status st = a->pend ? flush(b, a->pend) : TND_OK;
+    if (!st && z->pend) st = flush(b, z->pend);
+    if (st) return st;
     cudaError_t e = cudaEventElapsedTime(ms, a->e, z->e);
     return e == cudaSuccess ? TND_OK : cu_err(e, "cudaEventElapsedTime");
 }
@@ -469,23 +544,40 @@ static tnd_status cu_copy_host(cu_ctx *c, char *dst, const char *src, size_t n, 
     }
     return TND_OK;
 }
+/* The copy engine's copies are launched as they come: what s collected goes first. */
+#define FLUSH_FIRST(b, s)                                            \
+    do {                                                             \
+        tnd_status fst_ = (s)->defer ? flush((b), (s)) : TND_OK;     \
+        if (fst_) return fst_;                                       \
+    } while (0)
 static tnd_status cu_copy_h2d(tnd_backend *b, void *d, const void *h, size_t n, tnd_stream *s) {
+    FLUSH_FIRST(b, s);
     return cu_copy_host(ctx_of(b), (char *)d, (const char *)h, n, cudaMemcpyHostToDevice, s, "copy host to device");
 }
 static tnd_status cu_copy_d2h(tnd_backend *b, void *h, const void *d, size_t n, tnd_stream *s) {
+    FLUSH_FIRST(b, s);
     return cu_copy_host(ctx_of(b), (char *)h, (const char *)d, n, cudaMemcpyDeviceToHost, s, "copy device to host");
 }
 static tnd_status cu_copy_d2d(tnd_backend *b, void *d, const void *s2, size_t n, tnd_stream *s) {
-    (void)b;
+    FLUSH_FIRST(b, s);
     return cu_copy(d, s2, n, cudaMemcpyDeviceToDevice, s, "copy device to device");
 }
 static tnd_status cu_copy_mapped(tnd_backend *b, void *d, const void *src, size_t n, tnd_stream *s) {
-    (void)b;
+    if (s->defer && n) { /* an SM copy: a kernel, collected like an op */
+        cu_gitem it;
+        memset(&it, 0, sizeof it);
+        it.kind = CU_GI_COPY;
+        it.dst = d;
+        it.src = src;
+        it.n = n;
+        return collect(b, s, &it);
+    }
+    b->cnt.launches++;
     int e = tnd_cu_copy_sm(d, src, n, s->s);
     return e ? cu_err((cudaError_t)e, "SM copy") : TND_OK;
 }
 static tnd_status cu_memset(tnd_backend *b, void *d, int v, size_t n, tnd_stream *s) {
-    (void)b;
+    FLUSH_FIRST(b, s);
     cudaError_t e = cudaMemsetAsync(d, v, n, s->s);
     return e == cudaSuccess ? TND_OK : cu_err(e, "cudaMemsetAsync");
 }
@@ -769,6 +861,7 @@ static bool repack_enabled(void) { return tnd_config_get()->cuda_repack; }
 
 static tnd_status cu_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_stream *s) {
     cu_ctx *c = ctx_of(b);
+    FLUSH_FIRST(b, s);
     if (!w || !w->data || !repack_enabled() || w->type != TND_TYPE_Q4_K || ne(w, 2) != 1 || ne(w, 3) != 1)
         return TND_OK;
     const int64_t n_in = w->ne[0], n_out = ne(w, 1);
@@ -821,13 +914,30 @@ static tnd_status cu_op_supported(tnd_backend *b, const tnd_op *op) {
     return st ? st : tiled_check(ctx_of(b), op, &tiled);
 }
 
-static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
+/* Validates op; *w_tiled: bit k, in[k] is a re-laid weight. */
+static tnd_status op_validate(tnd_backend *b, const tnd_op *op, int *w_tiled) {
     cu_ctx *c = ctx_of(b);
-    int w_tiled = 0; /* bit k: in[k] is a re-laid weight */
-    set_device(c);   /* before op_check, which reads the device's limits */
+    *w_tiled = 0;
+    set_device(c); /* before op_check, which reads the device's limits */
     tnd_status st = op_check(op);
-    if (!st) st = tiled_check(c, op, &w_tiled);
-    if (st) return st;
+    return st ? st : tiled_check(c, op, w_tiled);
+}
+
+static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int w_tiled);
+
+/* Validates and launches op on s now. */
+static tnd_status op_exec(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
+    int w_tiled;
+    tnd_status st = op_validate(b, op, &w_tiled);
+    return st ? st : op_launch(b, op, s, w_tiled);
+}
+
+/* Launches a validated op on s. Inside a capture it must not wait for the
+ * host or allocate: graph_capturable ops have their scratch reserved when
+ * collected, so ensure_scratch finds it there. */
+static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int w_tiled) {
+    cu_ctx *c = ctx_of(b);
+    tnd_status st;
     const tnd_tensor *a = &op->in[0], *o = &op->out[0];
     cudaStream_t cs = s->s;
     int e = 0;
@@ -863,9 +973,9 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         memset(&one, 0, sizeof one);
         one.kind = TND_OP_MATMUL;
         one.in[0] = *a, one.in[1] = op->in[1], one.out[0] = *o;
-        if ((st = cu_op_run(b, &one, s))) return st;
+        if ((st = op_exec(b, &one, s))) return st;
         one.in[0] = *w2, one.out[0] = *o2;
-        return cu_op_run(b, &one, s);
+        return op_exec(b, &one, s);
     }
     case TND_OP_MATMUL_ID: {
         int64_t n_in = a->ne[0], n_out = ne(a, 1), n_exp = ne(a, 2), n_tok = rows_of(&op->in[2]);
@@ -895,6 +1005,7 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
                 if (!(own = (int32_t *)malloc(pairs * sizeof(int32_t))))
                     return tnd_fail(TND_ERR_NOMEM, "cuda matmul_id: out of host memory");
                 cudaError_t ce = cudaMemcpyAsync(own, ids_dev, pairs * 4, cudaMemcpyDeviceToHost, cs);
+                b->cnt.host_syncs++;
                 if (ce == cudaSuccess) ce = cudaStreamSynchronize(cs);
                 if (ce != cudaSuccess) {
                     free(own);
@@ -984,6 +1095,171 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     return TND_OK;
 }
 
+/* ---- graphs (graph_defer; graph.h) ------------------------------------------------- */
+
+static tnd_status cu_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s);
+
+/* Whether op can be collected for a graph: its launch waits for nothing on
+ * the host and allocates nothing once its scratch is reserved. Prefill-sized
+ * matmuls (cuBLAS, the grouped expert matmul's host-side grouping) are not. */
+static bool graph_capturable(const tnd_op *op) {
+    switch (op->kind) {
+    case TND_OP_MATMUL: return rows_of(&op->in[1]) <= CU_MATVEC_MAX_TOK;
+    case TND_OP_MATMUL_ID: return rows_of(&op->in[2]) <= CU_MATVEC_MAX_TOK;
+    default: return true;
+    }
+}
+
+static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
+    int w_tiled;
+    tnd_status st = op_validate(b, op, &w_tiled);
+    if (st) return st;
+    if (s->defer) {
+        if (graph_capturable(op)) {
+            /* its scratch now: inside the capture it is only looked up */
+            if ((st = cu_reserve(b, op, s))) return st;
+            cu_gitem it;
+            memset(&it, 0, sizeof it);
+            it.kind = CU_GI_OP;
+            it.w_tiled = w_tiled;
+            /* field by field, so padding never tells two equal ops apart */
+            it.op.kind = op->kind;
+            for (int i = 0; i < TND_OP_MAX_IN + TND_OP_MAX_OUT; i++) {
+                const tnd_tensor *t = i < TND_OP_MAX_IN ? &op->in[i] : &op->out[i - TND_OP_MAX_IN];
+                tnd_tensor *u = i < TND_OP_MAX_IN ? &it.op.in[i] : &it.op.out[i - TND_OP_MAX_IN];
+                u->data = t->data;
+                u->type = t->type;
+                memcpy(u->ne, t->ne, sizeof u->ne);
+            }
+            it.op.p = op->p;
+            return collect(b, s, &it);
+        }
+        if ((st = flush(b, s))) return st;
+    }
+    b->cnt.launches++;
+    return op_launch(b, op, s, w_tiled);
+}
+
+/* What a collected run's launches depend on beyond its items: the stream's
+ * scratch and the knobs that choose kernels. */
+struct graph_extra {
+    void *scratch;
+    size_t scratch_size;
+    tnd_config cfg;
+};
+
+struct issue_arg {
+    tnd_backend *b;
+    tnd_stream *s;
+    int n;
+};
+
+/* cu_gissue_fn: s's first n items, launched or captured in order. */
+static int issue_items(void *p, bool capturing) {
+    struct issue_arg *a = (struct issue_arg *)p;
+    tnd_stream *s = a->s;
+    for (int i = 0; i < a->n; i++) {
+        const cu_gitem *it = &s->items[i];
+        int e = 0;
+        switch (it->kind) {
+        case CU_GI_OP: {
+            tnd_status st = op_launch(a->b, &it->op, s, it->w_tiled);
+            if (st) return 1000 + (int)st;
+            break;
+        }
+        case CU_GI_COPY: e = tnd_cu_copy_sm(it->dst, it->src, it->n, s->s); break;
+        case CU_GI_RECORD:
+            /* an external record: the host and other streams see it when the graph passes it */
+            e = (int)(capturing ? cudaEventRecordWithFlags(it->ev, s->s, cudaEventRecordExternal)
+                                : cudaEventRecord(it->ev, s->s));
+            break;
+        case CU_GI_WAIT:
+            e = (int)cudaStreamWaitEvent(s->s, it->ev, capturing ? cudaEventWaitExternal : 0);
+            break;
+        }
+        if (e) return e;
+        if (!capturing && (it->kind == CU_GI_OP || it->kind == CU_GI_COPY)) a->b->cnt.launches++;
+    }
+    return 0;
+}
+
+static tnd_status flush(tnd_backend *b, tnd_stream *s) {
+    if (!s->n_items) return TND_OK;
+    cu_ctx *c = ctx_of(b);
+    const int n = s->n_items;
+    struct issue_arg arg = {b, s, n};
+    set_device(c);
+    int r = 1;
+    char why[200] = "";
+    /* a run of a few items gains nothing from a graph (a hybrid step's
+     * short GPU segments): launched as they are */
+    if (!s->graphs_off && n >= CU_GRAPH_MIN_ITEMS) {
+        if (!s->gc && !(s->gc = cu_gcache_new())) snprintf(why, sizeof why, "out of host memory");
+        struct graph_extra ex;
+        memset(&ex, 0, sizeof ex);
+        ex.scratch = s->scratch;
+        ex.scratch_size = s->scratch_size;
+        memcpy(&ex.cfg, tnd_config_get(), sizeof ex.cfg);
+        if (s->gc) r = cu_graph_run(s->gc, s->s, s->items, n, &ex, sizeof ex, issue_items, &arg, &b->cnt, why, sizeof why);
+        if (r) {
+            /* nothing ran: the same work as plain launches, from now on */
+            s->graphs_off = true;
+            tnd_clear_error();
+            if (!c->graph_warned) {
+                c->graph_warned = true;
+                TND_WARN("cuda: CUDA graphs are off for this stream, launching op by op (%s)", why);
+            }
+        }
+    }
+    tnd_status st = TND_OK;
+    if (r && s->graphs_off) { /* launches go out as they come from now on */
+        s->defer = false;
+        for (int i = 0; i < 8; i++)
+            if (c->deferring[i] == s) c->deferring[i] = NULL;
+    }
+    if (r) {
+        int e = issue_items(&arg, false);
+        if (e >= 1000) st = (tnd_status)(e - 1000);
+        else if (e) st = cu_err((cudaError_t)e, "launching collected work");
+    }
+    s->n_items = 0;
+    /* the records are launched: events no longer wait on this stream */
+    for (int i = 0; i < n; i++)
+        if (s->items[i].kind == CU_GI_RECORD && s->items[i].tev->pend == s) s->items[i].tev->pend = NULL;
+    return st;
+}
+
+static tnd_status flush_all(tnd_backend *b) {
+    cu_ctx *c = ctx_of(b);
+    tnd_status st = TND_OK;
+    for (int i = 0; i < 8; i++) {
+        tnd_status s1 = c->deferring[i] ? flush(b, c->deferring[i]) : TND_OK;
+        if (!st) st = s1;
+    }
+    return st;
+}
+
+static tnd_status cu_graph_defer(tnd_backend *b, tnd_stream *s, bool on) {
+    cu_ctx *c = ctx_of(b);
+    if (!on) {
+        tnd_status st = flush(b, s);
+        s->defer = false;
+        for (int i = 0; i < 8; i++)
+            if (c->deferring[i] == s) c->deferring[i] = NULL;
+        return st;
+    }
+    if (s->defer || s->graphs_off) return TND_OK; /* a failed capture: plain launches, as if off */
+    for (int i = 0; i < 8; i++)
+        if (!c->deferring[i]) {
+            c->deferring[i] = s;
+            s->defer = true;
+            return TND_OK;
+        }
+    return TND_OK; /* more collecting streams than places: this one launches as it goes */
+}
+
+static tnd_status cu_graph_flush(tnd_backend *b, tnd_stream *s) { return s->defer ? flush(b, s) : TND_OK; }
+
 /* ---- lifetime --------------------------------------------------------------------- */
 
 static void cu_free(tnd_backend *b) {
@@ -1060,6 +1336,8 @@ static const tnd_backend_iface cu_iface = {
     cu_op_run,
     cu_reserve,
     cu_weight_prepare,
+    cu_graph_defer,
+    cu_graph_flush,
 };
 
 extern "C" void *tnd_cuda_stream_handle(tnd_stream *s) { return s ? (void *)s->s : NULL; }

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "exec/exec.h"
 #include "sched/perf.h"
 #include "sched/transfer.h"
@@ -148,6 +149,8 @@ static tnd_status choose_round_promotions(tnd_ctx *c, int nt) {
 static bool is_expert_copy(const tnd_ctx *c, int j) { return c->m->slices[c->g.nodes[c->prom[j]].sid]->n_expert > 1; }
 
 static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s);
+/* Activation bytes up to which make_current copies a whole buffer for a part. */
+#define SMALL_ACT (256u << 10)
 
 /* Bytes of the ring the j-th promoted slice of the round takes. */
 static uint64_t ring_len(const tnd_ctx *c, int j) {
@@ -252,6 +255,16 @@ static tnd_status prefetch(tnd_ctx *c, int seen, bool reached) {
 static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s) {
     if (c->valid[b] & (1u << s)) return TND_OK;
     if (!c->valid[b]) return tnd_fail(TND_ERR_INTERNAL, "activation %d is read before it is written", b);
+    /* A part of a small buffer: all that its last writer wrote, at once. A
+     * batched round reads a buffer sequence by sequence (attention's rows),
+     * and a copy (and, to the CPU, a wait) per part multiplied the hand-offs
+     * by the sequences; the whole is as valid on the writer's side as the
+     * part. Large buffers (a prefill chunk's rows, of which the output
+     * reads the last) still copy only the part. */
+    if ((off || n < c->wlen[b]) && off + n <= c->wlen[b] && c->wlen[b] <= SMALL_ACT) {
+        off = 0;
+        n = c->wlen[b];
+    }
     tnd_backend *g = c->side[1].be;
     /* a pageable buffer (pinning failed) goes through the copy engine */
     const bool mapped = c->act_dev[b] != NULL;
@@ -389,6 +402,12 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
 
 static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     double tr = c->trace ? tnd_time_s() : 0;
+    /* the GPU's collected work starts before the host turns to CPU work */
+    tnd_status fs = c->graphs_on && (nd->op.kind == TND_OP_NONE || tnd_exec_node_side(c, nd, c->cur, false, NULL) ==
+                                                                       TND_SIDE_CPU)
+                        ? tnd_backend_graph_flush(c->side[1].be, c->side[1].st)
+                        : TND_OK;
+    if (fs) return fs;
     if (nd->op.kind == TND_OP_NONE && nd->op.out[0].data) {
         if (c->tl) tnd_tl_node_begin(c, nd, TND_SIDE_CPU, false), tnd_tl_op_begin(c, TND_SIDE_CPU);
         tnd_status st = remap_ids(c, nd);
@@ -629,6 +648,13 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
             return tnd_fail(TND_ERR_NOMEM, "out of memory");
         st = prefetch(c, 0, false);
     }
+    /* TND_CUDA_GRAPHS=1: the GPU segments of a decode-sized round are
+     * collected and launched as CUDA graphs (backend.h: graph_defer);
+     * TND_TRACE=1 and the --trace timeline time every node alone, so they
+     * launch them one by one */
+    c->graphs_on = c->gpu && !st && tnd_config_get()->cuda_graphs && nt <= TND_GRAPH_MAX_TOK && c->trace_mode != 1 &&
+                   !c->tl;
+    if (c->graphs_on) st = tnd_backend_graph_defer(c->side[1].be, c->side[1].st, true);
     int prom_seen = 0;
     for (int i = 0; !st && i < c->g.n; i++) {
         tnd_node pair;
@@ -642,8 +668,12 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
     if (c->gpu) {
         /* always drain, so no queued work outlives a failed round */
         tnd_backend *g = c->side[1].be;
-        tnd_status s1 = tnd_backend_stream_sync(g, c->side[1].st), s2 = tnd_backend_stream_sync(g, c->xfer);
-        if (!st) st = s1 ? s1 : s2;
+        tnd_status s0 = c->graphs_on ? tnd_backend_graph_defer(g, c->side[1].st, false) : TND_OK;
+        c->graphs_on = false;
+        /* the transfer stream has work only when the round queued copies */
+        tnd_status s1 = tnd_backend_stream_sync(g, c->side[1].st),
+                   s2 = c->prom_next ? tnd_backend_stream_sync(g, c->xfer) : TND_OK;
+        if (!st) st = s0 ? s0 : s1 ? s1 : s2;
         memset(c->host_read_pending, 0, sizeof c->host_read_pending);
         memset(c->mapped_pending, 0, sizeof c->mapped_pending);
         if (c->trace) trace_add(c, TND_SIDE_GPU, TR_DRAIN, TR_PLAIN, tnd_time_s() - tr);

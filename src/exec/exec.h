@@ -156,7 +156,11 @@ struct tnd_ctx {
     int trace_prefill;       /* the round being traced has more than one token */
     /* the --trace timeline (tnd_ctx_params.trace, exec/trace.c), or NULL */
     struct tnd_tl *tl;
+    /* this round's GPU work is collected into CUDA graphs (TND_CUDA_GRAPHS,
+     * rounds of at most TND_GRAPH_MAX_TOK tokens; exec.c) */
+    bool graphs_on;
 };
+#define TND_GRAPH_MAX_TOK 8
 
 /* ---- layout.c ---- */
 /* Allocates everything of c's layout on both sides (c->pl and c->lay set). */

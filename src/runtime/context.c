@@ -451,7 +451,8 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .wall_s = c->busy_wall,
                            .busy_cpu_s = c->busy_cpu,
                            .busy_pcie_s = c->busy_pcie,
-                           .busy_gpu_s = c->busy_gpu};
+                           .busy_gpu_s = c->busy_gpu,
+                           .gpu = tnd_backend_counters_get(c->gpu ? c->side[1].be : NULL)};
 }
 
 void tnd_ctx_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie) {

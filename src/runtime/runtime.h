@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "backend.h"
 #include "exec/layout.h"
 #include "sched/perf.h"
 #include "sched/placement.h"
@@ -65,6 +66,9 @@ typedef struct tnd_ctx_stats {
      * bytes) plus the activations' bytes at the link's bandwidth, and the
      * GPU's ops (the perf DB's times for them: a model, 0 without a DB). */
     double wall_s, busy_cpu_s, busy_pcie_s, busy_gpu_s;
+    /* the GPU backend's counters (host syncs, launches, graphs; backend.h),
+     * zeros without a GPU; a backend shared by contexts counts for all */
+    tnd_backend_counters gpu;
 } tnd_ctx_stats;
 void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out);
 /* Weight bytes one decode token reads on the CPU, on the GPU (resident)

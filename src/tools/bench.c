@@ -37,6 +37,8 @@ static void usage(FILE *f) {
                "      --trace FILE       write the rounds as a Chrome/Perfetto trace (JSON); with\n"
                "                         several placements, FILE-1.json, FILE-2.json, ...\n"
                "      --no-limits        skip measuring the bandwidths behind the physical limit\n"
+               "  -v, --verbose      per placement, the decode test's host syncs, GPU launches\n"
+               "                     and CUDA graph launches per token (stderr)\n"
                "      --no-adapt         promotions from the profile alone, not corrected by\n"
                "                         the speeds measured while running\n"
                "      --cpu-exact        CPU matmuls with f32 activations (exact; default: Q8\n"
@@ -90,7 +92,30 @@ typedef struct config {
     char desc[96];                  /* the placement as built */
     double route_gpu, route_pred;   /* decode: split layers' routings to GPU experts, measured and predicted (-1: none) */
     uint64_t moves;                 /* experts the live hot-expert table swapped onto the GPU */
+    tnd_backend_counters dec;       /* the GPU backend's counters over the decode test's steps */
+    long dec_tok;                   /* ... and the steps */
 } config;
+
+static bool g_verbose; /* -v */
+
+#define CNT_DIFF(d, a, b, f) ((d)->f += (b)->f - (a)->f)
+/* d += b - a, field by field */
+static void counters_add(tnd_backend_counters *d, const tnd_backend_counters *a, const tnd_backend_counters *b) {
+    CNT_DIFF(d, a, b, host_syncs), CNT_DIFF(d, a, b, ops), CNT_DIFF(d, a, b, launches);
+    CNT_DIFF(d, a, b, graph_launches), CNT_DIFF(d, a, b, graph_replays), CNT_DIFF(d, a, b, graph_updates);
+    CNT_DIFF(d, a, b, graph_inst), CNT_DIFF(d, a, b, graph_ops);
+}
+
+/* -v: what the host did per decode step (stderr, beside the table) */
+static void print_counters(const char *what, const char *per, const tnd_backend_counters *d, long steps) {
+    if (steps <= 0) return;
+    const double n = (double)steps;
+    fprintf(stderr,
+            "bench: %s: per %s: %.1f host syncs, %.1f GPU ops, %.1f launches, %.2f graph launches "
+            "(%.2f replayed, %.2f updated, %.2f instantiated) holding %.1f ops\n",
+            what, per, d->host_syncs / n, d->ops / n, d->launches / n, d->graph_launches / n, d->graph_replays / n,
+            d->graph_updates / n, d->graph_inst / n, d->graph_ops / n);
+}
 
 static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const int32_t *toks, long n_prompt,
                       long n_gen, long depth, long reps, const tnd_limits *L, const tnd_perf *pf, const char *name_pp,
@@ -180,6 +205,8 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
             r->samples[r->n++] = (double)n_gen / (tnd_time_s() - t0);
             tnd_ctx_get_stats(c, &s1);
             busy_between(&s0, &s1, tnd_plan_gpu(pl), r); /* the decode steps only, not the depth's prefill */
+            counters_add(&k->dec, &s0.gpu, &s1.gpu);
+            k->dec_tok += n_gen;
             double w = s1.wall_s - s0.wall_s;
             for (int q = 0; q < 3; q++) {
                 known[q] &= r->busy[q] >= 0;
@@ -191,6 +218,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         stats(r);
     }
     rc = 0;
+    if (g_verbose) print_counters(k->placement[0] ? k->placement : "default", "decode token", &k->dec, k->dec_tok);
     /* how much of the split layers' decode routing the GPU's experts took,
      * against the hot-expert table the placement was made from */
     tnd_ctx_stats cs;
@@ -258,6 +286,9 @@ static int run_batched(tnd_model *m, const tnd_ctx_params *base, const int32_t *
     tnd_ctx *c;
     if (tnd_ctx_new(m, &cp, &c)) return 1;
     int rc = 1, seq, ids[TND_SEQ_MAX];
+    tnd_backend_counters dec;
+    memset(&dec, 0, sizeof dec);
+    long n_rounds = 0;
     /* warm-up: page faults and the pool's first runs stay out of the timings */
     if (tnd_seq_new(c, &seq) || tnd_seq_feed(c, seq, toks, 1) || tnd_ctx_step(c) || tnd_seq_free(c, seq)) goto out;
     for (long r = 0; r < reps; r++) {
@@ -277,6 +308,8 @@ static int run_batched(tnd_model *m, const tnd_ctx_params *base, const int32_t *
             for (int i = 0; i < B; i++) more |= tnd_seq_n_queued(c, ids[i]) > 0;
         }
         double t1 = tnd_time_s();
+        tnd_ctx_stats s0, s1;
+        tnd_ctx_get_stats(c, &s0);
         for (long g = 0; g < n_gen; g++) {
             for (int i = 0; i < B; i++) {
                 int32_t t = toks[(n_prompt + g + i) % n_toks];
@@ -285,6 +318,9 @@ static int run_batched(tnd_model *m, const tnd_ctx_params *base, const int32_t *
             if (tnd_ctx_step(c)) goto out;
         }
         double t2 = tnd_time_s();
+        tnd_ctx_get_stats(c, &s1);
+        counters_add(&dec, &s0.gpu, &s1.gpu);
+        n_rounds += n_gen;
         for (int i = 0; i < B; i++)
             if (tnd_seq_free(c, ids[i])) goto out;
         out->all.samples[out->all.n++] = (double)B * n_gen / (t2 - t0);
@@ -295,6 +331,11 @@ static int run_batched(tnd_model *m, const tnd_ctx_params *base, const int32_t *
         }
     }
     stats(&out->all), stats(&out->pp), stats(&out->tg), stats(&out->lat);
+    if (g_verbose) {
+        char what[32];
+        snprintf(what, sizeof what, "batch %d", B);
+        print_counters(what, "decode round", &dec, n_rounds);
+    }
     rc = 0;
 out:
     tnd_ctx_free(c);
@@ -342,6 +383,10 @@ int cmd_bench(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--no-adapt")) {
             no_adapt = true;
+            i--;
+            continue;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            g_verbose = true;
             i--;
             continue;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = (model = v) != NULL;
