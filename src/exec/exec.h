@@ -123,6 +123,7 @@ struct tnd_ctx {
     tnd_event *mapped_ev;    /* the GPU's last write into a host buffer (split layers' A_EY rows) */
     bool mapped_pending[A_COUNT]; /* a GPU write into the host buffer may still be running */
     int64_t *expert_hits;    /* [n_layer][n_expert] routing counts (calibration), or NULL */
+    struct tnd_route_rec *route_rec; /* moe/record.c: every MOE_ROUTE's router input and ids, or NULL */
     int *prom;               /* [prom_cap] promoted node indices of the round */
     int prom_cap;
     int n_prom, prom_next;   /* copies queued so far */
