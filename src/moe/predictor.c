@@ -423,6 +423,17 @@ tnd_status tnd_predictor_train(const tnd_route_rec *rec, int64_t n_train, const 
     tnd_status st = pred_new(rec->n_layer, rec->n_embd, rec->n_expert, rec->k, &P);
     if (st) return st;
     const int d = rec->n_embd, k = rec->k;
+    if (p.flop_budget > 0) { /* forward + backward: about 6 flops per weight and sample */
+        double per = 0;
+        for (int l = 0; l < rec->n_layer - 1; l++) {
+            net n = {0};
+            net_setup(&n, l, rec->n_layer, d, rec->n_expert, k, &p);
+            double w = (double)n.H * (n.p + n.N) + (double)n.Nn * n.H;
+            if (n.deep) w += 2.0 * n.H * n.H + (double)n.H * n.p;
+            per += 6 * w * (double)n_train;
+        }
+        p.epochs = (int)TND_MAX(3.0, TND_MIN((double)p.epochs, p.flop_budget / per));
+    }
     float *z = NULL;
     for (int l = 0; !st && l < rec->n_layer - 1; l++) {
         net *n = &P->nets[l];

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe/moe.h"
 #include "runtime/runtime.h"
 #include "tandem.h"
 #include "tnd_git_commit.h" /* TND_GIT_COMMIT, written by the build */
@@ -44,6 +45,10 @@ static void usage(FILE *f) {
                "      --tokens text|random  what the tests read (default text: a fixed English\n"
                "                         passage, repeated; random: fixed pseudo-random ids, as\n"
                "                         llama-bench). MoE speed depends on the routing it causes.\n"
+               "      --predictor N      MoE: train the next-layer expert predictor on the routing\n"
+               "                         of N pseudo-random tokens (CPU) and report its top-k hit\n"
+               "                         rate on the first N/2 test tokens against the baselines\n"
+               "                         (default 512; 0: skip)\n"
                "\n"
                "With a GPU, the bandwidths of the physical limit are measured first (CPU read,\n"
                "pinned PCIe, HBM, and CPU + PCIe at once) and each result is reported against\n"
@@ -314,10 +319,41 @@ static bool parse_batches(const char *v, int *b, int *n) {
 
 static const char *device_name(tnd_device d) { return d == TND_DEVICE_CUDA ? "cuda" : d == TND_DEVICE_SIM ? "sim" : "cpu"; }
 
+/* The next-layer expert predictor (moe/, LLaPor): trained on the routing
+ * of n_pred pseudo-random tokens, evaluated on the first n_pred/2 of the
+ * tokens the tests read, held out from training; both recorded on the CPU.
+ * Training is held to about 2e10 flops (fewer epochs on wide models). */
+static bool bench_predictor(tnd_model *m, const int32_t *toks, long n_toks, long n_pred, bool cpu_exact,
+                            tnd_pred_eval *e) {
+    const int n_train = (int)TND_MIN(n_pred, (long)m->hp.n_ctx_train);
+    const int n_test = (int)TND_MIN(TND_MIN(n_pred / 2, n_toks), (long)m->hp.n_ctx_train);
+    int32_t *tr = malloc(sizeof(int32_t) * (size_t)TND_MAX(n_train, 1));
+    tnd_route_rec *r = NULL;
+    tnd_predictor *P = NULL;
+    bool ok = false;
+    if (!tr || n_train < 16 || n_test < 1) goto out;
+    uint64_t x = 0x2545F4914F6CDD1Dull; /* other ids than fill_tokens' */
+    for (int i = 0; i < n_train; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        tr[i] = (int32_t)(x % (uint64_t)tnd_model_n_vocab(m));
+    }
+    tnd_pred_params pp = tnd_pred_default_params();
+    pp.flop_budget = 2e10;
+    ok = !tnd_route_rec_new(m, n_train + n_test, &r) && !tnd_route_record_tokens(m, tr, n_train, cpu_exact, r) &&
+         !tnd_route_record_tokens(m, toks, n_test, cpu_exact, r) && !tnd_predictor_train(r, n_train, &pp, &P) &&
+         !tnd_predictor_eval(P, r, n_train, n_train + n_test, m, e);
+    if (!ok) fprintf(stderr, "tandem: warning: no predictor figures: %s\n", tnd_last_error());
+out:
+    tnd_predictor_free(P);
+    tnd_route_rec_free(r);
+    free(tr);
+    return ok;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *fmt = "md", *budget = NULL, *hw = NULL, *trace = NULL;
     tnd_device device = TND_DEVICE_CPU;
-    long n_prompt = 512, n_gen = 128, depth = 0, threads = 0, reps = 3, batch = 0;
+    long n_prompt = 512, n_gen = 128, depth = 0, threads = 0, reps = 3, batch = 0, n_pred = 512;
     bool text_tokens = true;
     static config cfg[MAX_CONFIGS];
     int n_cfg = 0;
@@ -350,6 +386,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = tools_parse_int(v, 1, 1024, &threads);
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) ok = tools_parse_int(v, 1, 64, &reps);
         else if (!strcmp(a, "--batch")) ok = parse_batches(v, batches, &n_batches);
+        else if (!strcmp(a, "--predictor")) ok = tools_parse_int(v, 0, 1 << 16, &n_pred);
         else if (!strcmp(a, "--tokens")) ok = v && ((text_tokens = !strcmp(v, "text")) || !strcmp(v, "random"));
         else if (!strcmp(a, "--device")) {
             ok = v && (!strcmp(v, "cpu") || !strcmp(v, "cuda") || !strcmp(v, "sim"));
@@ -515,6 +552,9 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     if (!n_ok) fmt = NULL; /* nothing measured: no empty table */
+    tnd_pred_eval pe;
+    const bool have_pred = fmt && m->arch->moe && m->hp.n_layer >= 2 && n_pred > 0 &&
+                           bench_predictor(m, toks, TND_MAX(need, 1), n_pred, cp.cpu_exact, &pe);
     const char *cpu = tnd_cpu_model_name();
     const char *desc = tnd_model_desc(m);
     if (!fmt) {
@@ -559,7 +599,12 @@ int cmd_bench(int argc, char **argv) {
                 printf("}}");
                 first = 0;
             }
-        printf("]}\n");
+        printf("]");
+        if (have_pred) {
+            printf(", \"predictor\": ");
+            tnd_pred_eval_json(&pe, stdout);
+        }
+        printf("}\n");
     } else {
         printf("model: %s\ncpu: %s | threads: %d | isa: %s | activations: %s | device: %s | build: %s\n", desc, cpu,
                n_threads, tnd_cpu_isa(), cp.cpu_exact ? "f32" : "q8", device_name(device), TND_GIT_COMMIT);
@@ -595,6 +640,10 @@ int cmd_bench(int argc, char **argv) {
                 if (cfg[k].route_pred >= 0) printf(" (hot-expert table: %.0f%%)", 100 * cfg[k].route_pred);
                 printf("\n");
             }
+        if (have_pred) {
+            printf("\nnext-layer expert predictor:\n\n");
+            tnd_pred_eval_print(&pe, stdout);
+        }
     }
     free(toks);
     if (pf) {
