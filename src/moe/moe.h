@@ -151,6 +151,11 @@ typedef struct tnd_pred_eval {
  * router input (m: the model, for its router weights; NULL: not measured). */
 tnd_status tnd_predictor_eval(const tnd_predictor *P, const tnd_route_rec *rec, int64_t t0, int64_t t1,
                               const tnd_model *m, tnd_pred_eval *out);
+/* Tests: the largest relative gap between the backward pass's gradient and
+ * central differences of the loss, over every parameter of a small net of
+ * layer group `group` (dropout off); -1 when out of memory. */
+double tnd_predictor_grad_check(int group, uint64_t seed);
+
 /* Writes e as a JSON object {"n_tokens", "hit_rate", "baselines"}; each rate
  * an object {"all", "input", "middle", "output"}. */
 void tnd_pred_eval_json(const tnd_pred_eval *e, FILE *f);

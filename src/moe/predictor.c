@@ -784,3 +784,46 @@ done:
     *out = P;
     return TND_OK;
 }
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+double tnd_predictor_grad_check(int group, uint64_t seed) {
+    net n = {0};
+    n.group = group, n.deep = group == TND_GROUP_MIDDLE, n.p = 3, n.H = 5, n.N = n.Nn = 6, n.k = 2;
+    n.gamma = 2, n.focal_w = 0.7f, n.dropout = 0, n.rng = seed;
+    work wk = {0};
+    double worst = -1;
+    if (net_alloc(&n) || work_new(&n, &wk)) goto out;
+    for (size_t i = 0; i < n.n_w; i++) n.w[i] = 0.8f * rng_normal(&n.rng); /* biases too: every path live */
+    for (int i = 0; i < n.Nn; i++) n.inv_f[i] = 0.5f + rng_unit(&n.rng);
+    float z[3];
+    for (int i = 0; i < 3; i++) z[i] = rng_normal(&n.rng);
+    const int32_t e[2] = {1, 4}, next[2] = {0, 3};
+    make_input(&n, z, e, wk.x);
+    forward(&n, &wk, false);
+    loss_grad(&n, wk.s, next, wk.dy);
+    backward(&n, &wk);
+    worst = 0;
+    const float eps = 2e-3f;
+    /* float central differences carry ~1e-5 of rounding: gaps count relative
+     * to the gradient, floored at 1% of its largest entry */
+    double gmax = 0;
+    for (size_t i = 0; i < n.n_w; i++) gmax = TND_MAX(gmax, fabs((double)n.g[i]));
+    for (size_t i = 0; i < n.n_w; i++) {
+        float w0 = n.w[i];
+        n.w[i] = w0 + eps;
+        forward(&n, &wk, false);
+        double lp = loss_grad(&n, wk.s, next, NULL);
+        n.w[i] = w0 - eps;
+        forward(&n, &wk, false);
+        double lm = loss_grad(&n, wk.s, next, NULL);
+        n.w[i] = w0;
+        double num = (lp - lm) / (2.0 * eps), ana = n.g[i];
+        double rel = fabs(num - ana) / TND_MAX(0.01 * gmax, fabs(num) + fabs(ana));
+        worst = TND_MAX(worst, rel);
+    }
+out:
+    work_free(&wk);
+    net_free(&n);
+    return worst;
+}
