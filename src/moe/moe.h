@@ -58,8 +58,10 @@ tnd_status tnd_route_rec_load(const char *path, tnd_route_rec **out);
 /* Sets (r) or clears (NULL) the recorder of context c: from its next round
  * on, every MOE_ROUTE node appends to r. */
 void tnd_ctx_set_route_rec(tnd_ctx *c, tnd_route_rec *r);
-/* Runs n tokens through a fresh CPU context of m (chunks of 64 tokens, one
- * sequence; cpu_exact as tnd_ctx_params) and records their routing into r. */
+/* Runs n tokens through a CPU context of m, as sequences of TND_ROUTE_SEQ
+ * tokens (each from an empty cache; chunks of 64), and records their
+ * routing into r; cpu_exact as tnd_ctx_params. */
+#define TND_ROUTE_SEQ 512
 tnd_status tnd_route_record_tokens(tnd_model *m, const int32_t *toks, int n, bool cpu_exact, tnd_route_rec *r);
 
 /* ---- PCA -------------------------------------------------------------------- */
@@ -87,7 +89,8 @@ int tnd_moe_group(int l, int n_layer);
 const char *tnd_moe_group_name(int g);
 
 typedef struct tnd_pred_params {
-    int pca_io, pca_mid;   /* PCA dimensions, input/output groups and middle (0: 32 and 64) */
+    int pca_io, pca_mid;   /* PCA dimensions, input/output groups and middle (0: n_embd/16 and
+                              n_embd/8, the paper's ratios, at least 32 and 64) */
     int hidden;            /* hidden width (0: 2 n_expert, within 64..256) */
     int epochs;            /* offline epochs (0: 30, the paper's) */
     int batch;             /* mini-batch (0: 64) */

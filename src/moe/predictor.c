@@ -85,10 +85,12 @@ tnd_pred_params tnd_pred_default_params(void) {
 }
 
 /* the defaults behind the zeros */
-static tnd_pred_params resolve(const tnd_pred_params *in, int n_expert) {
+static tnd_pred_params resolve(const tnd_pred_params *in, int n_embd, int n_expert) {
     tnd_pred_params p = in ? *in : tnd_pred_default_params();
-    if (p.pca_io <= 0) p.pca_io = 32;
-    if (p.pca_mid <= 0) p.pca_mid = 64;
+    /* the paper's ratios (4096 -> 256 and -> 512): 1/16 of the width for the
+     * input and output groups, 1/8 for the middle */
+    if (p.pca_io <= 0) p.pca_io = TND_MAX(32, n_embd / 16);
+    if (p.pca_mid <= 0) p.pca_mid = TND_MAX(64, n_embd / 8);
     if (p.hidden <= 0) p.hidden = TND_MAX(64, TND_MIN(256, 2 * n_expert));
     if (p.epochs <= 0) p.epochs = 30;
     if (p.batch <= 0) p.batch = 64;
@@ -418,7 +420,7 @@ tnd_status tnd_predictor_train(const tnd_route_rec *rec, int64_t n_train, const 
     const int64_t have = tnd_route_rec_n_tok(rec);
     if (n_train <= 0 || n_train > have) n_train = have;
     if (n_train < 16) return tnd_fail(TND_ERR_ARG, "predictor: %lld tokens recorded, 16 at least needed", (long long)n_train);
-    tnd_pred_params p = resolve(pp, rec->n_expert);
+    tnd_pred_params p = resolve(pp, rec->n_embd, rec->n_expert);
     tnd_predictor *P = NULL;
     tnd_status st = pred_new(rec->n_layer, rec->n_embd, rec->n_expert, rec->k, &P);
     if (st) return st;

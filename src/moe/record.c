@@ -72,16 +72,21 @@ void tnd_ctx_set_route_rec(tnd_ctx *c, tnd_route_rec *r) { c->route_rec = r; }
 
 tnd_status tnd_route_record_tokens(tnd_model *m, const int32_t *toks, int n, bool cpu_exact, tnd_route_rec *r) {
     if (n <= 0) return TND_OK;
+    /* sequences of at most 512 tokens (the paper's), each from an empty cache */
+    const int seg = TND_MIN(TND_MIN(n, TND_ROUTE_SEQ), TND_MAX(1, m->hp.n_ctx_train));
     tnd_ctx_params cp = tnd_ctx_default_params();
     cp.device = TND_DEVICE_CPU;
-    cp.n_ctx = n;
+    cp.n_ctx = seg;
     cp.n_batch = 64;
     cp.cpu_exact = cpu_exact;
     tnd_ctx *c;
     tnd_status st = tnd_ctx_new(m, &cp, &c);
     if (st) return tnd_fail_wrap(st, "recording routing: ");
     tnd_ctx_set_route_rec(c, r);
-    st = tnd_ctx_eval(c, toks, n, NULL);
+    for (int at = 0; !st && at < n; at += seg) {
+        st = tnd_ctx_eval(c, toks + at, TND_MIN(seg, n - at), NULL);
+        if (!st) st = tnd_ctx_truncate(c, 0);
+    }
     tnd_ctx_free(c);
     return st ? tnd_fail_wrap(st, "recording routing: ") : TND_OK;
 }

@@ -32,11 +32,14 @@ static void usage(FILE *f) {
                "                         recorded routing, print its held-out top-k hit rate against\n"
                "                         the baselines, save it to FILE\n"
                "      --routing FILE     train from this routing file instead of recording now\n"
-               "      --routing-tokens N tokens to record (default 1024)\n"
+               "      --routing-tokens N tokens to record, as sequences of 512 (default 4096)\n"
                "      --text FILE        record over this text (repeated to N tokens); default:\n"
                "                         pseudo-random token ids from --seed\n"
                "      --holdout F        share of the tokens held out for the evaluation (default 0.25)\n"
                "      --epochs N         training epochs (default 30)\n"
+               "      --pca IO,MID       PCA dimensions of the input/output and middle layer groups\n"
+               "                         (default: 1/16 and 1/8 of the width, at least 32 and 64)\n"
+               "      --hidden N         hidden width of the networks (default 2 x experts, 64..256)\n"
                "      --seed N           token, initialization and shuffling seed (default 1)\n");
 }
 
@@ -51,7 +54,8 @@ static void random_tokens(int32_t *t, int n, int nv, uint64_t seed) {
 
 /* --record-routing / --train-predictor */
 static int routing_cmd(tnd_model *m, const char *rec_out, const char *pred_out, const char *rec_in, const char *text,
-                       long n_tok, double holdout, long epochs, long seed, bool json, bool cpu_exact) {
+                       long n_tok, double holdout, long epochs, long seed, bool json, bool cpu_exact,
+                       const tnd_pred_params *base) {
     tnd_route_rec *r = NULL;
     tnd_predictor *P = NULL;
     int32_t *toks = NULL;
@@ -64,7 +68,6 @@ static int routing_cmd(tnd_model *m, const char *rec_out, const char *pred_out, 
             goto out;
         }
     } else {
-        n_tok = TND_MIN(n_tok, (long)m->hp.n_ctx_train);
         if (!(toks = malloc(sizeof(int32_t) * (size_t)n_tok))) {
             fprintf(stderr, "tandem: error: out of memory\n");
             goto out;
@@ -94,7 +97,7 @@ static int routing_cmd(tnd_model *m, const char *rec_out, const char *pred_out, 
     }
     if (pred_out) {
         const int64_t n = tnd_route_rec_n_tok(r), n_test = (int64_t)(holdout * (double)n), n_train = n - n_test;
-        tnd_pred_params pp = tnd_pred_default_params();
+        tnd_pred_params pp = *base;
         pp.epochs = (int)epochs;
         pp.seed = (uint64_t)seed;
         double t0 = tnd_time_s();
@@ -131,8 +134,9 @@ int cmd_profile(int argc, char **argv) {
     const char *model = NULL, *hw_name = NULL;
     const char *rec_out = NULL, *pred_out = NULL, *rec_in = NULL, *text = NULL;
     bool json = false, cpu_exact = false;
-    long threads = 0, n_tok = 1024, epochs = 30, seed = 1;
+    long threads = 0, n_tok = 4096, epochs = 30, seed = 1;
     double holdout = 0.25;
+    tnd_pred_params pp = tnd_pred_default_params();
     tnd_device dev = tnd_cuda_device_count() > 0 ? TND_DEVICE_CUDA : TND_DEVICE_SIM;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -158,6 +162,16 @@ int cmd_profile(int argc, char **argv) {
         else if (!strcmp(a, "--text")) ok = (text = v) != NULL;
         else if (!strcmp(a, "--routing-tokens")) ok = tools_parse_int(v, 32, 1 << 20, &n_tok);
         else if (!strcmp(a, "--epochs")) ok = tools_parse_int(v, 1, 10000, &epochs);
+        else if (!strcmp(a, "--pca")) {
+            int io = 0, mid = 0, used = 0;
+            ok = v && sscanf(v, "%d,%d%n", &io, &mid, &used) == 2 && !v[used] && io >= 1 && io <= 4096 && mid >= 1 &&
+                 mid <= 4096;
+            pp.pca_io = io, pp.pca_mid = mid;
+        } else if (!strcmp(a, "--hidden")) {
+            long h = 0;
+            ok = tools_parse_int(v, 4, 4096, &h);
+            pp.hidden = (int)h;
+        }
         else if (!strcmp(a, "--seed")) ok = tools_parse_int(v, 1, (1L << 31) - 1, &seed);
         else if (!strcmp(a, "--holdout")) ok = tools_parse_float(v, &holdout) && holdout >= 0 && holdout < 1;
         else return tools_bad_option("profile", a, true, usage);
@@ -179,7 +193,7 @@ int cmd_profile(int argc, char **argv) {
         if (!m->arch->moe || m->hp.n_expert < 2 || m->hp.n_layer < 2)
             fprintf(stderr, "tandem: error: %s: routing needs an MoE model of 2 layers at least\n", model);
         else
-            rc = routing_cmd(m, rec_out, pred_out, rec_in, text, n_tok, holdout, epochs, seed, json, cpu_exact);
+            rc = routing_cmd(m, rec_out, pred_out, rec_in, text, n_tok, holdout, epochs, seed, json, cpu_exact, &pp);
         tnd_model_free(m);
         return rc;
     }
