@@ -42,51 +42,67 @@ static void ref_eigen(double *a, int n, double *w, double *v) {
     for (int i = 0; i < n; i++) w[i] = a[i * n + i];
 }
 
-static void test_pca(void) {
-    enum { D = 7, P = 3, NR = 500 };
-    static float x[NR * D];
-    const double sd[D] = {3.0, 2.2, 1.5, 1.0, 0.6, 0.3, 0.1};
-    /* rows with those spreads along a rotated basis (two Givens rotations), shifted */
-    for (int r = 0; r < NR; r++) {
-        double y[D];
-        for (int i = 0; i < D; i++) y[i] = sd[i] * (2 * tc_unit(tc_splitmix()) - 1) * 1.7320508;
-        for (int rot = 0; rot < D - 1; rot++) {
+/* tnd_pca_fit on nr rows of d dimensions (spreads sd[i] = 3 * 0.7^i along
+ * a rotated basis, shifted) against the reference on their covariance;
+ * nr <= d takes the Gram path. */
+static void pca_case(int d, int nr, int p) {
+    float *x = tc_xmalloc(sizeof(float) * (size_t)nr * d);
+    for (int r = 0; r < nr; r++) {
+        double y[64];
+        for (int i = 0; i < d; i++) y[i] = 3 * pow(0.7, i) * (2 * tc_unit(tc_splitmix()) - 1) * 1.7320508;
+        for (int rot = 0; rot < d - 1; rot++) {
             double c = cos(0.3 + rot), s = sin(0.3 + rot), a = y[rot], b = y[rot + 1];
             y[rot] = c * a - s * b, y[rot + 1] = s * a + c * b;
         }
-        for (int i = 0; i < D; i++) x[r * D + i] = (float)(y[i] + 0.5 * i);
+        for (int i = 0; i < d; i++) x[r * d + i] = (float)(y[i] + 0.5 * i);
     }
-    tnd_pca p;
-    CHECK_ST(tnd_pca_fit(x, NR, D, D, P, &p));
-    double mean[D] = {0}, cov[D * D] = {0}, w[D], v[D * D];
-    for (int r = 0; r < NR; r++)
-        for (int i = 0; i < D; i++) mean[i] += x[r * D + i] / (double)NR;
-    for (int r = 0; r < NR; r++)
-        for (int i = 0; i < D; i++)
-            for (int j = 0; j < D; j++) cov[i * D + j] += (x[r * D + i] - mean[i]) * (x[r * D + j] - mean[j]) / (NR - 1.0);
-    ref_eigen(cov, D, w, v);
-    bool used[D] = {false};
-    for (int o = 0; o < P; o++) {
+    tnd_pca pc;
+    CHECK_ST(tnd_pca_fit(x, nr, d, (size_t)d, p, &pc));
+    CHECK(pc.p == (nr <= d ? TND_MIN(p, nr - 1) : p), "%d x %d: %d components", nr, d, pc.p);
+    double *mean = calloc((size_t)d, sizeof(double)), *cov = calloc((size_t)d * d, sizeof(double));
+    double *w = calloc((size_t)d, sizeof(double)), *v = calloc((size_t)d * d, sizeof(double));
+    bool *used = calloc((size_t)d, sizeof(bool));
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < d; i++) mean[i] += x[r * d + i] / (double)nr;
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) cov[i * d + j] += (x[r * d + i] - mean[i]) * (x[r * d + j] - mean[j]) / (nr - 1.0);
+    ref_eigen(cov, d, w, v);
+    for (int o = 0; o < pc.p; o++) {
         int b = -1;
-        for (int j = 0; j < D; j++)
+        for (int j = 0; j < d; j++)
             if (!used[j] && (b < 0 || w[j] > w[b])) b = j;
         used[b] = true;
         double dot = 0;
-        for (int i = 0; i < D; i++) dot += v[i * D + b] * p.comp[o * D + i];
-        CHECK(fabs(fabs(dot) - 1) < 1e-4, "component %d: |cos| %.6f with the reference", o, fabs(dot));
-        CHECK(fabs(p.var[o] - w[b]) < 1e-4 * w[b], "variance %d: %.6f, reference %.6f", o, p.var[o], w[b]);
+        for (int i = 0; i < d; i++) dot += v[i * d + b] * pc.comp[o * d + i];
+        CHECK(fabs(fabs(dot) - 1) < 1e-4, "%d x %d: component %d: |cos| %.6f with the reference", nr, d, o, fabs(dot));
+        CHECK(fabs(pc.var[o] - w[b]) < 1e-4 * w[b], "%d x %d: variance %d: %.6f, reference %.6f", nr, d, o, pc.var[o], w[b]);
     }
-    for (int i = 0; i < D; i++) CHECK(fabs(p.mean[i] - mean[i]) < 1e-4, "mean %d", i);
+    for (int i = 0; i < d; i++) CHECK(fabs(pc.mean[i] - mean[i]) < 1e-4, "mean %d", i);
     /* whitened: unit variance along each component */
-    double s2[P] = {0};
-    float z[P];
-    for (int r = 0; r < NR; r++) {
-        tnd_pca_apply(&p, x + r * D, z);
-        for (int o = 0; o < P; o++) s2[o] += (double)z[o] * z[o] / (NR - 1.0);
+    double s2[64] = {0};
+    float z[64];
+    for (int r = 0; r < nr; r++) {
+        tnd_pca_apply(&pc, x + r * d, z);
+        for (int o = 0; o < pc.p; o++) s2[o] += (double)z[o] * z[o] / (nr - 1.0);
     }
-    for (int o = 0; o < P; o++) CHECK(fabs(s2[o] - 1) < 1e-3, "whitened variance %d: %.5f", o, s2[o]);
-    tnd_pca_free(&p);
-    CHECK(tnd_pca_fit(x, 1, D, D, P, &p) == TND_ERR_ARG, "one row is refused");
+    for (int o = 0; o < pc.p; o++) CHECK(fabs(s2[o] - 1) < 5e-3, "%d x %d: whitened variance %d: %.5f", nr, d, o, s2[o]);
+    tnd_pca_free(&pc);
+    free(x);
+    free(mean);
+    free(cov);
+    free(w);
+    free(v);
+    free(used);
+}
+
+static void test_pca(void) {
+    pca_case(7, 500, 3);  /* the covariance */
+    pca_case(40, 24, 6);  /* the Gram matrix */
+    pca_case(30, 12, 20); /* more components asked than the rows carry */
+    float x[14] = {0};
+    tnd_pca pc;
+    CHECK(tnd_pca_fit(x, 1, 7, 7, 3, &pc) == TND_ERR_ARG, "one row is refused");
 }
 
 /* ---- a synthetic routing: topics -------------------------------------------------

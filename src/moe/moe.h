@@ -74,7 +74,8 @@ typedef struct tnd_pca {
 } tnd_pca;
 
 /* Fits p components to n rows x[n][d] (stride: floats between rows) by
- * subspace iteration on the covariance; deterministic. p <= d, n >= 2. */
+ * subspace iteration on the covariance (on the Gram matrix when n <= d, and
+ * then at most n-1 components: out->p); deterministic. p <= d, n >= 2. */
 tnd_status tnd_pca_fit(const float *x, int64_t n, int d, size_t stride, int p, tnd_pca *out);
 void tnd_pca_free(tnd_pca *p);
 /* z[p] = whitened projection: comp (x - mean) / sqrt(var + eps). */

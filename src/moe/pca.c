@@ -1,7 +1,8 @@
-/* PCA of a layer's router inputs (moe.h): the covariance in double, then
- * subspace iteration with Gram-Schmidt and a Rayleigh-Ritz step (a small
- * Jacobi eigensolve) for the top p eigenvectors. The covariance is d x d
- * (2048^2 for Qwen3-30B-A3B: 32 MiB), so no LAPACK is needed. */
+/* PCA of a layer's router inputs (moe.h): the covariance (or, with fewer
+ * rows than dimensions, the Gram matrix) in double, then subspace iteration
+ * with Gram-Schmidt and a Rayleigh-Ritz step (a small Jacobi eigensolve)
+ * for the top p eigenvectors. At most 2048^2 doubles (32 MiB) for
+ * Qwen3-30B-A3B, so no LAPACK is needed. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,107 +79,158 @@ static void jacobi(double *a, int n, double *w, double *v) {
     for (int i = 0; i < n; i++) w[i] = a[i * n + i];
 }
 
-tnd_status tnd_pca_fit(const float *x, int64_t n, int d, size_t stride, int p, tnd_pca *out) {
-    if (d < 1 || p < 1 || p > d || n < 2) return tnd_fail(TND_ERR_ARG, "PCA: %d of %d dimensions from %lld rows", p, d, (long long)n);
-    double *mean = tnd_calloc((size_t)d, sizeof(double)), *cov = tnd_calloc((size_t)d * d, sizeof(double));
-    double *q = tnd_calloc((size_t)p * d, sizeof(double)), *y = tnd_calloc((size_t)p * d, sizeof(double));
+/* The top p eigenpairs of the symmetric m x m matrix S: vectors as the rows
+ * of vec[p][m] (a fixed sign: the largest entry positive), values in val[p],
+ * by decreasing value. Subspace iteration, then Rayleigh-Ritz. */
+static tnd_status top_eigen(const double *S, int m, int p, double *vec, double *val) {
+    double *q = tnd_calloc((size_t)p * m, sizeof(double)), *y = tnd_calloc((size_t)p * m, sizeof(double));
     double *small = tnd_calloc((size_t)p * p, sizeof(double)), *ev = tnd_calloc((size_t)p * p, sizeof(double));
-    double *w = tnd_calloc((size_t)p, sizeof(double)), *row = tnd_calloc((size_t)d, sizeof(double));
-    tnd_pca r = {.d = d, .p = p};
-    r.mean = tnd_malloc(sizeof(float) * (size_t)d);
-    r.comp = tnd_malloc(sizeof(float) * (size_t)p * d);
-    r.var = tnd_malloc(sizeof(float) * (size_t)p);
+    double *w = tnd_calloc((size_t)p, sizeof(double));
+    bool *used = tnd_calloc((size_t)p, sizeof(bool));
     tnd_status st = TND_OK;
-    if (!mean || !cov || !q || !y || !small || !ev || !w || !row || !r.mean || !r.comp || !r.var) {
-        st = tnd_fail(TND_ERR_NOMEM, "PCA: out of memory (%d dimensions)", d);
-        tnd_pca_free(&r);
+    if (!q || !y || !small || !ev || !w || !used) {
+        st = tnd_fail(TND_ERR_NOMEM, "PCA: out of memory (%d dimensions)", m);
         goto done;
     }
-    for (int64_t i = 0; i < n; i++)
-        for (int a = 0; a < d; a++) mean[a] += x[(size_t)i * stride + a];
-    for (int a = 0; a < d; a++) mean[a] /= (double)n;
-    for (int64_t i = 0; i < n; i++) { /* upper triangle, mirrored below */
-        for (int a = 0; a < d; a++) row[a] = x[(size_t)i * stride + a] - mean[a];
-        for (int a = 0; a < d; a++) {
-            double ra = row[a], *c = cov + (size_t)a * d;
-            for (int b = a; b < d; b++) c[b] += ra * row[b];
-        }
-    }
-    for (int a = 0; a < d; a++)
-        for (int b = a; b < d; b++) cov[(size_t)b * d + a] = cov[(size_t)a * d + b] /= (double)(n - 1);
-    /* a fixed start (deterministic): pseudo-random rows */
-    uint64_t s = 0x2545F4914F6CDD1Dull;
-    for (size_t i = 0; i < (size_t)p * d; i++) {
+    uint64_t s = 0x2545F4914F6CDD1Dull; /* a fixed start (deterministic): pseudo-random rows */
+    for (size_t i = 0; i < (size_t)p * m; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         q[i] = (double)(s >> 11) / 9007199254740992.0 - 0.5;
     }
-    orthonormalize(q, p, d);
-    const int iters = (int)TND_MAX(8.0, TND_MIN((double)PCA_ITERS, PCA_FLOP_BUDGET / ((double)p * d * d)));
-    for (int it = 0; it < iters; it++) {
-        for (int i = 0; i < p; i++) { /* y_i = C q_i */
-            const double *qi = q + (size_t)i * d;
-            double *yi = y + (size_t)i * d;
-            for (int a = 0; a < d; a++) {
-                const double *c = cov + (size_t)a * d;
+    orthonormalize(q, p, m);
+    const int iters = (int)TND_MAX(6.0, TND_MIN((double)PCA_ITERS, PCA_FLOP_BUDGET / ((double)p * m * m)));
+    for (int it = 0; it <= iters; it++) {
+        for (int i = 0; i < p; i++) { /* y_i = S q_i */
+            const double *qi = q + (size_t)i * m;
+            double *yi = y + (size_t)i * m;
+            for (int a = 0; a < m; a++) {
+                const double *c = S + (size_t)a * m;
                 double acc = 0;
-                for (int b = 0; b < d; b++) acc += c[b] * qi[b];
+                for (int b = 0; b < m; b++) acc += c[b] * qi[b];
                 yi[a] = acc;
             }
         }
-        memcpy(q, y, sizeof(double) * (size_t)p * d);
-        orthonormalize(q, p, d);
+        if (it == iters) break; /* y = S q for the Ritz step */
+        memcpy(q, y, sizeof(double) * (size_t)p * m);
+        orthonormalize(q, p, m);
     }
-    /* Rayleigh-Ritz: eigen-decompose Q C Q^T and rotate Q, which separates
+    /* Rayleigh-Ritz: eigen-decompose Q S Q^T and rotate Q, which separates
      * components of close variance that plain iteration leaves mixed */
-    for (int i = 0; i < p; i++) {
-        const double *qi = q + (size_t)i * d;
-        double *yi = y + (size_t)i * d;
-        for (int a = 0; a < d; a++) {
-            const double *c = cov + (size_t)a * d;
-            double acc = 0;
-            for (int b = 0; b < d; b++) acc += c[b] * qi[b];
-            yi[a] = acc;
-        }
-    }
     for (int i = 0; i < p; i++)
         for (int j = 0; j < p; j++) {
             double acc = 0;
-            for (int a = 0; a < d; a++) acc += q[(size_t)i * d + a] * y[(size_t)j * d + a];
+            for (int a = 0; a < m; a++) acc += q[(size_t)i * m + a] * y[(size_t)j * m + a];
             small[i * p + j] = acc;
         }
     for (int i = 0; i < p; i++) /* symmetric up to rounding */
         for (int j = i + 1; j < p; j++) small[i * p + j] = small[j * p + i] = 0.5 * (small[i * p + j] + small[j * p + i]);
     jacobi(small, p, w, ev);
-    bool *used = (bool *)row; /* reuse: p flags */
-    memset(used, 0, (size_t)p);
-    for (int o = 0; o < p; o++) { /* by decreasing variance */
+    for (int o = 0; o < p; o++) { /* by decreasing value */
         int b = -1;
         for (int j = 0; j < p; j++)
             if (!used[j] && (b < 0 || w[j] > w[b])) b = j;
         used[b] = true;
-        double *v = y; /* the rotated vector, in y's first row */
-        for (int a = 0; a < d; a++) {
+        double *v = vec + (size_t)o * m;
+        for (int a = 0; a < m; a++) {
             double acc = 0;
-            for (int j = 0; j < p; j++) acc += ev[j * p + b] * q[(size_t)j * d + a];
+            for (int j = 0; j < p; j++) acc += ev[j * p + b] * q[(size_t)j * m + a];
             v[a] = acc;
         }
-        int big = 0; /* a fixed sign: the largest entry positive */
-        for (int a = 1; a < d; a++) big = fabs(v[a]) > fabs(v[big]) ? a : big;
-        double sg = v[big] < 0 ? -1 : 1;
-        for (int a = 0; a < d; a++) r.comp[(size_t)o * d + a] = (float)(sg * v[a]);
-        r.var[o] = (float)(w[b] > 0 ? w[b] : 0);
+        val[o] = w[b] > 0 ? w[b] : 0;
     }
-    for (int a = 0; a < d; a++) r.mean[a] = (float)mean[a];
-    *out = r;
 done:
-    free(mean);
-    free(cov);
     free(q);
     free(y);
     free(small);
     free(ev);
     free(w);
-    free(row);
+    free(used);
+    return st;
+}
+
+/* Makes v[d] unit length with its largest entry positive. */
+static void normalize_sign(double *v, int d) {
+    double nn = 0;
+    int big = 0;
+    for (int a = 0; a < d; a++) {
+        nn += v[a] * v[a];
+        big = fabs(v[a]) > fabs(v[big]) ? a : big;
+    }
+    double k = (v[big] < 0 ? -1 : 1) / (nn > 0 ? sqrt(nn) : 1);
+    for (int a = 0; a < d; a++) v[a] *= k;
+}
+
+/* With fewer rows than dimensions the covariance (d x d) has rank n-1 at
+ * most: the eigenvectors come cheaper from the n x n Gram matrix G = X X^T
+ * of the centred rows, as X^T u. p is then at most n-1. */
+tnd_status tnd_pca_fit(const float *x, int64_t n, int d, size_t stride, int p, tnd_pca *out) {
+    if (d < 1 || p < 1 || p > d || n < 2 || n > (1 << 20))
+        return tnd_fail(TND_ERR_ARG, "PCA: %d of %d dimensions from %lld rows", p, d, (long long)n);
+    const bool gram = n <= d;
+    const int m = gram ? (int)n : d;
+    if (gram) p = TND_MIN(p, (int)n - 1);
+    double *mean = tnd_calloc((size_t)d, sizeof(double)), *S = tnd_calloc((size_t)m * m, sizeof(double));
+    double *xc = gram ? tnd_calloc((size_t)n * d, sizeof(double)) : tnd_calloc((size_t)d, sizeof(double));
+    double *vec = tnd_calloc((size_t)p * m, sizeof(double)), *val = tnd_calloc((size_t)p, sizeof(double));
+    double *v = tnd_calloc((size_t)d, sizeof(double));
+    tnd_pca r = {.d = d, .p = p};
+    r.mean = tnd_malloc(sizeof(float) * (size_t)d);
+    r.comp = tnd_malloc(sizeof(float) * (size_t)p * d);
+    r.var = tnd_malloc(sizeof(float) * (size_t)p);
+    tnd_status st = TND_OK;
+    if (!mean || !S || !xc || !vec || !val || !v || !r.mean || !r.comp || !r.var) {
+        st = tnd_fail(TND_ERR_NOMEM, "PCA: out of memory (%d dimensions, %lld rows)", d, (long long)n);
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int a = 0; a < d; a++) mean[a] += x[(size_t)i * stride + a];
+    for (int a = 0; a < d; a++) mean[a] /= (double)n;
+    if (gram) {
+        for (int64_t i = 0; i < n; i++)
+            for (int a = 0; a < d; a++) xc[(size_t)i * d + a] = x[(size_t)i * stride + a] - mean[a];
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = i; j < n; j++) {
+                const double *xi = xc + (size_t)i * d, *xj = xc + (size_t)j * d;
+                double acc = 0;
+                for (int a = 0; a < d; a++) acc += xi[a] * xj[a];
+                S[(size_t)i * m + j] = S[(size_t)j * m + i] = acc / (double)(n - 1);
+            }
+    } else {
+        for (int64_t i = 0; i < n; i++) { /* upper triangle, mirrored below */
+            for (int a = 0; a < d; a++) xc[a] = x[(size_t)i * stride + a] - mean[a];
+            for (int a = 0; a < d; a++) {
+                double ra = xc[a], *c = S + (size_t)a * d;
+                for (int b = a; b < d; b++) c[b] += ra * xc[b];
+            }
+        }
+        for (int a = 0; a < d; a++)
+            for (int b = a; b < d; b++) S[(size_t)b * d + a] = S[(size_t)a * d + b] /= (double)(n - 1);
+    }
+    if ((st = top_eigen(S, m, p, vec, val))) goto done;
+    for (int o = 0; o < p; o++) {
+        if (gram) { /* the covariance's eigenvector X^T u, same eigenvalue */
+            memset(v, 0, sizeof(double) * (size_t)d);
+            for (int64_t i = 0; i < n; i++) {
+                const double ui = vec[(size_t)o * m + i], *xi = xc + (size_t)i * d;
+                for (int a = 0; a < d; a++) v[a] += ui * xi[a];
+            }
+        } else {
+            memcpy(v, vec + (size_t)o * m, sizeof(double) * (size_t)d);
+        }
+        normalize_sign(v, d);
+        for (int a = 0; a < d; a++) r.comp[(size_t)o * d + a] = (float)v[a];
+        r.var[o] = (float)val[o];
+    }
+    for (int a = 0; a < d; a++) r.mean[a] = (float)mean[a];
+done:
+    if (st) tnd_pca_free(&r);
+    else *out = r;
+    free(mean);
+    free(S);
+    free(xc);
+    free(vec);
+    free(val);
+    free(v);
     return st;
 }
 

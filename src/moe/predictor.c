@@ -441,9 +441,11 @@ tnd_status tnd_predictor_train(const tnd_route_rec *rec, int64_t n_train, const 
         net *n = &P->nets[l];
         net_setup(n, l, rec->n_layer, d, rec->n_expert, k, &p);
         n->rng = p.seed * 0x9E3779B97F4A7C15ull + (uint64_t)l;
+        /* the PCA first: with fewer tokens than dimensions it gives fewer components */
+        if ((st = tnd_pca_fit(tnd_route_rec_h(rec, l, 0), n_train, d, (size_t)d, n->p, &n->pca))) break;
+        n->p = n->pca.p;
         if ((st = net_alloc(n))) break;
         net_init(n, &n->rng);
-        if ((st = tnd_pca_fit(tnd_route_rec_h(rec, l, 0), n_train, d, (size_t)d, n->p, &n->pca))) break;
         /* popularity of l+1's experts, and the balancing weights 1/f (mean 1) */
         for (int64_t t = 0; t < n_train; t++)
             for (int j = 0; j < k; j++) n->pop[tnd_route_rec_ids(rec, l + 1, t)[j]] += 1;

@@ -48,7 +48,7 @@ static void usage(FILE *f) {
                "      --predictor N      MoE: train the next-layer expert predictor on the routing\n"
                "                         of N pseudo-random tokens (CPU) and report its top-k hit\n"
                "                         rate on the first N/2 test tokens against the baselines\n"
-               "                         (default 512; 0: skip)\n"
+               "                         (default 1024; 0: skip)\n"
                "\n"
                "With a GPU, the bandwidths of the physical limit are measured first (CPU read,\n"
                "pinned PCIe, HBM, and CPU + PCIe at once) and each result is reported against\n"
@@ -353,7 +353,7 @@ out:
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *fmt = "md", *budget = NULL, *hw = NULL, *trace = NULL;
     tnd_device device = TND_DEVICE_CPU;
-    long n_prompt = 512, n_gen = 128, depth = 0, threads = 0, reps = 3, batch = 0, n_pred = 512;
+    long n_prompt = 512, n_gen = 128, depth = 0, threads = 0, reps = 3, batch = 0, n_pred = 1024;
     bool text_tokens = true;
     static config cfg[MAX_CONFIGS];
     int n_cfg = 0;
