@@ -10,7 +10,8 @@ routing settings, through the CLI:
   (docs/BENCHMARKS.md has the figures).
 - the same seed gives the same predictor file;
 - `--record-routing` then `--routing FILE` trains from the file;
-- `tandem bench -o json` carries the predictor object;
+- `tandem bench -o json` carries the predictor object, and with a GPU
+  (SimGPU here) the GPU-hit share per layer group, measured and predicted;
 - bad routing files and bad arguments fail with a message, never a crash.
 """
 import json
@@ -84,6 +85,17 @@ def main():
                   "bench -o json has predictor.hit_rate and the three baselines per layer group")
         r = run("bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "-t", "2", "--predictor", "0", "-o", "json")
         check(r.returncode == 0 and "predictor" not in json.loads(r.stdout), "--predictor 0 leaves it out")
+
+        # issue 29 item 1's report: the decode routings GPU experts took per layer group, measured and
+        # as the hot-expert table predicted (SimGPU, a budget that splits the expert layers)
+        env = dict(os.environ, TANDEM_CACHE=os.path.join(d, "cache"))
+        r = subprocess.run([BIN, "bench", "-m", model, "--device", "sim", "--vram-budget", "108M", "-p", "16", "-n",
+                            "48", "-r", "1", "-t", "2", "--predictor", "0", "-o", "json"],
+                           capture_output=True, text=True, timeout=600, env=env)
+        share = json.loads(r.stdout).get("gpu_hit_share") if r.returncode == 0 else None
+        check(share is not None and len(share) == 1 and set(share[0]) == set(GROUPS)
+              and all(0 <= share[0][g]["measured"] <= 1 and 0 <= share[0][g]["predicted"] <= 1 for g in GROUPS),
+              f"bench --device sim reports gpu_hit_share measured and predicted per layer group: {share}")
 
         # damaged routing files, bad arguments
         with open(rec, "rb") as f:

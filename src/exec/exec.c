@@ -369,8 +369,13 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
         rig[i] = gi[e];
     }
     if (n == c->m->hp.n_expert_used) { /* one token: a decode step */
+        const int g = tnd_moe_group(l, c->m->hp.n_layer); /* and per layer group (bench) */
         c->n_route_dec += (uint64_t)n;
-        for (int64_t i = 0; i < n; i++) c->n_route_dec_gpu += side[ids[i]] == TND_SIDE_GPU;
+        c->n_route_dec_g[g] += (uint64_t)n;
+        for (int64_t i = 0; i < n; i++) {
+            c->n_route_dec_gpu += side[ids[i]] == TND_SIDE_GPU;
+            c->n_route_dec_gpu_g[g] += side[ids[i]] == TND_SIDE_GPU;
+        }
     }
     for (int k = 0; k < 2; k++) {
         int b = k ? bg : bc;

@@ -143,6 +143,7 @@ struct tnd_ctx {
     /* split layers' routings of decode steps: all, and those to GPU experts
      * (bench sets them beside the hot-expert table's prediction) */
     uint64_t n_route_dec, n_route_dec_gpu;
+    uint64_t n_route_dec_g[3], n_route_dec_gpu_g[3]; /* the same per layer group (moe.h: input, middle, output) */
     /* TND_TRACE=1|2 (trace_mode, read once at creation), a diagnostic:
      * node times summed per cell (exec.c); printed by tnd_ctx_free */
     int trace_mode;

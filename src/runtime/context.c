@@ -447,6 +447,10 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .busy_cpu_s = c->busy_cpu,
                            .busy_pcie_s = c->busy_pcie,
                            .busy_gpu_s = c->busy_gpu};
+    for (int g = 0; g < 3; g++) {
+        out->n_route_dec_g[g] = c->n_route_dec_g[g];
+        out->n_route_dec_gpu_g[g] = c->n_route_dec_gpu_g[g];
+    }
 }
 
 void tnd_ctx_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie) {

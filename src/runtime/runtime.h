@@ -54,6 +54,7 @@ typedef struct tnd_ctx_stats {
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes, n_pairs;
     /* split layers' routings of decode steps: all, and those to GPU experts */
     uint64_t n_route_dec, n_route_dec_gpu;
+    uint64_t n_route_dec_g[3], n_route_dec_gpu_g[3]; /* per layer group: input, middle, output (moe.h) */
     /* Seconds the rounds took (wall) and, within them, how long each
      * resource was busy: the CPU's ops (measured), the weight copies over
      * PCIe (measured by events, the last 16 of a round scaled to all its

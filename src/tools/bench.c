@@ -94,6 +94,7 @@ typedef struct config {
     double pred_tg, pred_pp;        /* the timeline model's tokens/s (0: no perf DB) */
     char desc[96];                  /* the placement as built */
     double route_gpu, route_pred;   /* decode: split layers' routings to GPU experts, measured and predicted (-1: none) */
+    double grp_gpu[3], grp_pred[3]; /* the same per layer group (input, middle, output; moe.h) */
 } config;
 
 static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const int32_t *toks, long n_prompt,
@@ -104,6 +105,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     cp.promote = k->promote;
     tnd_ctx *c;
     k->route_gpu = k->route_pred = -1;
+    for (int g = 0; g < 3; g++) k->grp_gpu[g] = k->grp_pred[g] = -1;
     if (tnd_ctx_new(m, &cp, &c)) return 1;
     const tnd_plan *pl = tnd_ctx_plan(c);
     const tnd_placement *p = tnd_plan_placement(pl);
@@ -206,6 +208,15 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         for (int l = 0; pf && l < m->hp.n_layer; l++)
             if (p->split && p->split[l]) sum += tnd_perf_gpu_share(m, pf, p, l), n++;
         if (n) k->route_pred = sum / n;
+        for (int g = 0; g < 3; g++) { /* issue 29: where the table holds and where it does not */
+            if (cs.n_route_dec_g[g] < 16 * (uint64_t)m->hp.n_expert_used) continue;
+            k->grp_gpu[g] = (double)cs.n_route_dec_gpu_g[g] / (double)cs.n_route_dec_g[g];
+            double sg = 0;
+            int ng = 0;
+            for (int l = 0; pf && l < m->hp.n_layer; l++)
+                if (p->split && p->split[l] && tnd_moe_group(l, m->hp.n_layer) == g) sg += tnd_perf_gpu_share(m, pf, p, l), ng++;
+            if (ng) k->grp_pred[g] = sg / ng;
+        }
     }
 out:
     tnd_ctx_free(c);
@@ -600,6 +611,27 @@ int cmd_bench(int argc, char **argv) {
                 first = 0;
             }
         printf("]");
+        bool any_share = false;
+        for (int k = 0; k < n_cfg; k++) any_share |= cfg[k].route_gpu >= 0;
+        if (any_share) { /* per placement: the decode routings GPU experts took, measured and as the table predicted */
+            printf(", \"gpu_hit_share\": [");
+            for (int k = 0; k < n_cfg; k++) {
+                const double meas[4] = {cfg[k].route_gpu, cfg[k].grp_gpu[0], cfg[k].grp_gpu[1], cfg[k].grp_gpu[2]};
+                const double pred[4] = {cfg[k].route_pred, cfg[k].grp_pred[0], cfg[k].grp_pred[1], cfg[k].grp_pred[2]};
+                printf("%s{", k ? ", " : "");
+                for (int g = 0; g < 4; g++) {
+                    printf("%s\"%s\": {\"measured\": ", g ? ", " : "", g ? tnd_moe_group_name(g - 1) : "all");
+                    if (meas[g] >= 0) printf("%.4f", meas[g]);
+                    else printf("null");
+                    printf(", \"predicted\": ");
+                    if (pred[g] >= 0) printf("%.4f", pred[g]);
+                    else printf("null");
+                    printf("}");
+                }
+                printf("}");
+            }
+            printf("]");
+        }
         if (have_pred) {
             printf(", \"predictor\": ");
             tnd_pred_eval_json(&pe, stdout);
@@ -638,6 +670,13 @@ int cmd_bench(int argc, char **argv) {
                 printf("\nplacement %d: GPU experts took %.0f%% of the split layers' decode routings", k + 1,
                        100 * cfg[k].route_gpu);
                 if (cfg[k].route_pred >= 0) printf(" (hot-expert table: %.0f%%)", 100 * cfg[k].route_pred);
+                printf("; per layer group, measured (table):");
+                for (int g = 0; g < 3; g++) {
+                    printf(" %s ", tnd_moe_group_name(g));
+                    if (cfg[k].grp_gpu[g] >= 0) printf("%.0f%%", 100 * cfg[k].grp_gpu[g]);
+                    else printf("-");
+                    if (cfg[k].grp_pred[g] >= 0) printf(" (%.0f%%)", 100 * cfg[k].grp_pred[g]);
+                }
                 printf("\n");
             }
         if (have_pred) {
