@@ -56,7 +56,8 @@ static inline const int32_t *tnd_route_rec_ids(const tnd_route_rec *r, int l, in
 tnd_status tnd_route_rec_save(const tnd_route_rec *r, const char *path);
 tnd_status tnd_route_rec_load(const char *path, tnd_route_rec **out);
 /* Sets (r) or clears (NULL) the recorder of context c: from its next round
- * on, every MOE_ROUTE node appends to r. */
+ * on, every MOE_ROUTE node appends to r (runtime/context.c: moe/ stays
+ * below the executor, which includes this header). */
 void tnd_ctx_set_route_rec(tnd_ctx *c, tnd_route_rec *r);
 /* Runs n tokens through a CPU context of m, as sequences of TND_ROUTE_SEQ
  * tokens (each from an empty cache; chunks of 64), and records their

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
 #include "model/model.h"
 #include "moe/moe.h"
 #include "util.h"
@@ -67,8 +66,6 @@ void tnd_route_rec_add(tnd_route_rec *r, int l, const float *h, const int32_t *i
     memcpy((int32_t *)tnd_route_rec_ids(r, l, at), ids, sizeof(int32_t) * (size_t)n * (size_t)r->k);
     r->n_at[l] = at + n;
 }
-
-void tnd_ctx_set_route_rec(tnd_ctx *c, tnd_route_rec *r) { c->route_rec = r; }
 
 tnd_status tnd_route_record_tokens(tnd_model *m, const int32_t *toks, int n, bool cpu_exact, tnd_route_rec *r) {
     if (n <= 0) return TND_OK;

@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "moe/moe.h"
 #include "runtime/internal.h"
 #include "sim/sim.h"
 #include "util.h"
@@ -433,6 +434,9 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
 }
 
 const tnd_plan *tnd_ctx_plan(const tnd_ctx *c) { return c->plan; }
+
+/* moe.h: the executor appends every MOE_ROUTE node's routing to r while set */
+void tnd_ctx_set_route_rec(tnd_ctx *c, tnd_route_rec *r) { c->route_rec = r; }
 
 void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
     *out = (tnd_ctx_stats){.n_switch = c->n_switch,
