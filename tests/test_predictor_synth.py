@@ -66,6 +66,18 @@ def main():
         with open(pa, "rb") as a, open(pb, "rb") as b:
             check(ra.returncode == 0 and rb.returncode == 0 and a.read() == b.read(), "same seed, same predictor file")
 
+        # over a text file
+        txt = os.path.join(d, "t.txt")
+        with open(txt, "w") as f:
+            f.write("Rivers shape the land they cross; farmers settled on the plains beside them. " * 8)
+        r = run("profile", "-m", model, "--train-predictor", pred, "--text", txt, "--routing-tokens", "256", "--epochs",
+                "3", "--json")
+        check(r.returncode == 0 and json.loads(r.stdout)["predictor"]["n_tokens"] == 64, f"--text: {r.stderr.strip()}")
+        with open(txt, "w") as f:
+            pass
+        r = run("profile", "-m", model, "--train-predictor", pred, "--text", txt)
+        check(r.returncode == 1 and "no tokens" in r.stderr, f"an empty text is refused ({r.stderr.strip()})")
+
         # record, then train from the file
         rec = os.path.join(d, "r.tndr")
         r = run("profile", "-m", model, "--record-routing", rec, "--routing-tokens", "256", "-t", "2")

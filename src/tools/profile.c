@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model.h"
 #include "moe/moe.h"
 #include "runtime/runtime.h"
 #include "tandem.h"
