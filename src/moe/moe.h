@@ -101,8 +101,10 @@ typedef struct tnd_pred_params {
     float gamma;           /* focal exponent of the input/output groups' loss (0: 2) */
     float focal_w;         /* weight of the focal term (lambda; 0: 1) */
     uint64_t seed;         /* initialization, shuffling and dropout (0: 1) */
-    double flop_budget;    /* > 0: fewer epochs (3 at least) where training would take more
+    double flop_budget;    /* > 0: fewer epochs (1 at least) where training would take more
                               flops than this (bench on wide models) */
+    int pca_rows;          /* > 0: fit the PCA on at most this many tokens, evenly spaced (its
+                              cost grows with tokens x width^2, or tokens^2 x width) */
     int verbose;           /* print each predictor's loss per epoch to stderr */
 } tnd_pred_params;
 

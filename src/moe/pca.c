@@ -13,7 +13,7 @@
 #define PCA_ITERS 60
 /* fewer iterations for wide inputs: an iteration costs p d^2 flops, and a
  * subspace near the top one serves the predictor as well */
-#define PCA_FLOP_BUDGET 4e9
+#define PCA_FLOP_BUDGET 1e9
 #define WHITEN_EPS 1e-6f
 
 /* Orthonormalizes the p rows of q[p][d] in place (modified Gram-Schmidt); a

@@ -434,7 +434,7 @@ tnd_status tnd_predictor_train(const tnd_route_rec *rec, int64_t n_train, const 
             if (n.deep) w += 2.0 * n.H * n.H + (double)n.H * n.p;
             per += 6 * w * (double)n_train;
         }
-        p.epochs = (int)TND_MAX(3.0, TND_MIN((double)p.epochs, p.flop_budget / per));
+        p.epochs = (int)TND_MAX(1.0, TND_MIN((double)p.epochs, p.flop_budget / per));
     }
     float *z = NULL;
     for (int l = 0; !st && l < rec->n_layer - 1; l++) {
@@ -442,7 +442,9 @@ tnd_status tnd_predictor_train(const tnd_route_rec *rec, int64_t n_train, const 
         net_setup(n, l, rec->n_layer, d, rec->n_expert, k, &p);
         n->rng = p.seed * 0x9E3779B97F4A7C15ull + (uint64_t)l;
         /* the PCA first: with fewer tokens than dimensions it gives fewer components */
-        if ((st = tnd_pca_fit(tnd_route_rec_h(rec, l, 0), n_train, d, (size_t)d, n->p, &n->pca))) break;
+        const int64_t step = p.pca_rows > 0 ? TND_MAX((int64_t)1, n_train / p.pca_rows) : 1;
+        if ((st = tnd_pca_fit(tnd_route_rec_h(rec, l, 0), n_train / step, d, (size_t)d * (size_t)step, n->p, &n->pca)))
+            break;
         n->p = n->pca.p;
         if ((st = net_alloc(n))) break;
         net_init(n, &n->rng);

@@ -333,7 +333,8 @@ static const char *device_name(tnd_device d) { return d == TND_DEVICE_CUDA ? "cu
 /* The next-layer expert predictor (moe/, LLaPor): trained on the routing
  * of n_pred pseudo-random tokens, evaluated on the first n_pred/2 of the
  * tokens the tests read, held out from training; both recorded on the CPU.
- * Training is held to about 2e10 flops (fewer epochs on wide models). */
+ * Training is held to about 2e10 flops (fewer epochs on wide models), the
+ * PCA to 32 / 64 components fit on 256 tokens. */
 static bool bench_predictor(tnd_model *m, const int32_t *toks, long n_toks, long n_pred, bool cpu_exact,
                             tnd_pred_eval *e) {
     const int n_train = (int)TND_MIN(n_pred, (long)m->hp.n_ctx_train);
@@ -349,7 +350,13 @@ static bool bench_predictor(tnd_model *m, const int32_t *toks, long n_toks, long
         tr[i] = (int32_t)(x % (uint64_t)tnd_model_n_vocab(m));
     }
     tnd_pred_params pp = tnd_pred_default_params();
+    /* cheap on wide models: bench reports, `profile --train-predictor` trains
+     * the real thing (on Qwen3-30B-A3B's shape this is ~1 epoch and seconds,
+     * where the defaults take minutes) */
     pp.flop_budget = 2e10;
+    pp.pca_rows = 256;
+    pp.pca_io = 32;
+    pp.pca_mid = 64;
     ok = !tnd_route_rec_new(m, n_train + n_test, &r) && !tnd_route_record_tokens(m, tr, n_train, cpu_exact, r) &&
          !tnd_route_record_tokens(m, toks, n_test, cpu_exact, r) && !tnd_predictor_train(r, n_train, &pp, &P) &&
          !tnd_predictor_eval(P, r, n_train, n_train + n_test, m, e);
