@@ -32,6 +32,7 @@
 
 #include "config.h"
 #include "exec/exec.h"
+#include "moe/moe.h"
 #include "sched/perf.h"
 #include "sched/transfer.h"
 #include "util.h"
@@ -389,14 +390,39 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
         c->hot_tok[l] += n / TND_MAX(c->m->hp.n_expert_used, 1);
     }
     if (n == c->m->hp.n_expert_used) { /* one token: a decode step */
+        const int g = tnd_moe_group(l, c->m->hp.n_layer); /* and per layer group (bench) */
         c->n_route_dec += (uint64_t)n;
-        for (int64_t i = 0; i < n; i++) c->n_route_dec_gpu += side[ids[i]] == TND_SIDE_GPU;
+        c->n_route_dec_g[g] += (uint64_t)n;
+        for (int64_t i = 0; i < n; i++) {
+            c->n_route_dec_gpu += side[ids[i]] == TND_SIDE_GPU;
+            c->n_route_dec_gpu_g[g] += side[ids[i]] == TND_SIDE_GPU;
+        }
     }
     for (int k = 0; k < 2; k++) {
         int b = k ? bg : bc;
         c->valid[b] = 1u << TND_SIDE_CPU;
         c->wlen[b] = (size_t)n * sizeof(int32_t);
     }
+    return TND_OK;
+}
+
+/* The routing recorder (moe/record.c): a MOE_ROUTE node's router input
+ * (A_H, the FFN's normed input: its router matmul read it just before) and
+ * its top-k ids, brought to the host when the GPU wrote them. */
+static tnd_status record_route(tnd_ctx *c, const tnd_node *nd) {
+    const tnd_tensor *ids = &nd->op.out[1];
+    const tnd_region *ri = find_region(c, ids->data), *rh = find_region(c, c->side[0].act[A_H]);
+    if (!ri || ri->kind != R_ACT || !rh || rh->kind != R_ACT)
+        return tnd_fail(TND_ERR_INTERNAL, "routing outside the activations");
+    const int64_t nt = ids->ne[1];
+    const size_t off = (size_t)((const char *)ids->data - ri->base), nb = tnd_tensor_nbytes(ids);
+    const size_t hb = sizeof(float) * (size_t)c->m->hp.n_embd * (size_t)nt;
+    tnd_status st;
+    if (c->gpu && ((st = make_current(c, ri->idx, off, nb, TND_SIDE_CPU)) || (st = wait_mapped(c, ri->idx)) ||
+                   (st = make_current(c, rh->idx, 0, hb, TND_SIDE_CPU)) || (st = wait_mapped(c, rh->idx))))
+        return st;
+    tnd_route_rec_add(c->route_rec, nd->layer, (const float *)c->side[0].act[rh->idx],
+                      (const int32_t *)((const char *)c->side[0].act[ri->idx] + off), nt);
     return TND_OK;
 }
 
@@ -525,6 +551,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         for (size_t i = 0; i < nb / sizeof(int32_t); i++)
             if (v[i] >= 0 && v[i] < E) c->expert_hits[(size_t)nd->layer * E + v[i]]++;
     }
+    if (c->route_rec && nd->op.kind == TND_OP_MOE_ROUTE && nd->layer >= 0 && (st = record_route(c, nd))) return st;
     if (prom) {
         if ((st = tnd_backend_event_record(sd->be, c->slot_free[ev], sd->st))) return st;
         (*prom_seen)++;

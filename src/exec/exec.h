@@ -123,6 +123,7 @@ struct tnd_ctx {
     tnd_event *mapped_ev;    /* the GPU's last write into a host buffer (split layers' A_EY rows) */
     bool mapped_pending[A_COUNT]; /* a GPU write into the host buffer may still be running */
     int64_t *expert_hits;    /* [n_layer][n_expert] routing counts (calibration), or NULL */
+    struct tnd_route_rec *route_rec; /* moe/record.c: every MOE_ROUTE's router input and ids, or NULL */
     int *prom;               /* [prom_cap] promoted node indices of the round */
     int prom_cap;
     int n_prom, prom_next;   /* copies queued so far */
@@ -149,6 +150,7 @@ struct tnd_ctx {
     int64_t *hot_cnt, *hot_tok;
     uint64_t hot_win_route, hot_win_gpu, n_expert_moves;
     double hot_assumed, hot_measured; /* GPU-hit share the placement assumes / the last window's */
+    uint64_t n_route_dec_g[3], n_route_dec_gpu_g[3]; /* the same per layer group (moe.h: input, middle, output) */
     /* TND_TRACE=1|2 (trace_mode, read once at creation), a diagnostic:
      * node times summed per cell (exec.c); printed by tnd_ctx_free */
     int trace_mode;

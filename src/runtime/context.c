@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "moe/moe.h"
 #include "runtime/internal.h"
 #include "sim/sim.h"
 #include "util.h"
@@ -436,6 +437,9 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
 
 const tnd_plan *tnd_ctx_plan(const tnd_ctx *c) { return c->plan; }
 
+/* moe.h: the executor appends every MOE_ROUTE node's routing to r while set */
+void tnd_ctx_set_route_rec(tnd_ctx *c, tnd_route_rec *r) { c->route_rec = r; }
+
 void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
     *out = (tnd_ctx_stats){.n_switch = c->n_switch,
                            .n_act_copies = c->n_act_copies,
@@ -453,6 +457,10 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .busy_pcie_s = c->busy_pcie,
                            .busy_gpu_s = c->busy_gpu,
                            .gpu = tnd_backend_counters_get(c->gpu ? c->side[1].be : NULL)};
+    for (int g = 0; g < 3; g++) {
+        out->n_route_dec_g[g] = c->n_route_dec_g[g];
+        out->n_route_dec_gpu_g[g] = c->n_route_dec_gpu_g[g];
+    }
 }
 
 void tnd_ctx_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie) {

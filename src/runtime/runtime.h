@@ -60,6 +60,7 @@ typedef struct tnd_ctx_stats {
      * against the share the placement assumes now (-1: no table) */
     uint64_t n_expert_moves;
     double hot_measured, hot_assumed;
+    uint64_t n_route_dec_g[3], n_route_dec_gpu_g[3]; /* per layer group: input, middle, output (moe.h) */
     /* Seconds the rounds took (wall) and, within them, how long each
      * resource was busy: the CPU's ops (measured), the weight copies over
      * PCIe (measured by events, the last 16 of a round scaled to all its

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe/moe.h"
 #include "runtime/runtime.h"
 #include "tandem.h"
 #include "tnd_git_commit.h" /* TND_GIT_COMMIT, written by the build */
@@ -46,6 +47,10 @@ static void usage(FILE *f) {
                "      --tokens text|random  what the tests read (default text: a fixed English\n"
                "                         passage, repeated; random: fixed pseudo-random ids, as\n"
                "                         llama-bench). MoE speed depends on the routing it causes.\n"
+               "      --predictor N      MoE: train the next-layer expert predictor on the routing\n"
+               "                         of N pseudo-random tokens (CPU) and report its top-k hit\n"
+               "                         rate on the first N/2 test tokens against the baselines\n"
+               "                         (default 1024; 0: skip)\n"
                "\n"
                "With a GPU, the bandwidths of the physical limit are measured first (CPU read,\n"
                "pinned PCIe, HBM, and CPU + PCIe at once) and each result is reported against\n"
@@ -94,6 +99,7 @@ typedef struct config {
     uint64_t moves;                 /* experts the live hot-expert table swapped onto the GPU */
     tnd_backend_counters dec;       /* the GPU backend's counters over the decode test's steps */
     long dec_tok;                   /* ... and the steps */
+    double grp_gpu[3], grp_pred[3]; /* the same per layer group (input, middle, output; moe.h) */
 } config;
 
 static bool g_verbose; /* -v */
@@ -125,6 +131,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     cp.promote = k->promote;
     tnd_ctx *c;
     k->route_gpu = k->route_pred = -1;
+    for (int g = 0; g < 3; g++) k->grp_gpu[g] = k->grp_pred[g] = -1;
     if (tnd_ctx_new(m, &cp, &c)) return 1;
     const tnd_plan *pl = tnd_ctx_plan(c);
     const tnd_placement *p = tnd_plan_placement(pl);
@@ -231,6 +238,15 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         for (int l = 0; pf && l < m->hp.n_layer; l++)
             if (p->split && p->split[l]) sum += tnd_perf_gpu_share(m, pf, p, l), n++;
         if (n) k->route_pred = sum / n;
+        for (int g = 0; g < 3; g++) { /* issue 29: where the table holds and where it does not */
+            if (cs.n_route_dec_g[g] < 16 * (uint64_t)m->hp.n_expert_used) continue;
+            k->grp_gpu[g] = (double)cs.n_route_dec_gpu_g[g] / (double)cs.n_route_dec_g[g];
+            double sg = 0;
+            int ng = 0;
+            for (int l = 0; pf && l < m->hp.n_layer; l++)
+                if (p->split && p->split[l] && tnd_moe_group(l, m->hp.n_layer) == g) sg += tnd_perf_gpu_share(m, pf, p, l), ng++;
+            if (ng) k->grp_pred[g] = sg / ng;
+        }
     }
 out:
     tnd_ctx_free(c);
@@ -357,10 +373,48 @@ static bool parse_batches(const char *v, int *b, int *n) {
 
 static const char *device_name(tnd_device d) { return d == TND_DEVICE_CUDA ? "cuda" : d == TND_DEVICE_SIM ? "sim" : "cpu"; }
 
+/* The next-layer expert predictor (moe/, LLaPor): trained on the routing
+ * of n_pred pseudo-random tokens, evaluated on the first n_pred/2 of the
+ * tokens the tests read, held out from training; both recorded on the CPU.
+ * Training is held to about 2e10 flops (fewer epochs on wide models), the
+ * PCA to 32 / 64 components fit on 256 tokens. */
+static bool bench_predictor(tnd_model *m, const int32_t *toks, long n_toks, long n_pred, bool cpu_exact,
+                            tnd_pred_eval *e) {
+    const int n_train = (int)TND_MIN(n_pred, (long)m->hp.n_ctx_train);
+    const int n_test = (int)TND_MIN(TND_MIN(n_pred / 2, n_toks), (long)m->hp.n_ctx_train);
+    int32_t *tr = malloc(sizeof(int32_t) * (size_t)TND_MAX(n_train, 1));
+    tnd_route_rec *r = NULL;
+    tnd_predictor *P = NULL;
+    bool ok = false;
+    if (!tr || n_train < 16 || n_test < 1) goto out;
+    uint64_t x = 0x2545F4914F6CDD1Dull; /* other ids than fill_tokens' */
+    for (int i = 0; i < n_train; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        tr[i] = (int32_t)(x % (uint64_t)tnd_model_n_vocab(m));
+    }
+    tnd_pred_params pp = tnd_pred_default_params();
+    /* cheap on wide models: bench reports, `profile --train-predictor` trains
+     * the real thing (on Qwen3-30B-A3B's shape this is ~1 epoch and seconds,
+     * where the defaults take minutes) */
+    pp.flop_budget = 2e10;
+    pp.pca_rows = 256;
+    pp.pca_io = 32;
+    pp.pca_mid = 64;
+    ok = !tnd_route_rec_new(m, n_train + n_test, &r) && !tnd_route_record_tokens(m, tr, n_train, cpu_exact, r) &&
+         !tnd_route_record_tokens(m, toks, n_test, cpu_exact, r) && !tnd_predictor_train(r, n_train, &pp, &P) &&
+         !tnd_predictor_eval(P, r, n_train, n_train + n_test, m, e);
+    if (!ok) fprintf(stderr, "tandem: warning: no predictor figures: %s\n", tnd_last_error());
+out:
+    tnd_predictor_free(P);
+    tnd_route_rec_free(r);
+    free(tr);
+    return ok;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *fmt = "md", *budget = NULL, *hw = NULL, *trace = NULL;
     tnd_device device = TND_DEVICE_CPU;
-    long n_prompt = 512, n_gen = 128, depth = 0, threads = 0, reps = 3, batch = 0;
+    long n_prompt = 512, n_gen = 128, depth = 0, threads = 0, reps = 3, batch = 0, n_pred = 1024;
     bool text_tokens = true;
     static config cfg[MAX_CONFIGS];
     int n_cfg = 0;
@@ -397,6 +451,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = tools_parse_int(v, 1, 1024, &threads);
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) ok = tools_parse_int(v, 1, 64, &reps);
         else if (!strcmp(a, "--batch")) ok = parse_batches(v, batches, &n_batches);
+        else if (!strcmp(a, "--predictor")) ok = tools_parse_int(v, 0, 1 << 16, &n_pred);
         else if (!strcmp(a, "--tokens")) ok = v && ((text_tokens = !strcmp(v, "text")) || !strcmp(v, "random"));
         else if (!strcmp(a, "--device")) {
             ok = v && (!strcmp(v, "cpu") || !strcmp(v, "cuda") || !strcmp(v, "sim"));
@@ -562,6 +617,9 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     if (!n_ok) fmt = NULL; /* nothing measured: no empty table */
+    tnd_pred_eval pe;
+    const bool have_pred = fmt && m->arch->moe && m->hp.n_layer >= 2 && n_pred > 0 &&
+                           bench_predictor(m, toks, TND_MAX(need, 1), n_pred, cp.cpu_exact, &pe);
     const char *cpu = tnd_cpu_model_name();
     const char *desc = tnd_model_desc(m);
     if (!fmt) {
@@ -606,7 +664,33 @@ int cmd_bench(int argc, char **argv) {
                 printf("}}");
                 first = 0;
             }
-        printf("]}\n");
+        printf("]");
+        bool any_share = false;
+        for (int k = 0; k < n_cfg; k++) any_share |= cfg[k].route_gpu >= 0;
+        if (any_share) { /* per placement: the decode routings GPU experts took, measured and as the table predicted */
+            printf(", \"gpu_hit_share\": [");
+            for (int k = 0; k < n_cfg; k++) {
+                const double meas[4] = {cfg[k].route_gpu, cfg[k].grp_gpu[0], cfg[k].grp_gpu[1], cfg[k].grp_gpu[2]};
+                const double pred[4] = {cfg[k].route_pred, cfg[k].grp_pred[0], cfg[k].grp_pred[1], cfg[k].grp_pred[2]};
+                printf("%s{", k ? ", " : "");
+                for (int g = 0; g < 4; g++) {
+                    printf("%s\"%s\": {\"measured\": ", g ? ", " : "", g ? tnd_moe_group_name(g - 1) : "all");
+                    if (meas[g] >= 0) printf("%.4f", meas[g]);
+                    else printf("null");
+                    printf(", \"predicted\": ");
+                    if (pred[g] >= 0) printf("%.4f", pred[g]);
+                    else printf("null");
+                    printf("}");
+                }
+                printf("}");
+            }
+            printf("]");
+        }
+        if (have_pred) {
+            printf(", \"predictor\": ");
+            tnd_pred_eval_json(&pe, stdout);
+        }
+        printf("}\n");
     } else {
         printf("model: %s\ncpu: %s | threads: %d | isa: %s | activations: %s | device: %s | build: %s\n", desc, cpu,
                n_threads, tnd_cpu_isa(), cp.cpu_exact ? "f32" : "q8", device_name(device), TND_GIT_COMMIT);
@@ -640,10 +724,21 @@ int cmd_bench(int argc, char **argv) {
                 printf("\nplacement %d: GPU experts took %.0f%% of the split layers' decode routings", k + 1,
                        100 * cfg[k].route_gpu);
                 if (cfg[k].route_pred >= 0) printf(" (hot-expert table: %.0f%%)", 100 * cfg[k].route_pred);
+                printf("; per layer group, measured (table):");
+                for (int g = 0; g < 3; g++) {
+                    printf(" %s ", tnd_moe_group_name(g));
+                    if (cfg[k].grp_gpu[g] >= 0) printf("%.0f%%", 100 * cfg[k].grp_gpu[g]);
+                    else printf("-");
+                    if (cfg[k].grp_pred[g] >= 0) printf(" (%.0f%%)", 100 * cfg[k].grp_pred[g]);
+                }
                 if (cfg[k].moves) printf("; the live table swapped %llu experts onto the GPU",
                                          (unsigned long long)cfg[k].moves);
                 printf("\n");
             }
+        if (have_pred) {
+            printf("\nnext-layer expert predictor:\n\n");
+            tnd_pred_eval_print(&pe, stdout);
+        }
     }
     free(toks);
     if (pf) {
