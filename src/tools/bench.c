@@ -373,6 +373,19 @@ static bool parse_batches(const char *v, int *b, int *n) {
 
 static const char *device_name(tnd_device d) { return d == TND_DEVICE_CUDA ? "cuda" : d == TND_DEVICE_SIM ? "sim" : "cpu"; }
 
+/* -o json: the object's opening fields, what every result was measured on */
+static void json_head(const char *model, const char *cpu, int n_threads, bool exact, tnd_device device,
+                      uint64_t budget) {
+    printf("{\"model\": ");
+    tnd_json_str(stdout, model, strlen(model));
+    printf(", \"cpu\": ");
+    tnd_json_str(stdout, cpu, strlen(cpu));
+    printf(", \"threads\": %d, \"isa\": \"%s\", \"cpu_act\": \"%s\", \"build\": ", n_threads, tnd_cpu_isa(),
+           exact ? "f32" : "q8");
+    tnd_json_str(stdout, TND_GIT_COMMIT, strlen(TND_GIT_COMMIT));
+    printf(", \"device\": \"%s\", \"vram_budget\": %llu", device_name(device), (unsigned long long)budget);
+}
+
 /* The next-layer expert predictor (moe/, LLaPor): trained on the routing
  * of n_pred pseudo-random tokens, evaluated on the first n_pred/2 of the
  * tokens the tests read, held out from training; both recorded on the CPU.
@@ -410,6 +423,7 @@ out:
     free(tr);
     return ok;
 }
+
 
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *fmt = "md", *budget = NULL, *hw = NULL, *trace = NULL;
@@ -551,15 +565,8 @@ int cmd_bench(int argc, char **argv) {
         const char *cpu = tnd_cpu_model_name();
         if (rc) {
         } else if (!strcmp(fmt, "json")) {
-            printf("{\"model\": ");
-            tnd_json_str(stdout, model, strlen(model));
-            printf(", \"cpu\": ");
-            tnd_json_str(stdout, cpu, strlen(cpu));
-            printf(", \"threads\": %d, \"isa\": \"%s\", \"cpu_act\": \"%s\", \"build\": ", n_threads, tnd_cpu_isa(),
-                   cp.cpu_exact ? "f32" : "q8");
-            tnd_json_str(stdout, TND_GIT_COMMIT, strlen(TND_GIT_COMMIT));
-            printf(", \"device\": \"%s\", \"vram_budget\": %llu, \"results\": [", device_name(device),
-                   (unsigned long long)cp.vram_budget);
+            json_head(model, cpu, n_threads, cp.cpu_exact, device, cp.vram_budget);
+            printf(", \"results\": [");
             for (int k = 0; k < n_batches; k++) {
                 const bres *b = &br[k];
                 printf("%s{\"test\": ", k ? ", " : "");
@@ -624,14 +631,7 @@ int cmd_bench(int argc, char **argv) {
     const char *desc = tnd_model_desc(m);
     if (!fmt) {
     } else if (!strcmp(fmt, "json")) {
-        printf("{\"model\": ");
-        tnd_json_str(stdout, model, strlen(model));
-        printf(", \"cpu\": ");
-        tnd_json_str(stdout, cpu, strlen(cpu));
-        printf(", \"threads\": %d, \"isa\": \"%s\", \"cpu_act\": \"%s\", \"build\": ", n_threads, tnd_cpu_isa(),
-               cp.cpu_exact ? "f32" : "q8");
-        tnd_json_str(stdout, TND_GIT_COMMIT, strlen(TND_GIT_COMMIT));
-        printf(", \"device\": \"%s\", \"vram_budget\": %llu", device_name(device), (unsigned long long)cp.vram_budget);
+        json_head(model, cpu, n_threads, cp.cpu_exact, device, cp.vram_budget);
         if (have_limits)
             printf(", \"bw_gbps\": {\"cpu\": %.1f, \"pcie\": %.1f, \"hbm\": %.1f, \"both_cpu\": %.1f, \"both_pcie\": %.1f}",
                    L.cpu, L.pcie, L.hbm, L.both_cpu, L.both_pcie);
