@@ -312,6 +312,84 @@ int32_t tnd_sampler_sample(tnd_sampler *s, float *logits, int32_t n_vocab);
 /* Feeds a token the sampler did not pick (the prompt), for the penalty. */
 void tnd_sampler_accept(tnd_sampler *s, int32_t tok);
 
+/* ---- continuous batching: requests over the sequences of a context -------
+ *
+ * A batcher runs requests (a prompt, how many tokens to generate, how to
+ * sample) over the sequence slots of one context: a step admits queued
+ * requests into free slots, runs one round over every running sequence
+ * (prefill chunks and decode tokens together, under the context's n_batch
+ * tokens: tnd_ctx_step), samples each sequence that got logits, and retires
+ * the ones that finished, freeing their slot and KV rows for the queue.
+ * A request waits in the queue while every slot is taken; a full queue
+ * refuses more (TND_ERR_LIMIT): back-pressure, never a failure inside.
+ * Submit, cancel, wait and stats may be called from any thread; step from
+ * one thread at a time, which is where the callbacks run. */
+
+typedef struct tnd_batcher tnd_batcher;
+
+typedef enum tnd_finish {
+    TND_FINISH_LENGTH = 0, /* max_tokens generated, or the sequence's n_ctx rows are full */
+    TND_FINISH_EOG = 1,    /* the model ended its turn (an end-of-generation token; not passed to on_token) */
+    TND_FINISH_STOP = 2,   /* on_token returned false (a stop string, say) */
+    TND_FINISH_CANCEL = 3, /* tnd_batcher_cancel or tnd_batcher_free */
+    TND_FINISH_ERROR = 4,  /* a round failed (tnd_batcher_step returned its error) */
+} tnd_finish;
+
+typedef struct tnd_request {
+    const int32_t *prompt; /* copied by submit; at least one token, fewer than n_ctx */
+    int n_prompt;
+    int max_tokens;        /* tokens to generate at most (> 0) */
+    tnd_sampler_params sampling;
+    /* On the stepping thread, for each generated token; false ends the
+     * request (TND_FINISH_STOP) after this token. May be NULL. */
+    bool (*on_token)(void *user, int32_t token);
+    /* Exactly once for each accepted request, on the stepping thread (or in
+     * tnd_batcher_free); the batcher does not touch user after it. May be NULL. */
+    void (*on_done)(void *user, tnd_finish why, int n_prompt, int n_gen);
+    void *user;
+} tnd_request;
+
+typedef struct tnd_batcher_stats {
+    int queued, running;        /* requests waiting for a slot / in a slot */
+    int max_queue, n_seq_max;
+    int64_t kv_rows_used;       /* KV rows (tokens) the running sequences hold */
+    int64_t kv_rows_total;      /* n_seq_max * n_ctx */
+    uint64_t n_done;            /* requests finished, any reason */
+    uint64_t n_prompt_tokens;   /* prompt tokens evaluated */
+    uint64_t n_gen_tokens;      /* tokens generated */
+    uint64_t n_rounds;
+    double round_s;             /* time inside rounds */
+    double decode_s;            /* time inside rounds that generated tokens: decode_s / n_gen_rounds is the TPOT */
+    uint64_t n_gen_rounds;      /* rounds that generated at least one token */
+} tnd_batcher_stats;
+
+/* A batcher over c, whose sequences it then owns (do not make, feed or
+ * evaluate any on c while it lives; TND_ERR_ARG when one is in use now).
+ * max_queue: requests waiting at most (> 0). */
+tnd_status tnd_batcher_new(tnd_ctx *c, int max_queue, tnd_batcher **out);
+/* Ends every request with TND_FINISH_CANCEL (its on_done runs here), frees
+ * their sequences and the batcher; not the context. */
+void tnd_batcher_free(tnd_batcher *b);
+/* Queues a request; *id (may be NULL) names it for tnd_batcher_cancel.
+ * TND_ERR_LIMIT: the queue is full. TND_ERR_ARG: no prompt, a token out of
+ * range, max_tokens <= 0, or a prompt the context cannot hold (the message
+ * has the numbers). Nothing is queued on failure. */
+tnd_status tnd_batcher_submit(tnd_batcher *b, const tnd_request *r, uint64_t *id);
+/* Ends request id with TND_FINISH_CANCEL at the next step, whether queued
+ * or running; an unknown or finished id: nothing. */
+void tnd_batcher_cancel(tnd_batcher *b, uint64_t id);
+/* Retires cancelled requests, admits queued ones into free slots, runs one
+ * round, samples, calls back, retires finished ones. Nothing to do: returns
+ * at once. A failed round ends every running request with
+ * TND_FINISH_ERROR and returns the error; queued ones stay queued. */
+tnd_status tnd_batcher_step(tnd_batcher *b);
+/* Blocks until a request is queued or running (true) or timeout_s passes
+ * (false). */
+bool tnd_batcher_wait(tnd_batcher *b, double timeout_s);
+/* Wakes every tnd_batcher_wait now (a server shutting down). */
+void tnd_batcher_wake(tnd_batcher *b);
+void tnd_batcher_stats_get(tnd_batcher *b, tnd_batcher_stats *s);
+
 /* ---- generation ---------------------------------------------------------- */
 
 /* The model a context runs. */

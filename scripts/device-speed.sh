@@ -11,6 +11,9 @@
 #   xfer   the dynamic-transfer ablation, synth qwen3-14b at 50%: layer
 #          placement, static placement, static with Algorithm 2's promotions
 #          (the default), tg128 then pp2048, with bench's limit columns
+#   batch  synth qwen3-30b-a3b (--moe-skew 0.5) at 40%, bench --batch
+#          1,4,16,64 -p 512 -n 64: generated tokens per second over prefill
+#          and decode, as llama-batched-bench counts them
 # Models are generated under /tmp/tnd (kept while the machine is).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +65,14 @@ for s in ${*:-cpu dense moe}; do
         grep -E "^\||^placement|^bandwidth" || tail -3 /tmp/tnd/bench.err
     done
     ;;
-  *) echo "usage: $0 [cpu|dense|moe|xfer]..." >&2; exit 2 ;;
+  batch)
+    [ "$(left)" -gt 200 ] || { echo "batch: skipped (time)"; continue; }
+    synth qwen3-30b-a3b /tmp/tnd/qwen3-30b-a3b.gguf --moe-skew 0.5
+    timeout $(( $(left) - 10 )) $B bench -m /tmp/tnd/qwen3-30b-a3b.gguf --device cuda --vram-budget 40% -t $T \
+      --batch ${TND_SPEED_BATCH:-1,4,16,64} -p 512 -n 64 -r 1 2>/tmp/tnd/bench.err | grep -E "^\||^placement|^bandwidth" ||
+      tail -3 /tmp/tnd/bench.err
+    ;;
+  *) echo "usage: $0 [cpu|dense|moe|xfer|batch]..." >&2; exit 2 ;;
   esac
 done
 echo "device-speed: $(( $(date +%s) - start )) s"

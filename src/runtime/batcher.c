@@ -1,0 +1,315 @@
+/* Continuous batching (include/tandem.h; docs/ARCHITECTURE.md: Continuous
+ * batching): requests queue, take a sequence slot of the context when one
+ * is free, go through tnd_ctx_step rounds with whatever else runs, and give
+ * their slot back when they finish. The lock guards only the queue, the
+ * cancel marks and the counters; the context and the slots belong to the
+ * stepping thread, and callbacks run without the lock held (so a callback
+ * may cancel or submit). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/internal.h"
+#include "util.h"
+
+typedef struct breq {
+    uint64_t id;
+    int32_t *prompt;
+    int n_prompt, max_tokens, n_gen, seq;
+    bool cancel;
+    tnd_finish why; /* set when it finishes */
+    tnd_sampler *smp;
+    bool (*on_token)(void *user, int32_t token);
+    void (*on_done)(void *user, tnd_finish why, int n_prompt, int n_gen);
+    void *user;
+} breq;
+
+struct tnd_batcher {
+    tnd_ctx *c;
+    const tnd_tokenizer *tok;
+    int n_vocab, n_ctx, n_seq_max, max_queue;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    breq **queue; /* FIFO: queue[qh .. qh + nq) mod max_queue */
+    int qh, nq;
+    breq **run; /* by sequence slot; NULL: free */
+    int n_run;
+    uint64_t next_id;
+    uint64_t wakes; /* tnd_batcher_wake calls: a waiter returns when it changes */
+    float *lg; /* a copy of one sequence's logits: the sampler changes them */
+    tnd_batcher_stats st;
+};
+
+static void req_free(breq *r) {
+    if (!r) return;
+    tnd_sampler_free(r->smp);
+    free(r->prompt);
+    free(r);
+}
+
+/* Calls r's on_done and frees it; outside the lock. */
+static void finish(breq *r) {
+    if (r->on_done) r->on_done(r->user, r->why, r->n_prompt, r->n_gen);
+    req_free(r);
+}
+
+tnd_status tnd_batcher_new(tnd_ctx *c, int max_queue, tnd_batcher **out) {
+    *out = NULL;
+    if (!c) return tnd_fail(TND_ERR_ARG, "no context for the batcher");
+    if (max_queue <= 0) return tnd_fail(TND_ERR_ARG, "the batcher's queue must hold at least one request (got %d)",
+                                        max_queue);
+    for (int s = 0; s < tnd_ctx_n_seq_max(c); s++)
+        if (tnd_seq_n_past(c, s) >= 0)
+            return tnd_fail(TND_ERR_ARG, "the context's sequence %d is in use: a batcher takes a context whose "
+                            "sequences are all free", s);
+    tnd_batcher *b = tnd_calloc(1, sizeof *b);
+    if (!b) return tnd_fail(TND_ERR_NOMEM, "out of memory");
+    const tnd_model *m = tnd_ctx_model(c);
+    b->c = c;
+    b->tok = tnd_model_tokenizer(m);
+    b->n_vocab = tnd_model_n_vocab(m);
+    b->n_ctx = tnd_ctx_n_ctx(c);
+    b->n_seq_max = tnd_ctx_n_seq_max(c);
+    b->max_queue = max_queue;
+    b->next_id = 1;
+    b->queue = tnd_calloc((size_t)max_queue, sizeof *b->queue);
+    b->run = tnd_calloc((size_t)b->n_seq_max, sizeof *b->run);
+    b->lg = malloc(sizeof(float) * (size_t)b->n_vocab);
+    if (!b->queue || !b->run || !b->lg) {
+        free(b->queue);
+        free(b->run);
+        free(b->lg);
+        free(b);
+        return tnd_fail(TND_ERR_NOMEM, "out of memory");
+    }
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    b->st.max_queue = max_queue;
+    b->st.n_seq_max = b->n_seq_max;
+    b->st.kv_rows_total = (int64_t)b->n_seq_max * b->n_ctx;
+    *out = b;
+    return TND_OK;
+}
+
+/* Takes running request in slot s out (its sequence freed); stepping thread. */
+static breq *retire(tnd_batcher *b, int s, tnd_finish why) {
+    breq *r = b->run[s];
+    r->why = why;
+    tnd_seq_free(b->c, s);
+    pthread_mutex_lock(&b->mu);
+    b->run[s] = NULL;
+    b->n_run--;
+    b->st.running = b->n_run;
+    b->st.n_done++;
+    pthread_mutex_unlock(&b->mu);
+    return r;
+}
+
+void tnd_batcher_free(tnd_batcher *b) {
+    if (!b) return;
+    for (int s = 0; s < b->n_seq_max; s++)
+        if (b->run[s]) finish(retire(b, s, TND_FINISH_CANCEL));
+    for (int i = 0; i < b->nq; i++) {
+        breq *r = b->queue[(b->qh + i) % b->max_queue];
+        r->why = TND_FINISH_CANCEL;
+        finish(r);
+    }
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b->queue);
+    free(b->run);
+    free(b->lg);
+    free(b);
+}
+
+tnd_status tnd_batcher_submit(tnd_batcher *b, const tnd_request *q, uint64_t *id) {
+    if (!b || !q) return tnd_fail(TND_ERR_ARG, "no batcher or no request");
+    if (!q->prompt || q->n_prompt <= 0) return tnd_fail(TND_ERR_ARG, "the request has no prompt tokens");
+    if (q->n_prompt >= b->n_ctx)
+        return tnd_fail(TND_ERR_ARG, "the prompt has %d tokens but a sequence holds %d (the prompt and at least one "
+                        "generated token)", q->n_prompt, b->n_ctx);
+    if (q->max_tokens <= 0) return tnd_fail(TND_ERR_ARG, "max_tokens must be positive (got %d)", q->max_tokens);
+    for (int i = 0; i < q->n_prompt; i++)
+        if (q->prompt[i] < 0 || q->prompt[i] >= b->n_vocab)
+            return tnd_fail(TND_ERR_ARG, "prompt token %d: id %d out of range [0, %d)", i, q->prompt[i], b->n_vocab);
+    breq *r = tnd_calloc(1, sizeof *r);
+    if (!r || !(r->prompt = malloc(sizeof(int32_t) * (size_t)q->n_prompt))) {
+        free(r);
+        return tnd_fail(TND_ERR_NOMEM, "out of memory");
+    }
+    tnd_status st = tnd_sampler_new(&q->sampling, &r->smp);
+    if (st) {
+        req_free(r);
+        return st;
+    }
+    memcpy(r->prompt, q->prompt, sizeof(int32_t) * (size_t)q->n_prompt);
+    r->n_prompt = q->n_prompt;
+    r->max_tokens = q->max_tokens;
+    r->seq = -1;
+    r->on_token = q->on_token;
+    r->on_done = q->on_done;
+    r->user = q->user;
+    pthread_mutex_lock(&b->mu);
+    if (b->nq == b->max_queue) {
+        pthread_mutex_unlock(&b->mu);
+        req_free(r);
+        return tnd_fail(TND_ERR_LIMIT, "the queue is full (%d requests wait for %d sequence slots)", b->max_queue,
+                        b->n_seq_max);
+    }
+    r->id = b->next_id++;
+    b->queue[(b->qh + b->nq++) % b->max_queue] = r;
+    b->st.queued = b->nq;
+    if (id) *id = r->id;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    return TND_OK;
+}
+
+void tnd_batcher_cancel(tnd_batcher *b, uint64_t id) {
+    if (!b) return;
+    pthread_mutex_lock(&b->mu);
+    for (int i = 0; i < b->nq; i++) {
+        breq *r = b->queue[(b->qh + i) % b->max_queue];
+        if (r->id == id) r->cancel = true;
+    }
+    for (int s = 0; s < b->n_seq_max; s++)
+        if (b->run[s] && b->run[s]->id == id) b->run[s]->cancel = true;
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* Takes the cancelled requests out of the queue (in order kept) into
+ * out[*n]; under the lock. */
+static void drop_cancelled(tnd_batcher *b, breq **out, int *n) {
+    int k = 0;
+    for (int i = 0; i < b->nq; i++) {
+        breq *r = b->queue[(b->qh + i) % b->max_queue];
+        if (r->cancel) {
+            r->why = TND_FINISH_CANCEL;
+            out[(*n)++] = r;
+            b->st.n_done++;
+        } else {
+            b->queue[(b->qh + k++) % b->max_queue] = r;
+        }
+    }
+    b->nq = k;
+}
+
+/* Retires cancelled running requests and fills free slots from the queue. */
+static tnd_status admit(tnd_batcher *b) {
+    breq **gone = malloc(sizeof(breq *) * (size_t)(b->max_queue + 1));
+    if (!gone) return tnd_fail(TND_ERR_NOMEM, "out of memory");
+    int n_gone = 0;
+    for (int s = 0; s < b->n_seq_max; s++) {
+        if (!b->run[s]) continue;
+        pthread_mutex_lock(&b->mu);
+        bool cancel = b->run[s]->cancel;
+        pthread_mutex_unlock(&b->mu);
+        if (cancel) finish(retire(b, s, TND_FINISH_CANCEL));
+    }
+    tnd_status st = TND_OK;
+    pthread_mutex_lock(&b->mu);
+    drop_cancelled(b, gone, &n_gone);
+    while (b->nq && b->n_run < b->n_seq_max) {
+        breq *r = b->queue[b->qh];
+        int s;
+        if ((st = tnd_seq_new(b->c, &s))) break; /* a slot freed outside the batcher: cannot be, but no crash */
+        if ((st = tnd_seq_feed(b->c, s, r->prompt, r->n_prompt))) {
+            tnd_seq_free(b->c, s);
+            break;
+        }
+        for (int i = 0; i < r->n_prompt; i++) tnd_sampler_accept(r->smp, r->prompt[i]);
+        b->qh = (b->qh + 1) % b->max_queue;
+        b->nq--;
+        r->seq = s;
+        b->run[s] = r;
+        b->n_run++;
+        b->st.n_prompt_tokens += (uint64_t)r->n_prompt;
+    }
+    b->st.queued = b->nq;
+    b->st.running = b->n_run;
+    pthread_mutex_unlock(&b->mu);
+    for (int i = 0; i < n_gone; i++) finish(gone[i]);
+    free(gone);
+    return st;
+}
+
+tnd_status tnd_batcher_step(tnd_batcher *b) {
+    if (!b) return tnd_fail(TND_ERR_ARG, "no batcher");
+    tnd_status st = admit(b);
+    if (st || !b->n_run) return st;
+    const double t0 = tnd_time_s();
+    const tnd_status rs = tnd_ctx_step(b->c);
+    const double dt = tnd_time_s() - t0;
+    int n_sampled = 0, n_tok = 0;
+    for (int s = 0; s < b->n_seq_max; s++) {
+        breq *r = b->run[s];
+        if (!r) continue;
+        if (rs) {
+            finish(retire(b, s, TND_FINISH_ERROR));
+            continue;
+        }
+        const float *l = tnd_seq_logits(b->c, s);
+        if (!l) continue; /* its prompt is still being evaluated in chunks */
+        memcpy(b->lg, l, sizeof(float) * (size_t)b->n_vocab);
+        int32_t t = tnd_sampler_sample(r->smp, b->lg, b->n_vocab);
+        n_sampled++;
+        if (b->tok && tnd_tokenizer_is_eog(b->tok, t)) {
+            finish(retire(b, s, TND_FINISH_EOG));
+            continue;
+        }
+        r->n_gen++;
+        n_tok++;
+        tnd_finish why = TND_FINISH_LENGTH;
+        bool go = r->on_token ? r->on_token(r->user, t) : true;
+        if (!go) why = TND_FINISH_STOP;
+        else if (r->n_gen < r->max_tokens && tnd_seq_n_past(b->c, s) + 1 <= b->n_ctx) {
+            if (!tnd_seq_feed(b->c, s, &t, 1)) continue; /* it goes on */
+            why = TND_FINISH_ERROR;                       /* cannot be (room was checked), but never silent */
+            TND_WARN("request %llu: %s", (unsigned long long)r->id, tnd_last_error());
+        }
+        finish(retire(b, s, why));
+    }
+    int64_t rows = 0;
+    for (int s = 0; s < b->n_seq_max; s++)
+        if (b->run[s]) rows += tnd_seq_n_past(b->c, s);
+    pthread_mutex_lock(&b->mu);
+    b->st.n_rounds++;
+    b->st.round_s += dt;
+    if (n_sampled) {
+        b->st.n_gen_rounds++;
+        b->st.decode_s += dt;
+    }
+    b->st.n_gen_tokens += (uint64_t)n_tok;
+    b->st.kv_rows_used = rows;
+    pthread_mutex_unlock(&b->mu);
+    return rs;
+}
+
+bool tnd_batcher_wait(tnd_batcher *b, double timeout_s) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double s = (double)until.tv_sec + until.tv_nsec * 1e-9 + (timeout_s > 0 ? timeout_s : 0);
+    until.tv_sec = (time_t)s;
+    until.tv_nsec = (long)((s - (double)until.tv_sec) * 1e9);
+    if (until.tv_nsec >= 1000000000L) until.tv_nsec = 999999999L;
+    pthread_mutex_lock(&b->mu);
+    const uint64_t w0 = b->wakes;
+    while (!b->nq && !b->n_run && b->wakes == w0)
+        if (pthread_cond_timedwait(&b->cv, &b->mu, &until)) break; /* timed out */
+    bool work = b->nq || b->n_run;
+    pthread_mutex_unlock(&b->mu);
+    return work;
+}
+
+void tnd_batcher_wake(tnd_batcher *b) {
+    pthread_mutex_lock(&b->mu);
+    b->wakes++;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+void tnd_batcher_stats_get(tnd_batcher *b, tnd_batcher_stats *s) {
+    pthread_mutex_lock(&b->mu);
+    *s = b->st;
+    pthread_mutex_unlock(&b->mu);
+}

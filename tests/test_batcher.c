@@ -1,0 +1,275 @@
+/* Continuous batching (tnd_batcher; docs/ARCHITECTURE.md: Continuous
+ * batching), on the default model in the CPU's exact mode, where a
+ * sequence's tokens do not depend on what shares its rounds
+ * (tests/test_batch.c):
+ *   - more requests than sequence slots all finish, each with the greedy
+ *     tokens it gives alone, and the queue gives the slots back as they free;
+ *   - a full queue refuses (TND_ERR_LIMIT) and then takes again;
+ *   - cancelling a queued and a running request ends them, the others go on
+ *     undisturbed; on_token returning false stops one; the finish reasons;
+ *   - bad requests fail with TND_ERR_ARG and queue nothing;
+ *   - a thread submits while another steps (TSan's case);
+ *   - the counters add up, and freeing the batcher ends what is left.
+ * Skips (77) without the default model. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "model_fixture.h"
+#include "tandem.h"
+
+#define N_REQ 7
+#define MAX_GEN 6
+#define N_CTX 96
+
+typedef struct out {
+    int32_t tok[N_CTX];
+    int n, n_done, n_prompt, n_gen, stop_after; /* stop_after > 0: on_token says stop after that many */
+    tnd_finish why;
+} out;
+
+static bool on_token(void *u, int32_t t) {
+    out *o = u;
+    if (o->n < N_CTX) o->tok[o->n] = t;
+    o->n++;
+    return !(o->stop_after && o->n >= o->stop_after);
+}
+
+static void on_done(void *u, tnd_finish why, int n_prompt, int n_gen) {
+    out *o = u;
+    o->why = why;
+    o->n_done++;
+    o->n_prompt = n_prompt;
+    o->n_gen = n_gen;
+}
+
+typedef struct prompt {
+    int32_t ids[40];
+    int n;
+} prompt;
+
+static tnd_request request(const prompt *p, out *o, int max_tokens) {
+    tnd_request r = {.prompt = p->ids, .n_prompt = p->n, .max_tokens = max_tokens, .on_token = on_token,
+                     .on_done = on_done, .user = o};
+    r.sampling = tnd_sampler_default_params();
+    r.sampling.temp = 0; /* greedy */
+    return r;
+}
+
+/* The greedy tokens of p alone (MAX_GEN, end tokens not stopping it). */
+static tnd_status alone(tnd_model *m, const tnd_ctx_params *cp, const prompt *p, int32_t *tok) {
+    tnd_ctx_params ap = *cp;
+    ap.n_seq_max = 1;
+    tnd_ctx *c;
+    tnd_status st = tnd_ctx_new(m, &ap, &c);
+    if (st) return st;
+    int nv = tnd_model_n_vocab(m);
+    float *lg = tc_xmalloc(sizeof(float) * (size_t)nv);
+    st = tnd_ctx_eval(c, p->ids, p->n, lg);
+    for (int i = 0; !st && i < MAX_GEN; i++) {
+        tok[i] = tc_argmax(lg, nv);
+        st = tnd_ctx_eval(c, &tok[i], 1, lg);
+    }
+    free(lg);
+    tnd_ctx_free(c);
+    return st;
+}
+
+/* o against alone's tokens a: the same tokens; a LENGTH finish after
+ * max_tokens of them, an EOG where alone's next token ends the turn. */
+static void check_same(const char *what, int i, const tnd_model *m, const out *o, const int32_t *a, int max_tokens) {
+    CHECK(o->n_done == 1, "%s: request %d: on_done ran %d times", what, i, o->n_done);
+    CHECK(o->n == o->n_gen && o->n <= max_tokens, "%s: request %d: %d tokens passed, %d counted", what, i, o->n,
+          o->n_gen);
+    CHECK(!memcmp(o->tok, a, sizeof(int32_t) * (size_t)(o->n < MAX_GEN ? o->n : MAX_GEN)),
+          "%s: request %d: tokens differ from it alone", what, i);
+    if (o->why == TND_FINISH_EOG)
+        CHECK(o->n < MAX_GEN && tnd_tokenizer_is_eog(tnd_model_tokenizer(m), a[o->n]),
+              "%s: request %d: ended its turn after %d tokens, alone goes on", what, i, o->n);
+    else
+        CHECK(o->why == TND_FINISH_LENGTH && o->n == max_tokens, "%s: request %d: finished (%d) after %d tokens", what,
+              i, (int)o->why, o->n);
+}
+
+/* Steps b until every one of n outs is done (a bound on rounds: no hang). */
+static void drain(tnd_batcher *b, out *o, int n) {
+    for (int round = 0; round < 10000; round++) {
+        int done = 0;
+        for (int i = 0; i < n; i++) done += o[i].n_done;
+        if (done == n) return;
+        tnd_status st = tnd_batcher_step(b);
+        CHECK(!st, "step: %s", tnd_last_error());
+        if (st) return;
+    }
+    CHECK(false, "requests did not finish in 10000 rounds");
+}
+
+typedef struct producer {
+    tnd_batcher *b;
+    const prompt *p;
+    out *o;
+    int n, refused;
+    tnd_status st;
+} producer;
+
+static void *produce(void *arg) {
+    producer *pr = arg;
+    for (int i = 0; i < pr->n && !pr->st; i++) {
+        tnd_request r = request(&pr->p[i], &pr->o[i], MAX_GEN);
+        while ((pr->st = tnd_batcher_submit(pr->b, &r, NULL)) == TND_ERR_LIMIT) {
+            pr->refused++;
+            sched_yield(); /* back-pressure: wait for the stepping thread to take one */
+        }
+    }
+    return NULL;
+}
+
+int main(void) {
+    char path[4096];
+    if (!fx_default_model(path, sizeof path, false)) return 77;
+    tnd_model *m = fx_load(path, 2);
+    if (!m) return 1;
+    const int nv = tnd_model_n_vocab(m);
+    tnd_ctx_params cp = tnd_ctx_default_params();
+    cp.cpu_exact = true;
+    cp.n_ctx = N_CTX;
+    cp.n_batch = 32; /* prompts longer than a round's budget: prefill in chunks beside decodes */
+    cp.n_seq_max = 3;
+
+    prompt p[N_REQ];
+    int32_t ref[N_REQ][MAX_GEN];
+    tc_rng = 7;
+    for (int i = 0; i < N_REQ; i++) {
+        p[i].n = 4 + (11 * i) % 37;
+        for (int t = 0; t < p[i].n; t++) p[i].ids[t] = (int32_t)(tc_xorshift() % (uint64_t)nv);
+        CHECK_ST(alone(m, &cp, &p[i], ref[i]));
+    }
+
+    tnd_ctx *c = NULL;
+    tnd_batcher *b = NULL;
+    CHECK_ST(tnd_ctx_new(m, &cp, &c));
+    CHECK_ST(tnd_batcher_new(c, N_REQ, &b));
+    if (!b) return tc_summary();
+
+    /* more requests than slots: all finish, each as alone; the slots cycle */
+    out o[N_REQ];
+    memset(o, 0, sizeof o);
+    uint64_t id[N_REQ];
+    for (int i = 0; i < N_REQ; i++) {
+        tnd_request r = request(&p[i], &o[i], MAX_GEN - (i % 3)); /* different lengths: slots free at other times */
+        CHECK_ST(tnd_batcher_submit(b, &r, &id[i]));
+    }
+    tnd_batcher_stats s;
+    tnd_batcher_stats_get(b, &s);
+    CHECK(s.queued == N_REQ && s.running == 0, "queued %d running %d after submitting", s.queued, s.running);
+    CHECK_ST(tnd_batcher_step(b));
+    tnd_batcher_stats_get(b, &s);
+    CHECK(s.running == cp.n_seq_max && s.queued == N_REQ - cp.n_seq_max, "after a step: running %d queued %d",
+          s.running, s.queued);
+    drain(b, o, N_REQ);
+    uint64_t gen = 0, prompt_tok = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        check_same("queued", i, m, &o[i], ref[i], MAX_GEN - (i % 3));
+        CHECK(o[i].n_prompt == p[i].n, "request %d: n_prompt %d", i, o[i].n_prompt);
+        gen += (uint64_t)o[i].n_gen;
+        prompt_tok += (uint64_t)p[i].n;
+    }
+    tnd_batcher_stats_get(b, &s);
+    CHECK(s.n_done == N_REQ && s.n_gen_tokens >= gen && s.n_prompt_tokens == prompt_tok && s.running == 0 &&
+              s.queued == 0 && s.kv_rows_used == 0 && s.n_gen_rounds <= s.n_rounds && s.decode_s <= s.round_s,
+          "counters: done %llu gen %llu/%llu prompt %llu running %d queued %d kv %lld",
+          (unsigned long long)s.n_done, (unsigned long long)s.n_gen_tokens, (unsigned long long)gen,
+          (unsigned long long)s.n_prompt_tokens, s.running, s.queued, (long long)s.kv_rows_used);
+    CHECK(s.kv_rows_total == (int64_t)cp.n_seq_max * N_CTX, "kv_rows_total %lld", (long long)s.kv_rows_total);
+    CHECK(!tnd_batcher_wait(b, 0.001), "wait says there is work with nothing queued");
+
+    /* a full queue refuses, takes again once a step admits */
+    memset(o, 0, sizeof o);
+    for (int i = 0; i < N_REQ; i++) {
+        tnd_request r = request(&p[i], &o[i], MAX_GEN);
+        CHECK_ST(tnd_batcher_submit(b, &r, &id[i]));
+    }
+    out extra = {0};
+    tnd_request rx = request(&p[0], &extra, MAX_GEN);
+    CHECK(tnd_batcher_submit(b, &rx, NULL) == TND_ERR_LIMIT, "a full queue took a request");
+    CHECK(tnd_batcher_wait(b, 0), "wait says there is no work with a full queue");
+    /* cancel: one queued, one running (after the first step) */
+    tnd_batcher_cancel(b, id[N_REQ - 1]);
+    CHECK_ST(tnd_batcher_step(b));
+    tnd_batcher_cancel(b, id[1]);
+    tnd_batcher_cancel(b, 999999); /* unknown: nothing */
+    CHECK_ST(tnd_batcher_submit(b, &rx, NULL));
+    o[2].stop_after = 2; /* set before its first token: it is running, tokens come only from steps */
+    for (int round = 0; round < 10000; round++) {
+        int done = extra.n_done;
+        for (int i = 0; i < N_REQ; i++) done += o[i].n_done;
+        if (done == N_REQ + 1) break;
+        CHECK_ST(tnd_batcher_step(b));
+    }
+    CHECK(o[N_REQ - 1].why == TND_FINISH_CANCEL && o[N_REQ - 1].n_gen == 0 && o[N_REQ - 1].n_done == 1,
+          "cancelled while queued: finish %d after %d tokens", (int)o[N_REQ - 1].why, o[N_REQ - 1].n_gen);
+    CHECK(o[1].why == TND_FINISH_CANCEL && o[1].n_done == 1, "cancelled while running: finish %d", (int)o[1].why);
+    CHECK(!memcmp(o[1].tok, ref[1], sizeof(int32_t) * (size_t)(o[1].n < MAX_GEN ? o[1].n : MAX_GEN)),
+          "cancelled request's tokens before it ended");
+    CHECK(o[2].why == TND_FINISH_STOP && o[2].n_gen == 2 && !memcmp(o[2].tok, ref[2], sizeof(int32_t) * 2),
+          "on_token stop: finish %d after %d tokens", (int)o[2].why, o[2].n_gen);
+    for (int i = 3; i < N_REQ - 1; i++) check_same("beside cancels", i, m, &o[i], ref[i], MAX_GEN);
+    check_same("beside cancels", 0, m, &o[0], ref[0], MAX_GEN);
+    check_same("after a refusal", 0, m, &extra, ref[0], MAX_GEN);
+
+    /* bad requests: errors, nothing queued */
+    out bad = {0};
+    tnd_request rb = request(&p[0], &bad, 0);
+    CHECK(tnd_batcher_submit(b, &rb, NULL) == TND_ERR_ARG, "max_tokens 0 taken");
+    rb = request(&p[0], &bad, 4);
+    rb.n_prompt = 0;
+    CHECK(tnd_batcher_submit(b, &rb, NULL) == TND_ERR_ARG, "an empty prompt taken");
+    int32_t big[N_CTX];
+    for (int i = 0; i < N_CTX; i++) big[i] = i;
+    rb.prompt = big;
+    rb.n_prompt = N_CTX;
+    CHECK(tnd_batcher_submit(b, &rb, NULL) == TND_ERR_ARG && strstr(tnd_last_error(), "96"),
+          "a prompt of n_ctx tokens taken (%s)", tnd_last_error());
+    big[3] = nv;
+    rb.n_prompt = 8;
+    CHECK(tnd_batcher_submit(b, &rb, NULL) == TND_ERR_ARG, "a token out of range taken");
+    tnd_batcher_stats_get(b, &s);
+    CHECK(s.queued == 0 && s.running == 0 && !bad.n_done, "bad requests left queued %d running %d", s.queued,
+          s.running);
+
+    /* a second thread submits while this one steps */
+    memset(o, 0, sizeof o);
+    producer pr = {.b = b, .p = p, .o = o, .n = N_REQ};
+    pthread_t th;
+    CHECK(!pthread_create(&th, NULL, produce, &pr), "pthread_create");
+    for (int round = 0; round < 100000; round++) {
+        int done = 0;
+        for (int i = 0; i < N_REQ; i++) done += o[i].n_done; /* on_done runs on this thread */
+        if (done == N_REQ) break;
+        if (!tnd_batcher_wait(b, 0.01)) continue;
+        CHECK_ST(tnd_batcher_step(b));
+    }
+    pthread_join(th, NULL);
+    CHECK_ST(pr.st);
+    for (int i = 0; i < N_REQ; i++) check_same("from a thread", i, m, &o[i], ref[i], MAX_GEN);
+
+    /* free ends what is queued and running */
+    memset(o, 0, sizeof o);
+    for (int i = 0; i < N_REQ; i++) {
+        tnd_request r = request(&p[i], &o[i], MAX_GEN);
+        CHECK_ST(tnd_batcher_submit(b, &r, NULL));
+    }
+    CHECK_ST(tnd_batcher_step(b));
+    tnd_batcher_free(b);
+    for (int i = 0; i < N_REQ; i++)
+        CHECK(o[i].n_done == 1 && o[i].why == TND_FINISH_CANCEL, "request %d at free: done %d finish %d", i,
+              o[i].n_done, (int)o[i].why);
+    for (int s2 = 0; s2 < cp.n_seq_max; s2++)
+        CHECK(tnd_seq_n_past(c, s2) < 0, "sequence %d still live after the batcher's free", s2);
+    tnd_ctx_free(c);
+    tnd_model_free(m);
+    return tc_summary();
+}
