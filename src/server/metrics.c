@@ -55,8 +55,8 @@ char *srv_metrics_text(srv *s) {
     M("decode_seconds_total", "counter", "seconds of rounds that generated tokens");
     fprintf(f, "tandem_decode_seconds_total %g\n", b.decode_s);
     M("time_per_output_token_seconds", "gauge",
-      "decode_seconds_total / generation_tokens_total (TPOT; batched rounds share their time)");
-    fprintf(f, "tandem_time_per_output_token_seconds %g\n", b.n_gen_tokens ? b.decode_s / (double)b.n_gen_tokens : 0.0);
+      "mean seconds of a round that generated tokens: each running request's time per output token");
+    fprintf(f, "tandem_time_per_output_token_seconds %g\n", b.n_gen_rounds ? b.decode_s / (double)b.n_gen_rounds : 0.0);
 #undef M
     if (fclose(f)) {
         free(buf);

@@ -19,7 +19,6 @@
 #include <stdio.h>
 
 #include "tandem.h"
-#include "server/batcher_shim.h"
 
 #define SRV_MAX_STOP 16
 

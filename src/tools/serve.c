@@ -96,7 +96,7 @@ int cmd_serve(int argc, char **argv) {
             if (!tools_parse_int(v, 1, TND_SEQ_MAX, &parallel)) return tools_bad_option("serve", a, false, usage);
             i++;
         } else if (!strcmp(a, "--queue")) {
-            if (!tools_parse_int(v, 0, 1 << 20, &queue)) return tools_bad_option("serve", a, false, usage);
+            if (!tools_parse_int(v, 1, 1 << 20, &queue)) return tools_bad_option("serve", a, false, usage);
             i++;
         } else if (!strcmp(a, "--max-body")) {
             if (!tools_parse_size(v, &max_body) || max_body < 1 || max_body > (1ull << 32))
