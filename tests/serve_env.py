@@ -20,8 +20,10 @@ def has_server(tandem):
     or jansson at configure time)."""
     r = subprocess.run([tandem, "serve", "--help"], capture_output=True, text=True, timeout=60)
     if "This build has no server" in r.stdout:
-        print("skipped: this build has no server (libmicrohttpd / jansson missing at configure time)")
-        sys.exit(77)
+        # CI (.ci/run sets TND_CI) installs both: there a build without them is a failure
+        print(("FAIL" if os.environ.get("TND_CI") else "skipped") + ": this build has no server (libmicrohttpd / "
+              "jansson missing at configure time)")
+        sys.exit(1 if os.environ.get("TND_CI") else 77)
 
 
 class Server:
