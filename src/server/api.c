@@ -141,7 +141,7 @@ static bool render_chat(srv *s, json_t *msgs, srv_params *p, srv_error *e) {
         }
         m[i] = (tnd_chat_msg){r, own[i]};
     }
-    if (ok && tnd_chat_render(s->o->chat_template, tnd_model_chat_template(s->m), m, (int)n, true, &p->prompt))
+    if (ok && tnd_chat_render(s->o->chat_template, s->chat_tmpl, m, (int)n, true, &p->prompt))
         ok = fail(e, 500, "server_error", NULL, NULL, "chat template: %s", tnd_last_error());
     for (size_t i = 0; own && i < n; i++) free(own[i]);
     free(own);

@@ -55,6 +55,7 @@ static bool load(srv *s) {
     }
     if (tnd_ctx_new(s->m, &cp, &s->c)) return false;
     s->tok = tnd_model_tokenizer(s->m);
+    s->chat_tmpl = tnd_model_chat_template(s->m);
     tnd_batcher *b;
     if (tnd_batcher_new(s->c, o->max_queue, &b)) return false;
     pthread_mutex_lock(&s->bmu);

@@ -52,6 +52,7 @@ typedef struct srv {
     tnd_model *m;
     tnd_ctx *c;
     const tnd_tokenizer *tok;
+    const char *chat_tmpl;           /* the model's template text (NULL: none, chatml) */
     /* the batcher is taken under bmu by the HTTP threads (submit, cancel,
      * stats) so the engine thread can free it at shutdown while they run;
      * lock order: bmu, then the batcher's own lock, then a request's mu */
