@@ -34,6 +34,28 @@ def check(name, ok, detail=""):
     fails += not ok
 
 
+# -- the command line: bad values, a bad model, an address that cannot be had
+def cli(args, rc, has):
+    r = subprocess.run([tandem, "serve", *args], capture_output=True, text=True, timeout=120)
+    check(f"serve {' '.join(args)}: exit {rc}", r.returncode == rc and has in r.stderr, (r.returncode, r.stderr[-300:]))
+
+
+h = subprocess.run([tandem, "serve", "--help"], capture_output=True, text=True, timeout=60).stdout
+check("serve --help lists the options", all(o in h for o in (
+    "--host", "--port", "--api-key", "--parallel", "--queue", "--max-body", "--name", "--shutdown-grace",
+    "--device", "--vram-budget", "--ctx-size", "--temp")), h)
+cli(["--port", "70000"], 2, "--port")
+cli(["--parallel", "0"], 2, "--parallel")
+cli(["--frobnicate"], 2, "unknown option")
+cli(["--stop", "x"], 2, "unknown option")
+cli(["-m", model, "--host", "not-an-address", "--port", "0"], 1, "not an IPv4 or IPv6 address")
+cli(["-m", "/nonexistent/model.gguf", "--port", "0"], 1, "/nonexistent/model.gguf")
+busy = socket.socket()
+busy.bind(("127.0.0.1", 0))
+busy.listen(1)
+cli(["-m", model, "--port", str(busy.getsockname()[1])], 1, "cannot listen")
+busy.close()
+
 KEY = "sekrit-123"
 srv = serve_env.Server(tandem, model, "--api-key", KEY, "--parallel", "2", "--queue", "1", "-c", "512",
                        "--max-body", "64K", "-t", "2")
