@@ -4,7 +4,9 @@ reproducible, max_tokens honoured, usage right (prompt_tokens against
 `tandem tokenize`, greedy text against `tandem run`); then bad requests,
 each with its status and OpenAI's error body; a full queue (503); and
 SIGTERM with a stream running (the stream ends, exit 0)."""
+import http.client
 import json
+import signal
 import os
 import socket
 import subprocess
@@ -55,6 +57,28 @@ busy.bind(("127.0.0.1", 0))
 busy.listen(1)
 cli(["-m", model, "--port", str(busy.getsockname()[1])], 1, "cannot listen")
 busy.close()
+
+# -- 503 while the model loads: asked the moment the socket is bound
+# (--check-weights reads the whole file: the load lasts long enough to ask)
+p = subprocess.Popen([tandem, "serve", "-m", model, "--port", "0", "--check-weights", "-t", "2"],
+                     stderr=subprocess.PIPE, text=True)
+line = p.stderr.readline()
+port = int(line.split("127.0.0.1:")[1].split("/")[0]) if "127.0.0.1:" in line else 0
+statuses = []
+for path, body in (("/health", None), ("/v1/completions", {"prompt": "hi", "max_tokens": 1})):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST" if body else "GET", path, json.dumps(body) if body else None)
+    r = c.getresponse()
+    statuses.append((r.status, r.read()))
+if statuses[0][0] == 503:
+    for st, data in statuses:
+        e = json.loads(data).get("error", {})
+        check(f"while loading: 503 model_loading ({st})", st == 503 and e.get("code") == "model_loading", data)
+else:
+    print("skipped the loading check: the model loaded before the first request", statuses)
+p.send_signal(signal.SIGTERM)
+check("SIGTERM during or after the load: exit 0", p.wait(timeout=120) == 0)
+p.stderr.close()
 
 KEY = "sekrit-123"
 srv = serve_env.Server(tandem, model, "--api-key", KEY, "--parallel", "2", "--queue", "1", "-c", "512",
