@@ -312,6 +312,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (*upload_n) {
         k->seen += *upload_n;
+        /* far past the limit: not worth reading to the end for a 413 */
+        if (k->seen > 16 * (uint64_t)s->o->max_body) return MHD_NO;
         if (!k->too_big && k->n + *upload_n > s->o->max_body) {
             k->too_big = true; /* kept reading, not kept: the 413 goes out after the body */
             free(k->body);
