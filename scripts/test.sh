@@ -2,8 +2,9 @@
 # The test command (README): builds tandem twice (release, and ASan+UBSan)
 # and runs every test in both; then the SimGPU and hybrid-executor tests
 # under ThreadSanitizer; then a short libFuzzer run of each fuzz target.
-# Needs: cmake, a C compiler, clang (fuzzing), python3 with numpy and gguf
-# (scripts/setup.sh installs all of them), and the default model.
+# Needs: cmake, a C compiler, clang (fuzzing), python3 with numpy and gguf;
+# for tandem serve's tests libmicrohttpd, jansson, the openai package and
+# chromium (scripts/setup.sh installs all of them), and the default model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
