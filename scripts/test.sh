@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README): builds tandem twice (release, and ASan+UBSan)
 # and runs every test in both; then the SimGPU and hybrid-executor tests
-# under ThreadSanitizer; then a short libFuzzer run of each fuzz target.
+# and the batcher (submitted to from other threads) under ThreadSanitizer;
+# then a short libFuzzer run of each fuzz target.
 # Needs: cmake, a C compiler, clang (fuzzing), python3 with numpy and gguf;
 # for tandem serve's tests libmicrohttpd, jansson, the openai package and
 # chromium (scripts/setup.sh installs all of them), and the default model.
@@ -25,12 +26,12 @@ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DTND_SANITIZE=ON -DCMAKE_C_FLA
 cmake --build build-san -j"$jobs"
 TND_SANITIZED=1 ctest --test-dir build-san --output-on-failure -j"$jobs" --timeout 1500
 
-echo "== ThreadSanitizer: SimGPU and the hybrid executor"
+echo "== ThreadSanitizer: SimGPU, the hybrid executor, the batcher (submit from other threads)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DTND_TSAN=ON -DTND_CUDA=OFF -DCMAKE_C_FLAGS=-O1 >/dev/null
-cmake --build build-tsan -j"$jobs" --target tandem_cli test_sim test_hybrid
+cmake --build build-tsan -j"$jobs" --target tandem_cli test_sim test_hybrid test_batcher
 # few placements: every op runs ~10x slower under TSan (the release build runs 60)
 TND_SANITIZED=1 TND_HYBRID_N=3 TND_HYBRID_K=2 TSAN_OPTIONS=halt_on_error=1 \
-  ctest --test-dir build-tsan --output-on-failure --timeout 1500 -R 'test_sim|test_hybrid$|test_hybrid_cli'
+  ctest --test-dir build-tsan --output-on-failure --timeout 1500 -R 'test_sim|test_hybrid$|test_hybrid_cli|test_batcher'
 
 if command -v clang >/dev/null; then
   echo "== fuzz (short run)"

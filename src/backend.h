@@ -26,6 +26,10 @@
 #ifndef TND_BACKEND_H
 #define TND_BACKEND_H
 
+/* Expert matmuls of at most this many tokens: one kernel over the (token,
+ * slot) pairs on the GPU (TND_OP_MATMUL_ID) */
+#define TND_MMID_PAIRS_MAX_TOK 64
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -71,7 +75,10 @@ typedef enum tnd_op_kind {
      * experts with the other side's ids at -1); ids >= n_expert are errors.
      * p.mmid.skip must be set when ids may be negative (backends that
      * cannot see the ids before launching, as CUDA's, then write through a
-     * temporary); routing ids never are. */
+     * temporary); routing ids never are. Up to TND_MMID_PAIRS_MAX_TOK
+     * tokens the CUDA backend runs one kernel over the (token, slot) pairs;
+     * above, a GEMM per used expert (the layout's scratch and the cost model
+     * follow the same line). */
     TND_OP_MATMUL_ID,
     /* Embedding lookup. in[0] table: any supported type {n, n_rows};
      * in[1] ids: i32 {n_ids}; out[0]: f32 {n, n_ids}. */

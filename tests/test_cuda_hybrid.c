@@ -91,7 +91,7 @@ static void test_matmul_id_skip(void) {
         return;
     }
     const int64_t n_in = 256, n_out = 96, n_exp = 5;
-    const int n_used = 3, toks[] = {1, 3, 8, 37};
+    const int n_used = 3, toks[] = {1, 3, 8, 37, 70}; /* 70: past the pair kernel (TND_MMID_PAIRS_MAX_TOK), grouped */
     const float sentinel = 12345.0f;
     size_t wn = (size_t)(n_in * n_out * n_exp);
     float *w = malloc(wn * sizeof(float));

@@ -227,7 +227,7 @@ static void test_matmul(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_tok) 
     op.in[1] = tens(mc.dx, TND_TYPE_F32, n_in, n_tok, 1);
     op.out[0] = tens(dy, TND_TYPE_F32, n_out, n_tok, 1);
     char what[160];
-    bool f16path = n_tok > 8;
+    bool f16path = n_tok > TND_MMID_PAIRS_MAX_TOK;
     const int kind = f16path ? TND_CU_MV_F32 : tnd_cu_matvec_kind(t, n_in, (int)n_tok);
     /* i8mma keeps the f32 tolerance (test_matvec_mma) */
     bool mvh = kind == TND_CU_MV_F16MMA;
@@ -413,7 +413,7 @@ static void test_matmul_id(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_ex
     op.in[1] = tens(dx, TND_TYPE_F32, n_in, n_x, n_tok);
     op.in[2] = tens(dids, TND_TYPE_I32, n_used, n_tok, 1);
     op.out[0] = tens(dy, TND_TYPE_F32, n_out, n_used, n_tok);
-    bool f16path = n_tok > 8;
+    bool f16path = n_tok > TND_MMID_PAIRS_MAX_TOK;
     char what[160];
     snprintf(what, sizeof what, "matmul_id %-5s n_in=%lld n_out=%lld experts=%lld n_tok=%lld used=%d x %s (%s)",
              tnd_type_name(t), (long long)n_in, (long long)n_out, (long long)n_exp, (long long)n_tok, n_used,
@@ -1943,8 +1943,10 @@ int main(int argc, char **argv) {
         test_matmul_id(t, n_in, 45, 5, 1, 2, false);
         test_matmul_id(t, n_in, 45, 5, 3, 2, false);
         test_matmul_id(t, n_in, 45, 7, 17, 3, false);
+        test_matmul_id(t, n_in, 45, 7, 70, 3, false); /* past the pair kernel's tokens: grouped */
         test_matmul_id(t, n_in, 45, 5, 3, 2, true);
         test_matmul_id(t, n_in, 45, 7, 17, 3, true);
+        test_matmul_id(t, n_in, 45, 7, 70, 3, true);
     }
     test_get_rows(TND_TYPE_Q4_K, 2048, 1000, 64);
 

@@ -22,8 +22,9 @@ typedef struct cpu_ctx {
     uint64_t budget, used, peak;
     /* MATMUL_ID scratch (gathered inputs/outputs of one expert), grown on demand */
     float *gx, *gy;
-    int32_t *gidx;
-    size_t g_cap_x, g_cap_y, g_cap_i;
+    int32_t *gidx, *gact;
+    int64_t *goff;
+    size_t g_cap_x, g_cap_y, g_cap_i, g_cap_act, g_cap_off;
 } cpu_ctx;
 
 struct tnd_stream { int unused; };
@@ -241,6 +242,49 @@ static tnd_status run_rows(cpu_ctx *c, const tnd_op *op, int64_t rows, int64_t e
     return err ? err : (tnd_status)atomic_load(&j.err);
 }
 
+/* A round of few tokens per expert (batched decode): every used expert's
+ * rows in one parallel region, items of EXPERT_GROUP_ROWS rows of one
+ * expert over all the tokens that chose it. A region per expert (three
+ * pool runs each: quantize, aux, rows) would pay wake-ups and barriers
+ * 128 x 3 times a layer, more than the rows cost. Each item quantizes its
+ * expert's tokens itself (a few microseconds, against its rows' reads).
+ * Every row is computed as tnd_cpu_matmul computes it for that expert's
+ * tokens, so the result equals the per-expert path's. */
+typedef struct {
+    const cpu_ctx *c;
+    tnd_type wt;
+    const char *W;
+    size_t w_slice;
+    int64_t n_in, n_out, n_act, grains;
+    const int32_t *act;  /* [n_act] the used experts */
+    const int64_t *off;  /* [n_exp + 1] each expert's first pair in gx/gy (counting sort) */
+    const float *gx;
+    float *gy;
+} group_job;
+
+#define EXPERT_GROUP_ROWS 64
+/* at most this many tokens per used expert on average: the grouped region; more (prefill):
+ * an expert's matmul of its own, whose kernels want long row ranges over many tokens */
+#define EXPERT_GROUP_MAX_TOK 24
+
+static void group_task(void *arg, int item, int n_items) {
+    const group_job *j = arg;
+    int64_t total = j->grains * j->n_act;
+    int64_t a = total * item / n_items, b = total * (item + 1) / n_items;
+    while (a < b) {
+        int64_t k = a / j->grains, g0 = a % j->grains, g1 = TND_MIN(j->grains, g0 + (b - a));
+        int e = j->act[k];
+        int64_t p0 = j->off[e], n = j->off[e + 1] - p0;
+        const char *W = j->W + (size_t)e * j->w_slice;
+        int64_t r0 = g0 * EXPERT_GROUP_ROWS, r1 = TND_MIN(j->n_out, g1 * EXPERT_GROUP_ROWS);
+        if (j->c->int8_act) tnd_cpu_matmul_rows(NULL, j->wt, W, j->n_in, j->n_out, r0, r1, j->gx + p0 * j->n_in, n,
+                                                j->gy + p0 * j->n_out);
+        else tnd_cpu_matmul_f32_rows(NULL, j->wt, W, j->n_in, j->n_out, r0, r1, j->gx + p0 * j->n_in, n,
+                                     j->gy + p0 * j->n_out);
+        a += g1 - g0;
+    }
+}
+
 /* Expert matmul: (token, slot) pairs grouped by expert, so each expert's
  * weights are streamed once for all the tokens that chose it. */
 static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
@@ -252,10 +296,6 @@ static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
     float *y = op->out[0].data;
     size_t w_slice = tnd_row_size(W->type, n_in) * (size_t)n_out;
     int64_t pairs = n_used * n_tok;
-    if (!grow((void **)&c->gidx, &c->g_cap_i, sizeof(int32_t) * (size_t)pairs) ||
-        !grow((void **)&c->gx, &c->g_cap_x, sizeof(float) * (size_t)(pairs * n_in)) ||
-        !grow((void **)&c->gy, &c->g_cap_y, sizeof(float) * (size_t)(pairs * n_out)))
-        return TND_ERR_NOMEM;
     /* negative ids: skipped pairs, whose rows stay as they are (backend.h) */
     for (int64_t i = 0; i < pairs; i++)
         if (ids[i] >= n_exp)
@@ -268,20 +308,48 @@ static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
         if (j.n) tnd_pool_run(c->pool, token_experts_task, &j);
         return TND_OK;
     }
+    /* counting sort of the pairs by expert: gidx[off[e] ..] are expert e's, in token order */
+    if (!grow((void **)&c->gidx, &c->g_cap_i, sizeof(int32_t) * (size_t)pairs) ||
+        !grow((void **)&c->gact, &c->g_cap_act, sizeof(int32_t) * (size_t)n_exp) ||
+        !grow((void **)&c->goff, &c->g_cap_off, sizeof(int64_t) * (size_t)(n_exp + 1)) ||
+        !grow((void **)&c->gx, &c->g_cap_x, sizeof(float) * (size_t)(pairs * n_in)) ||
+        !grow((void **)&c->gy, &c->g_cap_y, sizeof(float) * (size_t)(pairs * n_out)))
+        return TND_ERR_NOMEM;
+    int64_t *off = c->goff;
+    int32_t *act = c->gact;
+    memset(off, 0, sizeof(int64_t) * (size_t)(n_exp + 1));
+    for (int64_t i = 0; i < pairs; i++)
+        if (ids[i] >= 0) off[ids[i] + 1]++;
+    int n_act = 0;
     for (int64_t e = 0; e < n_exp; e++) {
-        int64_t n = 0;
-        for (int64_t i = 0; i < pairs; i++)
-            if (ids[i] == e) c->gidx[n++] = (int32_t)i;
-        if (!n) continue;
-        for (int64_t r = 0; r < n; r++) {
-            int64_t t = c->gidx[r] / n_used, u = c->gidx[r] % n_used;
-            const float *src = x + (t * n_x + (n_x == 1 ? 0 : u)) * n_in;
-            memcpy(c->gx + r * n_in, src, sizeof(float) * (size_t)n_in);
-        }
-        cpu_matmul(c, W->type, (const char *)W->data + (size_t)e * w_slice, n_in, n_out, c->gx, n, c->gy);
-        for (int64_t r = 0; r < n; r++)
-            memcpy(y + (int64_t)c->gidx[r] * n_out, c->gy + r * n_out, sizeof(float) * (size_t)n_out);
+        if (off[e + 1]) act[n_act++] = (int32_t)e;
+        off[e + 1] += off[e];
     }
+    const int64_t n_pairs = off[n_exp];
+    if (!n_pairs) return TND_OK;
+    for (int64_t i = 0; i < pairs; i++)
+        if (ids[i] >= 0) c->gidx[off[ids[i]]++] = (int32_t)i;
+    for (int64_t e = n_exp; e > 0; e--) off[e] = off[e - 1]; /* the fill moved each start to the next's */
+    off[0] = 0;
+    for (int64_t r = 0; r < n_pairs; r++) {
+        int64_t t = c->gidx[r] / n_used, u = c->gidx[r] % n_used;
+        memcpy(c->gx + r * n_in, x + (t * n_x + (n_x == 1 ? 0 : u)) * n_in, sizeof(float) * (size_t)n_in);
+    }
+    if (n_pairs <= (int64_t)EXPERT_GROUP_MAX_TOK * n_act) {
+        group_job j = {.c = c, .wt = W->type, .W = W->data, .w_slice = w_slice, .n_in = n_in, .n_out = n_out,
+                       .n_act = n_act, .grains = (n_out + EXPERT_GROUP_ROWS - 1) / EXPERT_GROUP_ROWS, .act = act,
+                       .off = off, .gx = c->gx, .gy = c->gy};
+        int64_t items = (int64_t)tnd_pool_size(c->pool) * TND_POOL_ITEMS_PER_THREAD;
+        tnd_pool_run_n(c->pool, group_task, &j, (int)TND_MAX(1, TND_MIN(j.grains * n_act, items)));
+    } else {
+        for (int k = 0; k < n_act; k++) {
+            int64_t e = act[k], p0 = off[e];
+            cpu_matmul(c, W->type, (const char *)W->data + (size_t)e * w_slice, n_in, n_out, c->gx + p0 * n_in,
+                       off[e + 1] - p0, c->gy + p0 * n_out);
+        }
+    }
+    for (int64_t r = 0; r < n_pairs; r++)
+        memcpy(y + (int64_t)c->gidx[r] * n_out, c->gy + r * n_out, sizeof(float) * (size_t)n_out);
     return TND_OK;
 }
 
@@ -418,6 +486,8 @@ static void cpu_free(tnd_backend *b) {
     tnd_aligned_free(c->gx);
     tnd_aligned_free(c->gy);
     tnd_aligned_free(c->gidx);
+    tnd_aligned_free(c->gact);
+    tnd_aligned_free(c->goff);
     free(c);
     free(b);
 }

@@ -30,6 +30,12 @@ extern "C" {
 #define CU_BLAS_WORKSPACE (32ull << 20)
 #define CU_PIN_PIECE (256ull << 20) /* default piece of a region pinned in pieces */
 #define CU_MATVEC_MAX_TOK 8
+/* Expert matmuls of up to TND_MMID_PAIRS_MAX_TOK tokens run the matvec
+ * kernel over (token, slot) pairs, one launch for all of them: a batched
+ * decode round of 16-64 sequences touches most experts with a token or two
+ * each, where the grouped path's dequantize + GEMM launches per used expert
+ * (hundreds a layer) cost more than the pairs' reads. */
+#define CU_MATVEC_ID_MAX_TOK TND_MMID_PAIRS_MAX_TOK
 
 struct cu_alloc {
     void *ptr;
@@ -872,7 +878,7 @@ static tnd_status cu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
          * after their own scratch and only the kept rows are copied to y;
          * the grouped path writes only the kept rows itself */
         size_t pairs = (size_t)n_tok * (size_t)n_used;
-        bool grouped = n_tok > CU_MATVEC_MAX_TOK;
+        bool grouped = n_tok > CU_MATVEC_ID_MAX_TOK;
         size_t tmp = op->p.mmid.skip && !grouped ? (pairs * (size_t)n_out * 4 + 255) & ~(size_t)255 : 0;
         float *y = (float *)o->data;
         if (!grouped) {
@@ -1011,12 +1017,12 @@ static tnd_status cu_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         blas = true;
     } else if (op->kind == TND_OP_MATMUL_ID) {
         int64_t n_tok = rows_of(&op->in[2]), n_used = ne(&op->in[2], 0);
-        if (n_tok > CU_MATVEC_MAX_TOK) {
+        if (n_tok > CU_MATVEC_ID_MAX_TOK) {
             need = tnd_cu_matmul_id_scratch(a->ne[0], ne(a, 1), n_tok, (int)n_used);
             blas = true;
         }
-        /* the temporary of a skipping decode matmul_id (cu_op_run) */
-        if (op->p.mmid.skip && n_tok <= CU_MATVEC_MAX_TOK)
+        /* the temporary of a skipping matvec matmul_id (cu_op_run) */
+        if (op->p.mmid.skip && n_tok <= CU_MATVEC_ID_MAX_TOK)
             need += ((size_t)n_tok * (size_t)n_used * (size_t)ne(a, 1) * 4 + 255) & ~(size_t)255;
     } else if (op->kind == TND_OP_ATTN) {
         int64_t n_tok = ne(a, 2) * ne(a, 3);

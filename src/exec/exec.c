@@ -367,6 +367,14 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
         ric[i] = side[e] == TND_SIDE_CPU ? e : -1;
         rig[i] = gi[e];
     }
+    if (c->hot_cnt) { /* the live hot-expert table's counts (runtime/hot.c) */
+        for (int64_t i = 0; i < n; i++) {
+            c->hot_cnt[(size_t)l * E + ids[i]]++;
+            c->hot_win_gpu += side[ids[i]] == TND_SIDE_GPU;
+        }
+        c->hot_win_route += (uint64_t)n;
+        c->hot_tok[l] += n / TND_MAX(c->m->hp.n_expert_used, 1);
+    }
     if (n == c->m->hp.n_expert_used) { /* one token: a decode step */
         c->n_route_dec += (uint64_t)n;
         for (int64_t i = 0; i < n; i++) c->n_route_dec_gpu += side[ids[i]] == TND_SIDE_GPU;

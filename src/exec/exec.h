@@ -142,6 +142,13 @@ struct tnd_ctx {
     /* split layers' routings of decode steps: all, and those to GPU experts
      * (bench sets them beside the hot-expert table's prediction) */
     uint64_t n_route_dec, n_route_dec_gpu;
+    /* the live hot-expert table (runtime/hot.c): per split layer, each
+     * expert's EWMA uses per token, this window's counts and tokens, its
+     * routings and those that found their expert on the GPU */
+    double *hot_pop;
+    int64_t *hot_cnt, *hot_tok;
+    uint64_t hot_win_route, hot_win_gpu, n_expert_moves;
+    double hot_assumed, hot_measured; /* GPU-hit share the placement assumes / the last window's */
     /* TND_TRACE=1|2 (trace_mode, read once at creation), a diagnostic:
      * node times summed per cell (exec.c); printed by tnd_ctx_free */
     int trace_mode;

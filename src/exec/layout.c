@@ -66,10 +66,12 @@ static uint64_t matmul_scratch(const tnd_weight *w, int nb, int n_used) {
 }
 
 /* What an expert matmul that skips ids needs (split layers): the CUDA
- * decode kernels compute into a temporary [pairs][n_out] and copy the kept
- * rows; the grouped prefill path writes the kept rows itself. */
+ * pair kernels (up to TND_MMID_PAIRS_MAX_TOK tokens) compute into a
+ * temporary [pairs][n_out] and copy the kept rows; the grouped prefill path
+ * writes the kept rows itself, and its scratch holds the largest such
+ * temporary too. */
 static uint64_t skip_scratch(const tnd_weight *w, int nb, int n_used) {
-    return nb <= 8 ? ALIGN256((uint64_t)nb * (uint64_t)n_used * (uint64_t)w->n_out * 4) : matmul_scratch(w, nb, n_used);
+    return nb <= TND_MMID_PAIRS_MAX_TOK ? ALIGN256((uint64_t)nb * (uint64_t)n_used * (uint64_t)w->n_out * 4) : matmul_scratch(w, nb, n_used);
 }
 
 void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int n_seq, int nb,

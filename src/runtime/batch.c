@@ -158,6 +158,7 @@ tnd_status tnd_ctx_step(tnd_ctx *c) {
         }
     }
     c->seq_rr = (c->seq_rr + 1) % n;
+    st = tnd_hot_after_round(c); /* between rounds: may move experts (fails only if the context cannot go on) */
 done:
     free(take);
     free(sg);

@@ -35,6 +35,7 @@ void tnd_ctx_free(tnd_ctx *c) {
     tnd_exec_trace_print(c, stderr);
     free(c->trace);
     tnd_layout_free(c);
+    tnd_hot_release(c);
     drop_gpu(c);
     if (c->side[0].be) {
         tnd_backend_stream_free(c->side[0].be, c->side[0].st);
@@ -165,6 +166,7 @@ static void adopt(tnd_ctx *c, tnd_plan *plan) {
 static tnd_status ctx_lay_out(tnd_ctx *c) {
     tnd_status st = tnd_layout_alloc(c);
     if (!st && c->gpu) st = reserve_scratch(c);
+    if (!st) st = tnd_hot_init(c);
     return st;
 }
 
@@ -443,6 +445,9 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .n_pairs = c->n_pairs,
                            .n_route_dec = c->n_route_dec,
                            .n_route_dec_gpu = c->n_route_dec_gpu,
+                           .n_expert_moves = c->n_expert_moves,
+                           .hot_measured = c->hot_pop ? c->hot_measured : -1,
+                           .hot_assumed = tnd_hot_assumed(c),
                            .wall_s = c->busy_wall,
                            .busy_cpu_s = c->busy_cpu,
                            .busy_pcie_s = c->busy_pcie,
@@ -480,7 +485,7 @@ static tnd_status round_forward(tnd_ctx *c, const int32_t *tokens, int nt, bool 
                 100.0 * (ms - pred) / pred);
     }
     c->n_past += nt;
-    return TND_OK;
+    return tnd_hot_after_round(c); /* between rounds: may move experts (fails only if the context cannot go on) */
 }
 
 tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits) {

@@ -43,6 +43,17 @@ void tnd_ctx_recipe(tnd_ctx *c, tnd_recipe *r);
 tnd_status tnd_seq_alloc(tnd_ctx *c);
 void tnd_seq_release(tnd_ctx *c);
 
+/* The live hot-expert table (hot.c): made for c's layout (nothing without
+ * split layers or a GPU), released, and consulted after each round, where
+ * it may swap experts between the CPU and the GPU. */
+tnd_status tnd_hot_init(tnd_ctx *c);
+void tnd_hot_release(tnd_ctx *c);
+tnd_status tnd_hot_after_round(tnd_ctx *c);
+/* Tests: the table the placement is taken to assume (n_layer x n_expert
+ * uses per token), and the GPU-hit share that gives (-1: no table). */
+void tnd_hot_assume(tnd_ctx *c, const double *pop);
+double tnd_hot_assumed(const tnd_ctx *c);
+
 /* A deep copy of src (placement, perf DBs), to free with tnd_plan_free. */
 tnd_status tnd_plan_copy(const tnd_plan *src, tnd_plan **out);
 

@@ -54,6 +54,11 @@ typedef struct tnd_ctx_stats {
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes, n_pairs;
     /* split layers' routings of decode steps: all, and those to GPU experts */
     uint64_t n_route_dec, n_route_dec_gpu;
+    /* experts the live hot-expert table moved onto the GPU (runtime/hot.c),
+     * and the GPU-hit share of split layers' routings in its last window
+     * against the share the placement assumes now (-1: no table) */
+    uint64_t n_expert_moves;
+    double hot_measured, hot_assumed;
     /* Seconds the rounds took (wall) and, within them, how long each
      * resource was busy: the CPU's ops (measured), the weight copies over
      * PCIe (measured by events, the last 16 of a round scaled to all its

@@ -699,7 +699,7 @@ static double gpu_per_expert(const tnd_model *m, const tnd_perf *pf, int sid, in
  * tensor's over many tokens by the experts routing chooses. */
 double tnd_perf_gpu_time(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
     const tnd_weight *w = m->slices[sid];
-    if (w->n_expert <= 1 || nt <= 8) return tnd_perf_slice_time(pf, sid, TND_SIDE_GPU, nt);
+    if (w->n_expert <= 1 || nt <= TND_MMID_PAIRS_MAX_TOK) return tnd_perf_slice_time(pf, sid, TND_SIDE_GPU, nt);
     return gpu_per_expert(m, pf, sid, nt) * experts_chosen(m, pf, NULL, tnd_slice_layer(w), 0, nt);
 }
 
@@ -725,7 +725,7 @@ static split_cost split_times(const tnd_model *m, const tnd_perf *pf, const tnd_
     double g = tnd_perf_gpu_share(m, pf, p, l), chosen = experts_chosen(m, pf, p, l, TND_SIDE_CPU, nt);
     /* Over many tokens each GPU part costs its chosen experts
      * (gpu_per_expert); a decode step's single kernel follows the routings. */
-    const bool per_expert = nt > 8;
+    const bool per_expert = nt > TND_MMID_PAIRS_MAX_TOK;
     const double cg = per_expert ? experts_chosen(m, pf, p, l, TND_SIDE_GPU, nt) : 0;
     /* The CPU part of a decode step: between one chosen expert (t_cpu_one,
      * which carries the op's fixed cost) and all n_used of them, by the

@@ -89,6 +89,7 @@ typedef struct config {
     double pred_tg, pred_pp;        /* the timeline model's tokens/s (0: no perf DB) */
     char desc[96];                  /* the placement as built */
     double route_gpu, route_pred;   /* decode: split layers' routings to GPU experts, measured and predicted (-1: none) */
+    uint64_t moves;                 /* experts the live hot-expert table swapped onto the GPU */
 } config;
 
 static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const int32_t *toks, long n_prompt,
@@ -194,6 +195,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
      * against the hot-expert table the placement was made from */
     tnd_ctx_stats cs;
     tnd_ctx_get_stats(c, &cs);
+    k->moves = cs.n_expert_moves;
     if (cs.n_route_dec >= 16 * (uint64_t)m->hp.n_expert_used) { /* 16 decode steps at least: a share, not noise */
         k->route_gpu = (double)cs.n_route_dec_gpu / (double)cs.n_route_dec;
         double sum = 0;
@@ -593,6 +595,8 @@ int cmd_bench(int argc, char **argv) {
                 printf("\nplacement %d: GPU experts took %.0f%% of the split layers' decode routings", k + 1,
                        100 * cfg[k].route_gpu);
                 if (cfg[k].route_pred >= 0) printf(" (hot-expert table: %.0f%%)", 100 * cfg[k].route_pred);
+                if (cfg[k].moves) printf("; the live table swapped %llu experts onto the GPU",
+                                         (unsigned long long)cfg[k].moves);
                 printf("\n");
             }
     }
