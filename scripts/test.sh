@@ -3,8 +3,9 @@
 # and runs every test in both; then the SimGPU and hybrid-executor tests
 # and the batcher (submitted to from other threads) under ThreadSanitizer;
 # then a short libFuzzer run of each fuzz target.
-# Needs: cmake, a C compiler, clang (fuzzing), python3 with numpy and gguf
-# (scripts/setup.sh installs all of them), and the default model.
+# Needs: cmake, a C compiler, clang (fuzzing), python3 with numpy and gguf;
+# for tandem serve's tests libmicrohttpd, jansson, the openai package and
+# chromium (scripts/setup.sh installs all of them), and the default model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)

@@ -237,7 +237,14 @@ static tnd_status admit(tnd_batcher *b) {
 tnd_status tnd_batcher_step(tnd_batcher *b) {
     if (!b) return tnd_fail(TND_ERR_ARG, "no batcher");
     tnd_status st = admit(b);
-    if (st || !b->n_run) return st;
+    if (st || !b->n_run) {
+        /* admit may have retired the last running ones (cancelled): their
+         * KV rows are free now, and stats must say so before a next round */
+        pthread_mutex_lock(&b->mu);
+        if (!b->n_run) b->st.kv_rows_used = 0;
+        pthread_mutex_unlock(&b->mu);
+        return st;
+    }
     const double t0 = tnd_time_s();
     const tnd_status rs = tnd_ctx_step(b->c);
     const double dt = tnd_time_s() - t0;
