@@ -204,11 +204,11 @@ int main(int argc, char **argv) {
             /* n_out: every remainder mod 4 (the decode kernels take rows in
              * groups of 4) on one thread and across thread shares */
             int64_t nouts[] = {1, 3, 6, 17, 37};
-            int64_t ntoks[] = {1, 2, 3, 5, 17};
+            int64_t ntoks[] = {1, 2, 3, 4, 5, 7, 17};
             long before = g_checked;
             for (int a = 0; a < n_nins; a++)
                 for (int b = 0; b < 5; b++)
-                    for (int c = 0; c < 5; c++) {
+                    for (int c = 0; c < 7; c++) {
                         if (quick && (a + b + c) % 3) continue;
                         test_shape(pools[(a + b + c) % 3], (tnd_cpu_isa_id)isa, wt, nins[a], nouts[b], ntoks[c]);
                     }

@@ -247,10 +247,136 @@ ROWS512(q4_0, block_q4_0, 0)
 ROWS512(q8_0, block_q8_0, 4)
 #undef ROWS512
 
+
+/* ---- Q4_1 x Q8_1 ----------------------------------------------------------------
+ * w = d q + m with q the unsigned nibbles (0..15), so vpdpbusd takes them as
+ * they are; the m part of a block is m * s of the activation block. Two
+ * 32-blocks per 512-bit vector as for Q4_0 above. What belongs to a token
+ * alone is prepared once per call (q4_1_prep): its quants of each block
+ * pair contiguous (one 64-byte operand), its scales spread over the pair's
+ * lanes (S) and its block sums s in lanes 0 and 8 (SA, zeros elsewhere), so
+ * a token costs 5 instructions per row and 64 weights (vpdpbusd, vcvtdq2ps,
+ * vmulps, two FMAs with memory operands) against ~10 for the row's own
+ * unpacking, shared by up to 4 tokens: the batched decode rounds (issue 27)
+ * pay little more per round than one token. Each (row, token) sum is
+ * computed in the same order whatever the row group and token count, so a
+ * sequence's logits do not depend on what it is batched with. */
+
+/* Per token: np = ceil(nb / 2) pairs of 64 quant bytes, then np x 16 floats
+ * S, then np x 16 floats SA; an odd last block's pair is padded with zeros. */
+#define Q41_TOK_BYTES(np) ((size_t)(np) * (64 + 128))
+
+TGTI void q4_1_prep(const char *xq, size_t x_row, int64_t nt, int64_t nb, char *buf) {
+    const int64_t np = (nb + 1) / 2;
+    for (int64_t t = 0; t < nt; t++) {
+        const block_q8_1 *a = (const block_q8_1 *)(xq + t * x_row);
+        int8_t *aq = (int8_t *)(buf + (size_t)t * Q41_TOK_BYTES(np));
+        float *S = (float *)(aq + 64 * np), *SA = S + 16 * np;
+        for (int64_t i = 0; i < 2 * np; i++) {
+            float da = 0.0f, sa = 0.0f;
+            if (i < nb) {
+                memcpy(aq + 32 * i, a[i].qs, 32);
+                da = h2f(a[i].d);
+                sa = h2f(a[i].s);
+            } else memset(aq + 32 * i, 0, 32);
+            _mm256_storeu_ps(S + 8 * i, _mm256_set1_ps(da));
+            _mm256_storeu_ps(SA + 8 * i, _mm256_setr_ps(sa, 0, 0, 0, 0, 0, 0, 0));
+        }
+    }
+}
+
+/* R rows x NT tokens of Q4_1 (R * NT <= 8 accumulators). */
+TGTI void q4_1_tile(int64_t nb, const char *w, size_t w_row, const char *buf, const int R, const int NT, float *y,
+                    int64_t ys) {
+    const int64_t np = (nb + 1) / 2;
+    const size_t tb = Q41_TOK_BYTES(np);
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    /* 16-bit words of a pair: d0 0, m0 1, d1 10, m1 11 */
+    const __m256i id = _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 10, 10, 10, 10, 10, 10, 10, 10);
+    const __m256i im = _mm256_setr_epi16(1, 1, 1, 1, 1, 1, 1, 1, 11, 11, 11, 11, 11, 11, 11, 11);
+    const __m512i sh = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4), m4 = _mm512_set1_epi8(0x0f);
+    const size_t rowb = (size_t)nb * sizeof(block_q4_1);
+    for (int64_t p = 0; p < np; p++) {
+        const bool two = 2 * p + 1 < nb;
+        for (int r = 0; r < R; r++) {
+            const block_q4_1 *b = (const block_q4_1 *)(w + r * w_row) + 2 * p;
+            /* R interleaved streams: each row ahead, past its end the same
+             * row of the next group */
+            const char *pf = (const char *)b + PF_DIST;
+            if (pf >= w + r * w_row + rowb) pf += (size_t)(R - 1) * w_row;
+            _mm_prefetch(pf, _MM_HINT_T0);
+            __m512i u;
+            __m512 dw, mw;
+            if (two) {
+                __m512i v = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs))),
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[1].qs)), 1);
+                u = _mm512_and_si512(_mm512_srlv_epi64(v, sh), m4);
+                __m256i h = _mm256_loadu_si256((const __m256i *)b); /* 32 of the pair's 40 bytes */
+                dw = _mm512_cvtph_ps(_mm256_permutexvar_epi16(id, h));
+                mw = _mm512_cvtph_ps(_mm256_permutexvar_epi16(im, h));
+            } else { /* an odd last block, alone in the lower half */
+                u = _mm512_zextsi256_si512(nib32(b->qs));
+                dw = _mm512_set1_ps(h2f(b->d));
+                mw = _mm512_set1_ps(h2f(b->m));
+            }
+            for (int t = 0; t < NT; t++) {
+                const char *tp = buf + (size_t)t * tb;
+                const float *S = (const float *)(tp + 64 * np) + 16 * p, *SA = (const float *)(tp + 64 * np) + 16 * (np + p);
+                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(tp + 64 * p));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_loadu_ps(S)), acc[r][t]);
+                acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(SA), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++) y[t * ys + r] = hsum512_ps(acc[r][t]);
+}
+
+TGT static void mm5_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
+                         int64_t nt, float *y, int64_t ys) {
+    const int64_t nb = n_in / 32, np = (nb + 1) / 2;
+    const size_t tb = Q41_TOK_BYTES(np);
+    char *buf = tnd_cpu_tls_buf(1, tb * (size_t)nt);
+    if (!buf) {
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;
+        return;
+    }
+    q4_1_prep(xq, x_row, nt, nb, buf);
+    const char *Wc = W;
+    /* rows per group: 4 for 1-2 tokens, 2 for more (R * NT <= 8) */
+    const int R = nt <= 2 ? 4 : 2;
+    for (int64_t r = 0; r < nr;) {
+        const int rg = nr - r >= R ? R : 1; /* the last rows one by one */
+        for (int64_t t = 0; t < nt; t += 4) {
+            const int k = nt - t < 4 ? (int)(nt - t) : 4;
+            const char *w = Wc + (size_t)r * w_row, *bt = buf + (size_t)t * tb;
+            float *yt = y + t * ys + r;
+            switch (rg * 8 + k) {
+            case 4 * 8 + 1: q4_1_tile(nb, w, w_row, bt, 4, 1, yt, ys); break;
+            case 4 * 8 + 2: q4_1_tile(nb, w, w_row, bt, 4, 2, yt, ys); break;
+            case 2 * 8 + 1: q4_1_tile(nb, w, w_row, bt, 2, 1, yt, ys); break;
+            case 2 * 8 + 2: q4_1_tile(nb, w, w_row, bt, 2, 2, yt, ys); break;
+            case 2 * 8 + 3: q4_1_tile(nb, w, w_row, bt, 2, 3, yt, ys); break;
+            case 2 * 8 + 4: q4_1_tile(nb, w, w_row, bt, 2, 4, yt, ys); break;
+            case 1 * 8 + 1: q4_1_tile(nb, w, w_row, bt, 1, 1, yt, ys); break;
+            case 1 * 8 + 2: q4_1_tile(nb, w, w_row, bt, 1, 2, yt, ys); break;
+            case 1 * 8 + 3: q4_1_tile(nb, w, w_row, bt, 1, 3, yt, ys); break;
+            default: q4_1_tile(nb, w, w_row, bt, 1, 4, yt, ys); break;
+            }
+        }
+        r += rg;
+    }
+}
+
 void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k) {
     x86_register_gemm(k);
     k->mm[TND_TYPE_Q4_0].fn = mm5_q4_0;
     k->mm[TND_TYPE_Q8_0].fn = mm5_q8_0;
+    k->mm[TND_TYPE_Q4_1].fn = mm5_q4_1;
     k->mm[TND_TYPE_Q4_K].fn = mm5_q4_K;
     k->mm[TND_TYPE_Q6_K].fn = mm5_q6_K;
 }
