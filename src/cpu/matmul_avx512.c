@@ -188,8 +188,9 @@ TGTI __m512i u64_q4_1(const block_q4_1 *b) {
  * per row group: its quants of each block pair contiguous (one 64-byte
  * operand), its scales spread over the pair's lanes (S), and X: for Q4_0
  * and Q8_0 the int32 offset start values of vpdpbusd, for Q4_1 the block
- * sums s in lanes 0 and 8 (zeros elsewhere). A token then costs 4
- * instructions per row and 64 weights (5 for Q4_1), all taking the
+ * sums s as floats, one per block: the kernel gathers the m of 8 pairs (16
+ * blocks) into one vector, so the m part costs a token one FMA per 8 pairs.
+ * A token then costs 4 instructions per row and 64 weights, all taking the
  * prepared vectors as memory operands, against ~6-10 for unpacking the
  * row's pair, which is shared by every token of the group: so a batched
  * decode round (several sequences, issue 27) costs little more than one
@@ -200,7 +201,8 @@ TGTI __m512i u64_q4_1(const block_q4_1 *b) {
 enum { PF_Q4_0, PF_Q8_0, PF_Q4_1 };
 
 /* Per token: np = ceil(nb / 2) pairs of 64 quant bytes, np x 16 floats S,
- * np x 16 words X; an odd last block's pair padded with zeros. */
+ * np x 16 words X; an odd last block's pair padded with zeros (Q4_1's X:
+ * nb floats, zeros up to 16 ceil(np / 8) <= 16 np). */
 #define PAIR_TOK_BYTES(np) ((size_t)(np) * 192)
 
 TGTI void pair_prep(const int F, const char *xq, size_t x_row, int64_t nt, int64_t nb, char *buf) {
@@ -220,7 +222,6 @@ TGTI void pair_prep(const int F, const char *xq, size_t x_row, int64_t nt, int64
                 const block_q8_1 *a = (const block_q8_1 *)arow + i;
                 memcpy(aq + 32 * i, a->qs, 32);
                 _mm256_storeu_ps(S + 8 * i, _mm256_set1_ps(h2f(a->d)));
-                _mm256_storeu_ps((float *)(X + 32 * i), _mm256_setr_ps(h2f(a->s), 0, 0, 0, 0, 0, 0, 0));
             } else {
                 /* dot(q, a) = dot(u, a) - OFF sum(a), OFF / 8 per lane */
                 const block_q8_0 *a = (const block_q8_0 *)arow + i;
@@ -230,6 +231,11 @@ TGTI void pair_prep(const int F, const char *xq, size_t x_row, int64_t nt, int64
                 int32_t nsa = -hsum_epi32(dot_us(ones8, q));
                 _mm256_storeu_si256((__m256i *)(X + 32 * i), _mm256_set1_epi32(nsa * (F == PF_Q8_0 ? 16 : 1)));
             }
+        }
+        if (F == PF_Q4_1) { /* X: the blocks' s, zeros up to a multiple of 16 */
+            const block_q8_1 *a = (const block_q8_1 *)arow;
+            float *sa = (float *)X;
+            for (int64_t i = 0; i < 16 * ((np + 7) / 8); i++) sa[i] = i < nb ? h2f(a[i].s) : 0.0f;
         }
     }
 }
@@ -242,8 +248,11 @@ TGTI void pair_tile(const int F, int64_t nb, const char *w, size_t w_row, const 
     const size_t bs = F == PF_Q4_0 ? sizeof(block_q4_0) : F == PF_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_1);
     const size_t rowb = (size_t)nb * bs;
     __m512 acc[4][4];
-    for (int r = 0; r < R; r++)
+    __m256i mh[4]; /* Q4_1: the m (half floats) of up to 8 pairs, block order */
+    for (int r = 0; r < R; r++) {
+        mh[r] = _mm256_setzero_si256();
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    }
     for (int64_t p = 0; p < np; p++) {
         const bool two = 2 * p + 1 < nb;
         for (int r = 0; r < R; r++) {
@@ -254,36 +263,43 @@ TGTI void pair_tile(const int F, int64_t nb, const char *w, size_t w_row, const 
             if (pf >= w + r * w_row + rowb) pf += (size_t)(R - 1) * w_row;
             for (int l = 0; l < (int)(2 * bs + 63) / 64; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
             __m512i u;
-            __m512 dw, mw = _mm512_setzero_ps();
-            if (two) {
+            __m512 dw;
+            if (F == PF_Q4_1) {
+                /* 16-bit words d0 0, m0 1, d1 10, m1 11: in the pair's first
+                 * 32 bytes; a lone last block's 2 words (the rest zeros) */
+                __m256i h = two ? _mm256_loadu_si256((const __m256i *)b) : _mm256_maskz_loadu_epi16(0x3, b);
+                u = two ? u64_q4_1((const block_q4_1 *)b)
+                        : _mm512_zextsi256_si512(nib32(((const block_q4_1 *)b)->qs));
+                dw = _mm512_cvtph_ps(_mm256_permutexvar_epi16(
+                    _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 10, 10, 10, 10, 10, 10, 10, 10), h));
+                /* m0, m1 into words 2 (p % 8), 2 (p % 8) + 1 */
+                mh[r] = _mm256_mask_permutexvar_epi16(mh[r], (__mmask16)(3u << (2 * (p & 7))),
+                                                      _mm256_setr_epi16(1, 11, 1, 11, 1, 11, 1, 11, 1, 11, 1, 11,
+                                                                        1, 11, 1, 11), h);
+            } else if (two) {
                 if (F == PF_Q4_0) u = u64_q4_0((const block_q4_0 *)b), dw = d16_q4_0((const block_q4_0 *)b);
-                else if (F == PF_Q8_0) u = u64_q8_0((const block_q8_0 *)b), dw = d16_q8_0((const block_q8_0 *)b);
-                else {
-                    u = u64_q4_1((const block_q4_1 *)b);
-                    /* 16-bit words d0 0, m0 1, d1 10, m1 11: in the pair's first 32 bytes */
-                    __m256i h = _mm256_loadu_si256((const __m256i *)b);
-                    dw = _mm512_cvtph_ps(_mm256_permutexvar_epi16(
-                        _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 10, 10, 10, 10, 10, 10, 10, 10), h));
-                    mw = _mm512_cvtph_ps(_mm256_permutexvar_epi16(
-                        _mm256_setr_epi16(1, 1, 1, 1, 1, 1, 1, 1, 11, 11, 11, 11, 11, 11, 11, 11), h));
-                }
+                else u = u64_q8_0((const block_q8_0 *)b), dw = d16_q8_0((const block_q8_0 *)b);
             } else { /* an odd last block, alone in the lower half */
                 uint16_t d;
                 memcpy(&d, b, 2); /* every format starts with d */
                 dw = _mm512_set1_ps(h2f(d));
                 if (F == PF_Q4_0) u = u32_q4_0((const block_q4_0 *)b);
-                else if (F == PF_Q8_0) u = u32_q8_0((const block_q8_0 *)b);
-                else u = _mm512_zextsi256_si512(nib32(((const block_q4_1 *)b)->qs)),
-                     mw = _mm512_set1_ps(h2f(((const block_q4_1 *)b)->m));
+                else u = u32_q8_0((const block_q8_0 *)b);
             }
             for (int t = 0; t < NT; t++) {
                 const char *tp = buf + (size_t)t * tb;
                 const __m512 S = _mm512_loadu_ps((const float *)(tp + 64 * np) + 16 * p);
-                const char *X = tp + 128 * np + 64 * p;
-                __m512i c = F == PF_Q4_1 ? _mm512_setzero_si512() : _mm512_loadu_si512(X);
+                __m512i c = F == PF_Q4_1 ? _mm512_setzero_si512() : _mm512_loadu_si512(tp + 128 * np + 64 * p);
                 __m512i s = _mm512_dpbusd_epi32(c, u, _mm512_loadu_si512(tp + 64 * p));
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, S), acc[r][t]);
-                if (F == PF_Q4_1) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps((const float *)X), acc[r][t]);
+            }
+            if (F == PF_Q4_1 && ((p & 7) == 7 || p == np - 1)) { /* 8 pairs' m part */
+                const __m512 m16 = _mm512_cvtph_ps(mh[r]);
+                for (int t = 0; t < NT; t++) {
+                    const float *sa = (const float *)(buf + (size_t)t * tb + 128 * np) + 16 * (p / 8);
+                    acc[r][t] = _mm512_fmadd_ps(m16, _mm512_loadu_ps(sa), acc[r][t]);
+                }
+                mh[r] = _mm256_setzero_si256();
             }
         }
     }
