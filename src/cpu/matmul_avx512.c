@@ -136,7 +136,8 @@ ROW_LOOP(mm5_q6_K, row5_q6_K)
  * bytes u: Q4_0 its nibbles (q + 8), Q8_0 q + 128 (q xor 0x80). The offset
  * comes back out through the activation block sums (pair_prep, once per
  * call): dot(q, a) = dot(u, a) - OFF sum(a), spread over the block's 8 int32
- * lanes as vpdpbusd's start value (OFF / 8 sum(a) each; 1 << OFFSH = OFF / 8).
+ * lanes as vpdpbusd's start value (OFF / 8 sum(a) each: Q4_0 sum(a), Q8_0
+ * 16 sum(a)).
  * Integer sums are exact per block (at most 4 * 255 * 128 per lane); the
  * float sum over blocks runs in 16 lanes. An odd last block goes alone in
  * the lower half (the upper half all zeros). */
@@ -175,7 +176,7 @@ TGTI __m512 d16_q8_0(const block_q8_0 *b) {
 
 /* Q4_1 x Q8_1 the same way: w = d q + m with q the unsigned nibbles
  * (0..15), so vpdpbusd takes them as they are (no offset); the m part of a
- * block is m * s of the activation block, one more FMA per block pair. */
+ * block is m * s of the activation block (gathered per 8 pairs, below). */
 TGTI __m512i u64_q4_1(const block_q4_1 *b) {
     __m512i v = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs))),
