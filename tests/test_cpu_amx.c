@@ -1,5 +1,5 @@
 /* AMX prefill kernels (cpu/matmul_amx.c) against the scalar int8 reference,
- * for Q4_0, Q8_0, Q4_K and Q6_K, on odd shapes: n_tok not a multiple of 16
+ * for Q4_0, Q8_0, Q4_1, Q4_K and Q6_K, on odd shapes: n_tok not a multiple of 16
  * (and below 16, through the kernel directly), n_out not a multiple of 16,
  * several block counts, 1 and 3 threads, row sub-ranges.
  *
@@ -48,6 +48,7 @@ static void make_weights(tnd_type wt, int kind, void *W, int64_t n_in, int64_t n
             switch (wt) {
             case TND_TYPE_Q4_0: ((block_q4_0 *)W)[b].d = d; break;
             case TND_TYPE_Q8_0: ((block_q8_0 *)W)[b].d = d; break;
+            case TND_TYPE_Q4_1: ((block_q4_1 *)W)[b].d = d, ((block_q4_1 *)W)[b].m = tnd_fp32_to_fp16(-8.0f * tnd_fp16_to_fp32(d2)); break;
             case TND_TYPE_Q4_K: ((block_q4_K *)W)[b].d = d, ((block_q4_K *)W)[b].dmin = d2; break;
             case TND_TYPE_Q6_K:
                 ((block_q6_K *)W)[b].d = d;
@@ -115,6 +116,14 @@ static void make_aux(tnd_type act, const char *xq, size_t xrow, int64_t n_in, in
                 const block_q8_K *b = (const block_q8_K *)(xq + t * xrow) + c / 16;
                 da = b->d;
                 for (int i = 0; i < 16; i++) sa += b->qs[16 * (c % 16) + i];
+            } else if (act == TND_TYPE_Q8_1) {
+                /* Q4_1 takes the block's stored s (d * sum, rounded to half)
+                 * as the reference does: dsa on the first chunk, 0 on the second */
+                const block_q8_1 *b = (const block_q8_1 *)(xq + t * xrow) + c / 2;
+                da = tnd_fp16_to_fp32(b->d);
+                for (int i = 0; i < 16; i++) sa += b->qs[16 * (c % 2) + i];
+                aux[t * nc + c] = (tnd_act_aux){.da = da, .dsa = c % 2 ? 0.0f : tnd_fp16_to_fp32(b->s), .sa = sa};
+                continue;
             } else {
                 const block_q8_0 *b = (const block_q8_0 *)(xq + t * xrow) + c / 2;
                 da = tnd_fp16_to_fp32(b->d);
@@ -222,7 +231,7 @@ static void run_mode(tnd_amx_mode mode, tnd_pool **pools, int npools) {
     static const struct { int nb; int n_out, n_tok; } shapes[] = {
         {1, 5, 16}, {3, 37, 17}, {8, 16, 37}, {13, 70, 50}, {2, 33, 32}, {5, 21, 16},
     };
-    const tnd_type types[] = {TND_TYPE_Q4_0, TND_TYPE_Q8_0, TND_TYPE_Q4_K, TND_TYPE_Q6_K};
+    const tnd_type types[] = {TND_TYPE_Q4_0, TND_TYPE_Q8_0, TND_TYPE_Q4_1, TND_TYPE_Q4_K, TND_TYPE_Q6_K};
     for (size_t ti = 0; ti < TND_ARRAY_LEN(types); ti++) {
         const tnd_type_traits *tr = tnd_type_traits_get(types[ti]);
         for (size_t s = 0; s < TND_ARRAY_LEN(shapes); s++) {
@@ -247,7 +256,7 @@ int main(void) {
     CHECK(tnd_cpu_amx_force(TND_AMX_EMU), "force emu");
     CHECK(tnd_cpu_amx_select(TND_TYPE_Q4_K, TND_AMX_MIN_TOK) != NULL, "no kernel at the threshold");
     CHECK(tnd_cpu_amx_select(TND_TYPE_Q4_K, TND_AMX_MIN_TOK - 1) == NULL, "kernel below the threshold");
-    CHECK(tnd_cpu_amx_select(TND_TYPE_Q4_1, 64) == NULL, "kernel for a type without one");
+    CHECK(tnd_cpu_amx_select(TND_TYPE_Q5_0, 64) == NULL, "kernel for a type without one");
     CHECK(tnd_cpu_amx_force(TND_AMX_OFF), "force off");
     CHECK(tnd_cpu_amx_select(TND_TYPE_Q4_K, 64) == NULL, "kernel while off");
     CHECK(tnd_cpu_amx_force(TND_AMX_HW) == tnd_cpu_amx_supported(), "force hw must follow support");

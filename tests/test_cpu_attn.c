@@ -1,7 +1,8 @@
 /* CPU attention: the SIMD path (AVX2/F16C) against the scalar reference on
  * odd shapes — head_dim 16..256, GQA ratios, windows, soft-capping, chunk
  * and decode positions, odd thread counts. Products are summed in another
- * order, so the outputs agree to float rounding (bound stated below). */
+ * order, so the outputs agree to float rounding (bound stated below). Also
+ * the KV store's f16 conversion and RoPE's angle cache, bit for bit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +13,70 @@
 #include "cpu/pool.h"
 #include "quant/quant.h"
 
+/* The KV store's f32 -> f16 conversion (F16C where there is one) against
+ * the scalar reference, bit for bit: ties, subnormals, overflow, infinities,
+ * NaNs with payloads, and lengths not a multiple of the vector. */
+static void test_f32_to_f16(void) {
+    enum { N = 1003 };
+    float *x = malloc(N * sizeof(float));
+    uint16_t *y = malloc(N * 2);
+    for (int i = 0; i < N; i++) {
+        uint32_t bits = (uint32_t)tc_xorshift();
+        float f;
+        memcpy(&f, &bits, 4);
+        x[i] = i % 4 == 0 ? f : tc_frand() * (float)(1 << (i % 20)) * (i % 7 == 0 ? 1e-6f : 1.0f);
+    }
+    x[5] = 65520.0f, x[6] = -65519.0f, x[7] = 1.0f + 1.0f / 2048.0f, x[9] = 5.96046448e-08f;
+    x[10] = INFINITY, x[11] = -INFINITY, x[12] = NAN, x[13] = 2.98023224e-08f, x[14] = 1e-40f;
+    const int lens[] = {N, 8, 7, 1, 0};
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+        memset(y, 0xab, N * 2);
+        tnd_cpu_f32_to_f16(x, y, lens[l]);
+        int bad = 0;
+        for (int i = 0; i < lens[l] && bad < 3; i++)
+            if (y[i] != tnd_fp32_to_fp16(x[i])) {
+                CHECK(0, "f32_to_f16 n=%d [%d] %a: got %04x want %04x", lens[l], i, (double)x[i], y[i],
+                      tnd_fp32_to_fp16(x[i]));
+                bad++;
+            }
+        CHECK(lens[l] == N || y[lens[l]] == 0xabab, "f32_to_f16 n=%d wrote past the end", lens[l]);
+    }
+    free(x), free(y);
+}
+
+/* RoPE keeps each position's angles per thread: the same rotation as
+ * computed in place, over more positions and parameters than it keeps. */
+static void test_rope_cache(void) {
+    const int hd = 64, nh = 3;
+    float x[3 * 64], y[3 * 64];
+    for (int round = 0; round < 3; round++)
+        for (int pos = 0; pos < 20; pos++)
+            for (int pv = 0; pv < 3; pv++) {
+                const int n_rot = pv == 2 ? 32 : 64;
+                const float base = pv == 1 ? 1e6f : 1e4f;
+                const bool neox = pv == 1;
+                tc_fill_frand(x, hd * nh);
+                memcpy(y, x, sizeof x);
+                tnd_cpu_rope(y, nh, hd, n_rot, pos, base, 1.0f, neox);
+                for (int i = 0; i < n_rot / 2; i++) {
+                    double theta = (double)pos * 1.0f * pow((double)base, -2.0 * i / n_rot);
+                    float c = (float)cos(theta), s = (float)sin(theta);
+                    for (int h = 0; h < nh; h++) {
+                        float *v = x + h * hd;
+                        int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+                        float x0 = v[a], x1 = v[b];
+                        v[a] = x0 * c - x1 * s;
+                        v[b] = x0 * s + x1 * c;
+                    }
+                }
+                CHECK(!memcmp(x, y, sizeof x), "rope pos %d variant %d differs", pos, pv);
+            }
+}
+
 int main(void) {
     tc_rng = 0x1234567;
+    test_f32_to_f16();
+    test_rope_cache();
     struct { int hd, n_head, n_kv, n_tok, pos0, window; float softcap; int threads; } cases[] = {
         {64, 9, 3, 7, 0, 0, 0, 1},   {128, 8, 2, 1, 300, 0, 0, 3}, {16, 4, 4, 33, 5, 0, 0, 2},
         {256, 2, 1, 5, 17, 0, 0, 2}, {128, 6, 1, 19, 40, 16, 0, 4}, {64, 4, 2, 9, 3, 0, 30.0f, 2},

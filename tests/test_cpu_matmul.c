@@ -176,6 +176,38 @@ static void test_act_quant(void) {
     }
 }
 
+/* Decode matmuls reuse the last quantized activations when the input is the
+ * same array with the same contents: an input changed in place in between
+ * (one value, or one token of several) must be quantized again. */
+static void test_act_reuse(tnd_pool *pool) {
+    const int64_t n_in = 96, n_out = 5, n_tok = 3;
+    const tnd_type wt = TND_TYPE_Q4_1;
+    const tnd_type_traits *tr = tnd_type_traits_get(wt);
+    size_t wrow = tnd_row_size(wt, n_in);
+    char *W = malloc(wrow * (size_t)n_out);
+    float *x = malloc((size_t)(n_in * n_tok) * sizeof(float)), *y = malloc((size_t)(n_out * n_tok) * sizeof(float));
+    float *yr = malloc((size_t)(n_out * n_tok) * sizeof(float));
+    double *S = malloc((size_t)(n_out * n_tok) * sizeof(double));
+    float *wf = malloc((size_t)n_in * sizeof(float));
+    for (int64_t r = 0; r < n_out; r++) {
+        fill_x(wf, n_in);
+        tr->from_float(wf, W + r * wrow, n_in);
+    }
+    fill_x(x, n_in * n_tok);
+    for (int k = 0; k < 4; k++) {
+        if (k == 1) x[7] += 5.0f;                  /* one value */
+        if (k == 2) x[2 * n_in + 40] = -x[2 * n_in + 40] - 1.0f; /* the last token's */
+        for (int again = 0; again < 2; again++) { /* the second: reused */
+            tnd_cpu_matmul(pool, wt, W, n_in, n_out, x, n_tok, y);
+            reference(wt, W, n_in, n_out, x, n_tok, yr, S);
+            for (int64_t i = 0; i < n_out * n_tok; i++)
+                CHECK(fabs((double)y[i] - yr[i]) <= (n_in / 16 + 16) * FLT_EPSILON * S[i] + 1e-30,
+                      "%s act reuse step %d/%d: y[%lld] %g want %g", tnd_cpu_isa(), k, again, (long long)i, y[i], yr[i]);
+        }
+    }
+    free(W), free(x), free(y), free(yr), free(S), free(wf);
+}
+
 int main(int argc, char **argv) {
     tc_rng = 0x9e3779b97f4a7c15ull;
     bool quick = argc > 1 && !strcmp(argv[1], "quick");
@@ -188,6 +220,7 @@ int main(int argc, char **argv) {
         CHECK(tnd_cpu_isa_force((tnd_cpu_isa_id)isa), "force isa %d", isa);
         printf("ISA %s\n", tnd_cpu_isa());
         test_act_quant();
+        test_act_reuse(pools[1]);
         for (size_t ti = 0; ti < TND_ARRAY_LEN(k_types); ti++) {
             tnd_type wt = k_types[ti];
             const tnd_type_traits *tr = tnd_type_traits_get(wt);
@@ -204,11 +237,11 @@ int main(int argc, char **argv) {
             /* n_out: every remainder mod 4 (the decode kernels take rows in
              * groups of 4) on one thread and across thread shares */
             int64_t nouts[] = {1, 3, 6, 17, 37};
-            int64_t ntoks[] = {1, 2, 3, 5, 17};
+            int64_t ntoks[] = {1, 2, 3, 4, 5, 7, 17};
             long before = g_checked;
             for (int a = 0; a < n_nins; a++)
                 for (int b = 0; b < 5; b++)
-                    for (int c = 0; c < 5; c++) {
+                    for (int c = 0; c < 7; c++) {
                         if (quick && (a + b + c) % 3) continue;
                         test_shape(pools[(a + b + c) % 3], (tnd_cpu_isa_id)isa, wt, nins[a], nouts[b], ntoks[c]);
                     }

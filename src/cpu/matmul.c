@@ -132,7 +132,7 @@ static void mm_generic(tnd_vec_dot_fn dot, int64_t n_in, const void *W, size_t w
 /* Growing buffers per thread: matmuls may run at once from several threads
  * (e.g. SimGPU streams), each with its own pool or none; pool workers keep
  * their kernel buffers between calls. Freed when the thread exits. */
-#define N_SLOTS 2
+#define N_SLOTS 3
 typedef struct scratch { void *p[N_SLOTS]; size_t n[N_SLOTS]; } scratch;
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
@@ -290,6 +290,39 @@ static void mm_run(mm_job *j) {
     tnd_pool_run_n(pool, rows_task, j, (int)TND_MAX(1, TND_MIN(ng, items)));
 }
 
+/* Decode matmuls over the same activations in a row (q, k and v of a layer;
+ * gate and up) quantize them once: the calling thread keeps its last small
+ * quantization (slot 2: the quantized rows, then a copy of the floats they
+ * came from) and reuses it when the input is the same array with the same
+ * contents (compared, so an input rewritten in place is quantized again;
+ * the quantizers are deterministic, so reuse gives the same bits). Only
+ * below QUANT_PAR_MIN, where the caller quantizes alone: that is a batched
+ * round's per-token serial work. */
+static _Thread_local struct {
+    const float *x;
+    int64_t n_in, n_tok;
+    tnd_type act;
+    char *buf;
+} g_act_last;
+
+static void act_reuse(mm_job *j, tnd_type act) {
+    size_t xqb = TND_ALIGN64(j->x_row * (size_t)j->n_tok), xb = (size_t)(j->n_in * j->n_tok) * sizeof(float);
+    char *b = tnd_cpu_tls_buf(2, xqb + xb);
+    j->xq = b;
+    if (!b) {
+        g_act_last.x = NULL;
+        return;
+    }
+    if (g_act_last.x == j->x && g_act_last.n_in == j->n_in && g_act_last.n_tok == j->n_tok && g_act_last.act == act &&
+        g_act_last.buf == b && !memcmp(b + xqb, j->x, xb)) {
+        j->quant = NULL; /* b holds these activations quantized */
+        return;
+    }
+    memcpy(b + xqb, j->x, xb);
+    g_act_last.x = j->x, g_act_last.n_in = j->n_in, g_act_last.n_tok = j->n_tok, g_act_last.act = act;
+    g_act_last.buf = b;
+}
+
 void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_in, int64_t n_out,
                          int64_t r0, int64_t r1, const float *x, int64_t n_tok, float *y) {
     if (r0 < 0) r0 = 0;
@@ -332,8 +365,12 @@ void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_i
         j.act_bs = at->block_size;
         j.act_ts = at->type_size;
         j.x_row = tnd_row_size(tr->vec_dot_type, n_in);
-        j.xq = tnd_cpu_tls_buf(0, TND_ALIGN64(j.x_row * (size_t)n_tok) + aux_bytes);
-        if (j.xq) j.aux = (tnd_act_aux *)(j.xq + TND_ALIGN64(j.x_row * (size_t)n_tok));
+        if (!j.gemm && n_in * n_tok < QUANT_PAR_MIN) act_reuse(&j, tr->vec_dot_type);
+        else {
+            g_act_last.x = NULL;
+            j.xq = tnd_cpu_tls_buf(0, TND_ALIGN64(j.x_row * (size_t)n_tok) + aux_bytes);
+            if (j.xq) j.aux = (tnd_act_aux *)(j.xq + TND_ALIGN64(j.x_row * (size_t)n_tok));
+        }
         if (!j.xq) {
             TND_WARN("tnd_cpu_matmul: out of memory for activations");
             for (int64_t t = 0; t < n_tok; t++)

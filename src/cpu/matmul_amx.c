@@ -1,5 +1,6 @@
-/* AMX-INT8 prefill kernels: Q4_0, Q8_0 (Q8_0 activations), Q4_K, Q6_K (Q8_K
- * activations), for n_tok >= TND_AMX_MIN_TOK on the int8 path.
+/* AMX-INT8 prefill kernels: Q4_0, Q8_0 (Q8_0 activations), Q4_1 (Q8_1),
+ * Q4_K, Q6_K (Q8_K activations), for n_tok >= TND_AMX_MIN_TOK on the int8
+ * path.
  *
  * AMX: 8 tile registers of up to 16 rows x 64 bytes; TDPBSSD C += A.B with
  * A 16 x K int8 (K <= 64, row m = token m), B K/4 lines of 16 columns x 4
@@ -15,6 +16,9 @@
  *   Q4_0, Q8_0: the scales are per 32 on both sides, so each 32-block is one
  *     tile product of K = 32 and its 16 x 16 int32 result is scaled in the
  *     AVX-512 epilogue: acc[m] += C[m] * (d_w * d_a[m]).
+ *   Q4_1: the same with the unsigned nibbles (0..15) as the int8 weights;
+ *     the block's min part m_w * s_a (s_a the Q8_1 block's stored d * sum,
+ *     as the reference uses it) is added in the epilogue.
  *   Q4_K, Q6_K: the sub-block scales are integers, so the tile can do them:
  *     w = sc * q (Q4_K 0..945, Q6_K -4064..4096) is split as 128 hi + lo
  *     with hi, lo int8, and two tiles accumulate A.B_hi and A.B_lo over the
@@ -81,7 +85,7 @@ typedef uint8_t amx_v64u8 __attribute__((vector_size(64)));
 #define T_B2 6
 #define T_B3 7
 
-enum { AF_Q4_0, AF_Q8_0, AF_Q4_K, AF_Q6_K };
+enum { AF_Q4_0, AF_Q8_0, AF_Q4_K, AF_Q6_K, AF_Q4_1 };
 
 /* Shuffle masks of the 16 x 16 dword transpose (two sources: 0-15 the
  * first, 16-31 the second): LO keeps the columns without bit B of the first
@@ -228,6 +232,7 @@ tnd_gemm_kernel tnd_cpu_amx_kernel(tnd_type wt, tnd_amx_mode m) {
     if (m == TND_AMX_EMU) switch (wt) {
         case TND_TYPE_Q4_0: return emu_gemm_q4_0;
         case TND_TYPE_Q8_0: return emu_gemm_q8_0;
+        case TND_TYPE_Q4_1: return emu_gemm_q4_1;
         case TND_TYPE_Q4_K: return emu_gemm_q4_K;
         case TND_TYPE_Q6_K: return emu_gemm_q6_K;
         default: return NULL;
@@ -236,6 +241,7 @@ tnd_gemm_kernel tnd_cpu_amx_kernel(tnd_type wt, tnd_amx_mode m) {
     if (m == TND_AMX_HW) switch (wt) {
         case TND_TYPE_Q4_0: return hw_gemm_q4_0;
         case TND_TYPE_Q8_0: return hw_gemm_q8_0;
+        case TND_TYPE_Q4_1: return hw_gemm_q4_1;
         case TND_TYPE_Q4_K: return hw_gemm_q4_K;
         case TND_TYPE_Q6_K: return hw_gemm_q6_K;
         default: return NULL;

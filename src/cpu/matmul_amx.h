@@ -1,5 +1,5 @@
-/* AMX-INT8 prefill kernels (Sapphire Rapids and later) for Q4_0, Q8_0, Q4_K
- * and Q6_K weights on the int8 path (the default). They have the
+/* AMX-INT8 prefill kernels (Sapphire Rapids and later) for Q4_0, Q8_0, Q4_1,
+ * Q4_K and Q6_K weights on the int8 path (the default). They have the
  * tnd_gemm_kernel contract of matmul_impl.h and replace the per-ISA prefill
  * kernel when n_tok >= TND_AMX_MIN_TOK, the CPU has AMX and the OS grants
  * the tile state. TND_CPU_AMX=0 turns them off.

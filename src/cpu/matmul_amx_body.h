@@ -19,6 +19,7 @@
 /* acc += a * b (b a vector) / acc -= a * b (b a scalar), fused */
 #define V_FMA(acc, a, b) ((acc) = (amx_v16f)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(acc)))
 #define V_FNMA_S(acc, a, b) ((acc) = (amx_v16f)_mm512_fnmadd_ps((__m512)(a), _mm512_set1_ps(b), (__m512)(acc)))
+#define V_FMA_S(acc, a, b) ((acc) = (amx_v16f)_mm512_fmadd_ps((__m512)(a), _mm512_set1_ps(b), (__m512)(acc)))
 #define H2F(h) _cvtsh_ss(h) /* exact, like tnd_fp16_to_fp32 */
 #else
 #define TL_PARAM amx_emu *E,
@@ -32,6 +33,7 @@
 #define TL_RELEASE() ((void)E)
 #define V_FMA(acc, a, b) ((acc) = (acc) + (a) * (b))
 #define V_FNMA_S(acc, a, b) ((acc) = (acc) - (a) * (b))
+#define V_FMA_S(acc, a, b) ((acc) = (acc) + (a) * (b))
 #define H2F(h) tnd_fp16_to_fp32(h)
 #endif
 
@@ -65,9 +67,21 @@ TGTI void SFX(load_t)(amx_v16i t[16], const char *src, size_t stride, int rows) 
 }
 
 /* Block formats: one weight row's k-range [0, K) to int8 e and its block
- * scales cs (stride 16 floats: one per panel column). */
-TGTI void SFX(unpack_blk)(const int FMT, const void *vw, int64_t K, int8_t *e, float *cs) {
-    if (FMT == AF_Q4_0) {
+ * scales cs (stride 16 floats: one per panel column); Q4_1 also its block
+ * mins in cm (same stride). */
+TGTI void SFX(unpack_blk)(const int FMT, const void *vw, int64_t K, int8_t *e, float *cs, float *cm) {
+    if (FMT == AF_Q4_1) {
+        const block_q4_1 *w = vw;
+        for (int64_t b = 0; b < K / 32; b++) {
+            amx_v16u8 q, lo, hi;
+            memcpy(&q, w[b].qs, 16);
+            lo = q & 15, hi = q >> 4; /* 0..15: q itself, the min goes apart */
+            memcpy(e + 32 * b, &lo, 16);
+            memcpy(e + 32 * b + 16, &hi, 16);
+            cs[16 * b] = H2F(w[b].d);
+            cm[16 * b] = H2F(w[b].m);
+        }
+    } else if (FMT == AF_Q4_0) {
         const block_q4_0 *w = vw;
         for (int64_t b = 0; b < K / 32; b++) {
             amx_v16u8 q, lo, hi;
@@ -206,17 +220,21 @@ TGT static void SFX(panel)(const int FMT, const char *W, size_t w_row, int rows,
                            FMT == AF_Q4_K ? cm + 16 * 8 * b : NULL);
         return;
     }
-    size_t bsz = FMT == AF_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    size_t bsz = FMT == AF_Q4_0 ? sizeof(block_q4_0) : FMT == AF_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q8_0);
     for (int64_t k0 = 0; k0 < K; k0 += 256) {
         int64_t len = K - k0 < 256 ? K - k0 : 256, lp = (len + 63) & ~(int64_t)63;
         for (int n = 0; n < 16; n++) {
             int8_t *e = st + 256 * n;
             if (n < rows) {
-                SFX(unpack_blk)(FMT, W + (size_t)n * w_row + (size_t)(k0 / 32) * bsz, len, e, cs + 16 * (k0 / 32) + n);
+                SFX(unpack_blk)(FMT, W + (size_t)n * w_row + (size_t)(k0 / 32) * bsz, len, e, cs + 16 * (k0 / 32) + n,
+                                cm ? cm + 16 * (k0 / 32) + n : NULL);
                 memset(e + len, 0, (size_t)(lp - len));
             } else {
                 memset(e, 0, 256);
-                for (int64_t b = k0 / 32; b < (k0 + len) / 32; b++) cs[16 * b + n] = 0.0f;
+                for (int64_t b = k0 / 32; b < (k0 + len) / 32; b++) {
+                    cs[16 * b + n] = 0.0f;
+                    if (cm) cm[16 * b + n] = 0.0f;
+                }
             }
         }
         for (int64_t c = 0; c < lp / 64; c++) {
@@ -246,25 +264,29 @@ TGTI void SFX(write_tile)(const amx_v16f *acc, float *y, int64_t ys, int mlo, in
     }
 }
 
-/* Block formats (Q4_0, Q8_0): one tile product per 32-element block (A: 16
- * tokens x 32 bytes straight from the Q8_0 activations, x_row apart; B: the
- * panel's 8 lines), then acc += C * (d_w[n] * d_a[m]). Two blocks per
+/* Block formats (Q4_0, Q8_0, Q4_1): one tile product per 32-element block
+ * (A: 16 tokens x 32 bytes straight from the Q8_0 / Q8_1 activations, x_row
+ * apart; B: the panel's 8 lines), then acc += C * (d_w[n] * d_a[m]), and for
+ * Q4_1 (M1) the min part m_w[n] * s_a[m] (cm, sa). Two blocks per
  * iteration on alternating tiles, so the second product runs while the
  * first one's epilogue does. da: the 16 tokens' activation scales, 16 per
  * block. */
-TGT static void SFX(tile_blk)(TL_PARAM int64_t nb, const char *xa, size_t xs, const uint8_t *q, const float *cs,
-                              const float *da, int32_t *cb, float *y, int64_t ys, int mlo, int mhi, int ncols) {
+TGT static void SFX(tile_blk)(TL_PARAM const int M1, int64_t nb, const char *xa, size_t xs, const uint8_t *q,
+                              const float *cs, const float *cm, const float *da, const float *sa, int32_t *cb, float *y,
+                              int64_t ys, int mlo, int mhi, int ncols) {
+    /* activation block: Q8_0 34 bytes (qs at 2), Q8_1 36 (qs at 4) */
+    const size_t ab = M1 ? sizeof(block_q8_1) : sizeof(block_q8_0), ao = M1 ? 4 : 2;
     amx_v16f acc[16];
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++) acc[m] = (amx_v16f){0};
     for (int64_t b = 0; b < nb; b += 2) {
         int two = b + 1 < nb;
-        TL_LOAD(T_A0, xa + 34 * b + 2, xs);
+        TL_LOAD(T_A0, xa + ab * b + ao, xs);
         TL_LOAD(T_B0, q + 512 * b, 64);
         TL_ZERO(T_C0);
         TL_DP(T_C0, T_A0, T_B0);
         if (two) {
-            TL_LOAD(T_A1, xa + 34 * (b + 1) + 2, xs);
+            TL_LOAD(T_A1, xa + ab * (b + 1) + ao, xs);
             TL_LOAD(T_B1, q + 512 * (b + 1), 64);
             TL_ZERO(T_C1);
             TL_DP(T_C1, T_A1, T_B1);
@@ -278,6 +300,12 @@ TGT static void SFX(tile_blk)(TL_PARAM int64_t nb, const char *xa, size_t xs, co
 #pragma GCC unroll 16
             for (int m = 0; m < 16; m++)
                 V_FMA(acc[m], __builtin_convertvector(*(const amx_v16i *)(c + 16 * m), amx_v16f), s * d[m]);
+            if (M1) {
+                amx_v16f mv = *(const amx_v16f *)(cm + 16 * (b + k));
+                const float *ds = sa + 16 * (b + k);
+#pragma GCC unroll 16
+                for (int m = 0; m < 16; m++) V_FMA_S(acc[m], mv, ds[m]);
+            }
         }
     }
     SFX(write_tile)(acc, y, ys, mlo, mhi, ncols);
@@ -337,16 +365,16 @@ TGT static void SFX(tile_sup)(TL_PARAM const int MIN, int64_t nsb, const char *x
 
 TGTI void SFX(gemm)(const int FMT, int64_t K, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
                     const tnd_act_aux *aux, int64_t nt, float *y, int64_t ys) {
-    const int SUPER = FMT == AF_Q4_K || FMT == AF_Q6_K, MIN = FMT == AF_Q4_K;
+    const int SUPER = FMT == AF_Q4_K || FMT == AF_Q6_K, MIN = FMT == AF_Q4_K, M1 = FMT == AF_Q4_1;
     int64_t nc = K / TND_CHUNK, ns = SUPER ? K / TND_QK_K : K / 32; /* ns: scale steps */
     /* panel: quants (K rounded up to 64, the transpose's width) x 16 */
     size_t sq = (size_t)((K + 63) & ~(int64_t)63) * 16, sf = (size_t)ns * 64;
-    size_t pbytes = sq * (SUPER ? 2 : 1) + sf + (MIN ? 8 * sf : 0);
+    size_t pbytes = sq * (SUPER ? 2 : 1) + sf + (MIN ? 8 * sf : M1 ? sf : 0);
     int64_t np = (nr + 15) / 16;
     int64_t P = (int64_t)(AMX_PANEL_BYTES / pbytes);
     P = P < 1 ? 1 : P > AMX_PANELS_MAX ? AMX_PANELS_MAX : P;
     if (P > np) P = np;
-    size_t ka = 16 * 256, tab = sf * (MIN ? 9 : 1); /* ka: panel's staging */
+    size_t ka = 16 * 256, tab = sf * (MIN ? 9 : M1 ? 2 : 1); /* ka: panel's staging */
     size_t pad = nt < 16 ? AMX_ALIGN64(16 * x_row) : 0;
     uint8_t *buf = tnd_cpu_tls_buf(1, (size_t)P * pbytes + ka + tab + 2048 + pad);
     if (!buf) {
@@ -388,8 +416,8 @@ TGTI void SFX(gemm)(const int FMT, int64_t K, const void *W, size_t w_row, int64
             int64_t r = 16 * (p0 + p);
             int rows = nr - r < 16 ? (int)(nr - r) : 16;
             float *pcs = (float *)(pb + sq * (SUPER ? 2 : 1));
-            SFX(panel)(FMT, (const char *)W + (size_t)r * w_row, w_row, rows, K, pb, pb + sq, pcs, MIN ? pcs + 16 * ns : NULL,
-                       st);
+            SFX(panel)(FMT, (const char *)W + (size_t)r * w_row, w_row, rows, K, pb, pb + sq, pcs,
+                       MIN || M1 ? pcs + 16 * ns : NULL, st);
         }
         /* Token blocks of 16; a last partial one is shifted back to end at
          * nt (recomputing some tokens, writing only new ones). */
@@ -400,6 +428,8 @@ TGTI void SFX(gemm)(const int FMT, int64_t K, const void *W, size_t w_row, int64
                 const tnd_act_aux *x = t0 + m < nt ? aux + (t0 + m) * nc : NULL;
                 for (int64_t s = 0; s < ns; s++) {
                     da[16 * s + m] = x ? x[SUPER ? 16 * s : 2 * s].da : 0.0f;
+                    /* Q8_1: the block's stored s is its first chunk's dsa */
+                    if (M1) dsa[16 * s + m] = x ? x[2 * s].dsa : 0.0f;
                     if (MIN)
                         for (int g = 0; g < 8; g++)
                             dsa[16 * (8 * s + g) + m] = x ? x[16 * s + 2 * g].dsa + x[16 * s + 2 * g + 1].dsa : 0.0f;
@@ -415,7 +445,8 @@ TGTI void SFX(gemm)(const int FMT, int64_t K, const void *W, size_t w_row, int64
                 if (SUPER)
                     SFX(tile_sup)(TL_ARG MIN, ns, xa, x_row, pb, pb + sq, pcs, MIN ? pcs + 16 * ns : NULL, da, dsa, cb, yt, ys,
                                   mlo, mhi, ncols);
-                else SFX(tile_blk)(TL_ARG ns, xa, x_row, pb, pcs, da, cb, yt, ys, mlo, mhi, ncols);
+                else SFX(tile_blk)(TL_ARG M1, ns, xa, x_row, pb, pcs, M1 ? pcs + 16 * ns : NULL, da, dsa, cb, yt, ys, mlo,
+                                   mhi, ncols);
             }
             done = t0 + mhi;
         }
@@ -430,6 +461,7 @@ TGTI void SFX(gemm)(const int FMT, int64_t K, const void *W, size_t w_row, int64
     }
 AMX_WRAP(gemm_q4_0, AF_Q4_0)
 AMX_WRAP(gemm_q8_0, AF_Q8_0)
+AMX_WRAP(gemm_q4_1, AF_Q4_1)
 AMX_WRAP(gemm_q4_K, AF_Q4_K)
 AMX_WRAP(gemm_q6_K, AF_Q6_K)
 #undef AMX_WRAP
@@ -445,4 +477,5 @@ AMX_WRAP(gemm_q6_K, AF_Q6_K)
 #undef TL_RELEASE
 #undef V_FMA
 #undef V_FNMA_S
+#undef V_FMA_S
 #undef H2F

@@ -48,13 +48,22 @@ TGTI float amax32(const float *x) {
     return hmax_ps(m);
 }
 
+/* f32 -> f16 as tnd_fp32_to_fp16: F16C rounds to nearest even the same way;
+ * only a NaN (from NaN activations) goes the scalar way, which quiets it
+ * differently. Two per block of Q8_1 activations: the scalar conversion's
+ * branches were a visible part of quantizing a decode round's tokens. */
+TGTI uint16_t f2h(float f) {
+    return f != f ? tnd_fp32_to_fp16(f)
+                  : (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
 TGT static void quant_q8_0(const float *x, void *vy, int64_t k) {
     block_q8_0 *y = vy;
     for (int64_t i = 0; i < k / 32; i++, x += 32) {
         float d = amax32(x) / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         quant32(x, id, y[i].qs);
-        y[i].d = tnd_fp32_to_fp16(d);
+        y[i].d = f2h(d);
     }
 }
 
@@ -64,8 +73,8 @@ TGT static void quant_q8_1(const float *x, void *vy, int64_t k) {
         float d = amax32(x) / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         int sum = hsum_epi32(quant32(x, id, y[i].qs));
-        y[i].d = tnd_fp32_to_fp16(d);
-        y[i].s = tnd_fp32_to_fp16(d * (float)sum);
+        y[i].d = f2h(d);
+        y[i].s = f2h(d * (float)sum);
     }
 }
 

@@ -5,9 +5,10 @@
  * vpmaddubsw + vpmaddwd, and no 16-bit intermediate to bound.
  *
  * Decode (matvec, n_tok < TND_GEMM_MIN_TOK):
- *   Q4_0, Q8_0: 512-bit kernels below, two 32-blocks per vector, vpdpbusd
- *     on unsigned weights with the offset taken out through the activation
- *     block sums;
+ *   Q4_0, Q8_0, Q4_1: 512-bit kernels below, two 32-blocks per vector,
+ *     vpdpbusd on unsigned weights (Q4_0, Q8_0: the offset taken out
+ *     through the activation block sums), each token's part prepared once
+ *     per call so that extra tokens (batched rounds) cost little;
  *   Q4_K, Q6_K: 512-bit kernels below, 64 weights per step: the unsigned
  *     quants u (Q4_K: nibbles, 0..15; Q6_K: 6 bits, 0..63) in element order,
  *     vpmaddubsw with 64 activation bytes (pairs: at most 2 * 63 * 127 =
@@ -130,12 +131,13 @@ TGTI void row5_q6_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt
 }
 ROW_LOOP(mm5_q6_K, row5_q6_K)
 
-/* ---- Q4_0 and Q8_0 x Q8_0 ------------------------------------------------------
+/* ---- Q4_0 and Q8_0 x Q8_0, Q4_1 x Q8_1 -------------------------------------------
  * Two 32-blocks per 512-bit vector. The weights enter vpdpbusd as unsigned
  * bytes u: Q4_0 its nibbles (q + 8), Q8_0 q + 128 (q xor 0x80). The offset
- * comes back out through the activation block sums (q8_0_prep, once per
+ * comes back out through the activation block sums (pair_prep, once per
  * call): dot(q, a) = dot(u, a) - OFF sum(a), spread over the block's 8 int32
- * lanes as vpdpbusd's start value (OFF / 8 sum(a) each; 1 << OFFSH = OFF / 8).
+ * lanes as vpdpbusd's start value (OFF / 8 sum(a) each: Q4_0 sum(a), Q8_0
+ * 16 sum(a)).
  * Integer sums are exact per block (at most 4 * 255 * 128 per lane); the
  * float sum over blocks runs in 16 lanes. An odd last block goes alone in
  * the lower half (the upper half all zeros). */
@@ -172,85 +174,190 @@ TGTI __m512 d16_q8_0(const block_q8_0 *b) {
     return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, v)));
 }
 
-/* R rows x NT tokens (R * NT <= 8) of FMT x Q8_0. */
-#define ROWS512(fmt, BT, OFFSH)                                                                                  \
-    TGTI void fmt##_rows512(int64_t nb, const char *w, size_t w_row, const char *xq, size_t x_row, const float *da, \
-                            const int32_t *nsa, const int R, const int NT, float *y, int64_t ys) {              \
-        __m512 acc[4][4];                                                                                   \
-        for (int r = 0; r < R; r++)                                                                         \
-            for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();                                   \
-        /* lanes 0..7 from element 0, 8..15 from element 1 */                                               \
-        const __m512i pidx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);            \
-        int64_t i = 0;                                                                                      \
-        for (; i + 2 <= nb; i += 2) {                                                                       \
-            __m512i a[4], c[4];                                                                             \
-            __m512 s[4];                                                                                    \
-            for (int t = 0; t < NT; t++) {                                                                  \
-                const block_q8_0 *ab = (const block_q8_0 *)(xq + t * x_row) + i;                            \
-                a[t] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab[0].qs)), \
-                                          _mm256_loadu_si256((const __m256i *)ab[1].qs), 1);                \
-                __m128i n2 = _mm_loadl_epi64((const __m128i *)(nsa + t * nb + i));                          \
-                c[t] = _mm512_slli_epi32(_mm512_permutexvar_epi32(pidx, _mm512_zextsi128_si512(n2)), OFFSH); \
-                __m128 d2 = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(da + t * nb + i)));          \
-                s[t] = _mm512_permutexvar_ps(pidx, _mm512_zextps128_ps512(d2));                             \
-            }                                                                                               \
-            for (int r = 0; r < R; r++) {                                                                   \
-                const BT *b = (const BT *)(w + r * w_row) + i;                                              \
-                /* R interleaved streams: each row ahead, past its end the \
-                 * same row of the next group */                                                            \
-                const char *pf = (const char *)b + PF_DIST;                                                 \
-                if (pf >= w + r * w_row + (size_t)nb * sizeof(BT)) pf += (size_t)(R - 1) * w_row;           \
-                for (int l = 0; l < (2 * (int)sizeof(BT) + 63) / 64; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0); \
-                __m512i u = u64_##fmt(b);                                                                   \
-                __m512 dw = d16_##fmt(b);                                                                   \
-                for (int t = 0; t < NT; t++)                                                                \
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c[t], u, a[t])),     \
-                                                _mm512_mul_ps(dw, s[t]), acc[r][t]);                        \
-            }                                                                                               \
-        }                                                                                                   \
-        if (i < nb) {                                                                                       \
-            __m512i a[4], c[4];                                                                             \
-            for (int t = 0; t < NT; t++) {                                                                  \
-                const block_q8_0 *ab = (const block_q8_0 *)(xq + t * x_row) + i;                            \
-                a[t] = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)ab->qs));                 \
-                c[t] = _mm512_zextsi256_si512(_mm256_set1_epi32(nsa[t * nb + i] * (1 << OFFSH)));           \
-            }                                                                                               \
-            for (int r = 0; r < R; r++) {                                                                   \
-                const BT *b = (const BT *)(w + r * w_row) + i;                                              \
-                __m512i u = u32_##fmt(b);                                                                   \
-                float dw = h2f(b->d);                                                                       \
-                for (int t = 0; t < NT; t++)                                                                \
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c[t], u, a[t])),     \
-                                                _mm512_set1_ps(dw * da[t * nb + i]), acc[r][t]);            \
-            }                                                                                               \
-        }                                                                                                   \
-        for (int r = 0; r < R; r++)                                                                         \
-            for (int t = 0; t < NT; t++) y[t * ys + r] = hsum512_ps(acc[r][t]);                             \
-    }                                                                                                       \
-    TGT static void mm5_##fmt(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,        \
-                              size_t x_row, int64_t nt, float *y, int64_t ys) {                             \
-        int64_t nb = n_in / 32;                                                                             \
-        PREP_BUF(nb);                                                                                       \
-        q8_0_prep(xq, x_row, nt, nb, da, nsa);                                                              \
-        switch (ROWS_FOR(nt)) {                                                                             \
-        case 4: ROWS_BY(fmt##_CALL512, 4, 0); break;                                                        \
-        case 2: ROWS_BY(fmt##_CALL512, 2, 0); break;                                                        \
-        default: ROWS_BY(fmt##_CALL512, 1, 0); break;                                                       \
-        }                                                                                                   \
-    }
+/* Q4_1 x Q8_1 the same way: w = d q + m with q the unsigned nibbles
+ * (0..15), so vpdpbusd takes them as they are (no offset); the m part of a
+ * block is m * s of the activation block (gathered per 8 pairs, below). */
+TGTI __m512i u64_q4_1(const block_q4_1 *b) {
+    __m512i v = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs))),
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[1].qs)), 1);
+    return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0f));
+}
 
-#define q4_0_CALL512(w_, x_, t_, R_, NT_, y_, ...) \
-    q4_0_rows512(nb, w_, w_row, x_, x_row, da + (t_) * nb, nsa + (t_) * nb, R_, NT_, y_, ys)
-#define q8_0_CALL512(w_, x_, t_, R_, NT_, y_, ...) \
-    q8_0_rows512(nb, w_, w_row, x_, x_row, da + (t_) * nb, nsa + (t_) * nb, R_, NT_, y_, ys)
-ROWS512(q4_0, block_q4_0, 0)
-ROWS512(q8_0, block_q8_0, 4)
-#undef ROWS512
+/* ---- the pair kernels' driver -----------------------------------------------
+ * What belongs to a token alone is prepared once per call (pair_prep), not
+ * per row group: its quants of each block pair contiguous (one 64-byte
+ * operand), its scales spread over the pair's lanes (S), and X: for Q4_0
+ * and Q8_0 the int32 offset start values of vpdpbusd, for Q4_1 the block
+ * sums s as floats, one per block: the kernel gathers the m of 8 pairs (16
+ * blocks) into one vector, so the m part costs a token one FMA per 8 pairs.
+ * A token then costs 4 instructions per row and 64 weights, all taking the
+ * prepared vectors as memory operands, against ~6-10 for unpacking the
+ * row's pair, which is shared by every token of the group: so a batched
+ * decode round (several sequences, issue 27) costs little more than one
+ * token. Rows go in groups of 4 for 1-2 tokens, of 2 for more (R * NT <= 8
+ * accumulators), tokens in groups of up to 4. Each (row, token) sum is
+ * computed in the same order whatever the group sizes, so a sequence's
+ * results do not depend on what it is batched with. */
+enum { PF_Q4_0, PF_Q8_0, PF_Q4_1 };
+
+/* Per token: np = ceil(nb / 2) pairs of 64 quant bytes, np x 16 floats S,
+ * np x 16 words X; an odd last block's pair padded with zeros (Q4_1's X:
+ * nb floats, zeros up to 16 ceil(np / 8) <= 16 np). */
+#define PAIR_TOK_BYTES(np) ((size_t)(np) * 192)
+
+TGTI void pair_prep(const int F, const char *xq, size_t x_row, int64_t nt, int64_t nb, char *buf) {
+    const int64_t np = (nb + 1) / 2;
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    for (int64_t t = 0; t < nt; t++) {
+        const char *arow = xq + t * x_row;
+        int8_t *aq = (int8_t *)(buf + (size_t)t * PAIR_TOK_BYTES(np));
+        float *S = (float *)(aq + 64 * np);
+        char *X = (char *)(S + 16 * np);
+        for (int64_t i = 0; i < 2 * np; i++) {
+            if (i >= nb) {
+                memset(aq + 32 * i, 0, 32);
+                _mm256_storeu_ps(S + 8 * i, _mm256_setzero_ps());
+                _mm256_storeu_si256((__m256i *)(X + 32 * i), _mm256_setzero_si256());
+            } else if (F == PF_Q4_1) {
+                const block_q8_1 *a = (const block_q8_1 *)arow + i;
+                memcpy(aq + 32 * i, a->qs, 32);
+                _mm256_storeu_ps(S + 8 * i, _mm256_set1_ps(h2f(a->d)));
+            } else {
+                /* dot(q, a) = dot(u, a) - OFF sum(a), OFF / 8 per lane */
+                const block_q8_0 *a = (const block_q8_0 *)arow + i;
+                __m256i q = _mm256_loadu_si256((const __m256i *)a->qs);
+                _mm256_storeu_si256((__m256i *)(aq + 32 * i), q);
+                _mm256_storeu_ps(S + 8 * i, _mm256_set1_ps(h2f(a->d)));
+                int32_t nsa = -hsum_epi32(dot_us(ones8, q));
+                _mm256_storeu_si256((__m256i *)(X + 32 * i), _mm256_set1_epi32(nsa * (F == PF_Q8_0 ? 16 : 1)));
+            }
+        }
+        if (F == PF_Q4_1) { /* X: the blocks' s, zeros up to a multiple of 16 */
+            const block_q8_1 *a = (const block_q8_1 *)arow;
+            float *sa = (float *)X;
+            for (int64_t i = 0; i < 16 * ((np + 7) / 8); i++) sa[i] = i < nb ? h2f(a[i].s) : 0.0f;
+        }
+    }
+}
+
+/* R rows x NT tokens of format F. */
+TGTI void pair_tile(const int F, int64_t nb, const char *w, size_t w_row, const char *buf, const int R, const int NT,
+                    float *y, int64_t ys) {
+    const int64_t np = (nb + 1) / 2;
+    const size_t tb = PAIR_TOK_BYTES(np);
+    const size_t bs = F == PF_Q4_0 ? sizeof(block_q4_0) : F == PF_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_1);
+    const size_t rowb = (size_t)nb * bs;
+    __m512 acc[4][4];
+    __m256i mh[4]; /* Q4_1: the m (half floats) of up to 8 pairs, block order */
+    for (int r = 0; r < R; r++) {
+        mh[r] = _mm256_setzero_si256();
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    }
+    for (int64_t p = 0; p < np; p++) {
+        const bool two = 2 * p + 1 < nb;
+        for (int r = 0; r < R; r++) {
+            const char *b = w + r * w_row + (size_t)(2 * p) * bs;
+            /* R interleaved streams: each row ahead, past its end the same
+             * row of the next group */
+            const char *pf = b + PF_DIST;
+            if (pf >= w + r * w_row + rowb) pf += (size_t)(R - 1) * w_row;
+            for (int l = 0; l < (int)(2 * bs + 63) / 64; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+            __m512i u;
+            __m512 dw;
+            if (F == PF_Q4_1) {
+                /* 16-bit words d0 0, m0 1, d1 10, m1 11: in the pair's first
+                 * 32 bytes; a lone last block's 2 words (the rest zeros) */
+                __m256i h = two ? _mm256_loadu_si256((const __m256i *)b) : _mm256_maskz_loadu_epi16(0x3, b);
+                u = two ? u64_q4_1((const block_q4_1 *)b)
+                        : _mm512_zextsi256_si512(nib32(((const block_q4_1 *)b)->qs));
+                dw = _mm512_cvtph_ps(_mm256_permutexvar_epi16(
+                    _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 10, 10, 10, 10, 10, 10, 10, 10), h));
+                /* m0, m1 into words 2 (p % 8), 2 (p % 8) + 1 */
+                mh[r] = _mm256_mask_permutexvar_epi16(mh[r], (__mmask16)(3u << (2 * (p & 7))),
+                                                      _mm256_setr_epi16(1, 11, 1, 11, 1, 11, 1, 11, 1, 11, 1, 11,
+                                                                        1, 11, 1, 11), h);
+            } else if (two) {
+                if (F == PF_Q4_0) u = u64_q4_0((const block_q4_0 *)b), dw = d16_q4_0((const block_q4_0 *)b);
+                else u = u64_q8_0((const block_q8_0 *)b), dw = d16_q8_0((const block_q8_0 *)b);
+            } else { /* an odd last block, alone in the lower half */
+                uint16_t d;
+                memcpy(&d, b, 2); /* every format starts with d */
+                dw = _mm512_set1_ps(h2f(d));
+                if (F == PF_Q4_0) u = u32_q4_0((const block_q4_0 *)b);
+                else u = u32_q8_0((const block_q8_0 *)b);
+            }
+            for (int t = 0; t < NT; t++) {
+                const char *tp = buf + (size_t)t * tb;
+                const __m512 S = _mm512_loadu_ps((const float *)(tp + 64 * np) + 16 * p);
+                __m512i c = F == PF_Q4_1 ? _mm512_setzero_si512() : _mm512_loadu_si512(tp + 128 * np + 64 * p);
+                __m512i s = _mm512_dpbusd_epi32(c, u, _mm512_loadu_si512(tp + 64 * p));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, S), acc[r][t]);
+            }
+            if (F == PF_Q4_1 && ((p & 7) == 7 || p == np - 1)) { /* 8 pairs' m part */
+                const __m512 m16 = _mm512_cvtph_ps(mh[r]);
+                for (int t = 0; t < NT; t++) {
+                    const float *sa = (const float *)(buf + (size_t)t * tb + 128 * np) + 16 * (p / 8);
+                    acc[r][t] = _mm512_fmadd_ps(m16, _mm512_loadu_ps(sa), acc[r][t]);
+                }
+                mh[r] = _mm256_setzero_si256();
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++) y[t * ys + r] = hsum512_ps(acc[r][t]);
+}
+
+TGTI void pair_mm(const int F, int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
+                  int64_t nt, float *y, int64_t ys) {
+    const int64_t nb = n_in / 32;
+    const size_t tb = PAIR_TOK_BYTES((nb + 1) / 2);
+    char *buf = tnd_cpu_tls_buf(1, tb * (size_t)nt);
+    if (!buf) {
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;
+        return;
+    }
+    pair_prep(F, xq, x_row, nt, nb, buf);
+    const int R = nt <= 2 ? 4 : 2;
+    for (int64_t r = 0; r < nr;) {
+        const int rg = nr - r >= R ? R : 1; /* the last rows one by one */
+        for (int64_t t = 0; t < nt; t += 4) {
+            const int k = nt - t < 4 ? (int)(nt - t) : 4;
+            const char *w = (const char *)W + (size_t)r * w_row, *bt = buf + (size_t)t * tb;
+            float *yt = y + t * ys + r;
+            switch (rg * 8 + k) {
+            case 4 * 8 + 1: pair_tile(F, nb, w, w_row, bt, 4, 1, yt, ys); break;
+            case 4 * 8 + 2: pair_tile(F, nb, w, w_row, bt, 4, 2, yt, ys); break;
+            case 2 * 8 + 1: pair_tile(F, nb, w, w_row, bt, 2, 1, yt, ys); break;
+            case 2 * 8 + 2: pair_tile(F, nb, w, w_row, bt, 2, 2, yt, ys); break;
+            case 2 * 8 + 3: pair_tile(F, nb, w, w_row, bt, 2, 3, yt, ys); break;
+            case 2 * 8 + 4: pair_tile(F, nb, w, w_row, bt, 2, 4, yt, ys); break;
+            case 1 * 8 + 1: pair_tile(F, nb, w, w_row, bt, 1, 1, yt, ys); break;
+            case 1 * 8 + 2: pair_tile(F, nb, w, w_row, bt, 1, 2, yt, ys); break;
+            case 1 * 8 + 3: pair_tile(F, nb, w, w_row, bt, 1, 3, yt, ys); break;
+            default: pair_tile(F, nb, w, w_row, bt, 1, 4, yt, ys); break;
+            }
+        }
+        r += rg;
+    }
+}
+
+#define PAIR_KERNEL(fmt, F)                                                                                  \
+    TGT static void mm5_##fmt(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,         \
+                              size_t x_row, int64_t nt, float *y, int64_t ys) {                              \
+        pair_mm(F, n_in, W, w_row, nr, xq, x_row, nt, y, ys);                                                \
+    }
+PAIR_KERNEL(q4_0, PF_Q4_0)
+PAIR_KERNEL(q8_0, PF_Q8_0)
+PAIR_KERNEL(q4_1, PF_Q4_1)
+#undef PAIR_KERNEL
 
 void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k) {
     x86_register_gemm(k);
     k->mm[TND_TYPE_Q4_0].fn = mm5_q4_0;
     k->mm[TND_TYPE_Q8_0].fn = mm5_q8_0;
+    k->mm[TND_TYPE_Q4_1].fn = mm5_q4_1;
     k->mm[TND_TYPE_Q4_K].fn = mm5_q4_K;
     k->mm[TND_TYPE_Q6_K].fn = mm5_q6_K;
 }

@@ -64,12 +64,58 @@ void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float 
         for (int64_t i = 0; i < n; i++) y[i] = x[i] * inv;
 }
 
+/* The cos and sin of one position's angles, kept per thread: every layer
+ * rotates q and k at the same positions with the same parameters, so a
+ * round computes each table once instead of 2 x n_layer times (pow, cos and
+ * sin per pair were a per-token cost that batched rounds do not share). A
+ * few entries, as a batched round holds several sequences' positions. The
+ * values are the same as computed in place. */
+#define ROPE_SLOTS 8
+#define ROPE_MAX_HALF 256
+typedef struct rope_slot {
+    int pos, n_rot;
+    float base, scale;
+    float cs[2 * ROPE_MAX_HALF];
+} rope_slot;
+static _Thread_local rope_slot g_rope[ROPE_SLOTS];
+static _Thread_local int g_rope_init, g_rope_next;
+
+static const float *rope_table(int pos, int n_rot, float freq_base, float freq_scale) {
+    const int half = n_rot / 2;
+    if (half > ROPE_MAX_HALF) return NULL;
+    if (!g_rope_init) {
+        for (int k = 0; k < ROPE_SLOTS; k++) g_rope[k].n_rot = -1;
+        g_rope_init = 1;
+    }
+    for (int k = 0; k < ROPE_SLOTS; k++) {
+        const rope_slot *e = &g_rope[k];
+        if (e->pos == pos && e->n_rot == n_rot && e->base == freq_base && e->scale == freq_scale) return e->cs;
+    }
+    rope_slot *e = &g_rope[g_rope_next];
+    g_rope_next = (g_rope_next + 1) % ROPE_SLOTS;
+    e->pos = pos, e->n_rot = n_rot, e->base = freq_base, e->scale = freq_scale;
+    for (int i = 0; i < half; i++) {
+        double theta = (double)pos * freq_scale * pow((double)freq_base, -2.0 * i / n_rot);
+        e->cs[2 * i] = (float)cos(theta);
+        e->cs[2 * i + 1] = (float)sin(theta);
+    }
+    return e->cs;
+}
+
 void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
                   float freq_base, float freq_scale, bool neox) {
     int half = n_rot / 2;
+    const float *cs = rope_table(pos, n_rot, freq_base, freq_scale);
     for (int i = 0; i < half; i++) {
-        double theta = (double)pos * freq_scale * pow((double)freq_base, -2.0 * i / n_rot);
-        float c = (float)cos(theta), s = (float)sin(theta);
+        float c, s;
+        if (cs) {
+            c = cs[2 * i];
+            s = cs[2 * i + 1];
+        } else {
+            double theta = (double)pos * freq_scale * pow((double)freq_base, -2.0 * i / n_rot);
+            c = (float)cos(theta);
+            s = (float)sin(theta);
+        }
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (int64_t)h * head_dim;
             int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
@@ -168,8 +214,30 @@ void tnd_cpu_softmax(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
+#if defined(__x86_64__)
+/* F16C rounds to nearest even as tnd_fp32_to_fp16 does; only NaNs differ
+ * (F16C keeps payload bits), so a group of 8 holding one goes the scalar
+ * way. The KV store converts every token's k and v each layer. */
+__attribute__((target("avx2,f16c"))) static int64_t f32_to_f16_f16c(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+            for (int k = 0; k < 8; k++) y[i + k] = tnd_fp32_to_fp16(x[i + k]);
+            continue;
+        }
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    return i;
+}
+#endif
+
 void tnd_cpu_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = tnd_fp32_to_fp16(x[i]);
+    int64_t i = 0;
+#if defined(__x86_64__)
+    if (!tnd_cpu_ops_scalar && tnd_cpu_isa_best() >= TND_ISA_AVX2) i = f32_to_f16_f16c(x, y, n);
+#endif
+    for (; i < n; i++) y[i] = tnd_fp32_to_fp16(x[i]);
 }
 
 void tnd_cpu_topk(const float *x, int n, int k, int *idx) {
