@@ -293,7 +293,7 @@ static void check_errors(tnd_model *m) {
     cp.n_seq_max = 2;
     tnd_ctx *c;
     CHECK_ST(tnd_ctx_new(m, &cp, &c));
-    int a, b, x;
+    int a = -1, b = -1, x = -1;
     const int32_t t[20] = {1, 2, 3};
     CHECK(tnd_ctx_step(c) == TND_OK, "a step with nothing queued does nothing");
     CHECK(tnd_seq_feed(c, 0, t, 1) == TND_ERR_ARG && strstr(tnd_last_error(), "does not exist"), "feed before new");
