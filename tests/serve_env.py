@@ -15,15 +15,28 @@ import time
 SANITIZED = os.environ.get("TND_SANITIZED") == "1"
 
 
+fails = 0  # checks failed so far (check)
+
+
+def check(name, ok, detail=""):
+    global fails
+    print(("ok   " if ok else "FAIL ") + name + ("" if ok else f": {detail}"))
+    fails += not ok
+
+
+def missing(what):
+    """Exits for a missing prerequisite: 77 (skipped), or 1 in CI (.ci/run
+    sets TND_CI), whose setup installs every one."""
+    print(("FAIL" if os.environ.get("TND_CI") else "skipped") + ": " + what)
+    sys.exit(1 if os.environ.get("TND_CI") else 77)
+
+
 def has_server(tandem):
-    """Exits 77 (skipped) when this build has no server (no libmicrohttpd
-    or jansson at configure time)."""
+    """Exits (missing) when this build has no server (no libmicrohttpd or
+    jansson at configure time)."""
     r = subprocess.run([tandem, "serve", "--help"], capture_output=True, text=True, timeout=60)
     if "This build has no server" in r.stdout:
-        # CI (.ci/run sets TND_CI) installs both: there a build without them is a failure
-        print(("FAIL" if os.environ.get("TND_CI") else "skipped") + ": this build has no server (libmicrohttpd / "
-              "jansson missing at configure time)")
-        sys.exit(1 if os.environ.get("TND_CI") else 77)
+        missing("this build has no server (libmicrohttpd / jansson missing at configure time)")
 
 
 class Server:

@@ -22,18 +22,9 @@ serve_env.has_server(tandem)
 try:
     import openai
 except ImportError:
-    # CI (.ci/run sets TND_CI) installs it: there a missing client is a failure
-    print(("FAIL" if os.environ.get("TND_CI") else "skipped") + ": the openai package is missing (pip install "
-          "openai; scripts/setup.sh does)")
-    sys.exit(1 if os.environ.get("TND_CI") else 77)
+    serve_env.missing("the openai package is missing (pip install openai; scripts/setup.sh does)")
 
-fails = 0
-
-
-def check(name, ok, detail=""):
-    global fails
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else f": {detail}"))
-    fails += not ok
+check = serve_env.check
 
 
 # -- the command line: bad values, a bad model, an address that cannot be had
@@ -272,4 +263,4 @@ try:
 finally:
     rc = srv.stop()
 print(srv.tail(3), end="")
-sys.exit(1 if fails else 0)
+sys.exit(1 if serve_env.fails else 0)

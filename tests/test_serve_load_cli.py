@@ -17,13 +17,7 @@ import serve_env
 src, tandem, model = cli_env.default_model_paths()
 serve_env.has_server(tandem)
 
-fails = 0
-
-
-def check(name, ok, detail=""):
-    global fails
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else f": {detail}"))
-    fails += not ok
+check = serve_env.check
 
 
 def stream(port, prompt, max_tokens, drop_after=None):
@@ -120,4 +114,4 @@ try:
 finally:
     rc = srv.stop()
 check("SIGTERM: exit 0 (under ASan: no leaks)", rc == 0, f"rc={rc}\n{srv.tail()}")
-sys.exit(1 if fails else 0)
+sys.exit(1 if serve_env.fails else 0)

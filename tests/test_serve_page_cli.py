@@ -20,18 +20,9 @@ src, tandem, model = cli_env.default_model_paths()
 serve_env.has_server(tandem)
 browser = shutil.which("chromium") or shutil.which("chromium-browser")
 if not browser:
-    # CI (.ci/run sets TND_CI) installs it: there a missing browser is a failure
-    print(("FAIL" if os.environ.get("TND_CI") else "skipped") + ": no chromium (apt-get install chromium; "
-          "scripts/setup.sh does)")
-    sys.exit(1 if os.environ.get("TND_CI") else 77)
+    serve_env.missing("no chromium (apt-get install chromium; scripts/setup.sh does)")
 
-fails = 0
-
-
-def check(name, ok, detail=""):
-    global fails
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else f": {detail}"))
-    fails += not ok
+check = serve_env.check
 
 
 class Cdp:
@@ -148,4 +139,4 @@ finally:
         cdp.close()
     rc = srv.stop()
 check("SIGTERM: exit 0", rc == 0, f"rc={rc}\n{srv.tail()}")
-sys.exit(1 if fails else 0)
+sys.exit(1 if serve_env.fails else 0)
