@@ -11,6 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
+export TND_BIN=$PWD/build-device/tandem # test_cuda_graphs makes its models with tandem synth
 logs=${OUT:-build-device/logs}
 mkdir -p "$logs" /tmp/tnd
 M8=/tmp/tnd/qwen3-8b.gguf

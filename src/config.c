@@ -90,7 +90,8 @@ static const knob KNOBS[K_N] = {
     [K_CUDA_TILE_I8_NS] = {"TND_CUDA_TILE_I8_NS", true, 0, 0, 0, 5, {"0", "2", "4", "6", "8"}, {0, 2, 4, 6, 8},
                            "0, 2, 4, 6 or 8"},
     [K_CUDA_PDL] = {"TND_CUDA_PDL", true, 0, 0, 0, 2, {"0", "1"}, {0, 1}, "0 or 1"},
-    [K_CUDA_GRAPHS] = {"TND_CUDA_GRAPHS", true, 0, 0, 0, 2, {"0", "1"}, {0, 1}, "0 or 1"},
+    [K_CUDA_GRAPHS] = {"TND_CUDA_GRAPHS", true, 0, 0, 0, 3, {"auto", "0", "1"},
+                        {TND_CFG_GRAPHS_AUTO, TND_CFG_GRAPHS_OFF, TND_CFG_GRAPHS_ON}, "auto, 0 or 1"},
 };
 
 static const tnd_config DEFAULTS = {
@@ -111,7 +112,7 @@ static const tnd_config DEFAULTS = {
     .cuda_tile_pf = -1,
     .cuda_tile_i8_ns = -1,
     .cuda_pdl = -1,
-    .cuda_graphs = false,
+    .cuda_graphs = TND_CFG_GRAPHS_AUTO,
 };
 
 static tnd_config g_cfg;
@@ -157,7 +158,7 @@ static void put(tnd_config *c, int k, int v) {
     case K_CUDA_ATTN: c->cuda_attn_old = v != 0; break;
     case K_CUDA_REPACK: c->cuda_repack = v != 0; break;
     case K_CUDA_PAIR: c->cuda_pair = v != 0; break;
-    case K_CUDA_GRAPHS: c->cuda_graphs = v != 0; break;
+    case K_CUDA_GRAPHS: c->cuda_graphs = v; break;
     case K_CUDA_TILE_MV: c->cuda_tile_mv = v; break;
     case K_CUDA_TILE_DEPTH: c->cuda_tile_depth = v; break;
     case K_CUDA_TILE_PF: c->cuda_tile_pf = v; break;

@@ -22,6 +22,8 @@ extern "C" {
 /* TND_CUDA_MV: the decode matvec family of untiled weights */
 enum { TND_CFG_MV_AUTO = -1, TND_CFG_MV_OLD = 0, TND_CFG_MV_F16MMA = 1, TND_CFG_MV_I8MMA = 2 };
 /* TND_CUDA_TILE_MV: the kernel of re-laid (tiled) Q4_K weights */
+/* TND_CUDA_GRAPHS */
+enum { TND_CFG_GRAPHS_OFF = 0, TND_CFG_GRAPHS_ON = 1, TND_CFG_GRAPHS_AUTO = 2 };
 enum { TND_CFG_TILE_AUTO = 0, TND_CFG_TILE_F16 = 1, TND_CFG_TILE_I8 = 2, TND_CFG_TILE_I8B = 3 };
 /* TND_CPU_ISA: -1 the best this CPU has, else the tnd_cpu_isa_id forced */
 enum { TND_CFG_ISA_AUTO = -1 };
@@ -48,7 +50,8 @@ typedef struct tnd_config {
     int cuda_tile_pf;    /* TND_CUDA_TILE_PF: 0..2, -1 the default */
     int cuda_tile_i8_ns; /* TND_CUDA_TILE_I8_NS: 0|2|4|6|8, -1 the launch shape's pick */
     int cuda_pdl;        /* TND_CUDA_PDL: 0|1, -1 the default */
-    bool cuda_graphs;    /* TND_CUDA_GRAPHS: a decode round's GPU segments as CUDA graphs; default off */
+    int cuda_graphs;     /* TND_CUDA_GRAPHS: TND_CFG_GRAPHS_*: a decode round's GPU work as CUDA graphs; auto:
+                          * rounds with nothing on the CPU (the whole model on the GPU) */
 } tnd_config;
 
 /* The configuration, read from the environment on the first call; later

@@ -208,7 +208,7 @@ static tnd_status run_rows(cpu_ctx *c, const tnd_op *op, int64_t rows, int64_t e
 
 /* A round of few tokens per expert (a decode step, a batched decode
  * round): every used expert's rows in one parallel region, items of
- * EXPERT_GROUP_ROWS rows of one expert over all the tokens that chose it.
+ * a grain of rows of one expert over all the tokens that chose it.
  * A region per expert (three pool runs each: quantize, aux, rows) would pay
  * wake-ups and barriers 128 x 3 times a layer, more than the rows cost.
  * Each item quantizes its expert's tokens itself (a few microseconds,
@@ -220,14 +220,22 @@ typedef struct {
     tnd_type wt;
     const char *W;
     size_t w_slice;
-    int64_t n_in, n_out, n_act, grains;
+    int64_t n_in, n_out, n_act, grains, rows; /* grains of `rows` rows an expert */
     const int32_t *act;  /* [n_act] the used experts */
     const int64_t *off;  /* [n_exp + 1] each expert's first pair in gx/gy (counting sort) */
     const float *gx;
     float *gy;
 } group_job;
 
-#define EXPERT_GROUP_ROWS 64
+/* Grains of 16, 32 or 64 rows: the smallest that keeps a region at most
+ * EXPERT_GROUP_GRAINS_PER_THREAD grains a thread, each its own item. A
+ * decode step's few experts are few grains (6 experts x 768 rows of 64 are
+ * 72 grains for 16 threads), and items of unequal grain counts left threads
+ * idle: the gate and up matmuls read 63-66 GB/s where the down matmul (192
+ * grains) read 84-89 (dev/moe_cpu_bw on the H200 machine, 2026-12-02). */
+#define EXPERT_GROUP_ROWS_MIN 16
+#define EXPERT_GROUP_ROWS_MAX 64
+#define EXPERT_GROUP_GRAINS_PER_THREAD 16
 /* at most this many tokens per used expert on average: the grouped region; more (prefill):
  * an expert's matmul of its own, whose kernels want long row ranges over many tokens */
 #define EXPERT_GROUP_MAX_TOK 24
@@ -241,7 +249,7 @@ static void group_task(void *arg, int item, int n_items) {
         int e = j->act[k];
         int64_t p0 = j->off[e], n = j->off[e + 1] - p0;
         const char *W = j->W + (size_t)e * j->w_slice;
-        int64_t r0 = g0 * EXPERT_GROUP_ROWS, r1 = TND_MIN(j->n_out, g1 * EXPERT_GROUP_ROWS);
+        int64_t r0 = g0 * j->rows, r1 = TND_MIN(j->n_out, g1 * j->rows);
         if (j->c->int8_act) tnd_cpu_matmul_rows(NULL, j->wt, W, j->n_in, j->n_out, r0, r1, j->gx + p0 * j->n_in, n,
                                                 j->gy + p0 * j->n_out);
         else tnd_cpu_matmul_f32_rows(NULL, j->wt, W, j->n_in, j->n_out, r0, r1, j->gx + p0 * j->n_in, n,
@@ -293,11 +301,15 @@ static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
         memcpy(c->gx + r * n_in, x + (t * n_x + (n_x == 1 ? 0 : u)) * n_in, sizeof(float) * (size_t)n_in);
     }
     if (n_pairs <= (int64_t)EXPERT_GROUP_MAX_TOK * n_act) {
+        const int64_t n_thr = tnd_pool_size(c->pool), most = n_thr * EXPERT_GROUP_GRAINS_PER_THREAD;
+        int64_t rows = EXPERT_GROUP_ROWS_MIN;
+        while (rows < EXPERT_GROUP_ROWS_MAX && (n_out + rows - 1) / rows * n_act > most) rows *= 2;
         group_job j = {.c = c, .wt = W->type, .W = W->data, .w_slice = w_slice, .n_in = n_in, .n_out = n_out,
-                       .n_act = n_act, .grains = (n_out + EXPERT_GROUP_ROWS - 1) / EXPERT_GROUP_ROWS, .act = act,
+                       .n_act = n_act, .grains = (n_out + rows - 1) / rows, .rows = rows, .act = act,
                        .off = off, .gx = c->gx, .gy = c->gy};
-        int64_t items = (int64_t)tnd_pool_size(c->pool) * TND_POOL_ITEMS_PER_THREAD;
-        tnd_pool_run_n(c->pool, group_task, &j, (int)TND_MAX(1, TND_MIN(j.grains * n_act, items)));
+        /* a grain an item while they are few; beyond, items of several grains */
+        int64_t total = j.grains * n_act, items = total <= most ? total : n_thr * TND_POOL_ITEMS_PER_THREAD;
+        tnd_pool_run_n(c->pool, group_task, &j, (int)TND_MAX(1, TND_MIN(total, items)));
     } else {
         for (int k = 0; k < n_act; k++) {
             int64_t e = act[k], p0 = off[e];

@@ -1,7 +1,8 @@
 /* Causal attention over an f16 KV cache: split-K over the keys ("flash
  * decoding") plus a combine pass. k_attn serves decode (n_tok < FA_MIN_TOK)
  * and every shape the tensor-core prefill kernel k_attn_tc (below) does not
- * take; TND_CUDA_ATTN=old sends every call to k_attn.
+ * take; TND_CUDA_ATTN=old sends every call to k_attn's thread-per-output
+ * form (k_attn<0>).
  *
  * A block owns one kv head, one query token and one key range; it computes
  * all the q heads of that kv head's GQA group together, so each K/V row is
@@ -32,10 +33,22 @@
 #define AT_TARGET_BLOCKS 528
 #define AT_SPLIT_MIN 32
 
+/* U = 0: P V with a thread per (head, dim) output, each walking the tile's
+ * keys in turn (any ratio * head_dim up to AT_MAXO * AT_THREADS). U > 0
+ * (head_dim <= 32 U, ratio * U <= 32): a warp per key, as the scores are
+ * taken, its lanes over head_dim, every warp holding all the group's
+ * outputs for its keys; the warps' sums are added once at the end. Decode
+ * time went to the first form's chains of dependent V loads (a thread read
+ * 4 outputs x the range's keys, one after another: ~30 us a layer at 128
+ * keys on the H200); the second has a warp's keys' loads in flight at once.
+ * With one key range (n_split == 1) the block writes o itself and the
+ * combine pass is not launched. */
+template <int U>
 __global__ void __launch_bounds__(AT_THREADS)
 k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *__restrict__ V,
-       float *__restrict__ part, int n_head, int n_head_kv, int hd, int64_t pos0, float scale, float softcap,
-       int64_t window, int n_split, int64_t per_split) {
+       float *__restrict__ part, float *__restrict__ out, int n_head, int n_head_kv, int hd, int64_t pos0,
+       float scale, float softcap, int64_t window, int n_split, int64_t per_split) {
+    constexpr int RM = U ? 32 / U : 1; /* most heads a group has in the warp form */
     extern __shared__ float smem[];
     const int ratio = n_head / n_head_kv;
     const int c = blockIdx.x, g = blockIdx.y;
@@ -46,6 +59,7 @@ k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *
     float *mh = sc + ratio * AT_C;    /* [ratio] running max */
     float *lh = mh + ratio;           /* [ratio] running sum */
     float *corr = lh + ratio;         /* [ratio] rescale of this tile */
+    float *red = corr + ratio;        /* U > 0: [nw][ratio * hd] the warps' sums */
     const int64_t kv_stride = (int64_t)n_head_kv * hd;
     const int nout = ratio * hd;
 
@@ -54,9 +68,9 @@ k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *
         mh[tid] = -INFINITY;
         lh[tid] = 0.f;
     }
-    float acc[AT_MAXO];
+    float acc[U ? RM * U : AT_MAXO];
 #pragma unroll
-    for (int k = 0; k < AT_MAXO; k++) acc[k] = 0.f;
+    for (int k = 0; k < (U ? RM * U : AT_MAXO); k++) acc[k] = 0.f;
     const int64_t n_vis = pos0 + t + 1;
     /* sliding window: position p sees rows > p - window */
     const int64_t lo = window > 0 && n_vis - window > 0 ? n_vis - window : 0;
@@ -110,32 +124,78 @@ k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *
             }
         }
         __syncthreads();
-        /* P V: a thread per (head, dim) output, V rows read coalesced */
+        if constexpr (U > 0) { /* P V: a warp per key, lanes over head_dim */
 #pragma unroll
-        for (int k = 0; k < AT_MAXO; k++) {
-            int o = tid + k * AT_THREADS;
-            if (o < nout) {
-                int hh = o / hd, d = o - hh * hd;
-                float a = acc[k] * corr[hh];
-                const __half *vp = V + kt * kv_stride + (int64_t)g * hd + d;
-                const float *pp = sc + hh * AT_C;
-                for (int j = 0; j < nk; j++) a = fmaf(pp[j], __half2float(vp[j * kv_stride]), a);
-                acc[k] = a;
+            for (int hh = 0; hh < RM; hh++) {
+                float cr = hh < ratio ? corr[hh] : 0.f;
+#pragma unroll
+                for (int u = 0; u < U; u++) acc[hh * U + u] *= cr;
+            }
+            for (int j = warp; j < nk; j += nw) {
+                const __half *vr = V + (kt + j) * kv_stride + (int64_t)g * hd;
+                float vv[U ? U : 1];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    int d = lane + 32 * u;
+                    vv[u] = d < hd ? __half2float(vr[d]) : 0.f;
+                }
+#pragma unroll
+                for (int hh = 0; hh < RM; hh++) {
+                    if (hh >= ratio) break;
+                    float p = sc[hh * AT_C + j];
+#pragma unroll
+                    for (int u = 0; u < U; u++) acc[hh * U + u] = fmaf(p, vv[u], acc[hh * U + u]);
+                }
+            }
+        } else { /* P V: a thread per (head, dim) output, V rows read coalesced */
+#pragma unroll
+            for (int k = 0; k < AT_MAXO; k++) {
+                int o = tid + k * AT_THREADS;
+                if (o < nout) {
+                    int hh = o / hd, d = o - hh * hd;
+                    float a = acc[k] * corr[hh];
+                    const __half *vp = V + kt * kv_stride + (int64_t)g * hd + d;
+                    const float *pp = sc + hh * AT_C;
+                    for (int j = 0; j < nk; j++) a = fmaf(pp[j], __half2float(vp[j * kv_stride]), a);
+                    acc[k] = a;
+                }
             }
         }
         __syncthreads(); /* sc and corr are rewritten by the next tile */
     }
     const int stride = hd + 2;
+    if constexpr (U > 0) { /* the warps' sums, through shared memory */
 #pragma unroll
-    for (int k = 0; k < AT_MAXO; k++) {
-        int o = tid + k * AT_THREADS;
-        if (o < nout) {
+        for (int hh = 0; hh < RM; hh++) {
+            if (hh >= ratio) break;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int d = lane + 32 * u;
+                if (d < hd) red[warp * nout + hh * hd + d] = acc[hh * U + u];
+            }
+        }
+        __syncthreads();
+        for (int o = tid; o < nout; o += AT_THREADS) {
+            float a = 0.f;
+            for (int w = 0; w < nw; w++) a += red[w * nout + o];
             int hh = o / hd, d = o - hh * hd;
             int64_t h = (int64_t)g * ratio + hh;
-            part[((t * n_head + h) * n_split + c) * stride + 2 + d] = acc[k];
+            if (n_split == 1) out[(t * n_head + h) * hd + d] = a / lh[hh];
+            else part[((t * n_head + h) * n_split + c) * stride + 2 + d] = a;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < AT_MAXO; k++) {
+            int o = tid + k * AT_THREADS;
+            if (o < nout) {
+                int hh = o / hd, d = o - hh * hd;
+                int64_t h = (int64_t)g * ratio + hh;
+                if (n_split == 1) out[(t * n_head + h) * hd + d] = acc[k] / lh[hh];
+                else part[((t * n_head + h) * n_split + c) * stride + 2 + d] = acc[k];
+            }
         }
     }
-    if (tid < ratio) {
+    if (tid < ratio && n_split > 1) {
         int64_t h = (int64_t)g * ratio + tid;
         float *b = part + ((t * n_head + h) * n_split + c) * stride;
         b[0] = mh[tid];
@@ -344,13 +404,28 @@ extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V,
     int ns = attn_splits(n_tok, n_head_kv, n_kv_max, &per);
     size_t need = (size_t)n_tok * n_head * ns * (head_dim + 2) * sizeof(float);
     if (scratch_size < need) return cudaErrorInvalidValue;
-    size_t smem = (size_t)ratio * (head_dim + AT_C + 3) * sizeof(float);
     dim3 grid((unsigned)ns, (unsigned)n_head_kv, (unsigned)n_tok);
     float *part = (float *)scratch;
-    k_attn<<<grid, AT_THREADS, smem, st>>>(q, (const __half *)K, (const __half *)V, part, n_head, n_head_kv,
-                                           head_dim, pos0, scale, softcap, window, ns, per);
+    const __half *Kh = (const __half *)K, *Vh = (const __half *)V;
+    const int U = (head_dim + 31) / 32;
+    size_t smem = (size_t)ratio * (head_dim + AT_C + 3) * sizeof(float);
+    if (ratio * U <= 32 && !attn_old_only()) { /* the warp form (k_attn) */
+        smem += (size_t)(AT_THREADS / 32) * ratio * head_dim * sizeof(float);
+        switch (U) {
+#define AW(N)                                                                                                    \
+    case N:                                                                                                      \
+        k_attn<N><<<grid, AT_THREADS, smem, st>>>(q, Kh, Vh, part, o, n_head, n_head_kv, head_dim, pos0, scale,  \
+                                                  softcap, window, ns, per);                                     \
+        break;
+            AW(1) AW(2) AW(3) AW(4) AW(5) AW(6) AW(7) AW(8)
+#undef AW
+        }
+    } else {
+        k_attn<0><<<grid, AT_THREADS, smem, st>>>(q, Kh, Vh, part, o, n_head, n_head_kv, head_dim, pos0, scale,
+                                                  softcap, window, ns, per);
+    }
     int e = (int)cudaGetLastError();
-    if (e) return e;
+    if (e || ns == 1) return e; /* one key range: k_attn wrote o */
     int threads = head_dim >= 128 ? 128 : (head_dim + 31) / 32 * 32;
     k_attn_combine<<<(unsigned)(n_tok * n_head), threads, 0, st>>>(part, o, head_dim, ns);
     return (int)cudaGetLastError();

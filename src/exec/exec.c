@@ -601,6 +601,17 @@ static bool fuse_pair(tnd_ctx *c, const tnd_node *a, const tnd_node *b, tnd_node
     return *ok == 1;
 }
 
+/* Whether every op of the round runs on the GPU (the host's own bookkeeping,
+ * NONE nodes, aside): the plan holds the whole model there. */
+static bool round_gpu_only(const tnd_ctx *c) {
+    for (int i = 0; i < c->g.n; i++) {
+        const tnd_node *nd = &c->g.nodes[i];
+        if (nd->op.kind != TND_OP_NONE && tnd_exec_node_side(c, nd, TND_SIDE_GPU, false, NULL) != TND_SIDE_GPU)
+            return false;
+    }
+    return true;
+}
+
 /* The round's last (up to TND_RING_EV) weight copies as measured (events)
  * and predicted, and their bytes; 0s when the backend cannot time events. */
 static void measure_copies(tnd_ctx *c, double *meas, double *pred, double *bytes) {
@@ -676,11 +687,15 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
         st = prefetch(c, 0, false);
     }
     /* TND_CUDA_GRAPHS=1: the GPU segments of a decode-sized round are
-     * collected and launched as CUDA graphs (backend.h: graph_defer);
+     * collected and launched as CUDA graphs (backend.h: graph_defer); auto
+     * (the default): only rounds with no CPU work, where a graph replaces a
+     * whole step's launches (synth qwen3-8b on the H200: 185 -> 193 tok/s);
+     * a hybrid round's short segments gained nothing (docs/DECISIONS.md).
      * TND_TRACE=1 and the --trace timeline time every node alone, so they
      * launch them one by one */
-    c->graphs_on = c->gpu && !st && tnd_config_get()->cuda_graphs && nt <= TND_GRAPH_MAX_TOK && c->trace_mode != 1 &&
-                   !c->tl;
+    const int graphs = tnd_config_get()->cuda_graphs;
+    c->graphs_on = c->gpu && !st && nt <= TND_GRAPH_MAX_TOK && c->trace_mode != 1 && !c->tl &&
+                   (graphs == TND_CFG_GRAPHS_ON || (graphs == TND_CFG_GRAPHS_AUTO && round_gpu_only(c)));
     if (c->graphs_on) st = tnd_backend_graph_defer(c->side[1].be, c->side[1].st, true);
     int prom_seen = 0;
     for (int i = 0; !st && i < c->g.n; i++) {
