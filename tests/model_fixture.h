@@ -1,5 +1,6 @@
 /* Getting a model for the whole-model tests (header-only): the default
- * model's path, a synthetic tiny model from `tandem synth`, loading. */
+ * model's path, a synthetic tiny model from `tandem synth`, loading; and a
+ * greedy continuation, what most of them compare. */
 #ifndef TND_TESTS_MODEL_FIXTURE_H
 #define TND_TESTS_MODEL_FIXTURE_H
 
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "tandem.h"
 
 /* The default model's path into path: $TND_MODEL when use_env and it is
@@ -70,6 +72,19 @@ static inline int fx_synth(const char *shape, const char *extra, char *path, siz
     }
     unlink(log);
     return rc != 0;
+}
+
+/* Prefill ids on c, then n_gen greedy steps: token i into out[i], and
+ * into lg ((n_gen + 1) x n_vocab floats) the logits it was chosen from,
+ * then those after the last token. */
+static inline tnd_status fx_greedy(tnd_ctx *c, const int32_t *ids, int n, int n_gen, int32_t *out, float *lg) {
+    const int nv = tnd_model_n_vocab(tnd_ctx_model(c));
+    tnd_status st = tnd_ctx_eval(c, ids, n, lg);
+    for (int i = 0; !st && i < n_gen; i++) {
+        out[i] = tc_argmax(lg + (size_t)i * nv, nv);
+        st = tnd_ctx_eval(c, &out[i], 1, lg + (size_t)(i + 1) * nv);
+    }
+    return st;
 }
 
 #endif

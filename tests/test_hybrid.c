@@ -36,12 +36,7 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *cp, const int32_t
     if (st) return st;
     /* random delays in the simulated streams shake out missing synchronization */
     if (jitter_us && c->gpu) tnd_sim_set_jitter(c->side[1].be, jitter_us, (uint64_t)jitter_us * 7919);
-    int nv = tnd_model_n_vocab(m);
-    st = tnd_ctx_eval(c, ids, n, lg);
-    for (int i = 0; !st && i < N_GEN; i++) {
-        out[i] = tc_argmax(lg + (size_t)i * nv, nv);
-        st = tnd_ctx_eval(c, &out[i], 1, lg + (size_t)(i + 1) * nv);
-    }
+    st = fx_greedy(c, ids, n, N_GEN, out, lg);
     tnd_ctx_free(c);
     return st;
 }

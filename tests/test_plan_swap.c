@@ -56,12 +56,7 @@ static tnd_status reference(tnd_model *m, const tnd_ctx_params *cp, const int32_
     tnd_ctx *c;
     tnd_status st = tnd_ctx_new(m, cp, &c);
     if (st) return st;
-    int nv = tnd_model_n_vocab(m);
-    st = tnd_ctx_eval(c, ids, n, lg);
-    for (int i = 0; !st && i < N_GEN; i++) {
-        out[i] = tc_argmax(lg + (size_t)i * nv, nv);
-        st = tnd_ctx_eval(c, &out[i], 1, lg + (size_t)(i + 1) * nv);
-    }
+    st = fx_greedy(c, ids, n, N_GEN, out, lg);
     tnd_ctx_free(c);
     return st;
 }

@@ -22,12 +22,7 @@ const char *gen_opts_help =
     "  -t, --threads N        CPU threads (default: physical cores)\n"
     "  -c, --ctx-size N       context length (default: min(model, 4096))\n"
     "  -b, --batch-size N     prefill chunk size in tokens (default 512)\n"
-    "      --temp T           temperature; 0 = greedy (default 0.8)\n"
-    "      --top-k N          (default 40; 0 = off)\n"
-    "      --top-p P          (default 0.95; 1 = off)\n"
-    "      --min-p P          (default 0.05; 0 = off)\n"
-    "      --repeat-penalty X (default 1.0 = off)\n"
-    "      --repeat-last-n N  tokens the penalty looks at (default 64)\n"
+    TOOLS_SAMPLING_HELP
     "  -s, --seed S           sampling seed (default: random)\n"
     "      --stop TEXT        stop when TEXT is generated (repeatable)\n"
     "      --chat-template NAME  override the model's template (chatml, llama3, gemma, ...)\n"

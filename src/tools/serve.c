@@ -36,12 +36,7 @@ static void usage(FILE *f) {
             "  -b, --batch-size N     tokens per batched round (default 512)\n"
             "  -t, --threads N        CPU threads (default: physical cores)\n"
             "  defaults for the sampling fields a request leaves out:\n"
-            "      --temp T           temperature; 0 = greedy (default 0.8)\n"
-            "      --top-k N          (default 40; 0 = off)\n"
-            "      --top-p P          (default 0.95; 1 = off)\n"
-            "      --min-p P          (default 0.05; 0 = off)\n"
-            "      --repeat-penalty X (default 1.0 = off)\n"
-            "      --repeat-last-n N  tokens the penalty looks at (default 64)\n"
+            TOOLS_SAMPLING_HELP
             "  -s, --seed S           seed of requests without one (default: a new one per request)\n"
             "      --chat-template NAME  override the model's template (chatml, llama3, gemma, ...)\n"
             "      --device cpu|cuda|sim  where to run (default cpu)\n"

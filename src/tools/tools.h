@@ -36,6 +36,15 @@ bool tools_load_model(const char **path, long n_threads, tnd_model **m);
  * length, which ctx_new checks as well). */
 #define TOOLS_MAX_CTX (1 << 24)
 #define TOOLS_MAX_CTX_TEXT "16777216"
+/* The sampling options' help lines (run, chat; serve's request defaults):
+ * one text, as they are parsed by one function (generate.c) */
+#define TOOLS_SAMPLING_HELP                                                                \
+    "      --temp T           temperature; 0 = greedy (default 0.8)\n"                     \
+    "      --top-k N          (default 40; 0 = off)\n"                                     \
+    "      --top-p P          (default 0.95; 1 = off)\n"                                   \
+    "      --min-p P          (default 0.05; 0 = off)\n"                                   \
+    "      --repeat-penalty X (default 1.0 = off)\n"                                       \
+    "      --repeat-last-n N  tokens the penalty looks at (default 64)\n"
 
 /* Parses "123", "4k", "512M", "6G", "6GiB" into bytes; false if malformed. */
 bool tools_parse_size(const char *s, uint64_t *out);
