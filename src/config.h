@@ -21,9 +21,9 @@ extern "C" {
 
 /* TND_CUDA_MV: the decode matvec family of untiled weights */
 enum { TND_CFG_MV_AUTO = -1, TND_CFG_MV_OLD = 0, TND_CFG_MV_F16MMA = 1, TND_CFG_MV_I8MMA = 2 };
-/* TND_CUDA_TILE_MV: the kernel of re-laid (tiled) Q4_K weights */
-/* TND_CUDA_GRAPHS */
+/* TND_CUDA_GRAPHS: auto = rounds with nothing on the CPU */
 enum { TND_CFG_GRAPHS_OFF = 0, TND_CFG_GRAPHS_ON = 1, TND_CFG_GRAPHS_AUTO = 2 };
+/* TND_CUDA_TILE_MV: the kernel of re-laid (tiled) Q4_K weights */
 enum { TND_CFG_TILE_AUTO = 0, TND_CFG_TILE_F16 = 1, TND_CFG_TILE_I8 = 2, TND_CFG_TILE_I8B = 3 };
 /* TND_CPU_ISA: -1 the best this CPU has, else the tnd_cpu_isa_id forced */
 enum { TND_CFG_ISA_AUTO = -1 };
