@@ -264,8 +264,11 @@ tnd_status tnd_perf_get(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu,
     /* the CPU's times depend on its activation mode: a profile taken in one
      * mode must not steer runs in the other; nor one taken under a tuning
      * knob (docs/TUNING.md) or by another build, whose kernels differ */
+    /* a real GPU's memory tells models apart; SimGPU's is the budget (or
+     * the profile's, hashed above), which changes no time */
+    const uint64_t dev_total = p->device == TND_DEVICE_SIM ? 0 : mi.dev_total;
     snprintf(key, sizeof key, "%s-%s-%llu-%016llx-%s-%s-%s", tnd_backend_name(gpu), use_hw ? hw.name : "measured",
-             (unsigned long long)mi.dev_total, (unsigned long long)hh, tnd_backend_cpu_int8(cpu) ? "i8" : "f32",
+             (unsigned long long)dev_total, (unsigned long long)hh, tnd_backend_cpu_int8(cpu) ? "i8" : "f32",
              tnd_config_key(knobs, sizeof knobs), tnd_build_id());
     bool cached = !st && tnd_perf_cache_path(m, key, path, sizeof path);
     if (!st && cached && !p->reprofile && tnd_perf_load(m, path, pf) == TND_OK) {
