@@ -54,6 +54,131 @@ TGT static void axpy_f16_avx2(float *acc, float w, const uint16_t *v, int n) {
 #undef TGT
 #endif
 
+/* ---- expf, 16 at a time ---------------------------------------------------
+ * silu's expf (every FFN activation: n_ff per token and layer) and
+ * attention's softmax were a per-token cost that libm's scalar expf made
+ * ~5 ns an element. This is glibc's expf (2.27+, the FMA build its x86-64
+ * dispatch picks: 2^(k/32) from a table times a cubic in double) step for
+ * step, the same roundings and FMAs, so on glibc the results are its
+ * expf's bits and every output stays as it was; elsewhere within 1 ulp of
+ * libm (test_cpu_ops). |x| >= 88 (overflow, underflow, inf, NaN) goes to
+ * libm's expf. */
+static const uint64_t k_exp_tab[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+};
+/* 32 / ln 2, 1.5 * 2^52 (rounds to an integer in the low bits), the cubic */
+#define EXP_INVLN2N 0x1.71547652b82fep+5
+#define EXP_SHIFT 0x1.8p+52
+#define EXP_C0 0x1.c6af84b912394p-20
+#define EXP_C1 0x1.ebfce50fac4f3p-13
+#define EXP_C2 0x1.62e42ff0c52d6p-6
+#define EXP_BIG 0x42a /* top 12 bits (less the sign) of 88.0f */
+
+static double exp_d(uint64_t u) {
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+float tnd_cpu_expf(float x) {
+    uint32_t ux;
+    memcpy(&ux, &x, sizeof ux);
+    if (((ux >> 20) & 0x7ff) >= EXP_BIG) return expf(x);
+    double xd = (double)x, kd = fma(EXP_INVLN2N, xd, EXP_SHIFT);
+    uint64_t ki;
+    memcpy(&ki, &kd, sizeof ki);
+    kd -= EXP_SHIFT;
+    double r = fma(EXP_INVLN2N, xd, -kd);
+    double s = exp_d(k_exp_tab[ki & 31] + (ki << 47));
+    double z = fma(EXP_C0, r, EXP_C1), r2 = r * r, y = fma(EXP_C2, r, 1.0);
+    y = fma(z, r2, y);
+    return (float)(y * s);
+}
+
+#if defined(__x86_64__)
+#define TGT __attribute__((target("avx2,fma,avx512f,avx512dq")))
+#define TGTI static inline __attribute__((target("avx2,fma,avx512f,avx512dq"), always_inline))
+TGTI __m256 exp8_d(__m256 x, const __m512i tab[4]) {
+    const __m512d xd = _mm512_cvtps_pd(x), ln = _mm512_set1_pd(EXP_INVLN2N), sh = _mm512_set1_pd(EXP_SHIFT);
+    __m512d kd = _mm512_fmadd_pd(ln, xd, sh);
+    const __m512i ki = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, sh);
+    const __m512d r = _mm512_fmsub_pd(ln, xd, kd);
+    /* tab[ki % 32]: two 16-entry permutes, bit 4 picks */
+    __m512i t = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)),
+                                        _mm512_permutex2var_epi64(tab[0], ki, tab[1]),
+                                        _mm512_permutex2var_epi64(tab[2], ki, tab[3]));
+    t = _mm512_add_epi64(t, _mm512_slli_epi64(ki, 47));
+    const __m512d z = _mm512_fmadd_pd(_mm512_set1_pd(EXP_C0), r, _mm512_set1_pd(EXP_C1)), r2 = _mm512_mul_pd(r, r);
+    __m512d y = _mm512_fmadd_pd(_mm512_set1_pd(EXP_C2), r, _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(z, r2, y);
+    return _mm512_cvtpd_ps(_mm512_mul_pd(y, _mm512_castsi512_pd(t)));
+}
+
+/* expf of 16 floats; lanes with |x| >= 88 through libm */
+TGTI __m512 exp16(__m512 x, const __m512i tab[4]) {
+    __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(exp8_d(_mm512_castps512_ps256(x), tab)),
+                                  exp8_d(_mm512_extractf32x8_ps(x, 1), tab), 1);
+    const __m512i top = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 20), _mm512_set1_epi32(0x7ff));
+    __mmask16 big = _mm512_cmpge_epi32_mask(top, _mm512_set1_epi32(EXP_BIG));
+    if (big) {
+        float xs[16], ys[16];
+        _mm512_storeu_ps(xs, x);
+        _mm512_storeu_ps(ys, y);
+        for (int i = 0; i < 16; i++)
+            if (big >> i & 1) ys[i] = expf(xs[i]);
+        y = _mm512_loadu_ps(ys);
+    }
+    return y;
+}
+
+TGTI void exp_tab(__m512i tab[4]) {
+    for (int i = 0; i < 4; i++) tab[i] = _mm512_loadu_si512((const void *)(k_exp_tab + 8 * i));
+}
+
+/* x[i] = expf(x[i] - m) */
+TGT static void exp_sub_avx512(float *x, float m, int64_t n) {
+    __m512i tab[4];
+    exp_tab(tab);
+    const __m512 mv = _mm512_set1_ps(m);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv), tab));
+    }
+}
+
+/* out = g / (1 + expf(-g)) * u, the scalar loop's operations */
+TGT static void silu_mul_avx512(const float *g, const float *u, float *out, int64_t n) {
+    __m512i tab[4];
+    exp_tab(tab);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 gv = _mm512_maskz_loadu_ps(k, g + i);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv), tab);
+        _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)),
+                                                        _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+#undef TGT
+#undef TGTI
+#endif
+
+/* The vector expf where the CPU has AVX-512 (tests: not when forced scalar). */
+static bool exp_vec(void) {
+#if defined(__x86_64__)
+    return !tnd_cpu_ops_scalar && tnd_cpu_isa_best() == TND_ISA_AVX512;
+#else
+    return false;
+#endif
+}
+
 void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
     double ss = 0;
     for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
@@ -141,6 +266,8 @@ static void attn_worker(void *arg, int ith, int nth) {
         axpy = axpy_f16_avx2;
     }
 #endif
+    const bool vexp = exp_vec();
+    (void)vexp; /* x86 only */
     int64_t kv_stride = (int64_t)n_kv * hd;
     int n_pos_max = a->pos0 + a->n_tok;
     /* the thread's reusable scratch (a malloc per call, freed at once, can
@@ -162,10 +289,12 @@ static void attn_worker(void *arg, int ith, int nth) {
             if (s > mx) mx = s;
         }
         double sum = 0;
-        for (int p = lo; p <= pos; p++) {
-            scores[p] = expf(scores[p] - mx);
-            sum += scores[p];
-        }
+#if defined(__x86_64__)
+        if (vexp) exp_sub_avx512(scores + lo, mx, pos - lo + 1);
+        else
+#endif
+            for (int p = lo; p <= pos; p++) scores[p] = expf(scores[p] - mx);
+        for (int p = lo; p <= pos; p++) sum += scores[p];
         memset(acc, 0, sizeof(float) * (size_t)hd);
         for (int p = lo; p <= pos; p++) {
             axpy(acc, scores[p], a->v + (int64_t)p * kv_stride + (int64_t)kvh * hd, hd);
@@ -182,6 +311,12 @@ void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a) {
 }
 
 void tnd_cpu_silu_mul(const float *g, const float *u, float *out, int64_t n) {
+#if defined(__x86_64__)
+    if (exp_vec()) {
+        silu_mul_avx512(g, u, out, n);
+        return;
+    }
+#endif
     for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 

@@ -44,6 +44,10 @@ extern bool tnd_cpu_ops_scalar;
  * Parallel over (token, head) pairs. */
 void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a);
 
+/* expf(x) with glibc's algorithm (the same bits as its expf on x86-64 with
+ * FMA), as the AVX-512 silu and softmax compute it: their reference. */
+float tnd_cpu_expf(float x);
+
 /* out[i] = silu(g[i]) * u[i];  out may alias g. */
 void tnd_cpu_silu_mul(const float *g, const float *u, float *out, int64_t n);
 /* out[i] = gelu_tanh(g[i]) * u[i];  out may alias g. */
