@@ -342,7 +342,7 @@ TGTI void quad_prep(const char *xq, size_t x_row, int64_t nt, int64_t nb, char *
 
 /* R rows x NT tokens. */
 TGTI void quad_tile(int64_t nb, const char *w, size_t w_row, const char *buf, const int R, const int NT, float *y,
-                    int64_t ys) {
+                    int64_t ys) { /* buf: quad_prep's layout */
     const int64_t nq = (nb + 3) / 4;
     const size_t tb = QUAD_TOK_BYTES(nq), bs = sizeof(block_q4_1), rowb = (size_t)nb * bs;
     /* words of 4 headers (20 bytes apart): d_k at 10 k, m_k at 10 k + 1 */
@@ -408,17 +408,19 @@ TGTI void quad_tile(int64_t nb, const char *w, size_t w_row, const char *buf, co
         for (int t = 0; t < NT; t++) y[t * ys + r] = hsum512_ps(acc[r][t]);
 }
 
+/* prep: the driver lays out a call's tokens once (matmul_impl.h) */
+TGT static size_t prep5_q4_1(int64_t n_in, const void *xq, size_t x_row, int64_t nt, void *out) {
+    const int64_t nb = n_in / 32;
+    if (out) quad_prep(xq, x_row, nt, nb, out);
+    return QUAD_TOK_BYTES((nb + 3) / 4);
+}
+
+/* xq: prep5_q4_1's layout, x_row its bytes per token */
 TGT static void mm5_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
                          int64_t nt, float *y, int64_t ys) {
     const int64_t nb = n_in / 32;
-    const size_t tb = QUAD_TOK_BYTES((nb + 3) / 4);
-    char *buf = tnd_cpu_tls_buf(1, tb * (size_t)nt);
-    if (!buf) {
-        for (int64_t t = 0; t < nt; t++)
-            for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;
-        return;
-    }
-    quad_prep(xq, x_row, nt, nb, buf);
+    const char *buf = xq;
+    const size_t tb = x_row;
     const int R = nt <= 2 ? 4 : 2;
     for (int64_t r = 0; r < nr;) {
         const int rg = nr - r >= R ? R : 1; /* the last rows one by one */
@@ -457,6 +459,7 @@ void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k) {
     k->mm[TND_TYPE_Q4_0].fn = mm5_q4_0;
     k->mm[TND_TYPE_Q8_0].fn = mm5_q8_0;
     k->mm[TND_TYPE_Q4_1].fn = mm5_q4_1;
+    k->mm[TND_TYPE_Q4_1].prep = prep5_q4_1;
     k->mm[TND_TYPE_Q4_K].fn = mm5_q4_K;
     k->mm[TND_TYPE_Q6_K].fn = mm5_q6_K;
 }
