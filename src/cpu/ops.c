@@ -51,6 +51,27 @@ TGT static void axpy_f16_avx2(float *acc, float w, const uint16_t *v, int n) {
         _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + d))),
                                                   _mm256_loadu_ps(acc + d)));
 }
+
+/* acc[0..n) = sum over p in [lo, hi] of w[p] v[p * stride ..], n a
+ * multiple of 16: axpy_f16_avx2 over the positions in order (the same
+ * FMAs, so the same bits), each 64 columns kept in registers across all
+ * positions instead of loaded and stored per position. */
+TGT static void axpy_rows_f16_avx2(float *acc, const float *w, const uint16_t *v, int64_t stride, int lo, int hi,
+                                   int n) {
+    for (int d0 = 0; d0 < n; d0 += 64) {
+        const int k = n - d0 < 64 ? (n - d0) / 8 : 8;
+        __m256 a[8];
+        for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+        for (int p = lo; p <= hi; p++) {
+            const __m256 wv = _mm256_set1_ps(w[p]);
+            const uint16_t *vp = v + (int64_t)p * stride + d0;
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                if (i < k) a[i] = _mm256_fmadd_ps(wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vp + 8 * i))), a[i]);
+        }
+        for (int i = 0; i < k; i++) _mm256_storeu_ps(acc + d0 + 8 * i, a[i]);
+    }
+}
 #undef TGT
 #endif
 
@@ -295,9 +316,13 @@ static void attn_worker(void *arg, int ith, int nth) {
 #endif
             for (int p = lo; p <= pos; p++) scores[p] = expf(scores[p] - mx);
         for (int p = lo; p <= pos; p++) sum += scores[p];
-        memset(acc, 0, sizeof(float) * (size_t)hd);
-        for (int p = lo; p <= pos; p++) {
-            axpy(acc, scores[p], a->v + (int64_t)p * kv_stride + (int64_t)kvh * hd, hd);
+#if defined(__x86_64__)
+        if (axpy == axpy_f16_avx2) axpy_rows_f16_avx2(acc, scores, a->v + (int64_t)kvh * hd, kv_stride, lo, pos, hd);
+        else
+#endif
+        {
+            memset(acc, 0, sizeof(float) * (size_t)hd);
+            for (int p = lo; p <= pos; p++) axpy(acc, scores[p], a->v + (int64_t)p * kv_stride + (int64_t)kvh * hd, hd);
         }
         float inv = (float)(1.0 / sum);
         float *o = a->out + (int64_t)t * a->n_head * hd + (int64_t)h * hd;
