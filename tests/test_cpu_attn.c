@@ -2,8 +2,9 @@
  * odd shapes — head_dim 16..256, GQA ratios, windows, soft-capping, chunk
  * and decode positions, odd thread counts. Products are summed in another
  * order, so the outputs agree to float rounding (bound stated below). Also
- * the KV store's f16 conversion, RoPE's angle cache and the vector expf of
- * silu and softmax, bit for bit. */
+ * the KV store's f16 conversion, RoPE (its angle cache and AVX-512 pairs)
+ * and the vector expf of silu and softmax, bit for bit, and RMSNorm's
+ * vector sum to float rounding. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,11 +147,30 @@ static void test_expf_silu(void) {
     free(g), free(u), free(y), free(ref);
 }
 
+/* RMSNorm's AVX-512 sum of squares (another order of exact double
+ * products) against the scalar loop: the same to float rounding. */
+static void test_rmsnorm(void) {
+    const int lens[] = {576, 1000, 17, 16, 1};
+    float x[1000], w[1000], y0[1000], y1[1000];
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+        const int n = lens[l];
+        for (int i = 0; i < n; i++) x[i] = tc_frand() * (float)(1 << (i % 9)), w[i] = tc_frand();
+        tnd_cpu_ops_scalar = true;
+        tnd_cpu_rmsnorm(x, w, y0, n, 1e-5f);
+        tnd_cpu_ops_scalar = false;
+        tnd_cpu_rmsnorm(x, w, y1, n, 1e-5f);
+        int bad = 0;
+        for (int i = 0; i < n; i++) bad += fabsf(y0[i] - y1[i]) > 2.4e-7f * fabsf(y0[i]);
+        CHECK(bad == 0, "rmsnorm n=%d: %d values beyond float rounding of the scalar loop", n, bad);
+    }
+}
+
 int main(void) {
     tc_rng = 0x1234567;
     test_f32_to_f16();
     test_rope_cache();
     test_expf_silu();
+    test_rmsnorm();
     struct { int hd, n_head, n_kv, n_tok, pos0, window; float softcap; int threads; } cases[] = {
         {64, 9, 3, 7, 0, 0, 0, 1},   {128, 8, 2, 1, 300, 0, 0, 3}, {16, 4, 4, 33, 5, 0, 0, 2},
         {256, 2, 1, 5, 17, 0, 0, 2}, {128, 6, 1, 19, 40, 16, 0, 4}, {64, 4, 2, 9, 3, 0, 30.0f, 2},

@@ -2,7 +2,10 @@
  * reference and the engine's implementation, vectorized by the compiler
  * where it can — except attention's inner products over the f16 cache, which
  * have an AVX2/F16C path (prefill attention reads the cache once per query
- * and head; converting f16 one element at a time made it the slowest op). */
+ * and head; converting f16 one element at a time made it the slowest op),
+ * and on AVX-512 the expf of silu and softmax, RMSNorm's sum of squares and
+ * adjacent-pair RoPE (per-token work that batched rounds do not share; the
+ * scalar code stays their reference, tnd_cpu_ops_scalar). */
 #include "cpu/ops.h"
 
 #include <math.h>
@@ -17,7 +20,7 @@
 #include <immintrin.h>
 #endif
 
-bool tnd_cpu_ops_scalar; /* tests: force the scalar attention */
+bool tnd_cpu_ops_scalar; /* tests: force the scalar paths */
 
 static float dot_f16_scalar(const float *q, const uint16_t *k, int n) {
     float s = 0;
@@ -187,6 +190,36 @@ TGT static void silu_mul_avx512(const float *g, const float *u, float *out, int6
                                                         _mm512_maskz_loadu_ps(k, u + i)));
     }
 }
+
+/* sum of x[i]^2 in double: 16 lanes, then a fixed-order reduction (each
+ * square is exact in double, as in the scalar loop; only the order of the
+ * additions differs) */
+TGT static double sumsq_avx512(const float *x, int64_t n) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(x + i)), hi = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
+        a0 = _mm512_fmadd_pd(lo, lo, a0);
+        a1 = _mm512_fmadd_pd(hi, hi, a1);
+    }
+    double ss = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    return ss;
+}
+
+/* Adjacent-pair RoPE of n (a multiple of 16) values: the scalar loop's
+ * multiplies, subtract and add (no FMA), 8 pairs at a time. cs: c0 s0 c1 s1 .. */
+TGT static void rope_pairs_avx512(float *v, const float *cs, int n) {
+    const __m512i swap = _mm512_setr_epi32(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    const __m512i ev = _mm512_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14);
+    const __m512i od = _mm512_setr_epi32(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
+    for (int d = 0; d < n; d += 16) {
+        const __m512 x = _mm512_loadu_ps(v + d), t = _mm512_loadu_ps(cs + d);
+        const __m512 a = _mm512_mul_ps(x, _mm512_permutexvar_ps(ev, t));                              /* x0 c, x1 c */
+        const __m512 b = _mm512_mul_ps(_mm512_permutexvar_ps(swap, x), _mm512_permutexvar_ps(od, t)); /* x1 s, x0 s */
+        _mm512_storeu_ps(v + d, _mm512_mask_add_ps(_mm512_sub_ps(a, b), 0xaaaa, a, b));
+    }
+}
 #undef TGT
 #undef TGTI
 #endif
@@ -202,7 +235,13 @@ static bool exp_vec(void) {
 
 void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
     double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+#if defined(__x86_64__)
+    /* the scalar sum is one chain of dependent additions: a batched
+     * round's per-token serial work */
+    if (exp_vec()) ss = sumsq_avx512(x, n);
+    else
+#endif
+        for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
     float inv = (float)(1.0 / sqrt(ss / (double)n + eps));
     if (w)
         for (int64_t i = 0; i < n; i++) y[i] = x[i] * inv * w[i];
@@ -252,6 +291,12 @@ void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
                   float freq_base, float freq_scale, bool neox) {
     int half = n_rot / 2;
     const float *cs = rope_table(pos, n_rot, freq_base, freq_scale);
+#if defined(__x86_64__)
+    if (cs && !neox && n_rot % 16 == 0 && exp_vec()) {
+        for (int h = 0; h < n_heads; h++) rope_pairs_avx512(x + (int64_t)h * head_dim, cs, n_rot);
+        return;
+    }
+#endif
     for (int i = 0; i < half; i++) {
         float c, s;
         if (cs) {

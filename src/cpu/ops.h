@@ -36,7 +36,8 @@ typedef struct tnd_attn_args {
     float softcap;         /* tanh soft-capping of scores; 0 = off */
 } tnd_attn_args;
 
-/* Tests: true forces the scalar attention (the reference of the SIMD one). */
+/* Tests: true forces the scalar attention, silu, RMSNorm and RoPE (the
+ * references of the SIMD ones). */
 extern bool tnd_cpu_ops_scalar;
 
 /* Causal multi-head attention with GQA (head h reads kv head h / (n_head /
