@@ -253,9 +253,12 @@ void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float 
  * rotates q and k at the same positions with the same parameters, so a
  * round computes each table once instead of 2 x n_layer times (pow, cos and
  * sin per pair were a per-token cost that batched rounds do not share). A
- * few entries, as a batched round holds several sequences' positions. The
- * values are the same as computed in place. */
-#define ROPE_SLOTS 8
+ * few entries, as a batched round holds several sequences' positions: 16,
+ * so that a batched prompt of up to 16 positions a sequence (4 sequences'
+ * are 64 tokens at positions 0..15 four times) computes each once; with 8
+ * every token of it recomputed its table. The values are the same as
+ * computed in place. */
+#define ROPE_SLOTS 16
 #define ROPE_MAX_HALF 256
 typedef struct rope_slot {
     int pos, n_rot;
