@@ -2,13 +2,16 @@
  * odd shapes — head_dim 16..256, GQA ratios, windows, soft-capping, chunk
  * and decode positions, odd thread counts. Products are summed in another
  * order, so the outputs agree to float rounding (bound stated below). Also
- * the KV store's f16 conversion and RoPE's angle cache, bit for bit. */
+ * the KV store's f16 conversion, RoPE (its angle cache and AVX-512 pairs)
+ * and the vector expf of silu and softmax, bit for bit, and RMSNorm's
+ * vector sum to float rounding. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "cpu/matmul_impl.h"
 #include "cpu/ops.h"
 #include "cpu/pool.h"
 #include "quant/quant.h"
@@ -73,10 +76,101 @@ static void test_rope_cache(void) {
             }
 }
 
+/* ulps between two finite floats of one sign (large when they differ in sign) */
+static int64_t ulps(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
+}
+
+static bool same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0 || (isnan(a) && isnan(b)); }
+
+/* tnd_cpu_expf (glibc's algorithm) against libm: the same bits on glibc
+ * 2.27+ with FMA (an AVX-512 machine has it), within 1 ulp elsewhere. Then
+ * silu_mul, vector (AVX-512) and libm's scalar loop, against the formula
+ * with tnd_cpu_expf, bit for bit: every range of the exponent, the libm
+ * lanes (|x| >= 88, inf, NaN), lengths not a multiple of 16. */
+static void test_expf_silu(void) {
+#if defined(__GLIBC__) && defined(__x86_64__)
+    const bool exact = tnd_cpu_isa_best() >= TND_ISA_AVX2; /* FMA: glibc's __expf_fma */
+#else
+    const bool exact = false;
+#endif
+    int64_t worst = 0, n_diff = 0, n = 0;
+    for (uint64_t i = 0; i < 3000000; i++) {
+        /* a third random bit patterns (those above 200 in size moved near 0),
+         * the rest uniform over the range where expf is neither 0 nor inf */
+        uint32_t bits = (uint32_t)tc_xorshift();
+        float x;
+        memcpy(&x, &bits, 4);
+        if (i % 3) x = tc_unif(-104.0f, 104.0f);
+        else if (fabsf(x) > 200.0f) x = tc_frand() * 1e-3f;
+        float a = tnd_cpu_expf(x), b = expf(x);
+        n++;
+        if (same_bits(a, b)) continue;
+        n_diff++;
+        int64_t u = isfinite(a) && isfinite(b) ? ulps(a, b) : 1000;
+        if (u > worst) worst = u;
+    }
+    CHECK(worst <= 1, "tnd_cpu_expf vs libm: %lld of %lld differ, by up to %lld ulps", (long long)n_diff,
+          (long long)n, (long long)worst);
+    CHECK(!exact || n_diff == 0, "tnd_cpu_expf vs glibc's expf: %lld of %lld differ", (long long)n_diff,
+          (long long)n);
+    enum { N = 4099 };
+    float *g = malloc(N * 4), *u = malloc(N * 4), *y = malloc(N * 4), *ref = malloc(N * 4);
+    for (int i = 0; i < N; i++) {
+        g[i] = i % 5 == 0 ? tc_unif(-120.0f, 120.0f) : tc_frand() * (float)(1 << (i % 6));
+        u[i] = tc_frand();
+    }
+    g[3] = INFINITY, g[4] = -INFINITY, g[6] = NAN, g[7] = 88.0f, g[8] = -88.0f, g[9] = 87.99f, g[11] = -0.0f;
+    g[12] = 1e-40f, g[13] = -103.5f, g[14] = 103.5f, g[16] = 88.72f, g[17] = -88.73f;
+    for (int i = 0; i < N; i++) ref[i] = g[i] / (1.0f + tnd_cpu_expf(-g[i])) * u[i];
+    const int lens[] = {N, 16, 15, 1, 33};
+    for (int sc = 0; sc < 2; sc++) {
+        tnd_cpu_ops_scalar = sc; /* 1: libm's expf, equal to tnd_cpu_expf only where exact */
+        if (sc && !exact) break;
+        for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+            for (int i = 0; i < N; i++) y[i] = 12345.0f;
+            tnd_cpu_silu_mul(g, u, y, lens[l]);
+            int bad = 0;
+            for (int i = 0; i < lens[l] && bad < 3; i++)
+                if (!same_bits(y[i], ref[i])) {
+                    CHECK(0, "silu_mul (scalar %d) n=%d [%d] g %a: got %a want %a", sc, lens[l], i, (double)g[i],
+                          (double)y[i], (double)ref[i]);
+                    bad++;
+                }
+            CHECK(lens[l] == N || y[lens[l]] == 12345.0f, "silu_mul n=%d wrote past the end", lens[l]);
+        }
+    }
+    tnd_cpu_ops_scalar = false;
+    free(g), free(u), free(y), free(ref);
+}
+
+/* RMSNorm's AVX-512 sum of squares (another order of exact double
+ * products) against the scalar loop: the same to float rounding. */
+static void test_rmsnorm(void) {
+    const int lens[] = {576, 1000, 17, 16, 1};
+    float x[1000], w[1000], y0[1000], y1[1000];
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+        const int n = lens[l];
+        for (int i = 0; i < n; i++) x[i] = tc_frand() * (float)(1 << (i % 9)), w[i] = tc_frand();
+        tnd_cpu_ops_scalar = true;
+        tnd_cpu_rmsnorm(x, w, y0, n, 1e-5f);
+        tnd_cpu_ops_scalar = false;
+        tnd_cpu_rmsnorm(x, w, y1, n, 1e-5f);
+        int bad = 0;
+        for (int i = 0; i < n; i++) bad += fabsf(y0[i] - y1[i]) > 2.4e-7f * fabsf(y0[i]);
+        CHECK(bad == 0, "rmsnorm n=%d: %d values beyond float rounding of the scalar loop", n, bad);
+    }
+}
+
 int main(void) {
     tc_rng = 0x1234567;
     test_f32_to_f16();
     test_rope_cache();
+    test_expf_silu();
+    test_rmsnorm();
     struct { int hd, n_head, n_kv, n_tok, pos0, window; float softcap; int threads; } cases[] = {
         {64, 9, 3, 7, 0, 0, 0, 1},   {128, 8, 2, 1, 300, 0, 0, 3}, {16, 4, 4, 33, 5, 0, 0, 2},
         {256, 2, 1, 5, 17, 0, 0, 2}, {128, 6, 1, 19, 40, 16, 0, 4}, {64, 4, 2, 9, 3, 0, 30.0f, 2},

@@ -186,6 +186,10 @@ typedef struct mm_job {
     size_t x_row;
     /* kernel */
     tnd_mm_kernel fn;
+    tnd_mm_prep_fn prep; /* fn's activation layout, made once per call into xp */
+    char *xp;
+    size_t xp_row;
+    bool xp_ok; /* xp holds this call's activations laid out already (reused) */
     tnd_vec_dot_fn dot; /* generic path when fn is NULL */
     tnd_gemm_kernel gemm; /* prefill path, or NULL */
     tnd_type act;
@@ -282,6 +286,12 @@ static void mm_run(mm_job *j) {
             else tnd_pool_run_n(pool, aux_task, j, (int)TND_MIN(j->n_tok, tnd_pool_size(pool)));
         }
     }
+    if (j->prep && !j->xp_ok) {
+        /* once here rather than in every item of the rows run: a batched
+         * round's few tokens cost each item as much to lay out as their rows */
+        j->prep(j->n_in, j->xq, j->x_row, j->n_tok, j->xp);
+    }
+    if (j->prep) j->xq = j->xp, j->x_row = j->xp_row;
     /* more items than threads, so threads that run late or slow (other
      * processes on the cores) leave their share to the others; prefill
      * (gemm) keeps one item per thread: its tiles want long row ranges */
@@ -303,24 +313,29 @@ static _Thread_local struct {
     int64_t n_in, n_tok;
     tnd_type act;
     char *buf;
+    tnd_mm_prep_fn prep; /* what laid out the activations after them, or NULL */
 } g_act_last;
 
 static void act_reuse(mm_job *j, tnd_type act) {
-    size_t xqb = TND_ALIGN64(j->x_row * (size_t)j->n_tok), xb = (size_t)(j->n_in * j->n_tok) * sizeof(float);
-    char *b = tnd_cpu_tls_buf(2, xqb + xb);
+    size_t xqb = TND_ALIGN64(j->x_row * (size_t)j->n_tok), xb = TND_ALIGN64((size_t)(j->n_in * j->n_tok) * sizeof(float));
+    char *b = tnd_cpu_tls_buf(2, xqb + xb + j->xp_row * (size_t)j->n_tok);
     j->xq = b;
     if (!b) {
         g_act_last.x = NULL;
         return;
     }
+    j->xp = b + xqb + xb; /* after the quantized rows and the floats' copy */
     if (g_act_last.x == j->x && g_act_last.n_in == j->n_in && g_act_last.n_tok == j->n_tok && g_act_last.act == act &&
-        g_act_last.buf == b && !memcmp(b + xqb, j->x, xb)) {
+        g_act_last.buf == b && !memcmp(b + xqb, j->x, (size_t)(j->n_in * j->n_tok) * sizeof(float))) {
         j->quant = NULL; /* b holds these activations quantized */
+        if (j->prep && g_act_last.prep == j->prep) j->xp_ok = true; /* and laid out */
+        g_act_last.prep = j->prep;
         return;
     }
-    memcpy(b + xqb, j->x, xb);
+    memcpy(b + xqb, j->x, (size_t)(j->n_in * j->n_tok) * sizeof(float));
     g_act_last.x = j->x, g_act_last.n_in = j->n_in, g_act_last.n_tok = j->n_tok, g_act_last.act = act;
     g_act_last.buf = b;
+    g_act_last.prep = j->prep;
 }
 
 void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_in, int64_t n_out,
@@ -347,6 +362,7 @@ void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_i
     };
     if (k->mm[wt].act == tr->vec_dot_type) {
         j.fn = k->mm[wt].fn;
+        j.prep = k->mm[wt].prep;
         /* The prefill kernel also serves small n_tok for formats without a
          * matvec kernel: its repack costs a few passes over the row, still
          * far less than the scalar path. */
@@ -355,9 +371,12 @@ void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_i
     /* AMX prefill kernels (matmul_amx.c) take over where the CPU has them */
     tnd_gemm_kernel amx = n_in % TND_CHUNK == 0 ? tnd_cpu_amx_select(wt, n_tok) : NULL;
     if (amx) j.gemm = amx;
+    if (j.gemm || !j.fn) j.prep = NULL;
+    if (j.prep) j.xp_row = j.prep(n_in, NULL, 0, n_tok, NULL);
     j.act = tr->vec_dot_type;
     size_t aux_bytes = j.gemm ? (size_t)(n_in / TND_CHUNK) * (size_t)n_tok * sizeof(tnd_act_aux) : 0;
     if (tr->vec_dot_type == TND_TYPE_F32) {
+        j.prep = NULL;
         j.xq = (char *)x;
         j.x_row = (size_t)n_in * sizeof(float);
     } else {
@@ -368,8 +387,9 @@ void tnd_cpu_matmul_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t n_i
         if (!j.gemm && n_in * n_tok < QUANT_PAR_MIN) act_reuse(&j, tr->vec_dot_type);
         else {
             g_act_last.x = NULL;
-            j.xq = tnd_cpu_tls_buf(0, TND_ALIGN64(j.x_row * (size_t)n_tok) + aux_bytes);
-            if (j.xq) j.aux = (tnd_act_aux *)(j.xq + TND_ALIGN64(j.x_row * (size_t)n_tok));
+            const size_t xqb = TND_ALIGN64(j.x_row * (size_t)n_tok);
+            j.xq = tnd_cpu_tls_buf(0, xqb + TND_ALIGN64(aux_bytes) + j.xp_row * (size_t)n_tok);
+            if (j.xq) j.aux = (tnd_act_aux *)(j.xq + xqb), j.xp = j.xq + xqb + TND_ALIGN64(aux_bytes);
         }
         if (!j.xq) {
             TND_WARN("tnd_cpu_matmul: out of memory for activations");

@@ -84,6 +84,9 @@ typedef uint8_t amx_v64u8 __attribute__((vector_size(64)));
 #define T_B1 5
 #define T_B2 6
 #define T_B3 7
+/* block formats: tiles 6, 7 are a second pair of C (tile_blk's pipeline) */
+#define T_C2 6
+#define T_C3 7
 
 enum { AF_Q4_0, AF_Q8_0, AF_Q4_K, AF_Q6_K, AF_Q4_1 };
 

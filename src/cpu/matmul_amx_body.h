@@ -279,22 +279,35 @@ TGT static void SFX(tile_blk)(TL_PARAM const int M1, int64_t nb, const char *xa,
     amx_v16f acc[16];
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++) acc[m] = (amx_v16f){0};
+    /* Software pipelined: the products of blocks b + 2, b + 3 run (on the
+     * other pair of C tiles) while the epilogue does blocks b, b + 1, whose
+     * C went to memory first; so neither the products' latency nor the
+     * tile store's is waited for. cb: 4 C tiles, pair set p at 512 p. */
+#define AMX_BLK_DP(C, A, B, bl)                                                                                  \
+    do {                                                                                                         \
+        TL_LOAD(A, xa + ab * (bl) + ao, xs);                                                                     \
+        TL_LOAD(B, q + 512 * (bl), 64);                                                                          \
+        TL_ZERO(C);                                                                                              \
+        TL_DP(C, A, B);                                                                                          \
+    } while (0)
+    AMX_BLK_DP(T_C0, T_A0, T_B0, 0);
+    if (nb > 1) AMX_BLK_DP(T_C1, T_A1, T_B1, 1);
     for (int64_t b = 0; b < nb; b += 2) {
-        int two = b + 1 < nb;
-        TL_LOAD(T_A0, xa + ab * b + ao, xs);
-        TL_LOAD(T_B0, q + 512 * b, 64);
-        TL_ZERO(T_C0);
-        TL_DP(T_C0, T_A0, T_B0);
-        if (two) {
-            TL_LOAD(T_A1, xa + ab * (b + 1) + ao, xs);
-            TL_LOAD(T_B1, q + 512 * (b + 1), 64);
-            TL_ZERO(T_C1);
-            TL_DP(T_C1, T_A1, T_B1);
+        const int two = b + 1 < nb, set = (int)(b / 2) & 1;
+        int32_t *cp = cb + 512 * set;
+        if (!set) {
+            TL_STORE(T_C0, cp, 64);
+            if (two) TL_STORE(T_C1, cp + 256, 64);
+            if (b + 2 < nb) AMX_BLK_DP(T_C2, T_A0, T_B0, b + 2);
+            if (b + 3 < nb) AMX_BLK_DP(T_C3, T_A1, T_B1, b + 3);
+        } else {
+            TL_STORE(T_C2, cp, 64);
+            if (two) TL_STORE(T_C3, cp + 256, 64);
+            if (b + 2 < nb) AMX_BLK_DP(T_C0, T_A0, T_B0, b + 2);
+            if (b + 3 < nb) AMX_BLK_DP(T_C1, T_A1, T_B1, b + 3);
         }
         for (int k = 0; k < 1 + two; k++) {
-            if (k) TL_STORE(T_C1, cb + 256, 64);
-            else TL_STORE(T_C0, cb, 64);
-            const int32_t *c = cb + 256 * k;
+            const int32_t *c = cp + 256 * k;
             amx_v16f s = *(const amx_v16f *)(cs + 16 * (b + k));
             const float *d = da + 16 * (b + k);
 #pragma GCC unroll 16
@@ -308,6 +321,7 @@ TGT static void SFX(tile_blk)(TL_PARAM const int M1, int64_t nb, const char *xa,
             }
         }
     }
+#undef AMX_BLK_DP
     SFX(write_tile)(acc, y, ys, mlo, mhi, ncols);
 }
 
@@ -376,7 +390,7 @@ TGTI void SFX(gemm)(const int FMT, int64_t K, const void *W, size_t w_row, int64
     if (P > np) P = np;
     size_t ka = 16 * 256, tab = sf * (MIN ? 9 : M1 ? 2 : 1); /* ka: panel's staging */
     size_t pad = nt < 16 ? AMX_ALIGN64(16 * x_row) : 0;
-    uint8_t *buf = tnd_cpu_tls_buf(1, (size_t)P * pbytes + ka + tab + 2048 + pad);
+    uint8_t *buf = tnd_cpu_tls_buf(1, (size_t)P * pbytes + ka + tab + 4096 + pad);
     if (!buf) {
         for (int64_t t = 0; t < nt; t++)
             for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;
@@ -390,7 +404,7 @@ TGTI void SFX(gemm)(const int FMT, int64_t K, const void *W, size_t w_row, int64
     if (pad) {
         /* fewer tokens than a tile: a zero-padded copy, so tile loads stay
          * inside the buffer */
-        char *xp = (char *)cb + 2048;
+        char *xp = (char *)cb + 4096;
         memset(xp, 0, 16 * x_row);
         memcpy(xp, xq, (size_t)nt * x_row);
         xb = xp;
@@ -401,10 +415,9 @@ TGTI void SFX(gemm)(const int FMT, int64_t K, const void *W, size_t w_row, int64
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
     if (!SUPER) {
-        /* K = 32 per product: A 16 x 32 bytes, B 8 lines; tiles 6, 7 unused */
+        /* K = 32 per product: A 16 x 32 bytes, B 8 lines; tiles 6, 7 a second pair of C */
         cfg.colsb[T_A0] = cfg.colsb[T_A1] = 32;
         cfg.rows[T_B0] = cfg.rows[T_B1] = 8;
-        cfg.rows[6] = cfg.rows[7] = 0, cfg.colsb[6] = cfg.colsb[7] = 0;
     }
     TL_DECL
     TL_CFG(&cfg);

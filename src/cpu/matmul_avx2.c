@@ -600,7 +600,7 @@ void tnd_cpu_kernels_avx2(tnd_cpu_kernels *k) {
     k->mm[TND_TYPE_Q8_0].fn = mm_q8_0;
     k->mm[TND_TYPE_Q4_K].fn = mm_q4_K;
     k->mm[TND_TYPE_Q6_K].fn = mm_q6_K;
-    k->mm[TND_TYPE_F32] = (tnd_mm_entry){mm_f32, TND_TYPE_F32, NULL};
-    k->mm[TND_TYPE_F16] = (tnd_mm_entry){mm_f16, TND_TYPE_F32, NULL};
-    k->mm[TND_TYPE_BF16] = (tnd_mm_entry){mm_bf16, TND_TYPE_F32, NULL};
+    k->mm[TND_TYPE_F32] = (tnd_mm_entry){mm_f32, TND_TYPE_F32, NULL, NULL};
+    k->mm[TND_TYPE_F16] = (tnd_mm_entry){mm_f16, TND_TYPE_F32, NULL, NULL};
+    k->mm[TND_TYPE_BF16] = (tnd_mm_entry){mm_bf16, TND_TYPE_F32, NULL, NULL};
 }

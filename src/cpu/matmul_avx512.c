@@ -5,10 +5,13 @@
  * vpmaddubsw + vpmaddwd, and no 16-bit intermediate to bound.
  *
  * Decode (matvec, n_tok < TND_GEMM_MIN_TOK):
- *   Q4_0, Q8_0, Q4_1: 512-bit kernels below, two 32-blocks per vector,
- *     vpdpbusd on unsigned weights (Q4_0, Q8_0: the offset taken out
- *     through the activation block sums), each token's part prepared once
- *     per call so that extra tokens (batched rounds) cost little;
+ *   Q4_0, Q8_0: 512-bit kernels below, two 32-blocks per vector,
+ *     vpdpbusd on unsigned weights (the offset taken out through the
+ *     activation block sums), each token's part prepared once per call so
+ *     that extra tokens (batched rounds) cost little;
+ *   Q4_1: the same with four blocks per vector (each block's first and
+ *     second halves apart), so a token's conversion and scaling is shared
+ *     by 4 blocks;
  *   Q4_K, Q6_K: 512-bit kernels below, 64 weights per step: the unsigned
  *     quants u (Q4_K: nibbles, 0..15; Q6_K: 6 bits, 0..63) in element order,
  *     vpmaddubsw with 64 activation bytes (pairs: at most 2 * 63 * 127 =
@@ -131,7 +134,7 @@ TGTI void row5_q6_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt
 }
 ROW_LOOP(mm5_q6_K, row5_q6_K)
 
-/* ---- Q4_0 and Q8_0 x Q8_0, Q4_1 x Q8_1 -------------------------------------------
+/* ---- Q4_0 and Q8_0 x Q8_0 ------------------------------------------------------
  * Two 32-blocks per 512-bit vector. The weights enter vpdpbusd as unsigned
  * bytes u: Q4_0 its nibbles (q + 8), Q8_0 q + 128 (q xor 0x80). The offset
  * comes back out through the activation block sums (pair_prep, once per
@@ -174,24 +177,11 @@ TGTI __m512 d16_q8_0(const block_q8_0 *b) {
     return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, v)));
 }
 
-/* Q4_1 x Q8_1 the same way: w = d q + m with q the unsigned nibbles
- * (0..15), so vpdpbusd takes them as they are (no offset); the m part of a
- * block is m * s of the activation block (gathered per 8 pairs, below). */
-TGTI __m512i u64_q4_1(const block_q4_1 *b) {
-    __m512i v = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs))),
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[1].qs)), 1);
-    return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0f));
-}
-
 /* ---- the pair kernels' driver -----------------------------------------------
  * What belongs to a token alone is prepared once per call (pair_prep), not
  * per row group: its quants of each block pair contiguous (one 64-byte
- * operand), its scales spread over the pair's lanes (S), and X: for Q4_0
- * and Q8_0 the int32 offset start values of vpdpbusd, for Q4_1 the block
- * sums s as floats, one per block: the kernel gathers the m of 8 pairs (16
- * blocks) into one vector, so the m part costs a token one FMA per 8 pairs.
- * A token then costs 4 instructions per row and 64 weights, all taking the
+ * operand), its scales spread over the pair's lanes (S), and X, the
+ * int32 offset start values of vpdpbusd. A token then costs 4 instructions per row and 64 weights, all taking the
  * prepared vectors as memory operands, against ~6-10 for unpacking the
  * row's pair, which is shared by every token of the group: so a batched
  * decode round (several sequences, issue 27) costs little more than one
@@ -199,11 +189,10 @@ TGTI __m512i u64_q4_1(const block_q4_1 *b) {
  * accumulators), tokens in groups of up to 4. Each (row, token) sum is
  * computed in the same order whatever the group sizes, so a sequence's
  * results do not depend on what it is batched with. */
-enum { PF_Q4_0, PF_Q8_0, PF_Q4_1 };
+enum { PF_Q4_0, PF_Q8_0 };
 
 /* Per token: np = ceil(nb / 2) pairs of 64 quant bytes, np x 16 floats S,
- * np x 16 words X; an odd last block's pair padded with zeros (Q4_1's X:
- * nb floats, zeros up to 16 ceil(np / 8) <= 16 np). */
+ * np x 16 words X; an odd last block's pair padded with zeros. */
 #define PAIR_TOK_BYTES(np) ((size_t)(np) * 192)
 
 TGTI void pair_prep(const int F, const char *xq, size_t x_row, int64_t nt, int64_t nb, char *buf) {
@@ -219,10 +208,6 @@ TGTI void pair_prep(const int F, const char *xq, size_t x_row, int64_t nt, int64
                 memset(aq + 32 * i, 0, 32);
                 _mm256_storeu_ps(S + 8 * i, _mm256_setzero_ps());
                 _mm256_storeu_si256((__m256i *)(X + 32 * i), _mm256_setzero_si256());
-            } else if (F == PF_Q4_1) {
-                const block_q8_1 *a = (const block_q8_1 *)arow + i;
-                memcpy(aq + 32 * i, a->qs, 32);
-                _mm256_storeu_ps(S + 8 * i, _mm256_set1_ps(h2f(a->d)));
             } else {
                 /* dot(q, a) = dot(u, a) - OFF sum(a), OFF / 8 per lane */
                 const block_q8_0 *a = (const block_q8_0 *)arow + i;
@@ -233,11 +218,6 @@ TGTI void pair_prep(const int F, const char *xq, size_t x_row, int64_t nt, int64
                 _mm256_storeu_si256((__m256i *)(X + 32 * i), _mm256_set1_epi32(nsa * (F == PF_Q8_0 ? 16 : 1)));
             }
         }
-        if (F == PF_Q4_1) { /* X: the blocks' s, zeros up to a multiple of 16 */
-            const block_q8_1 *a = (const block_q8_1 *)arow;
-            float *sa = (float *)X;
-            for (int64_t i = 0; i < 16 * ((np + 7) / 8); i++) sa[i] = i < nb ? h2f(a[i].s) : 0.0f;
-        }
     }
 }
 
@@ -246,14 +226,11 @@ TGTI void pair_tile(const int F, int64_t nb, const char *w, size_t w_row, const 
                     float *y, int64_t ys) {
     const int64_t np = (nb + 1) / 2;
     const size_t tb = PAIR_TOK_BYTES(np);
-    const size_t bs = F == PF_Q4_0 ? sizeof(block_q4_0) : F == PF_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_1);
+    const size_t bs = F == PF_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     const size_t rowb = (size_t)nb * bs;
     __m512 acc[4][4];
-    __m256i mh[4]; /* Q4_1: the m (half floats) of up to 8 pairs, block order */
-    for (int r = 0; r < R; r++) {
-        mh[r] = _mm256_setzero_si256();
+    for (int r = 0; r < R; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
-    }
     for (int64_t p = 0; p < np; p++) {
         const bool two = 2 * p + 1 < nb;
         for (int r = 0; r < R; r++) {
@@ -265,19 +242,7 @@ TGTI void pair_tile(const int F, int64_t nb, const char *w, size_t w_row, const 
             for (int l = 0; l < (int)(2 * bs + 63) / 64; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
             __m512i u;
             __m512 dw;
-            if (F == PF_Q4_1) {
-                /* 16-bit words d0 0, m0 1, d1 10, m1 11: in the pair's first
-                 * 32 bytes; a lone last block's 2 words (the rest zeros) */
-                __m256i h = two ? _mm256_loadu_si256((const __m256i *)b) : _mm256_maskz_loadu_epi16(0x3, b);
-                u = two ? u64_q4_1((const block_q4_1 *)b)
-                        : _mm512_zextsi256_si512(nib32(((const block_q4_1 *)b)->qs));
-                dw = _mm512_cvtph_ps(_mm256_permutexvar_epi16(
-                    _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 10, 10, 10, 10, 10, 10, 10, 10), h));
-                /* m0, m1 into words 2 (p % 8), 2 (p % 8) + 1 */
-                mh[r] = _mm256_mask_permutexvar_epi16(mh[r], (__mmask16)(3u << (2 * (p & 7))),
-                                                      _mm256_setr_epi16(1, 11, 1, 11, 1, 11, 1, 11, 1, 11, 1, 11,
-                                                                        1, 11, 1, 11), h);
-            } else if (two) {
+            if (two) {
                 if (F == PF_Q4_0) u = u64_q4_0((const block_q4_0 *)b), dw = d16_q4_0((const block_q4_0 *)b);
                 else u = u64_q8_0((const block_q8_0 *)b), dw = d16_q8_0((const block_q8_0 *)b);
             } else { /* an odd last block, alone in the lower half */
@@ -290,17 +255,8 @@ TGTI void pair_tile(const int F, int64_t nb, const char *w, size_t w_row, const 
             for (int t = 0; t < NT; t++) {
                 const char *tp = buf + (size_t)t * tb;
                 const __m512 S = _mm512_loadu_ps((const float *)(tp + 64 * np) + 16 * p);
-                __m512i c = F == PF_Q4_1 ? _mm512_setzero_si512() : _mm512_loadu_si512(tp + 128 * np + 64 * p);
-                __m512i s = _mm512_dpbusd_epi32(c, u, _mm512_loadu_si512(tp + 64 * p));
+                __m512i s = _mm512_dpbusd_epi32(_mm512_loadu_si512(tp + 128 * np + 64 * p), u, _mm512_loadu_si512(tp + 64 * p));
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, S), acc[r][t]);
-            }
-            if (F == PF_Q4_1 && ((p & 7) == 7 || p == np - 1)) { /* 8 pairs' m part */
-                const __m512 m16 = _mm512_cvtph_ps(mh[r]);
-                for (int t = 0; t < NT; t++) {
-                    const float *sa = (const float *)(buf + (size_t)t * tb + 128 * np) + 16 * (p / 8);
-                    acc[r][t] = _mm512_fmadd_ps(m16, _mm512_loadu_ps(sa), acc[r][t]);
-                }
-                mh[r] = _mm256_setzero_si256();
             }
         }
     }
@@ -343,6 +299,152 @@ TGTI void pair_mm(const int F, int64_t n_in, const void *W, size_t w_row, int64_
     }
 }
 
+/* ---- Q4_1 x Q8_1: four blocks per vector -----------------------------------
+ * Q4_1 keeps its quants as 16 bytes a block, low nibbles the first 16
+ * elements, high nibbles the last 16: the low nibbles of 4 blocks are one
+ * 64-byte vector (4 loads, an and), the high nibbles another. Two vpdpbusd
+ * against the token's matching halves (laid out once per call, quad_prep)
+ * leave each block's integer sum in 4 lanes, so converting and scaling
+ * costs a token 3 instructions per 4 blocks instead of per 2: a token
+ * costs 5 instructions per row and 128 weights (the pair layout: 8). The
+ * d of the 4 blocks, 4 lanes each, come from one load of the 4 headers
+ * (80 bytes, all within the first 64) and one vpermw; the m part as in
+ * the pair kernels, gathered per 16 blocks. Each (row, token) sum runs in
+ * the same order whatever the row and token grouping. (Q8_0, the head,
+ * the same way measured no faster: at 30 MB it is bound by memory.) */
+
+/* Per token: nq quads of 64 + 64 quant bytes (elements 0..15, then 16..31
+ * of each block), nq x 16 floats S (d, 4 lanes a block), then the blocks'
+ * s as floats, zeros up to a multiple of 16; missing blocks zero. */
+#define QUAD_TOK_BYTES(nq) ((size_t)(nq) * 192 + (size_t)64 * (((nq) + 3) / 4))
+
+TGTI void quad_prep(const char *xq, size_t x_row, int64_t nt, int64_t nb, char *buf) {
+    const int64_t nq = (nb + 3) / 4;
+    for (int64_t t = 0; t < nt; t++) {
+        const block_q8_1 *a = (const block_q8_1 *)(xq + t * x_row);
+        int8_t *aq = (int8_t *)(buf + (size_t)t * QUAD_TOK_BYTES(nq));
+        float *S = (float *)(aq + 128 * nq), *X = S + 16 * nq;
+        for (int64_t i = 0; i < 4 * nq; i++) {
+            int8_t *h = aq + 128 * (i / 4) + 16 * (i % 4);
+            if (i < nb) {
+                memcpy(h, a[i].qs, 16);
+                memcpy(h + 64, a[i].qs + 16, 16);
+                _mm_storeu_ps(S + 4 * i, _mm_set1_ps(h2f(a[i].d)));
+            } else {
+                memset(h, 0, 16);
+                memset(h + 64, 0, 16);
+                _mm_storeu_ps(S + 4 * i, _mm_setzero_ps());
+            }
+        }
+        for (int64_t i = 0; i < 16 * ((nq + 3) / 4); i++) X[i] = i < nb ? h2f(a[i].s) : 0.0f;
+    }
+}
+
+/* R rows x NT tokens. */
+TGTI void quad_tile(int64_t nb, const char *w, size_t w_row, const char *buf, const int R, const int NT, float *y,
+                    int64_t ys) { /* buf: quad_prep's layout */
+    const int64_t nq = (nb + 3) / 4;
+    const size_t tb = QUAD_TOK_BYTES(nq), bs = sizeof(block_q4_1), rowb = (size_t)nb * bs;
+    /* words of 4 headers (20 bytes apart): d_k at 10 k, m_k at 10 k + 1 */
+    const __m512i d_idx = _mm512_castsi256_si512(
+        _mm256_setr_epi16(0, 0, 0, 0, 10, 10, 10, 10, 20, 20, 20, 20, 30, 30, 30, 30));
+    const __m512i m_idx = _mm512_castsi256_si512(
+        _mm256_setr_epi16(1, 11, 21, 31, 1, 11, 21, 31, 1, 11, 21, 31, 1, 11, 21, 31));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[4][4];
+    __m256i mh[4]; /* the m (half floats) of up to 16 blocks, block order */
+    for (int r = 0; r < R; r++) {
+        mh[r] = _mm256_setzero_si256();
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    }
+    for (int64_t q = 0; q < nq; q++) {
+        const int n = nb - 4 * q < 4 ? (int)(nb - 4 * q) : 4;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const char *b = w + r * w_row + (size_t)(4 * q) * bs;
+            const char *pf = b + PF_DIST; /* R interleaved streams, as pair_tile */
+            if (pf >= w + r * w_row + rowb) pf += (size_t)(R - 1) * w_row;
+            _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + 64, _MM_HINT_T0);
+            __m512i v, h;
+            if (n == 4) {
+                v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + 4)));
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 24)), 1);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 44)), 2);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 64)), 3);
+                h = _mm512_loadu_si512(b);
+            } else { /* the row's last 1-3 blocks; nothing read past them */
+                v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + 4)));
+                if (n > 1) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 24)), 1);
+                if (n > 2) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 44)), 2);
+                v = _mm512_maskz_mov_epi32((__mmask16)((1u << (4 * n)) - 1), v);
+                h = _mm512_maskz_loadu_epi16((1u << (10 * n)) - 1, b);
+            }
+            const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_idx, h)));
+            /* m_0..m_3 into words 4 (q % 4) .. + 3 */
+            mh[r] = _mm256_mask_mov_epi16(mh[r], (__mmask16)(0xfu << (4 * (q & 3))),
+                                          _mm512_castsi512_si256(_mm512_permutexvar_epi16(m_idx, h)));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const char *tp = buf + (size_t)t * tb;
+                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(tp + 128 * q));
+                s = _mm512_dpbusd_epi32(s, hi, _mm512_loadu_si512(tp + 128 * q + 64));
+                const __m512 S = _mm512_loadu_ps((const float *)(tp + 128 * nq) + 16 * q);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, S), acc[r][t]);
+            }
+            if ((q & 3) == 3 || q == nq - 1) { /* 16 blocks' m part */
+                const __m512 m16 = _mm512_cvtph_ps(mh[r]);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const float *sa = (const float *)(buf + (size_t)t * tb + 192 * nq) + 16 * (q / 4);
+                    acc[r][t] = _mm512_fmadd_ps(m16, _mm512_loadu_ps(sa), acc[r][t]);
+                }
+                mh[r] = _mm256_setzero_si256();
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++) y[t * ys + r] = hsum512_ps(acc[r][t]);
+}
+
+/* prep: the driver lays out a call's tokens once (matmul_impl.h) */
+TGT static size_t prep5_q4_1(int64_t n_in, const void *xq, size_t x_row, int64_t nt, void *out) {
+    const int64_t nb = n_in / 32;
+    if (out) quad_prep(xq, x_row, nt, nb, out);
+    return QUAD_TOK_BYTES((nb + 3) / 4);
+}
+
+/* xq: prep5_q4_1's layout, x_row its bytes per token */
+TGT static void mm5_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
+                         int64_t nt, float *y, int64_t ys) {
+    const int64_t nb = n_in / 32;
+    const char *buf = xq;
+    const size_t tb = x_row;
+    const int R = nt <= 2 ? 4 : 2;
+    for (int64_t r = 0; r < nr;) {
+        const int rg = nr - r >= R ? R : 1; /* the last rows one by one */
+        for (int64_t t = 0; t < nt; t += 4) {
+            const int k = nt - t < 4 ? (int)(nt - t) : 4;
+            const char *w = (const char *)W + (size_t)r * w_row, *bt = buf + (size_t)t * tb;
+            float *yt = y + t * ys + r;
+            switch (rg * 8 + k) {
+            case 4 * 8 + 1: quad_tile(nb, w, w_row, bt, 4, 1, yt, ys); break;
+            case 4 * 8 + 2: quad_tile(nb, w, w_row, bt, 4, 2, yt, ys); break;
+            case 2 * 8 + 1: quad_tile(nb, w, w_row, bt, 2, 1, yt, ys); break;
+            case 2 * 8 + 2: quad_tile(nb, w, w_row, bt, 2, 2, yt, ys); break;
+            case 2 * 8 + 3: quad_tile(nb, w, w_row, bt, 2, 3, yt, ys); break;
+            case 2 * 8 + 4: quad_tile(nb, w, w_row, bt, 2, 4, yt, ys); break;
+            case 1 * 8 + 1: quad_tile(nb, w, w_row, bt, 1, 1, yt, ys); break;
+            case 1 * 8 + 2: quad_tile(nb, w, w_row, bt, 1, 2, yt, ys); break;
+            case 1 * 8 + 3: quad_tile(nb, w, w_row, bt, 1, 3, yt, ys); break;
+            default: quad_tile(nb, w, w_row, bt, 1, 4, yt, ys); break;
+            }
+        }
+        r += rg;
+    }
+}
+
 #define PAIR_KERNEL(fmt, F)                                                                                  \
     TGT static void mm5_##fmt(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,         \
                               size_t x_row, int64_t nt, float *y, int64_t ys) {                              \
@@ -350,7 +452,6 @@ TGTI void pair_mm(const int F, int64_t n_in, const void *W, size_t w_row, int64_
     }
 PAIR_KERNEL(q4_0, PF_Q4_0)
 PAIR_KERNEL(q8_0, PF_Q8_0)
-PAIR_KERNEL(q4_1, PF_Q4_1)
 #undef PAIR_KERNEL
 
 void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k) {
@@ -358,6 +459,7 @@ void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k) {
     k->mm[TND_TYPE_Q4_0].fn = mm5_q4_0;
     k->mm[TND_TYPE_Q8_0].fn = mm5_q8_0;
     k->mm[TND_TYPE_Q4_1].fn = mm5_q4_1;
+    k->mm[TND_TYPE_Q4_1].prep = prep5_q4_1;
     k->mm[TND_TYPE_Q4_K].fn = mm5_q4_K;
     k->mm[TND_TYPE_Q6_K].fn = mm5_q6_K;
 }

@@ -39,10 +39,17 @@ typedef void (*tnd_gemm_kernel)(int64_t n_in, const void *W, size_t w_row, int64
                                 size_t x_row, const tnd_act_aux *aux, int64_t nt, float *y, int64_t y_stride);
 #define TND_GEMM_MIN_TOK 8
 
+/* Lays out nt rows of quantized activations (x_row bytes apart) the way a
+ * decode kernel reads them, into out; returns the bytes per token of that
+ * layout (out NULL: only the size). The driver runs it once per call, and
+ * the kernel then gets out as xq, that size as x_row. */
+typedef size_t (*tnd_mm_prep_fn)(int64_t n_in, const void *xq, size_t x_row, int64_t nt, void *out);
+
 typedef struct tnd_mm_entry {
     tnd_mm_kernel fn;     /* NULL: no kernel at this ISA (generic path) */
     tnd_type act;         /* activation type fn and gemm expect */
     tnd_gemm_kernel gemm; /* NULL: fn (or generic) for every nt */
+    tnd_mm_prep_fn prep;  /* NULL: fn takes the quantized rows as they are */
 } tnd_mm_entry;
 
 typedef struct tnd_cpu_kernels {

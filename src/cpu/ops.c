@@ -2,7 +2,10 @@
  * reference and the engine's implementation, vectorized by the compiler
  * where it can — except attention's inner products over the f16 cache, which
  * have an AVX2/F16C path (prefill attention reads the cache once per query
- * and head; converting f16 one element at a time made it the slowest op). */
+ * and head; converting f16 one element at a time made it the slowest op),
+ * and on AVX-512 the expf of silu and softmax, RMSNorm's sum of squares and
+ * adjacent-pair RoPE (per-token work that batched rounds do not share; the
+ * scalar code stays their reference, tnd_cpu_ops_scalar). */
 #include "cpu/ops.h"
 
 #include <math.h>
@@ -17,7 +20,7 @@
 #include <immintrin.h>
 #endif
 
-bool tnd_cpu_ops_scalar; /* tests: force the scalar attention */
+bool tnd_cpu_ops_scalar; /* tests: force the scalar paths */
 
 static float dot_f16_scalar(const float *q, const uint16_t *k, int n) {
     float s = 0;
@@ -51,12 +54,194 @@ TGT static void axpy_f16_avx2(float *acc, float w, const uint16_t *v, int n) {
         _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + d))),
                                                   _mm256_loadu_ps(acc + d)));
 }
+
+/* acc[0..n) = sum over p in [lo, hi] of w[p] v[p * stride ..], n a
+ * multiple of 16: axpy_f16_avx2 over the positions in order (the same
+ * FMAs, so the same bits), each 64 columns kept in registers across all
+ * positions instead of loaded and stored per position. */
+TGT static void axpy_rows_f16_avx2(float *acc, const float *w, const uint16_t *v, int64_t stride, int lo, int hi,
+                                   int n) {
+    for (int d0 = 0; d0 < n; d0 += 64) {
+        const int k = n - d0 < 64 ? (n - d0) / 8 : 8;
+        __m256 a[8];
+        for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+        for (int p = lo; p <= hi; p++) {
+            const __m256 wv = _mm256_set1_ps(w[p]);
+            const uint16_t *vp = v + (int64_t)p * stride + d0;
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                if (i < k) a[i] = _mm256_fmadd_ps(wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vp + 8 * i))), a[i]);
+        }
+        for (int i = 0; i < k; i++) _mm256_storeu_ps(acc + d0 + 8 * i, a[i]);
+    }
+}
 #undef TGT
 #endif
 
+/* ---- expf, 16 at a time ---------------------------------------------------
+ * silu's expf (every FFN activation: n_ff per token and layer) and
+ * attention's softmax were a per-token cost that libm's scalar expf made
+ * ~5 ns an element. This is glibc's expf (2.27+, the FMA build its x86-64
+ * dispatch picks: 2^(k/32) from a table times a cubic in double) step for
+ * step, the same roundings and FMAs, so on glibc the results are its
+ * expf's bits and every output stays as it was; elsewhere within 1 ulp of
+ * libm (test_cpu_ops). |x| >= 88 (overflow, underflow, inf, NaN) goes to
+ * libm's expf. */
+static const uint64_t k_exp_tab[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+};
+/* 32 / ln 2, 1.5 * 2^52 (rounds to an integer in the low bits), the cubic */
+#define EXP_INVLN2N 0x1.71547652b82fep+5
+#define EXP_SHIFT 0x1.8p+52
+#define EXP_C0 0x1.c6af84b912394p-20
+#define EXP_C1 0x1.ebfce50fac4f3p-13
+#define EXP_C2 0x1.62e42ff0c52d6p-6
+#define EXP_BIG 0x42a /* top 12 bits (less the sign) of 88.0f */
+
+static double exp_d(uint64_t u) {
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+float tnd_cpu_expf(float x) {
+    uint32_t ux;
+    memcpy(&ux, &x, sizeof ux);
+    if (((ux >> 20) & 0x7ff) >= EXP_BIG) return expf(x);
+    double xd = (double)x, kd = fma(EXP_INVLN2N, xd, EXP_SHIFT);
+    uint64_t ki;
+    memcpy(&ki, &kd, sizeof ki);
+    kd -= EXP_SHIFT;
+    double r = fma(EXP_INVLN2N, xd, -kd);
+    double s = exp_d(k_exp_tab[ki & 31] + (ki << 47));
+    double z = fma(EXP_C0, r, EXP_C1), r2 = r * r, y = fma(EXP_C2, r, 1.0);
+    y = fma(z, r2, y);
+    return (float)(y * s);
+}
+
+#if defined(__x86_64__)
+#define TGT __attribute__((target("avx2,fma,avx512f,avx512dq")))
+#define TGTI static inline __attribute__((target("avx2,fma,avx512f,avx512dq"), always_inline))
+TGTI __m256 exp8_d(__m256 x, const __m512i tab[4]) {
+    const __m512d xd = _mm512_cvtps_pd(x), ln = _mm512_set1_pd(EXP_INVLN2N), sh = _mm512_set1_pd(EXP_SHIFT);
+    __m512d kd = _mm512_fmadd_pd(ln, xd, sh);
+    const __m512i ki = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, sh);
+    const __m512d r = _mm512_fmsub_pd(ln, xd, kd);
+    /* tab[ki % 32]: two 16-entry permutes, bit 4 picks */
+    __m512i t = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)),
+                                        _mm512_permutex2var_epi64(tab[0], ki, tab[1]),
+                                        _mm512_permutex2var_epi64(tab[2], ki, tab[3]));
+    t = _mm512_add_epi64(t, _mm512_slli_epi64(ki, 47));
+    const __m512d z = _mm512_fmadd_pd(_mm512_set1_pd(EXP_C0), r, _mm512_set1_pd(EXP_C1)), r2 = _mm512_mul_pd(r, r);
+    __m512d y = _mm512_fmadd_pd(_mm512_set1_pd(EXP_C2), r, _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(z, r2, y);
+    return _mm512_cvtpd_ps(_mm512_mul_pd(y, _mm512_castsi512_pd(t)));
+}
+
+/* expf of 16 floats; lanes with |x| >= 88 through libm */
+TGTI __m512 exp16(__m512 x, const __m512i tab[4]) {
+    __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(exp8_d(_mm512_castps512_ps256(x), tab)),
+                                  exp8_d(_mm512_extractf32x8_ps(x, 1), tab), 1);
+    const __m512i top = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 20), _mm512_set1_epi32(0x7ff));
+    __mmask16 big = _mm512_cmpge_epi32_mask(top, _mm512_set1_epi32(EXP_BIG));
+    if (big) {
+        float xs[16], ys[16];
+        _mm512_storeu_ps(xs, x);
+        _mm512_storeu_ps(ys, y);
+        for (int i = 0; i < 16; i++)
+            if (big >> i & 1) ys[i] = expf(xs[i]);
+        y = _mm512_loadu_ps(ys);
+    }
+    return y;
+}
+
+TGTI void exp_tab(__m512i tab[4]) {
+    for (int i = 0; i < 4; i++) tab[i] = _mm512_loadu_si512((const void *)(k_exp_tab + 8 * i));
+}
+
+/* x[i] = expf(x[i] - m) */
+TGT static void exp_sub_avx512(float *x, float m, int64_t n) {
+    __m512i tab[4];
+    exp_tab(tab);
+    const __m512 mv = _mm512_set1_ps(m);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv), tab));
+    }
+}
+
+/* out = g / (1 + expf(-g)) * u, the scalar loop's operations */
+TGT static void silu_mul_avx512(const float *g, const float *u, float *out, int64_t n) {
+    __m512i tab[4];
+    exp_tab(tab);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 gv = _mm512_maskz_loadu_ps(k, g + i);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv), tab);
+        _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)),
+                                                        _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+
+/* sum of x[i]^2 in double: 16 lanes, then a fixed-order reduction (each
+ * square is exact in double, as in the scalar loop; only the order of the
+ * additions differs) */
+TGT static double sumsq_avx512(const float *x, int64_t n) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(x + i)), hi = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
+        a0 = _mm512_fmadd_pd(lo, lo, a0);
+        a1 = _mm512_fmadd_pd(hi, hi, a1);
+    }
+    double ss = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    return ss;
+}
+
+/* Adjacent-pair RoPE of n (a multiple of 16) values: the scalar loop's
+ * multiplies, subtract and add (no FMA), 8 pairs at a time. cs: c0 s0 c1 s1 .. */
+TGT static void rope_pairs_avx512(float *v, const float *cs, int n) {
+    const __m512i swap = _mm512_setr_epi32(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    const __m512i ev = _mm512_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14);
+    const __m512i od = _mm512_setr_epi32(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
+    for (int d = 0; d < n; d += 16) {
+        const __m512 x = _mm512_loadu_ps(v + d), t = _mm512_loadu_ps(cs + d);
+        const __m512 a = _mm512_mul_ps(x, _mm512_permutexvar_ps(ev, t));                              /* x0 c, x1 c */
+        const __m512 b = _mm512_mul_ps(_mm512_permutexvar_ps(swap, x), _mm512_permutexvar_ps(od, t)); /* x1 s, x0 s */
+        _mm512_storeu_ps(v + d, _mm512_mask_add_ps(_mm512_sub_ps(a, b), 0xaaaa, a, b));
+    }
+}
+#undef TGT
+#undef TGTI
+#endif
+
+/* The vector expf where the CPU has AVX-512 (tests: not when forced scalar). */
+static bool exp_vec(void) {
+#if defined(__x86_64__)
+    return !tnd_cpu_ops_scalar && tnd_cpu_isa_best() == TND_ISA_AVX512;
+#else
+    return false;
+#endif
+}
+
 void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
     double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+#if defined(__x86_64__)
+    /* the scalar sum is one chain of dependent additions: a batched
+     * round's per-token serial work */
+    if (exp_vec()) ss = sumsq_avx512(x, n);
+    else
+#endif
+        for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
     float inv = (float)(1.0 / sqrt(ss / (double)n + eps));
     if (w)
         for (int64_t i = 0; i < n; i++) y[i] = x[i] * inv * w[i];
@@ -68,9 +253,12 @@ void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float 
  * rotates q and k at the same positions with the same parameters, so a
  * round computes each table once instead of 2 x n_layer times (pow, cos and
  * sin per pair were a per-token cost that batched rounds do not share). A
- * few entries, as a batched round holds several sequences' positions. The
- * values are the same as computed in place. */
-#define ROPE_SLOTS 8
+ * few entries, as a batched round holds several sequences' positions: 16,
+ * so that a batched prompt of up to 16 positions a sequence (4 sequences'
+ * are 64 tokens at positions 0..15 four times) computes each once; with 8
+ * every token of it recomputed its table. The values are the same as
+ * computed in place. */
+#define ROPE_SLOTS 16
 #define ROPE_MAX_HALF 256
 typedef struct rope_slot {
     int pos, n_rot;
@@ -106,6 +294,12 @@ void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
                   float freq_base, float freq_scale, bool neox) {
     int half = n_rot / 2;
     const float *cs = rope_table(pos, n_rot, freq_base, freq_scale);
+#if defined(__x86_64__)
+    if (cs && !neox && n_rot % 16 == 0 && exp_vec()) {
+        for (int h = 0; h < n_heads; h++) rope_pairs_avx512(x + (int64_t)h * head_dim, cs, n_rot);
+        return;
+    }
+#endif
     for (int i = 0; i < half; i++) {
         float c, s;
         if (cs) {
@@ -141,6 +335,8 @@ static void attn_worker(void *arg, int ith, int nth) {
         axpy = axpy_f16_avx2;
     }
 #endif
+    const bool vexp = exp_vec();
+    (void)vexp; /* x86 only */
     int64_t kv_stride = (int64_t)n_kv * hd;
     int n_pos_max = a->pos0 + a->n_tok;
     /* the thread's reusable scratch (a malloc per call, freed at once, can
@@ -162,13 +358,19 @@ static void attn_worker(void *arg, int ith, int nth) {
             if (s > mx) mx = s;
         }
         double sum = 0;
-        for (int p = lo; p <= pos; p++) {
-            scores[p] = expf(scores[p] - mx);
-            sum += scores[p];
-        }
-        memset(acc, 0, sizeof(float) * (size_t)hd);
-        for (int p = lo; p <= pos; p++) {
-            axpy(acc, scores[p], a->v + (int64_t)p * kv_stride + (int64_t)kvh * hd, hd);
+#if defined(__x86_64__)
+        if (vexp) exp_sub_avx512(scores + lo, mx, pos - lo + 1);
+        else
+#endif
+            for (int p = lo; p <= pos; p++) scores[p] = expf(scores[p] - mx);
+        for (int p = lo; p <= pos; p++) sum += scores[p];
+#if defined(__x86_64__)
+        if (axpy == axpy_f16_avx2) axpy_rows_f16_avx2(acc, scores, a->v + (int64_t)kvh * hd, kv_stride, lo, pos, hd);
+        else
+#endif
+        {
+            memset(acc, 0, sizeof(float) * (size_t)hd);
+            for (int p = lo; p <= pos; p++) axpy(acc, scores[p], a->v + (int64_t)p * kv_stride + (int64_t)kvh * hd, hd);
         }
         float inv = (float)(1.0 / sum);
         float *o = a->out + (int64_t)t * a->n_head * hd + (int64_t)h * hd;
@@ -182,6 +384,12 @@ void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a) {
 }
 
 void tnd_cpu_silu_mul(const float *g, const float *u, float *out, int64_t n) {
+#if defined(__x86_64__)
+    if (exp_vec()) {
+        silu_mul_avx512(g, u, out, n);
+        return;
+    }
+#endif
     for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 

@@ -36,13 +36,18 @@ typedef struct tnd_attn_args {
     float softcap;         /* tanh soft-capping of scores; 0 = off */
 } tnd_attn_args;
 
-/* Tests: true forces the scalar attention (the reference of the SIMD one). */
+/* Tests: true forces the scalar attention, silu, RMSNorm and RoPE (the
+ * references of the SIMD ones). */
 extern bool tnd_cpu_ops_scalar;
 
 /* Causal multi-head attention with GQA (head h reads kv head h / (n_head /
  * n_kv_head)); the cache must already hold rows up to pos0 + n_tok - 1.
  * Parallel over (token, head) pairs. */
 void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a);
+
+/* expf(x) with glibc's algorithm (the same bits as its expf on x86-64 with
+ * FMA), as the AVX-512 silu and softmax compute it: their reference. */
+float tnd_cpu_expf(float x);
 
 /* out[i] = silu(g[i]) * u[i];  out may alias g. */
 void tnd_cpu_silu_mul(const float *g, const float *u, float *out, int64_t n);
