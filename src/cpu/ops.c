@@ -85,7 +85,7 @@ TGT static void axpy_rows_f16_avx2(float *acc, const float *w, const uint16_t *v
  * dispatch picks: 2^(k/32) from a table times a cubic in double) step for
  * step, the same roundings and FMAs, so on glibc the results are its
  * expf's bits and every output stays as it was; elsewhere within 1 ulp of
- * libm (test_cpu_ops). |x| >= 88 (overflow, underflow, inf, NaN) goes to
+ * libm (test_cpu_attn). |x| >= 88 (overflow, underflow, inf, NaN) goes to
  * libm's expf. */
 static const uint64_t k_exp_tab[32] = {
     0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
