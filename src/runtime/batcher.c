@@ -96,11 +96,15 @@ tnd_status tnd_batcher_new(tnd_ctx *c, int max_queue, tnd_batcher **out) {
 static breq *retire(tnd_batcher *b, int s, tnd_finish why) {
     breq *r = b->run[s];
     r->why = why;
+    const int64_t rows = tnd_seq_n_past(b->c, s);
     tnd_seq_free(b->c, s);
     pthread_mutex_lock(&b->mu);
     b->run[s] = NULL;
     b->n_run--;
     b->st.running = b->n_run;
+    /* with running, under one lock: a reader never sees no sequence running
+     * but rows still held (the round's end recounts them exactly) */
+    b->st.kv_rows_used = b->n_run ? TND_MAX(b->st.kv_rows_used - rows, 0) : 0;
     b->st.n_done++;
     pthread_mutex_unlock(&b->mu);
     return r;
