@@ -52,6 +52,7 @@ enum {
     K_CUDA_TILE_I8_NS,
     K_CUDA_PDL,
     K_CUDA_GRAPHS,
+    K_EXPERT_PREFETCH,
     K_N
 };
 
@@ -59,8 +60,8 @@ enum {
 typedef struct {
     const char *name;
     bool in_key;             /* changes kernel timings: part of the perf DB key */
-    int lo, hi, step;        /* integers: lo..hi, multiples of step (words == 0) */
-    int n_words;             /* else: one of these words ... */
+    int lo, hi, step;        /* integers: lo..hi, multiples of step (lo < hi; beside the words, if any) */
+    int n_words;             /* one of these words ... */
     const char *words[MAX_WORDS];
     int values[MAX_WORDS];   /* ... meaning these values */
     const char *accepts;     /* for the error message */
@@ -92,6 +93,7 @@ static const knob KNOBS[K_N] = {
     [K_CUDA_PDL] = {"TND_CUDA_PDL", true, 0, 0, 0, 2, {"0", "1"}, {0, 1}, "0 or 1"},
     [K_CUDA_GRAPHS] = {"TND_CUDA_GRAPHS", true, 0, 0, 0, 3, {"auto", "0", "1"},
                         {TND_CFG_GRAPHS_AUTO, TND_CFG_GRAPHS_OFF, TND_CFG_GRAPHS_ON}, "auto, 0 or 1"},
+    [K_EXPERT_PREFETCH] = {"TND_EXPERT_PREFETCH", true, 0, 64, 1, 1, {"auto"}, {-1}, "auto or 0 .. 64"},
 };
 
 static const tnd_config DEFAULTS = {
@@ -113,6 +115,7 @@ static const tnd_config DEFAULTS = {
     .cuda_tile_i8_ns = -1,
     .cuda_pdl = -1,
     .cuda_graphs = TND_CFG_GRAPHS_AUTO,
+    .expert_prefetch = -1,
 };
 
 static tnd_config g_cfg;
@@ -135,6 +138,7 @@ static int get(const tnd_config *c, int k) {
     case K_CUDA_REPACK: return c->cuda_repack;
     case K_CUDA_PAIR: return c->cuda_pair;
     case K_CUDA_GRAPHS: return c->cuda_graphs;
+    case K_EXPERT_PREFETCH: return c->expert_prefetch;
     case K_CUDA_TILE_MV: return c->cuda_tile_mv;
     case K_CUDA_TILE_DEPTH: return c->cuda_tile_depth;
     case K_CUDA_TILE_PF: return c->cuda_tile_pf;
@@ -159,6 +163,7 @@ static void put(tnd_config *c, int k, int v) {
     case K_CUDA_REPACK: c->cuda_repack = v != 0; break;
     case K_CUDA_PAIR: c->cuda_pair = v != 0; break;
     case K_CUDA_GRAPHS: c->cuda_graphs = v; break;
+    case K_EXPERT_PREFETCH: c->expert_prefetch = v; break;
     case K_CUDA_TILE_MV: c->cuda_tile_mv = v; break;
     case K_CUDA_TILE_DEPTH: c->cuda_tile_depth = v; break;
     case K_CUDA_TILE_PF: c->cuda_tile_pf = v; break;
@@ -176,7 +181,7 @@ static bool parse(int k, const char *s, int *v) {
                 *v = kn->values[i];
                 return true;
             }
-        return false;
+        if (kn->lo >= kn->hi) return false; /* words only */
     }
     char *end = NULL;
     const long x = strtol(s, &end, 10);

@@ -52,6 +52,9 @@ typedef struct tnd_config {
     int cuda_pdl;        /* TND_CUDA_PDL: 0|1, -1 the default */
     int cuda_graphs;     /* TND_CUDA_GRAPHS: TND_CFG_GRAPHS_*: a decode round's GPU work as CUDA graphs; auto:
                           * rounds with nothing on the CPU (the whole model on the GPU) */
+    /* hybrid execution */
+    int expert_prefetch; /* TND_EXPERT_PREFETCH: slots per split MoE layer for experts copied a layer ahead
+                          * (exec/prefetch.c); -1 (auto): the model's experts per token; 0: off */
 } tnd_config;
 
 /* The configuration, read from the environment on the first call; later

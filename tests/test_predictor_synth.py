@@ -111,6 +111,9 @@ def main():
         check(share is not None and len(share) == 1 and set(share[0]) == set(GROUPS)
               and all(0 <= share[0][g]["measured"] <= 1 and 0 <= share[0][g]["predicted"] <= 1 for g in GROUPS),
               f"bench --device sim reports gpu_hit_share measured and predicted per layer group: {share}")
+        pf = json.loads(r.stdout).get("prefetched_share") if r.returncode == 0 else None
+        check(pf is not None and len(pf) == 1 and 0 <= pf[0] <= share[0]["all"]["measured"],
+              f"bench reports the share of those routings served by experts copied a layer ahead: {pf}")
 
         # damaged routing files, bad arguments
         with open(rec, "rb") as f:

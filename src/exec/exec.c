@@ -114,7 +114,10 @@ static tnd_status wait_mapped(tnd_ctx *c, int b) {
     if (!c->mapped_pending[b]) return TND_OK;
     tnd_backend *g = c->side[1].be;
     c->mapped_pending[b] = false;
-    return tnd_backend_event_sync(g, c->mapped_ev);
+    const double t0 = tnd_time_s();
+    tnd_status st = tnd_backend_event_sync(g, c->mapped_ev);
+    c->pf_wait_s += tnd_time_s() - t0; /* prefetch.c: the host's wait for a split layer's GPU part */
+    return st;
 }
 
 /* promote=auto: the promotions of this round by Algorithm 2 (sched/
@@ -359,6 +362,29 @@ static tnd_status host_act(tnd_ctx *c, const tnd_tensor *t, bool read, int *idx,
     return st;
 }
 
+/* Queues the copy of activation tensor t to the host when the GPU holds
+ * its buffer's latest contents (*queued), without waiting: the caller's
+ * next wait on the compute stream covers it. The buffer counts as current
+ * on the host from now. */
+static tnd_status queue_to_host(tnd_ctx *c, const tnd_tensor *t, bool *queued) {
+    const tnd_region *r = find_region(c, t->data);
+    if (!r || r->kind != R_ACT) return tnd_fail(TND_ERR_INTERNAL, "predicted ids outside the activations");
+    const int b = r->idx;
+    *queued = false;
+    if (c->valid[b] & (1u << TND_SIDE_CPU)) return TND_OK;
+    if (!c->valid[b]) return tnd_fail(TND_ERR_INTERNAL, "activation %d is read before it is written", b);
+    tnd_backend *g = c->side[1].be;
+    const size_t n = c->wlen[b];
+    tnd_status st = c->act_dev[b] ? tnd_backend_copy_mapped(g, c->act_dev[b], c->side[1].act[b], n, c->side[1].st)
+                                  : tnd_backend_copy_d2h(g, c->side[0].act[b], c->side[1].act[b], n, c->side[1].st);
+    if (st) return st;
+    c->n_act_copies++;
+    c->act_copy_bytes += n;
+    c->valid[b] |= 1u << TND_SIDE_CPU;
+    *queued = true;
+    return TND_OK;
+}
+
 /* The NONE node of a split layer: routing ids (in[0]) to the ids of the
  * CPU's experts (out[0], -1 for the GPU's) and the compact indices of the
  * GPU's (out[1], -1 for the CPU's), on the host. */
@@ -368,23 +394,44 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
     const int32_t *ids;
     int32_t *ric, *rig;
     tnd_status st;
+    /* the next layer's predicted ids come back with the routing's, behind one wait */
+    bool pred_queued = false;
+    if (nd->op.in[1].data && c->gpu && (st = queue_to_host(c, &nd->op.in[1], &pred_queued))) return st;
+    if (pred_queued && (c->valid[A_RI] & (1u << TND_SIDE_CPU)) &&
+        ((st = tnd_backend_event_record(c->side[1].be, c->sync_ev, c->side[1].st)) ||
+         (st = tnd_backend_event_sync(c->side[1].be, c->sync_ev))))
+        return st;
     if ((st = host_act(c, &nd->op.in[0], true, &bi, (void **)&ids)) ||
         (st = host_act(c, &nd->op.out[0], false, &bc, (void **)&ric)) ||
         (st = host_act(c, &nd->op.out[1], false, &bg, (void **)&rig)))
         return st;
-    const uint8_t *side = c->pl.exp + (size_t)l * E;
     const int32_t *gi = c->exp_gpu + (size_t)l * E;
     int64_t n = tnd_tensor_nelem(&nd->op.in[0]);
+    int n_cpu = 0, n_pf = 0;
     for (int64_t i = 0; i < n; i++) {
         int32_t e = ids[i];
         if (e < 0 || e >= E) return tnd_fail(TND_ERR_INTERNAL, "routing chose expert %d of %d", e, E);
-        ric[i] = side[e] == TND_SIDE_CPU ? e : -1;
-        rig[i] = gi[e];
+        int32_t g = gi[e];
+        if (g < 0 && c->pf_max && (g = tnd_pf_lookup(c, l, e)) >= 0) n_pf++; /* copied here a layer ahead */
+        ric[i] = g < 0 ? e : -1;
+        rig[i] = g;
+        n_cpu += g < 0;
+    }
+    if (c->pf_max) {
+        if ((st = tnd_pf_layer_begin(c, l, n_cpu))) return st;
+        /* the next layer's predicted experts start their way to the GPU now
+         * (not when the round copies its CPU experts whole: promoted) */
+        if (nd->op.in[1].data && !promoted(c, c->m->layers[l + 1].gate_exps.id)) {
+            const int32_t *pred;
+            if ((st = host_act(c, &nd->op.in[1], true, &bi, (void **)&pred)) ||
+                (st = tnd_pf_issue(c, l + 1, pred, tnd_tensor_nelem(&nd->op.in[1]))))
+                return st;
+        }
     }
     if (c->hot_cnt) { /* the live hot-expert table's counts (runtime/hot.c) */
         for (int64_t i = 0; i < n; i++) {
             c->hot_cnt[(size_t)l * E + ids[i]]++;
-            c->hot_win_gpu += side[ids[i]] == TND_SIDE_GPU;
+            c->hot_win_gpu += rig[i] >= 0;
         }
         c->hot_win_route += (uint64_t)n;
         c->hot_tok[l] += n / TND_MAX(c->m->hp.n_expert_used, 1);
@@ -393,9 +440,10 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
         const int g = tnd_moe_group(l, c->m->hp.n_layer); /* and per layer group (bench) */
         c->n_route_dec += (uint64_t)n;
         c->n_route_dec_g[g] += (uint64_t)n;
+        c->n_route_dec_pf += (uint64_t)n_pf;
         for (int64_t i = 0; i < n; i++) {
-            c->n_route_dec_gpu += side[ids[i]] == TND_SIDE_GPU;
-            c->n_route_dec_gpu_g[g] += side[ids[i]] == TND_SIDE_GPU;
+            c->n_route_dec_gpu += rig[i] >= 0;
+            c->n_route_dec_gpu_g[g] += rig[i] >= 0;
         }
     }
     for (int k = 0; k < 2; k++) {
@@ -460,7 +508,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
                 (const int32_t *)((const char *)c->side[0].act[r->idx] + ((const char *)nd->op.in[2].data - r->base));
     }
     /* the GPU holds only its experts of a split tensor, compacted */
-    if (res) op.in[0].ne[2] = tnd_placement_gpu_experts(c->m, &c->pl, nd->layer);
+    if (res) op.in[0].ne[2] = c->n_compact[nd->layer];
     /* the CPU part of a split layer writes rows the GPU part leaves alone */
     bool disjoint = c->gpu && !res && nd->op.kind == TND_OP_MATMUL_ID && nd->op.in[2].data == c->side[0].act[A_RIC];
     for (int i = 0; i < TND_OP_MAX_OUT; i++) {
@@ -508,6 +556,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     if (s == TND_SIDE_CPU) {
         double dt = tnd_time_s() - t_op;
         c->busy_cpu += dt;
+        if (disjoint) c->pf_cpu_s += dt; /* a split layer's CPU experts (prefetch.c's balance) */
         if (rec) {
             c->r_cpu_meas += dt;
             c->r_cpu_pred += tnd_perf_slice_time(c->perf, nd->sid, TND_SIDE_CPU, nt_op);
@@ -541,7 +590,9 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
             }
         }
     }
-    if (c->expert_hits && nd->op.kind == TND_OP_MOE_ROUTE && nd->layer >= 0) { /* calibration: count routings */
+    /* the next layer's predicted routing (model/forward.c) is not this layer's */
+    const bool route = nd->op.kind == TND_OP_MOE_ROUTE && nd->layer >= 0 && nd->op.out[1].data == c->side[0].act[A_RI];
+    if (c->expert_hits && route) { /* calibration: count routings */
         const tnd_tensor *ids = &nd->op.out[1];
         const tnd_region *r = find_region(c, ids->data);
         size_t off = (size_t)((const char *)ids->data - r->base), nb = tnd_tensor_nbytes(ids);
@@ -551,7 +602,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         for (size_t i = 0; i < nb / sizeof(int32_t); i++)
             if (v[i] >= 0 && v[i] < E) c->expert_hits[(size_t)nd->layer * E + v[i]]++;
     }
-    if (c->route_rec && nd->op.kind == TND_OP_MOE_ROUTE && nd->layer >= 0 && (st = record_route(c, nd))) return st;
+    if (c->route_rec && route && (st = record_route(c, nd))) return st;
     if (prom) {
         if ((st = tnd_backend_event_record(sd->be, c->slot_free[ev], sd->st))) return st;
         (*prom_seen)++;
@@ -659,6 +710,11 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
     c->wlen[A_IDS] = c->wlen[A_POS] = sizeof(int32_t) * (size_t)nt;
     c->cur = TND_SIDE_CPU;
     c->n_prom = c->prom_next = 0;
+    c->pf_round++;
+    c->pf_last = 0;
+    c->pf_cpu_n = 0;
+    c->pf_cpu_s = c->pf_wait_s = 0;
+    c->pf_queued = false;
     tnd_status st = TND_OK;
     if (c->trace_mode && !c->trace && !(c->trace = tnd_calloc(2 * 2 * TR_OPS * TR_PARTS, sizeof *c->trace)))
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
@@ -714,7 +770,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
         c->graphs_on = false;
         /* the transfer stream has work only when the round queued copies */
         tnd_status s1 = tnd_backend_stream_sync(g, c->side[1].st),
-                   s2 = c->prom_next ? tnd_backend_stream_sync(g, c->xfer) : TND_OK;
+                   s2 = c->prom_next || c->pf_queued ? tnd_backend_stream_sync(g, c->xfer) : TND_OK;
         if (!st) st = s0 ? s0 : s1 ? s1 : s2;
         memset(c->host_read_pending, 0, sizeof c->host_read_pending);
         memset(c->mapped_pending, 0, sizeof c->mapped_pending);

@@ -30,6 +30,8 @@
 #include "sched/adapt.h"
 #include "sched/placement.h"
 
+#define TND_PF_EV 4 /* prefetch events, a ring over layers (a copy waits one layer at most) */
+
 typedef struct tnd_side {
     tnd_backend *be;
     tnd_stream *st;         /* compute stream */
@@ -120,6 +122,26 @@ struct tnd_ctx {
                                 as one MATMUL_PAIR for 1 / 2 tokens: -1 not asked yet, 0 no, 1 yes */
     int32_t *exp_gpu;        /* [n_layer][n_expert] split layers: compact index of a GPU-resident expert in
                                 its tensors' arena copy, -1 for CPU-side experts (NULL: no split layer) */
+    int32_t *n_compact;      /* [n_layer] split layers: entries of the compacted expert tensors (resident
+                                experts and prefetch slots) */
+    /* expert prefetch (prefetch.c): some entries of a split layer's compacted
+     * tensors are slots that hold CPU-side experts copied a layer ahead */
+    int pf_max;              /* slots of a layer at most (0: off) */
+    int *pf_n;               /* [n_layer] slots of layer l */
+    int32_t *pf_idx;         /* [n_layer][pf_max] each slot's compact index */
+    int32_t *pf_exp;         /* [n_layer][pf_max] the expert a slot holds, -1: none */
+    uint64_t *pf_used;       /* [n_layer][pf_max] the round a slot was last filled or read (LRU) */
+    uint64_t *pf_fill;       /* [n_layer][pf_max] the round a slot was last filled */
+    uint8_t *pf_fresh;       /* [n_layer] its routing reads a slot filled this round: wait for pf_ev */
+    tnd_event *pf_ev[TND_PF_EV]; /* copies into layer l's slots done: pf_ev[l % TND_PF_EV] */
+    uint64_t pf_round;       /* rounds run (the LRU's clock) */
+    bool pf_queued;          /* this round queued prefetch copies on xfer */
+    double pf_last;          /* when the previous split layer's routing reached the host (s) */
+    double pf_t_over, pf_t_exp; /* EWMAs: s of a split layer besides its experts; CPU s per CPU expert */
+    double pf_cpu_s;         /* this layer's CPU expert ops so far (s) ... */
+    double pf_wait_s;        /* ... and the host's waits for GPU writes into host buffers (s) */
+    int pf_cpu_n;            /* ... over its CPU experts */
+    uint64_t n_pf_copies, n_route_dec_pf; /* experts copied; decode routings served from a slot */
     tnd_event *mapped_ev;    /* the GPU's last write into a host buffer (split layers' A_EY rows) */
     bool mapped_pending[A_COUNT]; /* a GPU write into the host buffer may still be running */
     int64_t *expert_hits;    /* [n_layer][n_expert] routing counts (calibration), or NULL */
@@ -180,6 +202,22 @@ void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint
  * compact. *copied: the bytes queued. */
 tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t nbytes, int64_t n_expert,
                             const uint8_t *mark, uint8_t want, bool compact, tnd_stream *st, size_t *copied);
+
+/* ---- prefetch.c: next-layer experts copied a layer ahead ---- */
+/* Turns up to pf_max of each split layer's resident experts (the least
+ * popular) into prefetch slots (exp_gpu -1; pl.exp unchanged); c's arena
+ * and exp_gpu are allocated. */
+tnd_status tnd_pf_init(tnd_ctx *c);
+/* Frees what tnd_pf_init made. */
+void tnd_pf_free(tnd_ctx *c);
+/* Compact index of expert e of split layer l when a slot holds it, else -1. */
+int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e);
+/* Layer l's routing reached the host: its GPU part waits for its slots'
+ * copies when they were queued this round; n_cpu: its routings left to the CPU. */
+tnd_status tnd_pf_layer_begin(tnd_ctx *c, int l, int n_cpu);
+/* Queues copies into layer l's slots of the experts pred names ([nt][k],
+ * the next-layer prediction) that are neither resident nor in a slot. */
+tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n);
 
 /* ---- exec.c ---- */
 /* The side node nd runs on after a node on side cur (the rule of the file

@@ -44,6 +44,7 @@ void tnd_act_sizes(const tnd_hparams *hp, int nb, int n_seq, size_t sz[A_COUNT])
         [A_G] = f * nb * used * ff, [A_U] = f * nb * used * ff,
         [A_EY] = hp->n_expert ? f * nb * used * E : 0, [A_RL] = f * nb * hp->n_expert,
         [A_RW] = hp->n_expert ? f * nb * used : 0, [A_RI] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
+        [A_PR] = hp->n_expert ? f * TND_PREDICT_MAX_TOK * (size_t)(hp->n_expert + 2 * used) : 0,
         [A_RIC] = hp->n_expert ? sizeof(int32_t) * nb * used : 0, [A_RIG] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
         /* logits only for each sequence's last token of the round (model/forward.c) */
         [A_IDS] = sizeof(int32_t) * nb, [A_POS] = sizeof(int32_t) * nb,
@@ -409,7 +410,7 @@ tnd_status tnd_layout_alloc(tnd_ctx *c) {
             if (c->act_size[i] && (st = tnd_backend_event_new(g, &c->host_read[i]))) return st;
         if (c->lay.n_slots && (st = alloc_slots(c))) return st;
         if ((st = tnd_backend_event_new(g, &c->mapped_ev))) return st;
-        if ((st = alloc_expert_map(c))) return st;
+        if ((st = alloc_expert_map(c)) || (st = tnd_pf_init(c))) return st;
     }
     return build_regions(c);
 }
@@ -440,6 +441,7 @@ void tnd_layout_free(tnd_ctx *c) {
         if (c->sync_ev) tnd_backend_event_free(g, c->sync_ev);
         if (c->mapped_ev) tnd_backend_event_free(g, c->mapped_ev);
     }
+    tnd_pf_free(c);
     free(c->exp_gpu);
     if (c->kv_canon) munmap(c->kv_canon, c->kv_canon_bytes);
     free(c->kv_addr);

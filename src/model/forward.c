@@ -134,6 +134,25 @@ static void moe_ffn(em *e, const tnd_layer *L, int nt) {
     if (split) {
         tnd_op map = {.kind = TND_OP_NONE};
         map.in[0] = r.out[1];
+        /* The next layer's router over this layer's FFN input names nearly all
+         * of the next layer's experts (docs/DECISIONS.md): its ids let the
+         * executor copy them to the GPU a layer ahead. One buffer for its
+         * logits, weights and ids: the two ops run on one side, whichever
+         * side the next layer's router is on, and a buffer's contents are
+         * tracked as a whole (exec.c), so they must not share this layer's. */
+        const int ln = e->layer + 1;
+        if (e->r->predict && nt <= TND_PREDICT_MAX_TOK && ln < e->m->hp.n_layer && e->r->split[ln] &&
+            e->m->layers[ln].router.t) {
+            float *pl = e->act[A_PR], *pw = pl + (int64_t)TND_PREDICT_MAX_TOK * hp->n_expert;
+            int32_t *pi = (int32_t *)(pw + (int64_t)TND_PREDICT_MAX_TOK * k);
+            op_matmul(e, &e->m->layers[ln].router, e->act[A_H], nt, pl);
+            tnd_op pr = r;
+            pr.in[0] = F(pl, hp->n_expert, nt, 1);
+            pr.out[0] = F(pw, k, nt, 1);
+            pr.out[1] = T(pi, TND_TYPE_I32, k, nt, 1);
+            run(e, &pr);
+            map.in[1] = pr.out[1];
+        }
         map.out[0] = T(e->act[A_RIC], TND_TYPE_I32, k, nt, 1);
         map.out[1] = T(e->act[A_RIG], TND_TYPE_I32, k, nt, 1);
         run(e, &map);
@@ -168,7 +187,11 @@ static void moe_ffn(em *e, const tnd_layer *L, int nt) {
     sum.in[0] = F(e->act[A_EY], E, k, nt);
     sum.in[1] = r.out[0];
     sum.out[0] = F(e->act[A_O], E, nt, 1);
-    run(e, &sum);
+    /* A split layer's sum runs beside the attention (the KV cache's side),
+     * not after its CPU part: with the GPU there, the host queues the sum
+     * behind the GPU's part and the CPU's rows (both in the mapped A_EY)
+     * and goes on to the next layer without waiting for either. */
+    emit(e, &sum, -1, split ? TND_PIN_KV : TND_PIN_FOLLOW);
 }
 
 static void layer_forward(em *e, int il, int nt) {

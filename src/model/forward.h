@@ -27,6 +27,8 @@ enum {
     A_RI,     /* [nb][n_used] i32 routing ids (MoE) */
     A_RIC,    /* [nb][n_used] i32 split layers: ids of the CPU-side experts, -1 for the others */
     A_RIG,    /* [nb][n_used] i32 split layers: GPU-resident experts' compact indices, -1 for the others */
+    A_PR,     /* the next layer's routing predicted (split layers, rounds of at most TND_PREDICT_MAX_TOK):
+                 [TND_PREDICT_MAX_TOK][n_expert] logits, then [..][n_used] weights, then [..][n_used] i32 ids */
     A_IDS,    /* [nb] i32 token ids */
     A_POS,    /* [nb] i32 positions */
     A_LOGITS, /* [n_out][n_vocab]: n_out = 1, or a batched round's sequences that want logits */
@@ -44,7 +46,14 @@ typedef struct tnd_recipe {
     int64_t kv_dim;
     const uint8_t *split;    /* [n_layer] layers whose experts run on two sides (a NONE node maps
                                 the routing ids for each side), or NULL for none */
+    bool predict;            /* a split layer followed by a split layer also routes its FFN input
+                                through the next layer's router (rounds of at most
+                                TND_PREDICT_MAX_TOK tokens): the experts the executor copies to
+                                the GPU a layer ahead (exec/prefetch.c) */
 } tnd_recipe;
+
+/* The largest round whose split layers predict the next layer's experts. */
+#define TND_PREDICT_MAX_TOK 16
 
 /* Emits the op list of one round: nt tokens at positions pos0.. (ids and
  * positions are read from act[A_IDS] and act[A_POS] when it runs), and the

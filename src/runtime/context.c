@@ -63,7 +63,8 @@ void tnd_ctx_recipe(tnd_ctx *c, tnd_recipe *r) {
                       .n_ctx = c->n_ctx,
                       .n_seq = c->n_seq_max,
                       .kv_dim = c->kv_dim,
-                      .split = c->gpu ? c->pl.split : NULL};
+                      .split = c->gpu ? c->pl.split : NULL,
+                      .predict = c->gpu && c->pf_max > 0};
 }
 
 /* The op list of a round of sequence 0 into c->g (the recipe over c's buffers). */
@@ -449,6 +450,8 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .n_pairs = c->n_pairs,
                            .n_route_dec = c->n_route_dec,
                            .n_route_dec_gpu = c->n_route_dec_gpu,
+                           .n_route_dec_pf = c->n_route_dec_pf,
+                           .n_pf_copies = c->n_pf_copies,
                            .n_expert_moves = c->n_expert_moves,
                            .hot_measured = c->hot_pop ? c->hot_measured : -1,
                            .hot_assumed = tnd_hot_assumed(c),

@@ -130,19 +130,22 @@ static tnd_status swap_layer(tnd_ctx *c, int l, int *idx, int *n_swaps) {
     const double *pop = c->hot_pop + (size_t)l * E;
     uint8_t *side = c->pl.exp + (size_t)l * E;
     int32_t *gi = c->exp_gpu + (size_t)l * E;
+    /* resident: an arena entry of its own (exp_gpu); an expert the
+     * placement gives the GPU may instead have lent its entry to a prefetch
+     * slot (exec/prefetch.c) */
     int k = 0;
     for (int e = 0; e < E; e++) {
         idx[e] = e;
-        k += side[e] == TND_SIDE_GPU;
+        k += gi[e] >= 0;
     }
     sort_experts(idx, E, pop);
-    /* pairs: the most used arriving expert (in the top k, on the CPU) takes
-     * the slot of the least used leaving one (outside the top k, on the GPU) */
+    /* pairs: the most used arriving expert (in the top k, not resident)
+     * takes the entry of the least used leaving one (outside the top k, resident) */
     int in = 0, out = E - 1, cap = TND_MAX(1, k / HOT_STEP);
     *n_swaps = 0;
     while (*n_swaps < cap) {
-        while (in < k && side[idx[in]] == TND_SIDE_GPU) in++;
-        while (out >= k && side[idx[out]] != TND_SIDE_GPU) out--;
+        while (in < k && gi[idx[in]] >= 0) in++;
+        while (out >= k && gi[idx[out]] < 0) out--;
         if (in >= k || out < k) break;
         int a = idx[in], r = idx[out];
         if (pop[a] < HOT_RATIO * pop[r] + HOT_MARGIN) break; /* the rest are closer still: keep what is there */
@@ -151,8 +154,12 @@ static tnd_status swap_layer(tnd_ctx *c, int l, int *idx, int *n_swaps) {
         if (st) return st;
         gi[a] = slot;
         gi[r] = -1;
-        side[a] = TND_SIDE_GPU;
-        side[r] = TND_SIDE_CPU;
+        /* the placement's GPU experts keep their number: one that lent its
+         * entry to a slot hands that role to the leaving one */
+        if (side[a] != TND_SIDE_GPU) {
+            side[a] = TND_SIDE_GPU;
+            side[r] = TND_SIDE_CPU;
+        }
         (*n_swaps)++;
         in++;
         out--;

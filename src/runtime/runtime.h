@@ -55,6 +55,9 @@ typedef struct tnd_ctx_stats {
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes, n_pairs;
     /* split layers' routings of decode steps: all, and those to GPU experts */
     uint64_t n_route_dec, n_route_dec_gpu;
+    /* ... of those, routings served by an expert copied a layer ahead
+     * (exec/prefetch.c), and the experts copied so (every round) */
+    uint64_t n_route_dec_pf, n_pf_copies;
     /* experts the live hot-expert table moved onto the GPU (runtime/hot.c),
      * and the GPU-hit share of split layers' routings in its last window
      * against the share the placement assumes now (-1: no table) */

@@ -97,6 +97,8 @@ typedef struct config {
     char desc[96];                  /* the placement as built */
     double route_gpu, route_pred;   /* decode: split layers' routings to GPU experts, measured and predicted (-1: none) */
     uint64_t moves;                 /* experts the live hot-expert table swapped onto the GPU */
+    double route_pf;                /* decode: ... of them served by experts copied a layer ahead (-1: none) */
+    double pf_copies;               /* experts copied a layer ahead per decode step */
     tnd_backend_counters dec;       /* the GPU backend's counters over the decode test's steps */
     long dec_tok;                   /* ... and the steps */
     double grp_gpu[3], grp_pred[3]; /* the same per layer group (input, middle, output; moe.h) */
@@ -130,7 +132,8 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     if (k->placement[0]) cp.placement = k->placement;
     cp.promote = k->promote;
     tnd_ctx *c;
-    k->route_gpu = k->route_pred = -1;
+    k->route_gpu = k->route_pred = k->route_pf = -1;
+    k->pf_copies = 0;
     for (int g = 0; g < 3; g++) k->grp_gpu[g] = k->grp_pred[g] = -1;
     if (tnd_ctx_new(m, &cp, &c)) return 1;
     const tnd_plan *pl = tnd_ctx_plan(c);
@@ -233,6 +236,8 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     k->moves = cs.n_expert_moves;
     if (cs.n_route_dec >= 16 * (uint64_t)m->hp.n_expert_used) { /* 16 decode steps at least: a share, not noise */
         k->route_gpu = (double)cs.n_route_dec_gpu / (double)cs.n_route_dec;
+        k->route_pf = (double)cs.n_route_dec_pf / (double)cs.n_route_dec;
+        k->pf_copies = (double)cs.n_pf_copies * m->hp.n_expert_used / (double)cs.n_route_dec;
         double sum = 0;
         int n = 0;
         for (int l = 0; pf && l < m->hp.n_layer; l++)
@@ -684,6 +689,13 @@ int cmd_bench(int argc, char **argv) {
                 }
                 printf("}");
             }
+            /* per placement: the share of those routings served by experts copied a layer ahead */
+            printf("], \"prefetched_share\": [");
+            for (int k = 0; k < n_cfg; k++) {
+                printf("%s", k ? ", " : "");
+                if (cfg[k].route_pf >= 0) printf("%.4f", cfg[k].route_pf);
+                else printf("null");
+            }
             printf("]");
         }
         if (have_pred) {
@@ -733,6 +745,9 @@ int cmd_bench(int argc, char **argv) {
                 }
                 if (cfg[k].moves) printf("; the live table swapped %llu experts onto the GPU",
                                          (unsigned long long)cfg[k].moves);
+                if (cfg[k].route_pf > 0)
+                    printf("; experts copied a layer ahead served %.0f%% (%.1f copied a layer and step)",
+                           100 * cfg[k].route_pf, cfg[k].pf_copies);
                 printf("\n");
             }
         if (have_pred) {

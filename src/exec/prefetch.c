@@ -1,0 +1,222 @@
+/* Expert prefetch (docs/ARCHITECTURE.md: MoE): the experts a split layer's
+ * next layer will use, copied to the GPU while this layer computes.
+ *
+ * A split layer's GPU experts sit compacted in its arena copy, indexed
+ * through exp_gpu. Up to pf_max of those entries (the least popular
+ * resident experts' places, so memory and the budget do not change) become
+ * slots: each holds some non-resident expert, whichever was copied there
+ * last. The placement (pl.exp) is left as the plan made it: its GPU experts
+ * are those resident and those whose places the slots took; exp_gpu says
+ * which are resident.
+ * At a split layer's routing the host already waits for the ids; the
+ * recipe puts the next layer's router over this layer's FFN input beside
+ * them (model/forward.c), which names nearly all of the next layer's
+ * experts. The predicted experts that are on the CPU side and in no slot
+ * are copied on the transfer stream into the least recently used slots, so
+ * at the next layer's routing the experts that arrived run on the GPU
+ * (its compute stream waits for the copies) and only the rest on the CPU.
+ *
+ * How many to copy is the balance of Algorithm 2 applied a layer ahead: k
+ * copies take k t_copy on the link, the n - k left run on the CPU at t_cpu
+ * each, and a layer takes H besides its experts; the link keeps up (no
+ * layer waits for a copy) while k t_copy <= H + (n - k) t_cpu, so k is the
+ * largest such. H (a layer's host time less its CPU experts and its waits
+ * for the GPU's part) and t_cpu are measured as rounds run (EWMAs), t_copy
+ * comes from the profile's link speed. A miss costs nothing extra: that
+ * expert runs on the CPU, as without prefetch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "exec/exec.h"
+#include "sched/perf.h"
+#include "util.h"
+
+#define PF_ALPHA 0.2 /* EWMA weight of the newest sample */
+
+tnd_status tnd_pf_init(tnd_ctx *c) {
+    const int L = c->pl.n_layer, E = c->pl.n_expert;
+    if (!c->exp_gpu) return TND_OK;
+    if (!(c->n_compact = tnd_calloc((size_t)L, sizeof *c->n_compact))) return TND_ERR_NOMEM;
+    for (int l = 0; l < L; l++)
+        for (int e = 0; e < E; e++) c->n_compact[l] += c->exp_gpu[(size_t)l * E + e] >= 0;
+    const int want = tnd_config_get()->expert_prefetch;
+    const int P = want < 0 ? c->m->hp.n_expert_used : want;
+    if (P <= 0) return TND_OK;
+    c->pf_max = P;
+    const size_t LP = (size_t)L * (size_t)P;
+    c->pf_n = tnd_calloc((size_t)L, sizeof *c->pf_n);
+    c->pf_idx = tnd_calloc(LP, sizeof *c->pf_idx);
+    c->pf_exp = tnd_calloc(LP, sizeof *c->pf_exp);
+    c->pf_used = tnd_calloc(LP, sizeof *c->pf_used);
+    c->pf_fill = tnd_calloc(LP, sizeof *c->pf_fill);
+    c->pf_fresh = tnd_calloc((size_t)L, 1);
+    int *idx = tnd_calloc((size_t)E, sizeof *idx);
+    if (!c->pf_n || !c->pf_idx || !c->pf_exp || !c->pf_used || !c->pf_fill || !c->pf_fresh || !idx) {
+        free(idx);
+        return tnd_fail(TND_ERR_NOMEM, "out of memory");
+    }
+    const double *pop = c->perf && c->perf->pop && c->perf->n_expert == E ? c->perf->pop : NULL;
+    for (int l = 0; l < L; l++) {
+        if (!c->pl.split[l]) continue;
+        int32_t *gi = c->exp_gpu + (size_t)l * E;
+        int k = 0;
+        for (int e = 0; e < E; e++)
+            if (gi[e] >= 0) idx[k++] = e;
+        /* the least popular resident experts first (then the highest ids) */
+        for (int i = 1; i < k; i++) {
+            int v = idx[i], j = i;
+            while (j > 0 && (pop ? pop[(size_t)l * E + idx[j - 1]] > pop[(size_t)l * E + v] ||
+                                       (pop[(size_t)l * E + idx[j - 1]] == pop[(size_t)l * E + v] && idx[j - 1] < v)
+                                 : idx[j - 1] < v)) {
+                idx[j] = idx[j - 1];
+                j--;
+            }
+            idx[j] = v;
+        }
+        const int n = TND_MIN(P, k);
+        for (int s = 0; s < n; s++) { /* the expert stays there: the slot starts holding it */
+            const int e = idx[s];
+            c->pf_idx[(size_t)l * P + s] = gi[e];
+            c->pf_exp[(size_t)l * P + s] = e;
+            gi[e] = -1; /* the placement still gives it GPU memory (pl.exp): the slot's */
+        }
+        c->pf_n[l] = n;
+    }
+    free(idx);
+    for (int i = 0; i < TND_PF_EV; i++) {
+        tnd_status st = tnd_backend_event_new(c->side[1].be, &c->pf_ev[i]);
+        if (st) return st;
+    }
+    return TND_OK;
+}
+
+void tnd_pf_free(tnd_ctx *c) {
+    for (int i = 0; i < TND_PF_EV; i++)
+        if (c->pf_ev[i]) tnd_backend_event_free(c->side[1].be, c->pf_ev[i]);
+    free(c->n_compact);
+    free(c->pf_n);
+    free(c->pf_idx);
+    free(c->pf_exp);
+    free(c->pf_used);
+    free(c->pf_fill);
+    free(c->pf_fresh);
+    c->n_compact = NULL;
+    c->pf_n = NULL;
+    c->pf_idx = c->pf_exp = NULL;
+    c->pf_used = c->pf_fill = NULL;
+    c->pf_fresh = NULL;
+    memset(c->pf_ev, 0, sizeof c->pf_ev);
+    c->pf_max = 0;
+}
+
+int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e) {
+    const size_t b = (size_t)l * (size_t)c->pf_max;
+    for (int s = 0; c->pf_max && s < c->pf_n[l]; s++)
+        if (c->pf_exp[b + s] == e) {
+            c->pf_used[b + s] = c->pf_round;
+            if (c->pf_fill[b + s] == c->pf_round) c->pf_fresh[l] = 1; /* a copy of this round is read */
+            return c->pf_idx[b + s];
+        }
+    return -1;
+}
+
+tnd_status tnd_pf_layer_begin(tnd_ctx *c, int l, int n_cpu) {
+    const double now = tnd_time_s();
+    if (c->pf_last > 0) { /* the layer since the last routing, less its experts' CPU time and waits */
+        const double over = TND_MAX(now - c->pf_last - c->pf_cpu_s - c->pf_wait_s, 0.0);
+        c->pf_t_over = c->pf_t_over > 0 ? (1 - PF_ALPHA) * c->pf_t_over + PF_ALPHA * over : over;
+    }
+    c->pf_last = now;
+    if (c->pf_cpu_n > 0 && c->pf_cpu_s > 0) {
+        const double t = c->pf_cpu_s / c->pf_cpu_n;
+        c->pf_t_exp = c->pf_t_exp > 0 ? (1 - PF_ALPHA) * c->pf_t_exp + PF_ALPHA * t : t;
+    }
+    c->pf_cpu_s = c->pf_wait_s = 0;
+    c->pf_cpu_n = n_cpu;
+    tnd_status st = TND_OK;
+    if (c->pf_fresh && c->pf_fresh[l]) /* the GPU part reads experts still on their way */
+        st = tnd_backend_stream_wait(c->side[1].be, c->side[1].st, c->pf_ev[l % TND_PF_EV]);
+    if (c->pf_fresh) c->pf_fresh[l] = 0;
+    return st;
+}
+
+/* Seconds the link takes for one expert of layer l (gate, up and down), or
+ * 0 when the profile does not say. */
+static double copy_time(const tnd_ctx *c, int l) {
+    const tnd_layer *L = &c->m->layers[l];
+    const tnd_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    double bytes = 0;
+    for (int j = 0; j < 3; j++) bytes += (double)w[j]->t->nbytes / (double)w[j]->n_expert;
+    double bw = c->perf ? c->perf->b_pcie : 0;
+    if (bw > 0 && c->ad[0].pcie > 0) bw /= c->ad[0].pcie; /* the recorder's live slowdown */
+    return bw > 0 ? bytes / bw : 0;
+}
+
+/* Copies expert e of split layer l from the host store into its compacted
+ * tensors' entry at (gate, up and down, on the transfer stream). */
+static tnd_status copy_expert(tnd_ctx *c, int l, int e, int32_t at) {
+    const tnd_layer *L = &c->m->layers[l];
+    const tnd_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    for (int j = 0; j < 3; j++) {
+        const size_t per = w[j]->t->nbytes / (size_t)w[j]->n_expert;
+        tnd_status st = tnd_backend_copy_h2d(c->side[1].be, (char *)c->w[1][w[j]->id] + (size_t)at * per,
+                                             (const char *)c->w[0][w[j]->id] + (size_t)e * per, per, c->xfer);
+        if (st) return st;
+    }
+    return TND_OK;
+}
+
+tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
+    if (!c->pf_max || l < 0 || l >= c->pl.n_layer || !c->pf_n[l]) return TND_OK;
+    const int E = c->pl.n_expert, P = c->pf_max;
+    const size_t b = (size_t)l * P;
+    const int32_t *gi = c->exp_gpu + (size_t)l * E;
+    /* the candidates: predicted, not resident, in no slot; by how many
+     * tokens chose them, then by the order of the prediction */
+    int cand[TND_PREDICT_MAX_TOK * 8], cnt[TND_PREDICT_MAX_TOK * 8], nc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int e = pred[i];
+        if (e < 0 || e >= E || gi[e] >= 0) continue;
+        int s = 0;
+        while (s < c->pf_n[l] && c->pf_exp[b + s] != e) s++;
+        if (s < c->pf_n[l]) { /* there already: keep it */
+            c->pf_used[b + s] = c->pf_round;
+            continue;
+        }
+        int j = 0;
+        while (j < nc && cand[j] != e) j++;
+        if (j == nc) {
+            if (nc == (int)(sizeof cand / sizeof *cand)) continue;
+            cand[nc] = e, cnt[nc++] = 0;
+        }
+        cnt[j]++;
+    }
+    for (int i = 1; i < nc; i++) { /* stable: most chosen first */
+        int e = cand[i], k = cnt[i], j = i;
+        while (j > 0 && cnt[j - 1] < k) cand[j] = cand[j - 1], cnt[j] = cnt[j - 1], j--;
+        cand[j] = e, cnt[j] = k;
+    }
+    int free_slots = 0;
+    for (int s = 0; s < c->pf_n[l]; s++) free_slots += c->pf_used[b + s] != c->pf_round;
+    int k = TND_MIN(nc, free_slots);
+    /* the balance: the link keeps up while k copies take no longer than a
+     * layer without waits, its overhead H plus the n - k experts left to
+     * the CPU: k t_copy <= H + (n - k) t_cpu (all of them until measured) */
+    const double tc = copy_time(c, l), te = c->pf_t_exp, H = c->pf_t_over;
+    if (k > 0 && tc > 0 && te > 0 && H > 0) k = TND_MIN(k, (int)((H + nc * te) / (tc + te)));
+    for (int i = 0; i < k; i++) {
+        int v = -1; /* the least recently used slot not wanted this round */
+        for (int s = 0; s < c->pf_n[l]; s++)
+            if (c->pf_used[b + s] != c->pf_round && (v < 0 || c->pf_used[b + s] < c->pf_used[b + v])) v = s;
+        if (v < 0) break;
+        c->pf_exp[b + v] = -1; /* no reader may take it for what it held */
+        tnd_status st = copy_expert(c, l, cand[i], c->pf_idx[b + v]);
+        if (st) return st;
+        c->pf_exp[b + v] = cand[i];
+        c->pf_used[b + v] = c->pf_fill[b + v] = c->pf_round;
+        c->n_pf_copies++;
+        c->pf_queued = true;
+    }
+    return k > 0 ? tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer) : TND_OK;
+}
