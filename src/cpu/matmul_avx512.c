@@ -189,7 +189,7 @@ TGTI __m512 d16_q8_0(const block_q8_0 *b) {
  * accumulators), tokens in groups of up to 4. Each (row, token) sum is
  * computed in the same order whatever the group sizes, so a sequence's
  * results do not depend on what it is batched with. */
-enum { PF_Q4_0, PF_Q8_0 };
+enum { PF_Q4_0, PF_Q8_0, PF_Q4_1 }; /* PF_Q4_1: the quad kernel below */
 
 /* Per token: np = ceil(nb / 2) pairs of 64 quant bytes, np x 16 floats S,
  * np x 16 words X; an odd last block's pair padded with zeros. */
@@ -262,41 +262,6 @@ TGTI void pair_tile(const int F, int64_t nb, const char *w, size_t w_row, const 
     }
     for (int r = 0; r < R; r++)
         for (int t = 0; t < NT; t++) y[t * ys + r] = hsum512_ps(acc[r][t]);
-}
-
-TGTI void pair_mm(const int F, int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
-                  int64_t nt, float *y, int64_t ys) {
-    const int64_t nb = n_in / 32;
-    const size_t tb = PAIR_TOK_BYTES((nb + 1) / 2);
-    char *buf = tnd_cpu_tls_buf(1, tb * (size_t)nt);
-    if (!buf) {
-        for (int64_t t = 0; t < nt; t++)
-            for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;
-        return;
-    }
-    pair_prep(F, xq, x_row, nt, nb, buf);
-    const int R = nt <= 2 ? 4 : 2;
-    for (int64_t r = 0; r < nr;) {
-        const int rg = nr - r >= R ? R : 1; /* the last rows one by one */
-        for (int64_t t = 0; t < nt; t += 4) {
-            const int k = nt - t < 4 ? (int)(nt - t) : 4;
-            const char *w = (const char *)W + (size_t)r * w_row, *bt = buf + (size_t)t * tb;
-            float *yt = y + t * ys + r;
-            switch (rg * 8 + k) {
-            case 4 * 8 + 1: pair_tile(F, nb, w, w_row, bt, 4, 1, yt, ys); break;
-            case 4 * 8 + 2: pair_tile(F, nb, w, w_row, bt, 4, 2, yt, ys); break;
-            case 2 * 8 + 1: pair_tile(F, nb, w, w_row, bt, 2, 1, yt, ys); break;
-            case 2 * 8 + 2: pair_tile(F, nb, w, w_row, bt, 2, 2, yt, ys); break;
-            case 2 * 8 + 3: pair_tile(F, nb, w, w_row, bt, 2, 3, yt, ys); break;
-            case 2 * 8 + 4: pair_tile(F, nb, w, w_row, bt, 2, 4, yt, ys); break;
-            case 1 * 8 + 1: pair_tile(F, nb, w, w_row, bt, 1, 1, yt, ys); break;
-            case 1 * 8 + 2: pair_tile(F, nb, w, w_row, bt, 1, 2, yt, ys); break;
-            case 1 * 8 + 3: pair_tile(F, nb, w, w_row, bt, 1, 3, yt, ys); break;
-            default: pair_tile(F, nb, w, w_row, bt, 1, 4, yt, ys); break;
-            }
-        }
-        r += rg;
-    }
 }
 
 /* ---- Q4_1 x Q8_1: four blocks per vector -----------------------------------
@@ -415,12 +380,20 @@ TGT static size_t prep5_q4_1(int64_t n_in, const void *xq, size_t x_row, int64_t
     return QUAD_TOK_BYTES((nb + 3) / 4);
 }
 
-/* xq: prep5_q4_1's layout, x_row its bytes per token */
-TGT static void mm5_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
-                         int64_t nt, float *y, int64_t ys) {
-    const int64_t nb = n_in / 32;
-    const char *buf = xq;
-    const size_t tb = x_row;
+/* One R x NT tile of format F: the pair kernel (Q4_0, Q8_0) or the quad
+ * one (Q4_1). F, R and NT are constants at every call. */
+TGTI void fmt_tile(const int F, int64_t nb, const char *w, size_t w_row, const char *buf, const int R, const int NT,
+                   float *y, int64_t ys) {
+    if (F == PF_Q4_1) quad_tile(nb, w, w_row, buf, R, NT, y, ys);
+    else pair_tile(F, nb, w, w_row, buf, R, NT, y, ys);
+}
+
+/* nr rows x nt tokens in tiles (buf: the prepared tokens, tb bytes each):
+ * rows in groups of 4 for 1-2 tokens, of 2 for more, the last rows one by
+ * one; tokens in groups of up to 4. Each tile size is its own inlined
+ * instance (the switch), as the kernels' accumulators want constant R, NT. */
+TGTI void tiles_mm(const int F, int64_t nb, const void *W, size_t w_row, int64_t nr, const char *buf, size_t tb,
+                   int64_t nt, float *y, int64_t ys) {
     const int R = nt <= 2 ? 4 : 2;
     for (int64_t r = 0; r < nr;) {
         const int rg = nr - r >= R ? R : 1; /* the last rows one by one */
@@ -429,20 +402,40 @@ TGT static void mm5_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, 
             const char *w = (const char *)W + (size_t)r * w_row, *bt = buf + (size_t)t * tb;
             float *yt = y + t * ys + r;
             switch (rg * 8 + k) {
-            case 4 * 8 + 1: quad_tile(nb, w, w_row, bt, 4, 1, yt, ys); break;
-            case 4 * 8 + 2: quad_tile(nb, w, w_row, bt, 4, 2, yt, ys); break;
-            case 2 * 8 + 1: quad_tile(nb, w, w_row, bt, 2, 1, yt, ys); break;
-            case 2 * 8 + 2: quad_tile(nb, w, w_row, bt, 2, 2, yt, ys); break;
-            case 2 * 8 + 3: quad_tile(nb, w, w_row, bt, 2, 3, yt, ys); break;
-            case 2 * 8 + 4: quad_tile(nb, w, w_row, bt, 2, 4, yt, ys); break;
-            case 1 * 8 + 1: quad_tile(nb, w, w_row, bt, 1, 1, yt, ys); break;
-            case 1 * 8 + 2: quad_tile(nb, w, w_row, bt, 1, 2, yt, ys); break;
-            case 1 * 8 + 3: quad_tile(nb, w, w_row, bt, 1, 3, yt, ys); break;
-            default: quad_tile(nb, w, w_row, bt, 1, 4, yt, ys); break;
+            case 4 * 8 + 1: fmt_tile(F, nb, w, w_row, bt, 4, 1, yt, ys); break;
+            case 4 * 8 + 2: fmt_tile(F, nb, w, w_row, bt, 4, 2, yt, ys); break;
+            case 2 * 8 + 1: fmt_tile(F, nb, w, w_row, bt, 2, 1, yt, ys); break;
+            case 2 * 8 + 2: fmt_tile(F, nb, w, w_row, bt, 2, 2, yt, ys); break;
+            case 2 * 8 + 3: fmt_tile(F, nb, w, w_row, bt, 2, 3, yt, ys); break;
+            case 2 * 8 + 4: fmt_tile(F, nb, w, w_row, bt, 2, 4, yt, ys); break;
+            case 1 * 8 + 1: fmt_tile(F, nb, w, w_row, bt, 1, 1, yt, ys); break;
+            case 1 * 8 + 2: fmt_tile(F, nb, w, w_row, bt, 1, 2, yt, ys); break;
+            case 1 * 8 + 3: fmt_tile(F, nb, w, w_row, bt, 1, 3, yt, ys); break;
+            default: fmt_tile(F, nb, w, w_row, bt, 1, 4, yt, ys); break;
             }
         }
         r += rg;
     }
+}
+
+/* xq: prep5_q4_1's layout, x_row its bytes per token */
+TGT static void mm5_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
+                         int64_t nt, float *y, int64_t ys) {
+    tiles_mm(PF_Q4_1, n_in / 32, W, w_row, nr, xq, x_row, nt, y, ys);
+}
+
+TGTI void pair_mm(const int F, int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
+                  int64_t nt, float *y, int64_t ys) {
+    const int64_t nb = n_in / 32;
+    const size_t tb = PAIR_TOK_BYTES((nb + 1) / 2);
+    char *buf = tnd_cpu_tls_buf(1, tb * (size_t)nt);
+    if (!buf) {
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;
+        return;
+    }
+    pair_prep(F, xq, x_row, nt, nb, buf);
+    tiles_mm(F, nb, W, w_row, nr, buf, tb, nt, y, ys);
 }
 
 #define PAIR_KERNEL(fmt, F)                                                                                  \

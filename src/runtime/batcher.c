@@ -92,19 +92,28 @@ tnd_status tnd_batcher_new(tnd_ctx *c, int max_queue, tnd_batcher **out) {
     return TND_OK;
 }
 
+/* Publishes the running count and the KV rows the running sequences hold,
+ * the one place either stat is set: counted from the slots, not kept up
+ * to date apart. Under the lock, on the stepping thread (which owns the
+ * context), so the two always change together: a reader never sees no
+ * sequence running but rows still held. */
+static void publish_running(tnd_batcher *b) {
+    int64_t rows = 0;
+    for (int s = 0; s < b->n_seq_max; s++)
+        if (b->run[s]) rows += tnd_seq_n_past(b->c, s);
+    b->st.running = b->n_run;
+    b->st.kv_rows_used = rows;
+}
+
 /* Takes running request in slot s out (its sequence freed); stepping thread. */
 static breq *retire(tnd_batcher *b, int s, tnd_finish why) {
     breq *r = b->run[s];
     r->why = why;
-    const int64_t rows = tnd_seq_n_past(b->c, s);
     tnd_seq_free(b->c, s);
     pthread_mutex_lock(&b->mu);
     b->run[s] = NULL;
     b->n_run--;
-    b->st.running = b->n_run;
-    /* with running, under one lock: a reader never sees no sequence running
-     * but rows still held (the round's end recounts them exactly) */
-    b->st.kv_rows_used = b->n_run ? TND_MAX(b->st.kv_rows_used - rows, 0) : 0;
+    publish_running(b);
     b->st.n_done++;
     pthread_mutex_unlock(&b->mu);
     return r;
@@ -231,7 +240,7 @@ static tnd_status admit(tnd_batcher *b) {
         b->st.n_prompt_tokens += (uint64_t)r->n_prompt;
     }
     b->st.queued = b->nq;
-    b->st.running = b->n_run;
+    publish_running(b);
     pthread_mutex_unlock(&b->mu);
     for (int i = 0; i < n_gone; i++) finish(gone[i]);
     free(gone);
@@ -240,15 +249,8 @@ static tnd_status admit(tnd_batcher *b) {
 
 tnd_status tnd_batcher_step(tnd_batcher *b) {
     if (!b) return tnd_fail(TND_ERR_ARG, "no batcher");
-    tnd_status st = admit(b);
-    if (st || !b->n_run) {
-        /* admit may have retired the last running ones (cancelled): their
-         * KV rows are free now, and stats must say so before a next round */
-        pthread_mutex_lock(&b->mu);
-        if (!b->n_run) b->st.kv_rows_used = 0;
-        pthread_mutex_unlock(&b->mu);
-        return st;
-    }
+    tnd_status st = admit(b); /* its retirements and admissions are in the stats already */
+    if (st || !b->n_run) return st;
     const double t0 = tnd_time_s();
     const tnd_status rs = tnd_ctx_step(b->c);
     const double dt = tnd_time_s() - t0;
@@ -281,9 +283,6 @@ tnd_status tnd_batcher_step(tnd_batcher *b) {
         }
         finish(retire(b, s, why));
     }
-    int64_t rows = 0;
-    for (int s = 0; s < b->n_seq_max; s++)
-        if (b->run[s]) rows += tnd_seq_n_past(b->c, s);
     pthread_mutex_lock(&b->mu);
     b->st.n_rounds++;
     b->st.round_s += dt;
@@ -292,7 +291,7 @@ tnd_status tnd_batcher_step(tnd_batcher *b) {
         b->st.decode_s += dt;
     }
     b->st.n_gen_tokens += (uint64_t)n_tok;
-    b->st.kv_rows_used = rows;
+    publish_running(b); /* the round's sequences hold more rows now */
     pthread_mutex_unlock(&b->mu);
     return rs;
 }

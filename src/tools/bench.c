@@ -429,6 +429,17 @@ out:
     return ok;
 }
 
+/* cmd_bench's return once it holds the model: the model, the perf DB and
+ * the tokens (either may be NULL) freed. */
+static int bench_end(tnd_model *m, tnd_perf *pf, int32_t *toks, int rc) {
+    free(toks);
+    if (pf) {
+        tnd_perf_free(pf);
+        free(pf);
+    }
+    tnd_model_free(m);
+    return rc;
+}
 
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *fmt = "md", *budget = NULL, *hw = NULL, *trace = NULL;
@@ -552,8 +563,7 @@ int cmd_bench(int argc, char **argv) {
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)TND_MAX(need, 1));
     if (!toks) {
         fprintf(stderr, "tandem: error: out of memory\n");
-        tnd_model_free(m);
-        return 1;
+        return bench_end(m, pf, NULL, 1);
     }
     fill_tokens(text_tokens ? m : NULL, toks, TND_MAX(need, 1), nv); /* at least one: the warm-up reads toks[0] */
     if (n_batches) {
@@ -593,13 +603,7 @@ int cmd_bench(int argc, char **argv) {
                        b->pp.mean, b->tg.mean, b->lat.mean);
             }
         }
-        free(toks);
-        if (pf) {
-            tnd_perf_free(pf);
-            free(pf);
-        }
-        tnd_model_free(m);
-        return rc;
+        return bench_end(m, pf, toks, rc);
     }
     char name_pp[32], name_tg[48];
     snprintf(name_pp, sizeof name_pp, "pp%ld", n_prompt);
@@ -755,11 +759,5 @@ int cmd_bench(int argc, char **argv) {
             tnd_pred_eval_print(&pe, stdout);
         }
     }
-    free(toks);
-    if (pf) {
-        tnd_perf_free(pf);
-        free(pf);
-    }
-    tnd_model_free(m);
-    return rc;
+    return bench_end(m, pf, toks, rc);
 }
