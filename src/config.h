@@ -52,6 +52,9 @@ typedef struct tnd_config {
     int cuda_pdl;        /* TND_CUDA_PDL: 0|1, -1 the default */
     int cuda_graphs;     /* TND_CUDA_GRAPHS: TND_CFG_GRAPHS_*: a decode round's GPU work as CUDA graphs; auto:
                           * rounds with nothing on the CPU (the whole model on the GPU) */
+    /* recipe */
+    bool fuse;           /* TND_FUSE: the recipe's fused ops (norm + RoPE, residual add + norm); 0: the
+                          * unfused pairs, the same results on the CPU (A/B of the launches saved) */
 } tnd_config;
 
 /* The configuration, read from the environment on the first call; later
