@@ -3,7 +3,8 @@
 #   scripts/device-test.sh
 # Builds with nvcc (Release, sm_90), runs tests/test_cuda_ops (every kernel
 # against the CPU reference on odd shapes, and the VRAM budget against
-# cudaMemGetInfo), tests/test_cuda_hybrid (greedy continuations of the
+# cudaMemGetInfo), tests/test_cuda_fused (the recipe's fused ops, also
+# under memcheck), tests/test_cuda_hybrid (greedy continuations of the
 # default model on the GPU and in hybrid placements against the CPU; needs
 # models/, see README), the rest of ctest, the matvec bench (the default
 # launch of every type, validated, and the tiled Q4_K rows), and (time
@@ -12,7 +13,7 @@
 # to $OUT (or build-device/logs); the output ends with a summary.
 # TND_NO_SANITIZER=1 skips the memcheck pass. Exit status: 0 if the CUDA
 # tests passed (test_cuda_hybrid may skip, without models/) and the bench's
-# validation passed.
+# validation passed, and test_cuda_fused passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -42,6 +43,18 @@ grep -E "^FAIL" "$logs/test_cuda_ops.log" | head -80
 grep -vE "^(ok|FAIL) " "$logs/test_cuda_ops.log" | tail -20
 echo "test_cuda_ops exit $rc_cuda after $(elapsed) s"
 
+echo "== test_cuda_fused (the recipe's fused norm+rope and add+norm; plain, then under memcheck)"
+timeout 120 build-device/test_cuda_fused >"$logs/test_cuda_fused.log" 2>&1
+rc_fused=$?
+grep -E "^FAIL" "$logs/test_cuda_fused.log" | head -40
+grep -E "graphs:|passed, [0-9]+ failed" "$logs/test_cuda_fused.log" | tail -2
+if [ -z "${TND_NO_SANITIZER:-}" ] && command -v compute-sanitizer >/dev/null; then
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 build-device/test_cuda_fused \
+    >"$logs/sanitizer-fused.log" 2>&1
+  echo "memcheck exit $?: $(grep -E 'ERROR SUMMARY' "$logs/sanitizer-fused.log" | tail -1)"
+fi
+echo "test_cuda_fused exit $rc_fused after $(elapsed) s"
+
 echo "== test_cuda_hybrid (greedy agreement with the CPU)"
 timeout 300 env TND_SRC="$PWD" TND_BIN="$PWD/build-device/tandem" TND_BUILD="$PWD/build-device" \
   build-device/test_cuda_hybrid >"$logs/test_cuda_hybrid.log" 2>&1
@@ -58,7 +71,7 @@ sed -n '/^summary/,$p' "$logs/bench.log"
 echo "bench exit $rc_bench after $(elapsed) s"
 
 echo "== rest of ctest (python oracles need the gguf package and models/, absent on a bare device)"
-(cd build-device && timeout 150 ctest -E 'test_cuda_ops|test_cuda_hybrid' -j"$jobs" --timeout 120) >"$logs/ctest.log" 2>&1
+(cd build-device && timeout 150 ctest -E 'test_cuda_ops|test_cuda_fused|test_cuda_hybrid' -j"$jobs" --timeout 120) >"$logs/ctest.log" 2>&1
 rc_ctest=$?
 grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|Skipped" "$logs/ctest.log" | head -20
 
@@ -86,9 +99,10 @@ rc_san=${rc_san:-skipped}
 {
   echo "SUMMARY after $(elapsed) s:"
   echo "  test_cuda_ops: exit $rc_cuda ($(grep -E '^[0-9]+ passed, [0-9]+ failed' "$logs/test_cuda_ops.log" | tail -1))"
+  echo "  test_cuda_fused: exit $rc_fused ($(grep -E '^[0-9]+ passed, [0-9]+ failed' "$logs/test_cuda_fused.log" | tail -1))"
   echo "  test_cuda_hybrid: exit $rc_hybrid ($(grep -E 'GPU runs identical' "$logs/test_cuda_hybrid.log" | tail -1); $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$logs/test_cuda_hybrid.log" | tail -1))"
   echo "  matvec bench:  exit $rc_bench; $(grep -E '^validation' "$logs/bench.log" | tail -1)"
   echo "  other ctest:   exit $rc_ctest ($(grep -E 'tests passed' "$logs/ctest.log" | tail -1))"
   echo "  sanitizer:     $rc_san"
 } | tee "$logs/summary.txt"
-[ $rc_cuda -eq 0 ] && { [ $rc_hybrid -eq 0 ] || [ $rc_hybrid -eq 77 ]; } && [ $rc_bench -eq 0 ]
+[ $rc_cuda -eq 0 ] && [ $rc_fused -eq 0 ] && { [ $rc_hybrid -eq 0 ] || [ $rc_hybrid -eq 77 ]; } && [ $rc_bench -eq 0 ]

@@ -86,13 +86,21 @@ typedef enum tnd_op_kind {
     /* RMSNorm over rows of ne[0]: y = x / sqrt(mean(x^2) + eps) * w.
      * in[0] x f32 {n, rows...}; in[1] w f32 {n} (data NULL: no weight);
      * out[0] f32 like x. Per-head norm (qwen3 q/k): view x as {head_dim,
-     * n_head * n_tok} with w {head_dim}. out may alias in[0]. */
+     * n_head * n_tok} with w {head_dim}. out may alias in[0].
+     * Fused residual add (in[2].data set): the row normed is s = in[0] +
+     * in[2] (in[2] like in[0]), and s is also written to out[1] (like
+     * in[0], may alias it): `x += o; h = norm(x)` as one op, one launch
+     * instead of two (the sums are the ADD's, so results are the same). */
     TND_OP_RMS_NORM,
     /* Rotary embedding. in[0] x f32 {head_dim, n_head, n_tok}; in[1] pos
      * i32 {n_tok}; out[0] like x (may alias). The first p.rope.n_rot dims
      * of each head rotate, the rest are copied. mode NORMAL rotates pairs
      * (2i, 2i+1), NEOX pairs (i, i + n_rot/2); angle = pos * freq_scale *
-     * freq_base^(-2i/n_rot). */
+     * freq_base^(-2i/n_rot).
+     * Fused per-head norm (in[2].data set: w f32 {head_dim}): each head is
+     * first RMS-normed over all head_dim values with eps p.rope.eps and
+     * weight w, as RMS_NORM on rows of head_dim would (qwen3's q/k norms),
+     * then rotated: one launch instead of two. */
     TND_OP_ROPE,
     /* Causal attention over an f16 KV cache, for one sequence. in[0] q f32
      * {head_dim, n_head, n_tok}; in[1] K f16 {n_head_kv * head_dim, n_ctx};
@@ -150,7 +158,7 @@ typedef struct tnd_op {
     tnd_tensor out[TND_OP_MAX_OUT];
     union {
         struct { float eps; } norm;
-        struct { int32_t n_rot, mode; float freq_base, freq_scale; } rope;
+        struct { int32_t n_rot, mode; float freq_base, freq_scale, eps; } rope; /* eps: the fused norm's */
         struct { int32_t n_head, n_head_kv, head_dim, pos0; float scale; int32_t window; float softcap; } attn;
         struct { float s; } scale;   /* SOFTMAX (0 is taken as 1) and SCALE */
         struct { int32_t n_used, mode; bool norm; } route;

@@ -53,6 +53,7 @@ enum {
     K_CUDA_PDL,
     K_CUDA_GRAPHS,
     K_EXPERT_PREFETCH,
+    K_FUSE,
     K_N
 };
 
@@ -94,6 +95,7 @@ static const knob KNOBS[K_N] = {
     [K_CUDA_GRAPHS] = {"TND_CUDA_GRAPHS", true, 0, 0, 0, 3, {"auto", "0", "1"},
                         {TND_CFG_GRAPHS_AUTO, TND_CFG_GRAPHS_OFF, TND_CFG_GRAPHS_ON}, "auto, 0 or 1"},
     [K_EXPERT_PREFETCH] = {"TND_EXPERT_PREFETCH", true, 0, 64, 1, 1, {"auto"}, {-1}, "auto or 0 .. 64"},
+    [K_FUSE] = {"TND_FUSE", true, 0, 0, 0, 2, {"0", "1"}, {0, 1}, "0 or 1"},
 };
 
 static const tnd_config DEFAULTS = {
@@ -116,6 +118,7 @@ static const tnd_config DEFAULTS = {
     .cuda_pdl = -1,
     .cuda_graphs = TND_CFG_GRAPHS_AUTO,
     .expert_prefetch = -1,
+    .fuse = true,
 };
 
 static tnd_config g_cfg;
@@ -144,6 +147,7 @@ static int get(const tnd_config *c, int k) {
     case K_CUDA_TILE_PF: return c->cuda_tile_pf;
     case K_CUDA_TILE_I8_NS: return c->cuda_tile_i8_ns;
     case K_CUDA_PDL: return c->cuda_pdl;
+    case K_FUSE: return c->fuse;
     }
     return 0;
 }
@@ -169,6 +173,7 @@ static void put(tnd_config *c, int k, int v) {
     case K_CUDA_TILE_PF: c->cuda_tile_pf = v; break;
     case K_CUDA_TILE_I8_NS: c->cuda_tile_i8_ns = v; break;
     case K_CUDA_PDL: c->cuda_pdl = v; break;
+    case K_FUSE: c->fuse = v != 0; break;
     }
 }
 

@@ -55,6 +55,9 @@ typedef struct tnd_config {
     /* hybrid execution */
     int expert_prefetch; /* TND_EXPERT_PREFETCH: slots per split MoE layer for experts copied a layer ahead
                           * (exec/prefetch.c); -1 (auto): the model's experts per token; 0: off */
+    /* recipe */
+    bool fuse;           /* TND_FUSE: the recipe's fused ops (norm + RoPE, residual add + norm); 0: the
+                          * unfused pairs, the same results on the CPU (A/B of the launches saved) */
 } tnd_config;
 
 /* The configuration, read from the environment on the first call; later

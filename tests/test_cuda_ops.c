@@ -10,6 +10,9 @@
  * Tolerances are per op and stated where they are checked, as
  * |got - ref| <= atol + rtol * scale with the scale named there.
  *
+ * The recipe's fused forms of RMS_NORM and ROPE (backend.h): tests/
+ * test_cuda_fused.c (this file is long enough).
+ *
  * Also: copies (H2D/D2H/D2D, the SM copy over mapped pinned memory), events
  * ordering two streams, and the VRAM budget (allocation refused past it, and
  * the device's free memory shrinking by no more than the budget).

@@ -719,7 +719,7 @@ static void test_static_experts(void) {
         int n_ops = 0;
         for (int l = 0; l < L; l++) {
             sum += tnd_perf_attn_time(&pf, TND_SIDE_GPU, 1, 16) + tnd_perf_other_time(&pf, TND_SIDE_GPU, 1);
-            n_ops += 11; /* attention and the layer's ten weightless ops */
+            n_ops += OTHER_OPS + 1; /* attention and the layer's weightless ops */
         }
         for (int i = 0; i < m->n_slices; i++)
             if (!tnd_slice_small(m->slices[i]) && m->slices[i] != &m->tok_embd) {

@@ -229,6 +229,38 @@ static void test_ops(void) {
         both(&op, mode ? "rope neox 12x3x5 n_rot 8, in place" : "rope normal 12x3x5 n_rot 8, in place");
         free(x);
     }
+    for (int with_w = 0; with_w < 2; with_w++) { /* rms_norm with the fused residual add, the sum into x */
+        int64_t n = 37, rows = 5;
+        float *x = rnd_f32(n * rows, -2, 2), *r = rnd_f32(n * rows, -2, 2), *w = rnd_f32(n, 0.5f, 1.5f);
+        float *y = poisoned(sizeof(float) * (size_t)(n * rows));
+        tnd_op op = {.kind = TND_OP_RMS_NORM};
+        op.p.norm.eps = 1e-5f;
+        op.in[0] = tens(x, TND_TYPE_F32, n, rows, 1);
+        op.in[1] = tens(with_w ? w : NULL, TND_TYPE_F32, n, 1, 1);
+        op.in[2] = tens(r, TND_TYPE_F32, n, rows, 1);
+        op.out[0] = tens(y, TND_TYPE_F32, n, rows, 1);
+        op.out[1] = op.in[0];
+        both(&op, with_w ? "add+rms_norm 37 x 5 with weight" : "add+rms_norm 37 x 5 without weight");
+        free(x), free(r), free(w), free(y);
+    }
+    for (int mode = 0; mode < 2; mode++) { /* rope with the fused per-head norm, in place */
+        int hd = 16, nh = 3, nt = 5;
+        float *x = rnd_f32(hd * nh * nt, -1, 1), *w = rnd_f32(hd, 0.5f, 1.5f);
+        int32_t pos[5];
+        for (int i = 0; i < nt; i++) pos[i] = 7 + 3 * i;
+        tnd_op op = {.kind = TND_OP_ROPE};
+        op.p.rope.n_rot = 16;
+        op.p.rope.mode = mode ? TND_ROPE_NEOX : TND_ROPE_NORMAL;
+        op.p.rope.freq_base = 10000.0f;
+        op.p.rope.freq_scale = 1.0f;
+        op.p.rope.eps = 1e-6f;
+        op.in[0] = tens(x, TND_TYPE_F32, hd, nh, nt);
+        op.in[1] = tens(pos, TND_TYPE_I32, nt, 1, 1);
+        op.in[2] = tens(w, TND_TYPE_F32, hd, 1, 1);
+        op.out[0] = op.in[0];
+        both(&op, mode ? "rope+norm neox 16x3x5, in place" : "rope+norm normal 16x3x5, in place");
+        free(x), free(w);
+    }
     for (int variant = 0; variant < 2; variant++) { /* attention, pos0 > 0 */
         int hd = 16, nh = 6, nkv = 2, nt = 3, pos0 = 5, n_ctx = 11;
         float *q = rnd_f32(hd * nh * nt, -1, 1);

@@ -145,9 +145,16 @@ static void rows_range(const tnd_op *op, int64_t r0, int64_t r1, tnd_status *err
     switch (op->kind) {
     case TND_OP_RMS_NORM: {
         int64_t n = in[0].ne[0];
-        for (int64_t r = r0; r < r1; r++)
-            tnd_cpu_rmsnorm((const float *)in[0].data + r * n, in[1].data, (float *)out[0].data + r * n, n,
-                            op->p.norm.eps);
+        for (int64_t r = r0; r < r1; r++) {
+            const float *x = (const float *)in[0].data + r * n;
+            if (in[2].data) { /* fused residual add: the ADD's sums, then the norm of them */
+                const float *o = (const float *)in[2].data + r * n;
+                float *sum = (float *)out[1].data + r * n;
+                for (int64_t i = 0; i < n; i++) sum[i] = x[i] + o[i];
+                x = sum;
+            }
+            tnd_cpu_rmsnorm(x, in[1].data, (float *)out[0].data + r * n, n, op->p.norm.eps);
+        }
         break;
     }
     case TND_OP_ROPE: {
@@ -155,7 +162,11 @@ static void rows_range(const tnd_op *op, int64_t r0, int64_t r1, tnd_status *err
         const int32_t *pos = in[1].data;
         for (int64_t t = r0; t < r1; t++) {
             float *y = (float *)out[0].data + t * hd * nh;
-            if (out[0].data != in[0].data) memcpy(y, (const float *)in[0].data + t * hd * nh, sizeof(float) * hd * nh);
+            const float *x = (const float *)in[0].data + t * hd * nh;
+            if (in[2].data) /* fused per-head norm: RMS_NORM's rows of head_dim, token by token */
+                for (int h = 0; h < nh; h++)
+                    tnd_cpu_rmsnorm(x + (int64_t)h * hd, in[2].data, y + (int64_t)h * hd, hd, op->p.rope.eps);
+            else if (y != x) memcpy(y, x, sizeof(float) * hd * nh);
             tnd_cpu_rope(y, nh, hd, op->p.rope.n_rot, pos[t], op->p.rope.freq_base, op->p.rope.freq_scale,
                          op->p.rope.mode == TND_ROPE_NEOX);
         }

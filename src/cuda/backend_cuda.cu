@@ -698,6 +698,11 @@ static tnd_status op_check(const tnd_op *op) {
         if (!is_f32(a) || !is_f32(o) || tnd_tensor_nelem(a) != tnd_tensor_nelem(o)) ARG_FAIL("cuda rms_norm: f32 in/out of one size");
         if (op->in[1].data && (!is_f32(&op->in[1]) || tnd_tensor_nelem(&op->in[1]) != a->ne[0]))
             ARG_FAIL("cuda rms_norm: weight must be f32 of ne[0] values");
+        if (op->in[2].data && (!is_f32(&op->in[2]) || !is_f32(&op->out[1]) || !op->out[1].data ||
+                               tnd_tensor_nelem(&op->in[2]) != tnd_tensor_nelem(a) ||
+                               tnd_tensor_nelem(&op->out[1]) != tnd_tensor_nelem(a)))
+            ARG_FAIL("cuda rms_norm: a residual in[2] and the sum out[1] must be f32 like in[0]");
+        if (rows_of(a) > 0x7fffffff) ARG_FAIL("cuda rms_norm: too many rows");
         return TND_OK;
     case TND_OP_ROPE:
         if (!is_f32(a) || !is_f32(o) || tnd_tensor_nelem(a) != tnd_tensor_nelem(o)) ARG_FAIL("cuda rope: f32 in/out of one size");
@@ -705,6 +710,9 @@ static tnd_status op_check(const tnd_op *op) {
             ARG_FAIL("cuda rope: pos must be i32 with one entry per token");
         if (op->p.rope.n_rot < 2 || op->p.rope.n_rot > a->ne[0] || (op->p.rope.n_rot & 1)) ARG_FAIL("cuda rope: bad n_rot");
         if (op->p.rope.mode != TND_ROPE_NORMAL && op->p.rope.mode != TND_ROPE_NEOX) ARG_FAIL("cuda rope: bad mode");
+        if (op->in[2].data && (!is_f32(&op->in[2]) || tnd_tensor_nelem(&op->in[2]) != a->ne[0] ||
+                               rows_of(a) > 0x7fffffff))
+            ARG_FAIL("cuda rope: the norm weight must be f32 of head_dim values");
         return TND_OK;
     case TND_OP_ATTN: {
         const tnd_tensor *k = &op->in[1], *v = &op->in[2];
@@ -1034,13 +1042,24 @@ static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int
                             tnd_tensor_nelem(&op->in[1]), (float *)o->data, cs);
         break;
     case TND_OP_RMS_NORM:
-        e = tnd_cu_rms_norm((const float *)a->data, (const float *)op->in[1].data, (float *)o->data, a->ne[0],
-                            rows_of(a), op->p.norm.eps, cs);
+        if (op->in[2].data) /* the fused residual add */
+            e = tnd_cu_rms_norm_add((const float *)a->data, (const float *)op->in[2].data,
+                                    (const float *)op->in[1].data, (float *)o->data, (float *)op->out[1].data,
+                                    a->ne[0], rows_of(a), op->p.norm.eps, cs);
+        else
+            e = tnd_cu_rms_norm((const float *)a->data, (const float *)op->in[1].data, (float *)o->data, a->ne[0],
+                                rows_of(a), op->p.norm.eps, cs);
         break;
     case TND_OP_ROPE:
-        e = tnd_cu_rope((const float *)a->data, (float *)o->data, (const int32_t *)op->in[1].data, ne(a, 2) * ne(a, 3),
-                        (int)ne(a, 1), (int)a->ne[0], op->p.rope.n_rot, op->p.rope.mode, op->p.rope.freq_base,
-                        op->p.rope.freq_scale == 0 ? 1.0f : op->p.rope.freq_scale, cs);
+        if (op->in[2].data) /* the fused per-head norm */
+            e = tnd_cu_rope_norm((const float *)a->data, (float *)o->data, (const int32_t *)op->in[1].data,
+                                 (const float *)op->in[2].data, op->p.rope.eps, ne(a, 2) * ne(a, 3), (int)ne(a, 1),
+                                 (int)a->ne[0], op->p.rope.n_rot, op->p.rope.mode, op->p.rope.freq_base,
+                                 op->p.rope.freq_scale == 0 ? 1.0f : op->p.rope.freq_scale, cs);
+        else
+            e = tnd_cu_rope((const float *)a->data, (float *)o->data, (const int32_t *)op->in[1].data,
+                            ne(a, 2) * ne(a, 3), (int)ne(a, 1), (int)a->ne[0], op->p.rope.n_rot, op->p.rope.mode,
+                            op->p.rope.freq_base, op->p.rope.freq_scale == 0 ? 1.0f : op->p.rope.freq_scale, cs);
         break;
     case TND_OP_ATTN: {
         int64_t n_tok = ne(a, 2) * ne(a, 3);

@@ -808,4 +808,8 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
 
 static inline unsigned tnd_cu_blocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
+/* Threads of a block that RMS-norms one row of n (norm.cu, and rope.cu's
+ * fused per-head norm: the same count, so the same sum order) */
+static inline int tnd_cu_norm_threads(int64_t n) { return n >= 1024 ? 256 : n >= 256 ? 128 : 32; }
+
 #endif

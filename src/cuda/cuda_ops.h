@@ -260,6 +260,10 @@ int tnd_cu_get_rows(int type, const void *table, int64_t n, int64_t n_rows, cons
  * y may equal x. Per-head norm: rows = n_tok * n_head, n = head_dim. */
 int tnd_cu_rms_norm(const float *x, const float *w, float *y, int64_t n, int64_t rows, float eps,
                     tnd_cu_stream stream);
+/* The fused residual add: sum = x + r (sum may equal x), y = norm(sum) * w,
+ * in one launch. y may equal x or sum. */
+int tnd_cu_rms_norm_add(const float *x, const float *r, const float *w, float *y, float *sum, int64_t n,
+                        int64_t rows, float eps, tnd_cu_stream stream);
 
 /* ---- rope.cu ---------------------------------------------------------------
  * x, y: f32 [n_tok][n_head][head_dim] (y may equal x); pos: int32 [n_tok].
@@ -268,6 +272,12 @@ int tnd_cu_rms_norm(const float *x, const float *w, float *y, int64_t n, int64_t
  * n_rot are copied. n_rot even, <= head_dim. */
 int tnd_cu_rope(const float *x, float *y, const int32_t *pos, int64_t n_tok, int n_head, int head_dim,
                 int n_rot, int mode, float freq_base, float freq_scale, tnd_cu_stream stream);
+/* The fused per-head norm: each head of x RMS-normed over head_dim (weight
+ * w, eps), then rotated as tnd_cu_rope does, in one launch (a block per
+ * head). y may equal x. */
+int tnd_cu_rope_norm(const float *x, float *y, const int32_t *pos, const float *w, float eps, int64_t n_tok,
+                     int n_head, int head_dim, int n_rot, int mode, float freq_base, float freq_scale,
+                     tnd_cu_stream stream);
 
 /* ---- attn.cu ---------------------------------------------------------------
  * Causal attention of n_tok queries over an f16 KV cache (one sequence).

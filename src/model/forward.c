@@ -15,12 +15,19 @@
  * A batched round (tnd_recipe_emit_batch) runs several sequences' tokens
  * through the same ops; only the KV store and attention, and the head's
  * rows, are per sequence.
+ *
+ * Fused ops (TND_FUSE, on by default; backend.h): headnorm then rope is one
+ * ROPE, and each `x += o; h = norm(x)` is one RMS_NORM, the add after the
+ * FFN carrying the next layer's attn_norm (or the head's output_norm when
+ * every row is a head row). A decode step on the GPU is bound by launches;
+ * the CPU computes the same floats in the same order either way.
  */
 #include "model/forward.h"
 
 #include <math.h>
 #include <stddef.h>
 
+#include "config.h"
 #include "util.h"
 
 /* One emission in progress: the recipe, the layer being emitted (-1
@@ -33,6 +40,7 @@ typedef struct em {
     tnd_status err;
     const tnd_seg *seg; /* the round's sequences, in token order (one for tnd_recipe_emit) */
     int n_seg;
+    bool fuse; /* TND_FUSE: the fused op forms (backend.h: RMS_NORM, ROPE) */
 } em;
 
 /* ---- op emission ----------------------------------------------------------- */
@@ -82,6 +90,19 @@ static void op_norm(em *e, const void *x, const tnd_weight *w, void *y, int64_t 
     run(e, &op);
 }
 
+/* x += o; y = norm(x) * w over rows of n, as one RMS_NORM with a fused
+ * residual add (backend.h): the ADD and the norm that follows it in one
+ * launch. The sums are the ADD's, so the results are the pair's. */
+static void op_add_norm(em *e, void *x, const void *o, const tnd_weight *w, void *y, int64_t n, int64_t rows) {
+    tnd_op op = {.kind = TND_OP_RMS_NORM, .p.norm.eps = e->m->hp.eps};
+    op.in[0] = F(x, n, rows, 1);
+    op.in[1] = F(w->data, n, 1, 1);
+    op.in[2] = F(o, n, rows, 1);
+    op.out[0] = F(y, n, rows, 1);
+    op.out[1] = F(x, n, rows, 1);
+    run(e, &op);
+}
+
 static void op_binary(em *e, tnd_op_kind kind, void *a, const void *b, int64_t n, int64_t nb) {
     tnd_op op = {.kind = kind};
     op.in[0] = F(a, n, 1, 1);
@@ -90,9 +111,16 @@ static void op_binary(em *e, tnd_op_kind kind, void *a, const void *b, int64_t n
     run(e, &op);
 }
 
-static void op_rope(em *e, void *x, int n_head, int nt, float base, float scale) {
+/* RoPE over x's heads in place; norm (qwen3's q/k norm, or NULL) first
+ * normalizes each head in the same op (backend.h), one launch instead of
+ * RMS_NORM then ROPE. */
+static void op_rope(em *e, void *x, const tnd_weight *norm, int n_head, int nt, float base, float scale) {
     const tnd_hparams *hp = &e->m->hp;
     tnd_op op = {.kind = TND_OP_ROPE};
+    if (norm) {
+        op.in[2] = F(norm->data, hp->head_dim, 1, 1);
+        op.p.rope.eps = hp->eps;
+    }
     op.p.rope.n_rot = hp->n_rot;
     op.p.rope.mode = e->m->arch->rope_neox ? TND_ROPE_NEOX : TND_ROPE_NORMAL;
     op.p.rope.freq_base = base;
@@ -194,7 +222,11 @@ static void moe_ffn(em *e, const tnd_layer *L, int nt) {
     emit(e, &sum, -1, split ? TND_PIN_KV : TND_PIN_FOLLOW);
 }
 
-static void layer_forward(em *e, int il, int nt) {
+/* Layer il. normed: A_H already holds norm(x) by attn_norm (the previous
+ * layer's last op wrote it); next_norm: the norm that follows the layer
+ * (the next layer's attn_norm, or the head's output_norm when every row of
+ * x is a head row), fused into the layer's last residual add, or NULL. */
+static void layer_forward(em *e, int il, int nt, bool normed, const tnd_weight *next_norm) {
     const tnd_model *m = e->m;
     const tnd_hparams *hp = &m->hp;
     const tnd_layer *L = &m->layers[il];
@@ -202,7 +234,7 @@ static void layer_forward(em *e, int il, int nt) {
     void **a = e->act;
     e->layer = il;
 
-    op_norm(e, a[A_X], &L->attn_norm, a[A_H], E, nt);
+    if (!normed) op_norm(e, a[A_X], &L->attn_norm, a[A_H], E, nt);
     op_matmul(e, &L->wq, a[A_H], nt, a[A_Q]);
     op_matmul(e, &L->wk, a[A_H], nt, a[A_K]);
     op_matmul(e, &L->wv, a[A_H], nt, a[A_V]);
@@ -211,14 +243,16 @@ static void layer_forward(em *e, int il, int nt) {
         op_binary(e, TND_OP_ADD, a[A_K], L->bk.data, kvd * nt, kvd);
         op_binary(e, TND_OP_ADD, a[A_V], L->bv.data, kvd * nt, kvd);
     }
-    if (L->q_norm.t) {
+    /* the per-head q/k norms, if any, run inside the ropes */
+    const bool qk = L->q_norm.t != NULL && e->fuse;
+    if (L->q_norm.t && !qk) {
         op_norm(e, a[A_Q], &L->q_norm, a[A_Q], hd, (int64_t)hp->n_head * nt);
         op_norm(e, a[A_K], &L->k_norm, a[A_K], hd, (int64_t)hp->n_head_kv * nt);
     }
     float base = L->swa ? hp->rope_base_local : hp->rope_base;
     float scale = L->swa ? 1.0f : hp->rope_scale;
-    op_rope(e, a[A_Q], hp->n_head, nt, base, scale);
-    op_rope(e, a[A_K], hp->n_head_kv, nt, base, scale);
+    op_rope(e, a[A_Q], qk ? &L->q_norm : NULL, hp->n_head, nt, base, scale);
+    op_rope(e, a[A_K], qk ? &L->k_norm : NULL, hp->n_head_kv, nt, base, scale);
     /* the KV store and attention per sequence, over its own slot and positions */
     for (int s = 0; s < e->n_seg; s++) {
         const tnd_seg *sg = &e->seg[s];
@@ -240,8 +274,12 @@ static void layer_forward(em *e, int il, int nt) {
     }
     op_matmul(e, &L->wo, a[A_ATT], nt, a[A_O]);
     if (L->attn_post_norm.t) op_norm(e, a[A_O], &L->attn_post_norm, a[A_O], E, nt);
-    op_binary(e, TND_OP_ADD, a[A_X], a[A_O], E * nt, E * nt);
-    op_norm(e, a[A_X], &L->ffn_norm, a[A_H], E, nt);
+    if (e->fuse) {
+        op_add_norm(e, a[A_X], a[A_O], &L->ffn_norm, a[A_H], E, nt);
+    } else {
+        op_binary(e, TND_OP_ADD, a[A_X], a[A_O], E * nt, E * nt);
+        op_norm(e, a[A_X], &L->ffn_norm, a[A_H], E, nt);
+    }
     if (m->arch->moe) {
         moe_ffn(e, L, nt);
     } else {
@@ -252,7 +290,8 @@ static void layer_forward(em *e, int il, int nt) {
         op_matmul(e, &L->ffn_down, a[A_G], nt, a[A_O]);
     }
     if (L->ffn_post_norm.t) op_norm(e, a[A_O], &L->ffn_post_norm, a[A_O], E, nt);
-    op_binary(e, TND_OP_ADD, a[A_X], a[A_O], E * nt, E * nt);
+    if (next_norm) op_add_norm(e, a[A_X], a[A_O], next_norm, a[A_H], E, nt);
+    else op_binary(e, TND_OP_ADD, a[A_X], a[A_O], E * nt, E * nt);
 }
 
 /* The op list of one round: nt tokens of sequence 0 at positions pos0..
@@ -272,7 +311,9 @@ tnd_status tnd_recipe_emit(const tnd_recipe *r, int nt, int pos0, bool want_logi
  * rows are normed into A_H one by one, then one matmul writes A_LOGITS
  * [n_logits][n_vocab] in segment order. */
 tnd_status tnd_recipe_emit_batch(const tnd_recipe *r, const tnd_seg *segs, int n_seg) {
-    em ctx = {.r = r, .m = r->m, .act = r->act, .layer = -1, .err = TND_OK, .seg = segs, .n_seg = n_seg}, *e = &ctx;
+    em ctx = {.r = r, .m = r->m, .act = r->act, .layer = -1, .err = TND_OK, .seg = segs, .n_seg = n_seg,
+              .fuse = tnd_config_get()->fuse},
+       *e = &ctx;
     const tnd_model *m = e->m;
     int64_t E = m->hp.n_embd;
     int nt = 0;
@@ -291,11 +332,28 @@ tnd_status tnd_recipe_emit_batch(const tnd_recipe *r, const tnd_seg *segs, int n
         sc.in[0] = sc.out[0] = emb.out[0];
         run(e, &sc);
     }
-    for (int il = 0; il < m->hp.n_layer; il++) layer_forward(e, il, nt);
+    /* Each layer's last residual add also norms x for what comes next (the
+     * next layer's attn_norm). The head's output_norm reads only the last
+     * row of each segment that wants logits; when those are all the rows
+     * (decode steps: one token per sequence, every one with logits), the
+     * last layer's add norms them into A_H in that same order. */
+    bool head_rows = e->fuse;
+    for (int s = 0; s < n_seg; s++) head_rows = head_rows && segs[s].logits && segs[s].n == 1;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const tnd_weight *next = !e->fuse                ? NULL
+                                 : il + 1 < m->hp.n_layer ? &m->layers[il + 1].attn_norm
+                                 : head_rows              ? &m->output_norm
+                                                          : NULL;
+        layer_forward(e, il, nt, e->fuse && il > 0, next);
+    }
     e->layer = -1;
     int n_out = 0;
     for (int s = 0; s < n_seg; s++) {
         if (!segs[s].logits) continue;
+        if (head_rows && m->hp.n_layer > 0) { /* normed by the last layer's add */
+            n_out++;
+            continue;
+        }
         const float *last = (float *)e->act[A_X] + (int64_t)(segs[s].off + segs[s].n - 1) * E;
         op_norm(e, last, &m->output_norm, (float *)e->act[A_H] + (int64_t)n_out * E, E, 1);
         n_out++;

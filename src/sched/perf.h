@@ -16,8 +16,12 @@
 #include "sim/hw.h"
 
 #define TND_PERF_NK 3
-/* weightless ops per layer (norms, adds, rope, act, KV stores) */
-#define OTHER_OPS 10
+/* weightless ops per layer (norms, adds, rope, act, KV stores): with the
+ * recipe's fused ops (model/forward.c; TND_FUSE=1, the default) a dense
+ * layer has 7: two ropes (q/k norms inside), two KV stores, two residual
+ * adds that carry the next norm, the activation (11 unfused for qwen3, 9
+ * for llama; a MoE layer's routing and expert sum add 2) */
+#define OTHER_OPS 7
 /* The round sizes profiled: a decode step, prefill chunks of 512 and 2048. */
 extern const int tnd_perf_nt[TND_PERF_NK];
 

@@ -671,6 +671,10 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
             ARG_FAIL("sim rms_norm: f32 in/out of one size");
         if (op->in[1].data && (!is_f32(&op->in[1]) || tnd_tensor_nelem(&op->in[1]) != a->ne[0]))
             ARG_FAIL("sim rms_norm: weight must be f32 of ne[0] values");
+        if (op->in[2].data && (!is_f32(&op->in[2]) || !is_f32(&op->out[1]) || !op->out[1].data ||
+                               tnd_tensor_nelem(&op->in[2]) != tnd_tensor_nelem(a) ||
+                               tnd_tensor_nelem(&op->out[1]) != tnd_tensor_nelem(a)))
+            ARG_FAIL("sim rms_norm: a residual in[2] and the sum out[1] must be f32 like in[0]");
         return TND_OK;
     case TND_OP_ROPE:
         if (!is_f32(a) || !is_f32(o) || tnd_tensor_nelem(a) != tnd_tensor_nelem(o) || ne(a, 3) != 1)
@@ -679,6 +683,8 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
             ARG_FAIL("sim rope: pos must be i32 with one entry per token");
         if (op->p.rope.n_rot < 2 || op->p.rope.n_rot > a->ne[0] || (op->p.rope.n_rot & 1)) ARG_FAIL("sim rope: bad n_rot");
         if (op->p.rope.mode != TND_ROPE_NORMAL && op->p.rope.mode != TND_ROPE_NEOX) ARG_FAIL("sim rope: bad mode");
+        if (op->in[2].data && (!is_f32(&op->in[2]) || tnd_tensor_nelem(&op->in[2]) != a->ne[0]))
+            ARG_FAIL("sim rope: the norm weight must be f32 of head_dim values");
         return TND_OK;
     case TND_OP_ATTN: {
         const tnd_tensor *k = &op->in[1], *v = &op->in[2];
@@ -746,7 +752,8 @@ static bool slot_used(const tnd_op *op, int slot /* 0..3 in, 4..5 out */) {
     case TND_OP_MATMUL_ID:
     case TND_OP_ATTN: return slot <= 2 || slot == 4;
     case TND_OP_MOE_ROUTE: return slot == 0 || slot == 4 || slot == 5;
-    case TND_OP_RMS_NORM: return slot <= 1 || slot == 4; /* in[1] optional */
+    case TND_OP_RMS_NORM: return slot <= 2 || slot >= 4; /* in[1] optional; in[2], out[1]: a fused add */
+    case TND_OP_ROPE: return slot <= 2 || slot == 4;     /* in[2] optional: a fused norm */
     case TND_OP_SOFTMAX:
     case TND_OP_SCALE:
     case TND_OP_CPY: return slot == 0 || slot == 4;
@@ -772,7 +779,8 @@ static tnd_status sim_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         int k = j < TND_OP_MAX_IN ? j : j - TND_OP_MAX_IN;
         if (!slot_used(op, j)) continue;
         if (!t->data) {
-            if (op->kind == TND_OP_RMS_NORM && j == 1) continue;
+            /* optional: RMS_NORM's weight and fused add, ROPE's fused norm */
+            if ((op->kind == TND_OP_RMS_NORM && j != 0 && j != 4) || (op->kind == TND_OP_ROPE && j == 2)) continue;
             st = tnd_fail(TND_ERR_ARG, "sim %s: %s[%d] has no data", nm, io, k);
             break;
         }

@@ -1,0 +1,379 @@
+/* The fused op forms of the forward recipe (backend.h) on the CUDA backend,
+ * on a real GPU (device machine; exits 77 elsewhere):
+ *   - ROPE with a per-head norm (in[2]: qwen3's q/k norm, then the rotation);
+ *   - RMS_NORM with a residual add (in[2], the sum written to out[1]).
+ * Each against a double-precision reference (tolerances stated where they
+ * are checked, as test_cuda_ops.c states its own), against the unfused pair
+ * of ops on the GPU, and collected into a CUDA graph (graph_defer: captured,
+ * then replayed) against plain launches, bit for bit. Outputs are poisoned
+ * (NaN) before every run. Prints one line per check and "N passed, N failed". */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "check.h"
+#include "util.h"
+
+#ifndef TND_HAVE_CUDA
+int main(void) {
+    printf("test_cuda_fused: skipped (built without CUDA)\n");
+    return 77;
+}
+#else
+
+static tnd_backend *B;
+static tnd_stream *S;
+
+/* ---- helpers (as test_cuda_ops.c's) ----------------------------------------------- */
+
+static void *dev_alloc(size_t n) {
+    void *p = NULL;
+    CHECK_ST(B->iface->buf_alloc(B, n, &p));
+    return p;
+}
+static void *dev_upload(const void *h, size_t n) {
+    void *p = dev_alloc(n);
+    CHECK_ST(B->iface->copy_h2d(B, p, h, n, S));
+    CHECK_ST(B->iface->stream_sync(B, S));
+    return p;
+}
+static void dev_download(void *h, const void *d, size_t n) {
+    CHECK_ST(B->iface->copy_d2h(B, h, d, n, S));
+    CHECK_ST(B->iface->stream_sync(B, S));
+}
+static void dev_poison(void *d, size_t n) {
+    CHECK_ST(B->iface->memset(B, d, 0xff, n, S));
+}
+static void dev_free(void *d) { B->iface->buf_free(B, d); }
+
+/* A tensor of type t over data, shape (n0, n1, n2, 1), other fields zero. */
+static tnd_tensor tens(void *data, tnd_type t, int64_t n0, int64_t n1, int64_t n2) {
+    return (tnd_tensor){.data = data, .type = t, .ne = {n0, n1, n2, 1}};
+}
+
+/* Runs op and waits; a failure is reported against `what` and returns false. */
+static bool run_op(const tnd_op *op, const char *what) {
+    tnd_status st = B->iface->op_run(B, op, S);
+    if (st == TND_OK) st = B->iface->stream_sync(B, S);
+    if (st != TND_OK) {
+        printf("FAIL %s: op_run: %s\n", what, tnd_last_error());
+        tc_count(false);
+        return false;
+    }
+    return true;
+}
+
+/* Compares n values: |got - ref| <= atol + rtol * scale[i] (scale NULL: |ref|).
+ * Prints one line; NaN anywhere fails. */
+static bool compare(const char *what, const float *got, const double *ref, const double *scale, int64_t n, double rtol,
+                    double atol) {
+    double worst = 0;
+    int64_t bad = -1, nbad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double sc = scale ? scale[i] : fabs(ref[i]);
+        double tol = atol + rtol * sc;
+        double err = fabs((double)got[i] - ref[i]);
+        if (!(err <= tol)) { /* NaN fails too */
+            if (bad < 0) bad = i;
+            nbad++;
+        }
+        if (err / (tol > 0 ? tol : 1) > worst) worst = err / (tol > 0 ? tol : 1);
+    }
+    if (bad >= 0) {
+        double sc = scale ? scale[bad] : fabs(ref[bad]);
+        printf("FAIL %s: %lld of %lld wrong; first at [%lld]: got %.9g want %.9g (tol %.3g)\n", what, (long long)nbad,
+               (long long)n, (long long)bad, got[bad], ref[bad], atol + rtol * sc);
+        tc_count(false);
+        return false;
+    }
+    printf("ok   %s (worst err/tol %.3f)\n", what, worst);
+    tc_count(true);
+    return true;
+}
+
+/* Downloads n floats of device memory into a fresh host buffer. */
+static float *fetch(const float *d, int64_t n) {
+    float *h = (float *)tc_xmalloc((size_t)n * 4);
+    dev_download(h, d, (size_t)n * 4);
+    return h;
+}
+
+/* ---- RMS_NORM with the residual add ------------------------------------------------ */
+
+/* s = x + r into out[1] (x itself when sum_in_x, the recipe's form), y =
+ * norm(s) * w. The sum must be the f32 add exactly; y within test_cuda_ops'
+ * rms_norm tolerance; and the unfused ADD then RMS_NORM on the GPU run the
+ * same kernel code, so the same bits. */
+static void test_add_norm(int64_t n, int64_t rows, bool weight, bool sum_in_x) {
+    const int64_t m = n * rows;
+    const size_t nb = (size_t)m * 4;
+    const float eps = 1e-6f;
+    float *x = (float *)tc_xmalloc(nb), *r = (float *)tc_xmalloc(nb), *w = (float *)tc_xmalloc((size_t)n * 4);
+    tc_fill_unif(x, (size_t)m, -2, 2);
+    tc_fill_unif(r, (size_t)m, -2, 2);
+    tc_fill_unif(w, (size_t)n, 0.5f, 1.5f);
+    double *ref = (double *)tc_xmalloc((size_t)m * 8), *rsum = (double *)tc_xmalloc((size_t)m * 8);
+    for (int64_t i = 0; i < m; i++) rsum[i] = (double)(x[i] + r[i]); /* the f32 sum */
+    for (int64_t j = 0; j < rows; j++) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++) ss += rsum[j * n + i] * rsum[j * n + i];
+        double inv = 1.0 / sqrt(ss / (double)n + eps);
+        for (int64_t i = 0; i < n; i++) ref[j * n + i] = rsum[j * n + i] * inv * (weight ? w[i] : 1.0);
+    }
+    float *dx = (float *)dev_upload(x, nb), *dr = (float *)dev_upload(r, nb), *dw = (float *)dev_upload(w, (size_t)n * 4);
+    float *dy = (float *)dev_alloc(nb), *ds = sum_in_x ? dx : (float *)dev_alloc(nb);
+    dev_poison(dy, nb);
+    if (!sum_in_x) dev_poison(ds, nb);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_RMS_NORM;
+    op.in[0] = tens(dx, TND_TYPE_F32, n, rows, 1);
+    op.in[1] = tens(weight ? dw : NULL, TND_TYPE_F32, n, 1, 1);
+    op.in[2] = tens(dr, TND_TYPE_F32, n, rows, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n, rows, 1);
+    op.out[1] = tens(ds, TND_TYPE_F32, n, rows, 1);
+    op.p.norm.eps = eps;
+    char what[160], w2[220];
+    snprintf(what, sizeof what, "add+rms_norm n=%lld rows=%lld%s%s", (long long)n, (long long)rows,
+             weight ? " weight" : "", sum_in_x ? " sum into x" : " sum apart");
+    if (run_op(&op, what)) {
+        float *y = fetch(dy, m), *sm = fetch(ds, m);
+        /* f32 sum of n squares and rsqrtf, as test_cuda_ops' rms_norm: 2e-5 relative */
+        compare(what, y, ref, NULL, m, 2e-5, 1e-7);
+        snprintf(w2, sizeof w2, "%s: the sum, exactly", what);
+        compare(w2, sm, rsum, NULL, m, 0, 0);
+        if (!sum_in_x) {
+            float *xa = fetch(dx, m);
+            tc_report(memcmp(xa, x, nb) == 0, "%s: x left alone", what);
+            free(xa);
+        }
+        /* unfused: ADD into a fresh x, then RMS_NORM of it */
+        float *ux = (float *)dev_upload(x, nb), *uy = (float *)dev_alloc(nb);
+        tnd_op add;
+        memset(&add, 0, sizeof add);
+        add.kind = TND_OP_ADD;
+        add.in[0] = add.out[0] = tens(ux, TND_TYPE_F32, m, 1, 1);
+        add.in[1] = tens(dr, TND_TYPE_F32, m, 1, 1);
+        tnd_op nm = op;
+        nm.in[0] = tens(ux, TND_TYPE_F32, n, rows, 1);
+        nm.out[0] = tens(uy, TND_TYPE_F32, n, rows, 1);
+        memset(&nm.in[2], 0, sizeof nm.in[2]);
+        memset(&nm.out[1], 0, sizeof nm.out[1]);
+        snprintf(w2, sizeof w2, "%s: unfused", what);
+        if (run_op(&add, w2) && run_op(&nm, w2)) {
+            float *y2 = fetch(uy, m), *s2 = fetch(ux, m);
+            tc_report(memcmp(y, y2, nb) == 0 && memcmp(sm, s2, nb) == 0,
+                      "%s: fused == ADD then RMS_NORM on the GPU, bit for bit", what);
+            free(y2), free(s2);
+        }
+        dev_free(ux), dev_free(uy);
+        free(y), free(sm);
+    }
+    dev_free(dx), dev_free(dr), dev_free(dw), dev_free(dy);
+    if (!sum_in_x) dev_free(ds);
+    free(x), free(r), free(w), free(ref), free(rsum);
+}
+
+/* ---- ROPE with the per-head norm --------------------------------------------------- */
+
+/* Each head normed over head_dim (weight w), then rotated. Reference in
+ * double; the norm's error (2e-5 relative) is carried through the rotation,
+ * so an element is held to the size of its pair. Against the unfused
+ * RMS_NORM on rows of head_dim then ROPE on the GPU: the same operations
+ * in the same order (rope.cu), so the same bits. */
+static void test_rope_norm(int64_t n_tok, int n_head, int hd, int n_rot, int mode, float base, bool inplace) {
+    const int64_t n = n_tok * n_head * hd;
+    const size_t nb = (size_t)n * 4;
+    const float eps = 1e-6f;
+    float *x = (float *)tc_xmalloc(nb), *w = (float *)tc_xmalloc((size_t)hd * 4);
+    int32_t *pos = (int32_t *)tc_xmalloc((size_t)n_tok * 4);
+    tc_fill_unif(x, (size_t)n, -3, 3);
+    tc_fill_unif(w, (size_t)hd, 0.5f, 1.5f);
+    for (int64_t t = 0; t < n_tok; t++) pos[t] = t == 0 ? 0 : (int32_t)(tc_xorshift() % 100000);
+    double *ref = (double *)tc_xmalloc((size_t)n * 8), *sc = (double *)tc_xmalloc((size_t)n * 8);
+    double *h = (double *)tc_xmalloc((size_t)hd * 8);
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int k = 0; k < n_head; k++) {
+            const float *xr = x + (t * n_head + k) * hd;
+            double *yr = ref + (t * n_head + k) * hd, *sr = sc + (t * n_head + k) * hd;
+            double ss = 0;
+            for (int i = 0; i < hd; i++) ss += (double)xr[i] * xr[i];
+            double inv = 1.0 / sqrt(ss / hd + eps);
+            for (int i = 0; i < hd; i++) {
+                h[i] = xr[i] * inv * w[i];
+                yr[i] = h[i];
+                sr[i] = fabs(h[i]);
+            }
+            for (int i = 0; i < n_rot / 2; i++) {
+                int i0 = mode == TND_ROPE_NEOX ? i : 2 * i, i1 = mode == TND_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
+                double th = pos[t] * pow(base, -2.0 * i / n_rot);
+                yr[i0] = h[i0] * cos(th) - h[i1] * sin(th);
+                yr[i1] = h[i0] * sin(th) + h[i1] * cos(th);
+                sr[i0] = sr[i1] = fabs(h[i0]) + fabs(h[i1]);
+            }
+        }
+    float *dx = (float *)dev_upload(x, nb), *dw = (float *)dev_upload(w, (size_t)hd * 4);
+    float *dy = inplace ? dx : (float *)dev_alloc(nb);
+    void *dpos = dev_upload(pos, (size_t)n_tok * 4);
+    if (!inplace) dev_poison(dy, nb);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_ROPE;
+    op.in[0] = tens(dx, TND_TYPE_F32, hd, n_head, n_tok);
+    op.in[1] = tens(dpos, TND_TYPE_I32, n_tok, 1, 1);
+    op.in[2] = tens(dw, TND_TYPE_F32, hd, 1, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, hd, n_head, n_tok);
+    op.p.rope.n_rot = n_rot;
+    op.p.rope.mode = mode;
+    op.p.rope.freq_base = base;
+    op.p.rope.freq_scale = 1.0f;
+    op.p.rope.eps = eps;
+    char what[160], w2[220];
+    snprintf(what, sizeof what, "rope+norm %s n_tok=%lld heads=%d head_dim=%d n_rot=%d base=%g%s",
+             mode == TND_ROPE_NEOX ? "neox  " : "normal", (long long)n_tok, n_head, hd, n_rot, base,
+             inplace ? " in-place" : "");
+    if (run_op(&op, what)) {
+        float *y = fetch(dy, n);
+        /* the norm's 2e-5 relative of the pair, plus test_cuda_ops' rope 3e-7 */
+        compare(what, y, ref, sc, n, 2e-5, 3e-7);
+        if (!inplace) {
+            float *xa = fetch(dx, n);
+            tc_report(memcmp(xa, x, nb) == 0, "%s: x left alone", what);
+            free(xa);
+        }
+        float *ux = (float *)dev_upload(x, nb);
+        tnd_op nm;
+        memset(&nm, 0, sizeof nm);
+        nm.kind = TND_OP_RMS_NORM;
+        nm.in[0] = nm.out[0] = tens(ux, TND_TYPE_F32, hd, n_head * n_tok, 1);
+        nm.in[1] = tens(dw, TND_TYPE_F32, hd, 1, 1);
+        nm.p.norm.eps = eps;
+        tnd_op rp = op;
+        rp.in[0] = rp.out[0] = tens(ux, TND_TYPE_F32, hd, n_head, n_tok);
+        memset(&rp.in[2], 0, sizeof rp.in[2]);
+        snprintf(w2, sizeof w2, "%s: unfused", what);
+        if (run_op(&nm, w2) && run_op(&rp, w2)) {
+            float *y2 = fetch(ux, n);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < n && bad < 0; i++)
+                if (memcmp(&y[i], &y2[i], 4) != 0) bad = i;
+            tc_report(bad < 0, "%s: fused == RMS_NORM then ROPE on the GPU, bit for bit (first difference: %lld)",
+                      what, (long long)bad);
+            free(y2);
+        }
+        dev_free(ux);
+        free(y);
+    }
+    dev_free(dx), dev_free(dw), dev_free(dpos);
+    if (!inplace) dev_free(dy);
+    free(x), free(w), free(pos), free(ref), free(sc), free(h);
+}
+
+/* ---- in a CUDA graph --------------------------------------------------------------- */
+
+/* A decode layer's fused ops (rope+norm of q, add+norm of x), twice over,
+ * collected with graph_defer, three times (captured, replayed, replayed), against
+ * plain launches: the same kernels, so the same bits; and graphs ran. */
+static void test_graph(void) {
+    const int nh = 32, hd = 128;
+    const int64_t nq = (int64_t)nh * hd, ne = 4096;
+    float *q = (float *)tc_xmalloc((size_t)nq * 4), *qw = (float *)tc_xmalloc((size_t)hd * 4);
+    float *x = (float *)tc_xmalloc((size_t)ne * 4), *o = (float *)tc_xmalloc((size_t)ne * 4);
+    float *xw = (float *)tc_xmalloc((size_t)ne * 4);
+    tc_fill_unif(q, (size_t)nq, -2, 2);
+    tc_fill_unif(qw, (size_t)hd, 0.5f, 1.5f);
+    tc_fill_unif(x, (size_t)ne, -2, 2);
+    tc_fill_unif(o, (size_t)ne, -2, 2);
+    tc_fill_unif(xw, (size_t)ne, 0.5f, 1.5f);
+    int32_t pos = 4321;
+    float *dqw = (float *)dev_upload(qw, (size_t)hd * 4), *dxw = (float *)dev_upload(xw, (size_t)ne * 4);
+    float *dout = (float *)dev_upload(o, (size_t)ne * 4);
+    int32_t *dpos = (int32_t *)dev_upload(&pos, 4);
+    float *want_q = NULL, *want_x = NULL, *want_h = NULL;
+    const tnd_backend_counters c0 = tnd_backend_counters_get(B);
+    for (int run = 0; run < 4; run++) { /* 0: plain launches; 1..3: collected */
+        float *dq = (float *)dev_upload(q, (size_t)nq * 4), *dx = (float *)dev_upload(x, (size_t)ne * 4);
+        float *dh = (float *)dev_alloc((size_t)ne * 4);
+        dev_poison(dh, (size_t)ne * 4);
+        tnd_op rp;
+        memset(&rp, 0, sizeof rp);
+        rp.kind = TND_OP_ROPE;
+        rp.in[0] = rp.out[0] = tens(dq, TND_TYPE_F32, hd, nh, 1);
+        rp.in[1] = tens(dpos, TND_TYPE_I32, 1, 1, 1);
+        rp.in[2] = tens(dqw, TND_TYPE_F32, hd, 1, 1);
+        rp.p.rope.n_rot = hd;
+        rp.p.rope.mode = TND_ROPE_NEOX;
+        rp.p.rope.freq_base = 1e6f;
+        rp.p.rope.freq_scale = 1.0f;
+        rp.p.rope.eps = 1e-6f;
+        tnd_op an;
+        memset(&an, 0, sizeof an);
+        an.kind = TND_OP_RMS_NORM;
+        an.in[0] = an.out[1] = tens(dx, TND_TYPE_F32, ne, 1, 1);
+        an.in[1] = tens(dxw, TND_TYPE_F32, ne, 1, 1);
+        an.in[2] = tens(dout, TND_TYPE_F32, ne, 1, 1);
+        an.out[0] = tens(dh, TND_TYPE_F32, ne, 1, 1);
+        an.p.norm.eps = 1e-6f;
+        if (run) CHECK_ST(tnd_backend_graph_defer(B, S, true));
+        for (int k = 0; k < 2; k++) { /* a graph takes at least 4 items (backend_cuda.cu) */
+            CHECK_ST(tnd_backend_op_run(B, &rp, S));
+            CHECK_ST(tnd_backend_op_run(B, &an, S));
+        }
+        if (run) CHECK_ST(tnd_backend_graph_defer(B, S, false));
+        CHECK_ST(tnd_backend_stream_sync(B, S));
+        float *gq = fetch(dq, nq), *gx = fetch(dx, ne), *gh = fetch(dh, ne);
+        if (!run) {
+            want_q = gq, want_x = gx, want_h = gh;
+        } else {
+            tc_report(memcmp(gq, want_q, (size_t)nq * 4) == 0 && memcmp(gx, want_x, (size_t)ne * 4) == 0 &&
+                          memcmp(gh, want_h, (size_t)ne * 4) == 0,
+                      "graph run %d: rope+norm and add+rms_norm as launched plainly, bit for bit", run);
+            free(gq), free(gx), free(gh);
+        }
+        dev_free(dq), dev_free(dx), dev_free(dh);
+    }
+    const tnd_backend_counters c1 = tnd_backend_counters_get(B);
+    printf("  graphs: %llu launched, %llu instantiated, %llu replayed, %llu updated\n",
+           (unsigned long long)(c1.graph_launches - c0.graph_launches), (unsigned long long)(c1.graph_inst - c0.graph_inst),
+           (unsigned long long)(c1.graph_replays - c0.graph_replays), (unsigned long long)(c1.graph_updates - c0.graph_updates));
+    /* each run's buffers are new allocations (maybe new addresses): replayed or updated, not plain launches */
+    tc_report(c1.graph_launches - c0.graph_launches == 3, "the three collected runs ran as graphs");
+    dev_free(dqw), dev_free(dxw), dev_free(dout), dev_free(dpos);
+    free(q), free(qw), free(x), free(o), free(xw), free(want_q), free(want_x), free(want_h);
+}
+
+int main(void) {
+    tc_rng = 0x243f6a8885a308d3ull;
+    if (tnd_cuda_device_count() <= 0) {
+        printf("test_cuda_fused: skipped (no CUDA device)\n");
+        return 77;
+    }
+    tnd_cuda_params p = {0, 0};
+    CHECK_ST(tnd_backend_cuda_new(&p, &B));
+    CHECK_ST(B->iface->stream_new(B, &S));
+
+    static const int64_t toks[] = {1, 3, 17, 64};
+    for (size_t k = 0; k < TND_ARRAY_LEN(toks); k++) {
+        test_rope_norm(toks[k], 32, 128, 128, TND_ROPE_NEOX, 1000000.0f, true); /* qwen3-8b's q */
+        test_rope_norm(toks[k], 8, 128, 128, TND_ROPE_NORMAL, 10000.0f, false);
+    }
+    test_rope_norm(17, 3, 64, 32, TND_ROPE_NORMAL, 10000.0f, true);   /* partial rotation */
+    test_rope_norm(3, 5, 256, 256, TND_ROPE_NEOX, 10000.0f, false);   /* 128 threads a head */
+    test_rope_norm(3, 3, 80, 80, TND_ROPE_NEOX, 500000.0f, true);     /* head_dim not a power of two */
+    test_rope_norm(5, 4, 1024, 64, TND_ROPE_NORMAL, 10000.0f, false); /* 256 threads a head, several warps */
+
+    for (size_t k = 0; k < TND_ARRAY_LEN(toks); k++) test_add_norm(4096, toks[k], true, true);
+    test_add_norm(4099, 3, true, false);
+    test_add_norm(5120, 17, true, true);
+    test_add_norm(1000, 17, false, true);
+    test_add_norm(37, 5, true, false);
+
+    test_graph();
+
+    B->iface->stream_free(B, S);
+    tnd_backend_free(B);
+    return tc_summary();
+}
+#endif
