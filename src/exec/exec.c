@@ -283,8 +283,12 @@ static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s) {
     } else {
         if ((st = mapped ? tnd_backend_copy_mapped(g, host, dev, n, c->side[1].st)
                          : tnd_backend_copy_d2h(g, host, dev, n, c->side[1].st)) ||
-            (st = tnd_backend_event_record(g, c->sync_ev, c->side[1].st)) || (st = tnd_backend_event_sync(g, c->sync_ev)))
+            (st = tnd_backend_event_record(g, c->sync_ev, c->side[1].st)))
             return st;
+        const double t0 = tnd_time_s();
+        st = tnd_backend_event_sync(g, c->sync_ev);
+        c->pf_wait_s += tnd_time_s() - t0; /* prefetch.c: a layer's time waiting for the GPU */
+        if (st) return st;
     }
     c->n_act_copies++;
     c->act_copy_bytes += n;

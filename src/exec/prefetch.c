@@ -21,8 +21,8 @@
  * each, and a layer takes H besides its experts; the link keeps up (no
  * layer waits for a copy) while k t_copy <= H + (n - k) t_cpu, so k is the
  * largest such. H (a layer's host time less its CPU experts and its waits
- * for the GPU's part) and t_cpu are measured as rounds run (EWMAs), t_copy
- * comes from the profile's link speed. A miss costs nothing extra: that
+ * for the GPU, which grow when copies lag) and t_cpu are measured as
+ * rounds run (EWMAs), t_copy comes from the profile's link speed. A miss costs nothing extra: that
  * expert runs on the CPU, as without prefetch. */
 #include <stdlib.h>
 #include <string.h>
