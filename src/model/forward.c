@@ -215,11 +215,13 @@ static void moe_ffn(em *e, const tnd_layer *L, int nt) {
     sum.in[0] = F(e->act[A_EY], E, k, nt);
     sum.in[1] = r.out[0];
     sum.out[0] = F(e->act[A_O], E, nt, 1);
-    /* A split layer's sum runs beside the attention (the KV cache's side),
-     * not after its CPU part: with the GPU there, the host queues the sum
-     * behind the GPU's part and the CPU's rows (both in the mapped A_EY)
-     * and goes on to the next layer without waiting for either. */
-    emit(e, &sum, -1, split ? TND_PIN_KV : TND_PIN_FOLLOW);
+    /* A split layer's sum in a decode-sized round runs beside the attention
+     * (the KV cache's side), not after its CPU part: with the GPU there, the
+     * host queues the sum behind the GPU's part and the CPU's rows (both in
+     * the mapped A_EY) and goes on to the next layer without waiting for
+     * either. A prefill chunk's A_EY is n_used times the sum's output, too
+     * much to move for it. */
+    emit(e, &sum, -1, split && nt <= TND_PREDICT_MAX_TOK ? TND_PIN_KV : TND_PIN_FOLLOW);
 }
 
 /* Layer il. normed: A_H already holds norm(x) by attn_norm (the previous
