@@ -21,8 +21,11 @@
  * queued first, so the CPU part runs while the GPU works. Its down
  * projection writes its rows of A_EY straight into the mapped host buffer
  * (the CPU part writes the other rows), so no rows have to be gathered;
- * the CPU waits for that write only before it reads the buffer. When the
- * CPU part is promoted, both parts write the GPU's A_EY instead.
+ * the CPU waits for that write only before it reads the buffer. In a
+ * decode-sized round the sum then runs beside the attention (GPU), so the
+ * host queues it and goes on without that wait. When the CPU part is
+ * promoted, both parts write the GPU's A_EY instead. The GPU's experts may
+ * include some copied a layer ahead into slots (prefetch.c).
  *
  * Two MATMUL nodes over the same x of a decode step that both run on the
  * GPU (gate and up, q and k) are handed to it as one MATMUL_PAIR where the
