@@ -196,6 +196,9 @@ static tnd_status alloc_acts(tnd_ctx *c) {
             if (pageable && (st = tnd_backend_buf_alloc(c->side[0].be, n, &c->side[0].act[i])))
                 return tnd_fail_wrap(st, "activation buffers: ");
             if ((st = gpu_alloc(c, n, &c->side[1].act[i], "GPU activation buffers"))) return st;
+            /* a split layer's CPU part runs SILU_MUL over the rows the GPU's
+             * part computes elsewhere too (unused): never over undefined bytes */
+            memset(c->side[0].act[i], 0, n);
         } else {
             if ((st = tnd_backend_buf_alloc(c->side[0].be, n, &c->side[0].act[i])))
                 return tnd_fail_wrap(st, "activation buffers: ");
