@@ -189,3 +189,29 @@ void *tnd_cuda_stream_handle(tnd_stream *s) {
 tnd_status tnd_backend_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_stream *s) {
     return b->iface->weight_prepare ? b->iface->weight_prepare(b, w, s) : TND_OK;
 }
+
+static int64_t ne_or_1(const tnd_tensor *t, int i) { return t->ne[i] > 0 ? t->ne[i] : 1; }
+
+tnd_status tnd_op_check_positions(const tnd_op *op, const char *who) {
+    const tnd_tensor *a = &op->in[0], *o = &op->out[0];
+    if (op->kind == TND_OP_ATTN) {
+        const tnd_tensor *k = &op->in[1], *v = &op->in[2];
+        const int64_t nt = ne_or_1(a, 2), rows = ne_or_1(k, 1);
+        if (ne_or_1(v, 1) < rows) return tnd_fail(TND_ERR_ARG, "%s attn: V has fewer rows than K", who);
+        if (!op->in[3].data) {
+            if (op->p.attn.pos0 < 0 || op->p.attn.pos0 + nt > rows)
+                return tnd_fail(TND_ERR_LIMIT, "%s attn: positions past the cache", who);
+            return TND_OK;
+        }
+        if (op->in[3].type != TND_TYPE_I32 || tnd_tensor_nelem(&op->in[3]) != nt)
+            return tnd_fail(TND_ERR_ARG, "%s attn: pos must be i32 with one entry per token", who);
+        if (op->p.attn.kv_cap < nt || op->p.attn.kv_cap > rows)
+            return tnd_fail(TND_ERR_LIMIT, "%s attn: kv_cap %d past the cache", who, op->p.attn.kv_cap);
+    } else if (op->kind == TND_OP_CPY && op->in[1].data) {
+        if (a->type != TND_TYPE_F32 || o->type != TND_TYPE_F16 || o->ne[0] < 1 || tnd_tensor_nelem(a) % o->ne[0] ||
+            op->in[1].type != TND_TYPE_I32 || tnd_tensor_nelem(&op->in[1]) != tnd_tensor_nelem(a) / o->ne[0])
+            return tnd_fail(TND_ERR_ARG, "%s cpy by position: f32 rows of out's width to f16, an i32 position a row",
+                            who);
+    }
+    return TND_OK;
+}

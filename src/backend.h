@@ -109,7 +109,12 @@ typedef enum tnd_op_kind {
      * K/V must already be stored). q head h reads kv head h / (n_head /
      * n_head_kv). Scores are scaled by p.attn.scale, then soft-capped
      * (c*tanh(s/c)) if p.attn.softcap > 0. p.attn.window > 0: query at pos
-     * sees only rows > pos - window (sliding-window layers). */
+     * sees only rows > pos - window (sliding-window layers).
+     * Positions in memory (in[3].data set: pos i32 {n_tok}, consecutive):
+     * query t is at pos[0] + t, read when the op runs, and p.attn.pos0 is
+     * not used; p.attn.kv_cap >= pos[0] + n_tok bounds the rows any query
+     * sees (it sizes a GPU launch). The op is then the same from one decode
+     * step to the next, so a GPU backend can replay it (graph_defer). */
     TND_OP_ATTN,
     /* Softmax over rows of ne[0] of (x * p.scale.s). in[0], out[0] f32. */
     TND_OP_SOFTMAX,
@@ -124,7 +129,11 @@ typedef enum tnd_op_kind {
     TND_OP_SCALE,
     /* out = in[0] converted: f32->f32, f32->f16, f16->f32, f16->f16.
      * Element counts must match. Storing K/V into the cache is a CPY whose
-     * out points at row pos0 of the cache. */
+     * out points at row pos0 of the cache.
+     * Rows by position (in[1].data set: pos i32 {n}; f32 -> f16 only): in[0]
+     * holds n rows of out's ne[0] values; row i goes to out's row pos[i],
+     * read when the op runs (out spans the cache: ne[1] rows, and a
+     * position outside them is an error). Like ATTN's in[3], for replays. */
     TND_OP_CPY,
     /* MoE router. in[0] logits f32 {n_expert, n_tok}; out[0] weights f32
      * {n_used, n_tok}; out[1] ids i32 {n_used, n_tok}. mode SOFTMAX_TOPK:
@@ -146,6 +155,13 @@ typedef enum tnd_op_kind {
 } tnd_op_kind;
 
 enum { TND_ROPE_NORMAL = 0, TND_ROPE_NEOX = 2 };
+/* Rounds of at most this many tokens read their positions from memory in
+ * ATTN and the KV store (in[3], in[1] above; model/forward.c) and may run
+ * as replayed CUDA graphs (exec.c). */
+#define TND_GRAPH_MAX_TOK 8
+/* ... and ATTN's p.attn.kv_cap is pos0 + n_tok rounded up to this, so a
+ * replayed launch changes once every TND_KV_CAP_STEP positions. */
+#define TND_KV_CAP_STEP 256
 enum { TND_ROUTE_SOFTMAX_TOPK = 0, TND_ROUTE_TOPK_SOFTMAX = 1 };
 
 #define TND_OP_MAX_IN 4
@@ -159,7 +175,7 @@ typedef struct tnd_op {
     union {
         struct { float eps; } norm;
         struct { int32_t n_rot, mode; float freq_base, freq_scale, eps; } rope; /* eps: the fused norm's */
-        struct { int32_t n_head, n_head_kv, head_dim, pos0; float scale; int32_t window; float softcap; } attn;
+        struct { int32_t n_head, n_head_kv, head_dim, pos0; float scale; int32_t window; float softcap; int32_t kv_cap; } attn;
         struct { float s; } scale;   /* SOFTMAX (0 is taken as 1) and SCALE */
         struct { int32_t n_used, mode; bool norm; } route;
         struct {
@@ -172,6 +188,11 @@ typedef struct tnd_op {
 
 /* Name of an op kind ("matmul"), for messages and traces. */
 const char *tnd_op_name(tnd_op_kind k);
+
+/* The positions of an ATTN (in[3] and kv_cap, or p.attn.pos0, against its
+ * cache's rows) or a CPY by position (in[1]), checked for a backend whose
+ * name (`who`) prefixes the message; TND_OK for other ops. */
+tnd_status tnd_op_check_positions(const tnd_op *op, const char *who);
 
 /* ---- the backend table --------------------------------------------------- */
 

@@ -646,21 +646,39 @@ static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0,
     op.p.attn.scale = scale;
     op.p.attn.softcap = softcap;
     op.p.attn.window = window;
-    char what[200];
-    snprintf(what, sizeof what, "attn n_tok=%lld heads=%d kv_heads=%d (gqa %d) head_dim=%d pos0=%lld n_ctx=%lld softcap=%g window=%d",
-             (long long)n_tok, n_head, n_kv, ratio, hd, (long long)pos0, (long long)n_ctx, softcap, window);
-    if (run_op(&op, what)) {
-        float *y = (float *)tc_xmalloc((size_t)nq * 4);
-        dev_download(y, dout, (size_t)nq * 4);
-        /* outputs are convex combinations of V; f32 scores and the fast
-         * exp (a few ulp) perturb each weight by ~1e-6 relative: 1e-4 *
-         * max|V| is 10x that, and any indexing or masking error is O(0.1) */
-        double *sc = (double *)tc_xmalloc((size_t)nq * 8);
-        for (int64_t i = 0; i < nq; i++) sc[i] = vmax;
-        compare(what, y, ref, sc, nq, 1e-4, 0);
-        free(sc);
-        free(y);
+    /* form 1 (decode-sized rounds, backend.h): positions read from memory
+     * and the launch sized by kv_cap, here every row of the cache, so the
+     * key ranges past the last visible row (the NaN rows) stay empty */
+    int32_t *pos = (int32_t *)tc_xmalloc((size_t)n_tok * 4);
+    for (int64_t t = 0; t < n_tok; t++) pos[t] = (int32_t)(pos0 + t);
+    void *dpos = dev_upload(pos, (size_t)n_tok * 4);
+    for (int form = 0; form < (n_tok <= TND_GRAPH_MAX_TOK ? 2 : 1); form++) {
+        if (form) {
+            op.in[3] = tens(dpos, TND_TYPE_I32, n_tok, 1, 1);
+            op.p.attn.pos0 = 0;
+            op.p.attn.kv_cap = (int32_t)n_ctx;
+            dev_poison(dout, (size_t)nq * 4);
+        }
+        char what[220];
+        snprintf(what, sizeof what,
+                 "attn n_tok=%lld heads=%d kv_heads=%d (gqa %d) head_dim=%d pos0=%lld n_ctx=%lld softcap=%g window=%d%s",
+                 (long long)n_tok, n_head, n_kv, ratio, hd, (long long)pos0, (long long)n_ctx, softcap, window,
+                 form ? " (positions in memory)" : "");
+        if (run_op(&op, what)) {
+            float *y = (float *)tc_xmalloc((size_t)nq * 4);
+            dev_download(y, dout, (size_t)nq * 4);
+            /* outputs are convex combinations of V; f32 scores and the fast
+             * exp (a few ulp) perturb each weight by ~1e-6 relative: 1e-4 *
+             * max|V| is 10x that, and any indexing or masking error is O(0.1) */
+            double *sc = (double *)tc_xmalloc((size_t)nq * 8);
+            for (int64_t i = 0; i < nq; i++) sc[i] = vmax;
+            compare(what, y, ref, sc, nq, 1e-4, 0);
+            free(sc);
+            free(y);
+        }
     }
+    dev_free(dpos);
+    free(pos);
     dev_free(dq);
     dev_free(dout);
     dev_free(dK);
@@ -814,6 +832,46 @@ static void test_bias_and_moe_sum(int64_t n, int64_t rows, int n_used) {
     free(y);
     free(ref);
     free(sc);
+}
+
+/* The KV store of a decode-sized round (backend.h): n rows of rl values to
+ * the rows pos[i] of a cache of cap rows; other rows keep their bytes. */
+static void test_cpy_at(int64_t rl, int64_t n, int64_t cap) {
+    float *x = (float *)tc_xmalloc((size_t)(n * rl) * 4);
+    tc_fill_unif(x, (size_t)(n * rl), -3, 3);
+    int32_t *pos = (int32_t *)tc_xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)((cap - 1 - 3 * i) % cap); /* from the end, not in order */
+    float *dx = (float *)dev_upload(x, (size_t)(n * rl) * 4);
+    void *dpos = dev_upload(pos, (size_t)n * 4);
+    uint16_t *dh = (uint16_t *)dev_alloc((size_t)(cap * rl) * 2);
+    dev_poison(dh, (size_t)(cap * rl) * 2);
+    uint16_t *before = (uint16_t *)tc_xmalloc((size_t)(cap * rl) * 2), *h = (uint16_t *)tc_xmalloc((size_t)(cap * rl) * 2);
+    dev_download(before, dh, (size_t)(cap * rl) * 2);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_CPY;
+    op.in[0] = tens(dx, TND_TYPE_F32, rl, n, 1);
+    op.in[1] = tens(dpos, TND_TYPE_I32, n, 1, 1);
+    op.out[0] = tens(dh, TND_TYPE_F16, rl, cap, 1);
+    char what[96];
+    snprintf(what, sizeof what, "cpy by position: %lld rows of %lld into %lld", (long long)n, (long long)rl, (long long)cap);
+    if (run_op(&op, what)) {
+        dev_download(h, dh, (size_t)(cap * rl) * 2);
+        uint16_t *want = before;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < rl; j++) want[pos[i] * rl + j] = tnd_fp32_to_fp16(x[i * rl + j]);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < cap * rl && bad < 0; i++)
+            if (h[i] != want[i]) bad = i;
+        tc_report(bad < 0, "%s%s", what, bad < 0 ? " (bit-exact; other rows untouched)" : ": differs");
+    }
+    dev_free(dx);
+    dev_free(dpos);
+    dev_free(dh);
+    free(x);
+    free(pos);
+    free(before);
+    free(h);
 }
 
 static void test_cpy(int64_t n) {
@@ -1997,6 +2055,8 @@ int main(int argc, char **argv) {
     test_softmax(7, 17, 1.0f);
     test_elementwise(100003);
     test_cpy(100003);
+    test_cpy_at(512, 1, 300);
+    test_cpy_at(1024, 8, 4096);
     test_bias_and_moe_sum(1001, 17, 8);
     test_bias_and_moe_sum(4096, 3, 1);
 

@@ -362,9 +362,12 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     case TND_OP_ROPE:
         return run_rows(c, op, in[0].ne[2], tnd_tensor_nelem(&in[0]));
     case TND_OP_ATTN: {
+        const int pos0 = in[3].data ? *(const int32_t *)in[3].data : op->p.attn.pos0; /* backend.h */
+        if (pos0 < 0 || pos0 + in[0].ne[2] > in[1].ne[1])
+            return tnd_fail(TND_ERR_ARG, "attn: position %d past the cache's %lld rows", pos0, (long long)in[1].ne[1]);
         tnd_attn_args a = {
             .q = in[0].data, .k = in[1].data, .v = in[2].data, .out = out[0].data,
-            .n_tok = (int)in[0].ne[2], .pos0 = op->p.attn.pos0, .n_head = op->p.attn.n_head,
+            .n_tok = (int)in[0].ne[2], .pos0 = pos0, .n_head = op->p.attn.n_head,
             .n_kv_head = op->p.attn.n_head_kv, .head_dim = op->p.attn.head_dim,
             .window = op->p.attn.window, .scale = op->p.attn.scale, .softcap = op->p.attn.softcap,
         };
@@ -404,6 +407,19 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     }
     case TND_OP_CPY: {
         int64_t n = tnd_tensor_nelem(&in[0]);
+        if (in[1].data) { /* rows by position (backend.h) */
+            const int64_t rl = out[0].ne[0], rows = n / TND_MAX(rl, 1), cap = tnd_tensor_nelem(&out[0]) / TND_MAX(rl, 1);
+            const int32_t *pos = in[1].data;
+            if (in[0].type != TND_TYPE_F32 || out[0].type != TND_TYPE_F16 || rl < 1 || n % rl ||
+                tnd_tensor_nelem(&in[1]) != rows)
+                return tnd_fail(TND_ERR_ARG, "cpy by position: f32 rows of out's width to f16, a position a row");
+            for (int64_t i = 0; i < rows; i++) {
+                if (pos[i] < 0 || pos[i] >= cap)
+                    return tnd_fail(TND_ERR_ARG, "cpy by position: row %d of %lld", pos[i], (long long)cap);
+                tnd_cpu_f32_to_f16((const float *)in[0].data + i * rl, (uint16_t *)out[0].data + pos[i] * rl, rl);
+            }
+            return TND_OK;
+        }
         if (in[0].type == out[0].type) memmove(out[0].data, in[0].data, tnd_tensor_nbytes(&in[0]));
         else if (in[0].type == TND_TYPE_F32 && out[0].type == TND_TYPE_F16) return run_rows(c, op, (n + 255) / 256, n);
         else if (in[0].type == TND_TYPE_F16 && out[0].type == TND_TYPE_F32)

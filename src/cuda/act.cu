@@ -50,6 +50,14 @@ __global__ void k_scale(const float *x, float s, float *y, int64_t n) {
 __global__ void k_f32_to_f16(const float *x, __half *y, int64_t n) {
     GRID_STRIDE(i, n) y[i] = __float2half_rn(x[i]);
 }
+/* row i of x (rl values) to row pos[i] of y; rows outside [0, cap) are
+ * skipped (the executor never asks for them; backend.h) */
+__global__ void k_f32_to_f16_at(const float *x, __half *y, const int32_t *pos, int64_t rl, int64_t n, int64_t cap) {
+    GRID_STRIDE(i, n) {
+        const int64_t r = i / rl, p = pos[r];
+        if (p >= 0 && p < cap) y[p * rl + (i - r * rl)] = __float2half_rn(x[i]);
+    }
+}
 __global__ void k_f16_to_f32(const __half *x, float *y, int64_t n) {
     GRID_STRIDE(i, n) y[i] = __half2float(x[i]);
 }
@@ -120,6 +128,12 @@ extern "C" int tnd_cu_scale(const float *x, float s, float *y, int64_t n, tnd_cu
 extern "C" int tnd_cu_f32_to_f16(const float *x, uint16_t *y, int64_t n, tnd_cu_stream stream) {
     EW_CHECK(x && y);
     k_f32_to_f16<<<ew_grid(n), 256, 0, (cudaStream_t)stream>>>(x, (__half *)y, n);
+    return (int)cudaGetLastError();
+}
+extern "C" int tnd_cu_f32_to_f16_at(const float *x, uint16_t *y, const int32_t *pos, int64_t rl, int64_t n,
+                                     int64_t cap, tnd_cu_stream stream) {
+    EW_CHECK(x && y && pos && rl > 0);
+    k_f32_to_f16_at<<<ew_grid(n), 256, 0, (cudaStream_t)stream>>>(x, (__half *)y, pos, rl, n, cap);
     return (int)cudaGetLastError();
 }
 extern "C" int tnd_cu_f16_to_f32(const uint16_t *x, float *y, int64_t n, tnd_cu_stream stream) {

@@ -47,7 +47,7 @@ template <int U>
 __global__ void __launch_bounds__(AT_THREADS)
 k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *__restrict__ V,
        float *__restrict__ part, float *__restrict__ out, int n_head, int n_head_kv, int hd, int64_t pos0,
-       float scale, float softcap, int64_t window, int n_split, int64_t per_split) {
+       const int32_t *__restrict__ pos, float scale, float softcap, int64_t window, int n_split, int64_t per_split) {
     constexpr int RM = U ? 32 / U : 1; /* most heads a group has in the warp form */
     extern __shared__ float smem[];
     const int ratio = n_head / n_head_kv;
@@ -71,6 +71,7 @@ k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *
     float acc[U ? RM * U : AT_MAXO];
 #pragma unroll
     for (int k = 0; k < (U ? RM * U : AT_MAXO); k++) acc[k] = 0.f;
+    if (pos) pos0 = pos[0]; /* positions in memory: ranges past the last key stay empty (m -inf, l 0) */
     const int64_t n_vis = pos0 + t + 1;
     /* sliding window: position p sees rows > p - window */
     const int64_t lo = window > 0 && n_vis - window > 0 ? n_vis - window : 0;
@@ -376,18 +377,19 @@ extern "C" size_t tnd_cu_attn_scratch(int64_t n_tok, int n_head, int head_dim, i
 }
 
 extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok,
-                           int n_head, int n_head_kv, int head_dim, int64_t pos0, float scale, float softcap,
-                           int64_t window, void *scratch, size_t scratch_size, tnd_cu_stream stream) {
+                           int n_head, int n_head_kv, int head_dim, int64_t pos0, const int32_t *pos,
+                           int64_t kv_cap, float scale, float softcap, int64_t window, void *scratch,
+                           size_t scratch_size, tnd_cu_stream stream) {
     if (!q || !K || !V || !o || !scratch || n_tok < 1 || n_tok > 65535 || n_head < 1 || n_head_kv < 1 ||
         n_head % n_head_kv || n_head / n_head_kv > AT_MAX_RATIO || head_dim < 1 || head_dim > 256 || pos0 < 0 ||
-        n_head_kv > 65535)
+        n_head_kv > 65535 || (pos && kv_cap < n_tok))
         return cudaErrorInvalidValue;
     int ratio = n_head / n_head_kv;
     if (ratio * head_dim > AT_MAXO * AT_THREADS) return cudaErrorInvalidValue;
     cudaStream_t st = (cudaStream_t)stream;
     /* 8-byte K/V loads (rows start at multiples of head_dim, a multiple of
      * 16) and 8-byte o / scratch stores */
-    if (n_tok >= FA_MIN_TOK && !attn_old_only() && cu_unit_arch() >= 800 &&
+    if (!pos && n_tok >= FA_MIN_TOK && !attn_old_only() && cu_unit_arch() >= 800 &&
         (((uintptr_t)K | (uintptr_t)V | (uintptr_t)o | (uintptr_t)scratch) & 7) == 0) {
         switch (head_dim) {
 #define TC(HD)                                                                                                   \
@@ -400,7 +402,7 @@ extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V,
             break; /* other head sizes: k_attn */
         }
     }
-    int64_t n_kv_max = pos0 + n_tok, per;
+    int64_t n_kv_max = pos ? kv_cap : pos0 + n_tok, per;
     int ns = attn_splits(n_tok, n_head_kv, n_kv_max, &per);
     size_t need = (size_t)n_tok * n_head * ns * (head_dim + 2) * sizeof(float);
     if (scratch_size < need) return cudaErrorInvalidValue;
@@ -414,14 +416,14 @@ extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V,
         switch (U) {
 #define AW(N)                                                                                                    \
     case N:                                                                                                      \
-        k_attn<N><<<grid, AT_THREADS, smem, st>>>(q, Kh, Vh, part, o, n_head, n_head_kv, head_dim, pos0, scale,  \
-                                                  softcap, window, ns, per);                                     \
+        k_attn<N><<<grid, AT_THREADS, smem, st>>>(q, Kh, Vh, part, o, n_head, n_head_kv, head_dim, pos0, pos,    \
+                                                  scale, softcap, window, ns, per);                              \
         break;
             AW(1) AW(2) AW(3) AW(4) AW(5) AW(6) AW(7) AW(8)
 #undef AW
         }
     } else {
-        k_attn<0><<<grid, AT_THREADS, smem, st>>>(q, Kh, Vh, part, o, n_head, n_head_kv, head_dim, pos0, scale,
+        k_attn<0><<<grid, AT_THREADS, smem, st>>>(q, Kh, Vh, part, o, n_head, n_head_kv, head_dim, pos0, pos, scale,
                                                   softcap, window, ns, per);
     }
     int e = (int)cudaGetLastError();

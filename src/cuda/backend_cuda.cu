@@ -723,9 +723,7 @@ static tnd_status op_check(const tnd_op *op) {
             return tnd_fail(TND_ERR_UNSUPPORTED, "cuda attn: head_dim %d, %d heads, %d kv heads not supported", hd, nh, nkv);
         if (a->ne[0] != hd || a->ne[1] != nh || tnd_tensor_nelem(a) != tnd_tensor_nelem(o)) ARG_FAIL("cuda attn: q shape");
         if (k->ne[0] != (int64_t)nkv * hd || v->ne[0] != k->ne[0]) ARG_FAIL("cuda attn: cache row must be n_head_kv*head_dim");
-        if (op->p.attn.pos0 < 0 || op->p.attn.pos0 + ne(a, 2) > ne(k, 1) || ne(v, 1) < ne(k, 1))
-            return tnd_fail(TND_ERR_LIMIT, "cuda attn: positions past the cache");
-        return TND_OK;
+        return tnd_op_check_positions(op, "cuda");
     }
     case TND_OP_SOFTMAX:
     case TND_OP_SCALE:
@@ -753,6 +751,7 @@ static tnd_status op_check(const tnd_op *op) {
     case TND_OP_CPY:
         if ((a->type != TND_TYPE_F32 && a->type != TND_TYPE_F16) || (o->type != TND_TYPE_F32 && o->type != TND_TYPE_F16))
             return tnd_fail(TND_ERR_UNSUPPORTED, "cuda cpy: %s -> %s", tnd_type_name(a->type), tnd_type_name(o->type));
+        if (op->in[1].data) return tnd_op_check_positions(op, "cuda"); /* rows by position */
         if (tnd_tensor_nelem(a) != tnd_tensor_nelem(o)) ARG_FAIL("cuda cpy: element counts differ");
         return TND_OK;
     case TND_OP_MOE_ROUTE: {
@@ -1063,12 +1062,14 @@ static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int
         break;
     case TND_OP_ATTN: {
         int64_t n_tok = ne(a, 2) * ne(a, 3);
-        size_t need = tnd_cu_attn_scratch(n_tok, op->p.attn.n_head, op->p.attn.head_dim, op->p.attn.pos0 + n_tok);
+        const int32_t *pos = (const int32_t *)op->in[3].data;
+        size_t need = tnd_cu_attn_scratch(n_tok, op->p.attn.n_head, op->p.attn.head_dim,
+                                          pos ? op->p.attn.kv_cap : op->p.attn.pos0 + n_tok);
         if ((st = ensure_scratch(c, s, need))) return st;
         e = tnd_cu_attn((const float *)a->data, (const uint16_t *)op->in[1].data, (const uint16_t *)op->in[2].data,
                         (float *)o->data, n_tok, op->p.attn.n_head, op->p.attn.n_head_kv, op->p.attn.head_dim,
-                        op->p.attn.pos0, op->p.attn.scale, op->p.attn.softcap, op->p.attn.window, s->scratch,
-                        s->scratch_size, cs);
+                        pos ? 0 : op->p.attn.pos0, pos, op->p.attn.kv_cap, op->p.attn.scale, op->p.attn.softcap,
+                        op->p.attn.window, s->scratch, s->scratch_size, cs);
         break;
     }
     case TND_OP_SOFTMAX:
@@ -1094,7 +1095,10 @@ static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int
         break;
     case TND_OP_CPY: {
         int64_t n = tnd_tensor_nelem(o);
-        if (a->type == o->type) e = (int)cudaMemcpyAsync(o->data, a->data, (size_t)n * (a->type == TND_TYPE_F32 ? 4 : 2), cudaMemcpyDeviceToDevice, cs);
+        if (op->in[1].data) /* rows by position */
+            e = tnd_cu_f32_to_f16_at((const float *)a->data, (uint16_t *)o->data, (const int32_t *)op->in[1].data,
+                                     o->ne[0], tnd_tensor_nelem(a), rows_of(o), cs);
+        else if (a->type == o->type) e = (int)cudaMemcpyAsync(o->data, a->data, (size_t)n * (a->type == TND_TYPE_F32 ? 4 : 2), cudaMemcpyDeviceToDevice, cs);
         else if (a->type == TND_TYPE_F32) e = tnd_cu_f32_to_f16((const float *)a->data, (uint16_t *)o->data, n, cs);
         else e = tnd_cu_f16_to_f32((const uint16_t *)a->data, (float *)o->data, n, cs);
         break;
@@ -1321,7 +1325,8 @@ static tnd_status cu_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
             need += ((size_t)n_tok * (size_t)n_used * (size_t)ne(a, 1) * 4 + 255) & ~(size_t)255;
     } else if (op->kind == TND_OP_ATTN) {
         int64_t n_tok = ne(a, 2) * ne(a, 3);
-        need = tnd_cu_attn_scratch(n_tok, op->p.attn.n_head, op->p.attn.head_dim, op->p.attn.pos0 + n_tok);
+        need = tnd_cu_attn_scratch(n_tok, op->p.attn.n_head, op->p.attn.head_dim,
+                                   op->in[3].data ? op->p.attn.kv_cap : op->p.attn.pos0 + n_tok);
     }
     set_device(c);
     tnd_status st = need ? ensure_scratch(c, s, need) : TND_OK;

@@ -287,9 +287,12 @@ int tnd_cu_rope_norm(const float *x, float *y, const int32_t *pos, const float *
  * n_head_kv). Scores are scaled, then soft-capped (c*tanh(s/c)) if softcap > 0. Split over the keys in chunks, then
  * a combine pass. head_dim <= 256, n_head a multiple of n_head_kv. */
 size_t tnd_cu_attn_scratch(int64_t n_tok, int n_head, int head_dim, int64_t n_kv_max);
+/* pos (optional, device memory): pos0 is read from pos[0] when the kernel
+ * runs, and kv_cap >= pos0 + n_tok sizes the launch instead (a launch that
+ * does not change from one decode step to the next, for graph replays). */
 int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok, int n_head,
-                int n_head_kv, int head_dim, int64_t pos0, float scale, float softcap, int64_t window,
-                void *scratch, size_t scratch_size, tnd_cu_stream stream);
+                int n_head_kv, int head_dim, int64_t pos0, const int32_t *pos, int64_t kv_cap, float scale,
+                float softcap, int64_t window, void *scratch, size_t scratch_size, tnd_cu_stream stream);
 
 /* ---- act.cu ----------------------------------------------------------------
  * Element-wise, n elements, outputs may alias inputs. */
@@ -307,6 +310,10 @@ int tnd_cu_moe_sum(const float *y, const float *w, float *out, int64_t n, int n_
 int tnd_cu_softmax(const float *x, float *y, int64_t n, int64_t rows, float scale, tnd_cu_stream stream);
 /* Conversions (f16 as raw bits, round to nearest even). */
 int tnd_cu_f32_to_f16(const float *x, uint16_t *y, int64_t n, tnd_cu_stream stream);
+/* n values, rows of rl: row i of x to row pos[i] of y (pos read on the
+ * device; rows outside [0, cap) skipped): the KV store of a replayed step */
+int tnd_cu_f32_to_f16_at(const float *x, uint16_t *y, const int32_t *pos, int64_t rl, int64_t n, int64_t cap,
+                         tnd_cu_stream stream);
 int tnd_cu_f16_to_f32(const uint16_t *x, float *y, int64_t n, tnd_cu_stream stream);
 /* Copies n bytes with SM threads (not the copy engine): for activations to
  * or from mapped pinned host memory (docs/ARCHITECTURE.md, "Hybrid execution"). Any alignment. */

@@ -12,12 +12,16 @@
 
 #include "cuda/graph.h"
 
-/* a hybrid round has a run per GPU segment, many of one shape */
-#define CU_GSLOTS 64
+/* A hybrid decode round has two or three runs a layer (attention and
+ * routing, the GPU's experts, the routing's read-back), each the same from
+ * one step to the next once positions are read from memory (backend.h):
+ * room for every run of a 64-layer model, so each is replayed. */
+#define CU_GSLOTS 512
 
 struct cu_gslot {
     cudaGraphExec_t exec; /* NULL: empty */
     uint64_t shape;       /* shape_hash of the key */
+    uint64_t hash;        /* key_hash of the key and extra */
     cu_gitem *key;
     int n, cap;
     void *extra;
@@ -49,6 +53,25 @@ static uint64_t shape_hash(const cu_gitem *it, int n) {
     return h;
 }
 
+/* A hash of the whole key (items, then extra), words at a time: the
+ * replay lookup compares it before the bytes. */
+static uint64_t key_hash(const cu_gitem *it, int n, const void *extra, size_t extra_len) {
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p[2] = {(const unsigned char *)it, (const unsigned char *)extra};
+    const size_t len[2] = {sizeof *it * (size_t)n, extra_len};
+    for (int k = 0; k < 2; k++) {
+        size_t i = 0;
+        for (; i + 8 <= len[k]; i += 8) {
+            uint64_t w;
+            memcpy(&w, p[k] + i, 8);
+            h = (h ^ w) * 1099511628211ull;
+            h ^= h >> 29;
+        }
+        for (; i < len[k]; i++) h = (h ^ p[k][i]) * 1099511628211ull;
+    }
+    return h;
+}
+
 static bool same_shape(const struct cu_gslot *s, const cu_gitem *it, int n, uint64_t shape) {
     if (!s->exec || s->n != n || s->shape != shape) return false;
     for (int i = 0; i < n; i++)
@@ -65,7 +88,7 @@ static int differing(const struct cu_gslot *s, const cu_gitem *it, int n, uint64
     return d;
 }
 
-static bool store_key(struct cu_gslot *s, const cu_gitem *it, int n, uint64_t shape, const void *extra,
+static bool store_key(struct cu_gslot *s, const cu_gitem *it, int n, uint64_t shape, uint64_t hash, const void *extra,
                       size_t extra_len) {
     if (n > s->cap) {
         cu_gitem *k = (cu_gitem *)realloc(s->key, sizeof *k * (size_t)n);
@@ -83,6 +106,7 @@ static bool store_key(struct cu_gslot *s, const cu_gitem *it, int n, uint64_t sh
     memcpy(s->extra, extra, extra_len);
     s->n = n;
     s->shape = shape;
+    s->hash = hash;
     return true;
 }
 
@@ -97,13 +121,12 @@ int cu_graph_run(cu_gcache *gc, cudaStream_t cs, const cu_gitem *it, int n, cons
     gc->tick++;
     int n_ops = 0;
     for (int i = 0; i < n; i++) n_ops += it[i].kind == CU_GI_OP;
-    const uint64_t shape = shape_hash(it, n);
+    const uint64_t shape = shape_hash(it, n), hash = key_hash(it, n, extra, extra_len);
     /* the same work as a slot's graph: launch it as it is */
-    int best = -1, best_d = n + 1;
     for (int i = 0; i < CU_GSLOTS; i++) {
         struct cu_gslot *s = &gc->s[i];
-        int d = differing(s, it, n, shape, n);
-        if (d == 0 && s->extra_len == extra_len && memcmp(s->extra, extra, extra_len) == 0) {
+        if (s->exec && s->hash == hash && s->n == n && s->extra_len == extra_len &&
+            memcmp(s->key, it, sizeof *it * (size_t)n) == 0 && memcmp(s->extra, extra, extra_len) == 0) {
             cudaError_t e = cudaGraphLaunch(s->exec, cs);
             if (e != cudaSuccess) {
                 cudaGetLastError();
@@ -115,6 +138,11 @@ int cu_graph_run(cu_gcache *gc, cudaStream_t cs, const cu_gitem *it, int n, cons
             cnt->graph_launches++, cnt->graph_replays++, cnt->graph_ops += (uint64_t)n_ops;
             return 0;
         }
+    }
+    /* else the most similar graph of the same shape, to update */
+    int best = -1, best_d = n + 1;
+    for (int i = 0; i < CU_GSLOTS; i++) {
+        int d = differing(&gc->s[i], it, n, shape, n);
         if (d < best_d) best = i, best_d = d;
     }
     /* another run of the same shape (two layers' pieces of a hybrid step)
@@ -178,7 +206,7 @@ int cu_graph_run(cu_gcache *gc, cudaStream_t cs, const cu_gitem *it, int n, cons
         cnt->graph_inst++;
     }
     cudaGraphDestroy(g); /* the instantiated graph does not need it */
-    if (!store_key(s, it, n, shape, extra, extra_len)) {
+    if (!store_key(s, it, n, shape, hash, extra, extra_len)) {
         drop(s); /* no key: it could be replayed for other work */
         snprintf(why, why_len, "out of host memory");
         return 1;

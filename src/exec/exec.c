@@ -49,7 +49,9 @@
  * the host thread's own time (a CPU op's run, a GPU op's queuing, waits for
  * GPU results inside the activation copies), so the cells add up to the
  * round as it really ran. */
-enum { TR_ACT = TND_OP_COUNT, TR_WCOPY, TR_DRAIN, TR_OPS };
+/* TR_RWAIT, TR_PFISSUE: parts of a split layer's NONE node (its cell holds
+ * them too), the read-back of the routing and the prefetch's copies */
+enum { TR_ACT = TND_OP_COUNT, TR_WCOPY, TR_DRAIN, TR_RWAIT, TR_PFISSUE, TR_OPS };
 enum { TR_PLAIN, TR_PROM, TR_SPLIT_GPU, TR_SPLIT_CPU, TR_PARTS };
 struct tnd_trace_cell {
     double s;
@@ -80,6 +82,8 @@ void tnd_exec_trace_print(const tnd_ctx *c, FILE *f) {
         const char *name = op == TR_ACT     ? "activation copies"
                            : op == TR_WCOPY ? "wait for weight copy"
                            : op == TR_DRAIN ? "end of round"
+                           : op == TR_RWAIT ? "routing read-back"
+                           : op == TR_PFISSUE ? "experts a layer ahead"
                                             : tnd_op_name((tnd_op_kind)op);
         fprintf(f, "  %-7s %-3s %-20s%-10s %8lld %10.2f %10.1f\n", ph ? "prefill" : "decode", side ? "gpu" : "cpu",
                 name, parts[part], (long long)t->n, 1e3 * t->s, 1e6 * t->s / (double)t->n);
@@ -401,10 +405,19 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
     const int32_t *ids;
     int32_t *ric, *rig;
     tnd_status st;
-    /* the next layer's predicted ids come back with the routing's, behind one wait */
-    bool pred_queued = false;
-    if (nd->op.in[1].data && c->gpu && (st = queue_to_host(c, &nd->op.in[1], &pred_queued))) return st;
-    if (pred_queued && (c->valid[A_RI] & (1u << TND_SIDE_CPU)) &&
+    /* The next layer's predicted ids and, when the CPU's experts run there,
+     * their input (A_H) come back with the routing's, behind one wait. The
+     * input read later by the CPU part would be copied behind the GPU's
+     * experts, queued first, and wait for them: the halves would not overlap. */
+    bool queued = false, q;
+    const double t0 = c->trace ? tnd_time_s() : 0;
+    if (nd->op.in[1].data && c->gpu && (st = queue_to_host(c, &nd->op.in[1], &queued))) return st;
+    if (c->gpu && !promoted(c, c->m->layers[l].gate_exps.id)) {
+        const tnd_tensor h = {.data = c->side[0].act[A_H], .type = TND_TYPE_F32, .ne = {1, 1, 1, 1}};
+        if ((st = queue_to_host(c, &h, &q))) return st;
+        queued |= q;
+    }
+    if (queued && (c->valid[A_RI] & (1u << TND_SIDE_CPU)) &&
         ((st = tnd_backend_event_record(c->side[1].be, c->sync_ev, c->side[1].st)) ||
          (st = tnd_backend_event_sync(c->side[1].be, c->sync_ev))))
         return st;
@@ -424,7 +437,9 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
         rig[i] = g;
         n_cpu += g < 0;
     }
+    if (c->trace) trace_add(c, TND_SIDE_CPU, TR_RWAIT, TR_PLAIN, tnd_time_s() - t0);
     if (c->pf_max) {
+        const double t1 = c->trace ? tnd_time_s() : 0;
         if ((st = tnd_pf_layer_begin(c, l, n_cpu))) return st;
         /* the next layer's predicted experts start their way to the GPU now
          * (not when the round copies its CPU experts whole: promoted) */
@@ -434,6 +449,7 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
                 (st = tnd_pf_issue(c, l + 1, pred, tnd_tensor_nelem(&nd->op.in[1]))))
                 return st;
         }
+        if (c->trace) trace_add(c, TND_SIDE_CPU, TR_PFISSUE, TR_PLAIN, tnd_time_s() - t1);
     }
     if (c->hot_cnt) { /* the live hot-expert table's counts (runtime/hot.c) */
         for (int64_t i = 0; i < n; i++) {
@@ -750,15 +766,19 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
         st = prefetch(c, 0, false);
     }
     /* TND_CUDA_GRAPHS=1: the GPU segments of a decode-sized round are
-     * collected and launched as CUDA graphs (backend.h: graph_defer); auto
-     * (the default): only rounds with no CPU work, where a graph replaces a
-     * whole step's launches (synth qwen3-8b on the H200: 185 -> 193 tok/s);
-     * a hybrid round's short segments gained nothing (docs/DECISIONS.md).
-     * TND_TRACE=1 and the --trace timeline time every node alone, so they
-     * launch them one by one */
+     * collected and launched as CUDA graphs (backend.h: graph_defer), each
+     * replayed from step to step (positions are read from memory); auto
+     * (the default): rounds with no CPU work, where a graph replaces a
+     * whole step's launches (synth qwen3-8b on the H200: 185 -> 197 tok/s),
+     * and rounds of a model with split MoE layers, whose per-layer segments
+     * are the same every step (30B-A3B at 30%: 57.0 -> 58.9 random, 68.6 ->
+     * 71.7 text). Dense hybrid rounds stay op by op: unmeasured since the
+     * replays (docs/DECISIONS.md). TND_TRACE=1 and the --trace timeline
+     * time every node alone, so they launch them one by one */
     const int graphs = tnd_config_get()->cuda_graphs;
     c->graphs_on = c->gpu && !st && nt <= TND_GRAPH_MAX_TOK && c->trace_mode != 1 && !c->tl &&
-                   (graphs == TND_CFG_GRAPHS_ON || (graphs == TND_CFG_GRAPHS_AUTO && round_gpu_only(c)));
+                   (graphs == TND_CFG_GRAPHS_ON ||
+                    (graphs == TND_CFG_GRAPHS_AUTO && (c->exp_gpu || round_gpu_only(c))));
     if (c->graphs_on) st = tnd_backend_graph_defer(c->side[1].be, c->side[1].st, true);
     int prom_seen = 0;
     for (int i = 0; !st && i < c->g.n; i++) {

@@ -184,7 +184,6 @@ struct tnd_ctx {
      * rounds of at most TND_GRAPH_MAX_TOK tokens; exec.c) */
     bool graphs_on;
 };
-#define TND_GRAPH_MAX_TOK 8
 
 /* ---- layout.c ---- */
 /* Allocates everything of c's layout on both sides (c->pl and c->lay set). */

@@ -41,6 +41,7 @@ typedef struct em {
     const tnd_seg *seg; /* the round's sequences, in token order (one for tnd_recipe_emit) */
     int n_seg;
     bool fuse; /* TND_FUSE: the fused op forms (backend.h: RMS_NORM, ROPE) */
+    bool pos_mem; /* a round of <= TND_GRAPH_MAX_TOK tokens: KV store and ATTN read positions (backend.h) */
 } em;
 
 /* ---- op emission ----------------------------------------------------------- */
@@ -131,10 +132,16 @@ static void op_rope(em *e, void *x, const tnd_weight *norm, int n_head, int nt, 
     run(e, &op);
 }
 
-static void op_store_kv(em *e, const void *src, uint16_t *cache, int pos0, int nt) {
+/* K or V rows of nt tokens (positions pos: pos0.. in A_POS) into the cache. */
+static void op_store_kv(em *e, const void *src, uint16_t *cache, const int32_t *pos, int pos0, int nt) {
     tnd_op op = {.kind = TND_OP_CPY};
     op.in[0] = F(src, e->r->kv_dim, nt, 1);
-    op.out[0] = T(cache + (size_t)pos0 * e->r->kv_dim, TND_TYPE_F16, e->r->kv_dim, nt, 1);
+    if (e->pos_mem) { /* the rows at the positions the round reads from A_POS */
+        op.in[1] = T(pos, TND_TYPE_I32, nt, 1, 1);
+        op.out[0] = T(cache, TND_TYPE_F16, e->r->kv_dim, e->r->n_ctx, 1);
+    } else {
+        op.out[0] = T(cache + (size_t)pos0 * e->r->kv_dim, TND_TYPE_F16, e->r->kv_dim, nt, 1);
+    }
     emit(e, &op, -1, TND_PIN_KV);
 }
 
@@ -259,13 +266,20 @@ static void layer_forward(em *e, int il, int nt, bool normed, const tnd_weight *
     for (int s = 0; s < e->n_seg; s++) {
         const tnd_seg *sg = &e->seg[s];
         uint16_t *kc = kv_canon(e, 0, il, sg->seq), *vc = kv_canon(e, 1, il, sg->seq);
-        op_store_kv(e, (float *)a[A_K] + (int64_t)sg->off * kvd, kc, sg->pos0, sg->n);
-        op_store_kv(e, (float *)a[A_V] + (int64_t)sg->off * kvd, vc, sg->pos0, sg->n);
+        const int32_t *pos = (const int32_t *)e->act[A_POS] + sg->off;
+        op_store_kv(e, (float *)a[A_K] + (int64_t)sg->off * kvd, kc, pos, sg->pos0, sg->n);
+        op_store_kv(e, (float *)a[A_V] + (int64_t)sg->off * kvd, vc, pos, sg->pos0, sg->n);
         tnd_op at = {.kind = TND_OP_ATTN};
         at.p.attn.n_head = hp->n_head;
         at.p.attn.n_head_kv = hp->n_head_kv;
         at.p.attn.head_dim = (int)hd;
-        at.p.attn.pos0 = sg->pos0;
+        if (e->pos_mem) {
+            const int cap = (sg->pos0 + sg->n + TND_KV_CAP_STEP - 1) / TND_KV_CAP_STEP * TND_KV_CAP_STEP;
+            at.in[3] = T(pos, TND_TYPE_I32, sg->n, 1, 1);
+            at.p.attn.kv_cap = TND_MIN(cap, e->r->n_ctx);
+        } else {
+            at.p.attn.pos0 = sg->pos0;
+        }
         at.p.attn.scale = hp->attn_scale;
         at.p.attn.window = L->swa ? hp->swa_window : 0;
         at.in[0] = F((float *)a[A_Q] + (int64_t)sg->off * qd, hd, hp->n_head, sg->n);
@@ -323,6 +337,7 @@ tnd_status tnd_recipe_emit_batch(const tnd_recipe *r, const tnd_seg *segs, int n
         if (segs[s].off != nt || segs[s].n <= 0) return tnd_fail(TND_ERR_INTERNAL, "segments out of order");
         nt += segs[s].n;
     }
+    e->pos_mem = nt <= TND_GRAPH_MAX_TOK;
     tnd_graph_reset(r->g);
     tnd_op emb = {.kind = TND_OP_GET_ROWS};
     emb.in[0] = W(&m->tok_embd);

@@ -695,9 +695,7 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
         if (a->ne[0] != hd || a->ne[1] != nh || ne(a, 3) != 1 || tnd_tensor_nelem(a) != tnd_tensor_nelem(o))
             ARG_FAIL("sim attn: q must be {head_dim, n_head, n_tok}, out like q");
         if (k->ne[0] != (int64_t)nkv * hd || v->ne[0] != k->ne[0]) ARG_FAIL("sim attn: cache row must be n_head_kv*head_dim");
-        if (op->p.attn.pos0 < 0 || op->p.attn.pos0 + ne(a, 2) > ne(k, 1) || ne(v, 1) < ne(k, 1))
-            return tnd_fail(TND_ERR_LIMIT, "sim attn: positions past the cache");
-        return TND_OK;
+        return tnd_op_check_positions(op, "sim");
     }
     case TND_OP_SOFTMAX:
     case TND_OP_SCALE:
@@ -718,6 +716,7 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
     case TND_OP_CPY:
         if ((a->type != TND_TYPE_F32 && a->type != TND_TYPE_F16) || (o->type != TND_TYPE_F32 && o->type != TND_TYPE_F16))
             return tnd_fail(TND_ERR_UNSUPPORTED, "sim cpy: %s -> %s", tnd_type_name(a->type), tnd_type_name(o->type));
+        if (op->in[1].data) return tnd_op_check_positions(op, "sim"); /* rows by position */
         if (tnd_tensor_nelem(a) != tnd_tensor_nelem(o)) ARG_FAIL("sim cpy: element counts differ");
         return TND_OK;
     case TND_OP_MOE_ROUTE: {
@@ -749,14 +748,14 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
 /* Which tensors an op reads or writes (the rest must be absent). */
 static bool slot_used(const tnd_op *op, int slot /* 0..3 in, 4..5 out */) {
     switch (op->kind) {
-    case TND_OP_MATMUL_ID:
-    case TND_OP_ATTN: return slot <= 2 || slot == 4;
+    case TND_OP_MATMUL_ID: return slot <= 2 || slot == 4;
+    case TND_OP_ATTN: return slot <= 3 || slot == 4; /* in[3] optional: positions */
     case TND_OP_MOE_ROUTE: return slot == 0 || slot == 4 || slot == 5;
     case TND_OP_RMS_NORM: return slot <= 2 || slot >= 4; /* in[1] optional; in[2], out[1]: a fused add */
     case TND_OP_ROPE: return slot <= 2 || slot == 4;     /* in[2] optional: a fused norm */
     case TND_OP_SOFTMAX:
-    case TND_OP_SCALE:
-    case TND_OP_CPY: return slot == 0 || slot == 4;
+    case TND_OP_SCALE: return slot == 0 || slot == 4;
+    case TND_OP_CPY: return slot <= 1 || slot == 4; /* in[1] optional: positions */
     default: return slot <= 1 || slot == 4;
     }
 }
@@ -779,8 +778,10 @@ static tnd_status sim_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         int k = j < TND_OP_MAX_IN ? j : j - TND_OP_MAX_IN;
         if (!slot_used(op, j)) continue;
         if (!t->data) {
-            /* optional: RMS_NORM's weight and fused add, ROPE's fused norm */
-            if ((op->kind == TND_OP_RMS_NORM && j != 0 && j != 4) || (op->kind == TND_OP_ROPE && j == 2)) continue;
+            /* optional: RMS_NORM's weight and fused add, ROPE's fused norm, positions */
+            if ((op->kind == TND_OP_RMS_NORM && j != 0 && j != 4) || (op->kind == TND_OP_ROPE && j == 2) ||
+                (op->kind == TND_OP_ATTN && j == 3) || (op->kind == TND_OP_CPY && j == 1))
+                continue;
             st = tnd_fail(TND_ERR_ARG, "sim %s: %s[%d] has no data", nm, io, k);
             break;
         }

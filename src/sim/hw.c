@@ -353,7 +353,10 @@ static op_cost cost_of(const tnd_op *op) {
         return c;
     }
     case TND_OP_ATTN: {
-        int64_t n_tok = dim(&in[0], 2) * dim(&in[0], 3), pos0 = op->p.attn.pos0 > 0 ? op->p.attn.pos0 : 0;
+        /* positions in memory (backend.h): read as MATMUL_ID's ids are, when the op runs */
+        int64_t n_tok = dim(&in[0], 2) * dim(&in[0], 3),
+                pos0 = in[3].data ? *(const int32_t *)in[3].data : op->p.attn.pos0;
+        if (pos0 < 0) pos0 = 0;
         int64_t seen = pos0 + n_tok; /* rows a query sees, at most (the last query) */
         int64_t rows = seen;         /* rows the chunk reads */
         int64_t w = op->p.attn.window;
@@ -366,6 +369,13 @@ static op_cost cost_of(const tnd_op *op) {
         c.flops = 4.0 * op->p.attn.n_head * op->p.attn.head_dim * (double)seen * (double)n_tok;
         return c;
     }
+    case TND_OP_CPY:
+        if (in[1].data) { /* rows by position: out spans the cache, only in[0]'s rows are written (f16) */
+            c.bytes = tbytes(&in[0]) + tbytes(&in[1]) + 2.0 * (double)tnd_tensor_nelem(&in[0]);
+            c.flops = (double)tnd_tensor_nelem(&in[0]);
+            return c;
+        }
+        /* fall through */
     default:
         for (int i = 0; i < TND_OP_MAX_IN; i++) c.bytes += tbytes(&in[i]);
         for (int i = 0; i < TND_OP_MAX_OUT; i++) c.bytes += tbytes(&out[i]);

@@ -1,0 +1,125 @@
+/* The position-in-memory forms of the KV store and attention (backend.h:
+ * CPY with in[1], ATTN with in[3]; model/forward.c emits them in rounds of
+ * up to TND_GRAPH_MAX_TOK tokens so that a GPU backend can replay a decode
+ * step's launches) on the CPU backend, against the forms with the position
+ * in the op, bit for bit:
+ *   - CPY by position writes each row at its position (out of order too)
+ *     and leaves every other row of the cache as it was; a position outside
+ *     the cache is a clear error that writes nothing past it;
+ *   - ATTN reading pos[0] equals ATTN with p.attn.pos0, for decode shapes
+ *     with GQA, a sliding window and soft-capping; a position past the
+ *     cache is a clear error.
+ * The whole recipe with these forms is checked by the reference-logit and
+ * hybrid tests (decode steps use them on every backend). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "check.h"
+#include "cpu/pool.h"
+#include "quant/quant.h"
+#include "util.h"
+
+static tnd_backend *CPU;
+
+static tnd_tensor tens(void *data, tnd_type t, int64_t n0, int64_t n1, int64_t n2) {
+    return (tnd_tensor){.data = data, .type = t, .ne = {n0, n1, n2, 1}};
+}
+
+static void test_cpy_at(int64_t rl, int n, int64_t cap) {
+    float *x = tc_xmalloc(sizeof(float) * (size_t)(rl * n));
+    tc_fill_unif(x, (size_t)(rl * n), -3, 3);
+    int32_t *pos = tc_xmalloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) pos[i] = (int32_t)((cap - 1 - 5 * i) % cap);
+    uint16_t *got = tc_xmalloc(2 * (size_t)(rl * cap)), *want = tc_xmalloc(2 * (size_t)(rl * cap));
+    for (int64_t i = 0; i < rl * cap; i++) got[i] = want[i] = (uint16_t)(0x7e00 | (i & 0xff)); /* NaNs, each its own */
+    /* the reference: a plain CPY of each row at its place */
+    for (int i = 0; i < n; i++) {
+        tnd_op op = {.kind = TND_OP_CPY};
+        op.in[0] = tens(x + (int64_t)i * rl, TND_TYPE_F32, rl, 1, 1);
+        op.out[0] = tens(want + (int64_t)pos[i] * rl, TND_TYPE_F16, rl, 1, 1);
+        CHECK_ST(CPU->iface->op_run(CPU, &op, NULL));
+    }
+    tnd_op op = {.kind = TND_OP_CPY};
+    op.in[0] = tens(x, TND_TYPE_F32, rl, n, 1);
+    op.in[1] = tens(pos, TND_TYPE_I32, n, 1, 1);
+    op.out[0] = tens(got, TND_TYPE_F16, rl, cap, 1);
+    CHECK_ST(CPU->iface->op_run(CPU, &op, NULL));
+    CHECK(!memcmp(got, want, 2 * (size_t)(rl * cap)), "cpy by position, %d rows of %lld into %lld: as row by row",
+          n, (long long)rl, (long long)cap);
+    /* a position past the cache: refused, and no row written past it */
+    pos[n - 1] = (int32_t)cap;
+    tnd_status st = CPU->iface->op_run(CPU, &op, NULL);
+    CHECK(st == TND_ERR_ARG && strstr(tnd_last_error(), "row"), "cpy by position: row %lld of %lld refused (%s)",
+          (long long)cap, (long long)cap, tnd_last_error());
+    tnd_clear_error();
+    free(x);
+    free(pos);
+    free(got);
+    free(want);
+}
+
+static void test_attn_pos(int n_tok, int n_head, int n_kv, int hd, int pos0, float softcap, int window) {
+    const int64_t n_ctx = pos0 + n_tok + 40, row = (int64_t)n_kv * hd, nq = (int64_t)n_tok * n_head * hd;
+    float *q = tc_xmalloc(sizeof(float) * (size_t)nq), *a = tc_xmalloc(sizeof(float) * (size_t)nq),
+          *b = tc_xmalloc(sizeof(float) * (size_t)nq);
+    uint16_t *K = tc_xmalloc(2 * (size_t)(n_ctx * row)), *V = tc_xmalloc(2 * (size_t)(n_ctx * row));
+    tc_fill_unif(q, (size_t)nq, -1, 1);
+    for (int64_t i = 0; i < n_ctx * row; i++) {
+        K[i] = tnd_fp32_to_fp16(tc_unif(-1, 1));
+        V[i] = tnd_fp32_to_fp16(tc_unif(-1, 1));
+    }
+    int32_t *pos = tc_xmalloc(sizeof(int32_t) * (size_t)n_tok);
+    for (int t = 0; t < n_tok; t++) pos[t] = pos0 + t;
+    tnd_op op = {.kind = TND_OP_ATTN};
+    op.p.attn.n_head = n_head;
+    op.p.attn.n_head_kv = n_kv;
+    op.p.attn.head_dim = hd;
+    op.p.attn.scale = 1.0f / sqrtf((float)hd);
+    op.p.attn.softcap = softcap;
+    op.p.attn.window = window;
+    op.p.attn.pos0 = pos0;
+    op.in[0] = tens(q, TND_TYPE_F32, hd, n_head, n_tok);
+    op.in[1] = tens(K, TND_TYPE_F16, row, n_ctx, 1);
+    op.in[2] = tens(V, TND_TYPE_F16, row, n_ctx, 1);
+    op.out[0] = tens(a, TND_TYPE_F32, hd, n_head, n_tok);
+    CHECK_ST(CPU->iface->op_run(CPU, &op, NULL));
+    tnd_op pm = op;
+    pm.p.attn.pos0 = 0;
+    pm.p.attn.kv_cap = (int32_t)n_ctx;
+    pm.in[3] = tens(pos, TND_TYPE_I32, n_tok, 1, 1);
+    pm.out[0] = tens(b, TND_TYPE_F32, hd, n_head, n_tok);
+    CHECK_ST(CPU->iface->op_run(CPU, &pm, NULL));
+    CHECK(!memcmp(a, b, sizeof(float) * (size_t)nq),
+          "attn, positions in memory == pos0: %d tokens at %d, %d/%d heads, head_dim %d, softcap %g, window %d", n_tok,
+          pos0, n_head, n_kv, hd, softcap, window);
+    pos[0] = (int32_t)n_ctx; /* queries past the cache */
+    tnd_status st = CPU->iface->op_run(CPU, &pm, NULL);
+    CHECK(st == TND_ERR_ARG, "attn: a position past the cache refused (%s)", tnd_last_error());
+    tnd_clear_error();
+    free(q);
+    free(a);
+    free(b);
+    free(K);
+    free(V);
+    free(pos);
+}
+
+int main(void) {
+    tnd_pool *pool = tnd_pool_new(2);
+    CHECK(pool && tnd_backend_cpu_new(pool, 0, &CPU) == TND_OK, "cpu backend");
+    if (!CPU) return tc_summary();
+    test_cpy_at(64, 1, 9);
+    test_cpy_at(512, 3, 100);
+    test_cpy_at(1024, 8, 4096);
+    test_attn_pos(1, 4, 4, 64, 0, 0, 0);
+    test_attn_pos(1, 32, 4, 128, 700, 0, 0);
+    test_attn_pos(3, 16, 8, 128, 95, 0, 0);
+    test_attn_pos(8, 8, 2, 80, 31, 50.0f, 0);
+    test_attn_pos(2, 8, 4, 256, 400, 0, 64);
+    tnd_backend_free(CPU);
+    tnd_pool_free(pool);
+    return tc_summary();
+}
