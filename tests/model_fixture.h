@@ -74,6 +74,27 @@ static inline int fx_synth(const char *shape, const char *extra, char *path, siz
     return rc != 0;
 }
 
+/* `tandem synth --shape SHAPE`, loaded on n_threads into *out, the file
+ * removed: 0; 77 to skip (fx_synth); 1 on a failure, reported. */
+static inline int fx_synth_load(const char *shape, int n_threads, tnd_model **out) {
+    char path[64];
+    *out = NULL;
+    int rc = fx_synth(shape, "", path, sizeof path);
+    if (rc == 77) return 77;
+    CHECK(rc == 0, "synth %s", shape);
+    if (rc) return 1;
+    *out = fx_load(path, n_threads);
+    unlink(path);
+    return *out ? 0 : 1;
+}
+
+/* n token ids of m's vocabulary, drawn from check.h's generator seeded with seed. */
+static inline void fx_random_tokens(const tnd_model *m, uint64_t seed, int32_t *ids, int n) {
+    const int nv = tnd_model_n_vocab(m);
+    tc_rng = seed;
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(tc_xorshift() % (uint64_t)nv);
+}
+
 /* Prefill ids on c, then n_gen greedy steps: token i into out[i], and
  * into lg ((n_gen + 1) x n_vocab floats) the logits it was chosen from,
  * then those after the last token. */

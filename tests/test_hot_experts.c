@@ -34,18 +34,12 @@ static tnd_status run(tnd_ctx *c, const int32_t *prompt, int nv, int32_t *tok, f
 }
 
 int main(void) {
-    char path[64];
-    int rc = fx_synth("tiny-qwen3moe", "", path, sizeof path);
-    if (rc == 77) return 77;
-    CHECK(rc == 0, "synth tiny-qwen3moe");
-    if (rc) return tc_summary();
-    tnd_model *m = fx_load(path, 2);
-    unlink(path);
-    if (!m) return 1;
+    tnd_model *m;
+    int rc = fx_synth_load("tiny-qwen3moe", 2, &m);
+    if (rc) return rc;
     const int nv = tnd_model_n_vocab(m);
     int32_t *prompt = tc_xmalloc(sizeof(int32_t) * N_PROMPT);
-    tc_rng = 11;
-    for (int i = 0; i < N_PROMPT; i++) prompt[i] = (int32_t)(tc_xorshift() % (uint64_t)nv);
+    fx_random_tokens(m, 11, prompt, N_PROMPT);
 
     tnd_ctx_params p = tnd_ctx_default_params();
     p.cpu_exact = true;
