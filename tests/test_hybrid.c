@@ -16,8 +16,9 @@
  *   TND_TSAN: under ThreadSanitizer (scripts/test.sh), where races, not the
  *   model, are the point and every op runs ~10x slower: the dense part runs
  *   on the tiny synthetic llama (`tandem synth`) instead of the default
- *   model, with the same placements, promotions and checks, and auto
- *   promotions time the GPU with a hardware profile (auto_hw). */
+ *   model (its prompt given as ids), with the same placements, promotions
+ *   and checks, and auto promotions time the GPU with a hardware profile
+ *   (auto_hw). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
