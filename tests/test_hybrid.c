@@ -10,8 +10,15 @@
  * counts, and the rounding makes the logits chaotic in that (tests/
  * test_ref_logits.py), so a few placements in the default mode keep the
  * reference's chunking and must match it bit for bit too.
- * Skips (77) when the default model is absent.
- *   TND_HYBRID_N: number of random placements (default 60; 8 sanitized). */
+ * Skips (77) when the default model is absent (with TND_TSAN: when TND_BIN,
+ * the tandem binary that synthesizes the model, is not set).
+ *   TND_HYBRID_N: number of random placements (default 60; 8 sanitized).
+ *   TND_TSAN: under ThreadSanitizer (scripts/test.sh), where races, not the
+ *   model, are the point and every op runs ~10x slower: the dense part runs
+ *   on the tiny synthetic llama (`tandem synth`) instead of the default
+ *   model (its prompt given as ids), with the same placements, promotions
+ *   and checks, and auto promotions time the GPU with a hardware profile
+ *   (auto_hw). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +46,14 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *cp, const int32_t
     st = fx_greedy(c, ids, n, N_GEN, out, lg);
     tnd_ctx_free(c);
     return st;
+}
+
+/* Auto promotions need the perf DB, and profiling a SimGPU without a
+ * hardware profile times each of its ops for real: minutes under TSan. There
+ * (TND_TSAN) the built-in profile's model gives the GPU's times instead:
+ * seconds, and the same tokens (it changes no result, only the clock). */
+static void auto_hw(tnd_ctx_params *p) {
+    if (p->promote && !strcmp(p->promote, "auto") && getenv("TND_TSAN")) p->hw = "rtx3060-laptop";
 }
 
 /* MoE layers split expert by expert (random:K splits most layers, each
@@ -79,6 +94,7 @@ static void test_moe(int n_place) {
         int pk = k % 4;
         hp.placement = spec;
         hp.promote = pk == 0 ? "none" : pk == 1 ? "all" : pk == 2 ? prom : "auto";
+        auto_hw(&hp);
         /* the placement really splits layers: count them, and the GPU's experts are resident */
         tnd_ctx *c;
         if (tnd_ctx_new(m, &hp, &c) == TND_OK) {
@@ -202,16 +218,33 @@ static void test_moe(int n_place) {
 
 int main(void) {
     char path[4096];
-    if (!fx_default_model(path, sizeof path, false)) return 77;
+    const bool tiny = getenv("TND_TSAN") != NULL; /* the top of the file */
+    if (tiny) {
+        char tmp[64]; /* fx_synth formats it into buffers of 4096: this size keeps -Wformat-truncation quiet */
+        int rc = fx_synth("tiny-llama", "", tmp, sizeof tmp);
+        if (rc) return rc;
+        snprintf(path, sizeof path, "%s", tmp);
+    } else if (!fx_default_model(path, sizeof path, false)) {
+        return 77;
+    }
     int n_place = getenv("TND_SANITIZED") ? 8 : 60;
     if (getenv("TND_HYBRID_N")) n_place = atoi(getenv("TND_HYBRID_N"));
     tnd_model *m = fx_load(path, 2);
+    if (tiny) unlink(path);
     if (!m) return 1;
     int nv = tnd_model_n_vocab(m);
-    const char *text = "The capital of France is Paris, and the capital of Italy is";
     int32_t *ids;
     size_t n;
-    CHECK(tnd_tokenize(tnd_model_tokenizer(m), text, strlen(text), true, false, &ids, &n) == TND_OK && n > 8, "tokenize");
+    if (tiny) { /* random weights: any ids will do */
+        static const int32_t tiny_ids[] = {1, 17, 33, 250, 7, 99, 3, 480, 12, 64, 5, 301, 77, 2};
+        n = sizeof tiny_ids / sizeof *tiny_ids;
+        ids = malloc(sizeof tiny_ids);
+        memcpy(ids, tiny_ids, sizeof tiny_ids);
+    } else {
+        const char *text = "The capital of France is Paris, and the capital of Italy is";
+        CHECK(tnd_tokenize(tnd_model_tokenizer(m), text, strlen(text), true, false, &ids, &n) == TND_OK && n > 8,
+              "tokenize");
+    }
     size_t nl = (size_t)(N_GEN + 1) * nv;
     float *ref = malloc(sizeof(float) * nl), *got = malloc(sizeof(float) * nl);
     int32_t ref_tok[N_GEN], tok[N_GEN];
@@ -235,6 +268,7 @@ int main(void) {
         int pk = (int)(tnd_splitmix64(&seed) % 5); /* none, all, random, auto */
         snprintf(prom, sizeof prom, "random:%d", 1000 + k);
         hp.promote = pk == 0 ? "none" : pk == 1 ? "all" : pk == 4 ? "auto" : prom;
+        auto_hw(&hp);
         tnd_status st = generate(m, &hp, ids, (int)n, tok, got, k % 2 ? 1 + k % 40 : 0);
         CHECK(st == TND_OK, "placement %s promote %s: %s", hp.placement, hp.promote, tnd_last_error());
         if (st) continue;

@@ -3,22 +3,32 @@
 promotions too; `--dry-run` prints the memory layout; bad placements fail
 cleanly. The SimGPU computes with the CPU's kernels, so outputs must be
 identical byte for byte. Runs under ThreadSanitizer in CI (scripts/test.sh).
-Env TND_HYBRID_K: how many seeds (default 3)."""
+Env TND_HYBRID_K: how many seeds (default 3). Env TND_TSAN (set there: races,
+not the model, are the point, and every op runs ~10x slower): what runs on
+the default model takes the tiny synthetic llama (`tandem synth`) instead."""
 import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import cli_env
 
-src, tandem, model = cli_env.default_model_paths()
+tiny = bool(os.environ.get("TND_TSAN"))
+if tiny:
+    src, tandem = os.environ.get("TND_SRC", "."), os.environ["TND_BIN"]
+    model = os.path.join(tempfile.mkdtemp(), "llama.gguf")
+    subprocess.run([tandem, "synth", "--shape", "tiny-llama", "-o", model], check=True, capture_output=True)
+else:
+    src, tandem, model = cli_env.default_model_paths()
 
 fails = 0
 
 
 def run(*args):
+    # surrogateescape: a random model's text need not be UTF-8; compared byte for byte all the same
     r = subprocess.run([tandem, "run", "-m", model, "-n", "32", "--temp", "0", "-t", "2", *args],
-                       capture_output=True, text=True, timeout=1800)
+                       capture_output=True, text=True, errors="surrogateescape", timeout=1800)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -30,7 +40,8 @@ prompt = ["-p", "The three primary colors are"]
 rc, ref, err = run(*prompt, "--device", "cpu")
 assert rc == 0, err
 ref = text_of(ref)
-assert len(ref) > 20, ref
+# the tiny model's random tokens are mostly bytes that print little: its count instead
+assert "generation: 32 tokens" in err if tiny else len(ref) > 20, (ref, err[-300:])
 k_max = int(os.environ.get("TND_HYBRID_K", "3"))
 for k in range(1, k_max + 1):
     extra = ["--promote", f"random:{k + 100}"] if k % 2 == 0 else []
@@ -43,7 +54,6 @@ for k in range(1, k_max + 1):
 
 # MoE (tiny synth qwen3moe): expert tensors placed either side, promoted ones
 # copied after routing (only the chosen experts)
-import tempfile  # noqa: E402
 moe = os.path.join(tempfile.mkdtemp(), "moe.gguf")
 subprocess.run([tandem, "synth", "--shape", "tiny-qwen3moe", "-o", moe], check=True, capture_output=True)
 
@@ -121,19 +131,26 @@ else:
 # bench on a split static placement reports the decode routings its GPU
 # experts took next to the hot-expert table's share: the profile calibrates
 # on one text, the bench reads another, and the table must carry over
-r = subprocess.run([tandem, "bench", "-m", moe, "--device", "sim", "--hw", "rtx3060-laptop", "--vram-budget", "108M",
-                    "-p", "0", "-n", "48", "-r", "1", "-t", "2", "--placement", "static"],
-                   capture_output=True, text=True, timeout=900)
-# experts: the resident ones (the table's promise) and those copied a layer
-# ahead (exec/prefetch.c), which bench reports apart
-m = re.search(r"GPU experts took (\d+)% of the split layers' decode routings \(hot-expert table: (\d+)%\)", r.stdout)
-pf = re.search(r"experts copied a layer ahead served (\d+)%", r.stdout)
-resident = int(m.group(1)) - (int(pf.group(1)) if pf else 0) if m else -1
-if r.returncode != 0 or not m or not 0 < resident < 100 or abs(resident - int(m.group(2))) > 10:
-    fails += 1
-    print("FAIL bench routing share:", r.returncode, r.stdout[-600:], r.stderr[-400:])
+# (not under TSan: a statistic, not a race, and the calibration behind the
+# table takes minutes there; the runs above take the same split layers)
+if tiny:
+    print("bench routing share: skipped under TSan")
 else:
-    print(f"ok bench routing share: measured {m.group(1)}% ({resident}% resident), hot-expert table {m.group(2)}%")
+    r = subprocess.run([tandem, "bench", "-m", moe, "--device", "sim", "--hw", "rtx3060-laptop", "--vram-budget",
+                        "108M", "-p", "0", "-n", "48", "-r", "1", "-t", "2", "--placement", "static"],
+                       capture_output=True, text=True, timeout=900)
+    # experts: the resident ones (the table's promise) and those copied a layer
+    # ahead (exec/prefetch.c), which bench reports apart
+    m = re.search(r"GPU experts took (\d+)% of the split layers' decode routings \(hot-expert table: (\d+)%\)",
+                  r.stdout)
+    pf = re.search(r"experts copied a layer ahead served (\d+)%", r.stdout)
+    resident = int(m.group(1)) - (int(pf.group(1)) if pf else 0) if m else -1
+    if r.returncode != 0 or not m or not 0 < resident < 100 or abs(resident - int(m.group(2))) > 10:
+        fails += 1
+        print("FAIL bench routing share:", r.returncode, r.stdout[-600:], r.stderr[-400:])
+    else:
+        print(f"ok bench routing share: measured {m.group(1)}% ({resident}% resident), "
+              f"hot-expert table {m.group(2)}%")
 
 # --dry-run: the layout, nothing run
 r = subprocess.run([tandem, "run", "-m", model, "-p", "x", "--device", "sim", "--vram-budget", "150M",
