@@ -74,6 +74,19 @@ static inline int fx_synth(const char *shape, const char *extra, char *path, siz
     return rc != 0;
 }
 
+/* The model of a whole-model test into path: the default model, or under
+ * TND_TSAN (the ThreadSanitizer stage: races need no 135M model) a synth
+ * tiny-llama in a temporary file (*tmp set: the caller removes it).
+ * Returns 0; 77 to skip; 1 on a failure, reported. */
+static inline int fx_test_model(char *path, size_t size, bool *tmp) {
+    *tmp = getenv("TND_TSAN") != NULL;
+    if (!*tmp) return fx_default_model(path, size, false) ? 0 : 77;
+    char t[64]; /* fx_synth formats it into buffers of 4096: this size keeps -Wformat-truncation quiet */
+    int rc = fx_synth("tiny-llama", "", t, sizeof t);
+    if (!rc) snprintf(path, size, "%s", t);
+    return rc;
+}
+
 /* `tandem synth --shape SHAPE`, loaded on n_threads into *out, the file
  * removed: 0; 77 to skip (fx_synth); 1 on a failure, reported. */
 static inline int fx_synth_load(const char *shape, int n_threads, tnd_model **out) {

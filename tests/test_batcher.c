@@ -133,15 +133,9 @@ static void *produce(void *arg) {
 
 int main(void) {
     char path[4096];
-    const bool tiny = getenv("TND_TSAN") != NULL;
-    if (tiny) {
-        char tmp[64]; /* fx_synth formats it into buffers of 4096: this size keeps -Wformat-truncation quiet */
-        int rc = fx_synth("tiny-llama", "", tmp, sizeof tmp);
-        if (rc) return rc;
-        snprintf(path, sizeof path, "%s", tmp);
-    } else if (!fx_default_model(path, sizeof path, false)) {
-        return 77;
-    }
+    bool tiny;
+    int rc = fx_test_model(path, sizeof path, &tiny);
+    if (rc) return rc;
     tnd_model *m = fx_load(path, 2);
     if (tiny) unlink(path);
     if (!m) return 1;

@@ -218,15 +218,9 @@ static void test_moe(int n_place) {
 
 int main(void) {
     char path[4096];
-    const bool tiny = getenv("TND_TSAN") != NULL; /* the top of the file */
-    if (tiny) {
-        char tmp[64]; /* fx_synth formats it into buffers of 4096: this size keeps -Wformat-truncation quiet */
-        int rc = fx_synth("tiny-llama", "", tmp, sizeof tmp);
-        if (rc) return rc;
-        snprintf(path, sizeof path, "%s", tmp);
-    } else if (!fx_default_model(path, sizeof path, false)) {
-        return 77;
-    }
+    bool tiny; /* the top of the file */
+    int rc = fx_test_model(path, sizeof path, &tiny);
+    if (rc) return rc;
     int n_place = getenv("TND_SANITIZED") ? 8 : 60;
     if (getenv("TND_HYBRID_N")) n_place = atoi(getenv("TND_HYBRID_N"));
     tnd_model *m = fx_load(path, 2);

@@ -410,9 +410,8 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         if (in[1].data) { /* rows by position (backend.h) */
             const int64_t rl = out[0].ne[0], rows = n / TND_MAX(rl, 1), cap = tnd_tensor_nelem(&out[0]) / TND_MAX(rl, 1);
             const int32_t *pos = in[1].data;
-            if (in[0].type != TND_TYPE_F32 || out[0].type != TND_TYPE_F16 || rl < 1 || n % rl ||
-                tnd_tensor_nelem(&in[1]) != rows)
-                return tnd_fail(TND_ERR_ARG, "cpy by position: f32 rows of out's width to f16, a position a row");
+            tnd_status st = tnd_op_check_positions(op, "cpu");
+            if (st) return st;
             for (int64_t i = 0; i < rows; i++) {
                 if (pos[i] < 0 || pos[i] >= cap)
                     return tnd_fail(TND_ERR_ARG, "cpy by position: row %d of %lld", pos[i], (long long)cap);
