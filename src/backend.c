@@ -87,6 +87,12 @@ tnd_status tnd_backend_event_sync(tnd_backend *b, tnd_event *e) {
     return b->iface->event_sync(b, e);
 }
 
+tnd_status tnd_backend_event_done(tnd_backend *b, tnd_event *e, bool *done) {
+    if (!b->iface->event_done)
+        return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend cannot query events", b->iface->name);
+    return b->iface->event_done(b, e, done);
+}
+
 tnd_status tnd_backend_event_elapsed(tnd_backend *b, tnd_event *start, tnd_event *end, float *ms) {
     if (!b->iface->event_elapsed)
         return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend does not time events", b->iface->name);

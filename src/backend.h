@@ -317,6 +317,10 @@ typedef struct tnd_backend_iface {
     /* OPTIONAL with graph_defer. Launches the work collected on s so far
      * (nothing collected: no-op); s keeps collecting. */
     tnd_status (*graph_flush)(tnd_backend *b, tnd_stream *s);
+
+    /* OPTIONAL (events, continued). *done: e's point is passed, without
+     * waiting (an event never recorded counts as passed). */
+    tnd_status (*event_done)(tnd_backend *b, tnd_event *e, bool *done);
 } tnd_backend_iface;
 
 /* What a backend was asked to do and did, summed from its creation
@@ -399,6 +403,8 @@ void tnd_backend_event_free(tnd_backend *b, tnd_event *e); /* e NULL: no-op */
 tnd_status tnd_backend_event_record(tnd_backend *b, tnd_event *e, tnd_stream *s);
 tnd_status tnd_backend_stream_wait(tnd_backend *b, tnd_stream *s, tnd_event *e);
 tnd_status tnd_backend_event_sync(tnd_backend *b, tnd_event *e);
+/* TND_ERR_UNSUPPORTED without event_done. */
+tnd_status tnd_backend_event_done(tnd_backend *b, tnd_event *e, bool *done);
 /* TND_ERR_UNSUPPORTED without event timing. */
 tnd_status tnd_backend_event_elapsed(tnd_backend *b, tnd_event *start, tnd_event *end, float *ms);
 tnd_status tnd_backend_copy_h2d(tnd_backend *b, void *dst_dev, const void *src_host, size_t n, tnd_stream *s);

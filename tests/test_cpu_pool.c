@@ -2,7 +2,9 @@
  * the run's item count, runs are ordered (a run sees all writes of the
  * previous one), a slow item leaves the other items to the other threads
  * (the run does not wait for a fixed share per thread), and both the
- * spinning and the sleeping wake-up paths work. */
+ * spinning and the sleeping wake-up paths work, and an errand runs once,
+ * on the caller, with the next run or at a flush. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +118,47 @@ static void test_pool(int n, const char *spin) {
     tnd_pool_free(p);
 }
 
+/* Errands (tnd_pool_errand): each runs once, on the caller, at the next
+ * run (single-item and many-item runs alike) or at a flush, never at once. */
+typedef struct {
+    pthread_t caller;
+    int runs, wrong_thread, items_before;
+    _Atomic int items;
+} errand_arg;
+static void errand(void *v) {
+    errand_arg *e = v;
+    e->runs++;
+    e->wrong_thread += !pthread_equal(pthread_self(), e->caller);
+}
+static void task_item(void *v, int i, int n) {
+    (void)i, (void)n;
+    atomic_fetch_add(&((errand_arg *)v)->items, 1);
+}
+static void test_errands(int n) {
+    tnd_pool *p = tnd_pool_new(n);
+    CHECK(p, "pool_new(%d): %s", n, tnd_last_error());
+    if (!p) return;
+    errand_arg e = {.caller = pthread_self()};
+    for (int items = 1; items <= 64; items *= 4) {
+        const int before = e.runs;
+        tnd_pool_errand(p, errand, &e);
+        CHECK(e.runs == before, "n=%d: the errand ran when set", n);
+        tnd_pool_run_n(p, task_item, &e, items);
+        CHECK(e.runs == before + 1, "n=%d, %d items: the errand ran %d times in the run", n, items, e.runs - before);
+        tnd_pool_run_n(p, task_item, &e, items);
+        CHECK(e.runs == before + 1, "n=%d, %d items: the errand ran again", n, items);
+    }
+    tnd_pool_errand(p, errand, &e);
+    tnd_pool_errand(p, errand, &e); /* the first runs before the second is kept */
+    CHECK(e.runs == 5, "n=%d: a replaced errand ran %d times of 5", n, e.runs);
+    tnd_pool_errand_flush(p);
+    tnd_pool_errand_flush(p);
+    CHECK(e.runs == 6, "n=%d: flushed errands ran %d times of 6", n, e.runs);
+    CHECK(e.wrong_thread == 0, "n=%d: %d errands ran off the caller", n, e.wrong_thread);
+    CHECK(atomic_load(&e.items) == 2 * (1 + 4 + 16 + 64), "n=%d: %d items ran", n, atomic_load(&e.items));
+    tnd_pool_free(p);
+}
+
 int main(void) {
     /* NULL pool: runs on the caller as thread 0 of 1. */
     run_arg ra;
@@ -128,6 +171,11 @@ int main(void) {
     CHECK(atomic_load(&ma->runs[MANY - 1]) == 1 && atomic_load(&ma->bad_n) == 0, "NULL pool, many items");
     free(ma);
 
+    errand_arg e0 = {.caller = pthread_self()};
+    tnd_pool_errand(NULL, errand, &e0);
+    CHECK(e0.runs == 1, "NULL pool: the errand runs at once");
+    test_errands(1);
+    test_errands(4);
     test_pool(1, NULL);
     test_pool(2, NULL);
     test_pool(4, NULL);

@@ -1944,6 +1944,10 @@ int main(int argc, char **argv) {
     test_get_rows(TND_TYPE_Q4_K, 2048, 1000, 64);
 
     for (size_t k = 0; k < TND_ARRAY_LEN(toks); k++) test_rms_norm(4099, toks[k], true, false);
+    test_rms_norm(4096, 1, true, true); /* the register forms' widths: 16, 8, 32 a thread */
+    test_rms_norm(2048, 2, true, false);
+    test_rms_norm(8192, 1, true, false);
+    test_rms_norm(8193, 1, true, false); /* past them: the loops */
     test_rms_norm(128, 17 * 5, true, false); /* per-head q/k norm */
     test_rms_norm(64, 3 * 7, true, true);
     test_rms_norm(1000, 3, false, false);

@@ -82,6 +82,11 @@ static tnd_status cpu_event_record(tnd_backend *b, tnd_event *e, tnd_stream *s) 
 }
 static tnd_status cpu_stream_wait(tnd_backend *b, tnd_stream *s, tnd_event *e) { return (void)b, (void)s, (void)e, TND_OK; }
 static tnd_status cpu_event_sync(tnd_backend *b, tnd_event *e) { return (void)b, (void)e, TND_OK; }
+static tnd_status cpu_event_done(tnd_backend *b, tnd_event *e, bool *done) {
+    (void)b, (void)e;
+    *done = true; /* the CPU's work is done when queued */
+    return TND_OK;
+}
 static tnd_status cpu_event_elapsed(tnd_backend *b, tnd_event *s, tnd_event *e, float *ms) {
     (void)b;
     *ms = (float)((e->t - s->t) * 1e3);
@@ -504,6 +509,7 @@ static const tnd_backend_iface cpu_iface = {
     .stream_wait = cpu_stream_wait,
     .event_sync = cpu_event_sync,
     .event_elapsed = cpu_event_elapsed,
+    .event_done = cpu_event_done,
     .copy_h2d = cpu_copy,
     .copy_d2h = cpu_copy,
     .copy_d2d = cpu_copy,

@@ -68,6 +68,8 @@ struct tnd_pool {
     uint32_t tag;                       /* the live run's tag (caller only) */
     tnd_task_fn fn;                     /* the live run's; read only after claiming an item */
     void *arg;
+    tnd_errand_fn errand; /* caller only: see tnd_pool_errand */
+    void *errand_arg;
     _Atomic int quit;
 };
 
@@ -206,10 +208,28 @@ void tnd_pool_free(tnd_pool *p) {
 
 int tnd_pool_size(const tnd_pool *p) { return p ? p->n : 1; }
 
+void tnd_pool_errand_flush(tnd_pool *p) {
+    if (!p || !p->errand) return;
+    tnd_errand_fn fn = p->errand;
+    p->errand = NULL;
+    fn(p->errand_arg);
+}
+
+void tnd_pool_errand(tnd_pool *p, tnd_errand_fn fn, void *arg) {
+    if (!p) {
+        fn(arg);
+        return;
+    }
+    tnd_pool_errand_flush(p);
+    p->errand = fn;
+    p->errand_arg = arg;
+}
+
 void tnd_pool_run_n(tnd_pool *p, tnd_task_fn fn, void *arg, int n_items) {
     if (n_items <= 0) return;
     if (n_items > MAX_ITEMS - 1) n_items = MAX_ITEMS - 1;
     if (!p || p->n == 1 || n_items == 1) {
+        tnd_pool_errand_flush(p);
         for (int i = 0; i < n_items; i++) fn(arg, i, n_items);
         return;
     }
@@ -222,6 +242,7 @@ void tnd_pool_run_n(tnd_pool *p, tnd_task_fn fn, void *arg, int n_items) {
                           memory_order_release);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_seq_cst);
     wake(p, &p->gen);
+    tnd_pool_errand_flush(p);
     work(p);
     for (;;) {
         const uint32_t d = atomic_load_explicit(&p->done, memory_order_acquire);

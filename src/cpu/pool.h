@@ -30,6 +30,15 @@ void tnd_pool_run(tnd_pool *p, tnd_task_fn fn, void *arg);
 /* The same with n_items items (1 .. 1<<20 - 1): more items than threads balance
  * threads that run at different speeds. */
 void tnd_pool_run_n(tnd_pool *p, tnd_task_fn fn, void *arg, int n_items);
+/* An errand: fn(arg) run once by the caller of the next run, after the
+ * workers are woken and before it claims items, so host work that does not
+ * belong to the run (queuing copies, say) overlaps it instead of delaying
+ * its start; the others take the items the caller would have. One at a
+ * time: setting one runs any still pending first. p NULL: runs fn now. */
+typedef void (*tnd_errand_fn)(void *arg);
+void tnd_pool_errand(tnd_pool *p, tnd_errand_fn fn, void *arg);
+/* Runs the pending errand now, if any (before its results are needed). */
+void tnd_pool_errand_flush(tnd_pool *p);
 /* Items per thread that tnd_pool_run_n callers use to balance late threads. */
 #define TND_POOL_ITEMS_PER_THREAD 4
 

@@ -82,25 +82,64 @@ k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *
     for (int64_t kt = k0; kt < k1; kt += AT_C) {
         const int nk = (int)(k1 - kt < AT_C ? k1 - kt : AT_C);
         /* scores: a warp per key, lanes over head_dim, all heads of the group */
-        for (int j = warp; j < nk; j += nw) {
-            const __half *kr = K + (kt + j) * kv_stride + (int64_t)g * hd;
-            float kv[8];
+        if constexpr (U > 0) {
+            /* the group's dots of a key reduced side by side: RM
+             * independent shuffle trees, not one after another (a decode
+             * layer's scores took ~7 us that way, the trees' latency) */
+            for (int j = warp; j < nk; j += nw) {
+                const __half *kr = K + (kt + j) * kv_stride + (int64_t)g * hd;
+                float kv[U], s[RM];
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                int d = lane + 32 * u;
-                kv[u] = d < hd ? __half2float(kr[d]) : 0.f;
+                for (int u = 0; u < U; u++) {
+                    int d = lane + 32 * u;
+                    kv[u] = d < hd ? __half2float(kr[d]) : 0.f;
+                }
+#pragma unroll
+                for (int hh = 0; hh < RM; hh++) {
+                    s[hh] = 0.f;
+                    if (hh < ratio) {
+#pragma unroll
+                        for (int u = 0; u < U; u++) {
+                            int d = lane + 32 * u;
+                            if (d < hd) s[hh] = fmaf(qs[hh * hd + d], kv[u], s[hh]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+                    for (int hh = 0; hh < RM; hh++) s[hh] += __shfl_xor_sync(0xffffffffu, s[hh], off);
+                if (lane == 0) {
+#pragma unroll
+                    for (int hh = 0; hh < RM; hh++) {
+                        if (hh >= ratio) break;
+                        float v = s[hh] * scale;
+                        if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+                        sc[hh * AT_C + j] = v;
+                    }
+                }
             }
-            for (int hh = 0; hh < ratio; hh++) {
-                float s = 0.f;
+        } else {
+            for (int j = warp; j < nk; j += nw) {
+                const __half *kr = K + (kt + j) * kv_stride + (int64_t)g * hd;
+                float kv[8];
 #pragma unroll
                 for (int u = 0; u < 8; u++) {
                     int d = lane + 32 * u;
-                    if (d < hd) s = fmaf(qs[hh * hd + d], kv[u], s);
+                    kv[u] = d < hd ? __half2float(kr[d]) : 0.f;
                 }
-                s = warp_sum(s);
-                s *= scale;
-                if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-                if (lane == 0) sc[hh * AT_C + j] = s;
+                for (int hh = 0; hh < ratio; hh++) {
+                    float s = 0.f;
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        int d = lane + 32 * u;
+                        if (d < hd) s = fmaf(qs[hh * hd + d], kv[u], s);
+                    }
+                    s = warp_sum(s);
+                    s *= scale;
+                    if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+                    if (lane == 0) sc[hh * AT_C + j] = s;
+                }
             }
         }
         __syncthreads();

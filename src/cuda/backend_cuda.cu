@@ -502,6 +502,18 @@ static tnd_status cu_event_sync(tnd_backend *b, tnd_event *ev) {
     cudaError_t e = cudaEventSynchronize(ev->e);
     return e == cudaSuccess ? TND_OK : cu_err(e, "cudaEventSynchronize");
 }
+static tnd_status cu_event_done(tnd_backend *b, tnd_event *ev, bool *done) {
+    tnd_status st = ev->pend ? flush(b, ev->pend) : TND_OK;
+    if (st) return st;
+    cudaError_t e = cudaEventQuery(ev->e);
+    *done = e == cudaSuccess;
+    if (e == cudaErrorNotReady) {
+        /* not an error: leave no trace of it for a later launch check */
+        if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+        return TND_OK;
+    }
+    return e == cudaSuccess ? TND_OK : cu_err(e, "cudaEventQuery");
+}
 static tnd_status cu_event_elapsed(tnd_backend *b, tnd_event *a, tnd_event *z, float *ms) {
     tnd_status st = a->pend ? flush(b, a->pend) : TND_OK;
     if (!st && z->pend) st = flush(b, z->pend);
@@ -1362,6 +1374,7 @@ static const tnd_backend_iface cu_iface = {
     cu_weight_prepare,
     cu_graph_defer,
     cu_graph_flush,
+    cu_event_done,
 };
 
 extern "C" void *tnd_cuda_stream_handle(tnd_stream *s) { return s ? (void *)s->s : NULL; }

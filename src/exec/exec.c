@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "cpu/pool.h"
 #include "exec/exec.h"
 #include "moe/moe.h"
 #include "sched/perf.h"
@@ -396,6 +397,28 @@ static tnd_status queue_to_host(tnd_ctx *c, const tnd_tensor *t, bool *queued) {
     return TND_OK;
 }
 
+/* Queues the copies tnd_pf_issue chose for the layer remap_ids named
+ * (c->pfq_*): run at once, or as the CPU pool's errand (cpu/pool.h). Its
+ * status waits in pfq_st for pf_settle. */
+static void pf_errand(void *arg) {
+    tnd_ctx *c = arg;
+    if (!c->pfq_pending) return;
+    const double t1 = c->trace ? tnd_time_s() : 0;
+    c->pfq_pending = false;
+    c->pfq_st = tnd_pf_issue(c, c->pfq_l, c->pfq_pred, c->pfq_n);
+    if (c->trace) trace_add(c, TND_SIDE_CPU, TR_PFISSUE, TR_PLAIN, tnd_time_s() - t1);
+}
+
+/* The errand has run (a layer's routing needs its copies queued, a round's
+ * end its copies drained): its status, once. */
+static tnd_status pf_settle(tnd_ctx *c) {
+    if (c->pfq_pending) tnd_pool_errand_flush(c->m->pool);
+    if (c->pfq_pending) pf_errand(c); /* not the pool's errand (run at once, or replaced) */
+    tnd_status st = c->pfq_st;
+    c->pfq_st = TND_OK;
+    return st;
+}
+
 /* The NONE node of a split layer: routing ids (in[0]) to the ids of the
  * CPU's experts (out[0], -1 for the GPU's) and the compact indices of the
  * GPU's (out[1], -1 for the CPU's), on the host. */
@@ -404,7 +427,8 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
     if (!c->exp_gpu || l < 0 || !c->pl.split[l]) return tnd_fail(TND_ERR_INTERNAL, "layer %d is not split", l);
     const int32_t *ids;
     int32_t *ric, *rig;
-    tnd_status st;
+    tnd_status st = pf_settle(c); /* the copies into this layer's slots are queued */
+    if (st) return st;
     /* The next layer's predicted ids and, when the CPU's experts run there,
      * their input (A_H) come back with the routing's, behind one wait. The
      * input read later by the CPU part would be copied behind the GPU's
@@ -439,17 +463,20 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
     }
     if (c->trace) trace_add(c, TND_SIDE_CPU, TR_RWAIT, TR_PLAIN, tnd_time_s() - t0);
     if (c->pf_max) {
-        const double t1 = c->trace ? tnd_time_s() : 0;
         if ((st = tnd_pf_layer_begin(c, l, n_cpu))) return st;
         /* the next layer's predicted experts start their way to the GPU now
-         * (not when the round copies its CPU experts whole: promoted) */
+         * (not when the round copies its CPU experts whole: promoted); with
+         * CPU experts to run, as their pool's errand: queuing takes ~4 us a
+         * copy, three an expert, which would delay their start */
         if (nd->op.in[1].data && !promoted(c, c->m->layers[l + 1].gate_exps.id)) {
-            const int32_t *pred;
-            if ((st = host_act(c, &nd->op.in[1], true, &bi, (void **)&pred)) ||
-                (st = tnd_pf_issue(c, l + 1, pred, tnd_tensor_nelem(&nd->op.in[1]))))
-                return st;
+            if ((st = host_act(c, &nd->op.in[1], true, &bi, (void **)&c->pfq_pred))) return st;
+            c->pfq_l = l + 1;
+            c->pfq_n = tnd_tensor_nelem(&nd->op.in[1]);
+            c->pfq_pending = true;
+            if (n_cpu > 0) tnd_pool_errand(c->m->pool, pf_errand, c);
+            else pf_errand(c);
+            if (!c->pfq_pending && c->pfq_st) return pf_settle(c);
         }
-        if (c->trace) trace_add(c, TND_SIDE_CPU, TR_PFISSUE, TR_PLAIN, tnd_time_s() - t1);
     }
     if (c->hot_cnt) { /* the live hot-expert table's counts (runtime/hot.c) */
         for (int64_t i = 0; i < n; i++) {
@@ -787,6 +814,10 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
             st = run_node(c, &pair, &prom_seen), i++, c->n_pairs++;
         else
             st = run_node(c, &c->g.nodes[i], &prom_seen);
+    }
+    {
+        tnd_status ps = pf_settle(c); /* queued before the drain, even after a failure */
+        if (!st) st = ps;
     }
     double tr = c->trace ? tnd_time_s() : 0; /* the logits' copy and the drain: the round's tail */
     if (!st && n_logits && c->gpu) st = make_current(c, A_LOGITS, 0, logit_bytes, TND_SIDE_CPU);

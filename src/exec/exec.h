@@ -140,7 +140,13 @@ struct tnd_ctx {
     double pf_t_over, pf_t_exp; /* EWMAs: s of a split layer besides its experts; CPU s per CPU expert */
     double pf_cpu_s;         /* this layer's CPU expert ops so far (s) ... */
     double pf_wait_s;        /* ... and the host's waits for GPU writes into host buffers (s) */
+    bool pf_behind;          /* the copies this layer's GPU part reads were not done at its routing */
     int pf_cpu_n;            /* ... over its CPU experts */
+    bool pfq_pending;        /* copies chosen at a routing, to queue as the CPU pool's errand (exec.c) ... */
+    int pfq_l;               /* ... into layer pfq_l's slots */
+    const int32_t *pfq_pred; /* ... from its prediction [pfq_n] (host activations, live for the round) */
+    int64_t pfq_n;
+    tnd_status pfq_st;       /* the errand's status, for the next routing or the round's end */
     uint64_t n_pf_copies, n_route_dec_pf; /* experts copied; decode routings served from a slot */
     tnd_event *mapped_ev;    /* the GPU's last write into a host buffer (split layers' A_EY rows) */
     bool mapped_pending[A_COUNT]; /* a GPU write into the host buffer may still be running */

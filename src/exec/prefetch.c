@@ -20,10 +20,16 @@
  * copies take k t_copy on the link, the n - k left run on the CPU at t_cpu
  * each, and a layer takes H besides its experts; the link keeps up (no
  * layer waits for a copy) while k t_copy <= H + (n - k) t_cpu, so k is the
- * largest such. H (a layer's host time less its CPU experts and its waits
- * for the GPU, which grow when copies lag) and t_cpu are measured as
- * rounds run (EWMAs), t_copy comes from the profile's link speed. A miss costs nothing extra: that
- * expert runs on the CPU, as without prefetch. */
+ * largest such. H and t_cpu are measured as rounds run (EWMAs), t_copy
+ * comes from the profile's link speed. H is a layer's time from routing to
+ * routing less its CPU experts: the link copies through all of it, the
+ * host's waits for the GPU's attention and routing included. Only when the
+ * copies a layer's GPU part reads were not done as its routing came back
+ * (the GPU then waits for them, and the next wait grows with the lag) are
+ * that layer's waits left out, so copying too much shrinks H instead of
+ * feeding it. (Leaving every wait out under-copied once CUDA graphs made
+ * the host's own time small: the waits are most of a layer then.) A miss
+ * costs nothing extra: that expert runs on the CPU, as without prefetch. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,8 +129,8 @@ int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e) {
 
 tnd_status tnd_pf_layer_begin(tnd_ctx *c, int l, int n_cpu) {
     const double now = tnd_time_s();
-    if (c->pf_last > 0) { /* the layer since the last routing, less its experts' CPU time and waits */
-        const double over = TND_MAX(now - c->pf_last - c->pf_cpu_s - c->pf_wait_s, 0.0);
+    if (c->pf_last > 0) { /* the layer since the last routing, less its experts' CPU time (and waits) */
+        const double over = TND_MAX(now - c->pf_last - c->pf_cpu_s - (c->pf_behind ? c->pf_wait_s : 0), 0.0);
         c->pf_t_over = c->pf_t_over > 0 ? (1 - PF_ALPHA) * c->pf_t_over + PF_ALPHA * over : over;
     }
     c->pf_last = now;
@@ -135,8 +141,12 @@ tnd_status tnd_pf_layer_begin(tnd_ctx *c, int l, int n_cpu) {
     c->pf_cpu_s = c->pf_wait_s = 0;
     c->pf_cpu_n = n_cpu;
     tnd_status st = TND_OK;
-    if (c->pf_fresh && c->pf_fresh[l]) /* the GPU part reads experts still on their way */
+    c->pf_behind = false;
+    if (c->pf_fresh && c->pf_fresh[l]) { /* the GPU part reads experts perhaps still on their way */
+        bool done;
+        c->pf_behind = tnd_backend_event_done(c->side[1].be, c->pf_ev[l % TND_PF_EV], &done) || !done;
         st = tnd_backend_stream_wait(c->side[1].be, c->side[1].st, c->pf_ev[l % TND_PF_EV]);
+    }
     if (c->pf_fresh) c->pf_fresh[l] = 0;
     return st;
 }

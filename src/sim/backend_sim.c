@@ -503,6 +503,14 @@ static tnd_status sim_event_sync(tnd_backend *b, tnd_event *e) {
     return TND_OK;
 }
 
+static tnd_status sim_event_done(tnd_backend *b, tnd_event *e, bool *done) {
+    sim_ctx *c = C(b);
+    pthread_mutex_lock(&c->mu);
+    *done = e->done >= e->issued;
+    pthread_mutex_unlock(&c->mu);
+    return TND_OK;
+}
+
 static tnd_status sim_event_elapsed(tnd_backend *b, tnd_event *start, tnd_event *end, float *ms) {
     sim_ctx *c = C(b);
     pthread_mutex_lock(&c->mu);
@@ -847,6 +855,7 @@ static const tnd_backend_iface sim_iface = {
     .stream_wait = sim_stream_wait,
     .event_sync = sim_event_sync,
     .event_elapsed = sim_event_elapsed,
+    .event_done = sim_event_done,
     .copy_h2d = sim_copy_h2d,
     .copy_d2h = sim_copy_d2h,
     .copy_d2d = sim_copy_d2d,
