@@ -397,23 +397,30 @@ static tnd_status queue_to_host(tnd_ctx *c, const tnd_tensor *t, bool *queued) {
     return TND_OK;
 }
 
-/* Queues the copies tnd_pf_issue chose for the layer remap_ids named
- * (c->pfq_*): run at once, or as the CPU pool's errand (cpu/pool.h). Its
- * status waits in pfq_st for pf_settle. */
-static void pf_errand(void *arg) {
+/* A split layer's host work that must not delay its CPU experts' start,
+ * run at once or as their pool's errand (cpu/pool.h): the launch of the
+ * GPU's half collected so far (pfq_flush), then the copies tnd_pf_issue
+ * chooses for the layer remap_ids named (pfq_pending, c->pfq_*). The
+ * first failure waits in pfq_st for pf_settle. */
+static void layer_errand(void *arg) {
     tnd_ctx *c = arg;
+    tnd_status st;
+    if (c->pfq_flush) {
+        c->pfq_flush = false;
+        if ((st = tnd_backend_graph_flush(c->side[1].be, c->side[1].st)) && !c->pfq_st) c->pfq_st = st;
+    }
     if (!c->pfq_pending) return;
     const double t1 = c->trace ? tnd_time_s() : 0;
     c->pfq_pending = false;
-    c->pfq_st = tnd_pf_issue(c, c->pfq_l, c->pfq_pred, c->pfq_n);
+    if ((st = tnd_pf_issue(c, c->pfq_l, c->pfq_pred, c->pfq_n)) && !c->pfq_st) c->pfq_st = st;
     if (c->trace) trace_add(c, TND_SIDE_CPU, TR_PFISSUE, TR_PLAIN, tnd_time_s() - t1);
 }
 
 /* The errand has run (a layer's routing needs its copies queued, a round's
  * end its copies drained): its status, once. */
 static tnd_status pf_settle(tnd_ctx *c) {
-    if (c->pfq_pending) tnd_pool_errand_flush(c->m->pool);
-    if (c->pfq_pending) pf_errand(c); /* not the pool's errand (run at once, or replaced) */
+    if (c->pfq_pending || c->pfq_flush) tnd_pool_errand_flush(c->m->pool);
+    if (c->pfq_pending || c->pfq_flush) layer_errand(c); /* not the pool's errand (run at once, or replaced) */
     tnd_status st = c->pfq_st;
     c->pfq_st = TND_OK;
     return st;
@@ -473,8 +480,8 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
             c->pfq_l = l + 1;
             c->pfq_n = tnd_tensor_nelem(&nd->op.in[1]);
             c->pfq_pending = true;
-            if (n_cpu > 0) tnd_pool_errand(c->m->pool, pf_errand, c);
-            else pf_errand(c);
+            if (n_cpu > 0) tnd_pool_errand(c->m->pool, layer_errand, c);
+            else layer_errand(c);
             if (!c->pfq_pending && c->pfq_st) return pf_settle(c);
         }
     }
@@ -526,11 +533,18 @@ static tnd_status record_route(tnd_ctx *c, const tnd_node *nd) {
 
 static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     double tr = c->trace ? tnd_time_s() : 0;
-    /* the GPU's collected work starts before the host turns to CPU work */
-    tnd_status fs = c->graphs_on && (nd->op.kind == TND_OP_NONE || tnd_exec_node_side(c, nd, c->cur, false, NULL) ==
-                                                                       TND_SIDE_CPU)
-                        ? tnd_backend_graph_flush(c->side[1].be, c->side[1].st)
-                        : TND_OK;
+    /* the GPU's collected work starts before the host turns to CPU work;
+     * a split layer's CPU experts start first and launch it in their
+     * pool's errand, beside the next layer's copies (a graph launch is
+     * ~5-10 us of host time, the GPU's half is the shorter one) */
+    tnd_status fs = TND_OK;
+    const bool expert_errand = c->pfq_pending && nd->op.kind == TND_OP_MATMUL_ID &&
+                               nd->op.in[2].data == c->side[0].act[A_RIC];
+    if (c->graphs_on &&
+        (nd->op.kind == TND_OP_NONE || tnd_exec_node_side(c, nd, c->cur, false, NULL) == TND_SIDE_CPU)) {
+        if (expert_errand) c->pfq_flush = true;
+        else fs = tnd_backend_graph_flush(c->side[1].be, c->side[1].st);
+    }
     if (fs) return fs;
     if (nd->op.kind == TND_OP_NONE && nd->op.out[0].data) {
         if (c->tl) tnd_tl_node_begin(c, nd, TND_SIDE_CPU, false), tnd_tl_op_begin(c, TND_SIDE_CPU);
@@ -602,6 +616,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     if (c->trace) tr = tnd_time_s();
     if (c->tl) tnd_tl_op_begin(c, s);
     if ((st = tnd_backend_op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
+    if (c->pfq_flush) tnd_pool_errand_flush(c->m->pool); /* the op ran without the pool: launch the GPU's half now */
     if (c->tl) tnd_tl_op_end(c, s);
     if (s == TND_SIDE_CPU) {
         double dt = tnd_time_s() - t_op;

@@ -142,7 +142,8 @@ struct tnd_ctx {
     double pf_wait_s;        /* ... and the host's waits for GPU writes into host buffers (s) */
     bool pf_behind;          /* the copies this layer's GPU part reads were not done at its routing */
     int pf_cpu_n;            /* ... over its CPU experts */
-    bool pfq_pending;        /* copies chosen at a routing, to queue as the CPU pool's errand (exec.c) ... */
+    bool pfq_flush;          /* the GPU's collected work, to launch in the CPU pool's errand (exec.c) */
+    bool pfq_pending;        /* copies chosen at a routing, to queue in that errand ... */
     int pfq_l;               /* ... into layer pfq_l's slots */
     const int32_t *pfq_pred; /* ... from its prediction [pfq_n] (host activations, live for the round) */
     int64_t pfq_n;
