@@ -21,7 +21,7 @@ extern "C" {
 
 /* TND_CUDA_MV: the decode matvec family of untiled weights */
 enum { TND_CFG_MV_AUTO = -1, TND_CFG_MV_OLD = 0, TND_CFG_MV_F16MMA = 1, TND_CFG_MV_I8MMA = 2 };
-/* TND_CUDA_GRAPHS: auto = rounds with nothing on the CPU, or of split MoE layers */
+/* TND_CUDA_GRAPHS: auto = decode steps, rounds with nothing on the CPU, or of split MoE layers */
 enum { TND_CFG_GRAPHS_OFF = 0, TND_CFG_GRAPHS_ON = 1, TND_CFG_GRAPHS_AUTO = 2 };
 /* TND_CUDA_TILE_MV: the kernel of re-laid (tiled) Q4_K weights */
 enum { TND_CFG_TILE_AUTO = 0, TND_CFG_TILE_F16 = 1, TND_CFG_TILE_I8 = 2, TND_CFG_TILE_I8B = 3 };
@@ -51,7 +51,8 @@ typedef struct tnd_config {
     int cuda_tile_i8_ns; /* TND_CUDA_TILE_I8_NS: 0|2|4|6|8, -1 the launch shape's pick */
     int cuda_pdl;        /* TND_CUDA_PDL: 0|1, -1 the default */
     int cuda_graphs;     /* TND_CUDA_GRAPHS: TND_CFG_GRAPHS_*: a decode round's GPU work as CUDA graphs; auto:
-                          * rounds with nothing on the CPU, and those of a model with split MoE layers */
+                          * decode steps, rounds with nothing on the CPU, those of a model with split MoE
+                          * layers */
     /* hybrid execution */
     int expert_prefetch; /* TND_EXPERT_PREFETCH: slots per split MoE layer for experts copied a layer ahead
                           * (exec/prefetch.c); -1 (auto): the model's experts per token; 0: off */

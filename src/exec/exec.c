@@ -50,8 +50,9 @@
  * the host thread's own time (a CPU op's run, a GPU op's queuing, waits for
  * GPU results inside the activation copies), so the cells add up to the
  * round as it really ran. */
-/* TR_RWAIT, TR_PFISSUE: parts of a split layer's NONE node (its cell holds
- * them too), the read-back of the routing and the prefetch's copies */
+/* TR_RWAIT, TR_PFISSUE: parts of other cells (which hold them too): the
+ * read-back of a split layer's routing (its NONE node), the prefetch's
+ * copies queued (its NONE node, or its CPU experts' first op: layer_errand) */
 enum { TR_ACT = TND_OP_COUNT, TR_WCOPY, TR_DRAIN, TR_RWAIT, TR_PFISSUE, TR_OPS };
 enum { TR_PLAIN, TR_PROM, TR_SPLIT_GPU, TR_SPLIT_CPU, TR_PARTS };
 struct tnd_trace_cell {
@@ -812,15 +813,16 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
      * replayed from step to step (positions are read from memory); auto
      * (the default): rounds with no CPU work, where a graph replaces a
      * whole step's launches (synth qwen3-8b on the H200: 185 -> 197 tok/s),
-     * and rounds of a model with split MoE layers, whose per-layer segments
+     * rounds of a model with split MoE layers, whose per-layer segments
      * are the same every step (30B-A3B at 30%: 57.0 -> 58.9 random, 68.6 ->
-     * 71.7 text). Dense hybrid rounds stay op by op: unmeasured since the
-     * replays (docs/DECISIONS.md). TND_TRACE=1 and the --trace timeline
-     * time every node alone, so they launch them one by one */
+     * 71.7 text), and dense hybrid decode steps (14B at 50%: 23.7 -> 25.4).
+     * Dense hybrid rounds of 2-8 tokens stay op by op: not measured
+     * (docs/DECISIONS.md). TND_TRACE=1 and the --trace timeline time every
+     * node alone, so they launch them one by one */
     const int graphs = tnd_config_get()->cuda_graphs;
     c->graphs_on = c->gpu && !st && nt <= TND_GRAPH_MAX_TOK && c->trace_mode != 1 && !c->tl &&
                    (graphs == TND_CFG_GRAPHS_ON ||
-                    (graphs == TND_CFG_GRAPHS_AUTO && (c->exp_gpu || round_gpu_only(c))));
+                    (graphs == TND_CFG_GRAPHS_AUTO && (nt == 1 || c->exp_gpu || round_gpu_only(c))));
     if (c->graphs_on) st = tnd_backend_graph_defer(c->side[1].be, c->side[1].st, true);
     int prom_seen = 0;
     for (int i = 0; !st && i < c->g.n; i++) {
