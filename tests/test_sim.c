@@ -517,6 +517,38 @@ static void test_stream_misc(void) {
     CHECK_ST(SIM->iface->stream_sync(SIM, A));
     tc_report(memcmp(src, dst, sizeof(float) * N * LEN) == 0, "stream_sync drains %d queued copies", 2 * N);
 
+    /* event_done: a new event counts as passed; one recorded behind a
+     * queue is reported passed once it is, stays so, and is passed after
+     * event_sync (jitter keeps the queue running while it is polled) */
+    tnd_event *q = NULL;
+    bool done = false, again = true;
+    CHECK_ST(SIM->iface->event_new(SIM, &q));
+    CHECK_ST(tnd_backend_event_done(SIM, q, &done));
+    tc_report(done, "event_done: an event never recorded counts as passed");
+    for (int i = 0; i < N; i++)
+        CHECK_ST(SIM->iface->copy_h2d(SIM, (float *)d + (size_t)i * LEN, src + (size_t)i * LEN, sizeof(float) * LEN, A));
+    CHECK_ST(SIM->iface->event_record(SIM, q, A));
+    long polls = 0, before = -1;
+    do {
+        CHECK_ST(tnd_backend_event_done(SIM, q, &done));
+        if (!done) before = polls;
+    } while (!done && ++polls < 100000000L);
+    for (int i = 0; i < 100; i++) {
+        bool d2 = false;
+        CHECK_ST(tnd_backend_event_done(SIM, q, &d2));
+        again &= d2;
+    }
+    tc_report(done && again, "event_done: passed after %ld polls (%s), and stays passed", polls,
+              before >= 0 ? "not passed before" : "passed at the first");
+    CHECK_ST(SIM->iface->event_sync(SIM, q));
+    CHECK_ST(tnd_backend_event_done(SIM, q, &done));
+    tc_report(done, "event_done: passed after event_sync");
+    SIM->iface->event_free(SIM, q);
+    CHECK_ST(CPU->iface->event_new(CPU, &q));
+    CHECK_ST(tnd_backend_event_done(CPU, q, &done));
+    tc_report(done, "event_done: the CPU backend's events are always passed");
+    CPU->iface->event_free(CPU, q);
+
     /* B waits on an event that is freed right after the wait is queued */
     tnd_event *e = NULL;
     CHECK_ST(SIM->iface->event_new(SIM, &e));

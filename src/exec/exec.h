@@ -140,8 +140,8 @@ struct tnd_ctx {
     double pf_t_over, pf_t_exp; /* EWMAs: s of a split layer besides its experts; CPU s per CPU expert */
     double pf_cpu_s;         /* this layer's CPU expert ops so far (s) ... */
     double pf_wait_s;        /* ... and the host's waits for GPU writes into host buffers (s) */
-    bool pf_behind;          /* the copies this layer's GPU part reads were not done at its routing */
     int pf_cpu_n;            /* ... over its CPU experts */
+    bool pf_behind;          /* the copies this layer's GPU part reads were not done at its routing */
     bool pfq_flush;          /* the GPU's collected work, to launch in the CPU pool's errand (exec.c) */
     bool pfq_pending;        /* copies chosen at a routing, to queue in that errand ... */
     int pfq_l;               /* ... into layer pfq_l's slots */
