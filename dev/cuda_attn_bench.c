@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "dev_check.h"
 #include "quant/quant.h"
 #include "util.h"
 #ifdef TND_HAVE_CUDA
@@ -37,22 +38,6 @@ int main(void) {
 static tnd_backend *B;
 static tnd_stream *S;
 static tnd_event *E0, *E1;
-
-#define CK(call)                                                                                    \
-    do {                                                                                            \
-        if ((call) != TND_OK) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, tnd_last_error());        \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
-
-static uint64_t rs = 88172645463325252ull;
-static float unif(void) {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.f - 1.f;
-}
 
 static void *dev_from(const void *host, size_t n) {
     void *d;
@@ -91,11 +76,11 @@ int main(int argc, char **argv) {
         float *q = malloc(sizeof *q * (size_t)sh->n_head * sh->hd), *o1 = malloc(sizeof *q * (size_t)sh->n_head * sh->hd),
               *o2 = malloc(sizeof *q * (size_t)sh->n_head * sh->hd);
         if (!kv || !q || !o1 || !o2) return 1;
-        for (size_t i = 0; i < kv_n; i++) kv[i] = tnd_fp32_to_fp16(unif());
+        for (size_t i = 0; i < kv_n; i++) kv[i] = tnd_fp32_to_fp16(unif(-1.f, 1.f));
         void *K = dev_from(kv, kv_n * 2);
-        for (size_t i = 0; i < kv_n; i++) kv[i] = tnd_fp32_to_fp16(unif());
+        for (size_t i = 0; i < kv_n; i++) kv[i] = tnd_fp32_to_fp16(unif(-1.f, 1.f));
         void *V = dev_from(kv, kv_n * 2);
-        for (int i = 0; i < sh->n_head * sh->hd; i++) q[i] = unif();
+        for (int i = 0; i < sh->n_head * sh->hd; i++) q[i] = unif(-1.f, 1.f);
         void *Q = dev_from(q, sizeof *q * (size_t)sh->n_head * sh->hd), *O;
         CK(B->iface->buf_alloc(B, sizeof *q * (size_t)sh->n_head * sh->hd, &O));
         const size_t scr_n = tnd_cu_attn_scratch(1, sh->n_head, sh->hd, n_max);

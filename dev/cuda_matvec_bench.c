@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "dev_check.h"
 #include "quant/quant.h"
 #include "util.h"
 #ifdef TND_HAVE_CUDA
@@ -66,22 +67,6 @@ static tnd_backend *B;
 static tnd_stream *S;
 static tnd_event *E0, *E1;
 
-#define CK(call)                                                                                    \
-    do {                                                                                            \
-        if ((call) != TND_OK) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, tnd_last_error());        \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
-
-static uint64_t rs = 88172645463325252ull;
-static uint64_t rnd(void) {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return rs;
-}
-static float unif(float lo, float hi) { return lo + (hi - lo) * (float)((rnd() >> 11) * (1.0 / 9007199254740992.0)); }
 static void put_f16(uint8_t *p, float v) {
     uint16_t h = tnd_fp32_to_fp16(v);
     memcpy(p, &h, 2);
