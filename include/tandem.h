@@ -132,7 +132,8 @@ typedef enum tnd_device {
 typedef struct tnd_ctx_params {
     int n_ctx;               /* context length in tokens (of each sequence); 0 = min(model, 4096) */
     int n_batch;             /* tokens per round (a prefill chunk, or a batched round of several
-                                sequences' tokens); 0 = 512 */
+                                sequences' tokens); 0 = 512; at most n_ctx x n_seq_max (a
+                                sequence's prefill chunk: at most n_ctx) */
     int n_seq_max;           /* sequences the context holds at once (tnd_seq_new), each with its
                                 own n_ctx rows of KV cache in every layer, counted in the plan's
                                 memory; 0 = 1, at most TND_SEQ_MAX */

@@ -334,6 +334,54 @@ static void check_errors(tnd_model *m) {
     tnd_plan_free(p4);
 }
 
+/* Rounds longer than a sequence's context: n_batch may reach n_ctx times
+ * n_seq_max, so 16 prompts (242 tokens, each within n_ctx 40) go through
+ * one round, and each sequence is as alone; a single sequence's chunks
+ * stay within n_ctx. On the CPU, then SimGPU (a random placement), exact;
+ * then on a CUDA GPU where there is one (the device machine), in Q8 mode
+ * against the CPU's Q8 runs alone, within compare's bounds. */
+static void check_long_rounds(tnd_model *m, const tnd_ctx_params *base, const char *name) {
+    tnd_ctx_params cp = *base;
+    const bool exact = cp.cpu_exact;
+    if (!exact && tnd_cuda_device_count() <= 0) return; /* Q8: only the CUDA run */
+    cp.n_ctx = 40;
+    cp.n_batch = 256;
+    cp.n_seq_max = 1;
+    tnd_plan *pl;
+    CHECK_ST(tnd_plan_build(m, &cp, &pl));
+    CHECK(tnd_plan_n_batch(pl) == 40, "%s: one sequence's rounds capped at n_ctx: %d", name, tnd_plan_n_batch(pl));
+    tnd_plan_free(pl);
+    cp.n_seq_max = 4;
+    CHECK_ST(tnd_plan_build(m, &cp, &pl));
+    CHECK(tnd_plan_n_batch(pl) == 160, "%s: 4 sequences' rounds capped at 4 x n_ctx: %d", name, tnd_plan_n_batch(pl));
+    tnd_plan_free(pl);
+    int nv = tnd_model_n_vocab(m);
+    prompt p[MAX_SEQ];
+    make_prompts(p, MAX_SEQ, nv, 0x1e6 + (uint64_t)nv);
+    int32_t ta[MAX_SEQ][N_GEN], tb[MAX_SEQ][N_GEN];
+    float *la[MAX_SEQ], *lb[MAX_SEQ];
+    size_t nl = (size_t)(N_GEN + 1) * nv;
+    for (int i = 0; i < MAX_SEQ; i++) la[i] = tc_xmalloc(sizeof(float) * nl), lb[i] = tc_xmalloc(sizeof(float) * nl);
+    for (int i = 0; i < MAX_SEQ; i++)
+        CHECK(run_alone(m, &cp, &p[i], ta[i], la[i]) == TND_OK, "%s long rounds alone %d: %s", name, i,
+              tnd_last_error());
+    static const tnd_device dev[3] = {TND_DEVICE_CPU, TND_DEVICE_SIM, TND_DEVICE_CUDA};
+    for (int k = exact ? 0 : 2; k < (exact ? 2 : 3); k++) {
+        tnd_ctx_params bp = cp;
+        bp.device = dev[k];
+        if (k) bp.placement = "random:77", bp.promote = "all";
+        char what[96];
+        snprintf(what, sizeof what, "%s long rounds %s", name, k == 0 ? "cpu" : k == 1 ? "sim random:77" : "cuda random:77");
+        int rounds = 0;
+        tnd_status st = run_batch(m, &bp, p, MAX_SEQ, tb, lb, &rounds);
+        CHECK(st == TND_OK, "%s: %s", what, tnd_last_error());
+        if (st) continue;
+        CHECK(rounds == N_GEN + 1, "%s: the prompts in one round, then a round a token: %d rounds", what, rounds);
+        for (int i = 0; i < MAX_SEQ; i++) compare(what, i, exact, nv, tb[i], lb[i], ta[i], la[i]);
+    }
+    for (int i = 0; i < MAX_SEQ; i++) free(la[i]), free(lb[i]);
+}
+
 /* SimGPU, random placements of weights and KV caches, random or all
  * promotions, exact mode: every sequence of the batch as on the CPU alone. */
 static void check_sim(tnd_model *m, const tnd_ctx_params *cpu, const char *name, int n_place, int max_batch) {
@@ -364,11 +412,13 @@ static void model_checks(const char *path, const char *name, int max_batch, int 
     check_batches(m, &cp, &cp, what, true, max_batch);
     check_churn(m, &cp, what);
     check_swap(m, &cp, what);
+    if (!san || max_batch >= 16) check_long_rounds(m, &cp, what);
     check_sim(m, &cp, name, n_place, san ? TND_MIN(max_batch, 4) : max_batch);
     cp.cpu_exact = false;
     snprintf(what, sizeof what, "%s q8", name);
     worst_rel = 0;
     check_batches(m, &cp, &cp, what, false, max_batch);
+    if (!san || max_batch >= 16) check_long_rounds(m, &cp, what);
     printf("%s: batched against alone, logits within %.3f row std\n", what, worst_rel);
     check_errors(m);
     tnd_model_free(m);

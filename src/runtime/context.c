@@ -74,13 +74,18 @@ static tnd_status emit_round(tnd_ctx *c, int nt, int pos0, bool want_logits) {
     return tnd_recipe_emit(&r, nt, pos0, want_logits);
 }
 
-/* The op list of the largest batched decode round: a token of each of as
- * many sequences as a round takes, each at the end of its slot. */
-static tnd_status emit_batch_worst(tnd_ctx *c) {
-    int n = tnd_logit_rows(c->n_batch, c->n_seq_max);
+/* The op list of the largest batched rounds: per = 1, a token of each of
+ * as many sequences as a round takes, each at the end of its slot; per =
+ * n_ctx, n_batch tokens of whole prompts, a sequence's n_ctx after
+ * another's (rounds longer than a sequence's context, batch.c). */
+static tnd_status emit_batch_worst(tnd_ctx *c, int per) {
+    int n = per == 1 ? tnd_logit_rows(c->n_batch, c->n_seq_max) : (c->n_batch + per - 1) / per;
     tnd_seg *sg = tnd_calloc((size_t)n, sizeof *sg);
     if (!sg) return TND_ERR_NOMEM;
-    for (int i = 0; i < n; i++) sg[i] = (tnd_seg){.seq = i, .off = i, .n = 1, .pos0 = c->n_ctx - 1, .logits = true};
+    for (int i = 0; i < n; i++) {
+        int k = TND_MIN(per, c->n_batch - i * per);
+        sg[i] = (tnd_seg){.seq = i, .off = i * per, .n = k, .pos0 = c->n_ctx - k, .logits = true};
+    }
     tnd_recipe r;
     tnd_ctx_recipe(c, &r);
     tnd_status st = tnd_recipe_emit_batch(&r, sg, n);
@@ -93,10 +98,11 @@ static tnd_status emit_batch_worst(tnd_ctx *c) {
  * fails here with a clear message and never mid-generation. */
 static tnd_status reserve_scratch(tnd_ctx *c) {
     tnd_backend *g = c->side[1].be;
-    int rounds[2][2] = {{c->n_batch, c->n_ctx - c->n_batch}, {1, c->n_ctx - 1}};
-    for (int r = 0; r < 3; r++) {
-        if (r == 2 && c->n_seq_max == 1) break;
-        tnd_status st = r < 2 ? emit_round(c, rounds[r][0], rounds[r][1], true) : emit_batch_worst(c);
+    const int chunk = TND_MIN(c->n_batch, c->n_ctx);
+    int rounds[2][2] = {{chunk, c->n_ctx - chunk}, {1, c->n_ctx - 1}};
+    for (int r = 0; r < 4; r++) {
+        if ((r == 2 && c->n_seq_max == 1) || (r == 3 && c->n_batch <= c->n_ctx)) continue;
+        tnd_status st = r < 2 ? emit_round(c, rounds[r][0], rounds[r][1], true) : emit_batch_worst(c, r == 2 ? 1 : c->n_ctx);
         int cur = TND_SIDE_CPU;
         for (int i = 0; !st && i < c->g.n; i++) {
             cur = tnd_exec_node_side(c, &c->g.nodes[i], cur, true, NULL);
@@ -283,8 +289,7 @@ static tnd_status ctx_new(tnd_model *m, const tnd_ctx_params *p, const tnd_place
     if (n_ctx > hp->n_ctx_train)
         return tnd_fail(TND_ERR_LIMIT, "context length %d exceeds the model's training context %d", n_ctx,
                         hp->n_ctx_train);
-    int nb = p->n_batch ? p->n_batch : 512;
-    if (nb > n_ctx) nb = n_ctx;
+    int nb = tnd_round_cap(p->n_batch, n_ctx, p->n_seq_max);
     tnd_ctx *c;
     tnd_status st = ctx_alloc(m, n_ctx, nb, p->n_seq_max, p->device, p->vram_budget, p->hw, p->cpu_exact, &c);
     tnd_plan *plan = NULL;
@@ -307,7 +312,7 @@ tnd_model *tnd_ctx_model(const tnd_ctx *c) { return c ? c->m : NULL; }
 tnd_status tnd_ctx_new_bare(tnd_model *m, const tnd_ctx_params *p, tnd_ctx **out) {
     const int n_ctx = p->n_ctx ? p->n_ctx : TND_MIN(m->hp.n_ctx_train, 4096);
     tnd_ctx *c;
-    tnd_status st = ctx_alloc(m, n_ctx, TND_MIN(p->n_batch ? p->n_batch : 512, n_ctx), p->n_seq_max, p->device,
+    tnd_status st = ctx_alloc(m, n_ctx, tnd_round_cap(p->n_batch, n_ctx, p->n_seq_max), p->n_seq_max, p->device,
                               p->vram_budget, p->hw, p->cpu_exact, &c);
     if (st) {
         tnd_ctx_free(c);

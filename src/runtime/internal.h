@@ -26,6 +26,15 @@ struct tnd_plan {
     tnd_perf *perf_pred;     /* a perf DB fetched for the predictions alone (tnd_ctx_params.predict) */
 };
 
+/* A round's token budget: n_batch asked (0: 512), at most what the
+ * sequences' KV rows hold (n_ctx each), so a round of several sequences'
+ * prompts may be longer than one context. */
+static inline int tnd_round_cap(int n_batch, int n_ctx, int n_seq_max) {
+    const int64_t rows = (int64_t)n_ctx * (n_seq_max > 0 ? n_seq_max : 1);
+    const int64_t nb = n_batch ? n_batch : 512;
+    return (int)(nb < rows ? nb : rows);
+}
+
 /* Builds *out for m on backends already made: cpu (it times CPU ops when a
  * perf DB is measured) and gpu (NULL: none; its mem_info gives the budget,
  * and it is the GPU a perf DB is measured on). fixed: the placement to take

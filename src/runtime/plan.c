@@ -202,8 +202,8 @@ tnd_status tnd_plan_make(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu
     pl->vram_budget = p->vram_budget;
     pl->cpu_exact = p->cpu_exact;
     pl->n_ctx = p->n_ctx ? p->n_ctx : TND_MIN(m->hp.n_ctx_train, 4096);
-    pl->n_batch = TND_MIN(p->n_batch ? p->n_batch : 512, pl->n_ctx);
     pl->n_seq_max = p->n_seq_max ? p->n_seq_max : 1;
+    pl->n_batch = tnd_round_cap(p->n_batch, pl->n_ctx, pl->n_seq_max);
     pl->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
     pl->gpu = gpu != NULL;
     tnd_status st = TND_OK;

@@ -36,7 +36,7 @@ static void usage(FILE *f) {
                "                         random:SEED or a file; Q: none, all, auto, random:SEED\n"
                "      --hw PROFILE       SimGPU timing profile (with --device sim)\n"
                "      --trace FILE       write the rounds as a Chrome/Perfetto trace (JSON); with\n"
-               "                         several placements, FILE-1.json, FILE-2.json, ...\n"
+               "                         several placements or batch sizes, FILE-1.json, FILE-2.json, ...\n"
                "      --no-limits        skip measuring the bandwidths behind the physical limit\n"
                "  -v, --verbose      per placement, the decode test's host syncs, GPU launches\n"
                "                     and CUDA graph launches per token (stderr)\n"
@@ -292,6 +292,22 @@ typedef struct bres {
     result all, pp, tg, lat; /* generated tok/s over prefill + decode; prefill tok/s; decode tok/s; ms per token per sequence */
 } bres;
 
+/* B new sequences of c (ids), each fed its n_prompt tokens: toks shifted
+ * by the sequence's index, so that the prompts differ. */
+static tnd_status feed_prompts(tnd_ctx *c, int *ids, int B, const int32_t *toks, long n_toks, long n_prompt) {
+    tnd_status st = TND_OK;
+    for (int i = 0; !st && i < B; i++) {
+        int32_t p[64];
+        st = tnd_seq_new(c, &ids[i]);
+        for (long done = 0; !st && done < n_prompt; done += 64) {
+            int k = (int)TND_MIN(64, n_prompt - done);
+            for (int j = 0; j < k; j++) p[j] = toks[(done + j + i) % n_toks];
+            st = tnd_seq_feed(c, ids[i], p, k);
+        }
+    }
+    return st;
+}
+
 /* --batch: for each size B, B sequences in one context (n_seq_max = B):
  * their prompts (toks shifted by the sequence's index, so they differ) fed
  * and prefilled in rounds of n_batch tokens, then n_gen rounds of a token
@@ -310,19 +326,16 @@ static int run_batched(tnd_model *m, const tnd_ctx_params *base, const int32_t *
     tnd_backend_counters dec;
     memset(&dec, 0, sizeof dec);
     long n_rounds = 0;
-    /* warm-up: page faults and the pool's first runs stay out of the timings */
+    /* warm-up, as the prefill test's: the first round of the prompts and a
+     * decode step, so that page faults, the pool's first runs and CUDA's
+     * lazy loading of the prefill kernels stay out of the timings */
+    if (feed_prompts(c, ids, B, toks, n_toks, n_prompt) || tnd_ctx_step(c)) goto out;
+    for (int i = 0; i < B; i++)
+        if (tnd_seq_free(c, ids[i])) goto out;
     if (tnd_seq_new(c, &seq) || tnd_seq_feed(c, seq, toks, 1) || tnd_ctx_step(c) || tnd_seq_free(c, seq)) goto out;
     for (long r = 0; r < reps; r++) {
         double t0 = tnd_time_s();
-        for (int i = 0; i < B; i++) {
-            int32_t p[64];
-            if (tnd_seq_new(c, &ids[i])) goto out;
-            for (long done = 0; done < n_prompt; done += 64) {
-                int k = (int)TND_MIN(64, n_prompt - done);
-                for (int j = 0; j < k; j++) p[j] = toks[(done + j + i) % n_toks];
-                if (tnd_seq_feed(c, ids[i], p, k)) goto out;
-            }
-        }
+        if (feed_prompts(c, ids, B, toks, n_toks, n_prompt)) goto out;
         for (bool more = n_prompt > 0; more;) {
             if (tnd_ctx_step(c)) goto out;
             more = false;
@@ -361,6 +374,16 @@ static int run_batched(tnd_model *m, const tnd_ctx_params *base, const int32_t *
 out:
     tnd_ctx_free(c);
     return rc;
+}
+
+/* The --trace file of the k-th of n contexts (placements, batch sizes):
+ * FILE for one, else FILE-K.json beside the others (K from 1). */
+static const char *trace_name(const char *trace, int k, int n, char *buf, size_t len) {
+    if (!trace || n <= 1) return trace;
+    const char *dot = strrchr(trace, '.'), *slash = strrchr(trace, '/');
+    int stem = dot && (!slash || dot > slash) ? (int)(dot - trace) : (int)strlen(trace);
+    snprintf(buf, len, "%.*s-%d%s", stem, trace, k + 1, trace + stem);
+    return buf;
 }
 
 /* Parses "1,4,16" into b[] (each 1..TND_SEQ_MAX); false when malformed. */
@@ -572,8 +595,10 @@ int cmd_bench(int argc, char **argv) {
         char name[64];
         snprintf(name, sizeof name, "pp%ld+tg%ld", n_prompt, n_gen);
         int rc = 0;
+        char trace_k[4096];
         for (int k = 0; k < n_batches && !rc; k++) {
             br[k].batch = batches[k];
+            cp.trace = trace_name(trace, k, n_batches, trace_k, sizeof trace_k);
             if ((rc = run_batched(m, &cp, toks, TND_MAX(need, 1), n_prompt, n_gen, reps, batch, &br[k])))
                 fprintf(stderr, "tandem: error: bench --batch %d: %s\n", batches[k], tnd_last_error());
         }
@@ -612,15 +637,7 @@ int cmd_bench(int argc, char **argv) {
     int rc = 0, n_ok = 0;
     char trace_k[4096];
     for (int k = 0; k < n_cfg; k++) {
-        /* one trace per placement: FILE, or FILE-K.json beside the others */
-        if (trace && n_cfg > 1) {
-            const char *dot = strrchr(trace, '.'), *slash = strrchr(trace, '/');
-            int stem = dot && (!slash || dot > slash) ? (int)(dot - trace) : (int)strlen(trace);
-            snprintf(trace_k, sizeof trace_k, "%.*s-%d%s", stem, trace, k + 1, trace + stem);
-            cp.trace = trace_k;
-        } else {
-            cp.trace = trace;
-        }
+        cp.trace = trace_name(trace, k, n_cfg, trace_k, sizeof trace_k);
         if (run_config(m, &cp, &cfg[k], toks, n_prompt, n_gen, depth, reps, have_limits ? &L : NULL, pf, name_pp,
                        name_tg)) {
             fprintf(stderr, "tandem: error: bench (placement %s): %s\n", cfg[k].placement[0] ? cfg[k].placement : "default",
