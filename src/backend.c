@@ -202,6 +202,8 @@ tnd_status tnd_op_check_positions(const tnd_op *op, const char *who) {
     const tnd_tensor *a = &op->in[0], *o = &op->out[0];
     if (op->kind == TND_OP_ATTN) {
         const tnd_tensor *k = &op->in[1], *v = &op->in[2];
+        if (op->p.attn.slot_rows < 0 || (op->p.attn.slot_rows > 0 && !op->in[3].data))
+            return tnd_fail(TND_ERR_ARG, "%s attn: slots need positions in memory", who);
         const int64_t nt = ne_or_1(a, 2), rows = ne_or_1(k, 1);
         if (ne_or_1(v, 1) < rows) return tnd_fail(TND_ERR_ARG, "%s attn: V has fewer rows than K", who);
         if (!op->in[3].data) {
@@ -211,8 +213,15 @@ tnd_status tnd_op_check_positions(const tnd_op *op, const char *who) {
         }
         if (op->in[3].type != TND_TYPE_I32 || tnd_tensor_nelem(&op->in[3]) != nt)
             return tnd_fail(TND_ERR_ARG, "%s attn: pos must be i32 with one entry per token", who);
-        if (op->p.attn.kv_cap < nt || op->p.attn.kv_cap > rows)
+        const int32_t sr = op->p.attn.slot_rows;
+        if (sr > 0) {
+            if (rows % sr) return tnd_fail(TND_ERR_ARG, "%s attn: %lld cache rows are not slots of %d", who,
+                                           (long long)rows, sr);
+            if (op->p.attn.kv_cap < 1 || op->p.attn.kv_cap > sr)
+                return tnd_fail(TND_ERR_LIMIT, "%s attn: kv_cap %d past a slot's %d rows", who, op->p.attn.kv_cap, sr);
+        } else if (op->p.attn.kv_cap < nt || op->p.attn.kv_cap > rows) {
             return tnd_fail(TND_ERR_LIMIT, "%s attn: kv_cap %d past the cache", who, op->p.attn.kv_cap);
+        }
     } else if (op->kind == TND_OP_CPY && op->in[1].data) {
         if (a->type != TND_TYPE_F32 || o->type != TND_TYPE_F16 || o->ne[0] < 1 || tnd_tensor_nelem(a) % o->ne[0] ||
             op->in[1].type != TND_TYPE_I32 || tnd_tensor_nelem(&op->in[1]) != tnd_tensor_nelem(a) / o->ne[0])

@@ -37,6 +37,19 @@
 #include "quant/quant.h"
 #include "tandem.h"
 
+/* Longer expert matmuls group the pairs by expert and dequantize the experts they
+ * use to f16 in runs of up to this many bytes, one launch a run, then one
+ * grouped GEMM a run: how many experts of n_out x n_in a run holds (at
+ * least one, at most those the pairs can use). The CUDA backend's scratch
+ * and the layout's estimate of it both count it. */
+#define TND_MMID_RUN_BYTES (64ull << 20)
+static inline int64_t tnd_mmid_run_experts(int64_t n_in, int64_t n_out, int64_t n_expert, int64_t pairs) {
+    int64_t k = (int64_t)(TND_MMID_RUN_BYTES / ((uint64_t)n_out * (uint64_t)n_in * 2u));
+    if (k > n_expert) k = n_expert;
+    if (k > pairs) k = pairs;
+    return k < 1 ? 1 : k;
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -114,7 +127,13 @@ typedef enum tnd_op_kind {
      * query t is at pos[0] + t, read when the op runs, and p.attn.pos0 is
      * not used; p.attn.kv_cap >= pos[0] + n_tok bounds the rows any query
      * sees (it sizes a GPU launch). The op is then the same from one decode
-     * step to the next, so a GPU backend can replay it (graph_defer). */
+     * step to the next, so a GPU backend can replay it (graph_defer).
+     * Slots (p.attn.slot_rows > 0, with in[3]): several sequences at once
+     * (a batched round's short segments). K and V hold slots of slot_rows
+     * rows, one after another; in[3][t] = s * slot_rows + p puts query t at
+     * position p of slot s, where it sees that slot's rows 0..p; queries
+     * need not be consecutive. kv_cap > every p bounds the rows any query
+     * sees (kv_cap <= slot_rows). */
     TND_OP_ATTN,
     /* Softmax over rows of ne[0] of (x * p.scale.s). in[0], out[0] f32. */
     TND_OP_SOFTMAX,
@@ -175,7 +194,13 @@ typedef struct tnd_op {
     union {
         struct { float eps; } norm;
         struct { int32_t n_rot, mode; float freq_base, freq_scale, eps; } rope; /* eps: the fused norm's */
-        struct { int32_t n_head, n_head_kv, head_dim, pos0; float scale; int32_t window; float softcap; int32_t kv_cap; } attn;
+        struct {
+            int32_t n_head, n_head_kv, head_dim, pos0;
+            float scale;
+            int32_t window;
+            float softcap;
+            int32_t kv_cap, slot_rows;
+        } attn;
         struct { float s; } scale;   /* SOFTMAX (0 is taken as 1) and SCALE */
         struct { int32_t n_used, mode; bool norm; } route;
         struct {

@@ -21,6 +21,7 @@
  * when built without CUDA or when no GPU is present. `--only-q4kt` runs
  * only the kernels over the Q4_K tile layout (test_q4kt_all).
  */
+#include <cublas_v2.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -373,6 +374,80 @@ static void test_matmul_id(tnd_type t, int64_t n_in, int64_t n_out, int64_t n_ex
     free(tsc);
 }
 
+/* The grouped path's runs, through tnd_cu_matmul_id itself so that runs
+ * shorter than the experts can be asked for on small shapes: experts used
+ * with gaps between them (whose unused neighbours a run dequantizes too),
+ * runs of 1, 2, 3 and all 9 experts, and invalid ids, whose rows become
+ * NaN (skip false) or keep what was there (skip true). */
+static void test_matmul_id_runs(tnd_type t, int64_t n_in) {
+    const int64_t n_out = 45, n_exp = 9, n_tok = 70;
+    const int n_used = 2;
+    static const int32_t pick[5] = {1, 2, 4, 7, 8};
+    size_t wb;
+    void *W = make_weights(t, n_in, n_out * n_exp, &wb);
+    size_t rs = tnd_row_size(t, n_in);
+    const int64_t pairs = n_tok * n_used, ny = pairs * n_out;
+    float *x = (float *)tc_xmalloc((size_t)(n_in * n_tok) * 4);
+    tc_fill_unif(x, (size_t)(n_in * n_tok), -1, 1);
+    int32_t *ids = (int32_t *)tc_xmalloc((size_t)pairs * 4);
+    int64_t n_good = 0;
+    for (int64_t i = 0; i < pairs; i++) {
+        ids[i] = i % 13 == 5 ? -1 : pick[tc_xorshift() % 5];
+        n_good += ids[i] >= 0;
+    }
+    double *ref = (double *)tc_xmalloc((size_t)(n_good * n_out) * 8), *sc = (double *)tc_xmalloc((size_t)(n_good * n_out) * 8);
+    double xmax = 0, xm;
+    for (int64_t i = 0, k = 0; i < pairs; i++) {
+        if (ids[i] < 0) continue;
+        ref_matmul(t, (const uint8_t *)W + rs * (size_t)n_out * (size_t)ids[i], n_in, n_out, x + (i / n_used) * n_in, 1,
+                   ref + k * n_out, sc + k * n_out, &xm);
+        xmax = fmax(xmax, xm);
+        k++;
+    }
+    void *dW = dev_upload(W, wb), *dx = dev_upload(x, (size_t)(n_in * n_tok) * 4);
+    float *dy = (float *)dev_alloc((size_t)ny * 4);
+    size_t ss = tnd_cu_matmul_id_scratch(n_in, n_out, n_exp, n_tok, n_used, n_exp);
+    void *scratch = dev_alloc(ss);
+    float *y = (float *)tc_xmalloc((size_t)ny * 4), *got = (float *)tc_xmalloc((size_t)(n_good * n_out) * 4);
+    cublasHandle_t h = NULL;
+    CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "cublasCreate");
+    tnd_cu_stream cs = (tnd_cu_stream)tnd_cuda_stream_handle(S);
+    static const int64_t runs[4] = {1, 2, 3, 9};
+    for (int r = 0; h && r < 4; r++)
+        for (int skip = 0; skip < 2; skip++) {
+            char what[160];
+            snprintf(what, sizeof what, "matmul_id %-5s grouped, runs of %lld of 9 experts, invalid ids %s",
+                     tnd_type_name(t), (long long)runs[r], skip ? "skipped" : "NaN");
+            dev_poison(dy, (size_t)ny * 4);
+            int e = tnd_cu_matmul_id((tnd_cu_blas)h, t, dW, n_in, n_out, n_exp, (const float *)dx, false, n_tok, ids,
+                                     n_used, skip, dy, scratch, ss, runs[r], NULL, NULL, cs);
+            CHECK(e == 0, "%s: error %d", what, e);
+            if (e) continue;
+            dev_download(y, dy, (size_t)ny * 4);
+            int64_t wrong = 0;
+            for (int64_t i = 0, k = 0; i < pairs; i++) {
+                const float *row = y + i * n_out;
+                if (ids[i] >= 0) {
+                    memcpy(got + k++ * n_out, row, (size_t)n_out * 4);
+                    continue;
+                }
+                for (int64_t j = 0; j < n_out; j++) {
+                    uint32_t bits;
+                    memcpy(&bits, &row[j], 4);
+                    wrong += bits != (skip ? 0xffffffffu : 0x7fc00000u); /* left alone: the poison; else a quiet NaN */
+                }
+            }
+            CHECK(!wrong, "%s: %lld values of invalid ids' rows wrong", what, (long long)wrong);
+            compare(what, got, ref, sc, n_good * n_out, 2e-3, (double)n_in * 6e-8 * xmax);
+        }
+    if (h) cublasDestroy(h);
+    dev_free(dW);
+    dev_free(dx);
+    dev_free(dy);
+    dev_free(scratch);
+    free(W), free(x), free(ids), free(ref), free(sc), free(y), free(got);
+}
+
 /* ---- get_rows ------------------------------------------------------------------------- */
 
 static void test_get_rows(tnd_type t, int64_t n, int64_t n_rows, int64_t n_ids) {
@@ -521,6 +596,97 @@ static void test_rope(int64_t n_tok, int n_head, int hd, int n_rot, int mode, fl
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
+/* The double reference of one query's heads (q: [n_head][hd]) over cache
+ * rows K, V ([..][row]) at position pos (it sees rows 0..pos, the last
+ * window of them when window > 0), into ref [n_head][hd]; p: pos + 1 doubles. */
+static void ref_attn_query(const float *q, const uint16_t *K, const uint16_t *V, int64_t row, int n_head, int n_kv,
+                           int hd, int64_t pos, float scale, float softcap, int window, double *p, double *ref) {
+    const int ratio = n_head / n_kv;
+    const int64_t nvis = pos + 1, lo = window > 0 && nvis - window > 0 ? nvis - window : 0; /* rows > pos - window */
+    for (int h = 0; h < n_head; h++) {
+        const int g = h / ratio;
+        const float *qh = q + (int64_t)h * hd;
+        double m = -INFINITY, l = 0;
+        for (int64_t j = lo; j < nvis; j++) {
+            double s = 0;
+            for (int d = 0; d < hd; d++) s += (double)qh[d] * tnd_fp16_to_fp32(K[j * row + g * hd + d]);
+            s *= scale;
+            if (softcap > 0) s = softcap * tanh(s / softcap);
+            p[j] = s;
+            m = fmax(m, p[j]);
+        }
+        for (int64_t j = lo; j < nvis; j++) l += p[j] = exp(p[j] - m);
+        for (int d = 0; d < hd; d++) {
+            double a = 0;
+            for (int64_t j = lo; j < nvis; j++) a += p[j] * tnd_fp16_to_fp32(V[j * row + g * hd + d]);
+            ref[(int64_t)h * hd + d] = a / l;
+        }
+    }
+}
+
+/* ATTN over slots (backend.h): queries of several sequences in one op, each
+ * at its row slot * SR + position, against the double reference over its
+ * own slot. Rows no query sees are NaN. */
+static void test_attn_slots(int n_head, int n_kv, int hd, float softcap, int window) {
+    enum { N_SLOT = 5, SR = 300, NT = 7 };
+    const int32_t slot[NT] = {3, 0, 0, 4, 1, 0, 2}, at[NT] = {5, 0, 1, 170, SR - 1, 9, 260};
+    const int64_t row = (int64_t)n_kv * hd, nq = (int64_t)NT * n_head * hd;
+    float *q = (float *)tc_xmalloc((size_t)nq * 4);
+    uint16_t *K = (uint16_t *)tc_xmalloc((size_t)(N_SLOT * SR * row) * 2);
+    uint16_t *V = (uint16_t *)tc_xmalloc((size_t)(N_SLOT * SR * row) * 2);
+    tc_fill_unif(q, (size_t)nq, -1, 1);
+    int32_t seen[N_SLOT] = {0}, rows[NT];
+    for (int t = 0; t < NT; t++) seen[slot[t]] = seen[slot[t]] > at[t] + 1 ? seen[slot[t]] : at[t] + 1;
+    double vmax = 0;
+    for (int64_t i = 0; i < N_SLOT * SR * row; i++) {
+        bool dead = (i / row) % SR >= seen[i / row / SR];
+        K[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(tc_unif(-1, 1));
+        V[i] = dead ? 0x7e00 : tnd_fp32_to_fp16(tc_unif(-1, 1));
+        if (!dead) vmax = fmax(vmax, fabs(tnd_fp16_to_fp32(V[i])));
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    double *ref = (double *)tc_xmalloc((size_t)nq * 8), *p = (double *)tc_xmalloc((size_t)SR * 8);
+    for (int t = 0; t < NT; t++) {
+        rows[t] = slot[t] * SR + at[t];
+        ref_attn_query(q + (int64_t)t * n_head * hd, K + (int64_t)slot[t] * SR * row, V + (int64_t)slot[t] * SR * row,
+                       row, n_head, n_kv, hd, at[t], scale, softcap, window, p, ref + (int64_t)t * n_head * hd);
+    }
+    float *dq = (float *)dev_upload(q, (size_t)nq * 4), *dout = (float *)dev_alloc((size_t)nq * 4);
+    void *dK = dev_upload(K, (size_t)(N_SLOT * SR * row) * 2), *dV = dev_upload(V, (size_t)(N_SLOT * SR * row) * 2);
+    void *drows = dev_upload(rows, sizeof rows);
+    dev_poison(dout, (size_t)nq * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_ATTN;
+    op.in[0] = tens(dq, TND_TYPE_F32, hd, n_head, NT);
+    op.in[1] = tens(dK, TND_TYPE_F16, row, N_SLOT * SR, 1);
+    op.in[2] = tens(dV, TND_TYPE_F16, row, N_SLOT * SR, 1);
+    op.in[3] = tens(drows, TND_TYPE_I32, NT, 1, 1);
+    op.out[0] = tens(dout, TND_TYPE_F32, hd, n_head, NT);
+    op.p.attn.n_head = n_head;
+    op.p.attn.n_head_kv = n_kv;
+    op.p.attn.head_dim = hd;
+    op.p.attn.scale = scale;
+    op.p.attn.softcap = softcap;
+    op.p.attn.window = window;
+    op.p.attn.kv_cap = SR;
+    op.p.attn.slot_rows = SR;
+    char what[200];
+    snprintf(what, sizeof what, "attn over %d slots of %d rows: %d queries, heads=%d kv_heads=%d head_dim=%d softcap=%g "
+             "window=%d", N_SLOT, SR, NT, n_head, n_kv, hd, softcap, window);
+    if (run_op(&op, what)) {
+        float *y = (float *)tc_xmalloc((size_t)nq * 4);
+        double *sc = (double *)tc_xmalloc((size_t)nq * 8);
+        dev_download(y, dout, (size_t)nq * 4);
+        for (int64_t i = 0; i < nq; i++) sc[i] = vmax;
+        compare(what, y, ref, sc, nq, 1e-4, 0); /* test_attn's bound */
+        free(sc);
+        free(y);
+    }
+    dev_free(dq), dev_free(dout), dev_free(dK), dev_free(dV), dev_free(drows);
+    free(q), free(K), free(V), free(ref), free(p);
+}
+
 static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0, float softcap, int window) {
     int64_t n_ctx = pos0 + n_tok + 3; /* 3 rows past the last query: NaN, never to be read */
     int64_t row = (int64_t)n_kv * hd;
@@ -540,27 +706,8 @@ static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0,
     for (int64_t i = 0; i < (pos0 + n_tok) * row; i++) vmax = fmax(vmax, fabs(tnd_fp16_to_fp32(V[i])));
     int ratio = n_head / n_kv;
     for (int64_t t = 0; t < n_tok; t++)
-        for (int h = 0; h < n_head; h++) {
-            int g = h / ratio;
-            int64_t nvis = pos0 + t + 1;
-            int64_t lo = window > 0 && nvis - window > 0 ? nvis - window : 0; /* rows > pos - window */
-            const float *qh = q + (t * n_head + h) * hd;
-            double m = -INFINITY, l = 0;
-            for (int64_t j = lo; j < nvis; j++) {
-                double s = 0;
-                for (int d = 0; d < hd; d++) s += (double)qh[d] * tnd_fp16_to_fp32(K[j * row + g * hd + d]);
-                s *= scale;
-                if (softcap > 0) s = softcap * tanh(s / softcap);
-                p[j] = s;
-                m = fmax(m, p[j]);
-            }
-            for (int64_t j = lo; j < nvis; j++) l += p[j] = exp(p[j] - m);
-            for (int d = 0; d < hd; d++) {
-                double a = 0;
-                for (int64_t j = lo; j < nvis; j++) a += p[j] * tnd_fp16_to_fp32(V[j * row + g * hd + d]);
-                ref[(t * n_head + h) * hd + d] = a / l;
-            }
-        }
+        ref_attn_query(q + t * n_head * hd, K, V, row, n_head, n_kv, hd, pos0 + t, scale, softcap, window, p,
+                       ref + t * n_head * hd);
     float *dq = (float *)dev_upload(q, (size_t)nq * 4), *dout = (float *)dev_alloc((size_t)nq * 4);
     void *dK = dev_upload(K, (size_t)(n_ctx * row) * 2), *dV = dev_upload(V, (size_t)(n_ctx * row) * 2);
     dev_poison(dout, (size_t)nq * 4);
@@ -1940,6 +2087,7 @@ int main(int argc, char **argv) {
         test_matmul_id(t, n_in, 45, 5, 3, 2, true);
         test_matmul_id(t, n_in, 45, 7, 17, 3, true);
         test_matmul_id(t, n_in, 45, 7, 70, 3, true);
+        test_matmul_id_runs(t, n_in);
     }
     test_get_rows(TND_TYPE_Q4_K, 2048, 1000, 64);
 
@@ -1986,6 +2134,9 @@ int main(int argc, char **argv) {
     test_attn(20, 6, 2, 72, 10, 0, 0);        /* head_dim 72: no tensor-core kernel, k_attn */
     test_attn(1, 32, 4, 128, 1023, 0, 0);     /* decode over 1024 rows, 30B-A3B heads (32-key splits) */
     test_attn(1, 40, 8, 128, 20000, 0, 0);    /* decode, long context */
+    test_attn_slots(32, 4, 128, 0, 0);        /* a batched round's decode tokens, 30B-A3B heads */
+    test_attn_slots(32, 2, 128, 50.0f, 0);    /* soft-cap; GQA 16: the thread-per-output form */
+    test_attn_slots(16, 8, 256, 0, 64);       /* window */
 
     test_softmax(1001, 3, 0.7f);
     test_softmax(7, 17, 1.0f);

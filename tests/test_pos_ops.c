@@ -8,7 +8,9 @@
  *     the cache is a clear error that writes nothing past it;
  *   - ATTN reading pos[0] equals ATTN with p.attn.pos0, for decode shapes
  *     with GQA, a sliding window and soft-capping; a position past the
- *     cache is a clear error.
+ *     cache is a clear error;
+ *   - ATTN over slots (a batched round's decode tokens in one op) equals
+ *     each query alone over its own slot; bad rows and shapes are errors.
  * The whole recipe with these forms is checked by the reference-logit and
  * hybrid tests (decode steps use them on every backend). */
 #include <math.h>
@@ -107,6 +109,85 @@ static void test_attn_pos(int n_tok, int n_head, int n_kv, int hd, int pos0, flo
     free(pos);
 }
 
+/* ATTN over slots (p.attn.slot_rows): queries of several sequences in one
+ * op, each at its row slot * slot_rows + position, as that query alone over
+ * its slot's rows, bit for bit; rows and shapes the op cannot take are
+ * clear errors. */
+static void test_attn_slots(int n_head, int n_kv, int hd, float softcap, int window) {
+    enum { N_SLOT = 4, SR = 48, NT = 6 };
+    const int64_t row = (int64_t)n_kv * hd, nq = (int64_t)NT * n_head * hd;
+    /* slot 2 at 5; slot 0 at 0 and 1 (one run); slot 3 at 17; slot 1 at the slot's last row; slot 0 at 9 */
+    const int32_t slot[NT] = {2, 0, 0, 3, 1, 0}, at[NT] = {5, 0, 1, 17, SR - 1, 9};
+    float *q = tc_xmalloc(sizeof(float) * (size_t)nq), *a = tc_xmalloc(sizeof(float) * (size_t)nq),
+          *b = tc_xmalloc(sizeof(float) * (size_t)nq);
+    uint16_t *K = tc_xmalloc(2 * (size_t)(N_SLOT * SR * row)), *V = tc_xmalloc(2 * (size_t)(N_SLOT * SR * row));
+    tc_fill_unif(q, (size_t)nq, -1, 1);
+    for (int64_t i = 0; i < N_SLOT * SR * row; i++) {
+        K[i] = tnd_fp32_to_fp16(tc_unif(-1, 1));
+        V[i] = tnd_fp32_to_fp16(tc_unif(-1, 1));
+    }
+    int32_t rows[NT];
+    tnd_op op = {.kind = TND_OP_ATTN};
+    op.p.attn.n_head = n_head;
+    op.p.attn.n_head_kv = n_kv;
+    op.p.attn.head_dim = hd;
+    op.p.attn.scale = 1.0f / sqrtf((float)hd);
+    op.p.attn.softcap = softcap;
+    op.p.attn.window = window;
+    for (int t = 0; t < NT; t++) { /* the reference: each query alone over its slot */
+        tnd_op one = op;
+        one.p.attn.pos0 = at[t];
+        one.in[0] = tens(q + (int64_t)t * n_head * hd, TND_TYPE_F32, hd, n_head, 1);
+        one.in[1] = tens(K + (int64_t)slot[t] * SR * row, TND_TYPE_F16, row, SR, 1);
+        one.in[2] = tens(V + (int64_t)slot[t] * SR * row, TND_TYPE_F16, row, SR, 1);
+        one.out[0] = tens(a + (int64_t)t * n_head * hd, TND_TYPE_F32, hd, n_head, 1);
+        CHECK_ST(CPU->iface->op_run(CPU, &one, NULL));
+        rows[t] = slot[t] * SR + at[t];
+    }
+    op.p.attn.slot_rows = SR;
+    op.p.attn.kv_cap = SR;
+    op.in[0] = tens(q, TND_TYPE_F32, hd, n_head, NT);
+    op.in[1] = tens(K, TND_TYPE_F16, row, N_SLOT * SR, 1);
+    op.in[2] = tens(V, TND_TYPE_F16, row, N_SLOT * SR, 1);
+    op.in[3] = tens(rows, TND_TYPE_I32, NT, 1, 1);
+    op.out[0] = tens(b, TND_TYPE_F32, hd, n_head, NT);
+    CHECK_ST(CPU->iface->op_run(CPU, &op, NULL));
+    CHECK(!memcmp(a, b, sizeof(float) * (size_t)nq),
+          "attn over slots == each query alone: %d/%d heads, head_dim %d, softcap %g, window %d", n_head, n_kv, hd,
+          softcap, window);
+    /* what the op refuses */
+    struct {
+        const char *what;
+        int32_t row3, kv_cap, slot_rows;
+        int64_t cache_rows;
+        bool pos;
+    } bad[] = {
+        {"a row past the slots", N_SLOT * SR, SR, SR, N_SLOT * SR, true},
+        {"a position at kv_cap", 3 * SR + 20, 20, SR, N_SLOT * SR, true},
+        {"kv_cap past a slot", 17, SR + 1, SR, N_SLOT * SR, true},
+        {"a cache of part of a slot", 17, SR, SR, N_SLOT * SR - 1, true},
+        {"slots without positions in memory", 17, SR, SR, N_SLOT * SR, false},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tnd_op x = op;
+        int32_t r2[NT];
+        memcpy(r2, rows, sizeof r2);
+        r2[3] = bad[i].row3;
+        x.in[3] = bad[i].pos ? tens(r2, TND_TYPE_I32, NT, 1, 1) : (tnd_tensor){0};
+        x.p.attn.kv_cap = bad[i].kv_cap;
+        x.p.attn.slot_rows = bad[i].slot_rows;
+        x.in[1].ne[1] = x.in[2].ne[1] = bad[i].cache_rows;
+        tnd_status st = CPU->iface->op_run(CPU, &x, NULL);
+        CHECK(st != TND_OK && *tnd_last_error(), "attn over slots: %s refused (%s)", bad[i].what, tnd_last_error());
+        tnd_clear_error();
+    }
+    free(q);
+    free(a);
+    free(b);
+    free(K);
+    free(V);
+}
+
 int main(void) {
     tnd_pool *pool = tnd_pool_new(2);
     CHECK(pool && tnd_backend_cpu_new(pool, 0, &CPU) == TND_OK, "cpu backend");
@@ -119,6 +200,10 @@ int main(void) {
     test_attn_pos(3, 16, 8, 128, 95, 0, 0);
     test_attn_pos(8, 8, 2, 80, 31, 50.0f, 0);
     test_attn_pos(2, 8, 4, 256, 400, 0, 64);
+    test_attn_slots(4, 4, 64, 0, 0);
+    test_attn_slots(32, 4, 128, 0, 0);
+    test_attn_slots(8, 2, 80, 50.0f, 0);
+    test_attn_slots(8, 4, 256, 0, 7);
     tnd_backend_free(CPU);
     tnd_pool_free(pool);
     return tc_summary();

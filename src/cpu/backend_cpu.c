@@ -213,6 +213,35 @@ static void rows_task(void *arg, int ith, int nth) {
     if (err) atomic_store(&j->err, (int)err);
 }
 
+/* ATTN over slots (backend.h): each run of queries in one slot at
+ * consecutive positions is one attention of that slot's rows, as the op of
+ * that sequence alone would compute it. */
+static tnd_status attn_slots(cpu_ctx *c, const tnd_op *op, const tnd_attn_args *all) {
+    tnd_status st = tnd_op_check_positions(op, "cpu");
+    if (st) return st;
+    const int32_t *row = op->in[3].data, sr = op->p.attn.slot_rows;
+    const int64_t n_slots = op->in[1].ne[1] / sr, kvd = op->in[1].ne[0];
+    const int64_t qd = (int64_t)all->n_head * all->head_dim;
+    for (int t = 0, u; t < all->n_tok; t = u) {
+        const int64_t s = row[t] / sr, p = row[t] % sr;
+        if (row[t] < 0 || s >= n_slots || p >= op->p.attn.kv_cap)
+            return tnd_fail(TND_ERR_ARG, "attn: query %d's row %d is past the slots (%lld of %d rows, kv_cap %d)", t,
+                            row[t], (long long)n_slots, sr, op->p.attn.kv_cap);
+        /* the run: the next rows of the same slot, within kv_cap */
+        u = t + 1;
+        while (u < all->n_tok && row[u] == row[u - 1] + 1 && row[u] % sr != 0 && row[u] % sr < op->p.attn.kv_cap) u++;
+        tnd_attn_args a = *all;
+        a.q = (const float *)all->q + t * qd;
+        a.out = (float *)all->out + t * qd;
+        a.k = (const uint16_t *)all->k + s * sr * kvd;
+        a.v = (const uint16_t *)all->v + s * sr * kvd;
+        a.n_tok = u - t;
+        a.pos0 = (int)p;
+        tnd_cpu_attn(c->pool, &a);
+    }
+    return TND_OK;
+}
+
 /* Runs a row-wise op, over the pool when it is large. */
 static tnd_status run_rows(cpu_ctx *c, const tnd_op *op, int64_t rows, int64_t elems) {
     rows_job j = {op, rows, TND_OK};
@@ -367,15 +396,15 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     case TND_OP_ROPE:
         return run_rows(c, op, in[0].ne[2], tnd_tensor_nelem(&in[0]));
     case TND_OP_ATTN: {
-        const int pos0 = in[3].data ? *(const int32_t *)in[3].data : op->p.attn.pos0; /* backend.h */
-        if (pos0 < 0 || pos0 + in[0].ne[2] > in[1].ne[1])
-            return tnd_fail(TND_ERR_ARG, "attn: position %d past the cache's %lld rows", pos0, (long long)in[1].ne[1]);
         tnd_attn_args a = {
             .q = in[0].data, .k = in[1].data, .v = in[2].data, .out = out[0].data,
-            .n_tok = (int)in[0].ne[2], .pos0 = pos0, .n_head = op->p.attn.n_head,
-            .n_kv_head = op->p.attn.n_head_kv, .head_dim = op->p.attn.head_dim,
+            .n_tok = (int)in[0].ne[2], .pos0 = in[3].data ? *(const int32_t *)in[3].data : op->p.attn.pos0,
+            .n_head = op->p.attn.n_head, .n_kv_head = op->p.attn.n_head_kv, .head_dim = op->p.attn.head_dim,
             .window = op->p.attn.window, .scale = op->p.attn.scale, .softcap = op->p.attn.softcap,
         };
+        if (op->p.attn.slot_rows > 0) return attn_slots(c, op, &a);
+        if (a.pos0 < 0 || a.pos0 + in[0].ne[2] > in[1].ne[1])
+            return tnd_fail(TND_ERR_ARG, "attn: position %d past the cache's %lld rows", a.pos0, (long long)in[1].ne[1]);
         tnd_cpu_attn(c->pool, &a);
         return TND_OK;
     }

@@ -1032,16 +1032,17 @@ static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int
                 }
                 ids = own;
             }
-            size_t base = tnd_cu_matmul_id_scratch(n_in, n_out, n_tok, n_used);
+            const int64_t run = tnd_mmid_run_experts(n_in, n_out, n_exp, (int64_t)pairs);
+            size_t base = tnd_cu_matmul_id_scratch(n_in, n_out, n_exp, n_tok, n_used, run);
             int32_t *sh = NULL, *sd = NULL;
             int si = 0;
             if ((st = ensure_scratch(c, s, base)) || (st = ensure_blas(c, s)) ||
-                (st = stage_take(s, 2 * pairs, &sh, &sd, &si))) {
+                (st = stage_take(s, tnd_cu_matmul_id_stage_words(n_exp, n_tok, n_used), &sh, &sd, &si))) {
                 free(own);
                 return st;
             }
             e = tnd_cu_matmul_id(s->blas, a->type, a->data, n_in, n_out, n_exp, x, per_slot, n_tok, ids, n_used,
-                                 op->p.mmid.skip, y, s->scratch, base, sh, sd, cs);
+                                 op->p.mmid.skip, y, s->scratch, base, run, sh, sd, cs);
             if (!e) e = (int)cudaEventRecord(s->stage_ev[si], cs);
             free(own);
         }
@@ -1080,7 +1081,8 @@ static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int
         if ((st = ensure_scratch(c, s, need))) return st;
         e = tnd_cu_attn((const float *)a->data, (const uint16_t *)op->in[1].data, (const uint16_t *)op->in[2].data,
                         (float *)o->data, n_tok, op->p.attn.n_head, op->p.attn.n_head_kv, op->p.attn.head_dim,
-                        pos ? 0 : op->p.attn.pos0, pos, op->p.attn.kv_cap, op->p.attn.scale, op->p.attn.softcap,
+                        pos ? 0 : op->p.attn.pos0, pos, op->p.attn.kv_cap, pos ? op->p.attn.slot_rows : 0,
+                        op->p.attn.scale, op->p.attn.softcap,
                         op->p.attn.window, s->scratch, s->scratch_size, cs);
         break;
     }
@@ -1329,7 +1331,8 @@ static tnd_status cu_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     } else if (op->kind == TND_OP_MATMUL_ID) {
         int64_t n_tok = rows_of(&op->in[2]), n_used = ne(&op->in[2], 0);
         if (n_tok > CU_MATVEC_ID_MAX_TOK) {
-            need = tnd_cu_matmul_id_scratch(a->ne[0], ne(a, 1), n_tok, (int)n_used);
+            need = tnd_cu_matmul_id_scratch(a->ne[0], ne(a, 1), ne(a, 2), n_tok, (int)n_used,
+                                            tnd_mmid_run_experts(a->ne[0], ne(a, 1), ne(a, 2), n_tok * n_used));
             blas = true;
         }
         /* the temporary of a skipping matvec matmul_id (cu_op_run) */

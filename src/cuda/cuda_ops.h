@@ -236,18 +236,23 @@ int tnd_cu_matmul_q4kt(tnd_cu_blas blas, const void *W, int64_t n_in, int64_t n_
 /* tnd_cu_dequant_f16 for a re-laid Q4_K W; r0 and r1 multiples of 16. */
 int tnd_cu_dequant_f16_q4kt(const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out, tnd_cu_stream stream);
 /* Expert matmul for larger batches: groups the (token, slot) pairs by expert
- * on the host (ids_host: the routing result, already on the host), then one
- * f16 GEMM per used expert. Same contract as tnd_cu_matvec_id, except for
- * negative ids: with skip their rows of y are left untouched (backend.h's
- * MATMUL_ID), without it they become NaN. Scratch at least
+ * on the host (ids_host: the routing result, already on the host), then
+ * dequantizes the used experts to f16 in runs of up to n_run consecutive
+ * experts (one launch a run) and multiplies each run's experts by their
+ * tokens in one grouped GEMM. Same contract as tnd_cu_matvec_id, except
+ * for negative ids: with skip their rows of y are left untouched
+ * (backend.h's MATMUL_ID), without it they become NaN. Scratch at least
  * tnd_cu_matmul_id_scratch() bytes. stage_host/stage_dev (may be NULL):
- * pinned mapped memory of 2 * n_tok * n_used int32s, free to overwrite, for
- * uploading the grouping without the copy engine. Synchronizes nothing. */
-size_t tnd_cu_matmul_id_scratch(int64_t n_in, int64_t n_out, int64_t n_tok, int n_used);
+ * pinned mapped memory of tnd_cu_matmul_id_stage_words() int32s, free to
+ * overwrite, for uploading the grouping without the copy engine.
+ * Synchronizes nothing. */
+size_t tnd_cu_matmul_id_scratch(int64_t n_in, int64_t n_out, int64_t n_expert, int64_t n_tok, int n_used,
+                                int64_t n_run);
+size_t tnd_cu_matmul_id_stage_words(int64_t n_expert, int64_t n_tok, int n_used);
 int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
                      int64_t n_expert, const float *x, bool x_per_slot, int64_t n_tok, const int32_t *ids_host,
-                     int n_used, bool skip, float *y, void *scratch, size_t scratch_size, int32_t *stage_host,
-                     const int32_t *stage_dev, tnd_cu_stream stream);
+                     int n_used, bool skip, float *y, void *scratch, size_t scratch_size, int64_t n_run,
+                     int32_t *stage_host, const int32_t *stage_dev, tnd_cu_stream stream);
 
 /* ---- getrows.cu ------------------------------------------------------------
  * out[i][k] = float(table[ids[i]][k]); table rows of n elements. Bad ids give
@@ -289,10 +294,13 @@ int tnd_cu_rope_norm(const float *x, float *y, const int32_t *pos, const float *
 size_t tnd_cu_attn_scratch(int64_t n_tok, int n_head, int head_dim, int64_t n_kv_max);
 /* pos (optional, device memory): pos0 is read from pos[0] when the kernel
  * runs, and kv_cap >= pos0 + n_tok sizes the launch instead (a launch that
- * does not change from one decode step to the next, for graph replays). */
+ * does not change from one decode step to the next, for graph replays).
+ * slot_rows > 0 (with pos): K and V hold slots of slot_rows rows, and
+ * pos[t] = s * slot_rows + p puts query t at position p of slot s, where it
+ * attends to that slot's rows (backend.h's ATTN); kv_cap > every p. */
 int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok, int n_head,
-                int n_head_kv, int head_dim, int64_t pos0, const int32_t *pos, int64_t kv_cap, float scale,
-                float softcap, int64_t window, void *scratch, size_t scratch_size, tnd_cu_stream stream);
+                int n_head_kv, int head_dim, int64_t pos0, const int32_t *pos, int64_t kv_cap, int64_t slot_rows,
+                float scale, float softcap, int64_t window, void *scratch, size_t scratch_size, tnd_cu_stream stream);
 
 /* ---- act.cu ----------------------------------------------------------------
  * Element-wise, n elements, outputs may alias inputs. */

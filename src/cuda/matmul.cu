@@ -204,31 +204,88 @@ __global__ void k_fill_nan(float *y, const int32_t *pair, int64_t n_out, int64_t
     y[(int64_t)pair[i / n_out] * n_out + i % n_out] = __int_as_float(0x7fc00000);
 }
 
-/* Scratch: [pairs] int32 token list, [pairs] int32 pair list (uploaded),
- * xg f16 [pairs][n_in], yg f32 [pairs][n_out], wh f16 [n_out][n_in]. */
-extern "C" size_t tnd_cu_matmul_id_scratch(int64_t n_in, int64_t n_out, int64_t n_tok, int n_used) {
+/* The upload of the grouping: [pairs] int32 token list, [pairs] int32 pair
+ * list, then the grouped GEMM's A, B and C pointer arrays (one entry per
+ * used expert, at most min(n_expert, pairs)). */
+static size_t mmid_upload_bytes(int64_t n_expert, int64_t pairs) {
+    int64_t k = n_expert < pairs ? n_expert : pairs;
+    return (size_t)pairs * 8 + (size_t)k * 3 * sizeof(void *);
+}
+
+/* Scratch: the upload, xg f16 [pairs][n_in], yg f32 [pairs][n_out], wh f16
+ * [n_run][n_out][n_in] (a run of experts dequantized at once). */
+extern "C" size_t tnd_cu_matmul_id_scratch(int64_t n_in, int64_t n_out, int64_t n_expert, int64_t n_tok, int n_used,
+                                           int64_t n_run) {
     size_t pairs = (size_t)n_tok * (size_t)n_used;
-    return 2 * align256(pairs * 4) + align256(pairs * n_in * 2) + align256(pairs * n_out * 4) +
-           align256((size_t)n_out * n_in * 2);
+    return align256(mmid_upload_bytes(n_expert, (int64_t)pairs)) + align256(pairs * n_in * 2) +
+           align256(pairs * n_out * 4) + align256((size_t)n_run * n_out * n_in * 2);
+}
+
+extern "C" size_t tnd_cu_matmul_id_stage_words(int64_t n_expert, int64_t n_tok, int n_used) {
+    return (mmid_upload_bytes(n_expert, n_tok * n_used) + 3) / 4;
+}
+
+/* A run's GEMMs, one per used expert (g of them): one grouped call, or one
+ * call an expert where the grouped one is refused (then never tried again). */
+static int gemm_run(cublasHandle_t h, int g, const int *rows, const int *ntok, int n_in, const void *const *dA,
+                    const void *const *dB, void *const *dC, const __half *const *hA, const __half *const *hB,
+                    float *const *hC) {
+    static int grouped_ok = -1; /* unknown, 0 refused, 1 works (any thread may learn it) */
+    const int grouped = __atomic_load_n(&grouped_ok, __ATOMIC_RELAXED);
+    if (grouped != 0) {
+        cublasOperation_t *ta = (cublasOperation_t *)malloc(sizeof(cublasOperation_t) * 2 * (size_t)g);
+        int *iv = (int *)malloc(sizeof(int) * 5 * (size_t)g);
+        float *ab = (float *)malloc(sizeof(float) * 2 * (size_t)g);
+        if (!ta || !iv || !ab) {
+            free(ta), free(iv), free(ab);
+            return cudaErrorMemoryAllocation;
+        }
+        cublasOperation_t *tb = ta + g;
+        int *kk = iv, *lda = iv + g, *ldc = iv + 2 * g, *gs = iv + 3 * g, *nn = iv + 4 * g;
+        for (int i = 0; i < g; i++) {
+            ta[i] = CUBLAS_OP_T, tb[i] = CUBLAS_OP_N;
+            kk[i] = n_in, lda[i] = n_in, ldc[i] = rows[i], gs[i] = 1, nn[i] = ntok[i];
+            ab[i] = 1.0f, ab[g + i] = 0.0f;
+        }
+        cublasStatus_t cs = cublasGemmGroupedBatchedEx(h, ta, tb, rows, nn, kk, ab, dA, CUDA_R_16F, lda, dB, CUDA_R_16F,
+                                                       lda, ab + g, dC, CUDA_R_32F, ldc, g, gs, CUBLAS_COMPUTE_32F);
+        free(ta), free(iv), free(ab);
+        if (cs == CUBLAS_STATUS_SUCCESS) {
+            __atomic_store_n(&grouped_ok, 1, __ATOMIC_RELAXED);
+            return 0;
+        }
+        if (grouped == 1 || cs != CUBLAS_STATUS_NOT_SUPPORTED) return 1000 + (int)cs;
+        __atomic_store_n(&grouped_ok, 0, __ATOMIC_RELAXED);
+    }
+    for (int i = 0; i < g; i++) {
+        int e = gemm_f16(h, hA[i], rows[i], n_in, hB[i], ntok[i], hC[i], rows[i]);
+        if (e) return e;
+    }
+    return 0;
 }
 
 extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64_t n_in, int64_t n_out,
                                 int64_t n_expert, const float *x, bool x_per_slot, int64_t n_tok, const int32_t *ids_host,
-                                int n_used, bool skip, float *y, void *scratch, size_t scratch_size,
+                                int n_used, bool skip, float *y, void *scratch, size_t scratch_size, int64_t n_run,
                                 int32_t *stage_host, const int32_t *stage_dev, tnd_cu_stream stream) {
-    if (!blas || !W || !x || !y || !ids_host || !scratch || n_tok < 1 || n_used < 1 || n_expert < 1)
+    if (!blas || !W || !x || !y || !ids_host || !scratch || n_tok < 1 || n_used < 1 || n_expert < 1 || n_run < 1)
         return cudaErrorInvalidValue;
+    if (n_in > 0x7fffffff || n_out > 0x7fffffff || n_tok * n_used > 0x7fffffff) return cudaErrorInvalidValue;
     size_t rb = tnd_cu_row_bytes(type, n_in);
     if (!tnd_cu_type_supported(type) || !rb) return cudaErrorInvalidValue;
-    if (scratch_size < tnd_cu_matmul_id_scratch(n_in, n_out, n_tok, n_used)) return cudaErrorInvalidValue;
-    int64_t pairs = n_tok * n_used;
+    if (scratch_size < tnd_cu_matmul_id_scratch(n_in, n_out, n_expert, n_tok, n_used, n_run)) return cudaErrorInvalidValue;
+    const int64_t pairs = n_tok * n_used;
+    const size_t up_bytes = mmid_upload_bytes(n_expert, pairs);
     /* Counting sort of the pairs by expert (invalid ids last, as expert
-     * n_expert), on the host: the ids are there already. */
+     * n_expert), on the host: the ids are there already. The upload block
+     * is built in 8-byte words, so its pointer arrays are aligned. */
     int32_t *cnt = (int32_t *)calloc((size_t)n_expert + 2, sizeof(int32_t));
-    int32_t *order = (int32_t *)malloc((size_t)pairs * 2 * sizeof(int32_t));
-    if (!cnt || !order) {
-        free(cnt);
-        free(order);
+    uint64_t *up = (uint64_t *)malloc((up_bytes + 7) & ~(size_t)7);
+    int32_t *fill = (int32_t *)malloc(((size_t)n_expert + 1) * sizeof(int32_t));
+    /* the experts some pair uses, in order */
+    int32_t *used = (int32_t *)malloc(sizeof(int32_t) * (size_t)n_expert);
+    if (!cnt || !up || !fill || !used) {
+        free(cnt), free(up), free(fill), free(used);
         return cudaErrorMemoryAllocation;
     }
     for (int64_t i = 0; i < pairs; i++) {
@@ -237,13 +294,7 @@ extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64
     }
     for (int64_t e = 0; e <= n_expert; e++) cnt[e + 1] += cnt[e];
     /* cnt[e] is now the first slot of expert e; cnt[n_expert] the first bad one */
-    int32_t *tok = order, *pair = order + pairs;
-    int32_t *fill = (int32_t *)malloc(((size_t)n_expert + 1) * sizeof(int32_t));
-    if (!fill) {
-        free(cnt);
-        free(order);
-        return cudaErrorMemoryAllocation;
-    }
+    int32_t *tok = (int32_t *)up, *pair = tok + pairs;
     memcpy(fill, cnt, ((size_t)n_expert + 1) * sizeof(int32_t));
     for (int64_t i = 0; i < pairs; i++) {
         int32_t e = ids_host[i];
@@ -254,24 +305,47 @@ extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64
     }
     free(fill);
     char *sp = (char *)scratch;
-    int32_t *d_tok = (int32_t *)sp, *d_pair = d_tok + pairs; /* as order[]: one upload */
-    sp += 2 * align256((size_t)pairs * 4);
+    int32_t *d_tok = (int32_t *)sp, *d_pair = d_tok + pairs; /* as up[]: one upload */
+    sp += align256(up_bytes);
     __half *xg = (__half *)sp;
     sp += align256((size_t)pairs * n_in * 2);
     float *yg = (float *)sp;
     sp += align256((size_t)pairs * n_out * 4);
     __half *wh = (__half *)sp;
+    /* the used experts, and the GEMM pointers of each (host and device) */
+    int g = 0;
+    for (int64_t ex = 0; ex < n_expert; ex++)
+        if (cnt[ex + 1] > cnt[ex]) used[g++] = (int32_t)ex;
+    const size_t ptr_off = (size_t)pairs * 8;
+    void **hp = (void **)((char *)up + ptr_off); /* A[g], B[g], C[g] as uploaded */
+    void **dp = (void **)((char *)d_tok + ptr_off);
+    int *rows = (int *)malloc(sizeof(int) * 2 * ((size_t)g + 1));
+    if (!rows) {
+        free(cnt), free(up), free(used);
+        return cudaErrorMemoryAllocation;
+    }
+    int *ntok = rows + g + 1;
+    for (int i = 0, r0 = 0; i < g; i++) {
+        int32_t ex = used[i];
+        if (used[i] - used[r0] >= n_run) r0 = i; /* a new run starts at this expert */
+        hp[i] = wh + (size_t)(ex - used[r0]) * (size_t)n_out * (size_t)n_in;
+        hp[g + i] = xg + (size_t)cnt[ex] * (size_t)n_in;
+        hp[2 * g + i] = yg + (size_t)cnt[ex] * (size_t)n_out;
+        rows[i] = (int)n_out;
+        ntok[i] = cnt[ex + 1] - cnt[ex];
+    }
     cudaStream_t st = (cudaStream_t)stream;
     cublasHandle_t h = (cublasHandle_t)blas;
     int e = 0;
+    const size_t n_up = ptr_off + (size_t)g * 3 * sizeof(void *);
     /* Through the caller's pinned staging with an SM copy when given (no
      * copy-engine queue); else from pageable memory, which cudaMemcpyAsync
-     * stages before returning, so freeing order[] afterwards is safe. */
+     * stages before returning, so freeing up[] afterwards is safe. */
     if (stage_host && stage_dev) {
-        memcpy(stage_host, order, (size_t)pairs * 2 * sizeof(int32_t));
-        e = tnd_cu_copy_sm(d_tok, stage_dev, (size_t)pairs * 2 * sizeof(int32_t), stream);
+        memcpy(stage_host, up, n_up);
+        e = tnd_cu_copy_sm(d_tok, stage_dev, n_up, stream);
     } else {
-        e = (int)cudaMemcpyAsync(d_tok, order, (size_t)pairs * 2 * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+        e = (int)cudaMemcpyAsync(d_tok, up, n_up, cudaMemcpyHostToDevice, st);
     }
     if (!e) e = bind_stream(h, st);
     int64_t good = cnt[n_expert], nbad = pairs - good;
@@ -279,12 +353,20 @@ extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64
         k_gather_f16<<<tnd_cu_blocks(good * n_in, 256), 256, 0, st>>>(x, d_tok, n_in, good, xg);
         e = (int)cudaGetLastError();
     }
-    for (int64_t ex = 0; !e && ex < n_expert; ex++) {
-        int64_t b = cnt[ex], n = cnt[ex + 1] - cnt[ex];
-        if (n == 0) continue;
-        const uint8_t *we = (const uint8_t *)W + (size_t)ex * (size_t)n_out * rb;
-        e = tnd_cu_dequant_f16(type, we, n_in, 0, n_out, (uint16_t *)wh, stream);
-        if (!e) e = gemm_f16(h, wh, n_out, n_in, xg + b * n_in, n, yg + b * n_out, n_out);
+    /* runs of used experts within n_run of the run's first: one dequant of
+     * the experts from the first to the last (unused ones between them too),
+     * then their GEMMs */
+    for (int i0 = 0; !e && i0 < g;) {
+        int i1 = i0 + 1;
+        while (i1 < g && used[i1] - used[i0] < n_run) i1++;
+        const uint8_t *w0 = (const uint8_t *)W + (size_t)used[i0] * (size_t)n_out * rb;
+        e = tnd_cu_dequant_f16(type, w0, n_in, 0, (int64_t)(used[i1 - 1] - used[i0] + 1) * n_out, (uint16_t *)wh,
+                               stream);
+        if (!e)
+            e = gemm_run(h, i1 - i0, rows + i0, ntok + i0, (int)n_in, (const void *const *)dp + i0,
+                         (const void *const *)dp + g + i0, dp + 2 * g + i0, (const __half *const *)hp + i0,
+                         (const __half *const *)hp + g + i0, (float *const *)hp + 2 * g + i0);
+        i0 = i1;
     }
     if (!e && good > 0) {
         k_scatter_rows<<<tnd_cu_blocks(good * n_out, 256), 256, 0, st>>>(yg, d_pair, n_out, good, y);
@@ -294,7 +376,9 @@ extern "C" int tnd_cu_matmul_id(tnd_cu_blas blas, int type, const void *W, int64
         k_fill_nan<<<tnd_cu_blocks(nbad * n_out, 256), 256, 0, st>>>(y, d_pair + good, n_out, nbad);
         e = (int)cudaGetLastError();
     }
+    free(rows);
     free(cnt);
-    free(order);
+    free(up);
+    free(used);
     return e;
 }

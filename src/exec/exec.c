@@ -771,9 +771,9 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
     c->r_cpu_meas = c->r_cpu_pred = 0;
     memset(c->valid, 0, sizeof c->valid);
     memset(c->wlen, 0, sizeof c->wlen);
-    /* the caller wrote ids and positions into the host buffers */
-    c->valid[A_IDS] = c->valid[A_POS] = 1u << TND_SIDE_CPU;
-    c->wlen[A_IDS] = c->wlen[A_POS] = sizeof(int32_t) * (size_t)nt;
+    /* the caller wrote ids, positions (and a batched round's KV rows) into the host buffers */
+    c->valid[A_IDS] = c->valid[A_POS] = c->valid[A_ROW] = 1u << TND_SIDE_CPU;
+    c->wlen[A_IDS] = c->wlen[A_POS] = c->wlen[A_ROW] = sizeof(int32_t) * (size_t)nt;
     c->cur = TND_SIDE_CPU;
     c->n_prom = c->prom_next = 0;
     c->pf_round++;

@@ -47,7 +47,7 @@ void tnd_act_sizes(const tnd_hparams *hp, int nb, int n_seq, size_t sz[A_COUNT])
         [A_PR] = hp->n_expert ? f * TND_PREDICT_MAX_TOK * (size_t)(hp->n_expert + 2 * used) : 0,
         [A_RIC] = hp->n_expert ? sizeof(int32_t) * nb * used : 0, [A_RIG] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
         /* logits only for each sequence's last token of the round (model/forward.c) */
-        [A_IDS] = sizeof(int32_t) * nb, [A_POS] = sizeof(int32_t) * nb,
+        [A_IDS] = sizeof(int32_t) * nb, [A_POS] = sizeof(int32_t) * nb, [A_ROW] = sizeof(int32_t) * nb,
         [A_LOGITS] = f * hp->n_vocab * (size_t)tnd_logit_rows(nb, n_seq),
     };
     memcpy(sz, s, sizeof s);
@@ -59,9 +59,10 @@ static uint64_t matmul_scratch(const tnd_weight *w, int nb, int n_used) {
     if (nb <= 8) return 0;
     uint64_t rows = w->n_out < 4096 ? (uint64_t)w->n_out : 4096;
     if (w->n_expert > 1) {
-        uint64_t pairs = (uint64_t)nb * (uint64_t)n_used;
-        return 2 * ALIGN256(pairs * 4) + ALIGN256(pairs * w->n_in * 2) + ALIGN256(pairs * w->n_out * 4) +
-               ALIGN256((uint64_t)w->n_out * w->n_in * 2);
+        uint64_t pairs = (uint64_t)nb * (uint64_t)n_used, used = TND_MIN(pairs, (uint64_t)w->n_expert);
+        uint64_t run = (uint64_t)tnd_mmid_run_experts(w->n_in, w->n_out, w->n_expert, (int64_t)pairs);
+        return ALIGN256(pairs * 8 + used * 3 * sizeof(void *)) + ALIGN256(pairs * w->n_in * 2) +
+               ALIGN256(pairs * w->n_out * 4) + ALIGN256(run * w->n_out * w->n_in * 2);
     }
     return ALIGN256((uint64_t)nb * w->n_in * 2) + ALIGN256(rows * w->n_in * 2);
 }

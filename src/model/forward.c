@@ -145,6 +145,16 @@ static void op_store_kv(em *e, const void *src, uint16_t *cache, const int32_t *
     emit(e, &op, -1, TND_PIN_KV);
 }
 
+/* K or V rows of a batched round's nt tokens into the layer's cache of all
+ * slots (cache: slot 0), each at its row in A_ROW. */
+static void op_store_rows(em *e, const void *src, uint16_t *cache, int nt) {
+    tnd_op op = {.kind = TND_OP_CPY};
+    op.in[0] = F(src, e->r->kv_dim, nt, 1);
+    op.in[1] = T(e->act[A_ROW], TND_TYPE_I32, nt, 1, 1);
+    op.out[0] = T(cache, TND_TYPE_F16, e->r->kv_dim, (int64_t)e->r->n_ctx * (e->r->n_seq > 0 ? e->r->n_seq : 1), 1);
+    emit(e, &op, -1, TND_PIN_KV);
+}
+
 static void moe_ffn(em *e, const tnd_layer *L, int nt) {
     const tnd_hparams *hp = &e->m->hp;
     int64_t E = hp->n_embd, F_ = hp->n_ff_exp, k = hp->n_expert_used;
@@ -262,30 +272,54 @@ static void layer_forward(em *e, int il, int nt, bool normed, const tnd_weight *
     float scale = L->swa ? 1.0f : hp->rope_scale;
     op_rope(e, a[A_Q], qk ? &L->q_norm : NULL, hp->n_head, nt, base, scale);
     op_rope(e, a[A_K], qk ? &L->k_norm : NULL, hp->n_head_kv, nt, base, scale);
-    /* the KV store and attention per sequence, over its own slot and positions */
-    for (int s = 0; s < e->n_seg; s++) {
+    /* the KV store and attention per sequence, over its own slot and
+     * positions; a batched round stores by row, and a run of short
+     * segments attends over the slots in one op (forward.h) */
+    if (e->n_seg > 1) {
+        op_store_rows(e, a[A_K], kv_canon(e, 0, il, 0), nt);
+        op_store_rows(e, a[A_V], kv_canon(e, 1, il, 0), nt);
+    }
+    for (int s = 0, u; s < e->n_seg; s = u) {
         const tnd_seg *sg = &e->seg[s];
-        uint16_t *kc = kv_canon(e, 0, il, sg->seq), *vc = kv_canon(e, 1, il, sg->seq);
-        const int32_t *pos = (const int32_t *)e->act[A_POS] + sg->off;
-        op_store_kv(e, (float *)a[A_K] + (int64_t)sg->off * kvd, kc, pos, sg->pos0, sg->n);
-        op_store_kv(e, (float *)a[A_V] + (int64_t)sg->off * kvd, vc, pos, sg->pos0, sg->n);
+        u = s + 1;
         tnd_op at = {.kind = TND_OP_ATTN};
         at.p.attn.n_head = hp->n_head;
         at.p.attn.n_head_kv = hp->n_head_kv;
         at.p.attn.head_dim = (int)hd;
-        if (e->pos_mem) {
-            const int cap = (sg->pos0 + sg->n + TND_KV_CAP_STEP - 1) / TND_KV_CAP_STEP * TND_KV_CAP_STEP;
-            at.in[3] = T(pos, TND_TYPE_I32, sg->n, 1, 1);
-            at.p.attn.kv_cap = TND_MIN(cap, e->r->n_ctx);
-        } else {
-            at.p.attn.pos0 = sg->pos0;
-        }
         at.p.attn.scale = hp->attn_scale;
         at.p.attn.window = L->swa ? hp->swa_window : 0;
-        at.in[0] = F((float *)a[A_Q] + (int64_t)sg->off * qd, hd, hp->n_head, sg->n);
-        at.in[1] = T(kc, TND_TYPE_F16, kvd, e->r->n_ctx, 1);
-        at.in[2] = T(vc, TND_TYPE_F16, kvd, e->r->n_ctx, 1);
-        at.out[0] = F((float *)a[A_ATT] + (int64_t)sg->off * qd, hd, hp->n_head, sg->n);
+        int n = sg->n;
+        if (e->n_seg > 1 && sg->n <= TND_GRAPH_MAX_TOK) { /* this run of short segments, over the slots */
+            int end = sg->pos0 + sg->n;
+            for (; u < e->n_seg && e->seg[u].n <= TND_GRAPH_MAX_TOK; u++) {
+                n += e->seg[u].n;
+                end = TND_MAX(end, e->seg[u].pos0 + e->seg[u].n);
+            }
+            const int cap = (end + TND_KV_CAP_STEP - 1) / TND_KV_CAP_STEP * TND_KV_CAP_STEP;
+            at.in[3] = T((const int32_t *)e->act[A_ROW] + sg->off, TND_TYPE_I32, n, 1, 1);
+            at.p.attn.kv_cap = TND_MIN(cap, e->r->n_ctx);
+            at.p.attn.slot_rows = e->r->n_ctx;
+            at.in[1] = T(kv_canon(e, 0, il, 0), TND_TYPE_F16, kvd, (int64_t)e->r->n_ctx * e->r->n_seq, 1);
+            at.in[2] = T(kv_canon(e, 1, il, 0), TND_TYPE_F16, kvd, (int64_t)e->r->n_ctx * e->r->n_seq, 1);
+        } else {
+            uint16_t *kc = kv_canon(e, 0, il, sg->seq), *vc = kv_canon(e, 1, il, sg->seq);
+            const int32_t *pos = (const int32_t *)e->act[A_POS] + sg->off;
+            if (e->n_seg == 1) {
+                op_store_kv(e, (float *)a[A_K] + (int64_t)sg->off * kvd, kc, pos, sg->pos0, sg->n);
+                op_store_kv(e, (float *)a[A_V] + (int64_t)sg->off * kvd, vc, pos, sg->pos0, sg->n);
+            }
+            if (e->pos_mem) {
+                const int cap = (sg->pos0 + sg->n + TND_KV_CAP_STEP - 1) / TND_KV_CAP_STEP * TND_KV_CAP_STEP;
+                at.in[3] = T(pos, TND_TYPE_I32, sg->n, 1, 1);
+                at.p.attn.kv_cap = TND_MIN(cap, e->r->n_ctx);
+            } else {
+                at.p.attn.pos0 = sg->pos0;
+            }
+            at.in[1] = T(kc, TND_TYPE_F16, kvd, e->r->n_ctx, 1);
+            at.in[2] = T(vc, TND_TYPE_F16, kvd, e->r->n_ctx, 1);
+        }
+        at.in[0] = F((float *)a[A_Q] + (int64_t)sg->off * qd, hd, hp->n_head, n);
+        at.out[0] = F((float *)a[A_ATT] + (int64_t)sg->off * qd, hd, hp->n_head, n);
         emit(e, &at, -1, TND_PIN_KV);
     }
     op_matmul(e, &L->wo, a[A_ATT], nt, a[A_O]);

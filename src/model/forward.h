@@ -31,6 +31,7 @@ enum {
                  [TND_PREDICT_MAX_TOK][n_expert] logits, then [..][n_used] weights, then [..][n_used] i32 ids */
     A_IDS,    /* [nb] i32 token ids */
     A_POS,    /* [nb] i32 positions */
+    A_ROW,    /* [nb] i32 batched rounds: each token's KV row, slot * n_ctx + position */
     A_LOGITS, /* [n_out][n_vocab]: n_out = 1, or a batched round's sequences that want logits */
     A_COUNT
 };
@@ -69,8 +70,11 @@ typedef struct tnd_seg {
 } tnd_seg;
 
 /* Emits a batched round: the segments' tokens in order (segs[i].off is the
- * sum of the n before it), every matmul over all of them, attention per
- * segment; A_LOGITS gets one row per segment with logits, in order. */
+ * sum of the n before it), every matmul over all of them; with more than
+ * one segment the KV store is one op by row (act[A_ROW], written by the
+ * caller), and attention runs once over the slots for each run of short
+ * segments (at most TND_GRAPH_MAX_TOK tokens: decode steps), per segment
+ * for the others; A_LOGITS gets one row per segment with logits, in order. */
 tnd_status tnd_recipe_emit_batch(const tnd_recipe *r, const tnd_seg *segs, int n_seg);
 
 #endif

@@ -127,7 +127,7 @@ tnd_status tnd_ctx_step(tnd_ctx *c) {
     int nt = plan_round(c, take);
     if (!nt) goto done;
     /* the round's tokens in sequence order, with their positions */
-    int32_t *ids = c->side[0].act[A_IDS], *pos = c->side[0].act[A_POS];
+    int32_t *ids = c->side[0].act[A_IDS], *pos = c->side[0].act[A_POS], *row = c->side[0].act[A_ROW];
     int n_seg = 0, off = 0, n_out = 0;
     c->depth = 0;
     for (int s = 0; s < n; s++) {
@@ -137,7 +137,7 @@ tnd_status tnd_ctx_step(tnd_ctx *c) {
         sg[n_seg] = (tnd_seg){.seq = s, .off = off, .n = take[s], .pos0 = p0, .logits = take[s] == q->nq};
         n_out += sg[n_seg].logits;
         memcpy(ids + off, q->q, sizeof *ids * (size_t)take[s]);
-        for (int t = 0; t < take[s]; t++) pos[off + t] = p0 + t;
+        for (int t = 0; t < take[s]; t++) pos[off + t] = p0 + t, row[off + t] = s * c->n_ctx + p0 + t;
         c->depth = TND_MAX(c->depth, p0);
         off += take[s];
         n_seg++;

@@ -353,9 +353,21 @@ static op_cost cost_of(const tnd_op *op) {
         return c;
     }
     case TND_OP_ATTN: {
+        int64_t n_tok = dim(&in[0], 2) * dim(&in[0], 3);
+        double row_bytes = (double)in[1].ne[0] * 2; /* f16 */
+        if (op->p.attn.slot_rows > 0 && in[3].data) { /* slots: each query reads its own slot's rows */
+            const int32_t *row = in[3].data;
+            double seen = 0;
+            for (int64_t t = 0; t < n_tok; t++) {
+                int64_t p = row[t] % op->p.attn.slot_rows + 1, w = op->p.attn.window;
+                seen += (double)(w > 0 ? TND_MIN(p, w) : p);
+            }
+            c.bytes = tbytes(&in[0]) + tbytes(&out[0]) + 2 * row_bytes * seen;
+            c.flops = 4.0 * op->p.attn.n_head * op->p.attn.head_dim * seen;
+            return c;
+        }
         /* positions in memory (backend.h): read as MATMUL_ID's ids are, when the op runs */
-        int64_t n_tok = dim(&in[0], 2) * dim(&in[0], 3),
-                pos0 = in[3].data ? *(const int32_t *)in[3].data : op->p.attn.pos0;
+        int64_t pos0 = in[3].data ? *(const int32_t *)in[3].data : op->p.attn.pos0;
         if (pos0 < 0) pos0 = 0;
         int64_t seen = pos0 + n_tok; /* rows a query sees, at most (the last query) */
         int64_t rows = seen;         /* rows the chunk reads */
@@ -364,7 +376,6 @@ static op_cost cost_of(const tnd_op *op) {
             seen = TND_MIN(seen, w);
             rows = TND_MIN(rows, w + n_tok - 1);
         }
-        double row_bytes = (double)in[1].ne[0] * 2; /* f16 */
         c.bytes = tbytes(&in[0]) + tbytes(&out[0]) + 2 * row_bytes * (double)rows;
         c.flops = 4.0 * op->p.attn.n_head * op->p.attn.head_dim * (double)seen * (double)n_tok;
         return c;
