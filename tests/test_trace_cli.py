@@ -115,6 +115,19 @@ with tempfile.TemporaryDirectory() as tmp:
         if os.path.exists(p):
             validate(p, f"bench placement {k}")
 
+    # --batch: a trace per batch size; a batched round of one token per sequence is a decode step
+    base = os.path.join(tmp, "batch.json")
+    rc, out, err = run("bench", "-p", "8", "-n", "3", "-r", "1", "--no-limits", "--device", "sim", "--batch", "1,2",
+                       "--trace", base)
+    check(rc == 0, f"bench --batch --trace: {err[-400:]}")
+    for k in (1, 2):
+        p = os.path.join(tmp, f"batch-{k}.json")
+        ev = validate(p, f"bench batch {k}") if os.path.exists(p) else None
+        check(ev is not None, f"bench --batch wrote no {p}")
+        names = [e["name"] for e in ev or [] if e.get("pid") == 1 and e.get("tid") == 6]
+        check(any(n.startswith("prefill") for n in names) and any(n.startswith("decode") and f"({k} tokens)" in n
+                                                                 for n in names), f"batch {k} rounds: {names}")
+
     rc, out, err = run("run", *prompt, "--trace", os.path.join(tmp, "no", "such", "dir.json"))
     check(rc == 1 and "--trace" in err and "cannot write" in err, f"unwritable trace path: rc {rc}: {err[-300:]}")
 

@@ -768,6 +768,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
     const double t0 = tnd_time_s();
     const uint64_t w0 = c->w_copy_bytes, a0 = c->act_copy_bytes;
     c->round_nt = nt;
+    c->round_decode = n_logits == nt;
     c->r_cpu_meas = c->r_cpu_pred = 0;
     memset(c->valid, 0, sizeof c->valid);
     memset(c->wlen, 0, sizeof c->wlen);

@@ -112,6 +112,7 @@ struct tnd_ctx {
     /* this round's measurements: CPU weight ops (wall) and their prediction,
      * and each copy's start event and prediction (copy j: index j % TND_RING_EV) */
     int round_nt;
+    bool round_decode;       /* every token of the round wants logits: decode steps (the trace's name) */
     double r_cpu_meas, r_cpu_pred, copy_pred[TND_RING_EV];
     size_t copy_bytes[TND_RING_EV];
     /* what each resource was busy with, summed over rounds (tnd_ctx_stats) */

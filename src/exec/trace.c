@@ -234,7 +234,7 @@ void tnd_tl_round_end(tnd_ctx *c, int nt, int pos0) {
     snprintf(args, sizeof args, "\"round\":%d,\"tokens\":%d,\"pos0\":%d", t->round, nt, pos0);
     put(t, "end of round: logits, drain", NULL, PID_RUN, TID_SYNC, us(t, tail), 1e6 * (end - tail), args);
     char name[64];
-    snprintf(name, sizeof name, "%s %d (%d tokens)", nt > 1 ? "prefill" : "decode", t->round, nt);
+    snprintf(name, sizeof name, "%s %d (%d tokens)", c->round_decode ? "decode" : "prefill", t->round, nt);
     put(t, name, NULL, PID_RUN, TID_ROUND, us(t, t->round_h), 1e6 * (end - t->round_h), args);
     if (t->perf) {
         double pred = tnd_perf_predict(c->m, t->perf, &c->pl, c->lay.n_slots, nt, pos0);
