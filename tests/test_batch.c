@@ -146,31 +146,48 @@ static void compare(const char *what, int i, bool exact, int nv, const int32_t *
 /* Batches of 1, 4 and 16 against each sequence alone, in cp's mode and
  * placement; ref: the alone runs (computed once, on the CPU, by the first
  * caller: the SimGPU runs compare with the CPU's). */
-static void check_batches(tnd_model *m, const tnd_ctx_params *cp, const tnd_ctx_params *ref_cp, const char *name,
-                          bool exact, int max_batch) {
-    int nv = tnd_model_n_vocab(m);
+/* MAX_SEQ prompts, the first n_alone run alone (tokens ta, logits la) and
+ * room for the batched runs' (tb, lb). */
+typedef struct refs {
+    int nv;
     prompt p[MAX_SEQ];
-    make_prompts(p, MAX_SEQ, nv, 0x5eed + (uint64_t)nv);
     int32_t ta[MAX_SEQ][N_GEN], tb[MAX_SEQ][N_GEN];
     float *la[MAX_SEQ], *lb[MAX_SEQ];
-    size_t nl = (size_t)(N_GEN + 1) * nv;
-    for (int i = 0; i < MAX_SEQ; i++) la[i] = tc_xmalloc(sizeof(float) * nl), lb[i] = tc_xmalloc(sizeof(float) * nl);
-    for (int i = 0; i < max_batch; i++)
-        CHECK(run_alone(m, ref_cp, &p[i], ta[i], la[i]) == TND_OK, "%s alone %d: %s", name, i, tnd_last_error());
+} refs;
+
+static refs *refs_make(tnd_model *m, const tnd_ctx_params *cp, uint64_t seed, int n_alone, const char *name) {
+    refs *r = tc_xmalloc(sizeof *r);
+    r->nv = tnd_model_n_vocab(m);
+    make_prompts(r->p, MAX_SEQ, r->nv, seed + (uint64_t)r->nv);
+    size_t nl = (size_t)(N_GEN + 1) * r->nv;
+    for (int i = 0; i < MAX_SEQ; i++) r->la[i] = tc_xmalloc(sizeof(float) * nl), r->lb[i] = tc_xmalloc(sizeof(float) * nl);
+    for (int i = 0; i < n_alone; i++)
+        CHECK(run_alone(m, cp, &r->p[i], r->ta[i], r->la[i]) == TND_OK, "%s alone %d: %s", name, i, tnd_last_error());
+    return r;
+}
+
+static void refs_free(refs *r) {
+    for (int i = 0; i < MAX_SEQ; i++) free(r->la[i]), free(r->lb[i]);
+    free(r);
+}
+
+static void check_batches(tnd_model *m, const tnd_ctx_params *cp, const tnd_ctx_params *ref_cp, const char *name,
+                          bool exact, int max_batch) {
+    refs *r = refs_make(m, ref_cp, 0x5eed, max_batch, name);
     const int sizes[] = {1, 4, 16};
     for (int k = 0; k < 3 && sizes[k] <= max_batch; k++) {
         int n = sizes[k], rounds = 0;
         char what[128];
         snprintf(what, sizeof what, "%s batch %d", name, n);
-        tnd_status st = run_batch(m, cp, p, n, tb, lb, &rounds);
+        tnd_status st = run_batch(m, cp, r->p, n, r->tb, r->lb, &rounds);
         CHECK(st == TND_OK, "%s: %s", what, tnd_last_error());
         if (st) continue;
         /* one decode round per generated token: the batch runs together */
         CHECK(rounds >= N_GEN && rounds <= N_GEN + 1 + (16 * 29 + 3) / TND_MAX(cp->n_batch, 1), "%s: %d rounds",
               what, rounds);
-        for (int i = 0; i < n; i++) compare(what, i, exact, nv, tb[i], lb[i], ta[i], la[i]);
+        for (int i = 0; i < n; i++) compare(what, i, exact, r->nv, r->tb[i], r->lb[i], r->ta[i], r->la[i]);
     }
-    for (int i = 0; i < MAX_SEQ; i++) free(la[i]), free(lb[i]);
+    refs_free(r);
 }
 
 /* Sequences added and removed while others run: each sequence's tokens are
@@ -355,16 +372,7 @@ static void check_long_rounds(tnd_model *m, const tnd_ctx_params *base, const ch
     CHECK_ST(tnd_plan_build(m, &cp, &pl));
     CHECK(tnd_plan_n_batch(pl) == 160, "%s: 4 sequences' rounds capped at 4 x n_ctx: %d", name, tnd_plan_n_batch(pl));
     tnd_plan_free(pl);
-    int nv = tnd_model_n_vocab(m);
-    prompt p[MAX_SEQ];
-    make_prompts(p, MAX_SEQ, nv, 0x1e6 + (uint64_t)nv);
-    int32_t ta[MAX_SEQ][N_GEN], tb[MAX_SEQ][N_GEN];
-    float *la[MAX_SEQ], *lb[MAX_SEQ];
-    size_t nl = (size_t)(N_GEN + 1) * nv;
-    for (int i = 0; i < MAX_SEQ; i++) la[i] = tc_xmalloc(sizeof(float) * nl), lb[i] = tc_xmalloc(sizeof(float) * nl);
-    for (int i = 0; i < MAX_SEQ; i++)
-        CHECK(run_alone(m, &cp, &p[i], ta[i], la[i]) == TND_OK, "%s long rounds alone %d: %s", name, i,
-              tnd_last_error());
+    refs *r = refs_make(m, &cp, 0x1e6, MAX_SEQ, name);
     static const tnd_device dev[3] = {TND_DEVICE_CPU, TND_DEVICE_SIM, TND_DEVICE_CUDA};
     for (int k = exact ? 0 : 2; k < (exact ? 2 : 3); k++) {
         tnd_ctx_params bp = cp;
@@ -373,13 +381,13 @@ static void check_long_rounds(tnd_model *m, const tnd_ctx_params *base, const ch
         char what[96];
         snprintf(what, sizeof what, "%s long rounds %s", name, k == 0 ? "cpu" : k == 1 ? "sim random:77" : "cuda random:77");
         int rounds = 0;
-        tnd_status st = run_batch(m, &bp, p, MAX_SEQ, tb, lb, &rounds);
+        tnd_status st = run_batch(m, &bp, r->p, MAX_SEQ, r->tb, r->lb, &rounds);
         CHECK(st == TND_OK, "%s: %s", what, tnd_last_error());
         if (st) continue;
         CHECK(rounds == N_GEN + 1, "%s: the prompts in one round, then a round a token: %d rounds", what, rounds);
-        for (int i = 0; i < MAX_SEQ; i++) compare(what, i, exact, nv, tb[i], lb[i], ta[i], la[i]);
+        for (int i = 0; i < MAX_SEQ; i++) compare(what, i, exact, r->nv, r->tb[i], r->lb[i], r->ta[i], r->la[i]);
     }
-    for (int i = 0; i < MAX_SEQ; i++) free(la[i]), free(lb[i]);
+    refs_free(r);
 }
 
 /* SimGPU, random placements of weights and KV caches, random or all

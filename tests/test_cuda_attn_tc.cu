@@ -15,6 +15,7 @@
 #include <string.h>
 #include <vector>
 
+#include "attn_ref.h"
 #include "check.h"
 #include "cuda/attn_tc.cuh"
 #include "quant/quant.h"
@@ -171,30 +172,18 @@ static void check(int64_t n_tok, int n_head, int n_kv, int64_t pos0, float softc
         }
     double vmax = 0, worst = 0;
     for (int64_t i = 0; i < (pos0 + n_tok) * row; i++) vmax = fmax(vmax, fabs(tnd_fp16_to_fp32(V[i])));
-    std::vector<double> p(pos0 + n_tok);
+    std::vector<double> p(pos0 + n_tok), r((size_t)n_head * hd);
     int64_t bad = 0;
-    for (int64_t t = 0; t < n_tok; t++)
-        for (int h = 0; h < n_head; h++) {
-            const int g = h / ratio;
-            const int64_t nvis = pos0 + t + 1, lo = window > 0 && nvis - window > 0 ? nvis - window : 0;
-            const float *qh = q.data() + (t * n_head + h) * hd;
-            double m = -INFINITY, l = 0;
-            for (int64_t j = lo; j < nvis; j++) {
-                double s = 0;
-                for (int d = 0; d < hd; d++) s += (double)qh[d] * tnd_fp16_to_fp32(K[j * row + g * hd + d]);
-                s *= scale;
-                if (softcap > 0) s = softcap * tanh(s / softcap);
-                p[j] = s;
-                m = fmax(m, s);
-            }
-            for (int64_t j = lo; j < nvis; j++) l += p[j] = exp(p[j] - m);
+    for (int64_t t = 0; t < n_tok; t++) {
+        tc_ref_attn_query(q.data() + t * n_head * hd, K.data(), V.data(), row, n_head, n_kv, hd, pos0 + t,
+                          scale, softcap, window, p.data(), r.data());
+        for (int h = 0; h < n_head; h++)
             for (int d = 0; d < hd; d++) {
-                double a = 0;
-                for (int64_t j = lo; j < nvis; j++) a += p[j] * tnd_fp16_to_fp32(V[j * row + g * hd + d]);
-                const double err = fabs((double)o[(t * n_head + h) * hd + d] - a / l) / (1e-4 * vmax);
+                const double a = r[(size_t)h * hd + d];
+                const double err = fabs((double)o[(t * n_head + h) * hd + d] - a) / (1e-4 * vmax);
                 if (!(err <= 1)) {
                     if (!bad) printf("  first bad: t=%lld head=%d dim=%d got %.7g want %.7g\n", (long long)t, h, d,
-                                     o[(t * n_head + h) * hd + d], a / l);
+                                     o[(t * n_head + h) * hd + d], a);
                     bad++;
                 }
                 if (err > worst) worst = err;

@@ -34,6 +34,7 @@
 #ifdef TND_HAVE_CUDA
 #include "cuda/cuda_ops.h"
 #include "cuda/q4k_tile.cuh"
+#include "attn_ref.h"
 #endif
 
 #ifndef TND_HAVE_CUDA
@@ -596,34 +597,6 @@ static void test_rope(int64_t n_tok, int n_head, int hd, int n_rot, int mode, fl
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
-/* The double reference of one query's heads (q: [n_head][hd]) over cache
- * rows K, V ([..][row]) at position pos (it sees rows 0..pos, the last
- * window of them when window > 0), into ref [n_head][hd]; p: pos + 1 doubles. */
-static void ref_attn_query(const float *q, const uint16_t *K, const uint16_t *V, int64_t row, int n_head, int n_kv,
-                           int hd, int64_t pos, float scale, float softcap, int window, double *p, double *ref) {
-    const int ratio = n_head / n_kv;
-    const int64_t nvis = pos + 1, lo = window > 0 && nvis - window > 0 ? nvis - window : 0; /* rows > pos - window */
-    for (int h = 0; h < n_head; h++) {
-        const int g = h / ratio;
-        const float *qh = q + (int64_t)h * hd;
-        double m = -INFINITY, l = 0;
-        for (int64_t j = lo; j < nvis; j++) {
-            double s = 0;
-            for (int d = 0; d < hd; d++) s += (double)qh[d] * tnd_fp16_to_fp32(K[j * row + g * hd + d]);
-            s *= scale;
-            if (softcap > 0) s = softcap * tanh(s / softcap);
-            p[j] = s;
-            m = fmax(m, p[j]);
-        }
-        for (int64_t j = lo; j < nvis; j++) l += p[j] = exp(p[j] - m);
-        for (int d = 0; d < hd; d++) {
-            double a = 0;
-            for (int64_t j = lo; j < nvis; j++) a += p[j] * tnd_fp16_to_fp32(V[j * row + g * hd + d]);
-            ref[(int64_t)h * hd + d] = a / l;
-        }
-    }
-}
-
 /* ATTN over slots (backend.h): queries of several sequences in one op, each
  * at its row slot * SR + position, against the double reference over its
  * own slot. Rows no query sees are NaN. */
@@ -648,7 +621,7 @@ static void test_attn_slots(int n_head, int n_kv, int hd, float softcap, int win
     double *ref = (double *)tc_xmalloc((size_t)nq * 8), *p = (double *)tc_xmalloc((size_t)SR * 8);
     for (int t = 0; t < NT; t++) {
         rows[t] = slot[t] * SR + at[t];
-        ref_attn_query(q + (int64_t)t * n_head * hd, K + (int64_t)slot[t] * SR * row, V + (int64_t)slot[t] * SR * row,
+        tc_ref_attn_query(q + (int64_t)t * n_head * hd, K + (int64_t)slot[t] * SR * row, V + (int64_t)slot[t] * SR * row,
                        row, n_head, n_kv, hd, at[t], scale, softcap, window, p, ref + (int64_t)t * n_head * hd);
     }
     float *dq = (float *)dev_upload(q, (size_t)nq * 4), *dout = (float *)dev_alloc((size_t)nq * 4);
@@ -706,7 +679,7 @@ static void test_attn(int64_t n_tok, int n_head, int n_kv, int hd, int64_t pos0,
     for (int64_t i = 0; i < (pos0 + n_tok) * row; i++) vmax = fmax(vmax, fabs(tnd_fp16_to_fp32(V[i])));
     int ratio = n_head / n_kv;
     for (int64_t t = 0; t < n_tok; t++)
-        ref_attn_query(q + t * n_head * hd, K, V, row, n_head, n_kv, hd, pos0 + t, scale, softcap, window, p,
+        tc_ref_attn_query(q + t * n_head * hd, K, V, row, n_head, n_kv, hd, pos0 + t, scale, softcap, window, p,
                        ref + t * n_head * hd);
     float *dq = (float *)dev_upload(q, (size_t)nq * 4), *dout = (float *)dev_alloc((size_t)nq * 4);
     void *dK = dev_upload(K, (size_t)(n_ctx * row) * 2), *dV = dev_upload(V, (size_t)(n_ctx * row) * 2);

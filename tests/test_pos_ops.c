@@ -63,18 +63,17 @@ static void test_cpy_at(int64_t rl, int n, int64_t cap) {
     free(want);
 }
 
-static void test_attn_pos(int n_tok, int n_head, int n_kv, int hd, int pos0, float softcap, int window) {
-    const int64_t n_ctx = pos0 + n_tok + 40, row = (int64_t)n_kv * hd, nq = (int64_t)n_tok * n_head * hd;
-    float *q = tc_xmalloc(sizeof(float) * (size_t)nq), *a = tc_xmalloc(sizeof(float) * (size_t)nq),
-          *b = tc_xmalloc(sizeof(float) * (size_t)nq);
-    uint16_t *K = tc_xmalloc(2 * (size_t)(n_ctx * row)), *V = tc_xmalloc(2 * (size_t)(n_ctx * row));
+/* Queries (nq values) and caches (n f16 values each), uniform in [-1, 1]. */
+static void fill_qkv(float *q, int64_t nq, uint16_t *K, uint16_t *V, int64_t n) {
     tc_fill_unif(q, (size_t)nq, -1, 1);
-    for (int64_t i = 0; i < n_ctx * row; i++) {
+    for (int64_t i = 0; i < n; i++) {
         K[i] = tnd_fp32_to_fp16(tc_unif(-1, 1));
         V[i] = tnd_fp32_to_fp16(tc_unif(-1, 1));
     }
-    int32_t *pos = tc_xmalloc(sizeof(int32_t) * (size_t)n_tok);
-    for (int t = 0; t < n_tok; t++) pos[t] = pos0 + t;
+}
+
+/* An ATTN's parameters (scale 1/sqrt(hd)); tensors and positions to fill. */
+static tnd_op attn_op(int n_head, int n_kv, int hd, float softcap, int window) {
     tnd_op op = {.kind = TND_OP_ATTN};
     op.p.attn.n_head = n_head;
     op.p.attn.n_head_kv = n_kv;
@@ -82,6 +81,18 @@ static void test_attn_pos(int n_tok, int n_head, int n_kv, int hd, int pos0, flo
     op.p.attn.scale = 1.0f / sqrtf((float)hd);
     op.p.attn.softcap = softcap;
     op.p.attn.window = window;
+    return op;
+}
+
+static void test_attn_pos(int n_tok, int n_head, int n_kv, int hd, int pos0, float softcap, int window) {
+    const int64_t n_ctx = pos0 + n_tok + 40, row = (int64_t)n_kv * hd, nq = (int64_t)n_tok * n_head * hd;
+    float *q = tc_xmalloc(sizeof(float) * (size_t)nq), *a = tc_xmalloc(sizeof(float) * (size_t)nq),
+          *b = tc_xmalloc(sizeof(float) * (size_t)nq);
+    uint16_t *K = tc_xmalloc(2 * (size_t)(n_ctx * row)), *V = tc_xmalloc(2 * (size_t)(n_ctx * row));
+    fill_qkv(q, nq, K, V, n_ctx * row);
+    int32_t *pos = tc_xmalloc(sizeof(int32_t) * (size_t)n_tok);
+    for (int t = 0; t < n_tok; t++) pos[t] = pos0 + t;
+    tnd_op op = attn_op(n_head, n_kv, hd, softcap, window);
     op.p.attn.pos0 = pos0;
     op.in[0] = tens(q, TND_TYPE_F32, hd, n_head, n_tok);
     op.in[1] = tens(K, TND_TYPE_F16, row, n_ctx, 1);
@@ -121,19 +132,9 @@ static void test_attn_slots(int n_head, int n_kv, int hd, float softcap, int win
     float *q = tc_xmalloc(sizeof(float) * (size_t)nq), *a = tc_xmalloc(sizeof(float) * (size_t)nq),
           *b = tc_xmalloc(sizeof(float) * (size_t)nq);
     uint16_t *K = tc_xmalloc(2 * (size_t)(N_SLOT * SR * row)), *V = tc_xmalloc(2 * (size_t)(N_SLOT * SR * row));
-    tc_fill_unif(q, (size_t)nq, -1, 1);
-    for (int64_t i = 0; i < N_SLOT * SR * row; i++) {
-        K[i] = tnd_fp32_to_fp16(tc_unif(-1, 1));
-        V[i] = tnd_fp32_to_fp16(tc_unif(-1, 1));
-    }
+    fill_qkv(q, nq, K, V, N_SLOT * SR * row);
     int32_t rows[NT];
-    tnd_op op = {.kind = TND_OP_ATTN};
-    op.p.attn.n_head = n_head;
-    op.p.attn.n_head_kv = n_kv;
-    op.p.attn.head_dim = hd;
-    op.p.attn.scale = 1.0f / sqrtf((float)hd);
-    op.p.attn.softcap = softcap;
-    op.p.attn.window = window;
+    tnd_op op = attn_op(n_head, n_kv, hd, softcap, window);
     for (int t = 0; t < NT; t++) { /* the reference: each query alone over its slot */
         tnd_op one = op;
         one.p.attn.pos0 = at[t];
@@ -181,11 +182,7 @@ static void test_attn_slots(int n_head, int n_kv, int hd, float softcap, int win
         CHECK(st != TND_OK && *tnd_last_error(), "attn over slots: %s refused (%s)", bad[i].what, tnd_last_error());
         tnd_clear_error();
     }
-    free(q);
-    free(a);
-    free(b);
-    free(K);
-    free(V);
+    free(q), free(a), free(b), free(K), free(V);
 }
 
 int main(void) {
