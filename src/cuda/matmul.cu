@@ -226,7 +226,8 @@ extern "C" size_t tnd_cu_matmul_id_stage_words(int64_t n_expert, int64_t n_tok, 
 }
 
 /* A run's GEMMs, one per used expert (g of them): one grouped call, or one
- * call an expert where the grouped one is refused (then never tried again). */
+ * call an expert where the grouped one is refused (where it never worked,
+ * it is not tried again). */
 static int gemm_run(cublasHandle_t h, int g, const int *rows, const int *ntok, int n_in, const void *const *dA,
                     const void *const *dB, void *const *dC, const __half *const *hA, const __half *const *hB,
                     float *const *hC) {
@@ -251,11 +252,13 @@ static int gemm_run(cublasHandle_t h, int g, const int *rows, const int *ntok, i
                                                        lda, ab + g, dC, CUDA_R_32F, ldc, g, gs, CUBLAS_COMPUTE_32F);
         free(ta), free(iv), free(ab);
         if (cs == CUBLAS_STATUS_SUCCESS) {
-            __atomic_store_n(&grouped_ok, 1, __ATOMIC_RELAXED);
+            if (grouped < 0) __atomic_store_n(&grouped_ok, 1, __ATOMIC_RELAXED);
             return 0;
         }
-        if (grouped == 1 || cs != CUBLAS_STATUS_NOT_SUPPORTED) return 1000 + (int)cs;
-        __atomic_store_n(&grouped_ok, 0, __ATOMIC_RELAXED);
+        /* refused before anything was queued: this run a GEMM an expert, and
+         * never grouped again if this cuBLAS does not do it at all */
+        if (cs == CUBLAS_STATUS_NOT_SUPPORTED && grouped < 0) __atomic_store_n(&grouped_ok, 0, __ATOMIC_RELAXED);
+        else if (cs != CUBLAS_STATUS_NOT_SUPPORTED && cs != CUBLAS_STATUS_INVALID_VALUE) return 1000 + (int)cs;
     }
     for (int i = 0; i < g; i++) {
         int e = gemm_f16(h, hA[i], rows[i], n_in, hB[i], ntok[i], hC[i], rows[i]);

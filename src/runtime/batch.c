@@ -4,8 +4,9 @@
  * keeps that layer's. Tokens fed to a sequence wait in its queue; a step
  * takes up to n_batch of them from all the queues into one round (the
  * recipe's tnd_recipe_emit_batch), so each weight is read once for all the
- * sequences, and attention runs per sequence over its own slot. Sequence 0
- * is also tnd_ctx_eval's: its n_past is the context's. */
+ * sequences, and each token's attention reads its own slot (its row there
+ * goes to A_ROW). Sequence 0 is also tnd_ctx_eval's: its n_past is the
+ * context's. */
 #include <stdlib.h>
 #include <string.h>
 

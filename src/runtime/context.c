@@ -74,12 +74,13 @@ static tnd_status emit_round(tnd_ctx *c, int nt, int pos0, bool want_logits) {
     return tnd_recipe_emit(&r, nt, pos0, want_logits);
 }
 
-/* The op list of the largest batched rounds: per = 1, a token of each of
- * as many sequences as a round takes, each at the end of its slot; per =
- * n_ctx, n_batch tokens of whole prompts, a sequence's n_ctx after
- * another's (rounds longer than a sequence's context, batch.c). */
+/* The op list of the largest batched rounds of segments of up to per
+ * tokens, each at the end of its slot, as many as a round takes: per = 1,
+ * a decode step of every sequence; TND_GRAPH_MAX_TOK, the longest that
+ * share one attention over the slots (model/forward.c); n_ctx, whole
+ * prompts (rounds longer than a sequence's context, batch.c). */
 static tnd_status emit_batch_worst(tnd_ctx *c, int per) {
-    int n = per == 1 ? tnd_logit_rows(c->n_batch, c->n_seq_max) : (c->n_batch + per - 1) / per;
+    int n = TND_MIN(c->n_seq_max, (c->n_batch + per - 1) / per);
     tnd_seg *sg = tnd_calloc((size_t)n, sizeof *sg);
     if (!sg) return TND_ERR_NOMEM;
     for (int i = 0; i < n; i++) {
@@ -100,9 +101,10 @@ static tnd_status reserve_scratch(tnd_ctx *c) {
     tnd_backend *g = c->side[1].be;
     const int chunk = TND_MIN(c->n_batch, c->n_ctx);
     int rounds[2][2] = {{chunk, c->n_ctx - chunk}, {1, c->n_ctx - 1}};
-    for (int r = 0; r < 4; r++) {
-        if ((r == 2 && c->n_seq_max == 1) || (r == 3 && c->n_batch <= c->n_ctx)) continue;
-        tnd_status st = r < 2 ? emit_round(c, rounds[r][0], rounds[r][1], true) : emit_batch_worst(c, r == 2 ? 1 : c->n_ctx);
+    const int per[3] = {1, TND_MIN(TND_GRAPH_MAX_TOK, c->n_ctx), c->n_ctx}; /* rounds 2.. (batched) */
+    for (int r = 0; r < 5; r++) {
+        if (r >= 2 && (c->n_seq_max == 1 || (r == 4 && c->n_batch <= c->n_ctx))) continue;
+        tnd_status st = r < 2 ? emit_round(c, rounds[r][0], rounds[r][1], true) : emit_batch_worst(c, per[r - 2]);
         int cur = TND_SIDE_CPU;
         for (int i = 0; !st && i < c->g.n; i++) {
             cur = tnd_exec_node_side(c, &c->g.nodes[i], cur, true, NULL);
