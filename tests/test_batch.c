@@ -144,8 +144,8 @@ static void compare(const char *what, int i, bool exact, int nv, const int32_t *
 }
 
 /* Batches of 1, 4 and 16 against each sequence alone, in cp's mode and
- * placement; ref: the alone runs (computed once, on the CPU, by the first
- * caller: the SimGPU runs compare with the CPU's). */
+ * placement; r: the alone runs (made once, on the CPU: the SimGPU runs
+ * compare with the CPU's). */
 /* MAX_SEQ prompts, the first n_alone run alone (tokens ta, logits la) and
  * room for the batched runs' (tb, lb). */
 typedef struct refs {
@@ -171,9 +171,8 @@ static void refs_free(refs *r) {
     free(r);
 }
 
-static void check_batches(tnd_model *m, const tnd_ctx_params *cp, const tnd_ctx_params *ref_cp, const char *name,
-                          bool exact, int max_batch) {
-    refs *r = refs_make(m, ref_cp, 0x5eed, max_batch, name);
+static void check_batches(tnd_model *m, const tnd_ctx_params *cp, refs *r, const char *name, bool exact,
+                          int max_batch) {
     const int sizes[] = {1, 4, 16};
     for (int k = 0; k < 3 && sizes[k] <= max_batch; k++) {
         int n = sizes[k], rounds = 0;
@@ -187,7 +186,6 @@ static void check_batches(tnd_model *m, const tnd_ctx_params *cp, const tnd_ctx_
               what, rounds);
         for (int i = 0; i < n; i++) compare(what, i, exact, r->nv, r->tb[i], r->lb[i], r->ta[i], r->la[i]);
     }
-    refs_free(r);
 }
 
 /* Sequences added and removed while others run: each sequence's tokens are
@@ -392,7 +390,7 @@ static void check_long_rounds(tnd_model *m, const tnd_ctx_params *base, const ch
 
 /* SimGPU, random placements of weights and KV caches, random or all
  * promotions, exact mode: every sequence of the batch as on the CPU alone. */
-static void check_sim(tnd_model *m, const tnd_ctx_params *cpu, const char *name, int n_place, int max_batch) {
+static void check_sim(tnd_model *m, const tnd_ctx_params *cpu, refs *r, const char *name, int n_place, int max_batch) {
     char spec[32], prom[32];
     for (int k = 0; k < n_place; k++) {
         tnd_ctx_params sp = *cpu;
@@ -403,7 +401,7 @@ static void check_sim(tnd_model *m, const tnd_ctx_params *cpu, const char *name,
         sp.promote = k % 3 == 0 ? "none" : k % 3 == 1 ? "all" : prom;
         char what[96];
         snprintf(what, sizeof what, "%s sim %s promote %s", name, spec, sp.promote);
-        check_batches(m, &sp, cpu, what, true, max_batch);
+        check_batches(m, &sp, r, what, true, max_batch);
     }
 }
 
@@ -417,15 +415,19 @@ static void model_checks(const char *path, const char *name, int max_batch, int 
     cp.cpu_exact = true;
     char what[64];
     snprintf(what, sizeof what, "%s exact", name);
-    check_batches(m, &cp, &cp, what, true, max_batch);
+    refs *r = refs_make(m, &cp, 0x5eed, max_batch, what);
+    check_batches(m, &cp, r, what, true, max_batch);
     check_churn(m, &cp, what);
     check_swap(m, &cp, what);
     if (!san || max_batch >= 16) check_long_rounds(m, &cp, what);
-    check_sim(m, &cp, name, n_place, san ? TND_MIN(max_batch, 4) : max_batch);
+    check_sim(m, &cp, r, name, n_place, san ? TND_MIN(max_batch, 4) : max_batch);
+    refs_free(r);
     cp.cpu_exact = false;
     snprintf(what, sizeof what, "%s q8", name);
     worst_rel = 0;
-    check_batches(m, &cp, &cp, what, false, max_batch);
+    r = refs_make(m, &cp, 0x5eed, max_batch, what);
+    check_batches(m, &cp, r, what, false, max_batch);
+    refs_free(r);
     if (!san || max_batch >= 16) check_long_rounds(m, &cp, what);
     printf("%s: batched against alone, logits within %.3f row std\n", what, worst_rel);
     check_errors(m);
