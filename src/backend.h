@@ -37,11 +37,11 @@
 #include "quant/quant.h"
 #include "tandem.h"
 
-/* Longer expert matmuls group the pairs by expert and dequantize the experts they
- * use to f16 in runs of up to this many bytes, one launch a run, then one
- * grouped GEMM a run: how many experts of n_out x n_in a run holds (at
- * least one, at most those the pairs can use). The CUDA backend's scratch
- * and the layout's estimate of it both count it. */
+/* Longer expert matmuls group the pairs by expert and dequantize the
+ * experts they use to f16 in runs of up to this many bytes, one launch a
+ * run, then one grouped GEMM a run: how many experts of n_out x n_in a run
+ * holds (at least one, at most those the pairs can use). The CUDA
+ * backend's scratch and the layout's estimate of it both count it. */
 #define TND_MMID_RUN_BYTES (64ull << 20)
 static inline int64_t tnd_mmid_run_experts(int64_t n_in, int64_t n_out, int64_t n_expert, int64_t pairs) {
     int64_t k = (int64_t)(TND_MMID_RUN_BYTES / ((uint64_t)n_out * (uint64_t)n_in * 2u));
