@@ -27,6 +27,7 @@
 #include "check.h"
 #include "exec/exec.h"
 #include "runtime/runtime.h"
+#include "sched/perf.h"
 #include "model_fixture.h"
 #include "sim/sim.h"
 #include "tandem.h"
@@ -54,6 +55,80 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *cp, const int32_t
  * seconds, and the same tokens (it changes no result, only the clock). */
 static void auto_hw(tnd_ctx_params *p) {
     if (p->promote && !strcmp(p->promote, "auto") && getenv("TND_TSAN")) p->hw = "rtx3060-laptop";
+}
+
+/* A round long enough that routing picks nearly every expert copies its
+ * promoted expert tensors ahead of the routing (tnd_perf_experts_ahead):
+ * each whole, or a split layer's CPU experts, all of them; a decode step
+ * still copies only what routing chose. The bytes copied say which, and
+ * the tokens and logits are the CPU's bit for bit. */
+static void moe_ahead(tnd_model *m, const tnd_ctx_params *cp0) {
+    enum { N = 72 };
+    tnd_ctx_params cpv = *cp0, *cp = &cpv;
+    cpv.n_ctx = 96;
+    const int nv = tnd_model_n_vocab(m), E = m->hp.n_expert;
+    int32_t ids[N], ref_tok[N_GEN], tok[N_GEN];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 37 + 5) % nv);
+    CHECK(tnd_perf_experts_ahead(m, N) && !tnd_perf_experts_ahead(m, 1) && !tnd_perf_experts_ahead(m, 64),
+          "rounds of %d tokens copy experts ahead, of 1 and 64 not", N);
+    size_t nl = (size_t)(N_GEN + 1) * nv;
+    float *ref = malloc(sizeof(float) * nl), *got = malloc(sizeof(float) * nl);
+    CHECK(generate(m, cp, ids, N, ref_tok, ref, 0) == TND_OK, "moe cpu, %d-token prompt: %s", N, tnd_last_error());
+    for (int k = 0; k < 3; k++) {
+        tnd_ctx_params hp = *cp;
+        char spec[32];
+        snprintf(spec, sizeof spec, "random:%d", 70 + k);
+        hp.device = TND_DEVICE_SIM;
+        hp.n_batch = N;
+        hp.placement = spec;
+        hp.promote = "all";
+        tnd_ctx *c;
+        if (tnd_ctx_new(m, &hp, &c) != TND_OK) {
+            CHECK(0, "moe ahead %s: %s", spec, tnd_last_error());
+            continue;
+        }
+        /* the prompt's round: every promoted slice whole, a split layer's CPU experts all */
+        uint64_t want = 0;
+        int split = 0;
+        for (int i = 0; i < m->n_slices; i++) {
+            const tnd_weight *w = m->slices[i];
+            if (!c->pl.promote[i]) continue;
+            const int l = tnd_slice_layer(w);
+            if (w->n_expert > 1 && l >= 0 && c->pl.split[l]) {
+                int n_cpu = 0;
+                for (int e = 0; e < E; e++) n_cpu += c->exp_gpu[(size_t)l * E + e] < 0;
+                want += w->t->nbytes / E * (uint64_t)n_cpu;
+                split++;
+            } else {
+                want += w->t->nbytes;
+            }
+        }
+        uint64_t b0 = c->w_copy_bytes;
+        tnd_status st = tnd_ctx_eval(c, ids, N, got);
+        uint64_t b1 = c->w_copy_bytes;
+        for (int i = 0; !st && i < N_GEN; i++) {
+            tok[i] = tc_argmax(got + (size_t)i * nv, nv);
+            st = tnd_ctx_eval(c, &tok[i], 1, got + (size_t)(i + 1) * nv);
+            /* a decode step: at most the routing's k experts of each promoted expert tensor */
+            if (i == 0 && !st) {
+                uint64_t most = 0;
+                for (int j = 0; j < m->n_slices; j++)
+                    if (c->pl.promote[j])
+                        most += m->slices[j]->n_expert > 1 ? m->slices[j]->t->nbytes / E * (uint64_t)m->hp.n_expert_used
+                                                           : m->slices[j]->t->nbytes;
+                CHECK(c->w_copy_bytes - b1 <= most, "%s: a decode step copied %llu bytes, routing allows %llu", spec,
+                      (unsigned long long)(c->w_copy_bytes - b1), (unsigned long long)most);
+            }
+        }
+        CHECK(st == TND_OK, "moe ahead %s: %s", spec, tnd_last_error());
+        CHECK(split > 0 && b1 - b0 == want, "%s: the prompt's round copied %llu bytes, ahead %llu (%d split tensors)",
+              spec, (unsigned long long)(b1 - b0), (unsigned long long)want, split);
+        CHECK(!st && !memcmp(tok, ref_tok, sizeof tok) && !memcmp(got, ref, sizeof(float) * nl),
+              "moe ahead %s: output differs from the CPU", spec);
+        tnd_ctx_free(c);
+    }
+    free(ref);
+    free(got);
 }
 
 /* MoE layers split expert by expert (random:K splits most layers, each
@@ -210,6 +285,7 @@ static void test_moe(int n_place) {
     fclose(f);
     CHECK(tnd_ctx_new(m, &fp, &c) == TND_ERR_ARG && strstr(tnd_last_error(), "matches no"), "no such expert");
     unlink(fpath);
+    moe_ahead(m, &cp);
     free(ref);
     free(got);
     tnd_model_free(m);

@@ -165,9 +165,43 @@ static tnd_status make_current(tnd_ctx *c, int b, size_t off, size_t n, int s);
 /* Activation bytes up to which make_current copies a whole buffer for a part. */
 #define SMALL_ACT (256u << 10)
 
+/* A promoted split layer's CPU experts copied ahead go packed into their
+ * slot (cpu_idx): the slot takes only their bytes, so the ring holds more
+ * layers ahead (a whole-tensor slot of the 30B-A3B at 40%: one layer and a
+ * quarter; packed: nearly two). */
+static bool packed_ahead(const tnd_ctx *c, const tnd_node *nd) {
+    return c->experts_ahead && c->cpu_idx && nd->layer >= 0 && c->pl.split && c->pl.split[nd->layer] &&
+           c->m->slices[nd->sid]->n_expert > 1;
+}
+
 /* Bytes of the ring the j-th promoted slice of the round takes. */
 static uint64_t ring_len(const tnd_ctx *c, int j) {
-    return (c->m->slices[c->g.nodes[c->prom[j]].sid]->t->nbytes + 255) & ~(uint64_t)255;
+    const tnd_node *nd = &c->g.nodes[c->prom[j]];
+    const tnd_weight *w = c->m->slices[nd->sid];
+    uint64_t n = w->t->nbytes;
+    if (packed_ahead(c, nd)) n = n / (uint64_t)w->n_expert * (uint64_t)c->n_cpu_idx[nd->layer];
+    return (n + 255) & ~(uint64_t)255;
+}
+
+/* Numbers each split layer's CPU experts (cpu_idx) for a round that
+ * copies them ahead. */
+static tnd_status number_cpu_experts(tnd_ctx *c) {
+    const int L = c->m->hp.n_layer, E = c->pl.n_expert;
+    if (!c->cpu_idx && (!(c->cpu_idx = tnd_calloc((size_t)L * E, sizeof *c->cpu_idx)) ||
+                        !(c->n_cpu_idx = tnd_calloc((size_t)L, sizeof *c->n_cpu_idx)))) {
+        free(c->cpu_idx);
+        c->cpu_idx = NULL;
+        return tnd_fail(TND_ERR_NOMEM, "out of memory");
+    }
+    for (int l = 0; l < L; l++) {
+        int k = 0;
+        for (int e = 0; e < E; e++) {
+            const size_t i = (size_t)l * E + e;
+            c->cpu_idx[i] = c->pl.split[l] && c->exp_gpu[i] < 0 ? k++ : -1;
+        }
+        c->n_cpu_idx[l] = k;
+    }
+    return TND_OK;
 }
 
 /* Places the round's promoted slices in the ring one after another,
@@ -202,7 +236,8 @@ static bool ring_ready(const tnd_ctx *c, int j, int seen) {
  * in the ring. An expert tensor is copied only once routing has chosen
  * (docs/ARCHITECTURE.md, Execution): the experts its ids name, each to its
  * own offset in a place the size of the whole tensor, so the kernels index
- * it as they would the full tensor. */
+ * it as they would the full tensor; in a round that copies experts ahead,
+ * all of them (a split layer's: those with no compact GPU index). */
 static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
     tnd_backend *g = c->side[1].be;
     const tnd_node *nd = &c->g.nodes[c->prom[j]];
@@ -220,7 +255,13 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
     /* the recorder times the copy itself, from after its waits */
     if (!st) st = tnd_backend_event_record(g, c->copy_start[j % TND_RING_EV], c->xfer);
     if (st) return st;
-    if (w->n_expert > 1) {
+    if (w->n_expert > 1 && c->experts_ahead) {
+        /* ahead of routing: every expert of the tensor, or a split layer's CPU experts packed */
+        const int E = w->n_expert;
+        const bool packed = packed_ahead(c, nd);
+        for (int e = 0; e < E; e++) c->chosen[e] = !packed || c->cpu_idx[(size_t)nd->layer * E + e] >= 0;
+        if ((st = tnd_copy_experts(g, dst, src, n, E, c->chosen, 1, packed, c->xfer, &n))) return st;
+    } else if (w->n_expert > 1) {
         /* the routing ids, on the host (waits for the GPU if it routed) */
         const tnd_region *r = find_region(c, nd->op.in[2].data);
         if (!r || r->kind != R_ACT) return tnd_fail(TND_ERR_INTERNAL, "expert ids outside the activations");
@@ -255,11 +296,11 @@ static bool same_routing(const tnd_ctx *c, int j, int seen) {
  * waits until its node is reached (reached: node seen is about to run, its
  * routing done) — and then the layer's other expert tensors of the same
  * routing follow at once, so the link does not idle while the first one
- * computes. */
+ * computes — unless the round copies experts ahead (experts_ahead). */
 static tnd_status prefetch(tnd_ctx *c, int seen, bool reached) {
     tnd_status st = TND_OK;
     while (!st && c->prom_next < c->n_prom && ring_ready(c, c->prom_next, seen) &&
-           (!is_expert_copy(c, c->prom_next) || (reached && same_routing(c, c->prom_next, seen))))
+           (!is_expert_copy(c, c->prom_next) || c->experts_ahead || (reached && same_routing(c, c->prom_next, seen))))
         st = queue_weight_copy(c, c->prom_next++);
     return st;
 }
@@ -458,6 +499,10 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
         (st = host_act(c, &nd->op.out[1], false, &bg, (void **)&rig)))
         return st;
     const int32_t *gi = c->exp_gpu + (size_t)l * E;
+    /* the CPU experts run from a packed slot (copied ahead): their places there */
+    const int32_t *ci = c->experts_ahead && c->cpu_idx && promoted(c, c->m->layers[l].gate_exps.id)
+                            ? c->cpu_idx + (size_t)l * E
+                            : NULL;
     int64_t n = tnd_tensor_nelem(&nd->op.in[0]);
     int n_cpu = 0, n_pf = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -465,7 +510,7 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
         if (e < 0 || e >= E) return tnd_fail(TND_ERR_INTERNAL, "routing chose expert %d of %d", e, E);
         int32_t g = gi[e];
         if (g < 0 && c->pf_max && (g = tnd_pf_lookup(c, l, e)) >= 0) n_pf++; /* copied here a layer ahead */
-        ric[i] = g < 0 ? e : -1;
+        ric[i] = g >= 0 ? -1 : ci ? ci[e] : e;
         rig[i] = g;
         n_cpu += g < 0;
     }
@@ -548,7 +593,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     }
     if (fs) return fs;
     if (nd->op.kind == TND_OP_NONE && nd->op.out[0].data) {
-        if (c->tl) tnd_tl_node_begin(c, nd, TND_SIDE_CPU, false), tnd_tl_op_begin(c, TND_SIDE_CPU);
+        if (c->tl) tnd_tl_node_begin(c, nd, TND_SIDE_CPU, false), tnd_tl_op_begin(c, TND_SIDE_CPU, 0);
         tnd_status st = remap_ids(c, nd);
         if (c->tl) tnd_tl_op_end(c, TND_SIDE_CPU);
         if (c->trace) trace_add(c, TND_SIDE_CPU, TND_OP_NONE, TR_PLAIN, tnd_time_s() - tr);
@@ -572,8 +617,10 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
             op.p.mmid.ids_host =
                 (const int32_t *)((const char *)c->side[0].act[r->idx] + ((const char *)nd->op.in[2].data - r->base));
     }
-    /* the GPU holds only its experts of a split tensor, compacted */
+    /* the GPU holds only its experts of a split tensor, compacted; a
+     * packed slot only the CPU's */
     if (res) op.in[0].ne[2] = c->n_compact[nd->layer];
+    else if (prom && packed_ahead(c, nd)) op.in[0].ne[2] = c->n_cpu_idx[nd->layer];
     /* the CPU part of a split layer writes rows the GPU part leaves alone */
     bool disjoint = c->gpu && !res && nd->op.kind == TND_OP_MATMUL_ID && nd->op.in[2].data == c->side[0].act[A_RIC];
     for (int i = 0; i < TND_OP_MAX_OUT; i++) {
@@ -615,7 +662,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     const int nt_op = nd->sid >= 0 && nd->sid == c->m->output.id ? 1 : c->round_nt;
     double t_op = s == TND_SIDE_CPU ? tnd_time_s() : 0;
     if (c->trace) tr = tnd_time_s();
-    if (c->tl) tnd_tl_op_begin(c, s);
+    if (c->tl) tnd_tl_op_begin(c, s, prom ? c->copy_bytes[ev] : 0);
     if ((st = tnd_backend_op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
     if (c->pfq_flush) tnd_pool_errand_flush(c->m->pool); /* the op ran without the pool: launch the GPU's half now */
     if (c->tl) tnd_tl_op_end(c, s);
@@ -777,6 +824,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
     c->wlen[A_IDS] = c->wlen[A_POS] = c->wlen[A_ROW] = sizeof(int32_t) * (size_t)nt;
     c->cur = TND_SIDE_CPU;
     c->n_prom = c->prom_next = 0;
+    c->experts_ahead = tnd_perf_experts_ahead(c->m, nt);
     c->pf_round++;
     c->pf_last = 0;
     c->pf_cpu_n = 0;
@@ -802,6 +850,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
             if (!p || !o || !l) return tnd_fail(TND_ERR_NOMEM, "out of memory");
             c->prom_cap = c->g.n;
         }
+        if (c->experts_ahead && c->exp_gpu && (st = number_cpu_experts(c))) return st;
         for (int i = 0; i < c->g.n; i++)
             if (node_promoted(c, &c->g.nodes[i])) c->prom[c->n_prom++] = i;
         ring_place(c);

@@ -119,6 +119,10 @@ struct tnd_ctx {
     double busy_wall, busy_cpu, busy_pcie, busy_gpu;
     tnd_event *copy_start[TND_RING_EV];
     uint8_t *chosen;         /* [n_expert] scratch: the experts routing chose */
+    int32_t *cpu_idx;        /* [n_layer][n_expert] in rounds that copy experts ahead: a split layer's
+                                CPU experts (exp_gpu -1) numbered in order, their places in its slot,
+                                which holds only them; -1 for the others (NULL until such a round) */
+    int32_t *n_cpu_idx;      /* [n_layer] the CPU experts so numbered */
     int8_t *pair_ok;         /* [n_slices][2] whether the GPU backend takes the MATMUL after this slice's
                                 as one MATMUL_PAIR for 1 / 2 tokens: -1 not asked yet, 0 no, 1 yes */
     int32_t *exp_gpu;        /* [n_layer][n_expert] split layers: compact index of a GPU-resident expert in
@@ -157,6 +161,7 @@ struct tnd_ctx {
     int *prom;               /* [prom_cap] promoted node indices of the round */
     int prom_cap;
     int n_prom, prom_next;   /* copies queued so far */
+    bool experts_ahead;      /* this round copies promoted expert tensors ahead of routing (tnd_perf_experts_ahead) */
     /* canonical regions, sorted by base */
     tnd_region *reg;
     int n_reg;
@@ -245,11 +250,12 @@ tnd_status tnd_tl_open(tnd_ctx *c, const char *path, const struct tnd_perf *perf
 tnd_status tnd_tl_close(tnd_ctx *c);
 /* The executor's hooks (c->tl set): a round's start and end (after the
  * drain: the round is written then), and each node's start, its op's start
- * and end (s: the side it runs on; prom: it reads a promoted weight). */
+ * and end (s: the side it runs on; prom: it reads a promoted weight, whose
+ * copy moved `copied` bytes). */
 void tnd_tl_round_begin(tnd_ctx *c);
 void tnd_tl_round_end(tnd_ctx *c, int nt, int pos0);
 void tnd_tl_node_begin(tnd_ctx *c, const tnd_node *nd, int s, bool prom);
-void tnd_tl_op_begin(tnd_ctx *c, int s);
+void tnd_tl_op_begin(tnd_ctx *c, int s, uint64_t copied);
 void tnd_tl_op_end(tnd_ctx *c, int s);
 
 #endif

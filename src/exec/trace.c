@@ -32,6 +32,7 @@ typedef struct tl_node {
     double h0, h1, h2; /* host: node start, op start, op end */
     int ev;            /* first of its three events (GPU nodes), -1 */
     uint64_t acts;     /* activation copies this node made current */
+    uint64_t copied;   /* bytes its promoted weight's copy moved (the chosen experts of an expert tensor) */
 } tl_node;
 
 struct tnd_tl {
@@ -161,10 +162,11 @@ void tnd_tl_node_begin(tnd_ctx *c, const tnd_node *nd, int s, bool prom) {
     if (s == TND_SIDE_GPU) x->ev = record(c);
 }
 
-void tnd_tl_op_begin(tnd_ctx *c, int s) {
+void tnd_tl_op_begin(tnd_ctx *c, int s, uint64_t copied) {
     tl_node *x = c->tl->cur;
     if (!x) return;
     x->h1 = tnd_time_s();
+    x->copied = copied;
     x->acts = c->n_act_copies - x->acts;
     if (s == TND_SIDE_GPU && x->ev >= 0 && record(c) < 0) x->ev = -1;
 }
@@ -213,13 +215,12 @@ void tnd_tl_round_end(tnd_ctx *c, int nt, int pos0) {
                 put(t, x->prom ? "activation copies, weight wait" : "activation copies", NULL, PID_RUN, TID_SM,
                     us(t, g0), 1e6 * (g1 - g0), args);
             if (x->prom && x->sid >= 0) {
-                const tnd_weight *w = c->m->slices[x->sid];
-                double d = t->perf && t->perf->b_pcie > 0 ? (double)w->t->nbytes / t->perf->b_pcie : 0;
+                double d = t->perf && t->perf->b_pcie > 0 ? (double)x->copied / t->perf->b_pcie : 0;
                 double st = g1 - d > ce_free ? g1 - d : ce_free;
                 if (st > g1) st = g1;
                 char a2[320];
                 snprintf(a2, sizeof a2, "%s,\"bytes\":%llu,\"start\":\"estimated\"", args,
-                         (unsigned long long)w->t->nbytes);
+                         (unsigned long long)x->copied);
                 put(t, "weight copy", NULL, PID_RUN, TID_CE, us(t, st), 1e6 * (g1 - st), a2);
                 ce_free = g1;
             }

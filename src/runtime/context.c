@@ -49,6 +49,8 @@ void tnd_ctx_free(tnd_ctx *c) {
     free(c->prom_len);
     free(c->round_prom);
     free(c->chosen);
+    free(c->cpu_idx);
+    free(c->n_cpu_idx);
     free(c->pair_ok);
     free(c->logits);
     tnd_seq_release(c);

@@ -703,11 +703,16 @@ double tnd_perf_gpu_time(const tnd_model *m, const tnd_perf *pf, int sid, int nt
     return gpu_per_expert(m, pf, sid, nt) * experts_chosen(m, pf, NULL, tnd_slice_layer(w), 0, nt);
 }
 
+bool tnd_perf_experts_ahead(const tnd_model *m, int nt) {
+    const double E = m->hp.n_expert, k = m->hp.n_expert_used;
+    return E > 1 && k > 0 && nt > TND_MMID_PAIRS_MAX_TOK && pow(1.0 - fmin(k / E, 1.0), nt) <= 0.05;
+}
+
 /* Bytes a promotion of slice sid copies in a round of nt tokens: an expert
- * tensor copies only the experts routing chose. */
+ * tensor copies only the experts routing chose, or all of them ahead. */
 double tnd_perf_promoted_bytes(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
     const tnd_weight *w = m->slices[sid];
-    if (w->n_expert <= 1) return (double)w->t->nbytes;
+    if (w->n_expert <= 1 || tnd_perf_experts_ahead(m, nt)) return (double)w->t->nbytes;
     return (double)w->t->nbytes / w->n_expert * experts_chosen(m, pf, NULL, tnd_slice_layer(w), 0, nt);
 }
 
@@ -723,6 +728,8 @@ static split_cost split_times(const tnd_model *m, const tnd_perf *pf, const tnd_
     const tnd_layer *L = &m->layers[l];
     const tnd_weight *ex[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     double g = tnd_perf_gpu_share(m, pf, p, l), chosen = experts_chosen(m, pf, p, l, TND_SIDE_CPU, nt);
+    /* copied ahead: every CPU expert (tnd_perf_experts_ahead) */
+    const double copied = tnd_perf_experts_ahead(m, nt) ? p->n_expert - tnd_placement_gpu_experts(m, p, l) : chosen;
     /* Over many tokens each GPU part costs its chosen experts
      * (gpu_per_expert); a decode step's single kernel follows the routings. */
     const bool per_expert = nt > TND_MMID_PAIRS_MAX_TOK;
@@ -740,7 +747,7 @@ static split_cost split_times(const tnd_model *m, const tnd_perf *pf, const tnd_
         sc.tc += nt == 1 && one > 0 && k > 1 && n_cpu > 0 ? one + (tcpu - one) * fmax(n_cpu - 1, 0) / (k - 1)
                                                         : (1 - g) * tcpu;
         sc.tcg += per_expert ? chosen * per : (1 - g) * tgpu;
-        sc.bytes += (double)ex[q]->t->nbytes / ex[q]->n_expert * chosen;
+        sc.bytes += (double)ex[q]->t->nbytes / ex[q]->n_expert * copied;
     }
     return sc;
 }
@@ -753,6 +760,15 @@ bool tnd_perf_split_pays_to_promote(const tnd_model *m, const tnd_perf *pf, cons
 bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
     double copy = pf->lat + tnd_perf_promoted_bytes(m, pf, sid, nt) / pf->b_pcie;
     return copy + tnd_perf_gpu_time(m, pf, sid, nt) < tnd_perf_slice_time(pf, sid, TND_SIDE_CPU, nt);
+}
+
+void tnd_perf_split_sides(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt,
+                          double *t_side, double *t_gpu, double *bytes) {
+    split_cost sc = split_times(m, pf, p, l, nt);
+    const double launch = fmax(pf->launch, 0);
+    *t_side = 7 * launch + fmax(sc.tc + tnd_perf_other_time(pf, TND_SIDE_CPU, nt), sc.tg + pf->lat);
+    *t_gpu = sc.tg + sc.tcg + 6 * launch;
+    *bytes = sc.bytes;
 }
 
 double tnd_perf_split_time(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt) {
@@ -839,11 +855,15 @@ static void ring_free(tl_ring *r) {
     free(r->done);
 }
 
-/* Places the next promotion (slice sid) and returns when its bytes are
- * free: promotion n - TND_RING_EV done and every later one they overlap. */
-static double ring_start(tl_ring *r, int sid) {
+/* Places the next promotion (slice sid; a split layer's CPU experts
+ * copied ahead, n_packed > 0 of them, packed as exec.c does) and returns
+ * when its bytes are free: promotion n - TND_RING_EV done and every later
+ * one they overlap. */
+static double ring_start(tl_ring *r, int sid, int n_packed) {
     if (r->n >= r->cap) return INFINITY; /* cannot happen: a round promotes each slice once */
-    uint64_t n = (r->m->slices[sid]->t->nbytes + 255) & ~(uint64_t)255;
+    const tnd_weight *w = r->m->slices[sid];
+    uint64_t n = n_packed > 0 ? w->t->nbytes / (uint64_t)w->n_expert * (uint64_t)n_packed : w->t->nbytes;
+    n = (n + 255) & ~(uint64_t)255;
     if (r->at + n > r->bytes) r->at = 0;
     int j = r->n++;
     r->off[j] = r->at;
@@ -876,6 +896,7 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
     }
     double act = sizeof(float) * (double)hp->n_embd * nt;
     tl_clock ck = {0, 0, TND_SIDE_CPU, pf->lat + pf->sw_host + act / pf->b_pcie, pf->launch};
+    const bool ahead = tnd_perf_experts_ahead(m, nt);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const tnd_layer *L = &m->layers[l];
@@ -902,18 +923,20 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
             if (w->id >= 0 && tnd_slice_split(m, p, w->id, NULL)) {
                 /* A split layer (exec.c): the GPU's experts queued, the CPU's
                  * run meanwhile (or after them on the GPU when promoted, once
-                 * their chosen experts are copied); each side does its share
-                 * of the routings. Handled at gate_exps for the three. */
+                 * their chosen experts are copied, or all of them ahead);
+                 * each side does its share of the routings. Handled at
+                 * gate_exps for the three. */
                 if (w != &L->gate_exps) continue;
                 split_cost sc = split_times(m, pf, p, l, nt);
-                bool prom = n_slots > 0 && p->promote[w->id] &&
-                            (!p->promote_auto || tnd_perf_split_pays_to_promote(m, pf, p, l, nt));
+                bool prom = n_slots > 0 && p->promote[w->id] && (!p->promote_auto || (rp && rp[w->id]));
                 /* the host needs the routing ids (a wait for the GPU that routed) */
                 if (ck.cur == TND_SIDE_GPU) ck.host = fmax(ck.host, ck.gpu) + ck.sw;
                 if (prom) {
-                    double start = fmax(xfer, ck.host);
+                    /* the copy waits for the routing unless it goes ahead */
+                    double start = ahead ? xfer : fmax(xfer, ck.host);
                     const int ids[3] = {L->gate_exps.id, L->up_exps.id, L->down_exps.id};
-                    for (int q = 0; q < 3; q++) start = fmax(start, ring_start(&rg, ids[q]));
+                    const int packed = ahead ? p->n_expert - tnd_placement_gpu_experts(m, p, l) : 0;
+                    for (int q = 0; q < 3; q++) start = fmax(start, ring_start(&rg, ids[q], packed));
                     xfer = start + 3 * pf->lat + sc.bytes / pf->b_pcie;
                     tl_to(&ck, TND_SIDE_GPU);
                     tl_gpu(&ck, sc.tg, 3);
@@ -946,10 +969,11 @@ double tnd_perf_predict(const tnd_model *m, const tnd_perf *pf, const tnd_placem
                 continue;
             }
             if (prom) {
-                double start = fmax(xfer, ring_start(&rg, w->id));
+                double start = fmax(xfer, ring_start(&rg, w->id, 0));
                 /* an expert copy is queued once the host holds the routing
-                 * (a wait for the GPU); the layer's others follow at once */
-                if (w->n_expert > 1) {
+                 * (a wait for the GPU), unless it goes ahead; the layer's
+                 * others follow at once */
+                if (w->n_expert > 1 && !ahead) {
                     if (w == &L->gate_exps) ck.host = fmax(ck.host, ck.gpu);
                     start = fmax(start, ck.host);
                 }

@@ -129,11 +129,28 @@ bool tnd_perf_split_pays_to_promote(const tnd_model *m, const tnd_perf *pf, cons
 /* Seconds of split layer l's expert ops in a round of nt tokens, both
  * halves (promoted by the rule above, or side by side). */
 double tnd_perf_split_time(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt);
+/* The same layer's two choices apart, for Algorithm 2 where its copy can go
+ * ahead: seconds with the halves side by side (*t_side), seconds of both on
+ * the GPU once the CPU experts are there (*t_gpu), and the bytes that copy
+ * moves (*bytes). */
+void tnd_perf_split_sides(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt,
+                          double *t_side, double *t_gpu, double *bytes);
 /* GPU seconds of slice sid (not split) for a round of nt tokens (an expert
  * tensor's by the experts routing chooses), and the bytes its promotion
  * copies (an expert tensor's chosen experts). */
 double tnd_perf_gpu_time(const tnd_model *m, const tnd_perf *pf, int sid, int nt);
 double tnd_perf_promoted_bytes(const tnd_model *m, const tnd_perf *pf, int sid, int nt);
+
+/* Whether a round of nt tokens copies its promoted expert tensors ahead of
+ * their routing, each whole (a split layer's: all its CPU experts): when
+ * routing would choose nearly every expert anyway (95% under a uniform
+ * choice), waiting for it only exposes each layer's copy, where copying
+ * ahead overlaps it with the layers before (exec.c, the executor and this
+ * model both follow it). Uniform, not the hot-expert table, so the executor
+ * decides the same without a perf DB. Only past TND_MMID_PAIRS_MAX_TOK
+ * tokens (prefill-sized rounds): a batch-64 decode round copying ahead
+ * measured slower on the H200 (docs/DECISIONS.md). */
+bool tnd_perf_experts_ahead(const tnd_model *m, int nt);
 
 /* Share of split layer l's routings that go to its GPU experts: their
  * popularity mass in pf's hot-expert table, or their count without one

@@ -146,6 +146,7 @@ int tnd_xfer_items(const tnd_model *m, const tnd_perf *pf, const tnd_xfer_scale 
     const double fc = sc && sc->cpu > 0 ? sc->cpu : 1, fp = sc && sc->pcie > 0 ? sc->pcie : 1;
     const double act = sizeof(float) * (double)hp->n_embd * nt;
     const double sw = pf->lat + pf->sw_host + act / pf->b_pcie, launch = fmax(pf->launch, 0);
+    const bool ahead = tnd_perf_experts_ahead(m, nt);
     int n = 0;
 #define PUT(...)                                                            \
     do {                                                                    \
@@ -169,6 +170,16 @@ int tnd_xfer_items(const tnd_model *m, const tnd_perf *pf, const tnd_xfer_scale 
             if (tnd_slice_split(m, p, w->id, NULL)) {
                 /* the layer's two halves run side by side (tnd_perf_predict); one CPU item here */
                 if (w != &L->gate_exps) continue;
+                if (ahead && p->promote[w->id]) {
+                    /* its CPU experts' copy can go ahead: a candidate like a
+                     * dense slice, so the DP weighs the link against the CPU
+                     * across layers (its three tensors decide together) */
+                    double ts, tg, bytes;
+                    tnd_perf_split_sides(m, pf, p, l, nt, &ts, &tg, &bytes);
+                    PUT(.t_cpu = fc * ts, .t_gpu = fmax(tg, launch), .w = fp * (3 * pf->lat + bytes / pf->b_pcie),
+                        .c_switch = sw + launch, .side = TND_SIDE_CPU, .candidate = true, .sid = w->id);
+                    continue;
+                }
                 double t = fc * tnd_perf_split_time(m, pf, p, l, nt);
                 PUT(.t_cpu = t, .t_gpu = t, .c_switch = sw, .side = TND_SIDE_CPU, .sid = -1);
                 continue;
@@ -179,7 +190,7 @@ int tnd_xfer_items(const tnd_model *m, const tnd_perf *pf, const tnd_xfer_scale 
             PUT(.t_cpu = fc * tnd_perf_slice_time(pf, w->id, TND_SIDE_CPU, nt), .t_gpu = tg,
                 .w = cand ? fp * (pf->lat + tnd_perf_promoted_bytes(m, pf, w->id, nt) / pf->b_pcie) : 0,
                 .c_switch = sw + launch, .side = (int8_t)s, .candidate = cand,
-                .no_prefetch = w->n_expert > 1 && w == &L->gate_exps, .sid = w->id);
+                .no_prefetch = w->n_expert > 1 && w == &L->gate_exps && !ahead, .sid = w->id);
         }
     }
     if (m->output.id >= 0) {
@@ -220,11 +231,14 @@ tnd_status tnd_xfer_choose(const tnd_model *m, const tnd_perf *pf, const tnd_xfe
     free(it);
     free(prom);
     if (st) return st;
-    /* a split layer's three expert tensors: one decision, by its own rule */
+    /* a split layer's three expert tensors: one decision, the DP's where
+     * the copy goes ahead, else by its own rule (the copy waits for the
+     * routing, all of it exposed) */
+    const bool ahead = tnd_perf_experts_ahead(m, nt);
     for (int l = 0; l < m->hp.n_layer; l++) {
         const tnd_layer *L = &m->layers[l];
         if (!p->split || !p->split[l] || L->gate_exps.id < 0 || !p->promote[L->gate_exps.id]) continue;
-        uint8_t v = tnd_perf_split_pays_to_promote(m, pf, p, l, nt);
+        uint8_t v = ahead ? round_prom[L->gate_exps.id] : tnd_perf_split_pays_to_promote(m, pf, p, l, nt);
         round_prom[L->gate_exps.id] = round_prom[L->up_exps.id] = round_prom[L->down_exps.id] = v;
     }
     return TND_OK;

@@ -34,7 +34,8 @@ typedef struct tnd_xfer_item {
     int8_t side;         /* where it runs by default: TND_SIDE_CPU or TND_SIDE_GPU */
     bool candidate;      /* a CPU-default item that may be promoted */
     bool no_prefetch;    /* its copy cannot start before it is reached (an expert tensor waits
-                            for the routing that chooses what to copy) */
+                            for the routing that chooses what to copy, unless the round copies
+                            experts ahead: tnd_perf_experts_ahead) */
     int sid;             /* the slice it stands for (the caller's), or -1 */
 } tnd_xfer_item;
 
