@@ -10,8 +10,10 @@
  * activations (so weights are read once per call for n_tok <= 4 and from L1
  * after that), the weight streams prefetched ahead (pf_ahead).
  * Per block the integer sum is exact (as in the reference); the float sum over
- * blocks runs in 8 lanes with FMA, so it differs from the sequential
- * reference only by rounding (tolerance in tests/test_cpu_matmul.c).
+ * blocks runs in 8 lanes with FMA (Q4_1 and Q8_0 in groups of four tokens:
+ * 2 lanes a token, the four folded into one vector), so it differs from
+ * the sequential reference only by rounding (tolerance in
+ * tests/test_cpu_matmul.c).
  *
  * Signed x signed int8 products use vpmaddubsw (unsigned x signed) on |w| and
  * sign(a, w): the classic sign transfer, exact since |w| <= 128, |a| <= 127. */
@@ -111,7 +113,7 @@ TGT static void quant_q8_K(const float *x, void *vy, int64_t k) {
 /* ---- per-row kernels --------------------------------------------------------
  * Each processes one weight row against nt <= NT_MAX activation rows; the
  * always_inline + constant nt lets the compiler keep accumulators in
- * registers. ROW_LOOP / ROW_LOOP_DA (matmul_x86.h) expand the row and
+ * registers. ROW_LOOP (matmul_x86.h) and ROW_LOOP_T4 (below) expand the row and
  * token-chunk loops around one. */
 
 /* Q8_0 x Q8_0 through the sign transfer above. The 32-element formats do
@@ -142,8 +144,7 @@ TGT static void quant_q8_K(const float *x, void *vy, int64_t k) {
         }                                                                                                   \
         if (i < nb) blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                             \
         for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));                  \
-    }                                                                                                       \
-    ROW_LOOP_DA(mm_##fmt, row_##fmt, block_q8_0)
+    }
 ROW_SS(q8_0, block_q8_0)
 #undef ROW_SS
 
@@ -394,8 +395,141 @@ TGTI void row_q4_1(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
     if (i < nb) blk_q4_1(w, i, xq, xs, nt, acc0, accm0, da, nb_);
     for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t])) + (accm0[t] + accm1[t]);
 }
-ROW_LOOP_DA(mm_q4_1, row_q4_1, block_q8_1)
 
+
+/* ---- four tokens at once: Q4_1 x Q8_1 and Q8_0 x Q8_0 ---------------------
+ * Without VNNI a token's part of a block is a vpmaddubsw, a vpmaddwd, a
+ * conversion, a scale broadcast and an FMA (and for Q4_1 a half-float sum
+ * term): a batched decode step of 4 tokens was bound by that, not by its
+ * weight reads. Here a block's four int32 dots (8 lanes each) fold by three
+ * vphaddd into one vector (lanes t and t + 4: token t), converted once and
+ * scaled by the four tokens' scales times the weight's in one FMA; Q4_1's
+ * m part runs in 4 lanes. The integer sums stay exact; the float sum over
+ * blocks runs in 2 lanes a token instead of 8 (another rounding order: the
+ * Q8 mode's many-token kernels, tests/test_batch.c). The activations'
+ * scales (and Q8_1's sums) are laid out for it once per call: four tokens'
+ * per block, together. */
+
+TGTI __m256i fold4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+}
+
+/* Token t's result: lanes t and t + 4 of acc, plus lane t of extra. */
+TGTI void store4(__m256 acc, __m128 extra, float *y, int64_t ys) {
+    __m128 r = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)), extra);
+    float v[4];
+    _mm_storeu_ps(v, r);
+    for (int t = 0; t < 4; t++) y[t * ys] = v[t];
+}
+
+TGTI __m256i ld32(const int8_t *q) { return _mm256_loadu_si256((const __m256i *)q); }
+
+/* One block of Q4_1 against 4 tokens' Q8_1 blocks a[0..3] + i. Its nibbles
+ * (<= 15) times quants (|a| <= 127) allow the fold in 16 bits: a pair
+ * sum is at most 3810 in size, and the two vphaddw leave sums of 8
+ * products (<= 15240) before the vpmaddwd that widens them, so one
+ * widening a block serves all four tokens. */
+TGTI void blk4_q4_1(const block_q4_1 *w, const block_q8_1 *const *a, int64_t i, const float *da4, const float *s4,
+                    __m256 *acc, __m128 *accm) {
+    __m256i q = unpack_nibbles(w->qs);
+    __m256i m0 = _mm256_maddubs_epi16(q, ld32(a[0][i].qs)), m1 = _mm256_maddubs_epi16(q, ld32(a[1][i].qs));
+    __m256i m2 = _mm256_maddubs_epi16(q, ld32(a[2][i].qs)), m3 = _mm256_maddubs_epi16(q, ld32(a[3][i].qs));
+    __m256i h = _mm256_madd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(m0, m1), _mm256_hadd_epi16(m2, m3)),
+                                  _mm256_set1_epi16(1));
+    __m256 sc = _mm256_mul_ps(_mm256_broadcast_ps((const __m128 *)(da4 + 4 * i)), _mm256_set1_ps(h2f(w->d)));
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), sc, *acc);
+    *accm = _mm_fmadd_ps(_mm_set1_ps(h2f(w->m)), _mm_loadu_ps(s4 + 4 * i), *accm);
+}
+
+TGTI void row4_q4_1(int64_t nb, const void *vw, const block_q8_1 *const *a, const float *da4, const float *s4, float *y,
+                    int64_t ys) {
+    const block_q4_1 *w = vw;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        pf_ahead(&w[i], 1); /* 40 bytes */
+        blk4_q4_1(&w[i], a, i, da4, s4, &acc0, &accm);
+        blk4_q4_1(&w[i + 1], a, i + 1, da4, s4, &acc1, &accm);
+    }
+    if (i < nb) blk4_q4_1(&w[i], a, i, da4, s4, &acc0, &accm);
+    store4(_mm256_add_ps(acc0, acc1), accm, y, ys);
+}
+
+/* One block of Q8_0 against 4 tokens' Q8_0 blocks, through the sign transfer. */
+TGTI void blk4_q8_0(const block_q8_0 *w, const block_q8_0 *const *a, int64_t i, const float *da4, __m256 *acc) {
+    __m256i q = ld32(w->qs), aq = _mm256_sign_epi8(q, q);
+    __m256i h = fold4(dot_ss(aq, _mm256_sign_epi8(ld32(a[0][i].qs), q)), dot_ss(aq, _mm256_sign_epi8(ld32(a[1][i].qs), q)),
+                      dot_ss(aq, _mm256_sign_epi8(ld32(a[2][i].qs), q)), dot_ss(aq, _mm256_sign_epi8(ld32(a[3][i].qs), q)));
+    __m256 sc = _mm256_mul_ps(_mm256_broadcast_ps((const __m128 *)(da4 + 4 * i)), _mm256_set1_ps(h2f(w->d)));
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), sc, *acc);
+}
+
+TGTI void row4_q8_0(int64_t nb, const void *vw, const block_q8_0 *const *a, const float *da4, const float *s4, float *y,
+                    int64_t ys) {
+    (void)s4;
+    const block_q8_0 *w = vw;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        pf_ahead(&w[i], 2); /* 68 bytes */
+        blk4_q8_0(&w[i], a, i, da4, &acc0);
+        blk4_q8_0(&w[i + 1], a, i + 1, da4, &acc1);
+    }
+    if (i < nb) blk4_q8_0(&w[i], a, i, da4, &acc0);
+    store4(_mm256_add_ps(acc0, acc1), _mm_setzero_ps(), y, ys);
+}
+
+/* The row and token loops of the 32-block formats: the activations' half
+ * float scales converted once per call, for groups of four tokens
+ * (da4[(g nb + i) 4 + t], and Q8_1's sums likewise in s4 when HAS_S) and
+ * for the 1-3 tokens left over (da[t nb + i]), which take ROWFN. */
+#define ROW_LOOP_T4(NAME, ROWFN, ROW4, ACT, HAS_S, SUM)                                                      \
+    TGT static void NAME(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,         \
+                         size_t x_row, int64_t nt, float *y, int64_t ys) {                               \
+        const int64_t nb = n_in / 32, ng = nt / 4, t4 = 4 * ng;                                        \
+        float *da4 = tnd_cpu_tls_buf(1, (size_t)((1 + HAS_S) * t4 * nb + (nt - t4) * nb + 1) * sizeof(float)); \
+        if (!da4) {                                                                                    \
+            for (int64_t t = 0; t < nt; t++)                                                           \
+                for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;                                  \
+            return;                                                                                    \
+        }                                                                                              \
+        float *s4 = da4 + t4 * nb, *da = s4 + HAS_S * t4 * nb;                                         \
+        for (int64_t t = 0; t < nt; t++) {                                                             \
+            const ACT *a = (const ACT *)((const char *)xq + t * x_row);                                \
+            for (int64_t i = 0; i < nb; i++) {                                                         \
+                if (t >= t4) {                                                                         \
+                    da[(t - t4) * nb + i] = h2f(a[i].d);                                               \
+                    continue;                                                                          \
+                }                                                                                      \
+                const size_t k = (size_t)(((t / 4) * nb + i) * 4 + t % 4);                             \
+                da4[k] = h2f(a[i].d);                                                                  \
+                if (HAS_S) s4[k] = SUM(a[i]);                                                          \
+            }                                                                                          \
+        }                                                                                              \
+        for (int64_t r = 0; r < nr; r++) {                                                             \
+            const void *w = (const char *)W + (size_t)r * w_row;                                       \
+            for (int64_t g = 0; g < ng; g++) {                                                         \
+                const ACT *a[4];                                                                       \
+                for (int k = 0; k < 4; k++) a[k] = (const ACT *)((const char *)xq + (4 * g + k) * x_row); \
+                ROW4(nb, w, a, da4 + 4 * g * nb, s4 + HAS_S * 4 * g * nb, y + 4 * g * ys + r, ys);     \
+            }                                                                                          \
+            const char *x = (const char *)xq + t4 * x_row;                                             \
+            switch (nt - t4) {                                                                         \
+            case 3: ROWFN(n_in, w, x, x_row, 3, y + t4 * ys + r, ys, da, nb); break;                   \
+            case 2: ROWFN(n_in, w, x, x_row, 2, y + t4 * ys + r, ys, da, nb); break;                   \
+            case 1: ROWFN(n_in, w, x, x_row, 1, y + t4 * ys + r, ys, da, nb); break;                   \
+            default: break;                                                                            \
+            }                                                                                          \
+        }                                                                                              \
+    }
+#define Q8_1_SUM(b) h2f((b).s)
+#define NO_SUM(b) 0.0f
+ROW_LOOP_T4(mm4_q4_1, row_q4_1, row4_q4_1, block_q8_1, 1, Q8_1_SUM)
+ROW_LOOP_T4(mm4_q8_0, row_q8_0, row4_q8_0, block_q8_0, 0, NO_SUM)
+#undef ROW_LOOP_T4
+#undef Q8_1_SUM
+#undef NO_SUM
 
 /* Vector of 16 int16 whose every word is word k of v (within each 128-bit
  * half): one vpshufb with a constant index. */
@@ -596,8 +730,8 @@ void tnd_cpu_kernels_avx2(tnd_cpu_kernels *k) {
     k->quant[TND_TYPE_Q8_K] = quant_q8_K;
     x86_register_gemm(k);
     k->mm[TND_TYPE_Q4_0].fn = mm_q4_0;
-    k->mm[TND_TYPE_Q4_1].fn = mm_q4_1;
-    k->mm[TND_TYPE_Q8_0].fn = mm_q8_0;
+    k->mm[TND_TYPE_Q4_1].fn = mm4_q4_1;
+    k->mm[TND_TYPE_Q8_0].fn = mm4_q8_0;
     k->mm[TND_TYPE_Q4_K].fn = mm_q4_K;
     k->mm[TND_TYPE_Q6_K].fn = mm_q6_K;
     k->mm[TND_TYPE_F32] = (tnd_mm_entry){mm_f32, TND_TYPE_F32, NULL, NULL};

@@ -134,37 +134,6 @@ TGTI void pf_ahead(const void *p, const int lines) {
     }
 
 
-/* As ROW_LOOP, for the 32-block formats: the activation block scales (half
- * floats) are converted once per call into da (nt x nb floats) instead of
- * once per row and block. ACT is the activation block type. */
-#define ROW_LOOP_DA(NAME, ROWFN, ACT)                                                                   \
-    TGT static void NAME(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,         \
-                         size_t x_row, int64_t nt, float *y, int64_t ys) {                               \
-        int64_t nb = n_in / 32;                                                                        \
-        float *da = tnd_cpu_tls_buf(1, (size_t)(nt * nb) * sizeof(float));                            \
-        if (!da) {                                                                                     \
-            for (int64_t t = 0; t < nt; t++)                                                           \
-                for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;                                  \
-            return;                                                                                    \
-        }                                                                                              \
-        for (int64_t t = 0; t < nt; t++) {                                                             \
-            const ACT *a = (const ACT *)((const char *)xq + t * x_row);                                \
-            for (int64_t i = 0; i < nb; i++) da[t * nb + i] = h2f(a[i].d);                             \
-        }                                                                                              \
-        for (int64_t r = 0; r < nr; r++) {                                                             \
-            const void *w = (const char *)W + (size_t)r * w_row;                                       \
-            int64_t t = 0;                                                                             \
-            for (; t + 4 <= nt; t += 4)                                                                \
-                ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 4, y + t * ys + r, ys, da + t * nb, nb); \
-            switch (nt - t) {                                                                          \
-            case 3: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 3, y + t * ys + r, ys, da + t * nb, nb); break; \
-            case 2: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 2, y + t * ys + r, ys, da + t * nb, nb); break; \
-            case 1: ROWFN(n_in, w, (const char *)xq + t * x_row, x_row, 1, y + t * ys + r, ys, da + t * nb, nb); break; \
-            default: break;                                                                            \
-            }                                                                                          \
-        }                                                                                              \
-    }
-
 /* ---- decode: 32-block formats x Q8_0 -----------------------------------------
  * Q8_0 (matmul_avx2.c): signed x signed int8 dots through |w| (unsigned) and
  * sign(a, w): exact since |w| <= 128, |a| <= 127. */
