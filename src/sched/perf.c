@@ -752,9 +752,19 @@ static split_cost split_times(const tnd_model *m, const tnd_perf *pf, const tnd_
     return sc;
 }
 
+/* The rule of tnd_perf_split_pays_to_promote, and the layer's time with its
+ * halves side by side, from its costs. */
+static bool split_pays(const tnd_perf *pf, const split_cost *sc) {
+    return 3 * pf->lat + sc->bytes / pf->b_pcie + sc->tcg < sc->tc;
+}
+
+static double split_side_by_side(const tnd_perf *pf, const split_cost *sc, int nt) {
+    return 7 * fmax(pf->launch, 0) + fmax(sc->tc + tnd_perf_other_time(pf, TND_SIDE_CPU, nt), sc->tg + pf->lat);
+}
+
 bool tnd_perf_split_pays_to_promote(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt) {
     split_cost sc = split_times(m, pf, p, l, nt);
-    return 3 * pf->lat + sc.bytes / pf->b_pcie + sc.tcg < sc.tc;
+    return split_pays(pf, &sc);
 }
 
 bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, int nt) {
@@ -765,21 +775,17 @@ bool tnd_perf_pays_to_promote(const tnd_model *m, const tnd_perf *pf, int sid, i
 void tnd_perf_split_sides(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt,
                           double *t_side, double *t_gpu, double *bytes) {
     split_cost sc = split_times(m, pf, p, l, nt);
-    const double launch = fmax(pf->launch, 0);
-    *t_side = 7 * launch + fmax(sc.tc + tnd_perf_other_time(pf, TND_SIDE_CPU, nt), sc.tg + pf->lat);
-    *t_gpu = sc.tg + sc.tcg + 6 * launch;
+    *t_side = split_side_by_side(pf, &sc, nt);
+    *t_gpu = sc.tg + sc.tcg + 6 * fmax(pf->launch, 0);
     *bytes = sc.bytes;
 }
 
 double tnd_perf_split_time(const tnd_model *m, const tnd_perf *pf, const tnd_placement *p, int l, int nt) {
     split_cost sc = split_times(m, pf, p, l, nt);
-    const double launch = fmax(pf->launch, 0);
-    if (tnd_perf_split_pays_to_promote(m, pf, p, l, nt)) {
-        /* there and back, the chosen CPU experts' copy once routing is known, both parts on the GPU */
-        double sw = pf->lat + pf->sw_host + sizeof(float) * (double)m->hp.n_embd * nt / pf->b_pcie;
-        return 2 * sw + 3 * pf->lat + sc.bytes / pf->b_pcie + sc.tg + sc.tcg + 6 * launch;
-    }
-    return 7 * launch + fmax(sc.tc + tnd_perf_other_time(pf, TND_SIDE_CPU, nt), sc.tg + pf->lat);
+    if (!split_pays(pf, &sc)) return split_side_by_side(pf, &sc, nt);
+    /* there and back, the chosen CPU experts' copy once routing is known, both parts on the GPU */
+    double sw = pf->lat + pf->sw_host + sizeof(float) * (double)m->hp.n_embd * nt / pf->b_pcie;
+    return 2 * sw + 3 * pf->lat + sc.bytes / pf->b_pcie + sc.tg + sc.tcg + 6 * fmax(pf->launch, 0);
 }
 
 /* Share of layer l's expert work (routings) that goes to its GPU experts:
