@@ -497,14 +497,14 @@ TGTI void row4_q8_0(int64_t nb, const void *vw, const block_q8_0 *const *a, cons
         float *s4 = da4 + t4 * nb, *da = s4 + HAS_S * t4 * nb;                                         \
         for (int64_t t = 0; t < nt; t++) {                                                             \
             const ACT *a = (const ACT *)((const char *)xq + t * x_row);                                \
+            if (t >= t4) {                                                                             \
+                for (int64_t i = 0; i < nb; i++) da[(t - t4) * nb + i] = h2f(a[i].d);                  \
+                continue;                                                                              \
+            }                                                                                          \
+            float *d4 = da4 + (t / 4) * 4 * nb + t % 4, *sg = s4 + (t / 4) * 4 * nb + t % 4;           \
             for (int64_t i = 0; i < nb; i++) {                                                         \
-                if (t >= t4) {                                                                         \
-                    da[(t - t4) * nb + i] = h2f(a[i].d);                                               \
-                    continue;                                                                          \
-                }                                                                                      \
-                const size_t k = (size_t)(((t / 4) * nb + i) * 4 + t % 4);                             \
-                da4[k] = h2f(a[i].d);                                                                  \
-                if (HAS_S) s4[k] = SUM(a[i]);                                                          \
+                d4[4 * i] = h2f(a[i].d);                                                               \
+                if (HAS_S) sg[4 * i] = SUM(a[i]);                                                      \
             }                                                                                          \
         }                                                                                              \
         for (int64_t r = 0; r < nr; r++) {                                                             \
