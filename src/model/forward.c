@@ -66,12 +66,21 @@ static void emit(em *e, const tnd_op *op, int sid, int pin) {
 
 static void run(em *e, const tnd_op *op) { emit(e, op, -1, TND_PIN_FOLLOW); }
 
+/* Slots of a layer's cache (a context of one sequence: one). */
+static int64_t kv_slots(const em *e) { return e->r->n_seq > 0 ? e->r->n_seq : 1; }
+
+/* The rows attention reads when its keys end at row `end` of a slot: end
+ * rounded up to TND_KV_CAP_STEP (so a replayed graph's cap changes rarely),
+ * within the context. */
+static int kv_cap_for(const em *e, int end) {
+    return TND_MIN((end + TND_KV_CAP_STEP - 1) / TND_KV_CAP_STEP * TND_KV_CAP_STEP, e->r->n_ctx);
+}
+
 /* Canonical K (kv 0) or V (kv 1) cache of layer il, sequence slot seq:
  * each layer holds n_seq slots of n_ctx rows, one after another. */
 static uint16_t *kv_canon(const em *e, int kv, int il, int seq) {
-    const size_t n_seq = e->r->n_seq > 0 ? (size_t)e->r->n_seq : 1;
     return e->r->kv_canon +
-           (((size_t)kv * e->m->hp.n_layer + (size_t)il) * n_seq + (size_t)seq) * (size_t)e->r->n_ctx *
+           (((size_t)kv * e->m->hp.n_layer + (size_t)il) * (size_t)kv_slots(e) + (size_t)seq) * (size_t)e->r->n_ctx *
                (size_t)e->r->kv_dim;
 }
 
@@ -151,7 +160,7 @@ static void op_store_rows(em *e, const void *src, uint16_t *cache, int nt) {
     tnd_op op = {.kind = TND_OP_CPY};
     op.in[0] = F(src, e->r->kv_dim, nt, 1);
     op.in[1] = T(e->act[A_ROW], TND_TYPE_I32, nt, 1, 1);
-    op.out[0] = T(cache, TND_TYPE_F16, e->r->kv_dim, (int64_t)e->r->n_ctx * (e->r->n_seq > 0 ? e->r->n_seq : 1), 1);
+    op.out[0] = T(cache, TND_TYPE_F16, e->r->kv_dim, (int64_t)e->r->n_ctx * kv_slots(e), 1);
     emit(e, &op, -1, TND_PIN_KV);
 }
 
@@ -295,12 +304,11 @@ static void layer_forward(em *e, int il, int nt, bool normed, const tnd_weight *
                 n += e->seg[u].n;
                 end = TND_MAX(end, e->seg[u].pos0 + e->seg[u].n);
             }
-            const int cap = (end + TND_KV_CAP_STEP - 1) / TND_KV_CAP_STEP * TND_KV_CAP_STEP;
             at.in[3] = T((const int32_t *)e->act[A_ROW] + sg->off, TND_TYPE_I32, n, 1, 1);
-            at.p.attn.kv_cap = TND_MIN(cap, e->r->n_ctx);
+            at.p.attn.kv_cap = kv_cap_for(e, end);
             at.p.attn.slot_rows = e->r->n_ctx;
-            at.in[1] = T(kv_canon(e, 0, il, 0), TND_TYPE_F16, kvd, (int64_t)e->r->n_ctx * e->r->n_seq, 1);
-            at.in[2] = T(kv_canon(e, 1, il, 0), TND_TYPE_F16, kvd, (int64_t)e->r->n_ctx * e->r->n_seq, 1);
+            at.in[1] = T(kv_canon(e, 0, il, 0), TND_TYPE_F16, kvd, (int64_t)e->r->n_ctx * kv_slots(e), 1);
+            at.in[2] = T(kv_canon(e, 1, il, 0), TND_TYPE_F16, kvd, (int64_t)e->r->n_ctx * kv_slots(e), 1);
         } else {
             uint16_t *kc = kv_canon(e, 0, il, sg->seq), *vc = kv_canon(e, 1, il, sg->seq);
             const int32_t *pos = (const int32_t *)e->act[A_POS] + sg->off;
@@ -309,9 +317,8 @@ static void layer_forward(em *e, int il, int nt, bool normed, const tnd_weight *
                 op_store_kv(e, (float *)a[A_V] + (int64_t)sg->off * kvd, vc, pos, sg->pos0, sg->n);
             }
             if (e->pos_mem) {
-                const int cap = (sg->pos0 + sg->n + TND_KV_CAP_STEP - 1) / TND_KV_CAP_STEP * TND_KV_CAP_STEP;
                 at.in[3] = T(pos, TND_TYPE_I32, sg->n, 1, 1);
-                at.p.attn.kv_cap = TND_MIN(cap, e->r->n_ctx);
+                at.p.attn.kv_cap = kv_cap_for(e, sg->pos0 + sg->n);
             } else {
                 at.p.attn.pos0 = sg->pos0;
             }

@@ -148,13 +148,13 @@ tnd_status tnd_ctx_step(tnd_ctx *c) {
     if ((st = tnd_recipe_emit_batch(&r, sg, n_seg)) || (st = tnd_exec_round(c, nt, n_out))) goto done;
     /* the round ran: the sequences advance, and those it finished get logits */
     const size_t nv = (size_t)c->m->hp.n_vocab;
-    for (int i = 0, row = 0; i < n_seg; i++) {
+    for (int i = 0, lrow = 0; i < n_seg; i++) {
         tnd_seq *q = &c->seq[sg[i].seq];
         *past_of(c, sg[i].seq) += sg[i].n;
         q->nq -= sg[i].n;
         memmove(q->q, q->q + sg[i].n, sizeof *q->q * (size_t)q->nq);
         if (sg[i].logits) {
-            memcpy(c->seq_logits + (size_t)sg[i].seq * nv, c->logits + (size_t)row++ * nv, sizeof(float) * nv);
+            memcpy(c->seq_logits + (size_t)sg[i].seq * nv, c->logits + (size_t)lrow++ * nv, sizeof(float) * nv);
             q->has_logits = true;
         }
     }
