@@ -13,6 +13,9 @@
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/q4k_tile.cuh"
+extern "C" {
+#include "util.h"
+}
 
 #define MM_DEFAULT_CHUNK 4096
 
@@ -256,9 +259,14 @@ static int gemm_run(cublasHandle_t h, int g, const int *rows, const int *ntok, i
             return 0;
         }
         /* refused before anything was queued: this run a GEMM an expert, and
-         * never grouped again if this cuBLAS does not do it at all */
+         * never grouped again if this cuBLAS does not do it at all; said
+         * once, since prefill is slower so (docs/DECISIONS.md) */
+        if (cs != CUBLAS_STATUS_NOT_SUPPORTED && cs != CUBLAS_STATUS_INVALID_VALUE) return 1000 + (int)cs;
+        static int warned = 0;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            TND_WARN("cuda: cuBLAS refused a grouped expert GEMM (%s); running one GEMM an expert instead",
+                     cs == CUBLAS_STATUS_NOT_SUPPORTED ? "not supported" : "invalid value");
         if (cs == CUBLAS_STATUS_NOT_SUPPORTED && grouped < 0) __atomic_store_n(&grouped_ok, 0, __ATOMIC_RELAXED);
-        else if (cs != CUBLAS_STATUS_NOT_SUPPORTED && cs != CUBLAS_STATUS_INVALID_VALUE) return 1000 + (int)cs;
     }
     for (int i = 0; i < g; i++) {
         int e = gemm_f16(h, hA[i], rows[i], n_in, hB[i], ntok[i], hC[i], rows[i]);
