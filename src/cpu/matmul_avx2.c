@@ -246,26 +246,22 @@ TGTI void q4_0_x4(int64_t nb, const char *const *w, const char *xq, size_t x_row
  * qs of the first in the lower half and of the second in the upper one, so
  * one AND gives the low nibbles (elements 0..15) of both and one shift + AND
  * the high ones (16..31); the activations are rearranged to match once per
- * call (q4_0_prep1). The two vpmaddubsw results add up per block in int16,
+ * call (relayout8). The two vpmaddubsw results add up per block in int16,
  * and three vphaddw + one vpmaddwd reduce the 4 vectors to the 8 block sums
  * in block order (int16 partial sums stay below 8 * 15 * 127 = 15240 before
  * the last vphaddw, 30480 after), to which -8 sum(a) of each block is added:
  * the exact integer dot of each block, as in the reference. One conversion
  * and one FMA with the 8 scale products then finish the step. */
 
-/* Activation layout for q4_0_row1: per group of 8 blocks i..i+7 and k < 4,
- * 64 bytes a_{i+k}[0..15] a_{i+k+4}[0..15] a_{i+k}[16..31] a_{i+k+4}[16..31];
- * per block its scale da[i] and -8 sum(a_i) in n8[i]. Blocks past the last
- * full group (nb % 8) are read from xq itself. */
-TGT static void q4_0_prep1(const block_q8_0 *a, int64_t nb, int8_t *xa, float *da, int32_t *n8) {
-    const __m256i ones8 = _mm256_set1_epi8(1);
-    for (int64_t i = 0; i < nb; i++) {
-        da[i] = h2f(a[i].d);
-        n8[i] = -8 * hsum_epi32(dot_us(ones8, _mm256_loadu_si256((const __m256i *)a[i].qs)));
-    }
+/* Activation layout for the one-token steps (nib_dots8): per group of 8
+ * blocks i..i+7 and k < 4, 64 bytes a_{i+k}[0..15] a_{i+k+4}[0..15]
+ * a_{i+k}[16..31] a_{i+k+4}[16..31], from activation blocks whose qs are
+ * stride bytes apart. Blocks past the last full group (nb % 8) are read
+ * from xq itself. */
+TGT static void relayout8(const int8_t *qs, size_t stride, int64_t nb, int8_t *xa) {
     for (int64_t g = 0; g + 8 <= nb; g += 8)
         for (int k = 0; k < 4; k++) {
-            const int8_t *p = a[g + k].qs, *q = a[g + k + 4].qs;
+            const int8_t *p = qs + (size_t)(g + k) * stride, *q = qs + (size_t)(g + k + 4) * stride;
             int8_t *o = xa + 32 * g + 64 * k;
             memcpy(o, p, 16);
             memcpy(o + 16, q, 16);
@@ -274,42 +270,63 @@ TGT static void q4_0_prep1(const block_q8_0 *a, int64_t nb, int8_t *xa, float *d
         }
 }
 
-/* The half-float scales of 8 consecutive blocks from b as floats (vpinsrw
- * from memory: fewer shuffle-port operations than building two words in
- * integer registers and moving them over). */
-TGTI __m256 q4_0_d8(const block_q4_0 *b) {
-    __m128i v = _mm_cvtsi32_si128(b[0].d);
-    v = _mm_insert_epi16(v, b[1].d, 1);
-    v = _mm_insert_epi16(v, b[2].d, 2);
-    v = _mm_insert_epi16(v, b[3].d, 3);
-    v = _mm_insert_epi16(v, b[4].d, 4);
-    v = _mm_insert_epi16(v, b[5].d, 5);
-    v = _mm_insert_epi16(v, b[6].d, 6);
-    v = _mm_insert_epi16(v, b[7].d, 7);
+/* q4_0_row1's activations: the layout, and per block its scale da[i] and
+ * -8 sum(a_i) in n8[i]. */
+TGT static void q4_0_prep1(const block_q8_0 *a, int64_t nb, int8_t *xa, float *da, int32_t *n8) {
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < nb; i++) {
+        da[i] = h2f(a[i].d);
+        n8[i] = -8 * hsum_epi32(dot_us(ones8, _mm256_loadu_si256((const __m256i *)a[i].qs)));
+    }
+    relayout8(a[0].qs, sizeof *a, nb, xa);
+}
+
+/* The half floats at p, p + stride, ..., p + 7 stride (8 consecutive
+ * blocks' scales) as floats (vpinsrw from memory: fewer shuffle-port
+ * operations than building two words in integer registers and moving them
+ * over). */
+TGTI __m256 h8(const void *p, size_t stride) {
+    const char *c = p;
+    __m128i v = _mm_cvtsi32_si128(*(const uint16_t *)c);
+    v = _mm_insert_epi16(v, *(const uint16_t *)(c + 1 * stride), 1);
+    v = _mm_insert_epi16(v, *(const uint16_t *)(c + 2 * stride), 2);
+    v = _mm_insert_epi16(v, *(const uint16_t *)(c + 3 * stride), 3);
+    v = _mm_insert_epi16(v, *(const uint16_t *)(c + 4 * stride), 4);
+    v = _mm_insert_epi16(v, *(const uint16_t *)(c + 5 * stride), 5);
+    v = _mm_insert_epi16(v, *(const uint16_t *)(c + 6 * stride), 6);
+    v = _mm_insert_epi16(v, *(const uint16_t *)(c + 7 * stride), 7);
     return _mm256_cvtph_ps(v);
+}
+
+/* The 8 integer dots of blocks 0..7 of nibbles (16 bytes at qs, qs +
+ * stride, ...) with the activations laid out by relayout8 at x, in block
+ * order: two vpmaddubsw per pair of blocks, three vphaddw, one vpmaddwd. */
+TGTI __m256i nib_dots8(const uint8_t *qs, size_t stride, const int8_t *x) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i h[2];
+    for (int k = 0; k < 4; k++) {
+        __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(qs + k * stride))),
+                                            _mm_loadu_si128((const __m128i *)(qs + (k + 4) * stride)), 1);
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        const __m256i *xk = (const __m256i *)(x + 64 * k);
+        __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(xk)),
+                                     _mm256_maddubs_epi16(hi, _mm256_loadu_si256(xk + 1)));
+        h[k >> 1] = k & 1 ? _mm256_hadd_epi16(h[k >> 1], p) : p;
+    }
+    return _mm256_madd_epi16(_mm256_hadd_epi16(h[0], h[1]), _mm256_set1_epi16(1));
 }
 
 /* One row b x one token. */
 TGTI float q4_0_row1(int64_t nb, const block_q4_0 *b, const block_q8_0 *a, const int8_t *xa, const float *da,
                      const int32_t *n8) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= nb; i += 8) {
         pf_ahead(&b[i], 3); /* 144 bytes */
-        __m256i h[2];
-        for (int k = 0; k < 4; k++) {
-            __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)b[i + k].qs)),
-                                                _mm_loadu_si128((const __m128i *)b[i + k + 4].qs), 1);
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            const __m256i *x = (const __m256i *)(xa + 32 * i + 64 * k);
-            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(x)),
-                                         _mm256_maddubs_epi16(hi, _mm256_loadu_si256(x + 1)));
-            h[k >> 1] = k & 1 ? _mm256_hadd_epi16(h[k >> 1], p) : p;
-        }
-        __m256i s = _mm256_madd_epi16(_mm256_hadd_epi16(h[0], h[1]), ones);
-        s = _mm256_add_epi32(s, _mm256_loadu_si256((const __m256i *)(n8 + i)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(q4_0_d8(&b[i]), _mm256_loadu_ps(da + i)), acc);
+        __m256i s = _mm256_add_epi32(nib_dots8(b[i].qs, sizeof *b, xa + 32 * i),
+                                     _mm256_loadu_si256((const __m256i *)(n8 + i)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(h8(&b[i].d, sizeof *b), _mm256_loadu_ps(da + i)),
+                              acc);
     }
     float s = hsum_ps(acc);
     for (; i < nb; i++) {
@@ -366,6 +383,60 @@ TGT static void mm_q4_0(int64_t n_in, const void *W, size_t w_row, int64_t nr, c
             }
         }
     }
+}
+
+/* Q4_1 x Q8_1 for one token (decode): q4_0_row1's steps of 8 blocks, one
+ * row per pass. The nibbles are unsigned (w = d q + m), so a block's
+ * integer dot needs no offset; the m part, m times the activation block's
+ * s (d sum(a)), is 8 blocks' ms times their ss in one FMA. The default
+ * model is Q4_1: its decode went through blk_q4_1 a block at a time (a
+ * conversion, a scale and an FMA, and a scalar FMA for m, per block). Two
+ * or more tokens keep the four-token kernel (row4_q4_1, below): the same
+ * 8-block step over four tokens at once ran slower there (16.7-17.1
+ * against 13.4-15.1 ms a batch-4 round of the default model on a 2-core
+ * AVX2 EPYC: four tokens' sums and accumulators spill). */
+
+/* The activations in relayout8's layout, with each block's d and s as
+ * floats. */
+TGT static void q4_1_prep1(const block_q8_1 *a, int64_t nb, int8_t *xa, float *da, float *sa) {
+    for (int64_t i = 0; i < nb; i++) {
+        da[i] = h2f(a[i].d);
+        sa[i] = h2f(a[i].s);
+    }
+    relayout8(a[0].qs, sizeof *a, nb, xa);
+}
+
+/* One row b x one token. */
+TGTI float q4_1_row1(int64_t nb, const block_q4_1 *b, const block_q8_1 *a, const int8_t *xa, const float *da,
+                     const float *sa) {
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= nb; i += 8) {
+        pf_ahead(&b[i], 3); /* 160 bytes */
+        __m256i s = nib_dots8(b[i].qs, sizeof *b, xa + 32 * i);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(h8(&b[i].d, sizeof *b), _mm256_loadu_ps(da + i)),
+                              acc);
+        accm = _mm256_fmadd_ps(h8(&b[i].m, sizeof *b), _mm256_loadu_ps(sa + i), accm);
+    }
+    float s = hsum_ps(_mm256_add_ps(acc, accm));
+    for (; i < nb; i++) {
+        int32_t sumi = hsum_epi32(dot_us(nib32(b[i].qs), _mm256_loadu_si256((const __m256i *)a[i].qs)));
+        s += h2f(b[i].d) * da[i] * (float)sumi + h2f(b[i].m) * sa[i];
+    }
+    return s;
+}
+
+TGT static void mm_q4_1_1(int64_t nb, const void *W, size_t w_row, int64_t nr, const void *xq, float *y) {
+    /* xa (32 nb bytes), da, sa (4 nb bytes each) */
+    int8_t *xa = tnd_cpu_tls_buf(1, (size_t)nb * 40);
+    if (!xa) {
+        for (int64_t r = 0; r < nr; r++) y[r] = NAN;
+        return;
+    }
+    float *da = (float *)(xa + 32 * nb), *sa = da + nb;
+    q4_1_prep1(xq, nb, xa, da, sa);
+    for (int64_t r = 0; r < nr; r++)
+        y[r] = q4_1_row1(nb, (const block_q4_1 *)((const char *)W + (size_t)r * w_row), xq, xa, da, sa);
 }
 
 /* Q4_1 x Q8_1: w = d q + m; the m part is m * s of the activation block. */
@@ -528,6 +599,13 @@ TGTI void row4_q8_0(int64_t nb, const void *vw, const block_q8_0 *const *a, cons
 ROW_LOOP_T4(mm4_q4_1, row_q4_1, row4_q4_1, block_q8_1, 1, Q8_1_SUM)
 ROW_LOOP_T4(mm4_q8_0, row_q8_0, row4_q8_0, block_q8_0, 0, NO_SUM)
 #undef ROW_LOOP_T4
+
+/* One token: q4_1_row1; more: four at a time (mm4_q4_1). */
+TGT static void mm_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
+                        int64_t nt, float *y, int64_t ys) {
+    if (nt == 1) mm_q4_1_1(n_in / 32, W, w_row, nr, xq, y);
+    else mm4_q4_1(n_in, W, w_row, nr, xq, x_row, nt, y, ys);
+}
 #undef Q8_1_SUM
 #undef NO_SUM
 
@@ -730,7 +808,7 @@ void tnd_cpu_kernels_avx2(tnd_cpu_kernels *k) {
     k->quant[TND_TYPE_Q8_K] = quant_q8_K;
     x86_register_gemm(k);
     k->mm[TND_TYPE_Q4_0].fn = mm_q4_0;
-    k->mm[TND_TYPE_Q4_1].fn = mm4_q4_1;
+    k->mm[TND_TYPE_Q4_1].fn = mm_q4_1;
     k->mm[TND_TYPE_Q8_0].fn = mm4_q8_0;
     k->mm[TND_TYPE_Q4_K].fn = mm_q4_K;
     k->mm[TND_TYPE_Q6_K].fn = mm_q6_K;
