@@ -599,6 +599,8 @@ TGTI void row4_q8_0(int64_t nb, const void *vw, const block_q8_0 *const *a, cons
 ROW_LOOP_T4(mm4_q4_1, row_q4_1, row4_q4_1, block_q8_1, 1, Q8_1_SUM)
 ROW_LOOP_T4(mm4_q8_0, row_q8_0, row4_q8_0, block_q8_0, 0, NO_SUM)
 #undef ROW_LOOP_T4
+#undef Q8_1_SUM
+#undef NO_SUM
 
 /* One token: q4_1_row1; more: four at a time (mm4_q4_1). */
 TGT static void mm_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
@@ -606,8 +608,6 @@ TGT static void mm_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, c
     if (nt == 1) mm_q4_1_1(n_in / 32, W, w_row, nr, xq, y);
     else mm4_q4_1(n_in, W, w_row, nr, xq, x_row, nt, y, ys);
 }
-#undef Q8_1_SUM
-#undef NO_SUM
 
 /* Vector of 16 int16 whose every word is word k of v (within each 128-bit
  * half): one vpshufb with a constant index. */
