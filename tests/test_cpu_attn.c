@@ -87,10 +87,11 @@ static int64_t ulps(float a, float b) {
 static bool same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0 || (isnan(a) && isnan(b)); }
 
 /* tnd_cpu_expf (glibc's algorithm) against libm: the same bits on glibc
- * 2.27+ with FMA (an AVX-512 machine has it), within 1 ulp elsewhere. Then
- * silu_mul, vector (AVX-512) and libm's scalar loop, against the formula
- * with tnd_cpu_expf, bit for bit: every range of the exponent, the libm
- * lanes (|x| >= 88, inf, NaN), lengths not a multiple of 16. */
+ * 2.27+ with FMA (an AVX2 or AVX-512 machine has it), within 1 ulp
+ * elsewhere. Then silu_mul, vector (AVX-512, or AVX2 where that is the best
+ * ISA) and libm's scalar loop, against the formula with tnd_cpu_expf, bit
+ * for bit: every range of the exponent, the libm lanes (|x| >= 88, inf,
+ * NaN), lengths not a multiple of 16 or 8. */
 static void test_expf_silu(void) {
 #if defined(__GLIBC__) && defined(__x86_64__)
     const bool exact = tnd_cpu_isa_best() >= TND_ISA_AVX2; /* FMA: glibc's __expf_fma */

@@ -228,12 +228,16 @@ int main(int argc, char **argv) {
             /* n_in: one block, and odd block counts (not multiples of 256 or
              * of a vector where the block allows it); for the 32-blocks also
              * even counts (the 512-bit kernels take blocks in pairs) that
-             * are not multiples of 8. */
+             * are not multiples of 8, every block count % 8 (AVX2's Q4_1
+             * steps of 8 blocks share the last one between 8 / (nb % 8)
+             * rows). */
             int64_t nins_k[] = {256, 768, 1280};
-            int64_t nins_32[] = {32, 96, 224, 800, 64, 576};
+            int64_t nins_32[] = {32, 96, 224, 800, 64, 576, 128, 160, 192};
             int64_t nins_1[] = {1, 7, 33, 301};
             int64_t *nins = bs == 256 ? nins_k : bs == 32 ? nins_32 : nins_1;
-            int n_nins = bs == 256 ? 3 : bs == 32 ? 6 : 4;
+            int n_nins = (int)(bs == 256  ? TND_ARRAY_LEN(nins_k)
+                               : bs == 32 ? TND_ARRAY_LEN(nins_32)
+                                          : TND_ARRAY_LEN(nins_1));
             /* n_out: every remainder mod 4 (the decode kernels take rows in
              * groups of 4) on one thread and across thread shares */
             int64_t nouts[] = {1, 3, 6, 17, 37};
@@ -255,6 +259,9 @@ int main(int argc, char **argv) {
              * partial sums span several blocks: rows not a multiple of the
              * rows per pass, blocks not a multiple of the blocks per step. */
             test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 3 : 19), 9, 1, true);
+            /* and through the several-token ones (Q4_1's shared last step,
+             * four tokens and one more) */
+            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 3 : 19), 9, 5, true);
             /* NULL pool. */
             test_shape(NULL, (tnd_cpu_isa_id)isa, wt, bs == 1 ? 65 : bs * 2, 19, 4);
             printf("  %-5s %ld outputs checked\n", tr->name, g_checked - before);

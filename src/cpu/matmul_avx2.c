@@ -10,10 +10,10 @@
  * activations (so weights are read once per call for n_tok <= 4 and from L1
  * after that), the weight streams prefetched ahead (pf_ahead).
  * Per block the integer sum is exact (as in the reference); the float sum over
- * blocks runs in 8 lanes with FMA (Q4_1 and Q8_0 in groups of four tokens:
- * 2 lanes a token, the four folded into one vector), so it differs from
- * the sequential reference only by rounding (tolerance in
- * tests/test_cpu_matmul.c).
+ * blocks runs in 8 lanes with FMA (Q8_0 in groups of four tokens: 2 lanes a
+ * token, the four folded into one vector; Q4_1 with 2+ tokens: per step of 8
+ * blocks, one lane a block), so it differs from the sequential reference
+ * only by rounding (tolerance in tests/test_cpu_matmul.c).
  *
  * Signed x signed int8 products use vpmaddubsw (unsigned x signed) on |w| and
  * sign(a, w): the classic sign transfer, exact since |w| <= 128, |a| <= 127. */
@@ -113,7 +113,7 @@ TGT static void quant_q8_K(const float *x, void *vy, int64_t k) {
 /* ---- per-row kernels --------------------------------------------------------
  * Each processes one weight row against nt <= NT_MAX activation rows; the
  * always_inline + constant nt lets the compiler keep accumulators in
- * registers. ROW_LOOP (matmul_x86.h) and ROW_LOOP_T4 (below) expand the row and
+ * registers. ROW_LOOP (matmul_x86.h) and mm4_q8_0 (below) run the row and
  * token-chunk loops around one. */
 
 /* Q8_0 x Q8_0 through the sign transfer above. The 32-element formats do
@@ -389,16 +389,22 @@ TGT static void mm_q4_0(int64_t n_in, const void *W, size_t w_row, int64_t nr, c
  * row per pass. The nibbles are unsigned (w = d q + m), so a block's
  * integer dot needs no offset; the m part, m times the activation block's
  * s (d sum(a)), is 8 blocks' ms times their ss in one FMA. The default
- * model is Q4_1: its decode went through blk_q4_1 a block at a time (a
- * conversion, a scale and an FMA, and a scalar FMA for m, per block). Two
- * or more tokens keep the four-token kernel (row4_q4_1, below): the same
- * 8-block step over four tokens at once ran slower there (16.7-17.1
- * against 13.4-15.1 ms a batch-4 round of the default model on a 2-core
- * AVX2 EPYC: four tokens' sums and accumulators spill). */
+ * model is Q4_1: its decode went a block at a time before (a conversion,
+ * a scale and an FMA, and a scalar FMA for m, per block). Two
+ * or more tokens take the transposed steps below (q41_rows): this step over
+ * four tokens at once spilled its sums and accumulators and ran batch-4
+ * rounds 15% slower than the per-block four-token kernel it replaced. */
 
-/* The activations in relayout8's layout, with each block's d and s as
- * floats. */
-TGT static void q4_1_prep1(const block_q8_1 *a, int64_t nb, int8_t *xa, float *da, float *sa) {
+/* One token's layout (prep_q4_1): the Q8_1 row itself (its last nb % 8
+ * blocks are read from there), then relayout8's layout of the rest, then
+ * each block's d and s as floats. */
+#define Q41_RAW(x_row) (((x_row) + 63) & ~(size_t)63) /* the row's bytes, to a cache line */
+#define Q41_TB1(nb, x_row) (Q41_RAW(x_row) + (size_t)(nb) * 40)
+
+TGT static void q4_1_prep1(const block_q8_1 *a, size_t x_row, int64_t nb, char *out) {
+    int8_t *xa = (int8_t *)out + Q41_RAW(x_row);
+    float *da = (float *)(xa + 32 * nb), *sa = da + nb;
+    memcpy(out, a, x_row);
     for (int64_t i = 0; i < nb; i++) {
         da[i] = h2f(a[i].d);
         sa[i] = h2f(a[i].s);
@@ -426,106 +432,307 @@ TGTI float q4_1_row1(int64_t nb, const block_q4_1 *b, const block_q8_1 *a, const
     return s;
 }
 
-TGT static void mm_q4_1_1(int64_t nb, const void *W, size_t w_row, int64_t nr, const void *xq, float *y) {
-    /* xa (32 nb bytes), da, sa (4 nb bytes each) */
-    int8_t *xa = tnd_cpu_tls_buf(1, (size_t)nb * 40);
-    if (!xa) {
-        for (int64_t r = 0; r < nr; r++) y[r] = NAN;
+/* x: q4_1_prep1's layout of a Q8_1 row x_row bytes long. */
+TGT static void mm_q4_1_1(int64_t nb, const void *W, size_t w_row, int64_t nr, const char *x, size_t x_row,
+                          float *y) {
+    const int8_t *xa = (const int8_t *)x + Q41_RAW(x_row);
+    const float *da = (const float *)(xa + 32 * nb), *sa = da + nb;
+    for (int64_t r = 0; r < nr; r++)
+        y[r] = q4_1_row1(nb, (const block_q4_1 *)((const char *)W + (size_t)r * w_row), (const block_q8_1 *)x, xa,
+                         da, sa);
+}
+
+/* ---- Q4_1 x Q8_1, several tokens: 8 blocks a step, transposed ------------
+ * Without VNNI, what a token costs per block beyond its vpmaddubsw is the
+ * reduction of the 16-bit pair sums to one int32 per block, and vphaddw
+ * issues one every 2 cycles on the 2-core Zen 3 EPYC against two
+ * vpmaddubsw a cycle: the four-token per-block kernel spent three a block,
+ * the 8-block step three per 8 blocks and token. So the
+ * 8 blocks of a step are transposed instead: vector c of the step holds
+ * dword c (elements 4c..4c+3, and 16+4c.. in the high nibbles) of each of
+ * the 8 blocks, block k in dword k. The 8 vectors' vpmaddubsw results
+ * then add up vertically in int16 (8 pair sums of 15 * 127 products: at
+ * most 30480) and one vpmaddwd gives the 8 blocks' exact integer dots in
+ * block order: 8 vpmaddubsw, 7 vpaddw and a vpmaddwd a token, no
+ * horizontal op. The weights' transpose (a 4x4 dword transpose of block
+ * pairs, 8 shuffles) is paid once per step for all the tokens; the
+ * tokens' side is laid out once per call (prep_q4_1). Per step and token
+ * the float part is a conversion, a scale product and two FMAs (d terms,
+ * then m times the activation blocks' s).
+ * The rem = nb % 8 blocks after a row's last full step would waste most of
+ * a step (the default model's 576 inputs are 18 blocks: 2 steps and 2
+ * blocks), so 8 / rem rows share one: slot j holds block j % rem of row
+ * j / rem (rows left over take a step alone, other slots zero). */
+
+/* Bytes per token of prep_q4_1's layout, for nb blocks: per step of 8
+ * blocks 256 bytes of quants, then the steps' activation scales (8 floats
+ * a step) and s terms (8 floats a step). A last step (rem blocks) holds
+ * them in the shared slots' order: slot j block j % rem. */
+#define Q41_TB(nb) ((size_t)(((nb) + 7) / 8) * 320)
+
+TGT static size_t prep_q4_1(int64_t n_in, const void *xq, size_t x_row, int64_t nt, void *out) {
+    const int64_t nb = n_in / 32, ng = (nb + 7) / 8, rem = nb % 8;
+    if (nt == 1) {
+        /* one token: the 8-block step without the transpose (q4_1_row1);
+         * the row's length from nb, as mm_q4_1 has it (x_row is 0 when
+         * only the size is asked for) */
+        const size_t row1 = (size_t)nb * sizeof(block_q8_1);
+        if (out) q4_1_prep1(xq, row1, nb, out);
+        return Q41_TB1(nb, row1);
+    }
+    const size_t tb = Q41_TB(nb);
+    if (!out) return tb;
+    for (int64_t t = 0; t < nt; t++) {
+        const block_q8_1 *a = (const block_q8_1 *)((const char *)xq + t * x_row);
+        char *o = (char *)out + t * tb;
+        float *da = (float *)(o + 256 * ng), *sa = da + 8 * ng;
+        memset(o, 0, tb);
+        for (int64_t j = 0; j < 8 * ng; j++) {
+            const int64_t g = j / 8, k = j % 8;
+            /* block i in slot j (-1: none); rem > 0 where g is the last step */
+            const int64_t i = g < nb / 8 ? j : k < 8 / rem * rem ? 8 * g + k % rem : -1;
+            if (i < 0) continue;
+            /* dword c of the block's low-nibble half (elements 4c..) goes
+             * to vector 2c, of its high half to 2c + 1; slot k at dword k */
+            char *v = o + 256 * g + 4 * k;
+            for (int c = 0; c < 4; c++) {
+                memcpy(v + 64 * c, a[i].qs + 4 * c, 4);
+                memcpy(v + 64 * c + 32, a[i].qs + 16 + 4 * c, 4);
+            }
+            da[j] = h2f(a[i].d);
+            sa[j] = h2f(a[i].s);
+        }
+    }
+    return tb;
+}
+
+/* Blocks pairs R[k] (k in the lower half, k + 4 in the upper) transposed
+ * into W[0..7]: W[2c] the low nibbles of dword c, W[2c + 1] the high ones. */
+TGTI void q41_transpose(const __m256i *R, __m256i *W) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    /* per 128-bit half: a 4x4 transpose of the dwords */
+    __m256i t0 = _mm256_unpacklo_epi32(R[0], R[1]), t1 = _mm256_unpackhi_epi32(R[0], R[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(R[2], R[3]), t3 = _mm256_unpackhi_epi32(R[2], R[3]);
+    __m256i V[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                    _mm256_unpackhi_epi64(t1, t3)};
+    for (int c = 0; c < 4; c++) {
+        W[2 * c] = _mm256_and_si256(V[c], m4);
+        W[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(V[c], 4), m4);
+    }
+}
+
+/* A full step: the 8 blocks at b, with their d and m as floats. */
+TGTI void q41_w_full(const block_q4_1 *b, __m256i *W, __m256 *d8, __m256 *m8) {
+    __m256i R[4];
+    for (int k = 0; k < 4; k++)
+        R[k] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)b[k].qs)),
+                                       _mm_loadu_si128((const __m128i *)b[k + 4].qs), 1);
+    q41_transpose(R, W);
+    /* d and m: the blocks' first dwords (d | m << 16), 8 inserts, then
+     * split into words (half the inserts of two h8) */
+    int32_t dm[8]; /* memcpy: blocks are only 2-byte aligned */
+    for (int k = 0; k < 8; k++) memcpy(&dm[k], &b[k], 4);
+    __m128i lo = _mm_setr_epi32(dm[0], dm[1], dm[2], dm[3]), hi = _mm_setr_epi32(dm[4], dm[5], dm[6], dm[7]);
+    const __m128i split = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    lo = _mm_shuffle_epi8(lo, split), hi = _mm_shuffle_epi8(hi, split);
+    *d8 = _mm256_cvtph_ps(_mm_unpacklo_epi64(lo, hi));
+    *m8 = _mm256_cvtph_ps(_mm_unpackhi_epi64(lo, hi));
+}
+
+/* A shared last step: slot k's block at p[k], NULL: zeros (scales too). */
+TGTI void q41_w_slots(const block_q4_1 *const *p, __m256i *W, __m256 *d8, __m256 *m8) {
+    __m256i R[4];
+    for (int k = 0; k < 4; k++) {
+        __m128i lo = p[k] ? _mm_loadu_si128((const __m128i *)p[k]->qs) : _mm_setzero_si128();
+        __m128i hi = p[k + 4] ? _mm_loadu_si128((const __m128i *)p[k + 4]->qs) : _mm_setzero_si128();
+        R[k] = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    }
+    q41_transpose(R, W);
+    /* words inserted from integer registers: 16-bit stores read back as
+     * one vector would stall on store forwarding */
+    __m128i hd = _mm_setzero_si128(), hm = _mm_setzero_si128();
+#define Q41_SLOT(k)                                                                                                \
+    if (p[k]) hd = _mm_insert_epi16(hd, p[k]->d, k), hm = _mm_insert_epi16(hm, p[k]->m, k)
+    Q41_SLOT(0); Q41_SLOT(1); Q41_SLOT(2); Q41_SLOT(3); Q41_SLOT(4); Q41_SLOT(5); Q41_SLOT(6); Q41_SLOT(7);
+#undef Q41_SLOT
+    *d8 = _mm256_cvtph_ps(hd);
+    *m8 = _mm256_cvtph_ps(hm);
+}
+
+/* Step g of NT tokens (x: the first token's layout, tb bytes apart; ng
+ * steps a row) against the step's weights, into acc[t] (8 lanes: slots). */
+TGTI void q41_step_t(const __m256i *W, __m256 d8, __m256 m8, const char *x, size_t tb, int64_t g, int64_t ng,
+                     const int NT, __m256 *acc) {
+    for (int t = 0; t < NT; t++) {
+        const char *xt = x + t * tb;
+        const __m256i *A = (const __m256i *)(xt + 256 * g);
+        const float *da = (const float *)(xt + 256 * ng) + 8 * g, *sa = da + 8 * ng;
+        __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(W[0], _mm256_loadu_si256(A)),
+                                      _mm256_maddubs_epi16(W[1], _mm256_loadu_si256(A + 1)));
+        __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(W[2], _mm256_loadu_si256(A + 2)),
+                                      _mm256_maddubs_epi16(W[3], _mm256_loadu_si256(A + 3)));
+        __m256i s2 = _mm256_add_epi16(_mm256_maddubs_epi16(W[4], _mm256_loadu_si256(A + 4)),
+                                      _mm256_maddubs_epi16(W[5], _mm256_loadu_si256(A + 5)));
+        __m256i s3 = _mm256_add_epi16(_mm256_maddubs_epi16(W[6], _mm256_loadu_si256(A + 6)),
+                                      _mm256_maddubs_epi16(W[7], _mm256_loadu_si256(A + 7)));
+        __m256i dots = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(s0, s1), _mm256_add_epi16(s2, s3)),
+                                         _mm256_set1_epi16(1));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(d8, _mm256_loadu_ps(da)), acc[t]);
+        acc[t] = _mm256_fmadd_ps(m8, _mm256_loadu_ps(sa), acc[t]);
+    }
+}
+
+/* Token t's sum of acc[t] for t < 4, as one vector (lane t). */
+TGTI __m128 hsum4_ps(const __m256 *acc) {
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* Row w's nf full steps x NT <= 4 tokens (ng steps a token's layout), into
+ * acc[t]. */
+TGTI void q41_full_steps(const block_q4_1 *w, int64_t nf, int64_t ng, const char *x, size_t tb, const int NT,
+                         __m256 *acc) {
+    __m256i W[8];
+    __m256 d8, m8;
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < nf; g++) {
+        pf_ahead(&w[8 * g], 3); /* 160 bytes */
+        q41_w_full(w + 8 * g, W, &d8, &m8);
+        q41_step_t(W, d8, m8, x, tb, g, ng, NT, acc);
+    }
+}
+
+/* nrow <= 8 / rem rows from b (w_row bytes apart) x NT <= 4 tokens, rem =
+ * nb % 8 (a constant where it is the default model's 2); the rows share
+ * their last step when rem. */
+TGTI void q41_rows(int64_t nb, const char *b, size_t w_row, int nrow, const int rem, const char *x, size_t tb,
+                   const int NT, float *y, int64_t ys) {
+    const int64_t nf = nb / 8, ng = (nb + 7) / 8;
+    float out[8][4]; /* [row][token] */
+    __m256 acc[4];
+    for (int k = 0; k < nrow; k++) {
+        q41_full_steps((const block_q4_1 *)(b + (size_t)k * w_row), nf, ng, x, tb, NT, acc);
+        if (NT == 4) _mm_storeu_ps(out[k], hsum4_ps(acc));
+        else
+            for (int t = 0; t < NT; t++) out[k][t] = hsum_ps(acc[t]);
+    }
+    if (rem) {
+        __m256i W[8];
+        __m256 d8, m8;
+        const block_q4_1 *p[8] = {0};
+        for (int k = 0; k < nrow; k++)
+            for (int i = 0; i < rem; i++) p[k * rem + i] = (const block_q4_1 *)(b + (size_t)k * w_row) + 8 * nf + i;
+        q41_w_slots(p, W, &d8, &m8);
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+        q41_step_t(W, d8, m8, x, tb, nf, ng, NT, acc);
+        for (int t = 0; t < NT; t++) {
+            float l[8];
+            _mm256_storeu_ps(l, acc[t]);
+            for (int k = 0; k < nrow; k++)
+                for (int i = 0; i < rem; i++) out[k][t] += l[k * rem + i];
+        }
+    }
+    for (int t = 0; t < NT; t++)
+        for (int k = 0; k < nrow; k++) y[t * ys + k] = out[k][t];
+}
+
+/* q41_rows for the default model's batch of 4: 4 rows of 18 blocks (rem 2)
+ * x 4 tokens, the shared last step without branches (every slot used: slot
+ * j holds block j % 2 of row j / 2) and its lane pairs summed by vhaddps. */
+TGTI void q41_rows4_r2(int64_t nb, const char *b, size_t w_row, const char *x, size_t tb, float *y, int64_t ys) {
+    const int64_t nf = nb / 8, ng = nf + 1;
+    __m128 o[4]; /* o[k]: row k's sums, lane t: token t */
+    __m256 acc[4];
+    for (int k = 0; k < 4; k++) {
+        q41_full_steps((const block_q4_1 *)(b + (size_t)k * w_row), nf, ng, x, tb, 4, acc);
+        o[k] = hsum4_ps(acc);
+    }
+    const block_q4_1 *tl[4]; /* the rows' last 2 blocks */
+    for (int k = 0; k < 4; k++) tl[k] = (const block_q4_1 *)(b + (size_t)k * w_row) + 8 * nf;
+    __m256i R[4], W[8];
+    for (int j = 0; j < 4; j++)
+        R[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)tl[j / 2][j % 2].qs)),
+                                       _mm_loadu_si128((const __m128i *)tl[j / 2 + 2][j % 2].qs), 1);
+    q41_transpose(R, W);
+    __m128i hd = _mm_cvtsi32_si128(tl[0][0].d), hm = _mm_cvtsi32_si128(tl[0][0].m);
+#define Q41_SLOT(j)                                                                                                \
+    hd = _mm_insert_epi16(hd, tl[(j) / 2][(j) % 2].d, j), hm = _mm_insert_epi16(hm, tl[(j) / 2][(j) % 2].m, j)
+    Q41_SLOT(1); Q41_SLOT(2); Q41_SLOT(3); Q41_SLOT(4); Q41_SLOT(5); Q41_SLOT(6); Q41_SLOT(7);
+#undef Q41_SLOT
+    for (int t = 0; t < 4; t++) acc[t] = _mm256_setzero_ps();
+    q41_step_t(W, _mm256_cvtph_ps(hd), _mm256_cvtph_ps(hm), x, tb, nf, ng, 4, acc);
+    /* u: t0r0 t0r1 t1r0 t1r1 | t0r2 t0r3 t1r2 t1r3, v the same for t2, t3 */
+    __m256 u = _mm256_hadd_ps(acc[0], acc[1]), v = _mm256_hadd_ps(acc[2], acc[3]);
+    __m128 ul = _mm256_castps256_ps128(u), uh = _mm256_extractf128_ps(u, 1);
+    __m128 vl = _mm256_castps256_ps128(v), vh = _mm256_extractf128_ps(v, 1);
+    __m128 tail[4] = {_mm_movelh_ps(ul, uh), _mm_movehl_ps(uh, ul), _mm_movelh_ps(vl, vh), _mm_movehl_ps(vh, vl)};
+    _MM_TRANSPOSE4_PS(o[0], o[1], o[2], o[3]); /* o[t]: token t's sums of rows 0..3 */
+    for (int t = 0; t < 4; t++) _mm_storeu_ps(y + t * ys, _mm_add_ps(o[t], tail[t]));
+}
+
+/* x: prep_q4_1's layout, x_row its bytes per token. One row after the
+ * other (one sequential weight stream per thread), in groups that share
+ * their last step; tokens four at a time (a fifth and later read the rows
+ * from L1). */
+TGT static void mm_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
+                        int64_t nt, float *y, int64_t ys) {
+    const int64_t nb = n_in / 32;
+    if (nt == 1) {
+        mm_q4_1_1(nb, W, w_row, nr, xq, (size_t)nb * sizeof(block_q8_1), y);
         return;
     }
-    float *da = (float *)(xa + 32 * nb), *sa = da + nb;
-    q4_1_prep1(xq, nb, xa, da, sa);
-    for (int64_t r = 0; r < nr; r++)
-        y[r] = q4_1_row1(nb, (const block_q4_1 *)((const char *)W + (size_t)r * w_row), xq, xa, da, sa);
-}
-
-/* Q4_1 x Q8_1: w = d q + m; the m part is m * s of the activation block. */
-TGTI void blk_q4_1(const block_q4_1 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc, float *accm,
-                  const float *da, int64_t nb) {
-    __m256i q = unpack_nibbles(w[i].qs);
-    float dw = h2f(w[i].d), mw = h2f(w[i].m);
-    for (int t = 0; t < nt; t++) {
-        const block_q8_1 *a = (const block_q8_1 *)(xq + t * xs) + i;
-        __m256i p = dot_us(q, _mm256_loadu_si256((const __m256i *)a->qs));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * da[t * nb + i]), acc[t]);
-        accm[t] += mw * h2f(a->s);
+    const int group = nb % 8 ? 8 / (int)(nb % 8) : 1;
+    for (int64_t r = 0; r < nr;) {
+        const int nrow = nr - r >= group ? group : 1, rem = (int)(nb % 8);
+        const char *b = (const char *)W + (size_t)r * w_row;
+        for (int64_t t = 0; t < nt; t += 4) {
+            const char *x = (const char *)xq + t * x_row;
+            float *yt = y + t * ys + r;
+            const int k = nt - t < 4 ? (int)(nt - t) : 4;
+            if (rem == 2 && nrow == 4) {
+                /* the default model's 576 inputs: constants for the tail */
+                if (k == 4) q41_rows4_r2(nb, b, w_row, x, x_row, yt, ys);
+                else if (k == 3) q41_rows(nb, b, w_row, 4, 2, x, x_row, 3, yt, ys);
+                else if (k == 2) q41_rows(nb, b, w_row, 4, 2, x, x_row, 2, yt, ys);
+                else q41_rows(nb, b, w_row, 4, 2, x, x_row, 1, yt, ys);
+            } else {
+                if (k == 4) q41_rows(nb, b, w_row, nrow, rem, x, x_row, 4, yt, ys);
+                else if (k == 3) q41_rows(nb, b, w_row, nrow, rem, x, x_row, 3, yt, ys);
+                else if (k == 2) q41_rows(nb, b, w_row, nrow, rem, x, x_row, 2, yt, ys);
+                else q41_rows(nb, b, w_row, nrow, rem, x, x_row, 1, yt, ys);
+            }
+        }
+        r += nrow;
     }
 }
-TGTI void row_q4_1(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys,
-                  const float *da, int64_t nb_) {
-    const block_q4_1 *w = vw;
-    __m256 acc0[NT_MAX], acc1[NT_MAX];
-    float accm0[NT_MAX], accm1[NT_MAX];
-    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps(), accm0[t] = accm1[t] = 0.0f;
-    int64_t i = 0, nb = n / 32;
-    for (; i + 2 <= nb; i += 2) {
-        pf_ahead(&w[i], 1); /* 40 bytes */
-        blk_q4_1(w, i, xq, xs, nt, acc0, accm0, da, nb_);
-        blk_q4_1(w, i + 1, xq, xs, nt, acc1, accm1, da, nb_);
-    }
-    if (i < nb) blk_q4_1(w, i, xq, xs, nt, acc0, accm0, da, nb_);
-    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t])) + (accm0[t] + accm1[t]);
-}
 
-
-/* ---- four tokens at once: Q4_1 x Q8_1 and Q8_0 x Q8_0 ---------------------
+/* ---- four tokens at once: Q8_0 x Q8_0 ---------------------------------------
  * Without VNNI a token's part of a block is a vpmaddubsw, a vpmaddwd, a
- * conversion, a scale broadcast and an FMA (and for Q4_1 a half-float sum
- * term): a batched decode step of 4 tokens was bound by that, not by its
- * weight reads. Here a block's four int32 dots (8 lanes each) fold by three
- * vphaddd into one vector (lanes t and t + 4: token t), converted once and
- * scaled by the four tokens' scales times the weight's in one FMA; Q4_1's
- * m part runs in 4 lanes. The integer sums stay exact; the float sum over
- * blocks runs in 2 lanes a token instead of 8 (another rounding order: the
- * Q8 mode's many-token kernels, tests/test_batch.c). The activations'
- * scales (and Q8_1's sums) are laid out for it once per call: four tokens'
- * per block, together. */
+ * conversion, a scale broadcast and an FMA: a batched decode step of 4
+ * tokens was bound by that, not by its weight reads. Here a block's four
+ * int32 dots (8 lanes each) fold by three vphaddd into one vector (lanes t
+ * and t + 4: token t), converted once and scaled by the four tokens' scales
+ * times the weight's in one FMA. The integer sums stay exact; the float sum
+ * over blocks runs in 2 lanes a token instead of 8 (another rounding order:
+ * the Q8 mode's many-token kernels, tests/test_batch.c). The activations'
+ * scales are laid out for it once per call: four tokens' per block,
+ * together. (Q4_1's transposed steps, above, done for Q8_0 in steps of 4
+ * blocks, measured no faster here: its sign-transfer products need a
+ * vpmaddwd each, so there the vphaddd were not the limit.) */
 
 TGTI __m256i fold4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
     return _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
 }
 
-/* Token t's result: lanes t and t + 4 of acc, plus lane t of extra. */
-TGTI void store4(__m256 acc, __m128 extra, float *y, int64_t ys) {
-    __m128 r = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)), extra);
+/* Token t's result: lanes t and t + 4 of acc. */
+TGTI void store4(__m256 acc, float *y, int64_t ys) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     float v[4];
     _mm_storeu_ps(v, r);
     for (int t = 0; t < 4; t++) y[t * ys] = v[t];
 }
 
 TGTI __m256i ld32(const int8_t *q) { return _mm256_loadu_si256((const __m256i *)q); }
-
-/* One block of Q4_1 against 4 tokens' Q8_1 blocks a[0..3] + i. Its nibbles
- * (<= 15) times quants (|a| <= 127) allow the fold in 16 bits: a pair
- * sum is at most 3810 in size, and the two vphaddw leave sums of 8
- * products (<= 15240) before the vpmaddwd that widens them, so one
- * widening a block serves all four tokens. */
-TGTI void blk4_q4_1(const block_q4_1 *w, const block_q8_1 *const *a, int64_t i, const float *da4, const float *s4,
-                    __m256 *acc, __m128 *accm) {
-    __m256i q = unpack_nibbles(w->qs);
-    __m256i m0 = _mm256_maddubs_epi16(q, ld32(a[0][i].qs)), m1 = _mm256_maddubs_epi16(q, ld32(a[1][i].qs));
-    __m256i m2 = _mm256_maddubs_epi16(q, ld32(a[2][i].qs)), m3 = _mm256_maddubs_epi16(q, ld32(a[3][i].qs));
-    __m256i h = _mm256_madd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(m0, m1), _mm256_hadd_epi16(m2, m3)),
-                                  _mm256_set1_epi16(1));
-    __m256 sc = _mm256_mul_ps(_mm256_broadcast_ps((const __m128 *)(da4 + 4 * i)), _mm256_set1_ps(h2f(w->d)));
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), sc, *acc);
-    *accm = _mm_fmadd_ps(_mm_set1_ps(h2f(w->m)), _mm_loadu_ps(s4 + 4 * i), *accm);
-}
-
-TGTI void row4_q4_1(int64_t nb, const void *vw, const block_q8_1 *const *a, const float *da4, const float *s4, float *y,
-                    int64_t ys) {
-    const block_q4_1 *w = vw;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        pf_ahead(&w[i], 1); /* 40 bytes */
-        blk4_q4_1(&w[i], a, i, da4, s4, &acc0, &accm);
-        blk4_q4_1(&w[i + 1], a, i + 1, da4, s4, &acc1, &accm);
-    }
-    if (i < nb) blk4_q4_1(&w[i], a, i, da4, s4, &acc0, &accm);
-    store4(_mm256_add_ps(acc0, acc1), accm, y, ys);
-}
 
 /* One block of Q8_0 against 4 tokens' Q8_0 blocks, through the sign transfer. */
 TGTI void blk4_q8_0(const block_q8_0 *w, const block_q8_0 *const *a, int64_t i, const float *da4, __m256 *acc) {
@@ -536,9 +743,7 @@ TGTI void blk4_q8_0(const block_q8_0 *w, const block_q8_0 *const *a, int64_t i, 
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), sc, *acc);
 }
 
-TGTI void row4_q8_0(int64_t nb, const void *vw, const block_q8_0 *const *a, const float *da4, const float *s4, float *y,
-                    int64_t ys) {
-    (void)s4;
+TGTI void row4_q8_0(int64_t nb, const void *vw, const block_q8_0 *const *a, const float *da4, float *y, int64_t ys) {
     const block_q8_0 *w = vw;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
@@ -548,65 +753,46 @@ TGTI void row4_q8_0(int64_t nb, const void *vw, const block_q8_0 *const *a, cons
         blk4_q8_0(&w[i + 1], a, i + 1, da4, &acc1);
     }
     if (i < nb) blk4_q8_0(&w[i], a, i, da4, &acc0);
-    store4(_mm256_add_ps(acc0, acc1), _mm_setzero_ps(), y, ys);
+    store4(_mm256_add_ps(acc0, acc1), y, ys);
 }
 
-/* The row and token loops of the 32-block formats: the activations' half
- * float scales converted once per call, for groups of four tokens
- * (da4[(g nb + i) 4 + t], and Q8_1's sums likewise in s4 when HAS_S) and
- * for the 1-3 tokens left over (da[t nb + i]), which take ROWFN. */
-#define ROW_LOOP_T4(NAME, ROWFN, ROW4, ACT, HAS_S, SUM)                                                      \
-    TGT static void NAME(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,         \
-                         size_t x_row, int64_t nt, float *y, int64_t ys) {                               \
-        const int64_t nb = n_in / 32, ng = nt / 4, t4 = 4 * ng;                                        \
-        float *da4 = tnd_cpu_tls_buf(1, (size_t)((1 + HAS_S) * t4 * nb + (nt - t4) * nb + 1) * sizeof(float)); \
-        if (!da4) {                                                                                    \
-            for (int64_t t = 0; t < nt; t++)                                                           \
-                for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;                                  \
-            return;                                                                                    \
-        }                                                                                              \
-        float *s4 = da4 + t4 * nb, *da = s4 + HAS_S * t4 * nb;                                         \
-        for (int64_t t = 0; t < nt; t++) {                                                             \
-            const ACT *a = (const ACT *)((const char *)xq + t * x_row);                                \
-            if (t >= t4) {                                                                             \
-                for (int64_t i = 0; i < nb; i++) da[(t - t4) * nb + i] = h2f(a[i].d);                  \
-                continue;                                                                              \
-            }                                                                                          \
-            float *d4 = da4 + (t / 4) * 4 * nb + t % 4, *sg = s4 + (t / 4) * 4 * nb + t % 4;           \
-            for (int64_t i = 0; i < nb; i++) {                                                         \
-                d4[4 * i] = h2f(a[i].d);                                                               \
-                if (HAS_S) sg[4 * i] = SUM(a[i]);                                                      \
-            }                                                                                          \
-        }                                                                                              \
-        for (int64_t r = 0; r < nr; r++) {                                                             \
-            const void *w = (const char *)W + (size_t)r * w_row;                                       \
-            for (int64_t g = 0; g < ng; g++) {                                                         \
-                const ACT *a[4];                                                                       \
-                for (int k = 0; k < 4; k++) a[k] = (const ACT *)((const char *)xq + (4 * g + k) * x_row); \
-                ROW4(nb, w, a, da4 + 4 * g * nb, s4 + HAS_S * 4 * g * nb, y + 4 * g * ys + r, ys);     \
-            }                                                                                          \
-            const char *x = (const char *)xq + t4 * x_row;                                             \
-            switch (nt - t4) {                                                                         \
-            case 3: ROWFN(n_in, w, x, x_row, 3, y + t4 * ys + r, ys, da, nb); break;                   \
-            case 2: ROWFN(n_in, w, x, x_row, 2, y + t4 * ys + r, ys, da, nb); break;                   \
-            case 1: ROWFN(n_in, w, x, x_row, 1, y + t4 * ys + r, ys, da, nb); break;                   \
-            default: break;                                                                            \
-            }                                                                                          \
-        }                                                                                              \
+/* Q8_0's row and token loops: the activations' half float scales
+ * converted once per call, for groups of four tokens (da4[(g nb + i) 4 + t])
+ * and for the 1-3 tokens left over (da[t nb + i]), which take row_q8_0. */
+TGT static void mm4_q8_0(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
+                         int64_t nt, float *y, int64_t ys) {
+    const int64_t nb = n_in / 32, ng = nt / 4, t4 = 4 * ng;
+    float *da4 = tnd_cpu_tls_buf(1, (size_t)(nt * nb + 1) * sizeof(float));
+    if (!da4) {
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;
+        return;
     }
-#define Q8_1_SUM(b) h2f((b).s)
-#define NO_SUM(b) 0.0f
-ROW_LOOP_T4(mm4_q4_1, row_q4_1, row4_q4_1, block_q8_1, 1, Q8_1_SUM)
-ROW_LOOP_T4(mm4_q8_0, row_q8_0, row4_q8_0, block_q8_0, 0, NO_SUM)
-#undef ROW_LOOP_T4
-#undef Q8_1_SUM
-#undef NO_SUM
-
-/* One token: q4_1_row1; more: four at a time (mm4_q4_1). */
-TGT static void mm_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
-                        int64_t nt, float *y, int64_t ys) {
-    if (nt == 1) mm_q4_1_1(n_in / 32, W, w_row, nr, xq, y);
-    else mm4_q4_1(n_in, W, w_row, nr, xq, x_row, nt, y, ys);
+    float *da = da4 + t4 * nb;
+    for (int64_t t = 0; t < nt; t++) {
+        const block_q8_0 *a = (const block_q8_0 *)((const char *)xq + t * x_row);
+        if (t >= t4) {
+            for (int64_t i = 0; i < nb; i++) da[(t - t4) * nb + i] = h2f(a[i].d);
+            continue;
+        }
+        float *d4 = da4 + (t / 4) * 4 * nb + t % 4;
+        for (int64_t i = 0; i < nb; i++) d4[4 * i] = h2f(a[i].d);
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        const void *w = (const char *)W + (size_t)r * w_row;
+        for (int64_t g = 0; g < ng; g++) {
+            const block_q8_0 *a[4];
+            for (int k = 0; k < 4; k++) a[k] = (const block_q8_0 *)((const char *)xq + (4 * g + k) * x_row);
+            row4_q8_0(nb, w, a, da4 + 4 * g * nb, y + 4 * g * ys + r, ys);
+        }
+        const char *x = (const char *)xq + t4 * x_row;
+        switch (nt - t4) {
+        case 3: row_q8_0(n_in, w, x, x_row, 3, y + t4 * ys + r, ys, da, nb); break;
+        case 2: row_q8_0(n_in, w, x, x_row, 2, y + t4 * ys + r, ys, da, nb); break;
+        case 1: row_q8_0(n_in, w, x, x_row, 1, y + t4 * ys + r, ys, da, nb); break;
+        default: break;
+        }
+    }
 }
 
 /* Vector of 16 int16 whose every word is word k of v (within each 128-bit
@@ -809,6 +995,7 @@ void tnd_cpu_kernels_avx2(tnd_cpu_kernels *k) {
     x86_register_gemm(k);
     k->mm[TND_TYPE_Q4_0].fn = mm_q4_0;
     k->mm[TND_TYPE_Q4_1].fn = mm_q4_1;
+    k->mm[TND_TYPE_Q4_1].prep = prep_q4_1;
     k->mm[TND_TYPE_Q8_0].fn = mm4_q8_0;
     k->mm[TND_TYPE_Q4_K].fn = mm_q4_K;
     k->mm[TND_TYPE_Q6_K].fn = mm_q6_K;

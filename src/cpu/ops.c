@@ -3,9 +3,10 @@
  * where it can — except attention's inner products over the f16 cache, which
  * have an AVX2/F16C path (prefill attention reads the cache once per query
  * and head; converting f16 one element at a time made it the slowest op),
- * and on AVX-512 the expf of silu and softmax, RMSNorm's sum of squares and
- * adjacent-pair RoPE (per-token work that batched rounds do not share; the
- * scalar code stays their reference, tnd_cpu_ops_scalar). */
+ * the expf of silu and softmax on AVX2 and AVX-512, and on AVX-512
+ * RMSNorm's sum of squares and adjacent-pair RoPE (per-token work that
+ * batched rounds do not share; the scalar code stays their reference,
+ * tnd_cpu_ops_scalar). */
 #include "cpu/ops.h"
 
 #include <math.h>
@@ -224,21 +225,86 @@ TGT static void rope_pairs_avx512(float *v, const float *cs, int n) {
 #undef TGTI
 #endif
 
-/* The vector expf where the CPU has AVX-512 (tests: not when forced scalar). */
-static bool exp_vec(void) {
+/* The same expf, silu and softmax exponentials on AVX2 (a batched round's
+ * silu and softmax on a 2-core AVX2 EPYC were ~7% of its time through libm):
+ * four doubles a vector, the table read by a gather. */
 #if defined(__x86_64__)
-    return !tnd_cpu_ops_scalar && tnd_cpu_isa_best() == TND_ISA_AVX512;
-#else
-    return false;
-#endif
+#define TGT __attribute__((target("avx2,fma")))
+#define TGTI static inline __attribute__((target("avx2,fma"), always_inline))
+TGTI __m128 exp4_d_avx2(__m128 x) {
+    const __m256d xd = _mm256_cvtps_pd(x), ln = _mm256_set1_pd(EXP_INVLN2N), sh = _mm256_set1_pd(EXP_SHIFT);
+    __m256d kd = _mm256_fmadd_pd(ln, xd, sh);
+    const __m256i ki = _mm256_castpd_si256(kd);
+    kd = _mm256_sub_pd(kd, sh);
+    const __m256d r = _mm256_fmsub_pd(ln, xd, kd);
+    __m256i t = _mm256_i64gather_epi64((const long long *)k_exp_tab, _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+    t = _mm256_add_epi64(t, _mm256_slli_epi64(ki, 47));
+    const __m256d z = _mm256_fmadd_pd(_mm256_set1_pd(EXP_C0), r, _mm256_set1_pd(EXP_C1)), r2 = _mm256_mul_pd(r, r);
+    __m256d y = _mm256_fmadd_pd(_mm256_set1_pd(EXP_C2), r, _mm256_set1_pd(1.0));
+    y = _mm256_fmadd_pd(z, r2, y);
+    return _mm256_cvtpd_ps(_mm256_mul_pd(y, _mm256_castsi256_pd(t)));
 }
+
+/* expf of 8 floats; lanes with |x| >= 88 through libm */
+TGTI __m256 exp8_avx2(__m256 x) {
+    __m256 y = _mm256_set_m128(exp4_d_avx2(_mm256_extractf128_ps(x, 1)), exp4_d_avx2(_mm256_castps256_ps128(x)));
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
+    const int big = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(EXP_BIG - 1))));
+    if (big) {
+        float xs[8], ys[8];
+        _mm256_storeu_ps(xs, x);
+        _mm256_storeu_ps(ys, y);
+        for (int i = 0; i < 8; i++)
+            if (big >> i & 1) ys[i] = expf(xs[i]);
+        y = _mm256_loadu_ps(ys);
+    }
+    return y;
+}
+
+/* 8 lanes of x (k < 8: the first k, the rest 0) */
+TGTI __m256 load8_k(const float *x, int64_t k) {
+    if (k >= 8) return _mm256_loadu_ps(x);
+    float t[8] = {0};
+    memcpy(t, x, (size_t)k * sizeof(float));
+    return _mm256_loadu_ps(t);
+}
+TGTI void store8_k(float *x, __m256 v, int64_t k) {
+    if (k >= 8) {
+        _mm256_storeu_ps(x, v);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    memcpy(x, t, (size_t)k * sizeof(float));
+}
+
+TGT static void exp_sub_avx2(float *x, float m, int64_t n) {
+    const __m256 mv = _mm256_set1_ps(m);
+    for (int64_t i = 0; i < n; i += 8) store8_k(x + i, exp8_avx2(_mm256_sub_ps(load8_k(x + i, n - i), mv)), n - i);
+}
+
+TGT static void silu_mul_avx2(const float *g, const float *u, float *out, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256 gv = load8_k(g + i, n - i);
+        const __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+        store8_k(out + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), load8_k(u + i, n - i)), n - i);
+    }
+}
+#undef TGT
+#undef TGTI
+#endif
+
+/* The ISA of the vector expf (AVX-512 or AVX2) and of AVX-512's RMSNorm
+ * and RoPE: the best here, scalar when tests force it (tnd_cpu_ops_scalar). */
+static tnd_cpu_isa_id exp_isa(void) { return tnd_cpu_ops_scalar ? TND_ISA_SCALAR : tnd_cpu_isa_best(); }
 
 void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
     double ss = 0;
 #if defined(__x86_64__)
     /* the scalar sum is one chain of dependent additions: a batched
      * round's per-token serial work */
-    if (exp_vec()) ss = sumsq_avx512(x, n);
+    if (exp_isa() == TND_ISA_AVX512) ss = sumsq_avx512(x, n);
     else
 #endif
         for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
@@ -295,7 +361,7 @@ void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
     int half = n_rot / 2;
     const float *cs = rope_table(pos, n_rot, freq_base, freq_scale);
 #if defined(__x86_64__)
-    if (cs && !neox && n_rot % 16 == 0 && exp_vec()) {
+    if (cs && !neox && n_rot % 16 == 0 && exp_isa() == TND_ISA_AVX512) {
         for (int h = 0; h < n_heads; h++) rope_pairs_avx512(x + (int64_t)h * head_dim, cs, n_rot);
         return;
     }
@@ -335,8 +401,8 @@ static void attn_worker(void *arg, int ith, int nth) {
         axpy = axpy_f16_avx2;
     }
 #endif
-    const bool vexp = exp_vec();
-    (void)vexp; /* x86 only */
+    const tnd_cpu_isa_id eisa = exp_isa();
+    (void)eisa; /* x86 only */
     int64_t kv_stride = (int64_t)n_kv * hd;
     int n_pos_max = a->pos0 + a->n_tok;
     /* the thread's reusable scratch (a malloc per call, freed at once, can
@@ -359,7 +425,8 @@ static void attn_worker(void *arg, int ith, int nth) {
         }
         double sum = 0;
 #if defined(__x86_64__)
-        if (vexp) exp_sub_avx512(scores + lo, mx, pos - lo + 1);
+        if (eisa == TND_ISA_AVX512) exp_sub_avx512(scores + lo, mx, pos - lo + 1);
+        else if (eisa == TND_ISA_AVX2) exp_sub_avx2(scores + lo, mx, pos - lo + 1);
         else
 #endif
             for (int p = lo; p <= pos; p++) scores[p] = expf(scores[p] - mx);
@@ -385,8 +452,13 @@ void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a) {
 
 void tnd_cpu_silu_mul(const float *g, const float *u, float *out, int64_t n) {
 #if defined(__x86_64__)
-    if (exp_vec()) {
+    const tnd_cpu_isa_id eisa = exp_isa();
+    if (eisa == TND_ISA_AVX512) {
         silu_mul_avx512(g, u, out, n);
+        return;
+    }
+    if (eisa == TND_ISA_AVX2) {
+        silu_mul_avx2(g, u, out, n);
         return;
     }
 #endif
