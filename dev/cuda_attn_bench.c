@@ -96,8 +96,8 @@ int main(int argc, char **argv) {
             for (int form = 0; form < 2; form++) {
                 const int32_t *pos = form ? P : NULL;
 #define LAUNCH()                                                                                               \
-    tnd_cu_attn(Q, K, V, O, 1, sh->n_head, sh->n_head_kv, sh->hd, pos0, pos, cap, 0, 1.f / sqrtf((float)sh->hd), \
-                0.f, 0, scr, scr_n, st)
+    tnd_cu_attn(Q, K, V, O, 1, sh->n_head, sh->n_head_kv, sh->hd, pos0, pos, cap, 0, 0,                      \
+                1.f / sqrtf((float)sh->hd), 0.f, 0, scr, scr_n, st)
                 if (LAUNCH()) {
                     fprintf(stderr, "tnd_cu_attn failed\n");
                     return 1;

@@ -25,9 +25,63 @@ const char *tnd_op_name(tnd_op_kind k) {
     case TND_OP_MOE_ROUTE: return "moe_route";
     case TND_OP_MOE_SUM: return "moe_sum";
     case TND_OP_MATMUL_PAIR: return "matmul_pair";
+    case TND_OP_ROPE_KV: return "rope_kv";
     case TND_OP_COUNT: break;
     }
     return "?";
+}
+
+void tnd_op_rope_kv_split(const tnd_op *f, tnd_op part[4]) {
+    for (int i = 0; i < 2; i++) { /* q, then k */
+        tnd_op *r = &part[i];
+        *r = (tnd_op){.kind = TND_OP_ROPE};
+        r->p.rope = f->p.rope;
+        r->in[0] = f->in[3 * i];
+        r->in[1] = f->in[1];
+        r->in[2] = f->in[i ? 4 : 2];
+        r->out[0] = f->out[i];
+    }
+    for (int i = 0; i < 2; i++) { /* the roped k, then v, into their caches */
+        tnd_op *c = &part[2 + i];
+        *c = (tnd_op){.kind = TND_OP_CPY};
+        c->in[0] = i ? f->in[5] : f->out[1];
+        c->in[1] = f->in[1];
+        c->out[0] = f->out[2 + i];
+    }
+}
+
+static bool same_tensor(const tnd_tensor *a, const tnd_tensor *b) {
+    return a->data == b->data && a->type == b->type && memcmp(a->ne, b->ne, sizeof a->ne) == 0;
+}
+
+bool tnd_op_rope_kv_fuse(const tnd_op part[4], tnd_op *f) {
+    const tnd_op *rq = &part[0], *rk = &part[1], *ck = &part[2], *cv = &part[3];
+    if (rq->kind != TND_OP_ROPE || rk->kind != TND_OP_ROPE || ck->kind != TND_OP_CPY || cv->kind != TND_OP_CPY)
+        return false;
+    if (memcmp(&rq->p.rope, &rk->p.rope, sizeof rq->p.rope) != 0 || !same_tensor(&rq->in[0], &rq->out[0]) ||
+        !same_tensor(&rk->in[0], &rk->out[0]) || !same_tensor(&rq->in[1], &rk->in[1]) ||
+        !rq->in[1].data || !rq->in[0].data || !rk->in[0].data || !rq->in[2].data != !rk->in[2].data)
+        return false;
+    /* the CPYs store by the same positions, k as roped, and rows of one width */
+    const tnd_tensor *pos = &rq->in[1];
+    if (ck->in[1].data != pos->data || cv->in[1].data != pos->data || ck->in[0].data != rk->out[0].data ||
+        tnd_tensor_nelem(&ck->in[0]) != tnd_tensor_nelem(&rk->out[0]) || !ck->out[0].data || !cv->out[0].data ||
+        !cv->in[0].data || ck->out[0].ne[0] != cv->out[0].ne[0] ||
+        tnd_tensor_nelem(&cv->in[0]) != tnd_tensor_nelem(&ck->in[0]))
+        return false;
+    *f = (tnd_op){.kind = TND_OP_ROPE_KV};
+    f->p.rope = rq->p.rope;
+    f->in[0] = rq->in[0];
+    f->in[1] = *pos;
+    f->in[2] = rq->in[2];
+    f->in[3] = rk->in[0];
+    f->in[4] = rk->in[2];
+    f->in[5] = cv->in[0];
+    f->out[0] = rq->out[0];
+    f->out[1] = rk->out[0];
+    f->out[2] = ck->out[0];
+    f->out[3] = cv->out[0];
+    return true;
 }
 
 void tnd_backend_free(tnd_backend *b) {
@@ -123,9 +177,9 @@ tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, s
 
 tnd_status tnd_backend_op_supported(tnd_backend *b, const tnd_op *op) {
     if (b->iface->op_supported) return b->iface->op_supported(b, op);
-    return op->kind == TND_OP_MATMUL_PAIR ? tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend runs no matmul pairs",
-                                                     b->iface->name)
-                                          : TND_OK;
+    if (op->kind == TND_OP_MATMUL_PAIR || op->kind == TND_OP_ROPE_KV) /* the optional ones */
+        return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend runs no %s", b->iface->name, tnd_op_name(op->kind));
+    return TND_OK;
 }
 
 tnd_status tnd_backend_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {

@@ -170,6 +170,18 @@ typedef enum tnd_op_kind {
      * backend whose op_supported accepts the op is handed one (the
      * executor fuses two MATMUL nodes only then). */
     TND_OP_MATMUL_PAIR,
+    /* A decode step's q/k RoPE and K/V store as one op (one launch instead
+     * of four): in[0] q f32 {head_dim, n_head, n_tok}; in[1] pos i32
+     * {n_tok}; in[2] q's fused norm weight (optional, as ROPE's); in[3] k f32
+     * {head_dim, n_head_kv, n_tok}; in[4] k's norm weight (present iff
+     * in[2] is); in[5] v f32 {n_head_kv * head_dim, n_tok}; out[0] q, out[1]
+     * k (each rotated in place: the same tensors as in[0], in[3]); out[2],
+     * out[3] the K and V caches f16 {n_head_kv * head_dim, rows}. The same
+     * as ROPE(q), ROPE(k), then CPY k and v into their caches by position,
+     * with p.rope for both ropes (tnd_op_rope_kv_split gives those four
+     * ops). Optional, like MATMUL_PAIR: the executor fuses the four nodes
+     * only for a backend whose op_supported accepts the op. */
+    TND_OP_ROPE_KV,
     TND_OP_COUNT
 } tnd_op_kind;
 
@@ -183,8 +195,8 @@ enum { TND_ROPE_NORMAL = 0, TND_ROPE_NEOX = 2 };
 #define TND_KV_CAP_STEP 256
 enum { TND_ROUTE_SOFTMAX_TOPK = 0, TND_ROUTE_TOPK_SOFTMAX = 1 };
 
-#define TND_OP_MAX_IN 4
-#define TND_OP_MAX_OUT 2
+#define TND_OP_MAX_IN 6 /* ROPE_KV's */
+#define TND_OP_MAX_OUT 4
 
 /* One op. Zero-initialize, then fill what the kind needs. */
 typedef struct tnd_op {
@@ -213,6 +225,16 @@ typedef struct tnd_op {
 
 /* Name of an op kind ("matmul"), for messages and traces. */
 const char *tnd_op_name(tnd_op_kind k);
+
+/* ROPE_KV (f) as the four ops it stands for, in order: ROPE q, ROPE k, CPY
+ * k, CPY v. */
+void tnd_op_rope_kv_split(const tnd_op *f, tnd_op part[4]);
+/* The four ops a decode step's recipe emits after q, k and v (ROPE q,
+ * ROPE k, CPY k and v by position, model/forward.c) as one ROPE_KV in *f;
+ * false when they do not have that form (each rope in place, one p.rope
+ * and the same positions for all, the stored k the roped one, the norm
+ * fused into both ropes or neither, V's rows as wide as K's). */
+bool tnd_op_rope_kv_fuse(const tnd_op part[4], tnd_op *f);
 
 /* The positions of an ATTN (in[3] and kv_cap, or p.attn.pos0, against its
  * cache's rows) or a CPY by position (in[1]), checked for a backend whose
@@ -439,7 +461,7 @@ tnd_status tnd_backend_copy_d2d(tnd_backend *b, void *dst_dev, const void *src_d
 tnd_status tnd_backend_memset(tnd_backend *b, void *dst_dev, int v, size_t n, tnd_stream *s);
 /* Without copy_mapped: copy_d2d. */
 tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s);
-/* Without op_supported: TND_OK for every op but MATMUL_PAIR. */
+/* Without op_supported: TND_OK for every op but MATMUL_PAIR and ROPE_KV. */
 tnd_status tnd_backend_op_supported(tnd_backend *b, const tnd_op *op);
 tnd_status tnd_backend_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s);
 /* Without reserve: TND_OK (nothing to reserve). */

@@ -57,8 +57,9 @@ typedef struct tnd_config {
     int expert_prefetch; /* TND_EXPERT_PREFETCH: slots per split MoE layer for experts copied a layer ahead
                           * (exec/prefetch.c); -1 (auto): the model's experts per token; 0: off */
     /* recipe */
-    bool fuse;           /* TND_FUSE: the recipe's fused ops (norm + RoPE, residual add + norm); 0: the
-                          * unfused pairs, the same results on the CPU (A/B of the launches saved) */
+    bool fuse;           /* TND_FUSE: the recipe's fused ops (norm + RoPE, residual add + norm) and the
+                          * executor's ROPE_KV; 0: the unfused ops, the same results (A/B of the launches
+                          * saved) */
 } tnd_config;
 
 /* The configuration, read from the environment on the first call; later

@@ -1,7 +1,8 @@
 /* The fused op forms of the forward recipe (backend.h) on the CUDA backend,
  * on a real GPU (device machine; exits 77 elsewhere):
  *   - ROPE with a per-head norm (in[2]: qwen3's q/k norm, then the rotation);
- *   - RMS_NORM with a residual add (in[2], the sum written to out[1]).
+ *   - RMS_NORM with a residual add (in[2], the sum written to out[1]);
+ *   - ROPE_KV, the executor's fusion of a decode step's ropes and K/V stores.
  * Each against a double-precision reference (tolerances stated where they
  * are checked, as test_cuda_ops.c states its own), against the unfused pair
  * of ops on the GPU, and collected into a CUDA graph (graph_defer: captured,
@@ -203,6 +204,86 @@ static void test_rope_norm(int64_t n_tok, int n_head, int hd, int n_rot, int mod
     free(x), free(w), free(pos), free(ref), free(sc), free(h);
 }
 
+/* ---- ROPE_KV: a decode step's ropes and K/V stores in one launch ------------------ */
+
+/* ROPE_KV against its four ops (tnd_op_rope_kv_split) on the GPU, which
+ * test_cuda_ops and the test above hold to references: q, k and both caches
+ * bit for bit, the caches' other rows untouched. A position past the
+ * cache's rows (the last token's, when past) is stored by neither. */
+static void test_rope_kv(int64_t n_tok, int nh, int nkv, int hd, int n_rot, int mode, bool norm, bool past) {
+    const int64_t nq = n_tok * nh * hd, nk = n_tok * nkv * hd, kvd = (int64_t)nkv * hd, rows = 64;
+    float *q = (float *)tc_xmalloc((size_t)nq * 4), *k = (float *)tc_xmalloc((size_t)nk * 4);
+    float *v = (float *)tc_xmalloc((size_t)nk * 4), *w = (float *)tc_xmalloc((size_t)hd * 8);
+    int32_t *pos = (int32_t *)tc_xmalloc((size_t)n_tok * 4);
+    tc_fill_unif(q, (size_t)nq, -3, 3);
+    tc_fill_unif(k, (size_t)nk, -3, 3);
+    tc_fill_unif(v, (size_t)nk, -3, 3);
+    tc_fill_unif(w, (size_t)hd * 2, 0.5f, 1.5f);
+    for (int64_t t = 0; t < n_tok; t++) pos[t] = (int32_t)(20 + 7 * t);
+    if (past) pos[n_tok - 1] = (int32_t)rows;
+    const size_t cb = (size_t)(rows * kvd * 2);
+    uint16_t *cache0 = (uint16_t *)tc_xmalloc(cb);
+    for (size_t i = 0; i < cb / 2; i++) cache0[i] = (uint16_t)(tc_xorshift() & 0x3bff); /* finite halves */
+    float *dw = (float *)dev_upload(w, (size_t)hd * 8);
+    void *dpos = dev_upload(pos, (size_t)n_tok * 4);
+    float *got[2][2];
+    uint16_t *cache[2][2];
+    bool ok = true;
+    char what[200];
+    snprintf(what, sizeof what, "rope_kv %s n_tok=%lld heads=%d/%d head_dim=%d n_rot=%d%s%s",
+             mode == TND_ROPE_NEOX ? "neox  " : "normal", (long long)n_tok, nh, nkv, hd, n_rot, norm ? " norm" : "",
+             past ? " (a row past the cache)" : "");
+    for (int f = 0; f < 2; f++) { /* 0: the four ops, 1: fused */
+        float *dq = (float *)dev_upload(q, (size_t)nq * 4), *dk = (float *)dev_upload(k, (size_t)nk * 4);
+        float *dv = (float *)dev_upload(v, (size_t)nk * 4);
+        void *dK = dev_upload(cache0, cb), *dV = dev_upload(cache0, cb);
+        tnd_op op;
+        memset(&op, 0, sizeof op);
+        op.kind = TND_OP_ROPE_KV;
+        op.in[0] = op.out[0] = tens(dq, TND_TYPE_F32, hd, nh, n_tok);
+        op.in[1] = tens(dpos, TND_TYPE_I32, n_tok, 1, 1);
+        op.in[3] = op.out[1] = tens(dk, TND_TYPE_F32, hd, nkv, n_tok);
+        op.in[5] = tens(dv, TND_TYPE_F32, kvd, n_tok, 1);
+        if (norm) {
+            op.in[2] = tens(dw, TND_TYPE_F32, hd, 1, 1);
+            op.in[4] = tens(dw + hd, TND_TYPE_F32, hd, 1, 1);
+        }
+        op.out[2] = tens(dK, TND_TYPE_F16, kvd, rows, 1);
+        op.out[3] = tens(dV, TND_TYPE_F16, kvd, rows, 1);
+        op.p.rope.n_rot = n_rot;
+        op.p.rope.mode = mode;
+        op.p.rope.freq_base = 1000000.0f;
+        op.p.rope.freq_scale = 1.0f;
+        op.p.rope.eps = 1e-6f;
+        if (f) {
+            ok = ok && run_op(&op, what);
+        } else {
+            tnd_op part[4];
+            tnd_op_rope_kv_split(&op, part);
+            for (int i = 0; i < 4; i++) ok = ok && run_op(&part[i], what);
+        }
+        got[f][0] = fetch(dq, nq), got[f][1] = fetch(dk, nk);
+        cache[f][0] = (uint16_t *)tc_xmalloc(cb), cache[f][1] = (uint16_t *)tc_xmalloc(cb);
+        dev_download(cache[f][0], dK, cb);
+        dev_download(cache[f][1], dV, cb);
+        dev_free(dq), dev_free(dk), dev_free(dv), dev_free(dK), dev_free(dV);
+    }
+    if (ok) {
+        bool same = memcmp(got[0][0], got[1][0], (size_t)nq * 4) == 0 &&
+                    memcmp(got[0][1], got[1][1], (size_t)nk * 4) == 0 && memcmp(cache[0][0], cache[1][0], cb) == 0 &&
+                    memcmp(cache[0][1], cache[1][1], cb) == 0;
+        tc_report(same, "%s: q, k and both caches as the four ops give them, bit for bit", what);
+        int64_t stored = 0; /* rows the four ops changed: the tokens' own, inside the cache */
+        for (int64_t r = 0; r < rows; r++)
+            stored += memcmp(cache[0][1] + r * kvd, cache0 + r * kvd, (size_t)kvd * 2) != 0;
+        tc_report(stored == n_tok - (past ? 1 : 0), "%s: V rows stored %lld, want %lld", what, (long long)stored,
+                  (long long)(n_tok - (past ? 1 : 0)));
+    }
+    for (int f = 0; f < 2; f++) free(got[f][0]), free(got[f][1]), free(cache[f][0]), free(cache[f][1]);
+    dev_free(dw), dev_free(dpos);
+    free(q), free(k), free(v), free(w), free(pos), free(cache0);
+}
+
 /* ---- in a CUDA graph --------------------------------------------------------------- */
 
 /* A decode layer's fused ops (rope+norm of q, add+norm of x), twice over,
@@ -301,6 +382,14 @@ int main(void) {
     test_add_norm(5120, 17, true, true);
     test_add_norm(1000, 17, false, true);
     test_add_norm(37, 5, true, false);
+
+    for (int norm = 0; norm < 2; norm++)
+        for (int mode = 0; mode <= TND_ROPE_NEOX; mode += TND_ROPE_NEOX) {
+            test_rope_kv(1, 32, 8, 128, 128, mode, norm, false); /* qwen3-8b */
+            test_rope_kv(3, 9, 3, 64, 64, mode, norm, true);     /* SmolLM2-135M, three tokens */
+        }
+    test_rope_kv(2, 16, 4, 256, 64, TND_ROPE_NORMAL, true, false); /* partial rotation, 128 threads a head */
+    test_rope_kv(1, 5, 1, 80, 80, TND_ROPE_NEOX, true, false);     /* head_dim not a power of two */
 
     test_graph();
 

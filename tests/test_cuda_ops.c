@@ -599,8 +599,10 @@ static void test_rope(int64_t n_tok, int n_head, int hd, int n_rot, int mode, fl
 
 /* ATTN over slots (backend.h): queries of several sequences in one op, each
  * at its row slot * SR + position, against the double reference over its
- * own slot. Rows no query sees are NaN. */
-static void test_attn_slots(int n_head, int n_kv, int hd, float softcap, int window) {
+ * own slot. Rows no query sees are NaN. short_cache: K and V are given one
+ * slot fewer, so query 3 names a slot past them: it reads nothing (its
+ * output is NaN, no key's value) and the others are unchanged. */
+static void test_attn_slots(int n_head, int n_kv, int hd, float softcap, int window, bool short_cache) {
     enum { N_SLOT = 5, SR = 300, NT = 7 };
     const int32_t slot[NT] = {3, 0, 0, 4, 1, 0, 2}, at[NT] = {5, 0, 1, 170, SR - 1, 9, 260};
     const int64_t row = (int64_t)n_kv * hd, nq = (int64_t)NT * n_head * hd;
@@ -632,8 +634,8 @@ static void test_attn_slots(int n_head, int n_kv, int hd, float softcap, int win
     memset(&op, 0, sizeof op);
     op.kind = TND_OP_ATTN;
     op.in[0] = tens(dq, TND_TYPE_F32, hd, n_head, NT);
-    op.in[1] = tens(dK, TND_TYPE_F16, row, N_SLOT * SR, 1);
-    op.in[2] = tens(dV, TND_TYPE_F16, row, N_SLOT * SR, 1);
+    op.in[1] = tens(dK, TND_TYPE_F16, row, (N_SLOT - short_cache) * SR, 1);
+    op.in[2] = tens(dV, TND_TYPE_F16, row, (N_SLOT - short_cache) * SR, 1);
     op.in[3] = tens(drows, TND_TYPE_I32, NT, 1, 1);
     op.out[0] = tens(dout, TND_TYPE_F32, hd, n_head, NT);
     op.p.attn.n_head = n_head;
@@ -646,13 +648,23 @@ static void test_attn_slots(int n_head, int n_kv, int hd, float softcap, int win
     op.p.attn.slot_rows = SR;
     char what[200];
     snprintf(what, sizeof what, "attn over %d slots of %d rows: %d queries, heads=%d kv_heads=%d head_dim=%d softcap=%g "
-             "window=%d", N_SLOT, SR, NT, n_head, n_kv, hd, softcap, window);
+             "window=%d%s", N_SLOT - short_cache, SR, NT, n_head, n_kv, hd, softcap, window,
+             short_cache ? ", query 3 past the slots" : "");
     if (run_op(&op, what)) {
         float *y = (float *)tc_xmalloc((size_t)nq * 4);
         double *sc = (double *)tc_xmalloc((size_t)nq * 8);
         dev_download(y, dout, (size_t)nq * 4);
         for (int64_t i = 0; i < nq; i++) sc[i] = vmax;
-        compare(what, y, ref, sc, nq, 1e-4, 0); /* test_attn's bound */
+        const int64_t qs = (int64_t)n_head * hd; /* one query's outputs */
+        if (short_cache) {
+            int finite = 0;
+            for (int64_t i = 3 * qs; i < 4 * qs; i++) finite += !isnan(y[i]);
+            tc_report(finite == 0, "%s: query 3 read no key (%d finite outputs)", what, finite);
+            compare(what, y, ref, sc, 3 * qs, 1e-4, 0);
+            compare(what, y + 4 * qs, ref + 4 * qs, sc + 4 * qs, nq - 4 * qs, 1e-4, 0);
+        } else {
+            compare(what, y, ref, sc, nq, 1e-4, 0); /* test_attn's bound */
+        }
         free(sc);
         free(y);
     }
@@ -2107,9 +2119,11 @@ int main(int argc, char **argv) {
     test_attn(20, 6, 2, 72, 10, 0, 0);        /* head_dim 72: no tensor-core kernel, k_attn */
     test_attn(1, 32, 4, 128, 1023, 0, 0);     /* decode over 1024 rows, 30B-A3B heads (32-key splits) */
     test_attn(1, 40, 8, 128, 20000, 0, 0);    /* decode, long context */
-    test_attn_slots(32, 4, 128, 0, 0);        /* a batched round's decode tokens, 30B-A3B heads */
-    test_attn_slots(32, 2, 128, 50.0f, 0);    /* soft-cap; GQA 16: the thread-per-output form */
-    test_attn_slots(16, 8, 256, 0, 64);       /* window */
+    test_attn_slots(32, 4, 128, 0, 0, false);     /* a batched round's decode tokens, 30B-A3B heads */
+    test_attn_slots(32, 2, 128, 50.0f, 0, false); /* soft-cap; GQA 16: the thread-per-output form */
+    test_attn_slots(16, 8, 256, 0, 64, false);    /* window */
+    test_attn_slots(32, 4, 128, 0, 0, true);      /* a query past the cache's slots */
+    test_attn_slots(32, 2, 128, 0, 0, true);
 
     test_softmax(1001, 3, 0.7f);
     test_softmax(7, 17, 1.0f);

@@ -11,7 +11,9 @@
  * Then the whole recipe (model/forward.c) with TND_FUSE=1 against =0 on
  * synth tiny-qwen3, tiny-qwen3moe and tiny-llama, on the CPU and on
  * SimGPU (all on the GPU, and a random placement): a prompt in chunks, greedy
- * steps, and batched rounds of three sequences, every logit bit for bit. */
+ * steps, and batched rounds of three sequences, every logit bit for bit;
+ * on the simulated GPU that includes the executor's ROPE_KV (a decode
+ * step's ropes and K/V stores as one op), which TND_FUSE=0 leaves out. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,9 @@
 #include "config.h"
 #include "cpu/ops.h"
 #include "cpu/pool.h"
+#include "model/model.h"
 #include "model_fixture.h"
+#include "runtime/runtime.h"
 #include "util.h"
 
 static tnd_backend *CPU;
@@ -144,6 +148,47 @@ static void test_add_norm(int64_t n, int64_t rows, bool weight, bool sum_in_x) {
     if (!sum_in_x) free(fs);
 }
 
+/* ROPE_KV's four ops (tnd_op_rope_kv_split) fused back (tnd_op_rope_kv_fuse)
+ * give the op again, with and without the norms; ops of another form
+ * (a rope not in place, the stored k not the roped one, K and V rows of
+ * different widths) do not fuse. */
+static void test_rope_kv_form(bool norm) {
+    static char buf[8][64];
+    tnd_op f = {.kind = TND_OP_ROPE_KV};
+    f.in[0] = f.out[0] = tens(buf[0], 4, 2, 1);
+    f.in[1] = (tnd_tensor){.data = buf[1], .type = TND_TYPE_I32, .ne = {1, 1, 1, 1}};
+    f.in[3] = f.out[1] = tens(buf[3], 4, 1, 1);
+    f.in[5] = tens(buf[5], 4, 1, 1);
+    if (norm) f.in[2] = tens(buf[2], 4, 1, 1), f.in[4] = tens(buf[4], 4, 1, 1);
+    f.out[2] = (tnd_tensor){.data = buf[6], .type = TND_TYPE_F16, .ne = {4, 8, 1, 1}};
+    f.out[3] = (tnd_tensor){.data = buf[7], .type = TND_TYPE_F16, .ne = {4, 8, 1, 1}};
+    f.p.rope.n_rot = 4, f.p.rope.mode = TND_ROPE_NEOX, f.p.rope.freq_base = 1e4f, f.p.rope.eps = 1e-6f;
+    tnd_op part[4], g;
+    tnd_op_rope_kv_split(&f, part);
+    bool ok = part[0].kind == TND_OP_ROPE && part[1].in[0].data == buf[3] &&
+              part[1].in[2].data == (norm ? buf[4] : NULL) && part[2].in[0].data == buf[3] &&
+              part[3].in[0].data == buf[5] && part[3].out[0].data == buf[7];
+    ok = ok && tnd_op_rope_kv_fuse(part, &g) && g.kind == f.kind && g.p.rope.n_rot == f.p.rope.n_rot &&
+         g.p.rope.mode == f.p.rope.mode && g.p.rope.freq_base == f.p.rope.freq_base && g.p.rope.eps == f.p.rope.eps;
+    for (int i = 0; i < TND_OP_MAX_IN + TND_OP_MAX_OUT; i++) { /* field by field: no padding compared */
+        const tnd_tensor *a = i < TND_OP_MAX_IN ? &g.in[i] : &g.out[i - TND_OP_MAX_IN];
+        const tnd_tensor *b = i < TND_OP_MAX_IN ? &f.in[i] : &f.out[i - TND_OP_MAX_IN];
+        ok = ok && a->data == b->data && (!a->data || (a->type == b->type && !memcmp(a->ne, b->ne, sizeof a->ne)));
+    }
+    tc_report(ok, "rope_kv%s: split into its four ops and fused back", norm ? " with norms" : "");
+    tnd_op bad[4];
+    memcpy(bad, part, sizeof bad);
+    bad[0].out[0].data = buf[2];
+    bool refused = !tnd_op_rope_kv_fuse(bad, &g);
+    memcpy(bad, part, sizeof bad);
+    bad[2].in[0].data = buf[5];
+    refused = refused && !tnd_op_rope_kv_fuse(bad, &g);
+    memcpy(bad, part, sizeof bad);
+    bad[3].out[0].ne[0] = 8, bad[3].out[0].ne[1] = 4;
+    refused = refused && !tnd_op_rope_kv_fuse(bad, &g);
+    tc_report(refused, "rope_kv%s: ops of another form are not fused", norm ? " with norms" : "");
+}
+
 /* ---- the whole recipe ---------------------------------------------------------------- */
 
 #define N_GEN 6
@@ -151,13 +196,17 @@ static void test_add_norm(int64_t n, int64_t rows, bool weight, bool sum_in_x) {
 
 /* A prompt of n in chunks of 5, N_GEN greedy steps, then N_SEQ sequences
  * in batched rounds (prefill, one decode round): every logit into lg. */
-static tnd_status run_recipe(tnd_model *m, const tnd_ctx_params *cp, const int32_t *ids, int n, float *lg) {
+static tnd_status run_recipe(tnd_model *m, const tnd_ctx_params *cp, const int32_t *ids, int n, float *lg,
+                             uint64_t *n_rope_kv) {
     const int nv = tnd_model_n_vocab(m);
     tnd_ctx *c;
     int32_t out[N_GEN];
     tnd_status st = tnd_ctx_new(m, cp, &c);
     if (st) return st;
     st = fx_greedy(c, ids, n, N_GEN, out, lg);
+    tnd_ctx_stats cs;
+    tnd_ctx_get_stats(c, &cs);
+    *n_rope_kv = cs.n_rope_kv;
     tnd_ctx_free(c);
     if (st || (st = tnd_ctx_new(m, cp, &c))) return st;
     float *bl = lg + (size_t)(N_GEN + 1) * nv;
@@ -211,10 +260,17 @@ static int test_recipe(const char *shape) {
         cp.n_seq_max = N_SEQ;
         float *lg[2] = {calloc(nl, sizeof(float)), calloc(nl, sizeof(float))};
         tnd_status st = TND_OK;
+        uint64_t n_kv[2] = {0, 0};
         for (int f = 0; !st && f < 2; f++) {
             tnd_config_set("TND_FUSE", f ? "1" : "0");
-            st = run_recipe(m, &cp, ids, n, lg[f]);
+            st = run_recipe(m, &cp, ids, n, lg[f], &n_kv[f]);
         }
+        /* all on the simulated GPU, each greedy step's layers run their ropes
+         * and K/V stores as one ROPE_KV (the executor's fusion) */
+        if (!st && runs[r].placement && !strcmp(runs[r].placement, "gpu"))
+            tc_report(n_kv[0] == 0 && n_kv[1] >= (uint64_t)N_GEN * (uint64_t)m->hp.n_layer,
+                      "%s sim gpu: ROPE_KV fused %llu times (TND_FUSE=0: %llu)", shape, (unsigned long long)n_kv[1],
+                      (unsigned long long)n_kv[0]);
         tnd_config_set("TND_FUSE", NULL);
         if (st) {
             tc_report(false, "%s %s %s: %s", shape, runs[r].dev == TND_DEVICE_CPU ? "cpu" : "sim",
@@ -262,6 +318,8 @@ int main(void) {
                     for (int into = 0; into < 2; into++) test_add_norm(ns[i], rows[r], wt, into);
     }
     tnd_cpu_ops_scalar = false;
+    test_rope_kv_form(false);
+    test_rope_kv_form(true);
     tnd_backend_free(CPU);
     tnd_pool_free(pool);
     static const char *const shapes[] = {"tiny-qwen3", "tiny-qwen3moe", "tiny-llama"};

@@ -502,6 +502,15 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     }
     case TND_OP_NONE:
         return TND_OK;
+    case TND_OP_ROPE_KV: { /* its four ops (the simulated GPU runs it here) */
+        tnd_op part[4];
+        tnd_op_rope_kv_split(op, part);
+        for (int i = 0; i < 4; i++) {
+            tnd_status st = cpu_op_run(b, &part[i], s);
+            if (st) return st;
+        }
+        return TND_OK;
+    }
     case TND_OP_MATMUL_PAIR: /* optional (backend.h), never fused for this backend */
     case TND_OP_COUNT:
         break;

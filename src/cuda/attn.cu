@@ -47,7 +47,8 @@ template <int U>
 __global__ void __launch_bounds__(AT_THREADS)
 k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *__restrict__ V,
        float *__restrict__ part, float *__restrict__ out, int n_head, int n_head_kv, int hd, int64_t pos0,
-       const int32_t *__restrict__ pos, int64_t slot_rows, float scale, float softcap, int64_t window, int n_split,
+       const int32_t *__restrict__ pos, int64_t slot_rows, int64_t n_slots, float scale, float softcap, int64_t window,
+       int n_split,
        int64_t per_split) {
     constexpr int RM = U ? 32 / U : 1; /* most heads a group has in the warp form */
     extern __shared__ float smem[];
@@ -76,9 +77,13 @@ k_attn(const float *__restrict__ q, const __half *__restrict__ K, const __half *
     int64_t n_vis = pos ? pos[0] + t + 1 : pos0 + t + 1;
     if (slot_rows > 0) { /* query t at position p of slot s: that slot's rows */
         const int64_t s = pos[t] / slot_rows;
-        n_vis = pos[t] - s * slot_rows + 1;
-        K += s * slot_rows * kv_stride;
-        V += s * slot_rows * kv_stride;
+        if (pos[t] < 0 || s >= n_slots) { /* no slot of the cache: read nothing */
+            n_vis = 0;
+        } else {
+            n_vis = pos[t] - s * slot_rows + 1;
+            K += s * slot_rows * kv_stride;
+            V += s * slot_rows * kv_stride;
+        }
     }
     /* sliding window: position p sees rows > p - window */
     const int64_t lo = window > 0 && n_vis - window > 0 ? n_vis - window : 0;
@@ -424,12 +429,13 @@ extern "C" size_t tnd_cu_attn_scratch(int64_t n_tok, int n_head, int head_dim, i
 
 extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok,
                            int n_head, int n_head_kv, int head_dim, int64_t pos0, const int32_t *pos,
-                           int64_t kv_cap, int64_t slot_rows, float scale, float softcap, int64_t window,
+                           int64_t kv_cap, int64_t slot_rows, int64_t n_slots, float scale, float softcap,
+                           int64_t window,
                            void *scratch, size_t scratch_size, tnd_cu_stream stream) {
     if (!q || !K || !V || !o || !scratch || n_tok < 1 || n_tok > 65535 || n_head < 1 || n_head_kv < 1 ||
         n_head % n_head_kv || n_head / n_head_kv > AT_MAX_RATIO || head_dim < 1 || head_dim > 256 || pos0 < 0 ||
         n_head_kv > 65535 || (pos && kv_cap < (slot_rows > 0 ? 1 : n_tok)) || slot_rows < 0 ||
-        (slot_rows > 0 && (!pos || kv_cap > slot_rows)))
+        (slot_rows > 0 && (!pos || kv_cap > slot_rows || n_slots < 1)))
         return cudaErrorInvalidValue;
     int ratio = n_head / n_head_kv;
     if (ratio * head_dim > AT_MAXO * AT_THREADS) return cudaErrorInvalidValue;
@@ -464,14 +470,14 @@ extern "C" int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V,
 #define AW(N)                                                                                                    \
     case N:                                                                                                      \
         k_attn<N><<<grid, AT_THREADS, smem, st>>>(q, Kh, Vh, part, o, n_head, n_head_kv, head_dim, pos0, pos,    \
-                                                  slot_rows, scale, softcap, window, ns, per);                   \
+                                                  slot_rows, n_slots, scale, softcap, window, ns, per);          \
         break;
             AW(1) AW(2) AW(3) AW(4) AW(5) AW(6) AW(7) AW(8)
 #undef AW
         }
     } else {
         k_attn<0><<<grid, AT_THREADS, smem, st>>>(q, Kh, Vh, part, o, n_head, n_head_kv, head_dim, pos0, pos,
-                                                  slot_rows, scale, softcap, window, ns, per);
+                                                  slot_rows, n_slots, scale, softcap, window, ns, per);
     }
     int e = (int)cudaGetLastError();
     if (e || ns == 1) return e; /* one key range: k_attn wrote o */

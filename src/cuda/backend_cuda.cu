@@ -726,6 +726,21 @@ static tnd_status op_check(const tnd_op *op) {
                                rows_of(a) > 0x7fffffff))
             ARG_FAIL("cuda rope: the norm weight must be f32 of head_dim values");
         return TND_OK;
+    case TND_OP_ROPE_KV: { /* as its four ops, in place, K and V rows as wide as k's heads */
+        tnd_op part[4];
+        tnd_op_rope_kv_split(op, part);
+        for (int i = 0; i < 4; i++) {
+            tnd_status st = op_check(&part[i]);
+            if (st) return st;
+        }
+        const tnd_tensor *k = &op->in[3];
+        if (op->out[0].data != a->data || op->out[1].data != k->data || k->ne[0] != a->ne[0] ||
+            ne(k, 2) * ne(k, 3) != ne(a, 2) * ne(a, 3) || op->out[2].ne[0] != k->ne[0] * ne(k, 1) ||
+            op->out[3].ne[0] != op->out[2].ne[0] || tnd_tensor_nelem(&op->in[5]) != tnd_tensor_nelem(k) ||
+            !op->in[2].data != !op->in[4].data)
+            ARG_FAIL("cuda rope_kv: q and k rotated in place, K/V rows of n_head_kv * head_dim");
+        return TND_OK;
+    }
     case TND_OP_ATTN: {
         const tnd_tensor *k = &op->in[1], *v = &op->in[2];
         int hd = op->p.attn.head_dim, nh = op->p.attn.n_head, nkv = op->p.attn.n_head_kv;
@@ -1073,16 +1088,27 @@ static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int
                             ne(a, 2) * ne(a, 3), (int)ne(a, 1), (int)a->ne[0], op->p.rope.n_rot, op->p.rope.mode,
                             op->p.rope.freq_base, op->p.rope.freq_scale == 0 ? 1.0f : op->p.rope.freq_scale, cs);
         break;
+    case TND_OP_ROPE_KV: {
+        const tnd_tensor *k = &op->in[3];
+        e = tnd_cu_rope_kv((float *)a->data, (float *)k->data, (const float *)op->in[5].data,
+                           (const int32_t *)op->in[1].data, (const float *)op->in[2].data,
+                           (const float *)op->in[4].data, op->p.rope.eps, (uint16_t *)op->out[2].data,
+                           (uint16_t *)op->out[3].data, rows_of(&op->out[2]), ne(a, 2) * ne(a, 3), (int)ne(a, 1),
+                           (int)ne(k, 1), (int)a->ne[0], op->p.rope.n_rot, op->p.rope.mode, op->p.rope.freq_base,
+                           op->p.rope.freq_scale == 0 ? 1.0f : op->p.rope.freq_scale, cs);
+        break;
+    }
     case TND_OP_ATTN: {
         int64_t n_tok = ne(a, 2) * ne(a, 3);
         const int32_t *pos = (const int32_t *)op->in[3].data;
+        const int64_t slot_rows = pos ? op->p.attn.slot_rows : 0;
         size_t need = tnd_cu_attn_scratch(n_tok, op->p.attn.n_head, op->p.attn.head_dim,
                                           pos ? op->p.attn.kv_cap : op->p.attn.pos0 + n_tok);
         if ((st = ensure_scratch(c, s, need))) return st;
         e = tnd_cu_attn((const float *)a->data, (const uint16_t *)op->in[1].data, (const uint16_t *)op->in[2].data,
                         (float *)o->data, n_tok, op->p.attn.n_head, op->p.attn.n_head_kv, op->p.attn.head_dim,
-                        pos ? 0 : op->p.attn.pos0, pos, op->p.attn.kv_cap, pos ? op->p.attn.slot_rows : 0,
-                        op->p.attn.scale, op->p.attn.softcap,
+                        pos ? 0 : op->p.attn.pos0, pos, op->p.attn.kv_cap, slot_rows,
+                        slot_rows > 0 ? rows_of(&op->in[1]) / slot_rows : 0, op->p.attn.scale, op->p.attn.softcap,
                         op->p.attn.window, s->scratch, s->scratch_size, cs);
         break;
     }

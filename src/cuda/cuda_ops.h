@@ -283,6 +283,14 @@ int tnd_cu_rope(const float *x, float *y, const int32_t *pos, int64_t n_tok, int
 int tnd_cu_rope_norm(const float *x, float *y, const int32_t *pos, const float *w, float eps, int64_t n_tok,
                      int n_head, int head_dim, int n_rot, int mode, float freq_base, float freq_scale,
                      tnd_cu_stream stream);
+/* ROPE_KV (backend.h) in one launch: q [n_tok][n_head][head_dim] and k
+ * [n_tok][n_head_kv][head_dim] rotated in place (each head normed first by
+ * wq / wk, both or neither, as tnd_cu_rope_norm does), then k and v (rows
+ * of n_head_kv * head_dim) stored as f16 into rows pos[t] of K and V (rows
+ * outside [0, cap) skipped). The same bits as the four ops. */
+int tnd_cu_rope_kv(float *q, float *k, const float *v, const int32_t *pos, const float *wq, const float *wk,
+                   float eps, uint16_t *K, uint16_t *V, int64_t cap, int64_t n_tok, int n_head, int n_head_kv,
+                   int head_dim, int n_rot, int mode, float freq_base, float freq_scale, tnd_cu_stream stream);
 
 /* ---- attn.cu ---------------------------------------------------------------
  * Causal attention of n_tok queries over an f16 KV cache (one sequence).
@@ -297,10 +305,13 @@ size_t tnd_cu_attn_scratch(int64_t n_tok, int n_head, int head_dim, int64_t n_kv
  * does not change from one decode step to the next, for graph replays).
  * slot_rows > 0 (with pos): K and V hold slots of slot_rows rows, and
  * pos[t] = s * slot_rows + p puts query t at position p of slot s, where it
- * attends to that slot's rows (backend.h's ATTN); kv_cap > every p. */
+ * attends to that slot's rows (backend.h's ATTN); kv_cap > every p. K and
+ * V hold n_slots slots: a query whose pos[t] names none (the executor
+ * never asks one) reads nothing and gets no defined output. */
 int tnd_cu_attn(const float *q, const uint16_t *K, const uint16_t *V, float *o, int64_t n_tok, int n_head,
                 int n_head_kv, int head_dim, int64_t pos0, const int32_t *pos, int64_t kv_cap, int64_t slot_rows,
-                float scale, float softcap, int64_t window, void *scratch, size_t scratch_size, tnd_cu_stream stream);
+                int64_t n_slots, float scale, float softcap, int64_t window, void *scratch, size_t scratch_size,
+                tnd_cu_stream stream);
 
 /* ---- act.cu ----------------------------------------------------------------
  * Element-wise, n elements, outputs may alias inputs. */

@@ -29,7 +29,9 @@
  *
  * Two MATMUL nodes over the same x of a decode step that both run on the
  * GPU (gate and up, q and k) are handed to it as one MATMUL_PAIR where the
- * backend takes that (fuse_pair): one launch instead of two. */
+ * backend takes that (fuse_pair): one launch instead of two. Likewise a
+ * decode step's q and k RoPE and K/V stores, as one ROPE_KV
+ * (fuse_rope_kv): one launch instead of four. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,6 +92,13 @@ void tnd_exec_trace_print(const tnd_ctx *c, FILE *f) {
         fprintf(f, "  %-7s %-3s %-20s%-10s %8lld %10.2f %10.1f\n", ph ? "prefill" : "decode", side ? "gpu" : "cpu",
                 name, parts[part], (long long)t->n, 1e3 * t->s, 1e6 * t->s / (double)t->n);
     }
+    const double *ps = c->pf_sum;
+    if (ps[4] > 0) /* prefetch.c's balance, per layer it bounded */
+        fprintf(f,
+                "  experts a layer ahead: %.2f candidates, balance %.2f, %.2f copied (%.1f us each); a layer "
+                "%.1f us besides its %.1f us per CPU expert\n",
+                ps[0] / ps[4], ps[1] / ps[4], ps[2] / ps[4], 1e6 * ps[3] / ps[4], 1e6 * c->pf_t_over,
+                1e6 * c->pf_t_exp);
 }
 
 static const tnd_region *find_region(const tnd_ctx *c, const void *p) {
@@ -679,8 +688,9 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
             c->busy_gpu += tnd_perf_gpu_time(c->m, c->perf, nd->sid, nt_op);
         else if (op.kind == TND_OP_ATTN)
             c->busy_gpu += tnd_perf_attn_time(c->perf, TND_SIDE_GPU, c->round_nt, c->n_past);
-        else
-            c->busy_gpu += tnd_perf_other_time(c->perf, TND_SIDE_GPU, c->round_nt) / OTHER_OPS;
+        else /* a ROPE_KV stands for four of the recipe's weightless ops */
+            c->busy_gpu += tnd_perf_other_time(c->perf, TND_SIDE_GPU, c->round_nt) / OTHER_OPS *
+                           (op.kind == TND_OP_ROPE_KV ? 4 : 1);
     }
     if (c->trace) {
         if ((st = trace_sync(c, s))) return st;
@@ -763,6 +773,29 @@ static bool fuse_pair(tnd_ctx *c, const tnd_node *a, const tnd_node *b, tnd_node
         if (!*ok) tnd_clear_error(); /* a refusal is an answer here, not an error */
     }
     return *ok == 1;
+}
+
+/* Nodes i..i+3 as one ROPE_KV (out) where that saves the GPU three
+ * launches: a decode-sized round's ROPE q, ROPE k and K/V stores by
+ * position (backend.h), the ropes on the GPU, the layer's KV cache there
+ * too, and the GPU backend takes the op (asked once: the shapes are a
+ * model's, the same in every layer and round). TND_FUSE=0 keeps the four
+ * launches, as it keeps the recipe's own fused ops. */
+static bool fuse_rope_kv(tnd_ctx *c, int i, tnd_node *out) {
+    if (!c->gpu || i + 3 >= c->g.n || c->rope_kv_ok < 0 || !tnd_config_get()->fuse) return false;
+    const tnd_node *n = &c->g.nodes[i];
+    tnd_op part[4];
+    for (int j = 0; j < 4; j++) part[j] = n[j].op;
+    if (n[0].op.kind != TND_OP_ROPE || n[0].layer < 0 || n[3].layer != n[0].layer || n[2].pin != TND_PIN_KV ||
+        n[3].pin != TND_PIN_KV || c->pl.kv[n[0].layer] != TND_SIDE_GPU ||
+        tnd_exec_node_side(c, &n[0], c->cur, false, NULL) != TND_SIDE_GPU || !tnd_op_rope_kv_fuse(part, &out->op))
+        return false;
+    out->sid = -1, out->layer = n[0].layer, out->pin = TND_PIN_KV;
+    if (!c->rope_kv_ok) {
+        c->rope_kv_ok = tnd_backend_op_supported(c->side[1].be, &out->op) == TND_OK ? 1 : -1;
+        if (c->rope_kv_ok < 0) tnd_clear_error(); /* a refusal is an answer here, not an error */
+    }
+    return c->rope_kv_ok > 0;
 }
 
 /* Whether every op of the round runs on the GPU (the host's own bookkeeping,
@@ -879,6 +912,8 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
         tnd_node pair;
         if (i + 1 < c->g.n && fuse_pair(c, &c->g.nodes[i], &c->g.nodes[i + 1], &pair))
             st = run_node(c, &pair, &prom_seen), i++, c->n_pairs++;
+        else if (fuse_rope_kv(c, i, &pair))
+            st = run_node(c, &pair, &prom_seen), i += 3, c->n_rope_kv++;
         else
             st = run_node(c, &c->g.nodes[i], &prom_seen);
     }

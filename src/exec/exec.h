@@ -147,6 +147,8 @@ struct tnd_ctx {
     double pf_wait_s;        /* ... and the host's waits for GPU writes into host buffers (s) */
     int pf_cpu_n;            /* ... over its CPU experts */
     bool pf_behind;          /* the copies this layer's GPU part reads were not done at its routing */
+    double pf_sum[5];        /* TND_TRACE: over the issues the balance bounded, the sums of candidates,
+                              * bound, copies and t_copy, and their count */
     bool pfq_flush;          /* the GPU's collected work, to launch in the CPU pool's errand (exec.c) */
     bool pfq_pending;        /* copies chosen at a routing, to queue in that errand ... */
     int pfq_l;               /* ... into layer pfq_l's slots */
@@ -175,6 +177,8 @@ struct tnd_ctx {
     /* counters (tests, --verbose) */
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes;
     uint64_t n_pairs; /* MATMUL pairs handed to the GPU as one MATMUL_PAIR (fuse_pair) */
+    uint64_t n_rope_kv; /* ROPE, ROPE, CPY, CPY runs handed to the GPU as one ROPE_KV (fuse_rope_kv) */
+    int8_t rope_kv_ok;  /* whether the GPU backend takes ROPE_KV: 0 not asked yet, 1 yes, -1 no */
     /* split layers' routings of decode steps: all, and those to GPU experts
      * (bench sets them beside the hot-expert table's prediction) */
     uint64_t n_route_dec, n_route_dec_gpu;

@@ -214,7 +214,13 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
      * layer without waits, its overhead H plus the n - k experts left to
      * the CPU: k t_copy <= H + (n - k) t_cpu (all of them until measured) */
     const double tc = copy_time(c, l), te = c->pf_t_exp, H = c->pf_t_over;
-    if (k > 0 && tc > 0 && te > 0 && H > 0) k = TND_MIN(k, (int)((H + nc * te) / (tc + te)));
+    if (k > 0 && tc > 0 && te > 0 && H > 0) {
+        /* rounded down: taking the fractions as they add up (error
+         * diffusion) copied more and ran slower (docs/DECISIONS.md) */
+        const double x = (H + nc * te) / (tc + te);
+        k = TND_MIN(k, (int)x);
+        c->pf_sum[0] += nc, c->pf_sum[1] += x, c->pf_sum[2] += k, c->pf_sum[3] += tc, c->pf_sum[4] += 1;
+    }
     for (int i = 0; i < k; i++) {
         int v = -1; /* the least recently used slot not wanted this round */
         for (int s = 0; s < c->pf_n[l]; s++)

@@ -432,6 +432,7 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
     tnd_layout_release(c);
     free(c->pair_ok);
     c->pair_ok = NULL;
+    c->rope_kv_ok = 0;
     free(c->round_prom);
     c->round_prom = NULL;
     c->prom_key_nt = 0; /* the new plan chooses its promotions afresh */
@@ -457,6 +458,7 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .n_w_copies = c->n_w_copies,
                            .w_copy_bytes = c->w_copy_bytes,
                            .n_pairs = c->n_pairs,
+                           .n_rope_kv = c->n_rope_kv,
                            .n_route_dec = c->n_route_dec,
                            .n_route_dec_gpu = c->n_route_dec_gpu,
                            .n_route_dec_pf = c->n_route_dec_pf,

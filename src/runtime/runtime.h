@@ -53,6 +53,7 @@ tnd_status tnd_ctx_new_placed(tnd_model *m, const tnd_ctx_params *p, const tnd_p
 const tnd_plan *tnd_ctx_plan(const tnd_ctx *c);
 typedef struct tnd_ctx_stats {
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes, n_pairs;
+    uint64_t n_rope_kv; /* decode steps' RoPE and K/V stores run as one ROPE_KV (backend.h) */
     /* split layers' routings of decode steps: all, and those to GPU experts */
     uint64_t n_route_dec, n_route_dec_gpu;
     /* ... of those, routings served by an expert copied a layer ahead

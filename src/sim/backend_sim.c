@@ -746,6 +746,17 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
             ARG_FAIL("sim moe_sum: y {n, n_used, n_tok}, w {n_used, n_tok}, out {n, n_tok}");
         return TND_OK;
     }
+    case TND_OP_ROPE_KV: { /* as its four ops (backend.h), which the CPU backend runs */
+        tnd_op part[4];
+        tnd_op_rope_kv_split(op, part);
+        for (int i = 0; i < 4; i++) {
+            tnd_status st = sim_op_supported(b, &part[i]);
+            if (st) return st;
+        }
+        if (part[1].in[0].ne[0] * part[1].in[0].ne[1] != part[3].out[0].ne[0])
+            ARG_FAIL("sim rope_kv: k's heads and the cache rows differ in width");
+        return TND_OK;
+    }
     case TND_OP_MATMUL_PAIR: /* optional (backend.h): the executor keeps the two MATMULs */
     case TND_OP_COUNT:
         break;
@@ -753,18 +764,22 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
     return tnd_fail(TND_ERR_UNSUPPORTED, "sim: op %s is not supported", nm);
 }
 
-/* Which tensors an op reads or writes (the rest must be absent). */
-static bool slot_used(const tnd_op *op, int slot /* 0..3 in, 4..5 out */) {
+/* Which tensors an op reads or writes (the rest must be absent): slot
+ * j < TND_OP_MAX_IN is in[j], the others out[j - TND_OP_MAX_IN]. */
+#define OUT(k) (TND_OP_MAX_IN + (k))
+static bool slot_used(const tnd_op *op, int slot) {
     switch (op->kind) {
-    case TND_OP_MATMUL_ID: return slot <= 2 || slot == 4;
-    case TND_OP_ATTN: return slot <= 3 || slot == 4; /* in[3] optional: positions */
-    case TND_OP_MOE_ROUTE: return slot == 0 || slot == 4 || slot == 5;
-    case TND_OP_RMS_NORM: return slot <= 2 || slot >= 4; /* in[1] optional; in[2], out[1]: a fused add */
-    case TND_OP_ROPE: return slot <= 2 || slot == 4;     /* in[2] optional: a fused norm */
+    case TND_OP_MATMUL_ID: return slot <= 2 || slot == OUT(0);
+    case TND_OP_ATTN: return slot <= 3 || slot == OUT(0); /* in[3] optional: positions */
+    case TND_OP_MOE_ROUTE: return slot == 0 || slot == OUT(0) || slot == OUT(1);
+    case TND_OP_RMS_NORM: /* in[1] optional; in[2], out[1]: a fused add */
+        return slot <= 2 || slot == OUT(0) || slot == OUT(1);
+    case TND_OP_ROPE: return slot <= 2 || slot == OUT(0); /* in[2] optional: a fused norm */
+    case TND_OP_ROPE_KV: return true;                     /* in[2], in[4] optional: the fused norms */
     case TND_OP_SOFTMAX:
-    case TND_OP_SCALE: return slot == 0 || slot == 4;
-    case TND_OP_CPY: return slot <= 1 || slot == 4; /* in[1] optional: positions */
-    default: return slot <= 1 || slot == 4;
+    case TND_OP_SCALE: return slot == 0 || slot == OUT(0);
+    case TND_OP_CPY: return slot <= 1 || slot == OUT(0); /* in[1] optional: positions */
+    default: return slot <= 1 || slot == OUT(0);
     }
 }
 
@@ -787,8 +802,9 @@ static tnd_status sim_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         if (!slot_used(op, j)) continue;
         if (!t->data) {
             /* optional: RMS_NORM's weight and fused add, ROPE's fused norm, positions */
-            if ((op->kind == TND_OP_RMS_NORM && j != 0 && j != 4) || (op->kind == TND_OP_ROPE && j == 2) ||
-                (op->kind == TND_OP_ATTN && j == 3) || (op->kind == TND_OP_CPY && j == 1))
+            if ((op->kind == TND_OP_RMS_NORM && j != 0 && j != OUT(0)) || (op->kind == TND_OP_ROPE && j == 2) ||
+                (op->kind == TND_OP_ROPE_KV && (j == 2 || j == 4)) || (op->kind == TND_OP_ATTN && j == 3) ||
+                (op->kind == TND_OP_CPY && j == 1))
                 continue;
             st = tnd_fail(TND_ERR_ARG, "sim %s: %s[%d] has no data", nm, io, k);
             break;

@@ -380,6 +380,15 @@ static op_cost cost_of(const tnd_op *op) {
         c.flops = 4.0 * op->p.attn.n_head * op->p.attn.head_dim * (double)seen * (double)n_tok;
         return c;
     }
+    case TND_OP_ROPE_KV: { /* its four ops' bytes in one launch */
+        tnd_op part[4];
+        tnd_op_rope_kv_split(op, part);
+        for (int i = 0; i < 4; i++) {
+            op_cost p = cost_of(&part[i]);
+            c.bytes += p.bytes, c.flops += p.flops;
+        }
+        return c;
+    }
     case TND_OP_CPY:
         if (in[1].data) { /* rows by position: out spans the cache, only in[0]'s rows are written (f16) */
             c.bytes = tbytes(&in[0]) + tbytes(&in[1]) + 2.0 * (double)tnd_tensor_nelem(&in[0]);
