@@ -782,14 +782,17 @@ static bool fuse_pair(tnd_ctx *c, const tnd_node *a, const tnd_node *b, tnd_node
  * model's, the same in every layer and round). TND_FUSE=0 keeps the four
  * launches, as it keeps the recipe's own fused ops. */
 static bool fuse_rope_kv(tnd_ctx *c, int i, tnd_node *out) {
-    if (!c->gpu || i + 3 >= c->g.n || c->rope_kv_ok < 0 || !tnd_config_get()->fuse) return false;
+    if (!c->gpu || i + 3 >= c->g.n || c->rope_kv_ok < 0 || c->g.nodes[i].op.kind != TND_OP_ROPE ||
+        !tnd_config_get()->fuse)
+        return false;
     const tnd_node *n = &c->g.nodes[i];
+    if (n[0].layer < 0 || n[3].layer != n[0].layer || n[2].pin != TND_PIN_KV || n[3].pin != TND_PIN_KV ||
+        c->pl.kv[n[0].layer] != TND_SIDE_GPU || tnd_exec_node_side(c, &n[0], c->cur, false, NULL) != TND_SIDE_GPU)
+        return false;
+    /* the ops are copied only now: every node of every round passes the checks above */
     tnd_op part[4];
     for (int j = 0; j < 4; j++) part[j] = n[j].op;
-    if (n[0].op.kind != TND_OP_ROPE || n[0].layer < 0 || n[3].layer != n[0].layer || n[2].pin != TND_PIN_KV ||
-        n[3].pin != TND_PIN_KV || c->pl.kv[n[0].layer] != TND_SIDE_GPU ||
-        tnd_exec_node_side(c, &n[0], c->cur, false, NULL) != TND_SIDE_GPU || !tnd_op_rope_kv_fuse(part, &out->op))
-        return false;
+    if (!tnd_op_rope_kv_fuse(part, &out->op)) return false;
     out->sid = -1, out->layer = n[0].layer, out->pin = TND_PIN_KV;
     if (!c->rope_kv_ok) {
         c->rope_kv_ok = tnd_backend_op_supported(c->side[1].be, &out->op) == TND_OK ? 1 : -1;
