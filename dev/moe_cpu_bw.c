@@ -14,7 +14,13 @@
  *
  * Each step goes through LAYERS layers (default 8: ~3 GiB, far beyond the
  * last-level cache) with fresh random experts, as decode does; GB/s counts
- * the bytes of the experts used. Best and mean of TOKENS steps. */
+ * the bytes of the experts used. Best and mean of TOKENS steps.
+ *
+ * Each step also runs the layers' FFNs as the executor fuses them
+ * (TND_OP_MOE_GLU: gate, up and SILU_MUL in one pool region, then down),
+ * after the same step as three ops (gate, up, SILU_MUL), with experts of
+ * their own: the second line per memory kind compares the two (the down
+ * projection is the same op in both and is left out). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +43,7 @@ extern int cudaHostUnregister(void *p) __attribute__((weak));
 #define N_EXP 128
 #define N_EMBD 2048
 #define N_FF 768
+#define N_USED 8 /* routed experts a token: the slots past the CPU's are the GPU's, skipped here (id -1) */
 
 enum { M_PLAIN, M_THP, M_FILE, M_PINNED, M_THP_REG, M_COUNT };
 static const char *mem_name[M_COUNT] = {"plain 4K pages", "huge pages (THP)", "mmapped file (page cache)",
@@ -143,6 +150,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
+    const int n_used = n_cpu_exp > N_USED ? n_cpu_exp : N_USED;
     tnd_pool *pool = tnd_pool_new(n_thr);
     tnd_backend *cpu = NULL, *g = NULL;
     if (!pool || tnd_backend_cpu_new(pool, 0, &cpu)) return 1;
@@ -177,11 +185,13 @@ int main(int argc, char **argv) {
             continue;
         }
         double bw = tnd_cpu_read_bw(pool, base, m.n, 3);
-        double best[3] = {1e9, 1e9, 1e9}, sum[3] = {0};
+        /* t[0..2]: gate, up, down; t[3]: SILU_MUL; t[4]: the fused MOE_GLU */
+        double best[5] = {1e9, 1e9, 1e9, 1e9, 1e9}, sum[5] = {0};
         for (int s = 0; s < n_tok + 2; s++) {
-            double t[3] = {0};
-            for (int l = 0; l < n_layers; l++) {
-                char *L = base + layer * (size_t)l;
+            double t[5] = {0};
+            for (int l = 0; l < 2 * n_layers; l++) {
+                const bool fused = l >= n_layers; /* the layers again, fused */
+                char *L = base + layer * (size_t)(l % n_layers);
                 for (int k = 0; k < n_cpu_exp; k++) { /* distinct random experts */
                     int e, dup;
                     do {
@@ -190,25 +200,42 @@ int main(int argc, char **argv) {
                     } while (dup);
                     ids[k] = e;
                 }
-                tnd_op op = {.kind = TND_OP_MATMUL_ID};
+                for (int k = n_cpu_exp; k < n_used; k++) ids[k] = -1;
+                tnd_op op = {.kind = TND_OP_MATMUL_ID, .p.mmid.skip = n_used > n_cpu_exp}, part[3];
                 for (int w = 0; w < 2; w++) {
-                    op.in[0] = tens(L + (size_t)w * gs * N_EXP, TND_TYPE_Q4_K, N_EMBD, N_FF, N_EXP);
-                    op.in[1] = tens(x, TND_TYPE_F32, N_EMBD, 1, 1);
-                    op.in[2] = tens(ids, TND_TYPE_I32, n_cpu_exp, 1, 1);
-                    op.out[0] = tens(w ? u : h, TND_TYPE_F32, N_FF, n_cpu_exp, 1);
-                    double t0 = tnd_time_s();
-                    if (tnd_backend_op_run(cpu, &op, NULL)) return 1;
-                    t[w] += tnd_time_s() - t0;
+                    part[w] = op;
+                    part[w].in[0] = tens(L + (size_t)w * gs * N_EXP, TND_TYPE_Q4_K, N_EMBD, N_FF, N_EXP);
+                    part[w].in[1] = tens(x, TND_TYPE_F32, N_EMBD, 1, 1);
+                    part[w].in[2] = tens(ids, TND_TYPE_I32, n_used, 1, 1);
+                    part[w].out[0] = tens(w ? u : h, TND_TYPE_F32, N_FF, n_used, 1);
                 }
+                part[2] = (tnd_op){.kind = TND_OP_SILU_MUL}; /* over every slot, as the recipe's */
+                part[2].in[0] = part[2].out[0] = tens(h, TND_TYPE_F32, (int64_t)N_FF * n_used, 1, 1);
+                part[2].in[1] = tens(u, TND_TYPE_F32, (int64_t)N_FF * n_used, 1, 1);
+                if (fused) {
+                    tnd_op f;
+                    if (!tnd_op_moe_glu_fuse(part, &f)) return 1;
+                    double t0 = tnd_time_s();
+                    if (tnd_backend_op_run(cpu, &f, NULL)) return 1;
+                    t[4] += tnd_time_s() - t0;
+                } else {
+                    for (int w = 0; w < 3; w++) {
+                        double t0 = tnd_time_s();
+                        if (tnd_backend_op_run(cpu, &part[w], NULL)) return 1;
+                        t[w == 2 ? 3 : w] += tnd_time_s() - t0;
+                    }
+                }
+                if (fused) continue; /* down: the same op either way */
                 op.in[0] = tens(L + 2 * gs * N_EXP, TND_TYPE_Q6_K, N_FF, N_EMBD, N_EXP);
-                op.in[1] = tens(h, TND_TYPE_F32, N_FF, n_cpu_exp, 1);
-                op.out[0] = tens(y, TND_TYPE_F32, N_EMBD, n_cpu_exp, 1);
+                op.in[1] = tens(h, TND_TYPE_F32, N_FF, n_used, 1);
+                op.in[2] = part[0].in[2];
+                op.out[0] = tens(y, TND_TYPE_F32, N_EMBD, n_used, 1);
                 double t0 = tnd_time_s();
                 if (tnd_backend_op_run(cpu, &op, NULL)) return 1;
                 t[2] += tnd_time_s() - t0;
             }
             if (s < 2) continue; /* warm-up */
-            for (int k = 0; k < 3; k++) best[k] = fmin(best[k], t[k]), sum[k] += t[k];
+            for (int k = 0; k < 5; k++) best[k] = fmin(best[k], t[k]), sum[k] += t[k];
         }
         /* a dense matmul over the same bytes as one layer's gate experts, rotating over the layers */
         double dbest = 1e9;
@@ -226,6 +253,12 @@ int main(int argc, char **argv) {
                mem_name[kind], bw, gb * gs / best[0], gb * gs / (sum[0] / n_tok), gb * gs / best[1],
                gb * gs / (sum[1] / n_tok), gb * ds / best[2], gb * ds / (sum[2] / n_tok),
                1e6 * (sum[0] + sum[1] + sum[2]) / n_tok / n_layers, gb * gs / dbest);
+        printf("%-26s gate+up+silu us a layer, best (mean): three ops %5.1f (%5.1f) [silu %4.1f (%4.1f)], "
+               "moe_glu %5.1f (%5.1f) | gate+up GB/s: three ops %5.1f, moe_glu %5.1f\n",
+               "", 1e6 * (best[0] + best[1] + best[3]) / n_layers, 1e6 * (sum[0] + sum[1] + sum[3]) / n_tok / n_layers,
+               1e6 * best[3] / n_layers, 1e6 * sum[3] / n_tok / n_layers, 1e6 * best[4] / n_layers,
+               1e6 * sum[4] / n_tok / n_layers, gb * 2 * gs / ((sum[0] + sum[1] + sum[3]) / n_tok),
+               gb * 2 * gs / (sum[4] / n_tok));
         mem_free(&m);
     }
     free(x), free(h), free(y), free(u);

@@ -26,6 +26,7 @@ const char *tnd_op_name(tnd_op_kind k) {
     case TND_OP_MOE_SUM: return "moe_sum";
     case TND_OP_MATMUL_PAIR: return "matmul_pair";
     case TND_OP_ROPE_KV: return "rope_kv";
+    case TND_OP_MOE_GLU: return "moe_glu";
     case TND_OP_COUNT: break;
     }
     return "?";
@@ -81,6 +82,63 @@ bool tnd_op_rope_kv_fuse(const tnd_op part[4], tnd_op *f) {
     f->out[1] = rk->out[0];
     f->out[2] = ck->out[0];
     f->out[3] = cv->out[0];
+    return true;
+}
+
+void tnd_op_moe_glu_split(const tnd_op *f, tnd_op part[3]) {
+    for (int i = 0; i < 2; i++) { /* gate, then up */
+        tnd_op *m = &part[i];
+        *m = (tnd_op){.kind = TND_OP_MATMUL_ID};
+        m->p.mmid = f->p.mmid;
+        m->in[0] = f->in[i ? 3 : 0];
+        m->in[1] = f->in[1];
+        m->in[2] = f->in[2];
+        m->out[0] = f->out[i];
+    }
+    tnd_op *a = &part[2]; /* in place over the whole of G, as the recipe's */
+    *a = (tnd_op){.kind = TND_OP_SILU_MUL};
+    for (int i = 0; i < 2; i++)
+        a->in[i] = (tnd_tensor){.data = f->out[i].data, .type = TND_TYPE_F32,
+                                .ne = {tnd_tensor_nelem(&f->out[i]), 1, 1, 1}};
+    a->out[0] = a->in[0];
+}
+
+/* Whether the bytes of s and t overlap. */
+static bool overlaps(const tnd_tensor *s, const tnd_tensor *t) {
+    const uintptr_t a = (uintptr_t)s->data, b = (uintptr_t)t->data;
+    return a < b + tnd_tensor_nbytes(t) && b < a + tnd_tensor_nbytes(s);
+}
+
+bool tnd_op_moe_glu_fuse(const tnd_op part[3], tnd_op *f) {
+    const tnd_op *g = &part[0], *u = &part[1], *a = &part[2];
+    if (g->kind != TND_OP_MATMUL_ID || u->kind != TND_OP_MATMUL_ID || a->kind != TND_OP_SILU_MUL) return false;
+    if (!same_tensor(&g->in[1], &u->in[1]) || !same_tensor(&g->in[2], &u->in[2]) ||
+        g->p.mmid.skip != u->p.mmid.skip || g->p.mmid.ids_host != u->p.mmid.ids_host || !g->in[0].data ||
+        !u->in[0].data || memcmp(g->in[0].ne, u->in[0].ne, sizeof g->in[0].ne) != 0 || !g->in[1].data ||
+        !g->in[2].data)
+        return false;
+    /* G and U: a row per (token, slot) pair each, and the SILU_MUL exactly over them, in place */
+    const tnd_tensor *G = &g->out[0], *U = &u->out[0];
+    const int64_t n = tnd_tensor_nelem(G);
+    if (!G->data || !U->data || G->type != TND_TYPE_F32 || U->type != TND_TYPE_F32 ||
+        memcmp(G->ne, U->ne, sizeof G->ne) != 0 || n != g->in[0].ne[1] * tnd_tensor_nelem(&g->in[2]) ||
+        a->in[0].data != G->data || a->out[0].data != G->data || a->in[1].data != U->data ||
+        tnd_tensor_nelem(&a->in[0]) != n || tnd_tensor_nelem(&a->in[1]) != n || tnd_tensor_nelem(&a->out[0]) != n ||
+        a->in[0].type != TND_TYPE_F32 || a->in[1].type != TND_TYPE_F32 || a->out[0].type != TND_TYPE_F32)
+        return false;
+    /* one op reads x and the ids while it writes G and U: the three ops read
+     * nothing the ones before them wrote but G and U */
+    if (overlaps(G, U) || overlaps(G, &g->in[1]) || overlaps(G, &g->in[2]) || overlaps(U, &g->in[1]) ||
+        overlaps(U, &g->in[2]))
+        return false;
+    *f = (tnd_op){.kind = TND_OP_MOE_GLU};
+    f->p.mmid = g->p.mmid;
+    f->in[0] = g->in[0];
+    f->in[1] = g->in[1];
+    f->in[2] = g->in[2];
+    f->in[3] = u->in[0];
+    f->out[0] = *G;
+    f->out[1] = *U;
     return true;
 }
 

@@ -182,6 +182,17 @@ typedef enum tnd_op_kind {
      * ops). Optional, like MATMUL_PAIR: the executor fuses the four nodes
      * only for a backend whose op_supported accepts the op. */
     TND_OP_ROPE_KV,
+    /* An MoE FFN's gate, up and activation as one op (the CPU runs them in
+     * one parallel region instead of three): in[0] gate W {n_in, n_ff,
+     * n_expert}; in[1] x, in[2] ids as MATMUL_ID's; in[3] up W, shaped like
+     * gate W; out[0] G, out[1] U, f32 {n_ff, n_used, n_tok}; p.mmid as
+     * MATMUL_ID's. The same as MATMUL_ID(gate) -> G, MATMUL_ID(up) -> U,
+     * then SILU_MUL(G, U) -> G over all of G (tnd_op_moe_glu_split gives
+     * those three ops): a skipped pair's rows of U stay as they are, and its
+     * rows of G become silu(G) * U of what they held. Optional, like
+     * MATMUL_PAIR: the executor fuses the three nodes only for a backend
+     * whose op_supported accepts the op. */
+    TND_OP_MOE_GLU,
     TND_OP_COUNT
 } tnd_op_kind;
 
@@ -235,6 +246,15 @@ void tnd_op_rope_kv_split(const tnd_op *f, tnd_op part[4]);
  * and the same positions for all, the stored k the roped one, the norm
  * fused into both ropes or neither, V's rows as wide as K's). */
 bool tnd_op_rope_kv_fuse(const tnd_op part[4], tnd_op *f);
+/* MOE_GLU (f) as the three ops it stands for, in order: MATMUL_ID gate,
+ * MATMUL_ID up, SILU_MUL in place over the whole of G. */
+void tnd_op_moe_glu_split(const tnd_op *f, tnd_op part[3]);
+/* An MoE FFN's gate and up MATMUL_IDs and their SILU_MUL (model/forward.c)
+ * as one MOE_GLU in *f; false when they do not have that form (one x, one
+ * ids tensor and skip for both, weights of one shape, the SILU_MUL in place
+ * over exactly the gate's output times the up's, no output overlapping
+ * another tensor of the op). */
+bool tnd_op_moe_glu_fuse(const tnd_op part[3], tnd_op *f);
 
 /* The positions of an ATTN (in[3] and kv_cap, or p.attn.pos0, against its
  * cache's rows) or a CPY by position (in[1]), checked for a backend whose
@@ -320,8 +340,8 @@ typedef struct tnd_backend_iface {
     /* -- ops -- */
     /* OPTIONAL. TND_OK if op_run can run this op (kinds, types, shapes);
      * otherwise TND_ERR_UNSUPPORTED or TND_ERR_ARG with the reason. NULL:
-     * the backend runs every op but the optional MATMUL_PAIR, which is
-     * then never handed to it. */
+     * the backend runs every op but the optional MATMUL_PAIR and ROPE_KV,
+     * which are then never handed to it. */
     tnd_status (*op_supported)(tnd_backend *b, const tnd_op *op);
     /* Queues op on s. Validates shapes and types first (TND_ERR_ARG /
      * TND_ERR_UNSUPPORTED, nothing queued). Scratch memory the op needs is
@@ -461,7 +481,8 @@ tnd_status tnd_backend_copy_d2d(tnd_backend *b, void *dst_dev, const void *src_d
 tnd_status tnd_backend_memset(tnd_backend *b, void *dst_dev, int v, size_t n, tnd_stream *s);
 /* Without copy_mapped: copy_d2d. */
 tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s);
-/* Without op_supported: TND_OK for every op but MATMUL_PAIR and ROPE_KV. */
+/* Without op_supported: TND_OK for every op but MATMUL_PAIR and ROPE_KV
+ * (the CPU backend, which has none, runs MOE_GLU). */
 tnd_status tnd_backend_op_supported(tnd_backend *b, const tnd_op *op);
 tnd_status tnd_backend_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s);
 /* Without reserve: TND_OK (nothing to reserve). */

@@ -58,8 +58,8 @@ typedef struct tnd_config {
                           * (exec/prefetch.c); -1 (auto): the model's experts per token; 0: off */
     /* recipe */
     bool fuse;           /* TND_FUSE: the recipe's fused ops (norm + RoPE, residual add + norm) and the
-                          * executor's ROPE_KV; 0: the unfused ops, the same results (A/B of the launches
-                          * saved) */
+                          * executor's ROPE_KV and MOE_GLU; 0: the unfused ops, the same results (A/B of
+                          * the launches and pool regions saved) */
 } tnd_config;
 
 /* The configuration, read from the environment on the first call; later

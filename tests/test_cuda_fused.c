@@ -2,7 +2,8 @@
  * on a real GPU (device machine; exits 77 elsewhere):
  *   - ROPE with a per-head norm (in[2]: qwen3's q/k norm, then the rotation);
  *   - RMS_NORM with a residual add (in[2], the sum written to out[1]);
- *   - ROPE_KV, the executor's fusion of a decode step's ropes and K/V stores.
+ *   - ROPE_KV, the executor's fusion of a decode step's ropes and K/V stores;
+ *   - MATMUL_PAIR of two f32 matrices (a MoE layer's router and the next's).
  * Each against a double-precision reference (tolerances stated where they
  * are checked, as test_cuda_ops.c states its own), against the unfused pair
  * of ops on the GPU, and collected into a CUDA graph (graph_defer: captured,
@@ -284,6 +285,73 @@ static void test_rope_kv(int64_t n_tok, int nh, int nkv, int hd, int n_rot, int 
     free(q), free(k), free(v), free(w), free(pos), free(cache0);
 }
 
+/* ---- a MoE layer's router and the next layer's as one MATMUL_PAIR ----------------- */
+
+/* Two f32 matrices of one shape over one token's x: the pair is offered
+ * (op_supported) and gives the bits two MATMULs give (the same kernel, a
+ * grid row per matrix); other token counts or shapes are refused. */
+static void test_f32_pair(int64_t n_in, int64_t n_out) {
+    float *w = (float *)tc_xmalloc((size_t)(2 * n_in * n_out) * 4), *x = (float *)tc_xmalloc((size_t)n_in * 4);
+    tc_fill_unif(w, (size_t)(2 * n_in * n_out), -1, 1);
+    tc_fill_unif(x, (size_t)n_in, -1, 1);
+    float *dw1 = (float *)dev_upload(w, (size_t)(n_in * n_out) * 4);
+    float *dw2 = (float *)dev_upload(w + n_in * n_out, (size_t)(n_in * n_out) * 4);
+    float *dx = (float *)dev_upload(x, (size_t)n_in * 4);
+    float *dy = (float *)dev_alloc((size_t)(4 * n_out) * 4); /* y1, y2 fused; y1, y2 apart */
+    char what[120];
+    snprintf(what, sizeof what, "matmul_pair f32 %lld x (%lld + %lld)", (long long)n_in, (long long)n_out,
+             (long long)n_out);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_MATMUL_PAIR;
+    op.in[0] = tens(dw1, TND_TYPE_F32, n_in, n_out, 1);
+    op.in[1] = tens(dx, TND_TYPE_F32, n_in, 1, 1);
+    op.in[2] = tens(dw2, TND_TYPE_F32, n_in, n_out, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n_out, 1, 1);
+    op.out[1] = tens(dy + n_out, TND_TYPE_F32, n_out, 1, 1);
+    const bool offered = B->iface->op_supported(B, &op) == TND_OK;
+    tnd_clear_error();
+    tc_report(offered, "%s: offered", what);
+    dev_poison(dy, (size_t)(4 * n_out) * 4);
+    bool ok = offered && run_op(&op, what);
+    tnd_op one;
+    memset(&one, 0, sizeof one);
+    one.kind = TND_OP_MATMUL;
+    one.in[1] = op.in[1];
+    for (int i = 0; i < 2 && ok; i++) {
+        one.in[0] = i ? op.in[2] : op.in[0];
+        one.out[0] = tens(dy + (2 + i) * n_out, TND_TYPE_F32, n_out, 1, 1);
+        ok = run_op(&one, what);
+    }
+    if (ok) {
+        float *y = fetch(dy, 4 * n_out);
+        int finite = 0;
+        for (int64_t i = 0; i < 2 * n_out; i++) finite += isfinite(y[i]) != 0;
+        tc_report(finite == 2 * n_out && memcmp(y, y + 2 * n_out, (size_t)(2 * n_out) * 4) == 0,
+                  "%s: y1 and y2 as two matmuls give them, bit for bit (%d of %lld finite)", what, finite,
+                  (long long)(2 * n_out));
+        free(y);
+    }
+    op.in[1] = tens(dx, TND_TYPE_F32, n_in / 2, 2, 1); /* two tokens: not a pair form of the f32 kernel */
+    op.in[0].ne[0] = op.in[2].ne[0] = n_in / 2;
+    op.out[0].ne[1] = op.out[1].ne[1] = 2;
+    op.out[0].ne[0] = op.out[1].ne[0] = n_out / 2;
+    op.in[0].ne[1] = op.in[2].ne[1] = n_out / 2;
+    const bool two = B->iface->op_supported(B, &op) == TND_OK;
+    tnd_clear_error();
+    tc_report(!two, "%s: two tokens refused", what);
+    op.in[1] = tens(dx, TND_TYPE_F32, n_in, 1, 1);
+    op.in[0] = tens(dw1, TND_TYPE_F32, n_in, n_out, 1);
+    op.in[2] = tens(dw2, TND_TYPE_F32, n_in, n_out / 2, 1);
+    op.out[0] = tens(dy, TND_TYPE_F32, n_out, 1, 1);
+    op.out[1] = tens(dy + n_out, TND_TYPE_F32, n_out / 2, 1, 1);
+    const bool shapes = B->iface->op_supported(B, &op) == TND_OK;
+    tnd_clear_error();
+    tc_report(!shapes, "%s: matrices of two shapes refused", what);
+    dev_free(dw1), dev_free(dw2), dev_free(dx), dev_free(dy);
+    free(w), free(x);
+}
+
 /* ---- in a CUDA graph --------------------------------------------------------------- */
 
 /* A decode layer's fused ops (rope+norm of q, add+norm of x), twice over,
@@ -390,6 +458,8 @@ int main(void) {
         }
     test_rope_kv(2, 16, 4, 256, 64, TND_ROPE_NORMAL, true, false); /* partial rotation, 128 threads a head */
     test_rope_kv(1, 5, 1, 80, 80, TND_ROPE_NEOX, true, false);     /* head_dim not a power of two */
+    test_f32_pair(2048, 128); /* qwen3-30b-a3b's routers */
+    test_f32_pair(576, 32);   /* a narrow one: a single block a matrix */
 
     test_graph();
 

@@ -13,7 +13,13 @@
  * SimGPU (all on the GPU, and a random placement): a prompt in chunks, greedy
  * steps, and batched rounds of three sequences, every logit bit for bit;
  * on the simulated GPU that includes the executor's ROPE_KV (a decode
- * step's ropes and K/V stores as one op), which TND_FUSE=0 leaves out. */
+ * step's ropes and K/V stores as one op), which TND_FUSE=0 leaves out.
+ * MOE_GLU (an MoE FFN's gate and up expert matmuls and SILU_MUL as one op,
+ * the executor's fusion on the CPU and on SimGPU): its three ops fused and
+ * split back; the CPU backend's op against the three ops, every byte of G
+ * and U, with skipped pairs (negative ids, whose rows SILU_MUL still
+ * covers), one token and many, Q8 and f32 activations, rows not a multiple
+ * of the grain; and the recipe's MoE logits with the fusion counted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +31,7 @@
 #include "cpu/pool.h"
 #include "model/model.h"
 #include "model_fixture.h"
+#include "quant/quant.h"
 #include "runtime/runtime.h"
 #include "util.h"
 
@@ -189,6 +196,162 @@ static void test_rope_kv_form(bool norm) {
     tc_report(refused, "rope_kv%s: ops of another form are not fused", norm ? " with norms" : "");
 }
 
+/* ---- MOE_GLU ------------------------------------------------------------------------- */
+
+static tnd_tensor tens_t(void *data, tnd_type t, int64_t n0, int64_t n1, int64_t n2) {
+    return (tnd_tensor){.data = data, .type = t, .ne = {n0, n1, n2, 1}};
+}
+
+/* The recipe's three ops (model/forward.c moe_ffn): gate and up MATMUL_IDs
+ * into G and U, then SILU_MUL in place over all of G. */
+static void glu_parts(tnd_op part[3], const tnd_tensor *wg, const tnd_tensor *wu, float *x, int32_t *ids, float *G,
+                      float *U, int64_t n_used, int64_t n_tok, bool skip) {
+    const int64_t n_in = wg->ne[0], n_ff = wg->ne[1];
+    for (int i = 0; i < 2; i++) {
+        part[i] = (tnd_op){.kind = TND_OP_MATMUL_ID, .p.mmid.skip = skip};
+        part[i].in[0] = i ? *wu : *wg;
+        part[i].in[1] = tens(x, n_in, 1, n_tok);
+        part[i].in[2] = tens_t(ids, TND_TYPE_I32, n_used, n_tok, 1);
+        part[i].out[0] = tens(i ? U : G, n_ff, n_used, n_tok);
+    }
+    part[2] = (tnd_op){.kind = TND_OP_SILU_MUL};
+    part[2].in[0] = tens(G, n_ff * n_used * n_tok, 1, 1);
+    part[2].in[1] = tens(U, n_ff * n_used * n_tok, 1, 1);
+    part[2].out[0] = part[2].in[0];
+}
+
+/* The recipe's three ops fused (tnd_op_moe_glu_fuse) and split back
+ * (tnd_op_moe_glu_split) give themselves again; ops of another form do
+ * not fuse. */
+static void test_moe_glu_form(void) {
+    static float buf[6][64];
+    static int32_t ids[4];
+    const tnd_tensor wg = tens_t(buf[0], TND_TYPE_F32, 4, 8, 2), wu = tens_t(buf[1], TND_TYPE_F32, 4, 8, 2);
+    tnd_op part[3], f, back[3];
+    glu_parts(part, &wg, &wu, buf[2], ids, buf[3], buf[4], 2, 2, true);
+    bool ok = tnd_op_moe_glu_fuse(part, &f) && f.kind == TND_OP_MOE_GLU && f.p.mmid.skip;
+    if (ok) tnd_op_moe_glu_split(&f, back);
+    for (int k = 0; ok && k < 3; k++) {
+        ok = back[k].kind == part[k].kind && back[k].p.mmid.skip == part[k].p.mmid.skip;
+        for (int i = 0; i < TND_OP_MAX_IN + TND_OP_MAX_OUT; i++) { /* field by field: no padding compared */
+            const tnd_tensor *a = i < TND_OP_MAX_IN ? &back[k].in[i] : &back[k].out[i - TND_OP_MAX_IN];
+            const tnd_tensor *b = i < TND_OP_MAX_IN ? &part[k].in[i] : &part[k].out[i - TND_OP_MAX_IN];
+            ok = ok && a->data == b->data && (!a->data || (a->type == b->type && !memcmp(a->ne, b->ne, sizeof a->ne)));
+        }
+    }
+    tc_report(ok, "moe_glu: fused from its three ops and split back");
+    tnd_op bad[3];
+    bool refused = true;
+    for (int k = 0; k < 7; k++) {
+        memcpy(bad, part, sizeof bad);
+        switch (k) {
+        case 0: bad[1].in[1].data = buf[5]; break;  /* another x */
+        case 1: bad[1].p.mmid.skip = false; break;  /* another skip */
+        case 2: bad[2].out[0].data = buf[5]; break; /* the SILU_MUL not in place */
+        case 3: bad[2].in[0].ne[0] = 16; break;     /* over part of G */
+        case 4: bad[2].in[1].data = buf[2]; break;  /* times something other than U */
+        case 5: bad[1].out[0].data = bad[2].in[1].data = buf[3] + 8; break; /* U overlaps G */
+        default: bad[1].in[0].ne[1] = 4; break;     /* weights of two shapes */
+        }
+        refused = refused && !tnd_op_moe_glu_fuse(bad, &f);
+    }
+    tc_report(refused, "moe_glu: ops of another form are not fused");
+}
+
+/* The CPU backend's MOE_GLU against its three ops: n_exp experts of gate
+ * and up (types gt, ut) {n_in, n_ff}, n_used of them a token for n_tok
+ * tokens, each pair skipped with probability skip_pct / 100; G and U start
+ * from random values (a skipped pair's rows of G still go through SILU_MUL).
+ * Every byte of G and U must match. */
+static void test_moe_glu_op(tnd_type gt, tnd_type ut, int64_t n_in, int64_t n_ff, int64_t n_exp, int64_t n_used,
+                            int64_t n_tok, int skip_pct, bool int8) {
+    tnd_backend_cpu_set_int8(CPU, int8);
+    const tnd_type ty[2] = {gt, ut};
+    void *w[2];
+    float *row = tc_xmalloc(sizeof(float) * (size_t)n_in);
+    for (int i = 0; i < 2; i++) {
+        const size_t rs = tnd_row_size(ty[i], n_in);
+        char *p = tc_xmalloc(rs * (size_t)(n_ff * n_exp));
+        for (int64_t r = 0; r < n_ff * n_exp; r++) {
+            tc_fill_unif(row, (size_t)n_in, -1, 1);
+            tnd_type_traits_get(ty[i])->from_float(row, p + (size_t)r * rs, n_in);
+        }
+        w[i] = p;
+    }
+    free(row);
+    const tnd_tensor wg = tens_t(w[0], gt, n_in, n_ff, n_exp), wu = tens_t(w[1], ut, n_in, n_ff, n_exp);
+    const int64_t pairs = n_used * n_tok, ny = n_ff * pairs;
+    float *x = rnd(n_in * n_tok, -1, 1);
+    int32_t *ids = tc_xmalloc(sizeof(int32_t) * (size_t)pairs);
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t u = 0; u < n_used; u++) {
+            int32_t e;
+            bool dup;
+            do { /* distinct experts a token, the low ones hot (several tokens share them) */
+                const uint64_t r = tc_xorshift();
+                e = (int32_t)((r % (uint64_t)n_exp) * ((r >> 32) % (uint64_t)n_exp) / (uint64_t)n_exp);
+                dup = false;
+                for (int64_t v = 0; v < u; v++) dup |= ids[t * n_used + v] == e;
+            } while (dup);
+            ids[t * n_used + u] = (int)(tc_xorshift() % 100) < skip_pct ? -1 : e;
+        }
+    float *G0 = rnd(ny, -4, 4), *U0 = rnd(ny, -4, 4);
+    float *rG = copy_of(G0, ny), *rU = copy_of(U0, ny), *fG = copy_of(G0, ny), *fU = copy_of(U0, ny);
+    tnd_op part[3], f;
+    glu_parts(part, &wg, &wu, x, ids, rG, rU, n_used, n_tok, skip_pct > 0);
+    for (int i = 0; i < 3; i++) run(&part[i]);
+    glu_parts(part, &wg, &wu, x, ids, fG, fU, n_used, n_tok, skip_pct > 0);
+    int n_skip = 0;
+    for (int64_t i = 0; i < pairs; i++) n_skip += ids[i] < 0;
+    char what[200];
+    snprintf(what, sizeof what, "moe_glu %s/%s n_in=%lld n_ff=%lld, %lld experts, %lld used x %lld tokens, %d of %lld "
+             "pairs skipped, %s", tnd_type_name(gt), tnd_type_name(ut), (long long)n_in, (long long)n_ff,
+             (long long)n_exp, (long long)n_used, (long long)n_tok, n_skip, (long long)pairs, int8 ? "q8" : "f32");
+    if (!tnd_op_moe_glu_fuse(part, &f)) {
+        tc_report(false, "%s: the three ops did not fuse", what);
+    } else {
+        CHECK_ST(tnd_backend_op_supported(CPU, &f));
+        run(&f);
+        check_same(fG, rG, ny, what);
+        char w2[240];
+        snprintf(w2, sizeof w2, "%s: U", what);
+        check_same(fU, rU, ny, w2);
+        /* an id past the experts: the three ops' error, nothing written */
+        if (skip_pct == 0) {
+            ids[pairs - 1] = (int32_t)n_exp;
+            memcpy(fG, G0, sizeof(float) * (size_t)ny), memcpy(fU, U0, sizeof(float) * (size_t)ny);
+            const tnd_status st = CPU->iface->op_run(CPU, &f, NULL);
+            tnd_clear_error();
+            tc_report(st == TND_ERR_ARG && differs(fG, G0, ny) < 0 && differs(fU, U0, ny) < 0,
+                      "%s: an id out of range fails (%d) before writing", what, (int)st);
+        }
+    }
+    free(w[0]), free(w[1]), free(x), free(ids), free(G0), free(U0), free(rG), free(rU), free(fG), free(fU);
+}
+
+static void test_moe_glu(void) {
+    test_moe_glu_form();
+    static const struct {
+        tnd_type gt, ut;
+        int64_t n_in, n_ff, n_exp, n_used, n_tok;
+    } cases[] = {
+        {TND_TYPE_Q4_K, TND_TYPE_Q4_K, 256, 200, 16, 4, 1}, /* 200 rows: not a multiple of a grain */
+        {TND_TYPE_Q4_K, TND_TYPE_Q4_K, 512, 768, 32, 8, 1}, /* a decode step's rows, items of several grains */
+        {TND_TYPE_Q4_K, TND_TYPE_Q6_K, 256, 72, 8, 2, 3},   /* gate and up of two types */
+        {TND_TYPE_Q8_0, TND_TYPE_Q8_0, 96, 40, 6, 3, 5},
+        {TND_TYPE_Q4_K, TND_TYPE_Q4_K, 256, 100, 16, 8, 8}, /* a batched decode round */
+        {TND_TYPE_Q8_0, TND_TYPE_Q8_0, 64, 48, 4, 2, 64},   /* many tokens an expert: the three ops */
+        {TND_TYPE_F16, TND_TYPE_F16, 64, 24, 5, 2, 2},
+    };
+    static const int skips[] = {0, 35, 100};
+    for (size_t k = 0; k < TND_ARRAY_LEN(cases); k++)
+        for (size_t sk = 0; sk < TND_ARRAY_LEN(skips); sk++)
+            for (int q8 = 0; q8 < 2; q8++)
+                test_moe_glu_op(cases[k].gt, cases[k].ut, cases[k].n_in, cases[k].n_ff, cases[k].n_exp,
+                                cases[k].n_used, cases[k].n_tok, skips[sk], q8);
+    tnd_backend_cpu_set_int8(CPU, tnd_cpu_int8_env());
+}
+
 /* ---- the whole recipe ---------------------------------------------------------------- */
 
 #define N_GEN 6
@@ -197,7 +360,7 @@ static void test_rope_kv_form(bool norm) {
 /* A prompt of n in chunks of 5, N_GEN greedy steps, then N_SEQ sequences
  * in batched rounds (prefill, one decode round): every logit into lg. */
 static tnd_status run_recipe(tnd_model *m, const tnd_ctx_params *cp, const int32_t *ids, int n, float *lg,
-                             uint64_t *n_rope_kv) {
+                             uint64_t *n_rope_kv, uint64_t *n_glu) {
     const int nv = tnd_model_n_vocab(m);
     tnd_ctx *c;
     int32_t out[N_GEN];
@@ -207,6 +370,7 @@ static tnd_status run_recipe(tnd_model *m, const tnd_ctx_params *cp, const int32
     tnd_ctx_stats cs;
     tnd_ctx_get_stats(c, &cs);
     *n_rope_kv = cs.n_rope_kv;
+    *n_glu = cs.n_glu;
     tnd_ctx_free(c);
     if (st || (st = tnd_ctx_new(m, cp, &c))) return st;
     float *bl = lg + (size_t)(N_GEN + 1) * nv;
@@ -247,24 +411,45 @@ static int test_recipe(const char *shape) {
     int32_t ids[13];
     for (int i = 0; i < n; i++) ids[i] = (int32_t)((3 + 97 * i) % nv);
     const size_t nl = (size_t)(N_GEN + 1 + 2 * N_SEQ) * nv;
+    /* the CPU in both activation modes; SimGPU alone, and split with some
+     * slices promoted (the MOE_GLU's side, and no fusion over a promoted matmul) */
     static const struct {
         tnd_device dev;
-        const char *placement;
-    } runs[] = {{TND_DEVICE_CPU, NULL}, {TND_DEVICE_SIM, "gpu"}, {TND_DEVICE_SIM, "random:3"}};
+        const char *placement, *promote;
+        bool exact;
+    } runs[] = {{TND_DEVICE_CPU, NULL, NULL, false}, {TND_DEVICE_CPU, NULL, NULL, true},
+                {TND_DEVICE_SIM, "gpu", NULL, false}, {TND_DEVICE_SIM, "random:3", NULL, false},
+                {TND_DEVICE_SIM, "random:3", "random:7", false}};
+    const bool moe = m->hp.n_expert > 1;
     for (size_t r = 0; r < TND_ARRAY_LEN(runs); r++) {
+        if ((runs[r].exact || runs[r].promote) && !moe) continue; /* the runs for MOE_GLU */
         tnd_ctx_params cp = tnd_ctx_default_params();
         cp.device = runs[r].dev;
         cp.placement = runs[r].placement;
+        cp.promote = runs[r].promote;
+        cp.cpu_exact = runs[r].exact;
         cp.n_ctx = 64;
         cp.n_batch = 5;
         cp.n_seq_max = N_SEQ;
         float *lg[2] = {calloc(nl, sizeof(float)), calloc(nl, sizeof(float))};
         tnd_status st = TND_OK;
-        uint64_t n_kv[2] = {0, 0};
+        uint64_t n_kv[2] = {0, 0}, n_glu[2] = {0, 0};
         for (int f = 0; !st && f < 2; f++) {
             tnd_config_set("TND_FUSE", f ? "1" : "0");
-            st = run_recipe(m, &cp, ids, n, lg[f], &n_kv[f]);
+            st = run_recipe(m, &cp, ids, n, lg[f], &n_kv[f], &n_glu[f]);
         }
+        char run_name[96];
+        snprintf(run_name, sizeof run_name, "%s %s%s%s%s%s", shape, runs[r].dev == TND_DEVICE_CPU ? "cpu" : "sim",
+                 runs[r].placement ? " " : "", runs[r].placement ? runs[r].placement : "",
+                 runs[r].promote ? " promote " : "", runs[r].promote ? runs[r].promote : "");
+        if (runs[r].exact) snprintf(run_name + strlen(run_name), sizeof run_name - strlen(run_name), " exact");
+        /* every MoE layer's FFN of the greedy run (a prompt in chunks, then
+         * steps: each side's part of a split layer) as one MOE_GLU */
+        if (!st)
+            tc_report(n_glu[0] == 0 &&
+                          (moe ? n_glu[1] >= (uint64_t)(N_GEN + 1) * (uint64_t)m->hp.n_layer : n_glu[1] == 0),
+                      "%s: MOE_GLU fused %llu times (TND_FUSE=0: %llu)", run_name, (unsigned long long)n_glu[1],
+                      (unsigned long long)n_glu[0]);
         /* all on the simulated GPU, each greedy step's layers run their ropes
          * and K/V stores as one ROPE_KV (the executor's fusion) */
         if (!st && runs[r].placement && !strcmp(runs[r].placement, "gpu"))
@@ -273,12 +458,10 @@ static int test_recipe(const char *shape) {
                       (unsigned long long)n_kv[0]);
         tnd_config_set("TND_FUSE", NULL);
         if (st) {
-            tc_report(false, "%s %s %s: %s", shape, runs[r].dev == TND_DEVICE_CPU ? "cpu" : "sim",
-                      runs[r].placement ? runs[r].placement : "", tnd_last_error());
+            tc_report(false, "%s: %s", run_name, tnd_last_error());
         } else {
             int64_t d = differs(lg[1], lg[0], (int64_t)nl);
-            tc_report(d < 0, "%s %s %s: every logit fused == unfused, bit for bit (first difference: %lld)", shape,
-                      runs[r].dev == TND_DEVICE_CPU ? "cpu" : "sim", runs[r].placement ? runs[r].placement : "",
+            tc_report(d < 0, "%s: every logit fused == unfused, bit for bit (first difference: %lld)", run_name,
                       (long long)d);
         }
         free(lg[0]), free(lg[1]);
@@ -320,6 +503,7 @@ int main(void) {
     tnd_cpu_ops_scalar = false;
     test_rope_kv_form(false);
     test_rope_kv_form(true);
+    test_moe_glu();
     tnd_backend_free(CPU);
     tnd_pool_free(pool);
     static const char *const shapes[] = {"tiny-qwen3", "tiny-qwen3moe", "tiny-llama"};

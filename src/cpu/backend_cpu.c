@@ -20,11 +20,12 @@ typedef struct cpu_ctx {
      * activations (cpu/matmul_f32.h: exact, decode and prefill identical). */
     bool int8_act;
     uint64_t budget, used, peak;
-    /* MATMUL_ID scratch (gathered inputs/outputs of one expert), grown on demand */
-    float *gx, *gy;
+    /* MATMUL_ID scratch (gathered inputs/outputs of one expert; gu: MOE_GLU's
+     * up outputs beside gy's gate ones), grown on demand */
+    float *gx, *gy, *gu;
     int32_t *gidx, *gact;
     int64_t *goff;
-    size_t g_cap_x, g_cap_y, g_cap_i, g_cap_act, g_cap_off;
+    size_t g_cap_x, g_cap_y, g_cap_u, g_cap_i, g_cap_act, g_cap_off;
 } cpu_ctx;
 
 struct tnd_stream { int unused; };
@@ -285,34 +286,59 @@ typedef struct {
  * an expert's matmul of its own, whose kernels want long row ranges over many tokens */
 #define EXPERT_GROUP_MAX_TOK 24
 
+/* Rows r0..r1 of expert e for all the tokens that chose it, into j->gy. */
+static void group_rows(const group_job *j, int e, int64_t r0, int64_t r1) {
+    int64_t p0 = j->off[e], n = j->off[e + 1] - p0;
+    const char *W = j->W + (size_t)e * j->w_slice;
+    if (j->c->int8_act) tnd_cpu_matmul_rows(NULL, j->wt, W, j->n_in, j->n_out, r0, r1, j->gx + p0 * j->n_in, n,
+                                            j->gy + p0 * j->n_out);
+    else tnd_cpu_matmul_f32_rows(NULL, j->wt, W, j->n_in, j->n_out, r0, r1, j->gx + p0 * j->n_in, n,
+                                 j->gy + p0 * j->n_out);
+}
+
 static void group_task(void *arg, int item, int n_items) {
     const group_job *j = arg;
     int64_t total = j->grains * j->n_act;
     int64_t a = total * item / n_items, b = total * (item + 1) / n_items;
     while (a < b) {
         int64_t k = a / j->grains, g0 = a % j->grains, g1 = TND_MIN(j->grains, g0 + (b - a));
-        int e = j->act[k];
-        int64_t p0 = j->off[e], n = j->off[e + 1] - p0;
-        const char *W = j->W + (size_t)e * j->w_slice;
-        int64_t r0 = g0 * j->rows, r1 = TND_MIN(j->n_out, g1 * j->rows);
-        if (j->c->int8_act) tnd_cpu_matmul_rows(NULL, j->wt, W, j->n_in, j->n_out, r0, r1, j->gx + p0 * j->n_in, n,
-                                                j->gy + p0 * j->n_out);
-        else tnd_cpu_matmul_f32_rows(NULL, j->wt, W, j->n_in, j->n_out, r0, r1, j->gx + p0 * j->n_in, n,
-                                     j->gy + p0 * j->n_out);
+        group_rows(j, j->act[k], g0 * j->rows, TND_MIN(j->n_out, g1 * j->rows));
         a += g1 - g0;
     }
 }
 
-/* Expert matmul: (token, slot) pairs grouped by expert, so each expert's
- * weights are streamed once for all the tokens that chose it. */
-static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
+/* Rows a grain of the grouped region: 16, 32 or 64, the smallest that
+ * keeps it at most EXPERT_GROUP_GRAINS_PER_THREAD grains a thread. */
+static int64_t group_grain_rows(int64_t n_out, int64_t n_act, int64_t most) {
+    int64_t rows = EXPERT_GROUP_ROWS_MIN;
+    while (rows < EXPERT_GROUP_ROWS_MAX && (n_out + rows - 1) / rows * n_act > most) rows *= 2;
+    return rows;
+}
+
+/* Items of a grouped region of `total` grains: a grain an item while they
+ * are few; beyond, items of several grains. */
+static int64_t group_items(int64_t total, int64_t n_thr, int64_t most) {
+    return TND_MAX(1, TND_MIN(total, total <= most ? total : n_thr * TND_POOL_ITEMS_PER_THREAD));
+}
+
+/* Whether an expert op of n_pairs pairs over n_act experts runs as the
+ * grouped region (a decode step, a batched decode round). */
+static bool group_region(int n_act, int64_t n_pairs) {
+    return n_pairs > 0 && n_pairs <= (int64_t)EXPERT_GROUP_MAX_TOK * n_act;
+}
+
+/* An expert op's (token, slot) pairs grouped by expert (MATMUL_ID's, or
+ * MOE_GLU's, whose in[0..2] are MATMUL_ID's): c->gidx[off[e] ..] are expert
+ * e's pairs in token order, off[n_exp] = *n_pairs of them, and after them
+ * the skipped pairs (negative ids); c->gact the *n_act used experts; c->gx
+ * each pair's x; c->gy sized for the outputs. grouped_only: only the
+ * counts when the grouped region will not run (group_region false). */
+static tnd_status group_pairs(cpu_ctx *c, const tnd_op *op, bool grouped_only, int *n_act_out, int64_t *n_pairs_out) {
     const tnd_tensor *W = &op->in[0], *X = &op->in[1], *I = &op->in[2];
     int64_t n_in = W->ne[0], n_out = W->ne[1], n_exp = W->ne[2];
     int64_t n_used = I->ne[0], n_tok = I->ne[1], n_x = X->ne[1];
     const int32_t *ids = I->data;
     const float *x = X->data;
-    float *y = op->out[0].data;
-    size_t w_slice = tnd_row_size(W->type, n_in) * (size_t)n_out;
     int64_t pairs = n_used * n_tok;
     /* negative ids: skipped pairs, whose rows stay as they are (backend.h) */
     for (int64_t i = 0; i < pairs; i++)
@@ -336,25 +362,42 @@ static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
         off[e + 1] += off[e];
     }
     const int64_t n_pairs = off[n_exp];
-    if (!n_pairs) return TND_OK;
-    for (int64_t i = 0; i < pairs; i++)
+    *n_act_out = n_act;
+    *n_pairs_out = n_pairs;
+    if (grouped_only && !group_region(n_act, n_pairs)) return TND_OK;
+    for (int64_t i = 0, k = n_pairs; i < pairs; i++) {
         if (ids[i] >= 0) c->gidx[off[ids[i]]++] = (int32_t)i;
+        else c->gidx[k++] = (int32_t)i;
+    }
     for (int64_t e = n_exp; e > 0; e--) off[e] = off[e - 1]; /* the fill moved each start to the next's */
     off[0] = 0;
     for (int64_t r = 0; r < n_pairs; r++) {
         int64_t t = c->gidx[r] / n_used, u = c->gidx[r] % n_used;
         memcpy(c->gx + r * n_in, x + (t * n_x + (n_x == 1 ? 0 : u)) * n_in, sizeof(float) * (size_t)n_in);
     }
-    if (n_pairs <= (int64_t)EXPERT_GROUP_MAX_TOK * n_act) {
+    return TND_OK;
+}
+
+/* Expert matmul: (token, slot) pairs grouped by expert, so each expert's
+ * weights are streamed once for all the tokens that chose it. */
+static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
+    const tnd_tensor *W = &op->in[0];
+    int64_t n_in = W->ne[0], n_out = W->ne[1];
+    float *y = op->out[0].data;
+    size_t w_slice = tnd_row_size(W->type, n_in) * (size_t)n_out;
+    int n_act;
+    int64_t n_pairs;
+    tnd_status st = group_pairs(c, op, false, &n_act, &n_pairs);
+    if (st || !n_pairs) return st;
+    const int32_t *act = c->gact;
+    const int64_t *off = c->goff;
+    if (group_region(n_act, n_pairs)) {
         const int64_t n_thr = tnd_pool_size(c->pool), most = n_thr * EXPERT_GROUP_GRAINS_PER_THREAD;
-        int64_t rows = EXPERT_GROUP_ROWS_MIN;
-        while (rows < EXPERT_GROUP_ROWS_MAX && (n_out + rows - 1) / rows * n_act > most) rows *= 2;
+        const int64_t rows = group_grain_rows(n_out, n_act, most);
         group_job j = {.c = c, .wt = W->type, .W = W->data, .w_slice = w_slice, .n_in = n_in, .n_out = n_out,
                        .n_act = n_act, .grains = (n_out + rows - 1) / rows, .rows = rows, .act = act,
                        .off = off, .gx = c->gx, .gy = c->gy};
-        /* a grain an item while they are few; beyond, items of several grains */
-        int64_t total = j.grains * n_act, items = total <= most ? total : n_thr * TND_POOL_ITEMS_PER_THREAD;
-        tnd_pool_run_n(c->pool, group_task, &j, (int)TND_MAX(1, TND_MIN(total, items)));
+        tnd_pool_run_n(c->pool, group_task, &j, (int)group_items(j.grains * n_act, n_thr, most));
     } else {
         for (int k = 0; k < n_act; k++) {
             int64_t e = act[k], p0 = off[e];
@@ -364,6 +407,95 @@ static tnd_status run_matmul_id(cpu_ctx *c, const tnd_op *op) {
     }
     for (int64_t r = 0; r < n_pairs; r++)
         memcpy(y + (int64_t)c->gidx[r] * n_out, c->gy + r * n_out, sizeof(float) * (size_t)n_out);
+    return TND_OK;
+}
+
+static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s);
+
+/* MOE_GLU's region (backend.h): the grouped region's grains (group_job)
+ * of the gate and the up matmul at once, each item then writing its rows of
+ * G = silu(gate) * up and U = up for the grain's expert's pairs; items past
+ * n_work run SILU_MUL over the skipped pairs' rows of what G and U hold, as
+ * the separate op would. */
+typedef struct {
+    group_job mm[2];     /* gate (into gy), up (into gu): the same pairs, experts and grains */
+    const int32_t *gidx; /* group_pairs': n_pairs grouped by expert, then n_skip skipped */
+    float *G, *U;
+    int64_t n_work, n_pairs, n_skip;
+} glu_job;
+
+static void glu_task(void *arg, int item, int n_items) {
+    const glu_job *j = arg;
+    const group_job *m = &j->mm[0];
+    const int64_t n_out = m->n_out;
+    if (item >= j->n_work) {
+        const int64_t k = item - j->n_work, nk = n_items - j->n_work;
+        for (int64_t i = j->n_skip * k / nk; i < j->n_skip * (k + 1) / nk; i++) {
+            const int64_t row = (int64_t)j->gidx[j->n_pairs + i] * n_out;
+            tnd_cpu_silu_mul(j->G + row, j->U + row, j->G + row, n_out);
+        }
+        return;
+    }
+    const int64_t total = m->grains * m->n_act;
+    int64_t a = total * item / j->n_work, b = total * (item + 1) / j->n_work;
+    while (a < b) {
+        int64_t k = a / m->grains, g0 = a % m->grains, g1 = TND_MIN(m->grains, g0 + (b - a));
+        const int e = m->act[k];
+        const int64_t r0 = g0 * m->rows, r1 = TND_MIN(n_out, g1 * m->rows);
+        group_rows(&j->mm[0], e, r0, r1);
+        group_rows(&j->mm[1], e, r0, r1);
+        /* silu is elementwise (cpu/ops.c), so rows r0..r1 alone are SILU_MUL's values */
+        for (int64_t p = m->off[e]; p < m->off[e + 1]; p++) {
+            const float *g = m->gy + p * n_out + r0, *u = j->mm[1].gy + p * n_out + r0;
+            const int64_t at = (int64_t)j->gidx[p] * n_out + r0;
+            memcpy(j->U + at, u, sizeof(float) * (size_t)(r1 - r0));
+            tnd_cpu_silu_mul(g, u, j->G + at, r1 - r0);
+        }
+        a += g1 - g0;
+    }
+}
+
+/* MOE_GLU: in one region where MATMUL_ID would run the grouped region (a
+ * decode step: gate and up were two regions of few grains each, plus
+ * SILU_MUL's, each a wake-up and a barrier); otherwise (many tokens an
+ * expert, no pair computed, no memory for the up rows) as its three ops. */
+static tnd_status run_moe_glu(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
+    cpu_ctx *c = C(b);
+    const tnd_tensor *Wg = &op->in[0], *Wu = &op->in[3];
+    const int64_t n_in = Wg->ne[0], n_out = Wg->ne[1];
+    int n_act;
+    int64_t n_pairs;
+    tnd_status st = group_pairs(c, op, true, &n_act, &n_pairs);
+    if (st) return st;
+    const int64_t pairs = tnd_tensor_nelem(&op->in[2]);
+    if (!group_region(n_act, n_pairs) ||
+        !grow((void **)&c->gu, &c->g_cap_u, sizeof(float) * (size_t)(pairs * n_out))) {
+        tnd_op part[3];
+        tnd_op_moe_glu_split(op, part);
+        for (int i = 0; i < 3; i++)
+            if ((st = cpu_op_run(b, &part[i], s))) return st;
+        return TND_OK;
+    }
+    /* Grains as MATMUL_ID's: a grain here reads twice the bytes (its gate
+     * rows and its up rows), so the same count keeps the same balance over
+     * the threads with each item's fixed cost (quantizing its expert's
+     * tokens, once for both matmuls: cpu/matmul.c reuses them) spread over
+     * twice the rows; the one region holds both ops' work in as many items
+     * as one of them had. */
+    const int64_t n_thr = tnd_pool_size(c->pool), most = n_thr * EXPERT_GROUP_GRAINS_PER_THREAD;
+    const int64_t rows = group_grain_rows(n_out, n_act, most), grains = (n_out + rows - 1) / rows;
+    glu_job j = {.gidx = c->gidx, .G = op->out[0].data, .U = op->out[1].data, .n_pairs = n_pairs,
+                 .n_skip = pairs - n_pairs};
+    for (int i = 0; i < 2; i++) {
+        const tnd_tensor *W = i ? Wu : Wg;
+        j.mm[i] = (group_job){.c = c, .wt = W->type, .W = W->data,
+                              .w_slice = tnd_row_size(W->type, n_in) * (size_t)n_out, .n_in = n_in, .n_out = n_out,
+                              .n_act = n_act, .grains = grains, .rows = rows, .act = c->gact, .off = c->goff,
+                              .gx = c->gx, .gy = i ? c->gu : c->gy};
+    }
+    j.n_work = group_items(grains * n_act, n_thr, most);
+    const int64_t n_skip_items = TND_MIN(j.n_skip, n_thr);
+    tnd_pool_run_n(c->pool, glu_task, &j, (int)(j.n_work + n_skip_items));
     return TND_OK;
 }
 
@@ -511,6 +643,8 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         }
         return TND_OK;
     }
+    case TND_OP_MOE_GLU:
+        return run_moe_glu(b, op, s);
     case TND_OP_MATMUL_PAIR: /* optional (backend.h), never fused for this backend */
     case TND_OP_COUNT:
         break;
@@ -523,6 +657,7 @@ static void cpu_free(tnd_backend *b) {
     cpu_ctx *c = C(b);
     tnd_aligned_free(c->gx);
     tnd_aligned_free(c->gy);
+    tnd_aligned_free(c->gu);
     tnd_aligned_free(c->gidx);
     tnd_aligned_free(c->gact);
     tnd_aligned_free(c->goff);

@@ -799,11 +799,14 @@ static tnd_status op_check(const tnd_op *op) {
          * host copies' addresses, and cu_op_run falls back where it lacks. */
         const tnd_tensor *x = &op->in[1], *w2 = &op->in[2], *o2 = &op->out[1];
         if (!pair_on()) return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: off (TND_CUDA_PAIR=0)");
+        /* or two f32 matrices of one shape for one token: a MoE layer's
+         * router and the next layer's (tnd_cu_matvec_pair) */
+        const bool f32 = a->type == TND_TYPE_F32 && w2->type == TND_TYPE_F32;
         const int mode = tnd_cu_matvec_q4kt_mode();
-        if (mode != TND_CU_Q4KT_AUTO && mode != TND_CU_Q4KT_I8B)
+        if (!f32 && mode != TND_CU_Q4KT_AUTO && mode != TND_CU_Q4KT_I8B)
             return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: the decode kernel is forced (TND_CUDA_TILE_MV)");
-        if (a->type != TND_TYPE_Q4_K || w2->type != TND_TYPE_Q4_K)
-            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: %s and %s weights (Q4_K only)",
+        if (!f32 && (a->type != TND_TYPE_Q4_K || w2->type != TND_TYPE_Q4_K))
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: %s and %s weights (Q4_K or F32 only)",
                             tnd_type_name(a->type), tnd_type_name(w2->type));
         if (!w2->data || !o2->data || !x->data || !is_f32(x) || !is_f32(o) || !is_f32(o2))
             ARG_FAIL("cuda matmul_pair: W2, f32 x, y1 and y2 are needed");
@@ -811,7 +814,10 @@ static tnd_status op_check(const tnd_op *op) {
             ARG_FAIL("cuda matmul_pair: W1 {n_in, n_out1}, W2 {n_in, n_out2}, x {n_in, n_tok}");
         if (o->ne[0] != ne(a, 1) || o2->ne[0] != ne(w2, 1) || rows_of(o) != rows_of(x) || rows_of(o2) != rows_of(x))
             ARG_FAIL("cuda matmul_pair: y shape mismatch");
-        if (rows_of(x) > INT_MAX || !tnd_cu_matvec_q4kt_pair_supported(a->ne[0], ne(a, 1), ne(w2, 1), (int)rows_of(x)))
+        if (f32 && (rows_of(x) != 1 || ne(a, 1) != ne(w2, 1)))
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: f32 pairs of one shape, one token");
+        if (!f32 && (rows_of(x) > INT_MAX ||
+                     !tnd_cu_matvec_q4kt_pair_supported(a->ne[0], ne(a, 1), ne(w2, 1), (int)rows_of(x))))
             return tnd_fail(TND_ERR_UNSUPPORTED, "cuda matmul_pair: %lld x (%lld + %lld) for %lld tokens",
                             (long long)a->ne[0], (long long)ne(a, 1), (long long)ne(w2, 1), (long long)rows_of(x));
         return TND_OK;
@@ -998,6 +1004,12 @@ static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int
         if (w_tiled == 5) {
             e = tnd_cu_matvec_q4kt_pair(a->data, w2->data, a->ne[0], ne(a, 1), ne(w2, 1), (const float *)op->in[1].data,
                                         (int)rows_of(&op->in[1]), (float *)o->data, (float *)o2->data, 0, 0, 0, -1, cs);
+            if (e != cudaErrorNotSupported) break;
+            cudaGetLastError();
+        } else if (a->type == TND_TYPE_F32 && w2->type == TND_TYPE_F32 && rows_of(&op->in[1]) == 1 &&
+                   ne(a, 1) == ne(w2, 1)) {
+            e = tnd_cu_matvec_pair(a->type, a->data, w2->data, a->ne[0], ne(a, 1), (const float *)op->in[1].data,
+                                   (float *)o->data, (float *)o2->data, cs);
             if (e != cudaErrorNotSupported) break;
             cudaGetLastError();
         }

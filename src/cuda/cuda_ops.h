@@ -70,6 +70,12 @@ size_t tnd_cu_row_size(int type, int64_t n);
 /* n_tok 1..8 (rows of W are read once for all tokens). */
 int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
                   float *y, tnd_cu_stream stream);
+/* One token, two matrices of one type and shape over one x (a MoE layer's
+ * router and the next layer's, in one launch): y1 = W1 x, y2 = W2 x, each
+ * the same bits as tnd_cu_matvec's. cudaErrorNotSupported where the type
+ * takes a kernel family without a pair form. */
+int tnd_cu_matvec_pair(int type, const void *W1, const void *W2, int64_t n_in, int64_t n_out, const float *x,
+                       float *y1, float *y2, tnd_cu_stream stream);
 /* n_tok == 1 with an explicit kernel and launch shape (for the bench's
  * variants and the tests): kernel 0 = the type's default, 1 = the
  * lane-per-sub kernel (every type), 2 = the type's own kernel (Q4_K; other

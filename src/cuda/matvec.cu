@@ -57,9 +57,15 @@ struct mv_slot {
     const float *x;
     float *y;
 };
+/* Without ids, blockIdx.y 1 is a pair's second matrix (W2, y2; same type
+ * and shape, same x): two matvecs in one launch. */
 __device__ __forceinline__ bool mv_select(mv_slot &m, size_t row_bytes, int64_t n_in, int64_t n_out,
-                                          const int32_t *ids, int n_used, int64_t n_expert, int x_per_slot) {
-    if (!ids) return true;
+                                          const int32_t *ids, int n_used, int64_t n_expert, int x_per_slot,
+                                          const uint8_t *W2, float *y2) {
+    if (!ids) {
+        if (blockIdx.y) m.W = W2, m.y = y2;
+        return true;
+    }
     int64_t pair = blockIdx.y, t = pair / n_used;
     int32_t e = ids[pair];
     bool ok = e >= 0 && e < n_expert;
@@ -89,12 +95,12 @@ template <int TY, int R>
 __global__ void __launch_bounds__(256) k_mv_warp(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n_in,
                                                  int64_t n_out, const float *__restrict__ x, float *__restrict__ y,
                                                  const int32_t *__restrict__ ids, int n_used, int64_t n_expert,
-                                                 int x_per_slot) {
+                                                 int x_per_slot, const uint8_t *W2, float *y2) {
     const int lane = threadIdx.x & 31;
     const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
     if (r0 >= n_out) return;
     mv_slot m = {W, x, y};
-    const bool ok = mv_select(m, row_bytes, n_in, n_out, ids, n_used, n_expert, x_per_slot);
+    const bool ok = mv_select(m, row_bytes, n_in, n_out, ids, n_used, n_expert, x_per_slot, W2, y2);
     const uint8_t *row[R];
 #pragma unroll
     for (int r = 0; r < R; r++) row[r] = m.W + (size_t)(r0 + r < n_out ? r0 + r : n_out - 1) * row_bytes;
@@ -146,12 +152,12 @@ template <int R>
 __global__ void __launch_bounds__(256) k_mv_q4k(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n_in,
                                                 int64_t n_out, const float *__restrict__ x, float *__restrict__ y,
                                                 const int32_t *__restrict__ ids, int n_used, int64_t n_expert,
-                                                int x_per_slot) {
+                                                int x_per_slot, const uint8_t *W2, float *y2) {
     const int lane = threadIdx.x & 31;
     const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
     if (r0 >= n_out) return;
     mv_slot m = {W, x, y};
-    const bool ok = mv_select(m, row_bytes, n_in, n_out, ids, n_used, n_expert, x_per_slot);
+    const bool ok = mv_select(m, row_bytes, n_in, n_out, ids, n_used, n_expert, x_per_slot, W2, y2);
     const int part = lane & 7, c = part >> 1, h = part & 1;
     const int nsb = (int)(n_in / 256);
     const uint8_t *row[R];
@@ -395,25 +401,25 @@ static int mv_family(int type, const float *x) {
 template <int TY, int R>
 static void launch_r(int fam, unsigned gx, unsigned gy, int threads, const uint8_t *w8, size_t rb, int64_t n_in,
                      int64_t n_out, const float *x, float *y, const int32_t *ids, int n_used, int64_t n_expert, int xps,
-                     cudaStream_t st) {
+                     const uint8_t *W2, float *y2, cudaStream_t st) {
     dim3 grid(gx, gy);
     if (TY == TND_TYPE_Q4_K && fam == MV_SPECIAL)
-        k_mv_q4k<R><<<grid, threads, 0, st>>>(w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps);
+        k_mv_q4k<R><<<grid, threads, 0, st>>>(w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, W2, y2);
     else
-        k_mv_warp<TY, R><<<grid, threads, 0, st>>>(w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps);
+        k_mv_warp<TY, R><<<grid, threads, 0, st>>>(w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, W2, y2);
 }
 
 template <int TY>
 static void launch1(int fam, int R, int threads, const void *W, size_t rb, int64_t n_in, int64_t n_out,
                     const float *x, float *y, const int32_t *ids, int n_used, int64_t n_expert, int xps, unsigned gy,
-                    cudaStream_t st) {
+                    const void *W2, float *y2, cudaStream_t st) {
     const int64_t rows_per_block = (int64_t)R * (threads / 32);
     const unsigned gx = tnd_cu_blocks(n_out, (int)rows_per_block);
     const uint8_t *w8 = (const uint8_t *)W;
     switch (R) {
-    case 1: launch_r<TY, 1>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, st); break;
-    case 2: launch_r<TY, 2>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, st); break;
-    default: launch_r<TY, 4>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, st); break;
+    case 1: launch_r<TY, 1>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, (const uint8_t *)W2, y2, st); break;
+    case 2: launch_r<TY, 2>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, (const uint8_t *)W2, y2, st); break;
+    default: launch_r<TY, 4>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, (const uint8_t *)W2, y2, st); break;
     }
 }
 
@@ -430,13 +436,13 @@ static void launchT(int n_tok, const void *W, size_t rb, int64_t n_in, int64_t n
 
 static int dispatch1(int fam, int type, int R, int threads, const void *W, int64_t n_in, int64_t n_out,
                      const float *x, float *y, const int32_t *ids, int n_used, int64_t n_expert, int xps, unsigned gy,
-                     cudaStream_t st) {
+                     const void *W2, float *y2, cudaStream_t st) {
     size_t rb = tnd_cu_row_bytes(type, n_in);
     /* a family the type or x cannot use falls back to the default */
     int def = mv_family(type, x);
     if (fam == MV_AUTO || (fam == MV_SPECIAL && def != MV_SPECIAL)) fam = def;
     switch (type) {
-#define X(t) case t: launch1<t>(fam, R, threads, W, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, gy, st); break;
+#define X(t) case t: launch1<t>(fam, R, threads, W, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, gy, W2, y2, st); break;
         TND_CU_TYPE_CASES(X)
 #undef X
     default: return cudaErrorInvalidValue;
@@ -472,7 +478,7 @@ extern "C" int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_ou
     if (n_tok == 1) {
         int R, threads;
         mv_shape(type, n_in, n_out, 1, &R, &threads);
-        return dispatch1(MV_AUTO, type, R, threads, W, n_in, n_out, x, y, NULL, 1, 0, 0, 1, st);
+        return dispatch1(MV_AUTO, type, R, threads, W, n_in, n_out, x, y, NULL, 1, 0, 0, 1, NULL, NULL, st);
     }
     size_t rb = tnd_cu_row_bytes(type, n_in);
     switch (type) {
@@ -491,7 +497,7 @@ extern "C" int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t 
     if (!x || !y || (rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4)) return cudaErrorInvalidValue;
     if (threads < 32 || threads > 32 * MV_MAX_WARPS || threads % 32 || kernel < 0 || kernel > MV_SPECIAL)
         return cudaErrorInvalidValue;
-    return dispatch1(kernel, type, rows_per_warp, threads, W, n_in, n_out, x, y, NULL, 1, 0, 0, 1,
+    return dispatch1(kernel, type, rows_per_warp, threads, W, n_in, n_out, x, y, NULL, 1, 0, 0, 1, NULL, NULL,
                      (cudaStream_t)stream);
 }
 
@@ -506,6 +512,20 @@ extern "C" int tnd_cu_matvec_id(int type, const void *W, int64_t n_in, int64_t n
     int R, threads;
     mv_shape(type, n_in, n_out, pairs, &R, &threads);
     return dispatch1(MV_AUTO, type, R, threads, W, n_in, n_out, x, y, ids, n_used, n_expert, x_per_slot ? 1 : 0,
-                     (unsigned)pairs, (cudaStream_t)stream);
+                     (unsigned)pairs, NULL, NULL, (cudaStream_t)stream);
+}
+
+extern "C" int tnd_cu_matvec_pair(int type, const void *W1, const void *W2, int64_t n_in, int64_t n_out,
+                                  const float *x, float *y1, float *y2, tnd_cu_stream stream) {
+    int e = check_w(type, W1, n_in, n_out);
+    if (!e) e = check_w(type, W2, n_in, n_out);
+    if (e) return e;
+    if (!x || !y1 || !y2) return cudaErrorInvalidValue;
+    /* the f16/int8 mma kernels have no pair form: those stay two launches */
+    if (tnd_cu_matvec_kind(type, n_in, 1) != TND_CU_MV_F32 && ((uintptr_t)x & 15) == 0) return cudaErrorNotSupported;
+    int R, threads;
+    mv_shape(type, n_in, n_out, 1, &R, &threads); /* as tnd_cu_matvec's: each row's sum is the same */
+    return dispatch1(MV_AUTO, type, R, threads, W1, n_in, n_out, x, y1, NULL, 1, 0, 0, 2, W2, y2,
+                     (cudaStream_t)stream);
 }
 

@@ -31,7 +31,9 @@
  * GPU (gate and up, q and k) are handed to it as one MATMUL_PAIR where the
  * backend takes that (fuse_pair): one launch instead of two. Likewise a
  * decode step's q and k RoPE and K/V stores, as one ROPE_KV
- * (fuse_rope_kv): one launch instead of four. */
+ * (fuse_rope_kv): one launch instead of four. An MoE FFN's gate and up
+ * expert matmuls and their SILU_MUL run as one MOE_GLU where their side
+ * takes that (fuse_glu; the CPU: one pool region instead of three). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,9 +119,18 @@ static bool promoted(const tnd_ctx *c, int sid) {
     return c->lay.n_slots > 0 && sid >= 0 && c->pl.promote[sid] && (!c->pl.promote_auto || c->round_prom[sid]);
 }
 
+/* An op over routed experts: MATMUL_ID, or MOE_GLU (its in[0..2] are a MATMUL_ID's). */
+static bool expert_op(const tnd_op *op) { return op->kind == TND_OP_MATMUL_ID || op->kind == TND_OP_MOE_GLU; }
+
 /* The GPU-resident part of a split layer's expert op (it reads A_RIG). */
 static bool resident_part(const tnd_ctx *c, const tnd_node *nd) {
-    return nd->op.kind == TND_OP_MATMUL_ID && c->side[0].act[A_RIG] && nd->op.in[2].data == c->side[0].act[A_RIG];
+    return expert_op(&nd->op) && c->side[0].act[A_RIG] && nd->op.in[2].data == c->side[0].act[A_RIG];
+}
+
+/* The slice of a MOE_GLU's up weight (its node's sid is the gate's). */
+static int glu_up_sid(const tnd_ctx *c, const tnd_node *nd) {
+    const tnd_region *r = find_region(c, nd->op.in[3].data);
+    return r && r->kind == R_WEIGHT ? r->idx : -1;
 }
 
 /* Node nd reads a weight slice promoted this round. */
@@ -593,8 +604,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
      * pool's errand, beside the next layer's copies (a graph launch is
      * ~5-10 us of host time, the GPU's half is the shorter one) */
     tnd_status fs = TND_OK;
-    const bool expert_errand = c->pfq_pending && nd->op.kind == TND_OP_MATMUL_ID &&
-                               nd->op.in[2].data == c->side[0].act[A_RIC];
+    const bool expert_errand = c->pfq_pending && expert_op(&nd->op) && nd->op.in[2].data == c->side[0].act[A_RIC];
     if (c->graphs_on &&
         (nd->op.kind == TND_OP_NONE || tnd_exec_node_side(c, nd, c->cur, false, NULL) == TND_SIDE_CPU)) {
         if (expert_errand) c->pfq_flush = true;
@@ -620,7 +630,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         if ((st = rebase(c, &op.in[i], s, true, i == 0 ? slot : -1))) return st;
     bool res = c->gpu && resident_part(c, nd), mapped_out = false;
     /* routing ids the host holds already: a grouping GPU backend needs no read-back */
-    if (s == TND_SIDE_GPU && op.kind == TND_OP_MATMUL_ID) {
+    if (s == TND_SIDE_GPU && expert_op(&op)) {
         const tnd_region *r = find_region(c, nd->op.in[2].data);
         if (r && r->kind == R_ACT && (c->valid[r->idx] & (1u << TND_SIDE_CPU)))
             op.p.mmid.ids_host =
@@ -630,8 +640,9 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
      * packed slot only the CPU's */
     if (res) op.in[0].ne[2] = c->n_compact[nd->layer];
     else if (prom && packed_ahead(c, nd)) op.in[0].ne[2] = c->n_cpu_idx[nd->layer];
+    if (op.kind == TND_OP_MOE_GLU) op.in[3].ne[2] = op.in[0].ne[2]; /* the up weight, held as the gate's */
     /* the CPU part of a split layer writes rows the GPU part leaves alone */
-    bool disjoint = c->gpu && !res && nd->op.kind == TND_OP_MATMUL_ID && nd->op.in[2].data == c->side[0].act[A_RIC];
+    bool disjoint = c->gpu && !res && expert_op(&nd->op) && nd->op.in[2].data == c->side[0].act[A_RIC];
     for (int i = 0; i < TND_OP_MAX_OUT; i++) {
         tnd_tensor *o = &op.out[i];
         if (!o->data) continue;
@@ -669,6 +680,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     const bool rec = c->adapt && c->adapt_cpu && c->perf && s == TND_SIDE_CPU && nd->sid >= 0 &&
                      !tnd_slice_small(c->m->slices[nd->sid]) && !tnd_slice_split(c->m, &c->pl, nd->sid, NULL);
     const int nt_op = nd->sid >= 0 && nd->sid == c->m->output.id ? 1 : c->round_nt;
+    const int up_sid = op.kind == TND_OP_MOE_GLU ? glu_up_sid(c, nd) : -1;
     double t_op = s == TND_SIDE_CPU ? tnd_time_s() : 0;
     if (c->trace) tr = tnd_time_s();
     if (c->tl) tnd_tl_op_begin(c, s, prom ? c->copy_bytes[ev] : 0);
@@ -679,18 +691,23 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         double dt = tnd_time_s() - t_op;
         c->busy_cpu += dt;
         if (disjoint) c->pf_cpu_s += dt; /* a split layer's CPU experts (prefetch.c's balance) */
-        if (rec) {
+        if (rec) { /* a MOE_GLU: its gate's and up's slices (SILU_MUL, weightless, goes unpredicted) */
             c->r_cpu_meas += dt;
             c->r_cpu_pred += tnd_perf_slice_time(c->perf, nd->sid, TND_SIDE_CPU, nt_op);
+            if (op.kind == TND_OP_MOE_GLU && up_sid >= 0)
+                c->r_cpu_pred += tnd_perf_slice_time(c->perf, up_sid, TND_SIDE_CPU, nt_op);
         }
     } else if (c->perf) { /* the GPU's busy time, by the perf DB (its ops run asynchronously) */
-        if (nd->sid >= 0 && !tnd_slice_small(c->m->slices[nd->sid]) && !res)
+        const double other = tnd_perf_other_time(c->perf, TND_SIDE_GPU, c->round_nt) / OTHER_OPS;
+        if (nd->sid >= 0 && !tnd_slice_small(c->m->slices[nd->sid]) && !res) {
             c->busy_gpu += tnd_perf_gpu_time(c->m, c->perf, nd->sid, nt_op);
-        else if (op.kind == TND_OP_ATTN)
+            if (op.kind == TND_OP_MOE_GLU && up_sid >= 0) /* and its up's slice and SILU_MUL */
+                c->busy_gpu += tnd_perf_gpu_time(c->m, c->perf, up_sid, nt_op) + other;
+        } else if (op.kind == TND_OP_ATTN) {
             c->busy_gpu += tnd_perf_attn_time(c->perf, TND_SIDE_GPU, c->round_nt, c->n_past);
-        else /* a ROPE_KV stands for four of the recipe's weightless ops */
-            c->busy_gpu += tnd_perf_other_time(c->perf, TND_SIDE_GPU, c->round_nt) / OTHER_OPS *
-                           (op.kind == TND_OP_ROPE_KV ? 4 : 1);
+        } else { /* a ROPE_KV stands for four of the recipe's other ops, a (resident) MOE_GLU three */
+            c->busy_gpu += other * (op.kind == TND_OP_ROPE_KV ? 4 : op.kind == TND_OP_MOE_GLU ? 3 : 1);
+        }
     }
     if (c->trace) {
         if ((st = trace_sync(c, s))) return st;
@@ -801,6 +818,39 @@ static bool fuse_rope_kv(tnd_ctx *c, int i, tnd_node *out) {
     return c->rope_kv_ok > 0;
 }
 
+/* Nodes i..i+2 as one MOE_GLU (out) where their side takes it: an MoE
+ * FFN's gate and up MATMUL_IDs and their SILU_MUL (backend.h), the three
+ * on one side (the SILU_MUL follows the up's), neither matmul promoted (a
+ * promoted slice is read from its own ring place, which the op has no room
+ * to name), and that side's backend takes the op (asked once a side: the
+ * shapes are a model's). Everything run_node does for an expert op holds
+ * for the fused one: it names the gate's slice, in[2] the same ids, and it
+ * writes both outputs. TND_FUSE=0: the three ops. */
+static bool fuse_glu(tnd_ctx *c, int i, tnd_node *out) {
+    if (i + 2 >= c->g.n || c->g.nodes[i].op.kind != TND_OP_MATMUL_ID || !tnd_config_get()->fuse) return false;
+    const tnd_node *n = &c->g.nodes[i];
+    if (n[1].op.kind != TND_OP_MATMUL_ID || n[2].op.kind != TND_OP_SILU_MUL || n[0].layer < 0 ||
+        n[1].layer != n[0].layer || n[2].layer != n[0].layer || n[0].sid < 0 || n[1].sid < 0 ||
+        n[2].pin != TND_PIN_FOLLOW)
+        return false;
+    bool p0, p1;
+    const int s = tnd_exec_node_side(c, &n[0], c->cur, false, &p0);
+    if (p0 || tnd_exec_node_side(c, &n[1], s, false, &p1) != s || p1 ||
+        resident_part(c, &n[0]) != resident_part(c, &n[1]))
+        return false;
+    int8_t *ok = &c->glu_ok[s];
+    if (*ok < 0) return false;
+    tnd_op part[3];
+    for (int j = 0; j < 3; j++) part[j] = n[j].op;
+    if (!tnd_op_moe_glu_fuse(part, &out->op)) return false;
+    out->sid = n[0].sid, out->layer = n[0].layer, out->pin = n[0].pin;
+    if (!*ok) {
+        *ok = tnd_backend_op_supported(c->side[s].be, &out->op) == TND_OK ? 1 : -1;
+        if (*ok < 0) tnd_clear_error(); /* a refusal is an answer here, not an error */
+    }
+    return *ok > 0;
+}
+
 /* Whether every op of the round runs on the GPU (the host's own bookkeeping,
  * NONE nodes, aside): the plan holds the whole model there. */
 static bool round_gpu_only(const tnd_ctx *c) {
@@ -846,7 +896,7 @@ static tnd_status record_round(tnd_ctx *c, int nt, double t0, double copy_meas, 
     return TND_OK;
 }
 
-tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
+tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits) {
     const size_t logit_bytes = sizeof(float) * (size_t)c->m->hp.n_vocab * (size_t)n_logits;
     const double t0 = tnd_time_s();
     const uint64_t w0 = c->w_copy_bytes, a0 = c->act_copy_bytes;
@@ -917,6 +967,8 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
             st = run_node(c, &pair, &prom_seen), i++, c->n_pairs++;
         else if (fuse_rope_kv(c, i, &pair))
             st = run_node(c, &pair, &prom_seen), i += 3, c->n_rope_kv++;
+        else if (fuse_glu(c, i, &pair))
+            st = run_node(c, &pair, &prom_seen), i += 2, c->n_glu++;
         else
             st = run_node(c, &c->g.nodes[i], &prom_seen);
     }
@@ -939,7 +991,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits) {
         memset(c->mapped_pending, 0, sizeof c->mapped_pending);
         if (c->trace) trace_add(c, TND_SIDE_GPU, TR_DRAIN, TR_PLAIN, tnd_time_s() - tr);
     }
-    if (!st && n_logits) memcpy(c->logits, c->side[0].act[A_LOGITS], logit_bytes);
+    if (!st && n_logits) memcpy(logits ? logits : c->logits, c->side[0].act[A_LOGITS], logit_bytes);
     double cm = 0, cp = 0, cb = 0;
     if (!st && c->n_prom) measure_copies(c, &cm, &cp, &cb);
     /* busy times: the copies measured stand for all of the round's weight bytes */

@@ -179,6 +179,8 @@ struct tnd_ctx {
     uint64_t n_pairs; /* MATMUL pairs handed to the GPU as one MATMUL_PAIR (fuse_pair) */
     uint64_t n_rope_kv; /* ROPE, ROPE, CPY, CPY runs handed to the GPU as one ROPE_KV (fuse_rope_kv) */
     int8_t rope_kv_ok;  /* whether the GPU backend takes ROPE_KV: 0 not asked yet, 1 yes, -1 no */
+    uint64_t n_glu;     /* gate, up, SILU_MUL runs handed to their side as one MOE_GLU (fuse_glu) */
+    int8_t glu_ok[2];   /* whether side s's backend takes MOE_GLU: 0 not asked yet, 1 yes, -1 no */
     /* split layers' routings of decode steps: all, and those to GPU experts
      * (bench sets them beside the hot-expert table's prediction) */
     uint64_t n_route_dec, n_route_dec_gpu;
@@ -241,8 +243,8 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n);
  * promoted (reserving scratch for the worst case); *prom (may be NULL): it is. */
 int tnd_exec_node_side(const tnd_ctx *c, const tnd_node *nd, int cur, bool any_promotion, bool *prom);
 /* Runs c->g (the round of nt tokens) and leaves the n_logits rows of logits
- * it computes (0: none) in c->logits. */
-tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits);
+ * it computes (0: none) in logits (NULL: c->logits). */
+tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits);
 /* Prints the TND_TRACE table of c (nothing when tracing is off). */
 void tnd_exec_trace_print(const tnd_ctx *c, FILE *f);
 

@@ -167,7 +167,28 @@ static void op_store_rows(em *e, const void *src, uint16_t *cache, int nt) {
 static void moe_ffn(em *e, const tnd_layer *L, int nt) {
     const tnd_hparams *hp = &e->m->hp;
     int64_t E = hp->n_embd, F_ = hp->n_ff_exp, k = hp->n_expert_used;
+    /* A layer split expert by expert (docs/ARCHITECTURE.md): the executor maps the
+     * routing ids to those of each side's experts (the NONE node: A_RIG
+     * holds the GPU's compact indices, A_RIC the CPU's ids, -1 elsewhere),
+     * then the GPU's experts run (queued), then the CPU's (on this thread,
+     * meanwhile; on the GPU too when promoted). Each side's MATMUL_IDs skip
+     * the other side's ids, so they fill disjoint rows of A_EY and MOE_SUM
+     * adds the same values in the same order as on one side. */
+    const bool split = e->r->split && e->r->split[e->layer];
+    /* The next layer's router over this layer's FFN input names nearly all
+     * of the next layer's experts (docs/DECISIONS.md): its ids let the
+     * executor copy them to the GPU a layer ahead. One buffer for its
+     * logits, weights and ids: the two ops run on one side, whichever
+     * side the next layer's router is on, and a buffer's contents are
+     * tracked as a whole (exec.c), so they must not share this layer's.
+     * Its matmul comes right after this layer's router's: over the same
+     * x, the executor can hand the two to the GPU as one launch. */
+    const int ln = e->layer + 1;
+    const bool predict = split && e->r->predict && nt <= TND_PREDICT_MAX_TOK && ln < e->m->hp.n_layer &&
+                         e->r->split[ln] && e->m->layers[ln].router.t;
+    float *pl = predict ? e->act[A_PR] : NULL;
     op_matmul(e, &L->router, e->act[A_H], nt, e->act[A_RL]);
+    if (predict) op_matmul(e, &e->m->layers[ln].router, e->act[A_H], nt, pl);
     tnd_op r = {.kind = TND_OP_MOE_ROUTE};
     r.p.route.n_used = (int)k;
     r.p.route.mode = TND_ROUTE_SOFTMAX_TOPK;
@@ -176,30 +197,13 @@ static void moe_ffn(em *e, const tnd_layer *L, int nt) {
     r.out[0] = F(e->act[A_RW], k, nt, 1);
     r.out[1] = T(e->act[A_RI], TND_TYPE_I32, k, nt, 1);
     run(e, &r);
-    /* A layer split expert by expert (docs/ARCHITECTURE.md): the executor maps the
-     * routing ids to those of each side's experts (the NONE node: A_RIG
-     * holds the GPU's compact indices, A_RIC the CPU's ids, -1 elsewhere),
-     * then the GPU's experts run (queued), then the CPU's (on this thread,
-     * meanwhile; on the GPU too when promoted). Each side's MATMUL_IDs skip
-     * the other side's ids, so they fill disjoint rows of A_EY and MOE_SUM
-     * adds the same values in the same order as on one side. */
-    bool split = e->r->split && e->r->split[e->layer];
     const void *part_ids[2] = {r.out[1].data, NULL};
     if (split) {
         tnd_op map = {.kind = TND_OP_NONE};
         map.in[0] = r.out[1];
-        /* The next layer's router over this layer's FFN input names nearly all
-         * of the next layer's experts (docs/DECISIONS.md): its ids let the
-         * executor copy them to the GPU a layer ahead. One buffer for its
-         * logits, weights and ids: the two ops run on one side, whichever
-         * side the next layer's router is on, and a buffer's contents are
-         * tracked as a whole (exec.c), so they must not share this layer's. */
-        const int ln = e->layer + 1;
-        if (e->r->predict && nt <= TND_PREDICT_MAX_TOK && ln < e->m->hp.n_layer && e->r->split[ln] &&
-            e->m->layers[ln].router.t) {
-            float *pl = e->act[A_PR], *pw = pl + (int64_t)TND_PREDICT_MAX_TOK * hp->n_expert;
+        if (predict) {
+            float *pw = pl + (int64_t)TND_PREDICT_MAX_TOK * hp->n_expert;
             int32_t *pi = (int32_t *)(pw + (int64_t)TND_PREDICT_MAX_TOK * k);
-            op_matmul(e, &e->m->layers[ln].router, e->act[A_H], nt, pl);
             tnd_op pr = r;
             pr.in[0] = F(pl, hp->n_expert, nt, 1);
             pr.out[0] = F(pw, k, nt, 1);

@@ -145,7 +145,7 @@ tnd_status tnd_ctx_step(tnd_ctx *c) {
     }
     tnd_recipe r;
     tnd_ctx_recipe(c, &r);
-    if ((st = tnd_recipe_emit_batch(&r, sg, n_seg)) || (st = tnd_exec_round(c, nt, n_out))) goto done;
+    if ((st = tnd_recipe_emit_batch(&r, sg, n_seg)) || (st = tnd_exec_round(c, nt, n_out, NULL))) goto done;
     /* the round ran: the sequences advance, and those it finished get logits */
     const size_t nv = (size_t)c->m->hp.n_vocab;
     for (int i = 0, lrow = 0; i < n_seg; i++) {

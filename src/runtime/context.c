@@ -433,6 +433,7 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
     free(c->pair_ok);
     c->pair_ok = NULL;
     c->rope_kv_ok = 0;
+    c->glu_ok[0] = c->glu_ok[1] = 0;
     free(c->round_prom);
     c->round_prom = NULL;
     c->prom_key_nt = 0; /* the new plan chooses its promotions afresh */
@@ -459,6 +460,7 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .w_copy_bytes = c->w_copy_bytes,
                            .n_pairs = c->n_pairs,
                            .n_rope_kv = c->n_rope_kv,
+                           .n_glu = c->n_glu,
                            .n_route_dec = c->n_route_dec,
                            .n_route_dec_gpu = c->n_route_dec_gpu,
                            .n_route_dec_pf = c->n_route_dec_pf,
@@ -491,7 +493,9 @@ tnd_status tnd_ctx_truncate(tnd_ctx *c, int n) {
     return TND_OK;
 }
 
-/* One round: nt tokens at positions n_past..; logits of the last if asked. */
+/* One round: nt tokens at positions n_past..; logits of the last if asked,
+ * into sequence 0's row of seq_logits (read from there: a decode step's
+ * logits, 600 KB for a 152k vocabulary, are copied once on the host). */
 static tnd_status round_forward(tnd_ctx *c, const int32_t *tokens, int nt, bool want_logits) {
     tnd_status st = emit_round(c, nt, c->n_past, want_logits);
     if (st) return st;
@@ -500,7 +504,7 @@ static tnd_status round_forward(tnd_ctx *c, const int32_t *tokens, int nt, bool 
     for (int t = 0; t < nt; t++) pos[t] = c->n_past + t;
     double t0 = tnd_time_s();
     c->depth = c->n_past;
-    if ((st = tnd_exec_round(c, nt, want_logits ? 1 : 0))) return st;
+    if ((st = tnd_exec_round(c, nt, want_logits ? 1 : 0, want_logits ? c->seq_logits : NULL))) return st;
     if (c->verbose && c->perf) {
         double ms = 1e3 * (tnd_time_s() - t0);
         double pred = 1e3 * tnd_perf_predict(c->m, c->perf, &c->pl, c->lay.n_slots, nt, c->n_past);
@@ -535,14 +539,14 @@ tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits)
         tnd_status st = round_forward(c, tokens + done, nt, done + nt == n);
         if (st) {
             c->n_past = start; /* a failed eval leaves the cache as it was */
+            if (done + nt == n) c->seq[0].has_logits = false; /* its row may hold the failed round's */
             return st;
         }
         done += nt;
     }
-    if (logits) memcpy(logits, c->logits, sizeof(float) * (size_t)c->m->hp.n_vocab);
+    if (logits) memcpy(logits, c->seq_logits, sizeof(float) * (size_t)c->m->hp.n_vocab);
     /* sequence 0 is in use now: tnd_seq_new hands out the other slots */
     c->seq[0].live = true;
-    memcpy(c->seq_logits, c->logits, sizeof(float) * (size_t)c->m->hp.n_vocab);
     c->seq[0].has_logits = true;
     TND_DEBUG("eval %d tokens: %.2f ms, %llu switches, %llu activation copies, %llu weight copies (%.1f MiB), "
               "%llu matmul pairs",

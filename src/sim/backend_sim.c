@@ -757,6 +757,17 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
             ARG_FAIL("sim rope_kv: k's heads and the cache rows differ in width");
         return TND_OK;
     }
+    case TND_OP_MOE_GLU: { /* as its three ops (backend.h), which the CPU backend runs as one */
+        tnd_op part[3];
+        tnd_op_moe_glu_split(op, part);
+        for (int i = 0; i < 3; i++) {
+            tnd_status st = sim_op_supported(b, &part[i]);
+            if (st) return st;
+        }
+        if (memcmp(a->ne, op->in[3].ne, sizeof a->ne) != 0 || memcmp(o->ne, op->out[1].ne, sizeof o->ne) != 0)
+            ARG_FAIL("sim moe_glu: the gate and up weights, and their outputs, must have one shape");
+        return TND_OK;
+    }
     case TND_OP_MATMUL_PAIR: /* optional (backend.h): the executor keeps the two MATMULs */
     case TND_OP_COUNT:
         break;
@@ -776,6 +787,7 @@ static bool slot_used(const tnd_op *op, int slot) {
         return slot <= 2 || slot == OUT(0) || slot == OUT(1);
     case TND_OP_ROPE: return slot <= 2 || slot == OUT(0); /* in[2] optional: a fused norm */
     case TND_OP_ROPE_KV: return true;                     /* in[2], in[4] optional: the fused norms */
+    case TND_OP_MOE_GLU: return slot <= 3 || slot == OUT(0) || slot == OUT(1);
     case TND_OP_SOFTMAX:
     case TND_OP_SCALE: return slot == 0 || slot == OUT(0);
     case TND_OP_CPY: return slot <= 1 || slot == OUT(0); /* in[1] optional: positions */
@@ -824,7 +836,7 @@ static tnd_status sim_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     if (c->has_hw) {
         /* the ids are not computed yet when the op is queued: assume all distinct */
         tnd_op tm = *op;
-        if (tm.kind == TND_OP_MATMUL_ID) tm.in[2].data = NULL;
+        if (tm.kind == TND_OP_MATMUL_ID || tm.kind == TND_OP_MOE_GLU) tm.in[2].data = NULL;
         s->clock += tnd_hw_op_time_gpu(&c->hw, &tm);
     }
     push(s, it);

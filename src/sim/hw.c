@@ -380,10 +380,13 @@ static op_cost cost_of(const tnd_op *op) {
         c.flops = 4.0 * op->p.attn.n_head * op->p.attn.head_dim * (double)seen * (double)n_tok;
         return c;
     }
-    case TND_OP_ROPE_KV: { /* its four ops' bytes in one launch */
+    case TND_OP_ROPE_KV:  /* its four ops' bytes in one launch */
+    case TND_OP_MOE_GLU: { /* its three */
         tnd_op part[4];
-        tnd_op_rope_kv_split(op, part);
-        for (int i = 0; i < 4; i++) {
+        int n = 3;
+        if (op->kind == TND_OP_ROPE_KV) tnd_op_rope_kv_split(op, part), n = 4;
+        else tnd_op_moe_glu_split(op, part);
+        for (int i = 0; i < n; i++) {
             op_cost p = cost_of(&part[i]);
             c.bytes += p.bytes, c.flops += p.flops;
         }

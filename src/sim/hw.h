@@ -58,11 +58,12 @@ const char *tnd_hw_names(void);
 /* Predicted seconds for op on this machine's GPU / CPU:
  * max(bytes / bw, flops / peak) + launch (GPU) or cpu_op (CPU).
  * Only shapes and types are read, never tensor data, with one exception:
- * for MATMUL_ID, a non-NULL in[2].data is read as host memory (n_used *
- * n_tok i32 ids) to count the distinct experts used; with data NULL all
+ * for MATMUL_ID (and MOE_GLU), a non-NULL in[2].data is read as host
+ * memory (n_used * n_tok i32 ids) to count the distinct experts used; with data NULL all
  * min(n_used * n_tok, n_expert) are assumed distinct. Bytes counted:
  *   MATMUL     whole weight + x + y;       flops 2 * n_in * n_out * n_tok
  *   MATMUL_ID  used experts' slices + x + y + ids; flops 2 * n_in * n_out * n_used * n_tok
+ *   MOE_GLU, ROPE_KV  the sums of the ops they stand for (backend.h), in one launch
  *   GET_ROWS   the n_ids rows read + ids + out
  *   ATTN       q + out + the K and V rows seen (pos0 + n_tok, or the window);
  *              flops 4 * n_head * head_dim * (rows seen) * n_tok
