@@ -415,11 +415,11 @@ static void launch1(int fam, int R, int threads, const void *W, size_t rb, int64
                     const void *W2, float *y2, cudaStream_t st) {
     const int64_t rows_per_block = (int64_t)R * (threads / 32);
     const unsigned gx = tnd_cu_blocks(n_out, (int)rows_per_block);
-    const uint8_t *w8 = (const uint8_t *)W;
+    const uint8_t *w8 = (const uint8_t *)W, *v8 = (const uint8_t *)W2;
     switch (R) {
-    case 1: launch_r<TY, 1>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, (const uint8_t *)W2, y2, st); break;
-    case 2: launch_r<TY, 2>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, (const uint8_t *)W2, y2, st); break;
-    default: launch_r<TY, 4>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, (const uint8_t *)W2, y2, st); break;
+    case 1: launch_r<TY, 1>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, v8, y2, st); break;
+    case 2: launch_r<TY, 2>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, v8, y2, st); break;
+    default: launch_r<TY, 4>(fam, gx, gy, threads, w8, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, v8, y2, st); break;
     }
 }
 
@@ -442,7 +442,8 @@ static int dispatch1(int fam, int type, int R, int threads, const void *W, int64
     int def = mv_family(type, x);
     if (fam == MV_AUTO || (fam == MV_SPECIAL && def != MV_SPECIAL)) fam = def;
     switch (type) {
-#define X(t) case t: launch1<t>(fam, R, threads, W, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, gy, W2, y2, st); break;
+#define X(t)                                                                                                   \
+    case t: launch1<t>(fam, R, threads, W, rb, n_in, n_out, x, y, ids, n_used, n_expert, xps, gy, W2, y2, st); break;
         TND_CU_TYPE_CASES(X)
 #undef X
     default: return cudaErrorInvalidValue;
