@@ -103,8 +103,7 @@ void tnd_op_moe_glu_split(const tnd_op *f, tnd_op part[3]) {
     a->out[0] = a->in[0];
 }
 
-/* Whether the bytes of s and t overlap. */
-static bool overlaps(const tnd_tensor *s, const tnd_tensor *t) {
+bool tnd_tensors_overlap(const tnd_tensor *s, const tnd_tensor *t) {
     const uintptr_t a = (uintptr_t)s->data, b = (uintptr_t)t->data;
     return a < b + tnd_tensor_nbytes(t) && b < a + tnd_tensor_nbytes(s);
 }
@@ -128,8 +127,10 @@ bool tnd_op_moe_glu_fuse(const tnd_op part[3], tnd_op *f) {
         return false;
     /* one op reads x and the ids while it writes G and U: the three ops read
      * nothing the ones before them wrote but G and U */
-    if (overlaps(G, U) || overlaps(G, &g->in[1]) || overlaps(G, &g->in[2]) || overlaps(U, &g->in[1]) ||
-        overlaps(U, &g->in[2]))
+    const tnd_tensor *rd[2] = {&g->in[1], &g->in[2]};
+    bool clash = tnd_tensors_overlap(G, U);
+    for (int i = 0; i < 2; i++) clash = clash || tnd_tensors_overlap(G, rd[i]) || tnd_tensors_overlap(U, rd[i]);
+    if (clash)
         return false;
     *f = (tnd_op){.kind = TND_OP_MOE_GLU};
     f->p.mmid = g->p.mmid;

@@ -498,6 +498,8 @@ tnd_backend_counters tnd_backend_counters_get(const tnd_backend *b);
 /* Bytes of a contiguous tensor (ne[0] a multiple of the block size);
  * 0 if the shape is invalid. */
 size_t tnd_tensor_nbytes(const tnd_tensor *t);
+/* Whether the bytes of s and t overlap (a fused op must not write what it reads). */
+bool tnd_tensors_overlap(const tnd_tensor *s, const tnd_tensor *t);
 /* Number of elements of t. */
 int64_t tnd_tensor_nelem(const tnd_tensor *t);
 

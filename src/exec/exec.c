@@ -751,11 +751,6 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     return TND_OK;
 }
 
-static bool overlap(const tnd_tensor *s, const tnd_tensor *t) {
-    const uintptr_t a = (uintptr_t)s->data, b = (uintptr_t)t->data;
-    return a < b + tnd_tensor_nbytes(t) && b < a + tnd_tensor_nbytes(s);
-}
-
 /* Nodes a and b (next in the list) as one MATMUL_PAIR (out) where that
  * saves a GPU launch: two MATMULs over the same x of one or two tokens (a
  * decode step's gate and up, q and k), both run from the GPU's own copy
@@ -770,7 +765,7 @@ static bool fuse_pair(tnd_ctx *c, const tnd_node *a, const tnd_node *b, tnd_node
         return false;
     /* one launch reads x and writes both y at once: a must not write what b reads */
     const tnd_tensor *ya = &a->op.out[0], *yb = &b->op.out[0];
-    if (overlap(ya, x) || overlap(ya, yb) || overlap(yb, x)) return false;
+    if (tnd_tensors_overlap(ya, x) || tnd_tensors_overlap(ya, yb) || tnd_tensors_overlap(yb, x)) return false;
     bool pa, pb;
     if (tnd_exec_node_side(c, a, c->cur, false, &pa) != TND_SIDE_GPU || pa ||
         tnd_exec_node_side(c, b, TND_SIDE_GPU, false, &pb) != TND_SIDE_GPU || pb)
