@@ -255,19 +255,6 @@ tnd_status tnd_backend_graph_flush(tnd_backend *b, tnd_stream *s) {
     return b->iface->graph_flush ? b->iface->graph_flush(b, s) : TND_OK;
 }
 
-tnd_status tnd_backend_gate_new(tnd_backend *b, tnd_gate **out) {
-    if (!b->iface->gate_new) return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend has no host gates", b->iface->name);
-    return b->iface->gate_new(b, out);
-}
-
-void tnd_backend_gate_free(tnd_backend *b, tnd_gate *g) {
-    if (g) b->iface->gate_free(b, g);
-}
-
-tnd_status tnd_backend_gate_wait(tnd_backend *b, tnd_gate *g, tnd_stream *s) { return b->iface->gate_wait(b, g, s); }
-
-void tnd_backend_gate_open(tnd_backend *b, tnd_gate *g) { b->iface->gate_open(b, g); }
-
 tnd_backend_counters tnd_backend_counters_get(const tnd_backend *b) {
     tnd_backend_counters z;
     memset(&z, 0, sizeof z);

@@ -58,7 +58,6 @@ typedef struct tnd_backend tnd_backend;
 
 typedef struct tnd_stream tnd_stream; /* opaque, owned by a backend */
 typedef struct tnd_event tnd_event;   /* opaque, owned by a backend */
-typedef struct tnd_gate tnd_gate;     /* opaque, owned by a backend (host gates below) */
 
 /* ---- tensors and ops ----------------------------------------------------- */
 
@@ -389,27 +388,6 @@ typedef struct tnd_backend_iface {
     /* OPTIONAL (events, continued). *done: e's point is passed, without
      * waiting (an event never recorded counts as passed). */
     tnd_status (*event_done)(tnd_backend *b, tnd_event *e, bool *done);
-
-    /* -- host gates -- OPTIONAL, all four or none. A gate lets work queued
-     * on a stream wait for the host, so the host can queue it before the
-     * host-computed data it reads exists (the executor's GPU segment
-     * launched while the CPU's experts still run). gate_wait queues on s a
-     * point that is passed once gate_open has been called as many times as
-     * waits on g were passed before it, plus one: the device counts the
-     * waits it reaches, so a replayed CUDA graph waits anew each time. The
-     * host's writes before gate_open are visible to the work after the
-     * point. The caller pairs every successful gate_wait with exactly one
-     * gate_open, failures included, and opens in queue order; until it
-     * opens, it must not wait on the host for s's work past the point (that
-     * would never end: a backend that sees such a wait fails it with
-     * TND_ERR_INTERNAL instead). gate_wait returns TND_ERR_UNSUPPORTED,
-     * queuing nothing, when s cannot hold a gate now (CUDA: s is not
-     * collecting work for a graph, so the work that follows could not be
-     * queued without risking a host wait behind the gate). */
-    tnd_status (*gate_new)(tnd_backend *b, tnd_gate **out);
-    void (*gate_free)(tnd_backend *b, tnd_gate *g);
-    tnd_status (*gate_wait)(tnd_backend *b, tnd_gate *g, tnd_stream *s);
-    void (*gate_open)(tnd_backend *b, tnd_gate *g);
 } tnd_backend_iface;
 
 /* What a backend was asked to do and did, summed from its creation
@@ -515,12 +493,6 @@ tnd_status tnd_backend_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_s
 tnd_status tnd_backend_graph_defer(tnd_backend *b, tnd_stream *s, bool on);
 /* Without graph_flush: TND_OK. */
 tnd_status tnd_backend_graph_flush(tnd_backend *b, tnd_stream *s);
-/* Host gates: without them, gate_new fails with TND_ERR_UNSUPPORTED (and
- * gate_wait, gate_open are never reached). gate_free of NULL: no-op. */
-tnd_status tnd_backend_gate_new(tnd_backend *b, tnd_gate **out);
-void tnd_backend_gate_free(tnd_backend *b, tnd_gate *g);
-tnd_status tnd_backend_gate_wait(tnd_backend *b, tnd_gate *g, tnd_stream *s);
-void tnd_backend_gate_open(tnd_backend *b, tnd_gate *g);
 /* b's counters so far (b NULL: zeros). */
 tnd_backend_counters tnd_backend_counters_get(const tnd_backend *b);
 /* Bytes of a contiguous tensor (ne[0] a multiple of the block size);

@@ -261,73 +261,6 @@ static void test_backend(void) {
     free(ha), free(hb), free(hy);
 }
 
-/* Host gates (backend.h) in collected runs: the work behind the gate does
- * not run until the host opens it, a host wait on the stream meanwhile
- * fails instead of hanging, the work then reads what the host wrote before
- * the open, and the run is replayed as one graph whose wait counts anew
- * each time (the executor's split layers, exec.c: launch_ahead). */
-static void test_gate(void) {
-    tnd_backend *g = NULL;
-    tnd_cuda_params p = {0};
-    tnd_stream *s = NULL;
-    tnd_event *e = NULL;
-    tnd_gate *gt = NULL;
-    if (tnd_backend_cuda_new(&p, &g) || tnd_backend_stream_new(g, &s) || tnd_backend_event_new(g, &e) ||
-        tnd_backend_gate_new(g, &gt)) {
-        CHECK(0, "gate: %s", tnd_last_error());
-        return;
-    }
-    enum { N = 4096 };
-    float *hp = NULL, *hd = NULL, *hy = malloc(N * 4);
-    void *d = NULL;
-    CHECK(!tnd_backend_host_alloc(g, N * 4, (void **)&hp, (void **)&hd) && !tnd_backend_buf_alloc(g, N * 4, &d),
-          "gate: buffers: %s", tnd_last_error());
-    CHECK(tnd_backend_gate_wait(g, gt, s) == TND_ERR_UNSUPPORTED, "gate: refused on a stream that is not collecting");
-    tnd_clear_error();
-    const tnd_backend_counters c0 = tnd_backend_counters_get(g);
-    int held = 0, refused = 0, right = 0;
-    for (int it = 0; it < 4; it++) {
-        for (int i = 0; i < N; i++) hp[i] = -1.0f;
-        CHECK(tnd_backend_graph_defer(g, s, true) == TND_OK, "defer: %s", tnd_last_error());
-        CHECK(tnd_backend_gate_wait(g, gt, s) == TND_OK, "gate wait: %s", tnd_last_error());
-        CHECK(tnd_backend_copy_mapped(g, d, hd, N * 4, s) == TND_OK, "copy: %s", tnd_last_error());
-        tnd_op sc = {.kind = TND_OP_SCALE, .p.scale.s = 2.0f};
-        sc.in[0] = (tnd_tensor){.data = d, .type = TND_TYPE_F32, .ne = {N, 1, 1, 1}};
-        sc.out[0] = sc.in[0];
-        for (int k = 0; k < 2; k++) CHECK(tnd_backend_op_run(g, &sc, s) == TND_OK, "scale: %s", tnd_last_error());
-        CHECK(tnd_backend_event_record(g, e, s) == TND_OK, "record: %s", tnd_last_error());
-        CHECK(tnd_backend_graph_flush(g, s) == TND_OK, "flush: %s", tnd_last_error());
-        bool done = true;
-        CHECK(tnd_backend_event_done(g, e, &done) == TND_OK, "event_done: %s", tnd_last_error());
-        held += !done;
-        refused += tnd_backend_stream_sync(g, s) == TND_ERR_INTERNAL;
-        tnd_clear_error();
-        for (int i = 0; i < N; i++) hp[i] = (float)(it * N + i);
-        tnd_backend_gate_open(g, gt);
-        CHECK(tnd_backend_graph_defer(g, s, false) == TND_OK, "defer off: %s", tnd_last_error());
-        CHECK(tnd_backend_copy_d2h(g, hy, d, N * 4, s) == TND_OK && tnd_backend_stream_sync(g, s) == TND_OK,
-              "read back: %s", tnd_last_error());
-        int ok = 1;
-        for (int i = 0; i < N; i++) ok &= hy[i] == 4.0f * (float)(it * N + i);
-        right += ok;
-    }
-    const tnd_backend_counters c1 = tnd_backend_counters_get(g);
-    tc_report(held == 4, "gate: the work behind it waited for the open (%d of 4 runs)", held);
-    tc_report(refused == 4, "gate: a stream sync before the open failed instead of hanging (%d of 4)", refused);
-    tc_report(right == 4, "gate: the work read what the host wrote before the open (%d of 4)", right);
-    tc_report(c1.graph_launches - c0.graph_launches == 4 && c1.graph_replays - c0.graph_replays == 3,
-              "gate: one graph, replayed: %llu launches, %llu replayed",
-              (unsigned long long)(c1.graph_launches - c0.graph_launches),
-              (unsigned long long)(c1.graph_replays - c0.graph_replays));
-    tnd_backend_gate_free(g, gt);
-    tnd_backend_host_free(g, hp);
-    tnd_backend_buf_free(g, d);
-    tnd_backend_event_free(g, e);
-    tnd_backend_stream_free(g, s);
-    tnd_backend_free(g);
-    free(hy);
-}
-
 static const gcase dense_cases[] = {
     {"gpu", NULL, NULL, NULL, 0, false, true},
     {"gpu", NULL, NULL, NULL, 0, true, true},
@@ -372,7 +305,6 @@ int main(void) {
         return 77;
     }
     test_backend();
-    test_gate();
     int rc = run_model("tiny-qwen3", dense_cases, (int)(sizeof dense_cases / sizeof *dense_cases));
     if (rc == 0) rc = run_model("tiny-qwen3moe", moe_cases, (int)(sizeof moe_cases / sizeof *moe_cases));
     if (rc == 77) return 77;

@@ -587,72 +587,6 @@ static void test_stream_misc(void) {
     free(src), free(dst);
 }
 
-/* Host gates (backend.h): work behind a gate waits for the host's open, a
- * host wait behind an unopened gate fails instead of hanging, and each
- * wait takes one open, in order (with jitter on, the stream keeps running
- * while the host polls). */
-static void test_gates(void) {
-    enum { LEN = 1000 };
-    tnd_stream *A = NULL;
-    tnd_gate *g = NULL;
-    tnd_event *before = NULL, *after = NULL;
-    CHECK_ST(SIM->iface->stream_new(SIM, &A));
-    CHECK_ST(tnd_backend_gate_new(SIM, &g));
-    CHECK_ST(SIM->iface->event_new(SIM, &before));
-    CHECK_ST(SIM->iface->event_new(SIM, &after));
-    float *h = NULL, *hd = NULL, *dst = poisoned(sizeof(float) * LEN);
-    void *d = NULL;
-    CHECK_ST(SIM->iface->host_alloc(SIM, sizeof(float) * LEN, (void **)&h, (void **)&hd));
-    CHECK_ST(SIM->iface->buf_alloc(SIM, sizeof(float) * LEN, &d));
-    bool ok = true, refused = true, held = true; /* held: nothing behind the gate ran */
-    for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < LEN; i++) h[i] = -1.0f;
-        CHECK_ST(SIM->iface->event_record(SIM, before, A));
-        CHECK_ST(tnd_backend_gate_wait(SIM, g, A));
-        /* queued before the host wrote what it copies */
-        CHECK_ST(SIM->iface->copy_mapped(SIM, d, hd, sizeof(float) * LEN, A));
-        CHECK_ST(SIM->iface->copy_d2h(SIM, dst, d, sizeof(float) * LEN, A));
-        CHECK_ST(SIM->iface->event_record(SIM, after, A));
-        CHECK_ST(SIM->iface->event_sync(SIM, before)); /* ahead of the gate: passes */
-        bool done = true;
-        CHECK_ST(tnd_backend_event_done(SIM, after, &done));
-        held &= !done;
-        refused &= SIM->iface->stream_sync(SIM, A) == TND_ERR_INTERNAL;
-        refused &= SIM->iface->event_sync(SIM, after) == TND_ERR_INTERNAL;
-        tnd_clear_error();
-        for (int i = 0; i < LEN; i++) h[i] = (float)(round * LEN + i);
-        tnd_backend_gate_open(SIM, g);
-        CHECK_ST(SIM->iface->stream_sync(SIM, A));
-        for (int i = 0; i < LEN; i++) ok &= dst[i] == (float)(round * LEN + i);
-    }
-    tc_report(held, "gates: work behind an unopened gate does not run (3 rounds)");
-    tc_report(refused, "gates: stream_sync and event_sync behind an unopened gate fail (TND_ERR_INTERNAL), not hang");
-    tc_report(ok, "gates: after the open, the work reads what the host wrote before it");
-    /* two waits queued, opened one at a time: the second still holds */
-    CHECK_ST(tnd_backend_gate_wait(SIM, g, A));
-    CHECK_ST(SIM->iface->event_record(SIM, before, A));
-    CHECK_ST(tnd_backend_gate_wait(SIM, g, A));
-    CHECK_ST(SIM->iface->event_record(SIM, after, A));
-    tnd_backend_gate_open(SIM, g);
-    CHECK_ST(SIM->iface->event_sync(SIM, before));
-    bool second = false;
-    CHECK_ST(tnd_backend_event_done(SIM, after, &second));
-    tnd_backend_gate_open(SIM, g);
-    CHECK_ST(SIM->iface->stream_sync(SIM, A));
-    tc_report(!second, "gates: each wait takes its own open");
-    tnd_backend_gate_free(SIM, g);
-    tnd_backend_gate_free(SIM, NULL);
-    tnd_gate *none = NULL;
-    tc_report(tnd_backend_gate_new(CPU, &none) == TND_ERR_UNSUPPORTED && !none, "gates: the CPU backend has none");
-    tnd_clear_error();
-    SIM->iface->event_free(SIM, before);
-    SIM->iface->event_free(SIM, after);
-    SIM->iface->host_free(SIM, h);
-    SIM->iface->buf_free(SIM, d);
-    SIM->iface->stream_free(SIM, A);
-    free(dst);
-}
-
 /* ---- budget -------------------------------------------------------------------------------- */
 
 static void test_budget(void) {
@@ -916,7 +850,6 @@ int main(void) {
     test_pipeline(300, 700, true);
     test_pipeline(100, 3000, false);
     test_stream_misc();
-    test_gates();
     tnd_sim_set_jitter(SIM, 0, 0);
     SIM->iface->stream_free(SIM, S);
     tnd_backend_free(SIM);

@@ -154,23 +154,6 @@ extern "C" int tnd_cu_copy_sm(void *dst, const void *src, size_t n_bytes, tnd_cu
     }
     return (int)cudaGetLastError();
 }
-/* The counts wrap at 2^32: compared by their difference. */
-__global__ void k_gate_wait(const volatile unsigned *opened, unsigned *ctr) {
-    const unsigned t = *ctr + 1u;
-    *ctr = t;
-    while ((int)(*opened - t) < 0) {
-#if __CUDA_ARCH__ >= 700
-        __nanosleep(128);
-#else /* no trap: before Volta the poll spins without a pause, same result */
-#endif
-    }
-    __threadfence_system();
-}
-extern "C" int tnd_cu_gate_wait(const unsigned *opened, unsigned *ctr, tnd_cu_stream stream) {
-    if (!opened || !ctr) return cudaErrorInvalidValue;
-    k_gate_wait<<<1, 1, 0, (cudaStream_t)stream>>>(opened, ctr);
-    return (int)cudaGetLastError();
-}
 extern "C" int tnd_cu_softmax(const float *x, float *y, int64_t n, int64_t rows, float scale, tnd_cu_stream stream) {
     if (!x || !y || n < 1 || rows < 0 || rows > 0x7fffffff) return cudaErrorInvalidValue;
     if (rows == 0) return 0;

@@ -99,31 +99,11 @@ struct tnd_stream {
     cu_gitem *items;
     int n_items, cap_items;
     cu_gcache *gc;
-    /* host gates (backend.h): the latest gate launched here, so that a
-     * host wait for the stream behind an unopened gate fails instead of
-     * hanging (events are not followed: SimGPU checks those, and the
-     * executor's use of gates is tested there) */
-    tnd_gate *gate;
 };
 struct tnd_event {
     cudaEvent_t e;
     tnd_stream *pend; /* a collecting stream whose items record e, not yet launched */
 };
-/* A host gate (backend.h): the host's count of opens in mapped pinned
- * memory, the device's count of waits reached in device memory (a graph
- * replayed counts anew), and the host's counts of waits launched and opens. */
-struct tnd_gate {
-    unsigned *opened_h, *opened_d;
-    unsigned *ctr;
-    uint64_t launched, opened;
-    tnd_stream *s; /* the stream it was last launched on: s->gate == g exactly when g->s == s */
-};
-
-/* Whether s's work may be waiting for a gate the host has not opened. */
-static bool gate_live(const tnd_stream *s) { return s->gate && s->gate->opened < s->gate->launched; }
-static tnd_status gate_refuse(const char *what) {
-    return tnd_fail(TND_ERR_INTERNAL, "cuda: %s: the stream waits for the host (an unopened gate)", what);
-}
 
 static cu_ctx *ctx_of(tnd_backend *b) { return (cu_ctx *)b->ctx; }
 
@@ -391,7 +371,6 @@ static void cu_stream_free(tnd_backend *b, tnd_stream *s) {
     flush(b, s);
     for (int i = 0; i < 8; i++)
         if (c->deferring[i] == s) c->deferring[i] = NULL;
-    if (s->gate) s->gate->s = NULL;
     free(s->items);
     set_device(c);
     cudaStreamSynchronize(s->s);
@@ -414,7 +393,6 @@ static void cu_stream_free(tnd_backend *b, tnd_stream *s) {
  * (*idx: record stage_ev[*idx] on s after the work that reads it). */
 static tnd_status stage_take(tnd_stream *s, size_t n, int32_t **h, int32_t **d, int *idx) {
     if (n > s->stage_cap) {
-        if (gate_live(s)) return gate_refuse("growing the staging pieces");
         cudaError_t e = cudaStreamSynchronize(s->s); /* queued kernels may read the old pieces */
         for (int i = 0; e == cudaSuccess && i < CU_STAGES; i++) {
             if (s->stage_h[i]) cudaFreeHost(s->stage_h[i]);
@@ -429,7 +407,6 @@ static tnd_status stage_take(tnd_stream *s, size_t n, int32_t **h, int32_t **d, 
         }
         s->stage_cap = n;
     }
-    if (gate_live(s)) return gate_refuse("a staging piece");
     int i = s->stage_next;
     s->stage_next = (i + 1) % CU_STAGES;
     cudaError_t e = cudaEventSynchronize(s->stage_ev[i]); /* its last reader is done */
@@ -443,7 +420,6 @@ static tnd_status stage_take(tnd_stream *s, size_t n, int32_t **h, int32_t **d, 
 static tnd_status cu_stream_sync(tnd_backend *b, tnd_stream *s) {
     tnd_status st = s->defer ? flush(b, s) : TND_OK;
     if (st) return st;
-    if (gate_live(s)) return gate_refuse("stream sync");
     set_device(ctx_of(b));
     cudaError_t e = cudaStreamSynchronize(s->s);
     return e == cudaSuccess ? TND_OK : cu_err(e, "work on the stream failed");
@@ -622,7 +598,6 @@ static tnd_status cu_memset(tnd_backend *b, void *d, int v, size_t n, tnd_stream
 
 static tnd_status ensure_scratch(cu_ctx *c, tnd_stream *s, size_t need) {
     if (s->scratch_size >= need) return TND_OK;
-    if (gate_live(s)) return gate_refuse("growing the op scratch");
     set_device(c);
     cudaStreamSynchronize(s->s); /* queued ops may still use the old scratch */
     cu_free_raw(c, s->scratch);
@@ -1073,7 +1048,6 @@ static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int
             const int32_t *ids = op->p.mmid.ids_host;
             int32_t *own = NULL;
             if (!ids) {
-                if (gate_live(s)) return gate_refuse("matmul_id reading the routing");
                 if (!(own = (int32_t *)malloc(pairs * sizeof(int32_t))))
                     return tnd_fail(TND_ERR_NOMEM, "cuda matmul_id: out of host memory");
                 cudaError_t ce = cudaMemcpyAsync(own, ids_dev, pairs * 4, cudaMemcpyDeviceToHost, cs);
@@ -1277,11 +1251,9 @@ static int issue_items(void *p, bool capturing) {
         case CU_GI_WAIT:
             e = (int)cudaStreamWaitEvent(s->s, it->ev, capturing ? cudaEventWaitExternal : 0);
             break;
-        case CU_GI_GATE: e = tnd_cu_gate_wait((const unsigned *)it->src, (unsigned *)it->dst, s->s); break;
         }
         if (e) return e;
-        if (!capturing && (it->kind == CU_GI_OP || it->kind == CU_GI_COPY || it->kind == CU_GI_GATE))
-            a->b->cnt.launches++;
+        if (!capturing && (it->kind == CU_GI_OP || it->kind == CU_GI_COPY)) a->b->cnt.launches++;
     }
     return 0;
 }
@@ -1327,17 +1299,8 @@ static tnd_status flush(tnd_backend *b, tnd_stream *s) {
     }
     s->n_items = 0;
     /* the records are launched: events no longer wait on this stream */
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         if (s->items[i].kind == CU_GI_RECORD && s->items[i].tev->pend == s) s->items[i].tev->pend = NULL;
-        if (s->items[i].kind == CU_GI_GATE) { /* (after a failed launch too: the caller replaces the gate) */
-            tnd_gate *g = s->items[i].gate;
-            g->launched++;
-            if (s->gate && s->gate != g) s->gate->s = NULL;
-            if (g->s && g->s != s) g->s->gate = NULL;
-            s->gate = g;
-            g->s = s;
-        }
-    }
     return st;
 }
 
@@ -1371,65 +1334,6 @@ static tnd_status cu_graph_defer(tnd_backend *b, tnd_stream *s, bool on) {
 }
 
 static tnd_status cu_graph_flush(tnd_backend *b, tnd_stream *s) { return s->defer ? flush(b, s) : TND_OK; }
-
-/* ---- host gates (backend.h) --------------------------------------------------------- */
-
-static void cu_gate_free(tnd_backend *b, tnd_gate *g) {
-    if (!g) return;
-    cu_ctx *c = ctx_of(b);
-    flush_all(b);
-    if (g->s) g->s->gate = NULL;
-    cu_free_raw(c, g->ctr); /* (waits for the device's queued work) */
-    if (g->opened_h) cudaFreeHost(g->opened_h);
-    free(g);
-}
-
-static tnd_status cu_gate_new(tnd_backend *b, tnd_gate **out) {
-    cu_ctx *c = ctx_of(b);
-    set_device(c);
-    tnd_gate *g = (tnd_gate *)calloc(1, sizeof *g);
-    if (!g) return tnd_fail(TND_ERR_NOMEM, "cuda: out of host memory");
-    cudaError_t e = cudaHostAlloc((void **)&g->opened_h, 64, cudaHostAllocMapped | cudaHostAllocPortable);
-    if (e == cudaSuccess) e = cudaHostGetDevicePointer((void **)&g->opened_d, g->opened_h, 0);
-    if (e != cudaSuccess) {
-        tnd_status st = cu_err(e, "a host gate's mapped word");
-        if (g->opened_h) cudaFreeHost(g->opened_h);
-        free(g);
-        return st;
-    }
-    *g->opened_h = 0;
-    tnd_status st = cu_alloc_raw(c, sizeof(unsigned), (void **)&g->ctr, "a host gate's counter");
-    if (!st) {
-        e = cudaMemset(g->ctr, 0, sizeof(unsigned));
-        if (e == cudaSuccess) e = cudaDeviceSynchronize();
-        if (e != cudaSuccess) st = cu_err(e, "clearing a host gate's counter");
-    }
-    if (st) {
-        cu_gate_free(b, g);
-        return st;
-    }
-    *out = g;
-    return TND_OK;
-}
-
-static tnd_status cu_gate_wait(tnd_backend *b, tnd_gate *g, tnd_stream *s) {
-    (void)b;
-    /* collected: the work that follows is collected too and launched with
-     * it, so no host wait can come between its launch and the open */
-    if (!s->defer) return tnd_fail(TND_ERR_UNSUPPORTED, "cuda: a gate needs a stream collecting work");
-    cu_gitem it;
-    memset(&it, 0, sizeof it);
-    it.kind = CU_GI_GATE;
-    it.dst = g->ctr;
-    it.src = g->opened_d;
-    it.gate = g;
-    return collect(b, s, &it);
-}
-
-static void cu_gate_open(tnd_backend *b, tnd_gate *g) {
-    (void)b;
-    __atomic_store_n(g->opened_h, (unsigned)++g->opened, __ATOMIC_RELEASE);
-}
 
 /* ---- lifetime --------------------------------------------------------------------- */
 
@@ -1512,10 +1416,6 @@ static const tnd_backend_iface cu_iface = {
     cu_graph_defer,
     cu_graph_flush,
     cu_event_done,
-    cu_gate_new,
-    cu_gate_free,
-    cu_gate_wait,
-    cu_gate_open,
 };
 
 extern "C" void *tnd_cuda_stream_handle(tnd_stream *s) { return s ? (void *)s->s : NULL; }

@@ -343,10 +343,6 @@ int tnd_cu_f16_to_f32(const uint16_t *x, float *y, int64_t n, tnd_cu_stream stre
 /* Copies n bytes with SM threads (not the copy engine): for activations to
  * or from mapped pinned host memory (docs/ARCHITECTURE.md, "Hybrid execution"). Any alignment. */
 int tnd_cu_copy_sm(void *dst, const void *src, size_t n, tnd_cu_stream stream);
-/* A host gate's wait (backend.h): counts this wait in ctr (device memory)
- * and spins until opened (the host's count of opens, mapped host memory
- * given by its device address) reaches the count. One thread. */
-int tnd_cu_gate_wait(const unsigned *opened, unsigned *ctr, tnd_cu_stream stream);
 
 /* ---- moe.cu ----------------------------------------------------------------
  * Router: logits f32 [n_tok][n_expert] -> weights f32 [n_tok][n_used], ids

@@ -14,17 +14,16 @@
 
 /* One piece of collected work. Zeroed before it is filled, so two items of
  * the same work compare equal byte for byte (the key of a replay). */
-enum { CU_GI_OP = 1, CU_GI_COPY, CU_GI_RECORD, CU_GI_WAIT, CU_GI_GATE };
+enum { CU_GI_OP = 1, CU_GI_COPY, CU_GI_RECORD, CU_GI_WAIT };
 typedef struct cu_gitem {
     int kind;        /* CU_GI_* */
     int w_tiled;     /* OP: which inputs are re-laid weights (part of the key) */
     tnd_op op;       /* OP */
-    void *dst;       /* COPY: an SM copy (mapped memory); GATE: the device's count of waits */
-    const void *src; /* GATE: the host's count of opens (its device address) */
+    void *dst;       /* COPY: an SM copy (mapped memory) */
+    const void *src;
     size_t n;
     cudaEvent_t ev;  /* RECORD, WAIT */
     tnd_event *tev;  /* RECORD: the backend's event (its pend is cleared once launched) */
-    tnd_gate *gate;  /* GATE: counted as launched once launched */
 } cu_gitem;
 
 typedef struct cu_gcache cu_gcache;

@@ -597,74 +597,6 @@ static tnd_status record_route(tnd_ctx *c, const tnd_node *nd) {
     return TND_OK;
 }
 
-static tnd_status run_next(tnd_ctx *c, int *prom_seen);
-
-/* ---- a split layer's GPU segment queued ahead (launch_ahead) --------------
- * After a split layer's CPU experts, the critical path was the host
- * collecting and launching the next GPU segment (the sum, the next layer's
- * norm, attention and routing: ~11 kernels), then the GPU starting it.
- * Instead the down projection's node hands its pool an errand (run on this
- * thread while the workers take its items) that queues a host gate, then
- * the segment's nodes up to the next one that is not a plain GPU node, and
- * launches them; the node opens the gate once its rows of A_EY are
- * written. The segment's reads of host buffers are copies queued behind
- * the gate, and nothing in it waits for the GPU on the host (backend.h:
- * host gates), so its bookkeeping (valid bits, copies) is what running it
- * after the experts would have done. */
-
-/* Whether node i can be queued behind a gate: a GPU node, not promoted (its
- * weight's copy has host-side ring bookkeeping), not a split layer's NONE
- * (it reads routing back). */
-static bool ahead_node(const tnd_ctx *c, int i) {
-    const tnd_node *nd = &c->g.nodes[i];
-    bool prom;
-    return nd->op.kind != TND_OP_NONE && tnd_exec_node_side(c, nd, c->cur, false, &prom) == TND_SIDE_GPU && !prom;
-}
-
-/* Whether node nd (a split layer's CPU part, on side s) is the down
- * projection whose successors go ahead. Not with the diagnostics that
- * synchronize or read results on the host between nodes. */
-static bool launch_ahead(const tnd_ctx *c, const tnd_node *nd, int s, bool disjoint) {
-    return !getenv("TND_AHEAD_XP") && c->gate && c->graphs_on && s == TND_SIDE_CPU && disjoint && nd->op.kind == TND_OP_MATMUL_ID &&
-           nd->op.out[0].data == c->side[0].act[A_EY] && c->act_dev[A_EY] && !c->trace && !c->tl &&
-           !c->expert_hits && !c->route_rec && c->ni < c->g.n && ahead_node(c, c->ni);
-}
-
-/* Marks node nd's activation outputs as written by side s alone. */
-static void mark_written(tnd_ctx *c, const tnd_node *nd, int s) {
-    for (int i = 0; i < TND_OP_MAX_OUT; i++) {
-        const tnd_tensor *o = &nd->op.out[i];
-        const tnd_region *r = o->data ? find_region(c, o->data) : NULL;
-        if (!r || r->kind != R_ACT) continue;
-        c->valid[r->idx] = (uint8_t)(1u << s);
-        c->wlen[r->idx] = (size_t)((const char *)o->data - r->base) + tnd_tensor_nbytes(o);
-    }
-}
-
-/* The pool's errand of launch_ahead's node (c->ahead_node). A backend that
- * cannot hold a gate now queues nothing: the segment runs after the node. */
-static void ahead_errand(void *arg) {
-    tnd_ctx *c = arg;
-    if (!c->ahead_node) return;
-    const tnd_node *nd = c->ahead_node;
-    c->ahead_node = NULL;
-    tnd_backend *g = c->side[1].be;
-    tnd_status st = tnd_backend_gate_wait(g, c->gate, c->side[1].st);
-    if (st == TND_ERR_UNSUPPORTED) {
-        tnd_clear_error();
-        return;
-    }
-    if (!st) {
-        c->gate_owed++;
-        mark_written(c, nd, TND_SIDE_CPU); /* the node's outputs, as once it has run */
-        while (!st && c->ni < c->g.n && ahead_node(c, c->ni)) st = run_next(c, c->ahead_prom_seen);
-        if (!st) st = tnd_backend_graph_flush(g, c->side[1].st);
-        c->ahead_ran = true; /* (after the nodes it ran, whose own marks it would skip) */
-        c->n_ahead++;
-    }
-    if (st && !c->ahead_st) c->ahead_st = st;
-}
-
 static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     double tr = c->trace ? tnd_time_s() : 0;
     /* the GPU's collected work starts before the host turns to CPU work;
@@ -752,21 +684,8 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     double t_op = s == TND_SIDE_CPU ? tnd_time_s() : 0;
     if (c->trace) tr = tnd_time_s();
     if (c->tl) tnd_tl_op_begin(c, s, prom ? c->copy_bytes[ev] : 0);
-    const bool ahead = launch_ahead(c, nd, s, disjoint);
-    if (ahead) {
-        c->ahead_node = nd;
-        tnd_pool_errand(c->m->pool, ahead_errand, c);
-    }
-    st = tnd_backend_op_run(sd->be, &op, sd->st);
-    if (c->pfq_flush || ahead) tnd_pool_errand_flush(c->m->pool); /* the op ran without the pool: the errand now */
-    if (ahead) {
-        /* its rows are written (or it failed): the GPU goes on */
-        for (; c->gate_owed > 0; c->gate_owed--) tnd_backend_gate_open(c->side[1].be, c->gate);
-        const tnd_status as = c->ahead_st;
-        c->ahead_st = TND_OK;
-        if (!st && as) return as; /* (its message is the errand's) */
-    }
-    if (st) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
+    if ((st = tnd_backend_op_run(sd->be, &op, sd->st))) return tnd_fail_wrap(st, "%s: ", tnd_op_name(op.kind));
+    if (c->pfq_flush) tnd_pool_errand_flush(c->m->pool); /* the op ran without the pool: launch the GPU's half now */
     if (c->tl) tnd_tl_op_end(c, s);
     if (s == TND_SIDE_CPU) {
         double dt = tnd_time_s() - t_op;
@@ -794,10 +713,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         if ((st = trace_sync(c, s))) return st;
         trace_add(c, s, op.kind, part, tnd_time_s() - tr);
     }
-    /* (the errand marked them before the nodes it queued read them) */
-    const bool marked = c->ahead_ran;
-    c->ahead_ran = false;
-    for (int i = 0; i < TND_OP_MAX_OUT && !marked; i++) {
+    for (int i = 0; i < TND_OP_MAX_OUT; i++) {
         const tnd_tensor *o = &nd->op.out[i];
         if (!o->data) continue;
         const tnd_region *r = find_region(c, o->data);
@@ -975,26 +891,6 @@ static tnd_status record_round(tnd_ctx *c, int nt, double t0, double copy_meas, 
     return TND_OK;
 }
 
-/* Runs node c->ni, with its successors where they fuse, and moves c->ni past them. */
-static tnd_status run_next(tnd_ctx *c, int *prom_seen) {
-    const int i = c->ni;
-    tnd_node pair;
-    if (i + 1 < c->g.n && fuse_pair(c, &c->g.nodes[i], &c->g.nodes[i + 1], &pair)) {
-        c->ni += 2;
-        c->n_pairs++;
-    } else if (fuse_rope_kv(c, i, &pair)) {
-        c->ni += 4;
-        c->n_rope_kv++;
-    } else if (fuse_glu(c, i, &pair)) {
-        c->ni += 3;
-        c->n_glu++;
-    } else {
-        c->ni++;
-        return run_node(c, &c->g.nodes[i], prom_seen);
-    }
-    return run_node(c, &pair, prom_seen);
-}
-
 tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits) {
     const size_t logit_bytes = sizeof(float) * (size_t)c->m->hp.n_vocab * (size_t)n_logits;
     const double t0 = tnd_time_s();
@@ -1060,15 +956,17 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits) {
                     (graphs == TND_CFG_GRAPHS_AUTO && (nt == 1 || c->exp_gpu || round_gpu_only(c))));
     if (c->graphs_on) st = tnd_backend_graph_defer(c->side[1].be, c->side[1].st, true);
     int prom_seen = 0;
-    c->ahead_prom_seen = &prom_seen;
-    c->ni = 0;
-    bool gated = false;
-    while (!st && c->ni < c->g.n) {
-        const uint64_t na = c->n_ahead;
-        st = run_next(c, &prom_seen);
-        gated |= c->n_ahead != na;
+    for (int i = 0; !st && i < c->g.n; i++) {
+        tnd_node pair;
+        if (i + 1 < c->g.n && fuse_pair(c, &c->g.nodes[i], &c->g.nodes[i + 1], &pair))
+            st = run_node(c, &pair, &prom_seen), i++, c->n_pairs++;
+        else if (fuse_rope_kv(c, i, &pair))
+            st = run_node(c, &pair, &prom_seen), i += 3, c->n_rope_kv++;
+        else if (fuse_glu(c, i, &pair))
+            st = run_node(c, &pair, &prom_seen), i += 2, c->n_glu++;
+        else
+            st = run_node(c, &c->g.nodes[i], &prom_seen);
     }
-    for (; c->gate_owed > 0; c->gate_owed--) tnd_backend_gate_open(c->side[1].be, c->gate); /* (never left owed) */
     {
         tnd_status ps = pf_settle(c); /* queued before the drain, even after a failure */
         if (!st) st = ps;
@@ -1086,12 +984,6 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits) {
         if (!st) st = s0 ? s0 : s1 ? s1 : s2;
         memset(c->host_read_pending, 0, sizeof c->host_read_pending);
         memset(c->mapped_pending, 0, sizeof c->mapped_pending);
-        /* a failed round may have counted a wait it never launched, or the
-         * reverse: the gate's counts no longer match, so it goes */
-        if (st && gated) {
-            tnd_backend_gate_free(g, c->gate);
-            c->gate = NULL;
-        }
         if (c->trace) trace_add(c, TND_SIDE_GPU, TR_DRAIN, TR_PLAIN, tnd_time_s() - tr);
     }
     if (!st && n_logits) memcpy(logits ? logits : c->logits, c->side[0].act[A_LOGITS], logit_bytes);

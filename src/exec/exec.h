@@ -202,18 +202,6 @@ struct tnd_ctx {
     /* this round's GPU work is collected into CUDA graphs (TND_CUDA_GRAPHS,
      * rounds of at most TND_GRAPH_MAX_TOK tokens; exec.c) */
     bool graphs_on;
-    /* the GPU's segment after a split layer's CPU experts, queued while they
-     * run behind a host gate (exec.c: launch_ahead): the gate (NULL: the
-     * backend has none, or a failed round dropped it), waits queued and not
-     * yet opened, the next node to run, and the errand's status */
-    tnd_gate *gate;
-    int gate_owed;
-    int ni;
-    int *ahead_prom_seen;
-    const tnd_node *ahead_node; /* the node whose errand queues them, until it runs */
-    tnd_status ahead_st;
-    bool ahead_ran;          /* ... and has: the node's outputs are marked written */
-    uint64_t n_ahead;
 };
 
 /* ---- layout.c ---- */

@@ -415,12 +415,6 @@ tnd_status tnd_layout_alloc(tnd_ctx *c) {
         if (c->lay.n_slots && (st = alloc_slots(c))) return st;
         if ((st = tnd_backend_event_new(g, &c->mapped_ev))) return st;
         if ((st = alloc_expert_map(c)) || (st = tnd_pf_init(c))) return st;
-        /* split layers' GPU segments are queued ahead behind it (exec.c); a
-         * backend without gates runs them in order */
-        if (c->exp_gpu && tnd_backend_gate_new(g, &c->gate)) {
-            c->gate = NULL;
-            tnd_clear_error();
-        }
     }
     return build_regions(c);
 }
@@ -450,7 +444,6 @@ void tnd_layout_free(tnd_ctx *c) {
             if (c->host_read[i]) tnd_backend_event_free(g, c->host_read[i]);
         if (c->sync_ev) tnd_backend_event_free(g, c->sync_ev);
         if (c->mapped_ev) tnd_backend_event_free(g, c->mapped_ev);
-        tnd_backend_gate_free(g, c->gate);
     }
     tnd_pf_free(c);
     free(c->exp_gpu);
@@ -477,7 +470,6 @@ void tnd_layout_release(tnd_ctx *c) {
     c->kv_canon_bytes = 0;
     c->kv_addr = NULL;
     c->sync_ev = c->mapped_ev = NULL;
-    c->gate = NULL;
     c->ring = NULL;
     c->ring_bytes = 0;
     memset(c->slot_ready, 0, sizeof c->slot_ready);

@@ -33,7 +33,7 @@
 
 #define SIM_ALIGN 256
 
-typedef enum { IT_OP, IT_COPY, IT_MEMSET, IT_RECORD, IT_WAIT, IT_GATE } item_kind;
+typedef enum { IT_OP, IT_COPY, IT_MEMSET, IT_RECORD, IT_WAIT } item_kind;
 
 typedef struct item {
     struct item *next;
@@ -44,16 +44,8 @@ typedef struct item {
     size_t n;             /* IT_COPY, IT_MEMSET */
     int v;                /* IT_MEMSET */
     struct tnd_event *ev; /* IT_RECORD, IT_WAIT (holds a reference) */
-    uint64_t epoch;       /* IT_RECORD: the epoch it completes; IT_WAIT: the one it waits for;
-                           * IT_GATE: the opens it waits for */
-    struct tnd_gate *gate; /* IT_GATE */
+    uint64_t epoch;       /* IT_RECORD: the epoch it completes; IT_WAIT: the one it waits for */
 } item;
-
-/* A host gate (backend.h): waits are numbered in queue order (no graphs
- * here replay them), and the i-th passes once the host opened i times. */
-struct tnd_gate {
-    uint64_t queued, opened;
-};
 
 typedef struct sim_ctx sim_ctx;
 
@@ -64,8 +56,6 @@ struct tnd_event {
     uint64_t done;                 /* highest epoch whose point has been passed */
     double vclock;                 /* virtual clock at the latest record (set when queued) */
     double wall;                   /* wall time when the latest passed point was passed */
-    struct tnd_stream *rec_s;      /* the stream of the latest record, and its place there */
-    uint64_t rec_pos;
 };
 
 struct tnd_stream {
@@ -81,8 +71,6 @@ struct tnd_stream {
     char errmsg[512];
     uint64_t rng;        /* jitter */
     int index;
-    struct tnd_gate *gate; /* the latest gate wait queued here: its gate, target and place */
-    uint64_t gate_t, gate_pos;
 };
 
 typedef struct region {
@@ -200,12 +188,6 @@ static void push(tnd_stream *s, item *it) {
     pthread_cond_signal(&s->cv_work);
 }
 
-/* Whether waiting for s's items up to place pos would wait for a gate the
- * host has not opened yet: for ever (backend.h). Under mu. */
-static bool gated(const tnd_stream *s, uint64_t pos) {
-    return s->gate && s->gate->opened < s->gate_t && pos >= s->gate_pos;
-}
-
 /* Waits until s has finished everything queued so far. Under mu. */
 static void drain(sim_ctx *c, tnd_stream *s) {
     uint64_t target = s->n_pushed;
@@ -258,15 +240,12 @@ static void *worker_main(void *arg) {
         case IT_COPY: memmove(it->dst, it->src, it->n); break;
         case IT_MEMSET: memset(it->dst, it->v, it->n); break;
         case IT_RECORD:
-        case IT_WAIT:
-        case IT_GATE: break;
+        case IT_WAIT: break;
         }
 
         pthread_mutex_lock(&c->mu);
         if (it->kind == IT_WAIT) {
             while (it->ev->done < it->epoch) pthread_cond_wait(&c->cv_done, &c->mu);
-        } else if (it->kind == IT_GATE) {
-            while (it->gate->opened < it->epoch) pthread_cond_wait(&c->cv_done, &c->mu);
         } else if (it->kind == IT_RECORD) {
             if (it->epoch > it->ev->done) it->ev->done = it->epoch;
             it->ev->wall = tnd_time_s();
@@ -440,8 +419,6 @@ static void sim_stream_free(tnd_backend *b, tnd_stream *s) {
     if (s->prev) s->prev->next = s->next;
     else c->streams = s->next;
     if (s->next) s->next->prev = s->prev;
-    for (tnd_event *e = c->events; e; e = e->next)
-        if (e->rec_s == s) e->rec_s = NULL;
     pthread_mutex_unlock(&c->mu);
     pthread_cond_destroy(&s->cv_work);
     free(s);
@@ -451,10 +428,6 @@ static tnd_status sim_stream_sync(tnd_backend *b, tnd_stream *s) {
     sim_ctx *c = C(b);
     char msg[sizeof s->errmsg];
     pthread_mutex_lock(&c->mu);
-    if (gated(s, s->n_pushed)) {
-        pthread_mutex_unlock(&c->mu);
-        return tnd_fail(TND_ERR_INTERNAL, "sim: waiting for a stream that waits for the host (an unopened gate)");
-    }
     drain(c, s);
     tnd_status err = s->err;
     if (err) {
@@ -498,8 +471,6 @@ static tnd_status sim_event_record(tnd_backend *b, tnd_event *e, tnd_stream *s) 
     e->refs++;
     e->vclock = s->clock;
     push(s, it);
-    e->rec_s = s;
-    e->rec_pos = s->n_pushed;
     pthread_mutex_unlock(&c->mu);
     return TND_OK;
 }
@@ -526,10 +497,6 @@ static tnd_status sim_stream_wait(tnd_backend *b, tnd_stream *s, tnd_event *e) {
 static tnd_status sim_event_sync(tnd_backend *b, tnd_event *e) {
     sim_ctx *c = C(b);
     pthread_mutex_lock(&c->mu);
-    if (e->done < e->issued && e->rec_s && gated(e->rec_s, e->rec_pos)) {
-        pthread_mutex_unlock(&c->mu);
-        return tnd_fail(TND_ERR_INTERNAL, "sim: waiting for an event behind a gate the host has not opened");
-    }
     uint64_t target = e->issued;
     while (e->done < target) pthread_cond_wait(&c->cv_done, &c->mu);
     pthread_mutex_unlock(&c->mu);
@@ -899,48 +866,6 @@ static void sim_free(tnd_backend *b) {
     free(b);
 }
 
-/* ---- host gates (backend.h) ---------------------------------------------------------- */
-
-static tnd_status sim_gate_new(tnd_backend *b, tnd_gate **out) {
-    (void)b;
-    tnd_gate *g = calloc(1, sizeof *g);
-    if (!g) return tnd_fail(TND_ERR_NOMEM, "sim: out of host memory");
-    *out = g;
-    return TND_OK;
-}
-
-static void sim_gate_free(tnd_backend *b, tnd_gate *g) {
-    sim_ctx *c = C(b);
-    pthread_mutex_lock(&c->mu);
-    for (tnd_stream *s = c->streams; s; s = s->next)
-        if (s->gate == g) s->gate = NULL;
-    pthread_mutex_unlock(&c->mu);
-    free(g);
-}
-
-static tnd_status sim_gate_wait(tnd_backend *b, tnd_gate *g, tnd_stream *s) {
-    sim_ctx *c = C(b);
-    item *it = item_new(IT_GATE);
-    if (!it) return TND_ERR_NOMEM;
-    pthread_mutex_lock(&c->mu);
-    it->gate = g;
-    it->epoch = ++g->queued;
-    push(s, it);
-    s->gate = g;
-    s->gate_t = it->epoch;
-    s->gate_pos = s->n_pushed;
-    pthread_mutex_unlock(&c->mu);
-    return TND_OK;
-}
-
-static void sim_gate_open(tnd_backend *b, tnd_gate *g) {
-    sim_ctx *c = C(b);
-    pthread_mutex_lock(&c->mu);
-    g->opened++;
-    pthread_cond_broadcast(&c->cv_done);
-    pthread_mutex_unlock(&c->mu);
-}
-
 static const tnd_backend_iface sim_iface = {
     .name = "sim",
     .free = sim_free,
@@ -966,10 +891,6 @@ static const tnd_backend_iface sim_iface = {
     .memset = sim_memset,
     .op_supported = sim_op_supported,
     .op_run = sim_op_run,
-    .gate_new = sim_gate_new,
-    .gate_free = sim_gate_free,
-    .gate_wait = sim_gate_wait,
-    .gate_open = sim_gate_open,
 };
 
 tnd_status tnd_backend_sim_new(const tnd_sim_params *p, tnd_backend **out) {

@@ -102,7 +102,6 @@ typedef struct config {
     double pf_copies;               /* experts copied a layer ahead per decode step */
     tnd_backend_counters dec;       /* the GPU backend's counters over the decode test's steps */
     long dec_tok;                   /* ... and the steps */
-    uint64_t dec_ahead;             /* ... and the GPU segments queued ahead of the CPU's experts */
     double grp_gpu[3], grp_pred[3]; /* the same per layer group (input, middle, output; moe.h) */
 } config;
 
@@ -219,7 +218,6 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
             busy_between(&s0, &s1, tnd_plan_gpu(pl), r); /* the decode steps only, not the depth's prefill */
             counters_add(&k->dec, &s0.gpu, &s1.gpu);
             k->dec_tok += n_gen;
-            k->dec_ahead += s1.n_ahead - s0.n_ahead;
             double w = s1.wall_s - s0.wall_s;
             for (int q = 0; q < 3; q++) {
                 known[q] &= r->busy[q] >= 0;
@@ -232,9 +230,6 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     }
     rc = 0;
     if (g_verbose) print_counters(k->placement[0] ? k->placement : "default", "decode token", &k->dec, k->dec_tok);
-    if (g_verbose && k->dec_ahead && k->dec_tok > 0)
-        fprintf(stderr, "bench: %s: per decode token: %.1f GPU segments queued ahead of the CPU's experts\n",
-                k->placement[0] ? k->placement : "default", (double)k->dec_ahead / (double)k->dec_tok);
     /* how much of the split layers' decode routing the GPU's experts took,
      * against the hot-expert table the placement was made from */
     tnd_ctx_stats cs;
