@@ -20,7 +20,9 @@
  * (TND_OP_MOE_GLU: gate, up and SILU_MUL in one pool region, then down),
  * after the same step as three ops (gate, up, SILU_MUL), with experts of
  * their own: the second line per memory kind compares the two (the down
- * projection is the same op in both and is left out). */
+ * projection is the same op in both and is left out). The third line
+ * compares MOE_GLU then down with TND_OP_MOE_FFN (all four in one
+ * region), again with experts of their own. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,12 +187,14 @@ int main(int argc, char **argv) {
             continue;
         }
         double bw = tnd_cpu_read_bw(pool, base, m.n, 3);
-        /* t[0..2]: gate, up, down; t[3]: SILU_MUL; t[4]: the fused MOE_GLU */
-        double best[5] = {1e9, 1e9, 1e9, 1e9, 1e9}, sum[5] = {0};
+        /* t[0..2]: gate, up, down; t[3]: SILU_MUL; t[4]: the fused MOE_GLU; t[5]: its down; t[6]: MOE_FFN */
+        double best[7] = {1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9}, sum[7] = {0};
         for (int s = 0; s < n_tok + 2; s++) {
-            double t[5] = {0};
-            for (int l = 0; l < 2 * n_layers; l++) {
-                const bool fused = l >= n_layers; /* the layers again, fused */
+            double t[7] = {0};
+            for (int l = 0; l < 3 * n_layers; l++) {
+                /* the layers as four ops, again as MOE_GLU and down, again as one MOE_FFN */
+                const int mode = l / n_layers;
+                const bool fused = mode > 0;
                 char *L = base + layer * (size_t)(l % n_layers);
                 for (int k = 0; k < n_cpu_exp; k++) { /* distinct random experts */
                     int e, dup;
@@ -212,9 +216,22 @@ int main(int argc, char **argv) {
                 part[2] = (tnd_op){.kind = TND_OP_SILU_MUL}; /* over every slot, as the recipe's */
                 part[2].in[0] = part[2].out[0] = tens(h, TND_TYPE_F32, (int64_t)N_FF * n_used, 1, 1);
                 part[2].in[1] = tens(u, TND_TYPE_F32, (int64_t)N_FF * n_used, 1, 1);
+                tnd_op f;
+                if (fused && !tnd_op_moe_glu_fuse(part, &f)) return 1;
+                op.in[0] = tens(L + 2 * gs * N_EXP, TND_TYPE_Q6_K, N_FF, N_EMBD, N_EXP);
+                op.in[1] = tens(h, TND_TYPE_F32, N_FF, n_used, 1);
+                op.in[2] = part[0].in[2];
+                op.out[0] = tens(y, TND_TYPE_F32, N_EMBD, n_used, 1);
+                if (mode == 2) {
+                    const tnd_op gd[2] = {f, op};
+                    tnd_op ff;
+                    if (!tnd_op_moe_ffn_fuse(gd, &ff)) return 1;
+                    double t0 = tnd_time_s();
+                    if (tnd_backend_op_run(cpu, &ff, NULL)) return 1;
+                    t[6] += tnd_time_s() - t0;
+                    continue;
+                }
                 if (fused) {
-                    tnd_op f;
-                    if (!tnd_op_moe_glu_fuse(part, &f)) return 1;
                     double t0 = tnd_time_s();
                     if (tnd_backend_op_run(cpu, &f, NULL)) return 1;
                     t[4] += tnd_time_s() - t0;
@@ -225,17 +242,12 @@ int main(int argc, char **argv) {
                         t[w == 2 ? 3 : w] += tnd_time_s() - t0;
                     }
                 }
-                if (fused) continue; /* down: the same op either way */
-                op.in[0] = tens(L + 2 * gs * N_EXP, TND_TYPE_Q6_K, N_FF, N_EMBD, N_EXP);
-                op.in[1] = tens(h, TND_TYPE_F32, N_FF, n_used, 1);
-                op.in[2] = part[0].in[2];
-                op.out[0] = tens(y, TND_TYPE_F32, N_EMBD, n_used, 1);
                 double t0 = tnd_time_s();
                 if (tnd_backend_op_run(cpu, &op, NULL)) return 1;
-                t[2] += tnd_time_s() - t0;
+                t[fused ? 5 : 2] += tnd_time_s() - t0;
             }
             if (s < 2) continue; /* warm-up */
-            for (int k = 0; k < 5; k++) best[k] = fmin(best[k], t[k]), sum[k] += t[k];
+            for (int k = 0; k < 7; k++) best[k] = fmin(best[k], t[k]), sum[k] += t[k];
         }
         /* a dense matmul over the same bytes as one layer's gate experts, rotating over the layers */
         double dbest = 1e9;
@@ -259,6 +271,11 @@ int main(int argc, char **argv) {
                1e6 * best[3] / n_layers, 1e6 * sum[3] / n_tok / n_layers, 1e6 * best[4] / n_layers,
                1e6 * sum[4] / n_tok / n_layers, gb * 2 * gs / ((sum[0] + sum[1] + sum[3]) / n_tok),
                gb * 2 * gs / (sum[4] / n_tok));
+        printf("%-26s gate+up+silu+down us a layer, best (mean): moe_glu + down %5.1f (%5.1f), moe_ffn %5.1f (%5.1f)"
+               " | GB/s: %5.1f, %5.1f\n",
+               "", 1e6 * (best[4] + best[5]) / n_layers, 1e6 * (sum[4] + sum[5]) / n_tok / n_layers,
+               1e6 * best[6] / n_layers, 1e6 * sum[6] / n_tok / n_layers,
+               gb * (2 * gs + ds) / ((sum[4] + sum[5]) / n_tok), gb * (2 * gs + ds) / (sum[6] / n_tok));
         mem_free(&m);
     }
     free(x), free(h), free(y), free(u);

@@ -27,6 +27,7 @@ const char *tnd_op_name(tnd_op_kind k) {
     case TND_OP_MATMUL_PAIR: return "matmul_pair";
     case TND_OP_ROPE_KV: return "rope_kv";
     case TND_OP_MOE_GLU: return "moe_glu";
+    case TND_OP_MOE_FFN: return "moe_ffn";
     case TND_OP_COUNT: break;
     }
     return "?";
@@ -140,6 +141,39 @@ bool tnd_op_moe_glu_fuse(const tnd_op part[3], tnd_op *f) {
     f->in[3] = u->in[0];
     f->out[0] = *G;
     f->out[1] = *U;
+    return true;
+}
+
+void tnd_op_moe_ffn_split(const tnd_op *f, tnd_op part[2]) {
+    part[0] = *f;
+    part[0].kind = TND_OP_MOE_GLU;
+    part[0].in[4] = part[0].out[2] = (tnd_tensor){0};
+    tnd_op *d = &part[1];
+    *d = (tnd_op){.kind = TND_OP_MATMUL_ID};
+    d->p.mmid = f->p.mmid;
+    d->in[0] = f->in[4];
+    d->in[1] = f->out[0];
+    d->in[2] = f->in[2];
+    d->out[0] = f->out[2];
+}
+
+bool tnd_op_moe_ffn_fuse(const tnd_op part[2], tnd_op *f) {
+    const tnd_op *g = &part[0], *d = &part[1];
+    if (g->kind != TND_OP_MOE_GLU || d->kind != TND_OP_MATMUL_ID) return false;
+    const tnd_tensor *G = &g->out[0], *W = &d->in[0], *Y = &d->out[0];
+    if (!same_tensor(&d->in[1], G) || !same_tensor(&d->in[2], &g->in[2]) || d->p.mmid.skip != g->p.mmid.skip ||
+        d->p.mmid.ids_host != g->p.mmid.ids_host || !W->data || !Y->data || Y->type != TND_TYPE_F32 ||
+        W->ne[0] != G->ne[0] || W->ne[2] != g->in[0].ne[2] || Y->ne[0] != W->ne[1] ||
+        tnd_tensor_nelem(Y) != W->ne[1] * tnd_tensor_nelem(&g->in[2]))
+        return false;
+    /* Y is written while x, the ids, G and U are read or written */
+    const tnd_tensor *other[4] = {&g->in[1], &g->in[2], G, &g->out[1]};
+    for (int i = 0; i < 4; i++)
+        if (tnd_tensors_overlap(Y, other[i])) return false;
+    *f = *g;
+    f->kind = TND_OP_MOE_FFN;
+    f->in[4] = *W;
+    f->out[2] = *Y;
     return true;
 }
 

@@ -193,6 +193,14 @@ typedef enum tnd_op_kind {
      * MATMUL_PAIR: the executor fuses the three nodes only for a backend
      * whose op_supported accepts the op. */
     TND_OP_MOE_GLU,
+    /* MOE_GLU and the down projection that reads its G, as one op (the CPU
+     * runs them in one parallel region, each down grain after its expert's
+     * G rows): MOE_GLU's in[0..3], out[0..1] and p.mmid; in[4] down W
+     * {n_ff, n_out, n_expert}; out[2] Y f32 {n_out, n_used, n_tok}. The
+     * same as MOE_GLU then MATMUL_ID(down W, G, ids) -> Y with the same
+     * skip (tnd_op_moe_ffn_split gives those two ops). Optional, like
+     * MATMUL_PAIR. */
+    TND_OP_MOE_FFN,
     TND_OP_COUNT
 } tnd_op_kind;
 
@@ -255,6 +263,13 @@ void tnd_op_moe_glu_split(const tnd_op *f, tnd_op part[3]);
  * over exactly the gate's output times the up's, no output overlapping
  * another tensor of the op). */
 bool tnd_op_moe_glu_fuse(const tnd_op part[3], tnd_op *f);
+/* MOE_FFN (f) as its MOE_GLU and the down MATMUL_ID, in order. */
+void tnd_op_moe_ffn_split(const tnd_op *f, tnd_op part[2]);
+/* A MOE_GLU and the down MATMUL_ID after it as one MOE_FFN in *f; false
+ * when they do not have that form (the down reads exactly the GLU's G with
+ * its ids and skip, its weight has the gate's experts and n_ff inputs, and
+ * its output overlaps no other tensor of the op). */
+bool tnd_op_moe_ffn_fuse(const tnd_op part[2], tnd_op *f);
 
 /* The positions of an ATTN (in[3] and kv_cap, or p.attn.pos0, against its
  * cache's rows) or a CPY by position (in[1]), checked for a backend whose
@@ -482,7 +497,7 @@ tnd_status tnd_backend_memset(tnd_backend *b, void *dst_dev, int v, size_t n, tn
 /* Without copy_mapped: copy_d2d. */
 tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, size_t n, tnd_stream *s);
 /* Without op_supported: TND_OK for every op but MATMUL_PAIR and ROPE_KV
- * (the CPU backend, which has none, runs MOE_GLU). */
+ * (the CPU backend, which has none, runs MOE_GLU and MOE_FFN). */
 tnd_status tnd_backend_op_supported(tnd_backend *b, const tnd_op *op);
 tnd_status tnd_backend_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s);
 /* Without reserve: TND_OK (nothing to reserve). */

@@ -256,6 +256,40 @@ static void test_moe_glu_form(void) {
         refused = refused && !tnd_op_moe_glu_fuse(bad, &f);
     }
     tc_report(refused, "moe_glu: ops of another form are not fused");
+
+    /* MOE_FFN: the MOE_GLU and the down MATMUL_ID over its G */
+    const tnd_tensor wd = tens_t(buf[5], TND_TYPE_F32, 8, 4, 2);
+    tnd_op gd[2], ff, back2[2];
+    ok = tnd_op_moe_glu_fuse(part, &gd[0]);
+    gd[1] = (tnd_op){.kind = TND_OP_MATMUL_ID, .p.mmid.skip = true};
+    gd[1].in[0] = wd, gd[1].in[1] = part[0].out[0], gd[1].in[2] = part[0].in[2];
+    static float y[4 * 2 * 2];
+    gd[1].out[0] = tens(y, 4, 2, 2);
+    ok = ok && tnd_op_moe_ffn_fuse(gd, &ff) && ff.kind == TND_OP_MOE_FFN;
+    if (ok) tnd_op_moe_ffn_split(&ff, back2);
+    for (int k = 0; ok && k < 2; k++) {
+        ok = back2[k].kind == gd[k].kind && back2[k].p.mmid.skip == gd[k].p.mmid.skip;
+        for (int i = 0; i < TND_OP_MAX_IN + TND_OP_MAX_OUT; i++) {
+            const tnd_tensor *a = i < TND_OP_MAX_IN ? &back2[k].in[i] : &back2[k].out[i - TND_OP_MAX_IN];
+            const tnd_tensor *b = i < TND_OP_MAX_IN ? &gd[k].in[i] : &gd[k].out[i - TND_OP_MAX_IN];
+            ok = ok && a->data == b->data && (!a->data || (a->type == b->type && !memcmp(a->ne, b->ne, sizeof a->ne)));
+        }
+    }
+    tc_report(ok, "moe_ffn: fused from MOE_GLU and its down, and split back");
+    refused = true;
+    for (int k = 0; k < 5; k++) {
+        tnd_op b2[2];
+        memcpy(b2, gd, sizeof b2);
+        switch (k) {
+        case 0: b2[1].in[1].data = buf[4]; break;        /* the down reads U, not G */
+        case 1: b2[1].p.mmid.skip = false; break;        /* another skip */
+        case 2: b2[1].out[0].data = buf[3]; break;       /* Y over G */
+        case 3: b2[1].in[0].ne[0] = 16; break;           /* the down's inputs are not n_ff */
+        default: b2[1].in[2].data = buf[4]; break;       /* other ids */
+        }
+        refused = refused && !tnd_op_moe_ffn_fuse(b2, &ff);
+    }
+    tc_report(refused, "moe_ffn: ops of another form are not fused");
 }
 
 /* The CPU backend's MOE_GLU against its three ops: n_exp experts of gate
@@ -280,6 +314,17 @@ static void test_moe_glu_op(tnd_type gt, tnd_type ut, int64_t n_in, int64_t n_ff
     }
     free(row);
     const tnd_tensor wg = tens_t(w[0], gt, n_in, n_ff, n_exp), wu = tens_t(w[1], ut, n_in, n_ff, n_exp);
+    /* MOE_FFN's down {n_ff, n_in}: as Qwen3's Q6_K where the rows allow */
+    const tnd_type dt = n_ff % 256 == 0 ? TND_TYPE_Q6_K : n_ff % 32 == 0 ? TND_TYPE_Q8_0 : TND_TYPE_F16;
+    const size_t drs = tnd_row_size(dt, n_ff);
+    char *wdp = tc_xmalloc(drs * (size_t)(n_in * n_exp));
+    float *drow = tc_xmalloc(sizeof(float) * (size_t)n_ff);
+    for (int64_t r = 0; r < n_in * n_exp; r++) {
+        tc_fill_unif(drow, (size_t)n_ff, -1, 1);
+        tnd_type_traits_get(dt)->from_float(drow, wdp + (size_t)r * drs, n_ff);
+    }
+    free(drow);
+    const tnd_tensor wd = tens_t(wdp, dt, n_ff, n_in, n_exp);
     const int64_t pairs = n_used * n_tok, ny = n_ff * pairs;
     float *x = rnd(n_in * n_tok, -1, 1);
     int32_t *ids = tc_xmalloc(sizeof(int32_t) * (size_t)pairs);
@@ -316,17 +361,48 @@ static void test_moe_glu_op(tnd_type gt, tnd_type ut, int64_t n_in, int64_t n_ff
         char w2[240];
         snprintf(w2, sizeof w2, "%s: U", what);
         check_same(fU, rU, ny, w2);
+        /* MOE_FFN: the same G and U, and the down's Y as MATMUL_ID's after the three ops */
+        const int64_t nyd = n_in * pairs;
+        float *Y0 = rnd(nyd, -4, 4), *rY = copy_of(Y0, nyd), *fY = copy_of(Y0, nyd);
+        tnd_op d = {.kind = TND_OP_MATMUL_ID, .p.mmid.skip = skip_pct > 0}, gd[2], ff;
+        d.in[0] = wd, d.in[1] = part[0].out[0], d.in[2] = part[0].in[2];
+        d.out[0] = tens(rY, n_in, n_used, n_tok);
+        d.in[1].data = rG;
+        run(&d); /* over the three ops' G */
+        memcpy(fG, G0, sizeof(float) * (size_t)ny), memcpy(fU, U0, sizeof(float) * (size_t)ny);
+        gd[0] = f, gd[1] = d;
+        gd[1].in[1].data = fG, gd[1].out[0].data = fY;
+        char w3[240];
+        if (!tnd_op_moe_ffn_fuse(gd, &ff)) {
+            tc_report(false, "%s: MOE_GLU and its down did not fuse", what);
+        } else {
+            CHECK_ST(tnd_backend_op_supported(CPU, &ff));
+            run(&ff);
+            snprintf(w3, sizeof w3, "%s: moe_ffn G", what);
+            check_same(fG, rG, ny, w3);
+            snprintf(w3, sizeof w3, "%s: moe_ffn U", what);
+            check_same(fU, rU, ny, w3);
+            snprintf(w3, sizeof w3, "%s: moe_ffn Y (down %s)", what, tnd_type_name(dt));
+            check_same(fY, rY, nyd, w3);
+        }
         /* an id past the experts: the three ops' error, nothing written */
         if (skip_pct == 0) {
             ids[pairs - 1] = (int32_t)n_exp;
             memcpy(fG, G0, sizeof(float) * (size_t)ny), memcpy(fU, U0, sizeof(float) * (size_t)ny);
-            const tnd_status st = CPU->iface->op_run(CPU, &f, NULL);
+            memcpy(fY, Y0, sizeof(float) * (size_t)nyd);
+            tnd_status st = CPU->iface->op_run(CPU, &f, NULL);
             tnd_clear_error();
             tc_report(st == TND_ERR_ARG && differs(fG, G0, ny) < 0 && differs(fU, U0, ny) < 0,
                       "%s: an id out of range fails (%d) before writing", what, (int)st);
+            st = CPU->iface->op_run(CPU, &ff, NULL);
+            tnd_clear_error();
+            tc_report(st == TND_ERR_ARG && differs(fG, G0, ny) < 0 && differs(fU, U0, ny) < 0 &&
+                          differs(fY, Y0, nyd) < 0,
+                      "%s: moe_ffn: an id out of range fails (%d) before writing", what, (int)st);
         }
+        free(Y0), free(rY), free(fY);
     }
-    free(w[0]), free(w[1]), free(x), free(ids), free(G0), free(U0), free(rG), free(rU), free(fG), free(fU);
+    free(w[0]), free(w[1]), free(wdp), free(x), free(ids), free(G0), free(U0), free(rG), free(rU), free(fG), free(fU);
 }
 
 static void test_moe_glu(void) {
@@ -360,7 +436,7 @@ static void test_moe_glu(void) {
 /* A prompt of n in chunks of 5, N_GEN greedy steps, then N_SEQ sequences
  * in batched rounds (prefill, one decode round): every logit into lg. */
 static tnd_status run_recipe(tnd_model *m, const tnd_ctx_params *cp, const int32_t *ids, int n, float *lg,
-                             uint64_t *n_rope_kv, uint64_t *n_glu) {
+                             uint64_t *n_rope_kv, uint64_t *n_glu, uint64_t *n_ffn) {
     const int nv = tnd_model_n_vocab(m);
     tnd_ctx *c;
     int32_t out[N_GEN];
@@ -371,6 +447,7 @@ static tnd_status run_recipe(tnd_model *m, const tnd_ctx_params *cp, const int32
     tnd_ctx_get_stats(c, &cs);
     *n_rope_kv = cs.n_rope_kv;
     *n_glu = cs.n_glu;
+    *n_ffn = cs.n_ffn;
     tnd_ctx_free(c);
     if (st || (st = tnd_ctx_new(m, cp, &c))) return st;
     float *bl = lg + (size_t)(N_GEN + 1) * nv;
@@ -433,10 +510,10 @@ static int test_recipe(const char *shape) {
         cp.n_seq_max = N_SEQ;
         float *lg[2] = {calloc(nl, sizeof(float)), calloc(nl, sizeof(float))};
         tnd_status st = TND_OK;
-        uint64_t n_kv[2] = {0, 0}, n_glu[2] = {0, 0};
+        uint64_t n_kv[2] = {0, 0}, n_glu[2] = {0, 0}, n_ffn[2] = {0, 0};
         for (int f = 0; !st && f < 2; f++) {
             tnd_config_set("TND_FUSE", f ? "1" : "0");
-            st = run_recipe(m, &cp, ids, n, lg[f], &n_kv[f], &n_glu[f]);
+            st = run_recipe(m, &cp, ids, n, lg[f], &n_kv[f], &n_glu[f], &n_ffn[f]);
         }
         char run_name[96];
         snprintf(run_name, sizeof run_name, "%s %s%s%s%s%s", shape, runs[r].dev == TND_DEVICE_CPU ? "cpu" : "sim",
@@ -450,6 +527,13 @@ static int test_recipe(const char *shape) {
                           (moe ? n_glu[1] >= (uint64_t)(N_GEN + 1) * (uint64_t)m->hp.n_layer : n_glu[1] == 0),
                       "%s: MOE_GLU fused %llu times (TND_FUSE=0: %llu)", run_name, (unsigned long long)n_glu[1],
                       (unsigned long long)n_glu[0]);
+        /* ... with its down as one MOE_FFN wherever the CPU runs it: all on
+         * the CPU, the CPU's experts of split layers (SimGPU takes no MOE_FFN) */
+        const bool on_cpu = runs[r].dev == TND_DEVICE_CPU, split = runs[r].placement && strcmp(runs[r].placement, "gpu");
+        if (!st && moe)
+            tc_report(n_ffn[0] == 0 && (on_cpu ? n_ffn[1] == n_glu[1] : split ? n_ffn[1] > 0 : n_ffn[1] == 0),
+                      "%s: MOE_FFN fused %llu times of %llu MOE_GLU (TND_FUSE=0: %llu)", run_name,
+                      (unsigned long long)n_ffn[1], (unsigned long long)n_glu[1], (unsigned long long)n_ffn[0]);
         /* all on the simulated GPU, each greedy step's layers run their ropes
          * and K/V stores as one ROPE_KV (the executor's fusion) */
         if (!st && runs[r].placement && !strcmp(runs[r].placement, "gpu"))

@@ -2,6 +2,7 @@
  * with the pool's threads; "device" memory is host memory. It is the
  * reference the CUDA backend is compared with, and the engine's CPU path. */
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -22,10 +23,11 @@ typedef struct cpu_ctx {
     uint64_t budget, used, peak;
     /* MATMUL_ID scratch (gathered inputs/outputs of one expert; gu: MOE_GLU's
      * up outputs beside gy's gate ones), grown on demand */
-    float *gx, *gy, *gu;
+    float *gx, *gy, *gu, *gdy; /* gdy: MOE_FFN's down outputs, grouped */
     int32_t *gidx, *gact;
     int64_t *goff;
-    size_t g_cap_x, g_cap_y, g_cap_u, g_cap_i, g_cap_act, g_cap_off;
+    _Atomic int64_t *gready; /* MOE_FFN: each used expert's G rows done */
+    size_t g_cap_x, g_cap_y, g_cap_u, g_cap_dy, g_cap_i, g_cap_act, g_cap_off, g_cap_ready;
 } cpu_ctx;
 
 struct tnd_stream { int unused; };
@@ -422,6 +424,10 @@ typedef struct {
     const int32_t *gidx; /* group_pairs': n_pairs grouped by expert, then n_skip skipped */
     float *G, *U;
     int64_t n_work, n_pairs, n_skip;
+    /* MOE_FFN: SiLU's rows also stay grouped in gy (the down's input), and
+     * each grain adds its rows to ready[k] of its expert act[k] */
+    bool ffn;
+    _Atomic int64_t *ready;
 } glu_job;
 
 static void glu_task(void *arg, int item, int n_items) {
@@ -446,11 +452,54 @@ static void glu_task(void *arg, int item, int n_items) {
         group_rows(&j->mm[1], e, r0, r1);
         /* silu is elementwise (cpu/ops.c), so rows r0..r1 alone are SILU_MUL's values */
         for (int64_t p = m->off[e]; p < m->off[e + 1]; p++) {
-            const float *g = m->gy + p * n_out + r0, *u = j->mm[1].gy + p * n_out + r0;
+            float *g = m->gy + p * n_out + r0;
+            const float *u = j->mm[1].gy + p * n_out + r0;
             const int64_t at = (int64_t)j->gidx[p] * n_out + r0;
             memcpy(j->U + at, u, sizeof(float) * (size_t)(r1 - r0));
-            tnd_cpu_silu_mul(g, u, j->G + at, r1 - r0);
+            if (j->ffn) { /* in place, so the down reads them grouped as MATMUL_ID would gather them */
+                tnd_cpu_silu_mul(g, u, g, r1 - r0);
+                memcpy(j->G + at, g, sizeof(float) * (size_t)(r1 - r0));
+            } else {
+                tnd_cpu_silu_mul(g, u, j->G + at, r1 - r0);
+            }
         }
+        if (j->ffn) atomic_fetch_add_explicit(&j->ready[k], r1 - r0, memory_order_release);
+        a += g1 - g0;
+    }
+}
+
+/* MOE_FFN's region: MOE_GLU's items, then the down's grains (a group_job
+ * over the grouped SiLU rows into gdy), each of which waits until its
+ * expert's G rows are all done, then scatters its rows of each pair into
+ * Y. The pool claims items in order, so every item a down grain waits for
+ * is already held by a running thread. */
+typedef struct {
+    glu_job g;
+    group_job dn;
+    float *Y;
+    int64_t n_glu_items, n_dn_work, n_ff;
+} ffn_job;
+
+static void ffn_task(void *arg, int item, int n_items) {
+    const ffn_job *j = arg;
+    if (item < j->n_glu_items) {
+        glu_task((void *)&j->g, item, (int)j->n_glu_items);
+        return;
+    }
+    (void)n_items;
+    const group_job *d = &j->dn;
+    const int64_t total = d->grains * d->n_act, w = item - j->n_glu_items;
+    int64_t a = total * w / j->n_dn_work, b = total * (w + 1) / j->n_dn_work;
+    while (a < b) {
+        const int64_t k = a / d->grains, g0 = a % d->grains, g1 = TND_MIN(d->grains, g0 + (b - a));
+        const int e = d->act[k];
+        const int64_t r0 = g0 * d->rows, r1 = TND_MIN(d->n_out, g1 * d->rows);
+        for (int spins = 0; atomic_load_explicit(&j->g.ready[k], memory_order_acquire) < j->n_ff; spins++)
+            if (spins > 1000) sched_yield(); /* (its holder may be descheduled) */
+        group_rows(d, e, r0, r1);
+        for (int64_t p = d->off[e]; p < d->off[e + 1]; p++)
+            memcpy(j->Y + (int64_t)j->g.gidx[p] * d->n_out + r0, d->gy + p * d->n_out + r0,
+                   sizeof(float) * (size_t)(r1 - r0));
         a += g1 - g0;
     }
 }
@@ -458,19 +507,29 @@ static void glu_task(void *arg, int item, int n_items) {
 /* MOE_GLU: in one region where MATMUL_ID would run the grouped region (a
  * decode step: gate and up were two regions of few grains each, plus
  * SILU_MUL's, each a wake-up and a barrier); otherwise (many tokens an
- * expert, no pair computed, no memory for the up rows) as its three ops. */
+ * expert, no pair computed, no memory for the up rows) as its three ops.
+ * MOE_FFN (op->kind): the down projection's grains in the same region. */
 static tnd_status run_moe_glu(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     cpu_ctx *c = C(b);
-    const tnd_tensor *Wg = &op->in[0], *Wu = &op->in[3];
+    const tnd_tensor *Wg = &op->in[0], *Wu = &op->in[3], *Wd = &op->in[4];
     const int64_t n_in = Wg->ne[0], n_out = Wg->ne[1];
+    const bool ffn = op->kind == TND_OP_MOE_FFN;
     int n_act;
     int64_t n_pairs;
     tnd_status st = group_pairs(c, op, true, &n_act, &n_pairs);
     if (st) return st;
     const int64_t pairs = tnd_tensor_nelem(&op->in[2]);
+    const int64_t n_dout = ffn ? Wd->ne[1] : 0;
     if (!group_region(n_act, n_pairs) ||
-        !grow((void **)&c->gu, &c->g_cap_u, sizeof(float) * (size_t)(pairs * n_out))) {
+        !grow((void **)&c->gu, &c->g_cap_u, sizeof(float) * (size_t)(pairs * n_out)) ||
+        (ffn && (!grow((void **)&c->gdy, &c->g_cap_dy, sizeof(float) * (size_t)(pairs * n_dout)) ||
+                 !grow((void **)&c->gready, &c->g_cap_ready, sizeof(int64_t) * (size_t)n_act)))) {
         tnd_op part[3];
+        if (ffn) { /* MOE_GLU, then the down */
+            tnd_op_moe_ffn_split(op, part);
+            if ((st = run_moe_glu(b, &part[0], s))) return st;
+            return cpu_op_run(b, &part[1], s);
+        }
         tnd_op_moe_glu_split(op, part);
         for (int i = 0; i < 3; i++)
             if ((st = cpu_op_run(b, &part[i], s))) return st;
@@ -495,7 +554,21 @@ static tnd_status run_moe_glu(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     }
     j.n_work = group_items(grains * n_act, n_thr, most);
     const int64_t n_skip_items = TND_MIN(j.n_skip, n_thr);
-    tnd_pool_run_n(c->pool, glu_task, &j, (int)(j.n_work + n_skip_items));
+    if (!ffn) {
+        tnd_pool_run_n(c->pool, glu_task, &j, (int)(j.n_work + n_skip_items));
+        return TND_OK;
+    }
+    /* the down's grains as MATMUL_ID would make them, over the grouped SiLU rows */
+    j.ffn = true;
+    j.ready = c->gready;
+    for (int k = 0; k < n_act; k++) atomic_store_explicit(&j.ready[k], 0, memory_order_relaxed);
+    const int64_t drows = group_grain_rows(n_dout, n_act, most);
+    ffn_job f = {.g = j, .Y = op->out[2].data, .n_glu_items = j.n_work + n_skip_items, .n_ff = n_out};
+    f.dn = (group_job){.c = c, .wt = Wd->type, .W = Wd->data, .w_slice = tnd_row_size(Wd->type, n_out) * (size_t)n_dout,
+                       .n_in = n_out, .n_out = n_dout, .n_act = n_act, .grains = (n_dout + drows - 1) / drows,
+                       .rows = drows, .act = c->gact, .off = c->goff, .gx = c->gy, .gy = c->gdy};
+    f.n_dn_work = group_items(f.dn.grains * n_act, n_thr, most);
+    tnd_pool_run_n(c->pool, ffn_task, &f, (int)(f.n_glu_items + f.n_dn_work));
     return TND_OK;
 }
 
@@ -644,6 +717,7 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         return TND_OK;
     }
     case TND_OP_MOE_GLU:
+    case TND_OP_MOE_FFN:
         return run_moe_glu(b, op, s);
     case TND_OP_MATMUL_PAIR: /* optional (backend.h), never fused for this backend */
     case TND_OP_COUNT:
@@ -658,6 +732,8 @@ static void cpu_free(tnd_backend *b) {
     tnd_aligned_free(c->gx);
     tnd_aligned_free(c->gy);
     tnd_aligned_free(c->gu);
+    tnd_aligned_free(c->gdy);
+    tnd_aligned_free((void *)c->gready);
     tnd_aligned_free(c->gidx);
     tnd_aligned_free(c->gact);
     tnd_aligned_free(c->goff);

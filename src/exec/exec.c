@@ -119,17 +119,20 @@ static bool promoted(const tnd_ctx *c, int sid) {
     return c->lay.n_slots > 0 && sid >= 0 && c->pl.promote[sid] && (!c->pl.promote_auto || c->round_prom[sid]);
 }
 
-/* An op over routed experts: MATMUL_ID, or MOE_GLU (its in[0..2] are a MATMUL_ID's). */
-static bool expert_op(const tnd_op *op) { return op->kind == TND_OP_MATMUL_ID || op->kind == TND_OP_MOE_GLU; }
+/* An op over routed experts: MATMUL_ID, or MOE_GLU / MOE_FFN (their in[0..2] are a MATMUL_ID's). */
+static bool expert_op(const tnd_op *op) {
+    return op->kind == TND_OP_MATMUL_ID || op->kind == TND_OP_MOE_GLU || op->kind == TND_OP_MOE_FFN;
+}
 
 /* The GPU-resident part of a split layer's expert op (it reads A_RIG). */
 static bool resident_part(const tnd_ctx *c, const tnd_node *nd) {
     return expert_op(&nd->op) && c->side[0].act[A_RIG] && nd->op.in[2].data == c->side[0].act[A_RIG];
 }
 
-/* The slice of a MOE_GLU's up weight (its node's sid is the gate's). */
-static int glu_up_sid(const tnd_ctx *c, const tnd_node *nd) {
-    const tnd_region *r = find_region(c, nd->op.in[3].data);
+/* The slice of a MOE_GLU's up weight (in[3]) or a MOE_FFN's down weight
+ * (in[4]): its node's sid is the gate's. */
+static int fused_sid(const tnd_ctx *c, const tnd_node *nd, int in) {
+    const tnd_region *r = find_region(c, nd->op.in[in].data);
     return r && r->kind == R_WEIGHT ? r->idx : -1;
 }
 
@@ -640,7 +643,9 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
      * packed slot only the CPU's */
     if (res) op.in[0].ne[2] = c->n_compact[nd->layer];
     else if (prom && packed_ahead(c, nd)) op.in[0].ne[2] = c->n_cpu_idx[nd->layer];
-    if (op.kind == TND_OP_MOE_GLU) op.in[3].ne[2] = op.in[0].ne[2]; /* the up weight, held as the gate's */
+    if (op.kind == TND_OP_MOE_GLU || op.kind == TND_OP_MOE_FFN) /* the up (and down) weight, held as the gate's */
+        op.in[3].ne[2] = op.in[0].ne[2];
+    if (op.kind == TND_OP_MOE_FFN) op.in[4].ne[2] = op.in[0].ne[2];
     /* the CPU part of a split layer writes rows the GPU part leaves alone */
     bool disjoint = c->gpu && !res && expert_op(&nd->op) && nd->op.in[2].data == c->side[0].act[A_RIC];
     for (int i = 0; i < TND_OP_MAX_OUT; i++) {
@@ -680,7 +685,9 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     const bool rec = c->adapt && c->adapt_cpu && c->perf && s == TND_SIDE_CPU && nd->sid >= 0 &&
                      !tnd_slice_small(c->m->slices[nd->sid]) && !tnd_slice_split(c->m, &c->pl, nd->sid, NULL);
     const int nt_op = nd->sid >= 0 && nd->sid == c->m->output.id ? 1 : c->round_nt;
-    const int up_sid = op.kind == TND_OP_MOE_GLU ? glu_up_sid(c, nd) : -1;
+    const bool fused = op.kind == TND_OP_MOE_GLU || op.kind == TND_OP_MOE_FFN;
+    const int up_sid = fused ? fused_sid(c, nd, 3) : -1;
+    const int down_sid = op.kind == TND_OP_MOE_FFN ? fused_sid(c, nd, 4) : -1;
     double t_op = s == TND_SIDE_CPU ? tnd_time_s() : 0;
     if (c->trace) tr = tnd_time_s();
     if (c->tl) tnd_tl_op_begin(c, s, prom ? c->copy_bytes[ev] : 0);
@@ -691,22 +698,25 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         double dt = tnd_time_s() - t_op;
         c->busy_cpu += dt;
         if (disjoint) c->pf_cpu_s += dt; /* a split layer's CPU experts (prefetch.c's balance) */
-        if (rec) { /* a MOE_GLU: its gate's and up's slices (SILU_MUL, weightless, goes unpredicted) */
+        if (rec) { /* a MOE_GLU: its gate's and up's slices (SILU_MUL, weightless, goes unpredicted); a MOE_FFN
+                    * its down's too */
             c->r_cpu_meas += dt;
             c->r_cpu_pred += tnd_perf_slice_time(c->perf, nd->sid, TND_SIDE_CPU, nt_op);
-            if (op.kind == TND_OP_MOE_GLU && up_sid >= 0)
-                c->r_cpu_pred += tnd_perf_slice_time(c->perf, up_sid, TND_SIDE_CPU, nt_op);
+            if (fused && up_sid >= 0) c->r_cpu_pred += tnd_perf_slice_time(c->perf, up_sid, TND_SIDE_CPU, nt_op);
+            if (down_sid >= 0) c->r_cpu_pred += tnd_perf_slice_time(c->perf, down_sid, TND_SIDE_CPU, nt_op);
         }
     } else if (c->perf) { /* the GPU's busy time, by the perf DB (its ops run asynchronously) */
         const double other = tnd_perf_other_time(c->perf, TND_SIDE_GPU, c->round_nt) / OTHER_OPS;
         if (nd->sid >= 0 && !tnd_slice_small(c->m->slices[nd->sid]) && !res) {
             c->busy_gpu += tnd_perf_gpu_time(c->m, c->perf, nd->sid, nt_op);
-            if (op.kind == TND_OP_MOE_GLU && up_sid >= 0) /* and its up's slice and SILU_MUL */
+            if (fused && up_sid >= 0) /* and its up's slice and SILU_MUL (a MOE_FFN: and its down's) */
                 c->busy_gpu += tnd_perf_gpu_time(c->m, c->perf, up_sid, nt_op) + other;
+            if (down_sid >= 0) c->busy_gpu += tnd_perf_gpu_time(c->m, c->perf, down_sid, nt_op);
         } else if (op.kind == TND_OP_ATTN) {
             c->busy_gpu += tnd_perf_attn_time(c->perf, TND_SIDE_GPU, c->round_nt, c->n_past);
         } else { /* a ROPE_KV stands for four of the recipe's other ops, a (resident) MOE_GLU three */
-            c->busy_gpu += other * (op.kind == TND_OP_ROPE_KV ? 4 : op.kind == TND_OP_MOE_GLU ? 3 : 1);
+            c->busy_gpu += other * (op.kind == TND_OP_ROPE_KV ? 4 : op.kind == TND_OP_MOE_GLU ? 3
+                                                                  : op.kind == TND_OP_MOE_FFN ? 4 : 1);
         }
     }
     if (c->trace) {
@@ -846,6 +856,33 @@ static bool fuse_glu(tnd_ctx *c, int i, tnd_node *out) {
     return *ok > 0;
 }
 
+/* Nodes i.. as one MOE_FFN (out): fuse_glu's three and the down MATMUL_ID
+ * after them, which reads their G with their ids on the same side, not
+ * promoted, where that side's backend takes the op (asked once a side).
+ * The CPU then runs the down's grains in the GLU's region: each waits only
+ * for its own expert's G rows, where the two regions waited for all. */
+static bool fuse_ffn(tnd_ctx *c, int i, tnd_node *out) {
+    if (i + 3 >= c->g.n || !fuse_glu(c, i, out)) return false;
+    const tnd_node *d = &c->g.nodes[i + 3];
+    bool p;
+    const int s = tnd_exec_node_side(c, &c->g.nodes[i], c->cur, false, NULL);
+    if (d->op.kind != TND_OP_MATMUL_ID || d->layer != out->layer || d->sid < 0 || d->pin != TND_PIN_FOLLOW ||
+        tnd_exec_node_side(c, d, s, false, &p) != s || p || resident_part(c, d) != resident_part(c, &c->g.nodes[i]))
+        return false;
+    int8_t *ok = &c->ffn_ok[s];
+    if (*ok < 0) return false;
+    const tnd_op part[2] = {out->op, d->op};
+    tnd_op f;
+    if (!tnd_op_moe_ffn_fuse(part, &f)) return false;
+    if (!*ok) {
+        *ok = tnd_backend_op_supported(c->side[s].be, &f) == TND_OK ? 1 : -1;
+        if (*ok < 0) tnd_clear_error();
+    }
+    if (*ok < 0) return false;
+    out->op = f;
+    return true;
+}
+
 /* Whether every op of the round runs on the GPU (the host's own bookkeeping,
  * NONE nodes, aside): the plan holds the whole model there. */
 static bool round_gpu_only(const tnd_ctx *c) {
@@ -962,6 +999,8 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits) {
             st = run_node(c, &pair, &prom_seen), i++, c->n_pairs++;
         else if (fuse_rope_kv(c, i, &pair))
             st = run_node(c, &pair, &prom_seen), i += 3, c->n_rope_kv++;
+        else if (fuse_ffn(c, i, &pair))
+            st = run_node(c, &pair, &prom_seen), i += 3, c->n_glu++, c->n_ffn++;
         else if (fuse_glu(c, i, &pair))
             st = run_node(c, &pair, &prom_seen), i += 2, c->n_glu++;
         else

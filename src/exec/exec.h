@@ -181,6 +181,8 @@ struct tnd_ctx {
     int8_t rope_kv_ok;  /* whether the GPU backend takes ROPE_KV: 0 not asked yet, 1 yes, -1 no */
     uint64_t n_glu;     /* gate, up, SILU_MUL runs handed to their side as one MOE_GLU (fuse_glu) */
     int8_t glu_ok[2];   /* whether side s's backend takes MOE_GLU: 0 not asked yet, 1 yes, -1 no */
+    uint64_t n_ffn;     /* ... of which with their down MATMUL_ID as one MOE_FFN (fuse_ffn) */
+    int8_t ffn_ok[2];   /* whether side s's backend takes MOE_FFN, as glu_ok */
     /* split layers' routings of decode steps: all, and those to GPU experts
      * (bench sets them beside the hot-expert table's prediction) */
     uint64_t n_route_dec, n_route_dec_gpu;

@@ -461,6 +461,7 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .n_pairs = c->n_pairs,
                            .n_rope_kv = c->n_rope_kv,
                            .n_glu = c->n_glu,
+                           .n_ffn = c->n_ffn,
                            .n_route_dec = c->n_route_dec,
                            .n_route_dec_gpu = c->n_route_dec_gpu,
                            .n_route_dec_pf = c->n_route_dec_pf,

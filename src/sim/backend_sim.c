@@ -769,6 +769,7 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
         return TND_OK;
     }
     case TND_OP_MATMUL_PAIR: /* optional (backend.h): the executor keeps the two MATMULs */
+    case TND_OP_MOE_FFN:     /* ... and MOE_GLU and its down (the simulated GPU's experts run unfused) */
     case TND_OP_COUNT:
         break;
     }

@@ -381,10 +381,12 @@ static op_cost cost_of(const tnd_op *op) {
         return c;
     }
     case TND_OP_ROPE_KV:  /* its four ops' bytes in one launch */
-    case TND_OP_MOE_GLU: { /* its three */
+    case TND_OP_MOE_GLU:  /* its three */
+    case TND_OP_MOE_FFN: { /* its MOE_GLU and down */
         tnd_op part[4];
         int n = 3;
         if (op->kind == TND_OP_ROPE_KV) tnd_op_rope_kv_split(op, part), n = 4;
+        else if (op->kind == TND_OP_MOE_FFN) tnd_op_moe_ffn_split(op, part), n = 2;
         else tnd_op_moe_glu_split(op, part);
         for (int i = 0; i < n; i++) {
             op_cost p = cost_of(&part[i]);
