@@ -7,7 +7,11 @@
  * checked in. So a worker the OS has descheduled (other processes on the
  * cores) delays at most the item it holds, never the whole run: the others,
  * and the caller, take what it would have done. Item functions must not
- * depend on which thread runs them or wait for each other. */
+ * depend on which thread runs them. Items are claimed in index order, so
+ * an item may wait for items of lower index in the same run (they are held
+ * by running threads): MOE_FFN's down grains wait for their expert's GLU
+ * grains (cpu/backend_cpu.c); a waiter should yield now and then, since
+ * the holder may be descheduled. No other waits. */
 #ifndef TND_CPU_POOL_H
 #define TND_CPU_POOL_H
 
