@@ -97,7 +97,9 @@ for extra in cases:
         print(f"ok moe split {' '.join(extra)}")
 # TND_TRACE=1: every node synchronized and timed; =2: host time, nothing
 # synchronized. Either way the tokens stay the same and the table names both
-# parts of the split layers (three expert ops each) and its heading the mode
+# parts of the split layers (each split layer's down projection: a MATMUL_ID
+# on the simulated GPU, inside the MOE_FFN on the CPU; counts a multiple of
+# the three split layers) and its heading the mode
 for mode, heading in (("1", "every node synchronized"), ("2", "host time, nothing synchronized")):
     env = dict(os.environ, TND_TRACE=mode)
     r = subprocess.run([tandem, "run", "-m", moe, "-n", "24", "--temp", "0", "-t", "2", "-b", "7", "-p",
@@ -106,8 +108,9 @@ for mode, heading in (("1", "every node synchronized"), ("2", "host time, nothin
     rows = {}
     for line in r.stderr.splitlines():
         f = line.split()
-        if len(f) >= 7 and f[0] in ("decode", "prefill") and f[2] == "matmul_id" and f[3].startswith("split:"):
-            rows[(f[0], f[1], f[3])] = int(f[4])
+        if len(f) >= 7 and f[0] in ("decode", "prefill") and f[2] in ("matmul_id", "moe_ffn") and \
+                f[3].startswith("split:"):
+            rows[(f[0], f[1], f[3])] = rows.get((f[0], f[1], f[3]), 0) + int(f[4])
     want = {("decode", "gpu", "split:gpu"), ("decode", "cpu", "split:cpu"), ("prefill", "gpu", "split:gpu"),
             ("prefill", "cpu", "split:cpu")}
     if (r.returncode != 0 or r.stdout != moe_ref or not want <= rows.keys() or any(n % 3 for n in rows.values())
