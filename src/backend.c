@@ -163,8 +163,9 @@ bool tnd_op_moe_ffn_fuse(const tnd_op part[2], tnd_op *f) {
     const tnd_tensor *G = &g->out[0], *W = &d->in[0], *Y = &d->out[0];
     if (!same_tensor(&d->in[1], G) || !same_tensor(&d->in[2], &g->in[2]) || d->p.mmid.skip != g->p.mmid.skip ||
         d->p.mmid.ids_host != g->p.mmid.ids_host || !W->data || !Y->data || Y->type != TND_TYPE_F32 ||
-        W->ne[0] != G->ne[0] || W->ne[2] != g->in[0].ne[2] || Y->ne[0] != W->ne[1] ||
-        tnd_tensor_nelem(Y) != W->ne[1] * tnd_tensor_nelem(&g->in[2]))
+        W->ne[0] != g->in[0].ne[1] || G->ne[0] != W->ne[0] || G->ne[1] != g->in[2].ne[0] ||
+        G->ne[2] != g->in[2].ne[1] || W->ne[2] != g->in[0].ne[2] || Y->ne[0] != W->ne[1] ||
+        Y->ne[1] != G->ne[1] || Y->ne[2] != G->ne[2])
         return false;
     /* Y is written while x, the ids, G and U are read or written */
     const tnd_tensor *other[4] = {&g->in[1], &g->in[2], G, &g->out[1]};

@@ -277,7 +277,7 @@ static void test_moe_glu_form(void) {
     }
     tc_report(ok, "moe_ffn: fused from MOE_GLU and its down, and split back");
     refused = true;
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 9; k++) {
         tnd_op b2[2];
         memcpy(b2, gd, sizeof b2);
         switch (k) {
@@ -285,6 +285,11 @@ static void test_moe_glu_form(void) {
         case 1: b2[1].p.mmid.skip = false; break;        /* another skip */
         case 2: b2[1].out[0].data = buf[3]; break;       /* Y over G */
         case 3: b2[1].in[0].ne[0] = 16; break;           /* the down's inputs are not n_ff */
+        case 4: b2[1].in[0].ne[2] = 3; break;            /* another count of experts */
+        case 5: b2[1].out[0].data = buf[2]; break;       /* Y over x */
+        case 6: b2[1].out[0].data = (float *)ids; break; /* Y over the ids */
+        case 7: b2[1].in[1].ne[1] = 4, b2[1].in[1].ne[2] = 1; /* G read as other rows */
+            b2[0].out[0].ne[1] = 4, b2[0].out[0].ne[2] = 1; break;
         default: b2[1].in[2].data = buf[4]; break;       /* other ids */
         }
         refused = refused && !tnd_op_moe_ffn_fuse(b2, &ff);

@@ -494,8 +494,10 @@ static void ffn_task(void *arg, int item, int n_items) {
         const int64_t k = a / d->grains, g0 = a % d->grains, g1 = TND_MIN(d->grains, g0 + (b - a));
         const int e = d->act[k];
         const int64_t r0 = g0 * d->rows, r1 = TND_MIN(d->n_out, g1 * d->rows);
-        for (int spins = 0; atomic_load_explicit(&j->g.ready[k], memory_order_acquire) < j->n_ff; spins++)
-            if (spins > 1000) sched_yield(); /* (its holder may be descheduled) */
+        for (unsigned spins = 1; atomic_load_explicit(&j->g.ready[k], memory_order_acquire) < j->n_ff; spins++) {
+            if (spins % 1024) tnd_cpu_relax();
+            else sched_yield(); /* now and then: its holder may be descheduled */
+        }
         group_rows(d, e, r0, r1);
         for (int64_t p = d->off[e]; p < d->off[e + 1]; p++)
             memcpy(j->Y + (int64_t)j->g.gidx[p] * d->n_out + r0, d->gy + p * d->n_out + r0,
@@ -523,7 +525,7 @@ static tnd_status run_moe_glu(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     if (!group_region(n_act, n_pairs) ||
         !grow((void **)&c->gu, &c->g_cap_u, sizeof(float) * (size_t)(pairs * n_out)) ||
         (ffn && (!grow((void **)&c->gdy, &c->g_cap_dy, sizeof(float) * (size_t)(pairs * n_dout)) ||
-                 !grow((void **)&c->gready, &c->g_cap_ready, sizeof(int64_t) * (size_t)n_act)))) {
+                 !grow((void **)&c->gready, &c->g_cap_ready, sizeof *c->gready * (size_t)n_act)))) {
         tnd_op part[3];
         if (ffn) { /* MOE_GLU, then the down */
             tnd_op_moe_ffn_split(op, part);
@@ -561,7 +563,7 @@ static tnd_status run_moe_glu(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     /* the down's grains as MATMUL_ID would make them, over the grouped SiLU rows */
     j.ffn = true;
     j.ready = c->gready;
-    for (int k = 0; k < n_act; k++) atomic_store_explicit(&j.ready[k], 0, memory_order_relaxed);
+    for (int k = 0; k < n_act; k++) atomic_init(&j.ready[k], 0); /* (the pool's start of the run publishes them) */
     const int64_t drows = group_grain_rows(n_dout, n_act, most);
     ffn_job f = {.g = j, .Y = op->out[2].data, .n_glu_items = j.n_work + n_skip_items, .n_ff = n_out};
     f.dn = (group_job){.c = c, .wt = Wd->type, .W = Wd->data, .w_slice = tnd_row_size(Wd->type, n_out) * (size_t)n_dout,

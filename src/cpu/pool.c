@@ -73,14 +73,6 @@ struct tnd_pool {
     _Atomic int quit;
 };
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 static inline int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -106,7 +98,7 @@ static void wait_change(tnd_pool *p, _Atomic uint32_t *addr, uint32_t val) {
     int64_t last = now_ns();
     for (int i = 0; i < p->spin; i++) {
         if (atomic_load_explicit(addr, memory_order_acquire) != val) return;
-        cpu_relax();
+        tnd_cpu_relax();
         if ((i & 255) == 255) {
             /* With more runnable threads than cores (other processes, or a
              * pool larger than the machine) a pure spin would hold the core

@@ -43,6 +43,15 @@ typedef void (*tnd_errand_fn)(void *arg);
 void tnd_pool_errand(tnd_pool *p, tnd_errand_fn fn, void *arg);
 /* Runs the pending errand now, if any (before its results are needed). */
 void tnd_pool_errand_flush(tnd_pool *p);
+/* A spinning thread's pause (the SMT sibling keeps the core meanwhile). */
+static inline void tnd_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* Items per thread that tnd_pool_run_n callers use to balance late threads. */
 #define TND_POOL_ITEMS_PER_THREAD 4
 
