@@ -685,8 +685,7 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
     const bool rec = c->adapt && c->adapt_cpu && c->perf && s == TND_SIDE_CPU && nd->sid >= 0 &&
                      !tnd_slice_small(c->m->slices[nd->sid]) && !tnd_slice_split(c->m, &c->pl, nd->sid, NULL);
     const int nt_op = nd->sid >= 0 && nd->sid == c->m->output.id ? 1 : c->round_nt;
-    const bool fused = op.kind == TND_OP_MOE_GLU || op.kind == TND_OP_MOE_FFN;
-    const int up_sid = fused ? fused_sid(c, nd, 3) : -1;
+    const int up_sid = op.kind == TND_OP_MOE_GLU || op.kind == TND_OP_MOE_FFN ? fused_sid(c, nd, 3) : -1;
     const int down_sid = op.kind == TND_OP_MOE_FFN ? fused_sid(c, nd, 4) : -1;
     double t_op = s == TND_SIDE_CPU ? tnd_time_s() : 0;
     if (c->trace) tr = tnd_time_s();
@@ -702,14 +701,14 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
                     * its down's too */
             c->r_cpu_meas += dt;
             c->r_cpu_pred += tnd_perf_slice_time(c->perf, nd->sid, TND_SIDE_CPU, nt_op);
-            if (fused && up_sid >= 0) c->r_cpu_pred += tnd_perf_slice_time(c->perf, up_sid, TND_SIDE_CPU, nt_op);
+            if (up_sid >= 0) c->r_cpu_pred += tnd_perf_slice_time(c->perf, up_sid, TND_SIDE_CPU, nt_op);
             if (down_sid >= 0) c->r_cpu_pred += tnd_perf_slice_time(c->perf, down_sid, TND_SIDE_CPU, nt_op);
         }
     } else if (c->perf) { /* the GPU's busy time, by the perf DB (its ops run asynchronously) */
         const double other = tnd_perf_other_time(c->perf, TND_SIDE_GPU, c->round_nt) / OTHER_OPS;
         if (nd->sid >= 0 && !tnd_slice_small(c->m->slices[nd->sid]) && !res) {
             c->busy_gpu += tnd_perf_gpu_time(c->m, c->perf, nd->sid, nt_op);
-            if (fused && up_sid >= 0) /* and its up's slice and SILU_MUL (a MOE_FFN: and its down's) */
+            if (up_sid >= 0) /* and its up's slice and SILU_MUL (a MOE_FFN: and its down's) */
                 c->busy_gpu += tnd_perf_gpu_time(c->m, c->perf, up_sid, nt_op) + other;
             if (down_sid >= 0) c->busy_gpu += tnd_perf_gpu_time(c->m, c->perf, down_sid, nt_op);
         } else if (op.kind == TND_OP_ATTN) {
@@ -856,13 +855,14 @@ static bool fuse_glu(tnd_ctx *c, int i, tnd_node *out) {
     return *ok > 0;
 }
 
-/* Nodes i.. as one MOE_FFN (out): fuse_glu's three and the down MATMUL_ID
- * after them, which reads their G with their ids on the same side, not
- * promoted, where that side's backend takes the op (asked once a side).
- * The CPU then runs the down's grains in the GLU's region: each waits only
- * for its own expert's G rows, where the two regions waited for all. */
+/* The MOE_GLU that fuse_glu made of nodes i.. (out) and the down
+ * MATMUL_ID after them as one MOE_FFN (out), where the down reads their G
+ * with their ids on the same side, not promoted, and that side's backend
+ * takes the op (asked once a side). The CPU then runs the down's grains in
+ * the GLU's region: each waits only for its own expert's G rows, where the
+ * two regions waited for all. */
 static bool fuse_ffn(tnd_ctx *c, int i, tnd_node *out) {
-    if (i + 3 >= c->g.n || !fuse_glu(c, i, out)) return false;
+    if (i + 3 >= c->g.n) return false;
     const tnd_node *d = &c->g.nodes[i + 3];
     bool p;
     const int s = tnd_exec_node_side(c, &c->g.nodes[i], c->cur, false, NULL);
@@ -999,10 +999,10 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits) {
             st = run_node(c, &pair, &prom_seen), i++, c->n_pairs++;
         else if (fuse_rope_kv(c, i, &pair))
             st = run_node(c, &pair, &prom_seen), i += 3, c->n_rope_kv++;
-        else if (fuse_ffn(c, i, &pair))
-            st = run_node(c, &pair, &prom_seen), i += 3, c->n_glu++, c->n_ffn++;
-        else if (fuse_glu(c, i, &pair))
-            st = run_node(c, &pair, &prom_seen), i += 2, c->n_glu++;
+        else if (fuse_glu(c, i, &pair)) {
+            const bool ffn = fuse_ffn(c, i, &pair);
+            st = run_node(c, &pair, &prom_seen), i += ffn ? 3 : 2, c->n_glu++, c->n_ffn += ffn;
+        }
         else
             st = run_node(c, &c->g.nodes[i], &prom_seen);
     }
