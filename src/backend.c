@@ -28,6 +28,8 @@ const char *tnd_op_name(tnd_op_kind k) {
     case TND_OP_ROPE_KV: return "rope_kv";
     case TND_OP_MOE_GLU: return "moe_glu";
     case TND_OP_MOE_FFN: return "moe_ffn";
+    case TND_OP_MOE_SUM_NORM: return "moe_sum_norm";
+    case TND_OP_MOE_ROUTE_PAIR: return "moe_route_pair";
     case TND_OP_COUNT: break;
     }
     return "?";
@@ -178,6 +180,86 @@ bool tnd_op_moe_ffn_fuse(const tnd_op part[2], tnd_op *f) {
     return true;
 }
 
+void tnd_op_sum_norm_split(const tnd_op *f, tnd_op part[2]) {
+    tnd_op *s = &part[0], *n = &part[1];
+    *s = (tnd_op){.kind = TND_OP_MOE_SUM};
+    s->in[0] = f->in[2];
+    s->in[1] = f->in[3];
+    s->out[0] = f->out[2];
+    *n = (tnd_op){.kind = TND_OP_RMS_NORM};
+    n->p.norm = f->p.norm;
+    n->in[0] = f->in[0];
+    n->in[1] = f->in[1];
+    n->in[2] = f->out[2];
+    n->out[0] = f->out[0];
+    n->out[1] = f->out[1];
+}
+
+bool tnd_op_sum_norm_fuse(const tnd_op part[2], tnd_op *f) {
+    const tnd_op *s = &part[0], *n = &part[1];
+    if (s->kind != TND_OP_MOE_SUM || n->kind != TND_OP_RMS_NORM) return false;
+    const tnd_tensor *o = &s->out[0], *x = &n->in[0];
+    if (!o->data || !x->data || !n->out[0].data || !same_tensor(&n->in[2], o) || !same_tensor(&n->out[1], x) ||
+        tnd_tensor_nelem(o) != tnd_tensor_nelem(x))
+        return false;
+    /* the sum, x and h are written while y and the weights are read, and
+     * the sum while x and h are */
+    const tnd_tensor *other[4] = {&s->in[0], &s->in[1], x, &n->out[0]};
+    for (int i = 0; i < 4; i++)
+        if (tnd_tensors_overlap(o, other[i]) || (i < 2 && (tnd_tensors_overlap(x, other[i]) ||
+                                                           tnd_tensors_overlap(&n->out[0], other[i]))))
+            return false;
+    *f = (tnd_op){.kind = TND_OP_MOE_SUM_NORM};
+    f->p.norm = n->p.norm;
+    f->in[0] = *x;
+    f->in[1] = n->in[1];
+    f->in[2] = s->in[0];
+    f->in[3] = s->in[1];
+    f->out[0] = n->out[0];
+    f->out[1] = n->out[1];
+    f->out[2] = *o;
+    return true;
+}
+
+void tnd_op_route_pair_split(const tnd_op *f, tnd_op part[2]) {
+    for (int i = 0; i < 2; i++) {
+        tnd_op *r = &part[i];
+        *r = (tnd_op){.kind = TND_OP_MOE_ROUTE};
+        r->p.route = f->p.route;
+        r->in[0] = f->in[i];
+        r->out[0] = f->out[2 * i];
+        r->out[1] = f->out[2 * i + 1];
+    }
+}
+
+bool tnd_op_route_pair_fuse(const tnd_op part[2], tnd_op *f) {
+    const tnd_op *a = &part[0], *b = &part[1];
+    if (a->kind != TND_OP_MOE_ROUTE || b->kind != TND_OP_MOE_ROUTE ||
+        memcmp(&a->p.route, &b->p.route, sizeof a->p.route) != 0)
+        return false;
+    for (int i = 0; i < 2; i++)
+        if (!a->out[i].data || !b->out[i].data || a->out[i].type != b->out[i].type ||
+            memcmp(a->out[i].ne, b->out[i].ne, sizeof a->out[i].ne) != 0)
+            return false;
+    if (!a->in[0].data || !b->in[0].data || a->in[0].type != b->in[0].type ||
+        memcmp(a->in[0].ne, b->in[0].ne, sizeof a->in[0].ne) != 0)
+        return false;
+    /* the four outputs are written while both logits are read */
+    const tnd_tensor *t[6] = {&a->in[0], &b->in[0], &a->out[0], &a->out[1], &b->out[0], &b->out[1]};
+    for (int i = 2; i < 6; i++)
+        for (int j = 0; j < 6; j++)
+            if (j != i && tnd_tensors_overlap(t[i], t[j])) return false;
+    *f = (tnd_op){.kind = TND_OP_MOE_ROUTE_PAIR};
+    f->p.route = a->p.route;
+    f->in[0] = a->in[0];
+    f->in[1] = b->in[0];
+    f->out[0] = a->out[0];
+    f->out[1] = a->out[1];
+    f->out[2] = b->out[0];
+    f->out[3] = b->out[1];
+    return true;
+}
+
 void tnd_backend_free(tnd_backend *b) {
     if (b && b->iface && b->iface->free) b->iface->free(b);
 }
@@ -271,7 +353,8 @@ tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, s
 
 tnd_status tnd_backend_op_supported(tnd_backend *b, const tnd_op *op) {
     if (b->iface->op_supported) return b->iface->op_supported(b, op);
-    if (op->kind == TND_OP_MATMUL_PAIR || op->kind == TND_OP_ROPE_KV) /* the optional ones */
+    if (op->kind == TND_OP_MATMUL_PAIR || op->kind == TND_OP_ROPE_KV || op->kind == TND_OP_MOE_SUM_NORM ||
+        op->kind == TND_OP_MOE_ROUTE_PAIR) /* the optional ones */
         return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend runs no %s", b->iface->name, tnd_op_name(op->kind));
     return TND_OK;
 }

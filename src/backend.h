@@ -201,6 +201,22 @@ typedef enum tnd_op_kind {
      * skip (tnd_op_moe_ffn_split gives those two ops). Optional, like
      * MATMUL_PAIR. */
     TND_OP_MOE_FFN,
+    /* An MoE layer's MOE_SUM and the fused-add RMS_NORM that adds its
+     * output into the residual (`x += sum; h = norm(x)`), as one op (one
+     * launch instead of two on a decode step's critical path): in[0] x,
+     * in[1] the norm's weight (optional), as RMS_NORM's; in[2] y, in[3]
+     * weights, as MOE_SUM's in[0], in[1]; out[0] h, out[1] x (the sum), as
+     * RMS_NORM's; out[2] the MOE_SUM's output, which is also written. The
+     * same as MOE_SUM(y, w) -> out[2], then RMS_NORM(x, weight, out[2]) ->
+     * out[0], out[1] with p.norm (tnd_op_sum_norm_split gives those two
+     * ops). Optional, like MATMUL_PAIR. */
+    TND_OP_MOE_SUM_NORM,
+    /* Two MOE_ROUTEs of one shape and p.route as one op (an MoE layer's
+     * routing and the next layer's predicted one, model/forward.c): in[0],
+     * out[0], out[1] the first's in[0], out[0], out[1]; in[1], out[2],
+     * out[3] the second's (tnd_op_route_pair_split gives the two ops).
+     * Optional, like MATMUL_PAIR. */
+    TND_OP_MOE_ROUTE_PAIR,
     TND_OP_COUNT
 } tnd_op_kind;
 
@@ -270,6 +286,19 @@ void tnd_op_moe_ffn_split(const tnd_op *f, tnd_op part[2]);
  * its ids and skip, its weight has the gate's experts and n_ff inputs, and
  * its output overlaps no other tensor of the op). */
 bool tnd_op_moe_ffn_fuse(const tnd_op part[2], tnd_op *f);
+/* MOE_SUM_NORM (f) as its MOE_SUM and fused-add RMS_NORM, in order. */
+void tnd_op_sum_norm_split(const tnd_op *f, tnd_op part[2]);
+/* A MOE_SUM and the RMS_NORM after it as one MOE_SUM_NORM in *f; false
+ * when they do not have that form (the norm's residual in[2] is exactly
+ * the sum's output, its sum out[1] is its x, and the sum's output overlaps
+ * none of the sum's inputs, x or h). */
+bool tnd_op_sum_norm_fuse(const tnd_op part[2], tnd_op *f);
+/* MOE_ROUTE_PAIR (f) as its two MOE_ROUTEs, in order. */
+void tnd_op_route_pair_split(const tnd_op *f, tnd_op part[2]);
+/* Two MOE_ROUTEs as one MOE_ROUTE_PAIR in *f; false when they do not have
+ * that form (one p.route, logits and outputs of one shape, and no output
+ * of either overlapping the other's logits or another output). */
+bool tnd_op_route_pair_fuse(const tnd_op part[2], tnd_op *f);
 
 /* The positions of an ATTN (in[3] and kv_cap, or p.attn.pos0, against its
  * cache's rows) or a CPY by position (in[1]), checked for a backend whose

@@ -3,7 +3,10 @@
  *   - ROPE with a per-head norm (in[2]: qwen3's q/k norm, then the rotation);
  *   - RMS_NORM with a residual add (in[2], the sum written to out[1]);
  *   - ROPE_KV, the executor's fusion of a decode step's ropes and K/V stores;
- *   - MATMUL_PAIR of two f32 matrices (a MoE layer's router and the next's).
+ *   - MATMUL_PAIR of two f32 matrices (a MoE layer's router and the next's);
+ *   - MOE_SUM_NORM (an MoE layer's expert sum, then the residual add + norm)
+ *     and MOE_ROUTE_PAIR (its routing and the next layer's predicted one),
+ *     the executor's fusions of those pairs of ops.
  * Each against a double-precision reference (tolerances stated where they
  * are checked, as test_cuda_ops.c states its own), against the unfused pair
  * of ops on the GPU, and collected into a CUDA graph (graph_defer: captured,
@@ -352,6 +355,151 @@ static void test_f32_pair(int64_t n_in, int64_t n_out) {
     free(w), free(x);
 }
 
+/* ---- an MoE layer's expert sum with the residual add + norm: MOE_SUM_NORM ----------- */
+
+/* MOE_SUM_NORM against its two ops (tnd_op_sum_norm_split) on the GPU,
+ * which test_cuda_ops and test_add_norm above hold to references: h, x
+ * (the residual sum, in place) and the expert sum, bit for bit. Rows past
+ * what the kernel holds in registers are refused. */
+static void test_sum_norm(int64_t n, int n_used, int64_t rows, bool weight) {
+    const int64_t m = n * rows, ny = m * n_used;
+    float *x = (float *)tc_xmalloc((size_t)m * 4), *y = (float *)tc_xmalloc((size_t)ny * 4);
+    float *wt = (float *)tc_xmalloc((size_t)(rows * n_used) * 4), *w = (float *)tc_xmalloc((size_t)n * 4);
+    tc_fill_unif(x, (size_t)m, -2, 2);
+    tc_fill_unif(y, (size_t)ny, -2, 2);
+    tc_fill_unif(wt, (size_t)(rows * n_used), 0, 0.5f);
+    tc_fill_unif(w, (size_t)n, 0.5f, 1.5f);
+    float *dy = (float *)dev_upload(y, (size_t)ny * 4), *dwt = (float *)dev_upload(wt, (size_t)(rows * n_used) * 4);
+    float *dw = (float *)dev_upload(w, (size_t)n * 4);
+    char what[160];
+    snprintf(what, sizeof what, "moe_sum_norm n=%lld n_used=%d rows=%lld%s", (long long)n, n_used, (long long)rows,
+             weight ? " weight" : "");
+    float *got[2][3];
+    bool ok = true;
+    for (int f = 0; f < 2; f++) { /* 0: MOE_SUM then RMS_NORM, 1: fused */
+        float *dx = (float *)dev_upload(x, (size_t)m * 4), *dh = (float *)dev_alloc((size_t)m * 4);
+        float *ds = (float *)dev_alloc((size_t)m * 4);
+        dev_poison(dh, (size_t)m * 4);
+        dev_poison(ds, (size_t)m * 4);
+        tnd_op op;
+        memset(&op, 0, sizeof op);
+        op.kind = TND_OP_MOE_SUM_NORM;
+        op.p.norm.eps = 1e-6f;
+        op.in[0] = op.out[1] = tens(dx, TND_TYPE_F32, n, rows, 1);
+        op.in[1] = tens(weight ? dw : NULL, TND_TYPE_F32, n, 1, 1);
+        op.in[2] = tens(dy, TND_TYPE_F32, n, n_used, rows);
+        op.in[3] = tens(dwt, TND_TYPE_F32, n_used, rows, 1);
+        op.out[0] = tens(dh, TND_TYPE_F32, n, rows, 1);
+        op.out[2] = tens(ds, TND_TYPE_F32, n, rows, 1);
+        if (f) {
+            const bool offered = B->iface->op_supported(B, &op) == TND_OK;
+            tnd_clear_error();
+            tc_report(offered, "%s: offered", what);
+            ok = ok && offered && run_op(&op, what);
+        } else {
+            tnd_op part[2];
+            tnd_op_sum_norm_split(&op, part);
+            for (int i = 0; i < 2; i++) ok = ok && run_op(&part[i], what);
+        }
+        got[f][0] = fetch(dh, m), got[f][1] = fetch(dx, m), got[f][2] = fetch(ds, m);
+        dev_free(dx), dev_free(dh), dev_free(ds);
+    }
+    if (ok) {
+        int64_t finite = 0;
+        for (int64_t i = 0; i < m; i++) finite += isfinite(got[1][0][i]) && isfinite(got[1][2][i]);
+        bool same = true;
+        for (int k = 0; k < 3; k++) same = same && memcmp(got[0][k], got[1][k], (size_t)m * 4) == 0;
+        tc_report(same && finite == m, "%s: h, x and the sum as MOE_SUM then RMS_NORM give them, bit for bit "
+                  "(%lld of %lld finite)", what, (long long)finite, (long long)m);
+    }
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 3; k++) free(got[f][k]);
+    dev_free(dy), dev_free(dwt), dev_free(dw);
+    free(x), free(y), free(wt), free(w);
+}
+
+/* Shapes the fused kernel does not take are refused, not run wrongly. */
+static void test_sum_norm_refused(void) {
+    float *d = (float *)dev_alloc(5 * 10000 * 4);
+    tnd_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TND_OP_MOE_SUM_NORM;
+    op.in[0] = op.out[1] = tens(d, TND_TYPE_F32, 10000, 1, 1);
+    op.in[2] = tens(d + 10000, TND_TYPE_F32, 10000, 1, 1);
+    op.in[3] = tens(d + 20000, TND_TYPE_F32, 1, 1, 1);
+    op.out[0] = tens(d + 30000, TND_TYPE_F32, 10000, 1, 1);
+    op.out[2] = tens(d + 40000, TND_TYPE_F32, 10000, 1, 1);
+    const bool wide = B->iface->op_supported(B, &op) == TND_OK;
+    tnd_clear_error();
+    tc_report(!wide, "moe_sum_norm: rows of 10000 (past 32 values a thread) refused");
+    op.in[0] = op.out[1] = tens(d, TND_TYPE_F32, 64, 2, 1);
+    op.in[2] = tens(d + 1000, TND_TYPE_F32, 64, 2, 2);
+    op.in[3] = tens(d + 2000, TND_TYPE_F32, 2, 3, 1); /* weights of 3 tokens for 2 */
+    op.out[0] = tens(d + 3000, TND_TYPE_F32, 64, 2, 1);
+    op.out[2] = tens(d + 4000, TND_TYPE_F32, 64, 2, 1);
+    const bool toks = B->iface->op_supported(B, &op) == TND_OK;
+    tnd_clear_error();
+    tc_report(!toks, "moe_sum_norm: weights for other tokens than x's refused");
+    dev_free(d);
+}
+
+/* ---- an MoE layer's routing and the next one's: MOE_ROUTE_PAIR -------------------- */
+
+/* MOE_ROUTE_PAIR against its two MOE_ROUTEs on the GPU (test_cuda_ops holds
+ * those to the CPU's): both weights and ids, bit for bit. */
+static void test_route_pair(int n_expert, int n_used, int64_t n_tok, int mode, bool norm) {
+    const int64_t nl = (int64_t)n_expert * n_tok, no = (int64_t)n_used * n_tok;
+    float *l = (float *)tc_xmalloc((size_t)(2 * nl) * 4);
+    tc_fill_unif(l, (size_t)(2 * nl), -4, 4);
+    float *dl = (float *)dev_upload(l, (size_t)(2 * nl) * 4);
+    char what[160];
+    snprintf(what, sizeof what, "moe_route_pair %d experts, %d used, %lld tokens, mode %d%s", n_expert, n_used,
+             (long long)n_tok, mode, norm ? " norm" : "");
+    void *out[2];
+    bool ok = true;
+    for (int f = 0; f < 2; f++) { /* 0: two MOE_ROUTEs, 1: fused */
+        float *d = (float *)dev_alloc((size_t)(4 * no) * 4); /* w1, ids1, w2, ids2 */
+        dev_poison(d, (size_t)(4 * no) * 4);
+        tnd_op op;
+        memset(&op, 0, sizeof op);
+        op.kind = TND_OP_MOE_ROUTE_PAIR;
+        op.p.route.n_used = n_used;
+        op.p.route.mode = mode;
+        op.p.route.norm = norm;
+        for (int k = 0; k < 2; k++) {
+            op.in[k] = tens(dl + k * nl, TND_TYPE_F32, n_expert, n_tok, 1);
+            op.out[2 * k] = tens(d + (2 * k) * no, TND_TYPE_F32, n_used, n_tok, 1);
+            op.out[2 * k + 1] = tens(d + (2 * k + 1) * no, TND_TYPE_I32, n_used, n_tok, 1);
+        }
+        if (f) {
+            const bool offered = B->iface->op_supported(B, &op) == TND_OK;
+            tnd_clear_error();
+            tc_report(offered, "%s: offered", what);
+            ok = ok && offered && run_op(&op, what);
+        } else {
+            tnd_op part[2];
+            tnd_op_route_pair_split(&op, part);
+            for (int i = 0; i < 2; i++) ok = ok && run_op(&part[i], what);
+        }
+        out[f] = fetch(d, 4 * no);
+        dev_free(d);
+    }
+    if (ok) {
+        int64_t valid = 0; /* ids in range, in both routings */
+        for (int k = 0; k < 2; k++)
+            for (int64_t i = 0; i < no; i++) {
+                int32_t id = ((const int32_t *)out[1])[(2 * k + 1) * no + i];
+                valid += id >= 0 && id < n_expert;
+            }
+        tc_report(memcmp(out[0], out[1], (size_t)(4 * no) * 4) == 0 && valid == 2 * no,
+                  "%s: both routings as two MOE_ROUTEs give them, bit for bit (%lld of %lld ids valid)", what,
+                  (long long)valid, (long long)(2 * no));
+    }
+    free(out[0]), free(out[1]);
+    dev_free(dl);
+    free(l);
+}
+
 /* ---- in a CUDA graph --------------------------------------------------------------- */
 
 /* A decode layer's fused ops (rope+norm of q, add+norm of x), twice over,
@@ -458,6 +606,17 @@ int main(void) {
         }
     test_rope_kv(2, 16, 4, 256, 64, TND_ROPE_NORMAL, true, false); /* partial rotation, 128 threads a head */
     test_rope_kv(1, 5, 1, 80, 80, TND_ROPE_NEOX, true, false);     /* head_dim not a power of two */
+    test_sum_norm(2048, 8, 1, true); /* qwen3-30b-a3b's decode step */
+    test_sum_norm(2048, 8, 4, true);
+    test_sum_norm(4096, 2, 17, false);
+    test_sum_norm(8192, 4, 3, true); /* 32 values a thread */
+    test_sum_norm(576, 1, 64, true);
+    test_sum_norm(37, 3, 5, true);
+    test_sum_norm_refused();
+    test_route_pair(128, 8, 1, TND_ROUTE_SOFTMAX_TOPK, true); /* qwen3-30b-a3b */
+    test_route_pair(128, 8, 2, TND_ROUTE_SOFTMAX_TOPK, false);
+    test_route_pair(60, 4, 17, TND_ROUTE_TOPK_SOFTMAX, false);
+    test_route_pair(512, 32, 5, TND_ROUTE_SOFTMAX_TOPK, true);
     test_f32_pair(2048, 128); /* qwen3-30b-a3b's routers */
     test_f32_pair(576, 32);   /* a narrow one: a single block a matrix */
 

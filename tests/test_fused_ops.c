@@ -19,7 +19,12 @@
  * split back; the CPU backend's op against the three ops, every byte of G
  * and U, with skipped pairs (negative ids, whose rows SILU_MUL still
  * covers), one token and many, Q8 and f32 activations, rows not a multiple
- * of the grain; and the recipe's MoE logits with the fusion counted. */
+ * of the grain; and the recipe's MoE logits with the fusion counted.
+ * MOE_SUM_NORM and MOE_ROUTE_PAIR (the executor's fusions of an MoE
+ * layer's sum with the add + norm after it, and of its two routings, for
+ * the GPU): fused and split back, other forms refused, the CPU backend's
+ * runs of them (the simulated GPU's) against the two ops, and counted in the
+ * recipe's SimGPU runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,11 +201,113 @@ static void test_rope_kv_form(bool norm) {
     tc_report(refused, "rope_kv%s: ops of another form are not fused", norm ? " with norms" : "");
 }
 
-/* ---- MOE_GLU ------------------------------------------------------------------------- */
-
 static tnd_tensor tens_t(void *data, tnd_type t, int64_t n0, int64_t n1, int64_t n2) {
     return (tnd_tensor){.data = data, .type = t, .ne = {n0, n1, n2, 1}};
 }
+
+/* ---- MOE_SUM_NORM and MOE_ROUTE_PAIR ---------------------------------------------- */
+
+/* Whether two ops name the same tensors (field by field: no padding compared). */
+static bool same_op_tensors(const tnd_op *a, const tnd_op *b) {
+    bool ok = a->kind == b->kind;
+    for (int i = 0; i < TND_OP_MAX_IN + TND_OP_MAX_OUT; i++) {
+        const tnd_tensor *s = i < TND_OP_MAX_IN ? &a->in[i] : &a->out[i - TND_OP_MAX_IN];
+        const tnd_tensor *t = i < TND_OP_MAX_IN ? &b->in[i] : &b->out[i - TND_OP_MAX_IN];
+        ok = ok && s->data == t->data && (!s->data || (s->type == t->type && !memcmp(s->ne, t->ne, sizeof s->ne)));
+    }
+    return ok;
+}
+
+/* The recipe's MOE_SUM then fused-add RMS_NORM (model/forward.c: the sum
+ * into A_O, x += A_O, h = norm(x)), and its routing then the predicted
+ * one: fused, split back into the same ops, the CPU backend's run of the
+ * fused op (the simulated GPU's) equal to the two ops', and other forms
+ * refused. */
+static void test_two_forms(void) {
+    enum { N = 64, K = 4, T = 2, E = 16 };
+    static float y[K * N * T], wt[K * T], x[N * T], x2[N * T], w[N], h[N * T], h2[N * T], o[N * T], o2[N * T];
+    tc_fill_unif(y, K * N * T, -1, 1);
+    tc_fill_unif(wt, K * T, 0, 1);
+    tc_fill_unif(x, N * T, -1, 1);
+    tc_fill_unif(w, N, 0.5f, 1.5f);
+    memcpy(x2, x, sizeof x);
+    tnd_op part[2], f, back[2];
+    part[0] = (tnd_op){.kind = TND_OP_MOE_SUM};
+    part[0].in[0] = tens(y, N, K, T);
+    part[0].in[1] = tens(wt, K, T, 1);
+    part[0].out[0] = tens(o, N, T, 1);
+    part[1] = (tnd_op){.kind = TND_OP_RMS_NORM, .p.norm.eps = 1e-5f};
+    part[1].in[0] = part[1].out[1] = tens(x, N, T, 1);
+    part[1].in[1] = tens(w, N, 1, 1);
+    part[1].in[2] = part[0].out[0];
+    part[1].out[0] = tens(h, N, T, 1);
+    bool ok = tnd_op_sum_norm_fuse(part, &f) && f.kind == TND_OP_MOE_SUM_NORM && f.p.norm.eps == 1e-5f;
+    tnd_op_sum_norm_split(&f, back);
+    ok = ok && same_op_tensors(&back[0], &part[0]) && same_op_tensors(&back[1], &part[1]) &&
+         back[1].p.norm.eps == part[1].p.norm.eps;
+    tc_report(ok, "moe_sum_norm: fused and split back into its two ops");
+    /* the fused op on the CPU backend (x2, h2, o2) against the two ops (x, h, o) */
+    tnd_op g = f;
+    g.in[0] = g.out[1] = tens(x2, N, T, 1), g.out[0] = tens(h2, N, T, 1), g.out[2] = tens(o2, N, T, 1);
+    CHECK_ST(CPU->iface->op_run(CPU, &g, NULL));
+    for (int i = 0; i < 2; i++) CHECK_ST(CPU->iface->op_run(CPU, &part[i], NULL));
+    tc_report(!memcmp(x, x2, sizeof x) && !memcmp(h, h2, sizeof h) && !memcmp(o, o2, sizeof o),
+              "moe_sum_norm on the CPU backend: x, h and the sum as its two ops give them");
+    tnd_op bad[2];
+    memcpy(bad, part, sizeof bad);
+    bad[1].in[2].data = y; /* the residual is not the sum */
+    bool refused = !tnd_op_sum_norm_fuse(bad, &f);
+    memcpy(bad, part, sizeof bad);
+    bad[1].out[1] = tens(x2, N, T, 1); /* the sum of x not written into x */
+    refused = refused && !tnd_op_sum_norm_fuse(bad, &f);
+    memcpy(bad, part, sizeof bad);
+    bad[0].out[0] = bad[1].in[2] = tens(y + N, N, T, 1); /* the sum over the expert outputs */
+    refused = refused && !tnd_op_sum_norm_fuse(bad, &f);
+    memcpy(bad, part, sizeof bad);
+    bad[1].out[0] = tens(y, N, T, 1); /* h over the expert outputs */
+    refused = refused && !tnd_op_sum_norm_fuse(bad, &f);
+    tc_report(refused, "moe_sum_norm: ops of another form are not fused");
+
+    static float l[2 * E * T], rw[4 * K * T];
+    static int32_t ri[4 * K * T];
+    tc_fill_unif(l, 2 * E * T, -3, 3);
+    for (int k = 0; k < 2; k++) {
+        part[k] = (tnd_op){.kind = TND_OP_MOE_ROUTE};
+        part[k].p.route.n_used = K, part[k].p.route.mode = TND_ROUTE_SOFTMAX_TOPK, part[k].p.route.norm = true;
+        part[k].in[0] = tens(l + k * E * T, E, T, 1);
+        part[k].out[0] = tens(rw + k * K * T, K, T, 1);
+        part[k].out[1] = tens_t(ri + k * K * T, TND_TYPE_I32, K, T, 1);
+    }
+    ok = tnd_op_route_pair_fuse(part, &f) && f.kind == TND_OP_MOE_ROUTE_PAIR && f.p.route.n_used == K;
+    tnd_op_route_pair_split(&f, back);
+    ok = ok && same_op_tensors(&back[0], &part[0]) && same_op_tensors(&back[1], &part[1]) &&
+         !memcmp(&back[1].p.route, &part[1].p.route, sizeof part[1].p.route);
+    tc_report(ok, "moe_route_pair: fused and split back into its two ops");
+    g = f;
+    for (int k = 0; k < 2; k++) {
+        g.out[2 * k] = tens(rw + (2 + k) * K * T, K, T, 1);
+        g.out[2 * k + 1] = tens_t(ri + (2 + k) * K * T, TND_TYPE_I32, K, T, 1);
+    }
+    CHECK_ST(CPU->iface->op_run(CPU, &g, NULL));
+    for (int i = 0; i < 2; i++) CHECK_ST(CPU->iface->op_run(CPU, &part[i], NULL));
+    tc_report(!memcmp(rw, rw + 2 * K * T, sizeof rw / 2) && !memcmp(ri, ri + 2 * K * T, sizeof ri / 2),
+              "moe_route_pair on the CPU backend: both routings as two MOE_ROUTEs give them");
+    memcpy(bad, part, sizeof bad);
+    bad[1].p.route.norm = false;
+    refused = !tnd_op_route_pair_fuse(bad, &f);
+    memcpy(bad, part, sizeof bad);
+    bad[1].in[0] = tens(l + E * T, E / 2, 2 * T, 1); /* logits of another shape */
+    refused = refused && !tnd_op_route_pair_fuse(bad, &f);
+    memcpy(bad, part, sizeof bad);
+    bad[0].out[0] = tens(l + E * T, K, T, 1); /* the first's weights over the second's logits */
+    refused = refused && !tnd_op_route_pair_fuse(bad, &f);
+    memcpy(bad, part, sizeof bad);
+    bad[1].out[0] = tens(rw, K, T, 1); /* both weights in one place */
+    refused = refused && !tnd_op_route_pair_fuse(bad, &f);
+    tc_report(refused, "moe_route_pair: ops of another form are not fused");
+}
+
+/* ---- MOE_GLU ------------------------------------------------------------------------- */
 
 /* The recipe's three ops (model/forward.c moe_ffn): gate and up MATMUL_IDs
  * into G and U, then SILU_MUL in place over all of G. */
@@ -441,7 +548,7 @@ static void test_moe_glu(void) {
 /* A prompt of n in chunks of 5, N_GEN greedy steps, then N_SEQ sequences
  * in batched rounds (prefill, one decode round): every logit into lg. */
 static tnd_status run_recipe(tnd_model *m, const tnd_ctx_params *cp, const int32_t *ids, int n, float *lg,
-                             uint64_t *n_rope_kv, uint64_t *n_glu, uint64_t *n_ffn) {
+                             uint64_t *n_rope_kv, uint64_t *n_glu, uint64_t *n_ffn, uint64_t *n_two) {
     const int nv = tnd_model_n_vocab(m);
     tnd_ctx *c;
     int32_t out[N_GEN];
@@ -453,6 +560,7 @@ static tnd_status run_recipe(tnd_model *m, const tnd_ctx_params *cp, const int32
     *n_rope_kv = cs.n_rope_kv;
     *n_glu = cs.n_glu;
     *n_ffn = cs.n_ffn;
+    *n_two = cs.n_two;
     tnd_ctx_free(c);
     if (st || (st = tnd_ctx_new(m, cp, &c))) return st;
     float *bl = lg + (size_t)(N_GEN + 1) * nv;
@@ -515,10 +623,10 @@ static int test_recipe(const char *shape) {
         cp.n_seq_max = N_SEQ;
         float *lg[2] = {calloc(nl, sizeof(float)), calloc(nl, sizeof(float))};
         tnd_status st = TND_OK;
-        uint64_t n_kv[2] = {0, 0}, n_glu[2] = {0, 0}, n_ffn[2] = {0, 0};
+        uint64_t n_kv[2] = {0, 0}, n_glu[2] = {0, 0}, n_ffn[2] = {0, 0}, n_two[2] = {0, 0};
         for (int f = 0; !st && f < 2; f++) {
             tnd_config_set("TND_FUSE", f ? "1" : "0");
-            st = run_recipe(m, &cp, ids, n, lg[f], &n_kv[f], &n_glu[f], &n_ffn[f]);
+            st = run_recipe(m, &cp, ids, n, lg[f], &n_kv[f], &n_glu[f], &n_ffn[f], &n_two[f]);
         }
         char run_name[96];
         snprintf(run_name, sizeof run_name, "%s %s%s%s%s%s", shape, runs[r].dev == TND_DEVICE_CPU ? "cpu" : "sim",
@@ -545,6 +653,16 @@ static int test_recipe(const char *shape) {
             tc_report(n_kv[0] == 0 && n_kv[1] >= (uint64_t)N_GEN * (uint64_t)m->hp.n_layer,
                       "%s sim gpu: ROPE_KV fused %llu times (TND_FUSE=0: %llu)", shape, (unsigned long long)n_kv[1],
                       (unsigned long long)n_kv[0]);
+        /* on the simulated GPU, an MoE layer's sum and the add + norm after
+         * it as one MOE_SUM_NORM (every layer of every greedy step when all
+         * is there), and split layers' routing pairs as MOE_ROUTE_PAIRs */
+        if (!st && moe && !on_cpu)
+            tc_report(n_two[0] == 0 && (split ? n_two[1] > 0 : n_two[1] >= (uint64_t)N_GEN * (uint64_t)m->hp.n_layer),
+                      "%s: MOE_SUM_NORM and MOE_ROUTE_PAIR fused %llu times (TND_FUSE=0: %llu)", run_name,
+                      (unsigned long long)n_two[1], (unsigned long long)n_two[0]);
+        if (!st && (!moe || on_cpu))
+            tc_report(n_two[0] == 0 && n_two[1] == 0, "%s: no MOE_SUM_NORM or MOE_ROUTE_PAIR (%llu)", run_name,
+                      (unsigned long long)n_two[1]);
         tnd_config_set("TND_FUSE", NULL);
         if (st) {
             tc_report(false, "%s: %s", run_name, tnd_last_error());
@@ -592,6 +710,7 @@ int main(void) {
     tnd_cpu_ops_scalar = false;
     test_rope_kv_form(false);
     test_rope_kv_form(true);
+    test_two_forms();
     test_moe_glu();
     tnd_backend_free(CPU);
     tnd_pool_free(pool);

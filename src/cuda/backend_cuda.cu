@@ -741,6 +741,22 @@ static tnd_status op_check(const tnd_op *op) {
             ARG_FAIL("cuda rope_kv: q and k rotated in place, K/V rows of n_head_kv * head_dim");
         return TND_OK;
     }
+    case TND_OP_MOE_SUM_NORM:
+    case TND_OP_MOE_ROUTE_PAIR: { /* as their two ops */
+        tnd_op part[2];
+        if (op->kind == TND_OP_MOE_SUM_NORM) tnd_op_sum_norm_split(op, part);
+        else tnd_op_route_pair_split(op, part);
+        for (int i = 0; i < 2; i++) {
+            tnd_status st = op_check(&part[i]);
+            if (st) return st;
+        }
+        if (op->kind == TND_OP_MOE_SUM_NORM &&
+            (!op->out[1].data || !tnd_cu_moe_sum_norm_supported(a->ne[0], (int)ne(&op->in[2], 1)) ||
+             rows_of(&op->in[3]) != rows_of(a)))
+            return tnd_fail(TND_ERR_UNSUPPORTED, "cuda moe_sum_norm: rows of %lld, %lld experts, %lld tokens",
+                            (long long)a->ne[0], (long long)ne(&op->in[2], 1), (long long)rows_of(a));
+        return TND_OK;
+    }
     case TND_OP_ATTN: {
         const tnd_tensor *k = &op->in[1], *v = &op->in[2];
         int hd = op->p.attn.head_dim, nh = op->p.attn.n_head, nkv = op->p.attn.n_head_kv;
@@ -1158,6 +1174,17 @@ static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int
     case TND_OP_MOE_ROUTE:
         e = tnd_cu_moe_route((const float *)a->data, rows_of(a), (int)a->ne[0], op->p.route.n_used, op->p.route.mode,
                              op->p.route.norm, (float *)o->data, (int32_t *)op->out[1].data, cs);
+        break;
+    case TND_OP_MOE_ROUTE_PAIR:
+        e = tnd_cu_moe_route_pair((const float *)a->data, (const float *)op->in[1].data, rows_of(a), (int)a->ne[0],
+                                  op->p.route.n_used, op->p.route.mode, op->p.route.norm, (float *)o->data,
+                                  (int32_t *)op->out[1].data, (float *)op->out[2].data, (int32_t *)op->out[3].data, cs);
+        break;
+    case TND_OP_MOE_SUM_NORM:
+        e = tnd_cu_moe_sum_norm((const float *)a->data, (const float *)op->in[2].data, (const float *)op->in[3].data,
+                                (const float *)op->in[1].data, (float *)o->data, (float *)op->out[1].data,
+                                (float *)op->out[2].data, a->ne[0], (int)ne(&op->in[2], 1), rows_of(a),
+                                op->p.norm.eps, cs);
         break;
     default:
         return tnd_fail(TND_ERR_UNSUPPORTED, "cuda: op %s not implemented", tnd_op_name(op->kind));

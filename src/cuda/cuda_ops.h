@@ -275,6 +275,14 @@ int tnd_cu_rms_norm(const float *x, const float *w, float *y, int64_t n, int64_t
  * in one launch. y may equal x or sum. */
 int tnd_cu_rms_norm_add(const float *x, const float *r, const float *w, float *y, float *sum, int64_t n,
                         int64_t rows, float eps, tnd_cu_stream stream);
+/* MOE_SUM_NORM (backend.h) in one launch: o = sum_u wt[u] * ey[u] per row
+ * (tnd_cu_moe_sum's), then the fused residual add of o as
+ * tnd_cu_rms_norm_add: the two launches' bits. ey f32 [rows][n_used][n], wt
+ * [rows][n_used]; o and y must not alias ey or wt. Rows up to 32 values a
+ * thread (tnd_cu_moe_sum_norm_supported). */
+bool tnd_cu_moe_sum_norm_supported(int64_t n, int n_used);
+int tnd_cu_moe_sum_norm(const float *x, const float *ey, const float *wt, const float *w, float *y, float *sum,
+                        float *o, int64_t n, int n_used, int64_t rows, float eps, tnd_cu_stream stream);
 
 /* ---- rope.cu ---------------------------------------------------------------
  * x, y: f32 [n_tok][n_head][head_dim] (y may equal x); pos: int32 [n_tok].
@@ -352,6 +360,11 @@ int tnd_cu_copy_sm(void *dst, const void *src, size_t n, tnd_cu_stream stream);
  * n_used <= 32. */
 int tnd_cu_moe_route(const float *logits, int64_t n_tok, int n_expert, int n_used, int mode, bool norm,
                      float *weights, int32_t *ids, tnd_cu_stream stream);
+/* Two routings of one shape in one launch (MOE_ROUTE_PAIR): logits2,
+ * weights2 and ids2 as the first's; the same bits as two launches. */
+int tnd_cu_moe_route_pair(const float *logits, const float *logits2, int64_t n_tok, int n_expert, int n_used,
+                          int mode, bool norm, float *weights, int32_t *ids, float *weights2, int32_t *ids2,
+                          tnd_cu_stream stream);
 /* Skipping expert matmuls (split layers): dst[p] = src[p] for each of the
  * n_pairs rows of n_out floats whose ids[p] >= 0; the other rows of dst are
  * not touched. dst may be mapped host memory. */

@@ -11,10 +11,18 @@
 
 #define MOE_PER_LANE 16
 
+/* A second routing (MOE_ROUTE_PAIR: logits2 set) takes the warps past the
+ * first's n_tok. */
 __global__ void k_moe_route(const float *__restrict__ logits, int64_t n_tok, int n_expert, int n_used, int mode,
-                            bool norm, float *__restrict__ weights, int32_t *__restrict__ ids) {
+                            bool norm, float *__restrict__ weights, int32_t *__restrict__ ids,
+                            const float *__restrict__ logits2, float *__restrict__ weights2,
+                            int32_t *__restrict__ ids2) {
     const int lane = threadIdx.x & 31;
-    const int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (logits2 && t >= n_tok) { /* the second routing's token t - n_tok */
+        t -= n_tok;
+        logits = logits2, weights = weights2, ids = ids2;
+    }
     if (t >= n_tok) return; /* whole warps leave together */
     const float *l = logits + t * n_expert;
     float v[MOE_PER_LANE];
@@ -72,16 +80,29 @@ __global__ void k_moe_route(const float *__restrict__ logits, int64_t n_tok, int
     }
 }
 
-extern "C" int tnd_cu_moe_route(const float *logits, int64_t n_tok, int n_expert, int n_used, int mode, bool norm,
-                                float *weights, int32_t *ids, tnd_cu_stream stream) {
+static int route_launch(const float *logits, const float *logits2, int64_t n_tok, int n_expert, int n_used, int mode,
+                        bool norm, float *weights, int32_t *ids, float *weights2, int32_t *ids2,
+                        tnd_cu_stream stream) {
     if (!logits || !weights || !ids || n_tok < 0 || n_expert < 1 || n_expert > 32 * MOE_PER_LANE || n_used < 1 ||
-        n_used > n_expert || n_used > 32 || (mode != 0 && mode != 1))
+        n_used > n_expert || n_used > 32 || (mode != 0 && mode != 1) || (logits2 && (!weights2 || !ids2)))
         return cudaErrorInvalidValue;
     if (n_tok == 0) return 0;
     const int warps = 4;
-    k_moe_route<<<tnd_cu_blocks(n_tok, warps), 32 * warps, 0, (cudaStream_t)stream>>>(logits, n_tok, n_expert,
-                                                                                      n_used, mode, norm, weights, ids);
+    k_moe_route<<<tnd_cu_blocks(logits2 ? 2 * n_tok : n_tok, warps), 32 * warps, 0, (cudaStream_t)stream>>>(
+        logits, n_tok, n_expert, n_used, mode, norm, weights, ids, logits2, weights2, ids2);
     return (int)cudaGetLastError();
+}
+
+extern "C" int tnd_cu_moe_route(const float *logits, int64_t n_tok, int n_expert, int n_used, int mode, bool norm,
+                                float *weights, int32_t *ids, tnd_cu_stream stream) {
+    return route_launch(logits, NULL, n_tok, n_expert, n_used, mode, norm, weights, ids, NULL, NULL, stream);
+}
+
+extern "C" int tnd_cu_moe_route_pair(const float *logits, const float *logits2, int64_t n_tok, int n_expert,
+                                     int n_used, int mode, bool norm, float *weights, int32_t *ids, float *weights2,
+                                     int32_t *ids2, tnd_cu_stream stream) {
+    if (!logits2) return cudaErrorInvalidValue;
+    return route_launch(logits, logits2, n_tok, n_expert, n_used, mode, norm, weights, ids, weights2, ids2, stream);
 }
 
 /* One thread per output float; the row's id is read once per warp-ish run

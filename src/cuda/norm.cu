@@ -31,10 +31,16 @@ __global__ void k_rms_norm(const float *x, const float *r, const float *__restri
  * blockDim.x): every load is issued at once and the row read once, where
  * the loops above wait for memory three times (a decode norm is a chain of
  * such waits: ~10 us a launch, 73 a qwen3-8b token). The same values in
- * the same order: the same bits. */
-template <int C>
+ * the same order: the same bits.
+ *
+ * MOE: the residual is an MoE layer's expert sum, made here (MOE_SUM_NORM,
+ * one launch instead of two): r is the expert outputs y [n_used][n] of the
+ * row's token, wt its n_used weights, and each sum is written to o before
+ * it is added. Each element's sum is k_moe_sum's (act.cu), in its order, and
+ * the add reads it as the unfused norm reads o: the two launches' bits. */
+template <int C, bool MOE>
 __global__ void k_rms_norm_reg(const float *x, const float *r, const float *__restrict__ w, float *y, float *sum,
-                               int n, float eps) {
+                               int n, float eps, const float *__restrict__ wt, int n_used, float *o) {
     __shared__ float sh[32];
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
@@ -45,12 +51,23 @@ __global__ void k_rms_norm_reg(const float *x, const float *r, const float *__re
         v[k] = i < n ? xr[i] : 0.f;
     }
     if (r) {
-        const float *rr = r + (int64_t)blockIdx.x * n;
         float *sr = sum + (int64_t)blockIdx.x * n;
+        const float *rr = r + (int64_t)blockIdx.x * (MOE ? n_used : 1) * n;
+        const float *wr = MOE ? wt + (int64_t)blockIdx.x * n_used : NULL;
+        float *orow = MOE ? o + (int64_t)blockIdx.x * n : NULL;
 #pragma unroll
         for (int k = 0; k < C; k++) {
             int i = threadIdx.x + k * blockDim.x;
-            if (i < n) sr[i] = v[k] = v[k] + rr[i];
+            if (i >= n) continue;
+            float add;
+            if (MOE) {
+                add = 0.f;
+                for (int u = 0; u < n_used; u++) add = fmaf(wr[u], rr[(int64_t)u * n + i], add);
+                orow[i] = add;
+            } else {
+                add = rr[i];
+            }
+            sr[i] = v[k] = v[k] + add;
         }
     }
 #pragma unroll
@@ -71,10 +88,28 @@ static int norm_launch(const float *x, const float *r, const float *w, float *y,
     const int th = tnd_cu_norm_threads(n);
     const dim3 grid((unsigned)rows);
     cudaStream_t st = (cudaStream_t)stream;
-    if (n <= 8 * th) k_rms_norm_reg<8><<<grid, th, 0, st>>>(x, r, w, y, sum, (int)n, eps);
-    else if (n <= 16 * th) k_rms_norm_reg<16><<<grid, th, 0, st>>>(x, r, w, y, sum, (int)n, eps);
-    else if (n <= 32 * th) k_rms_norm_reg<32><<<grid, th, 0, st>>>(x, r, w, y, sum, (int)n, eps);
+    if (n <= 8 * th) k_rms_norm_reg<8, false><<<grid, th, 0, st>>>(x, r, w, y, sum, (int)n, eps, NULL, 0, NULL);
+    else if (n <= 16 * th) k_rms_norm_reg<16, false><<<grid, th, 0, st>>>(x, r, w, y, sum, (int)n, eps, NULL, 0, NULL);
+    else if (n <= 32 * th) k_rms_norm_reg<32, false><<<grid, th, 0, st>>>(x, r, w, y, sum, (int)n, eps, NULL, 0, NULL);
     else k_rms_norm<<<grid, th, 0, st>>>(x, r, w, y, sum, n, eps);
+    return (int)cudaGetLastError();
+}
+
+extern "C" bool tnd_cu_moe_sum_norm_supported(int64_t n, int n_used) {
+    return n >= 1 && n <= 32 * tnd_cu_norm_threads(n) && n_used >= 1;
+}
+
+extern "C" int tnd_cu_moe_sum_norm(const float *x, const float *ey, const float *wt, const float *w, float *y,
+                                   float *sum, float *o, int64_t n, int n_used, int64_t rows, float eps,
+                                   tnd_cu_stream stream) {
+    if (!x || !ey || !wt || !y || !sum || !o || rows < 1 || rows > 0x7fffffff || !tnd_cu_moe_sum_norm_supported(n, n_used))
+        return cudaErrorInvalidValue;
+    const int th = tnd_cu_norm_threads(n);
+    const dim3 grid((unsigned)rows);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (n <= 8 * th) k_rms_norm_reg<8, true><<<grid, th, 0, st>>>(x, ey, w, y, sum, (int)n, eps, wt, n_used, o);
+    else if (n <= 16 * th) k_rms_norm_reg<16, true><<<grid, th, 0, st>>>(x, ey, w, y, sum, (int)n, eps, wt, n_used, o);
+    else k_rms_norm_reg<32, true><<<grid, th, 0, st>>>(x, ey, w, y, sum, (int)n, eps, wt, n_used, o);
     return (int)cudaGetLastError();
 }
 

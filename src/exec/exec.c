@@ -33,7 +33,10 @@
  * decode step's q and k RoPE and K/V stores, as one ROPE_KV
  * (fuse_rope_kv): one launch instead of four. An MoE FFN's gate and up
  * expert matmuls and their SILU_MUL run as one MOE_GLU where their side
- * takes that (fuse_glu; the CPU: one pool region instead of three). */
+ * takes that (fuse_glu; the CPU: one pool region instead of three). On the
+ * GPU an MoE layer's expert sum and the residual add + norm after it, and
+ * its routing and the next layer's predicted one, run as one launch each
+ * (fuse_two: MOE_SUM_NORM, MOE_ROUTE_PAIR). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -715,7 +718,8 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
             c->busy_gpu += tnd_perf_attn_time(c->perf, TND_SIDE_GPU, c->round_nt, c->n_past);
         } else { /* a ROPE_KV stands for four of the recipe's other ops, a (resident) MOE_GLU three */
             c->busy_gpu += other * (op.kind == TND_OP_ROPE_KV ? 4 : op.kind == TND_OP_MOE_GLU ? 3
-                                                                  : op.kind == TND_OP_MOE_FFN ? 4 : 1);
+                                    : op.kind == TND_OP_MOE_FFN ? 4
+                                    : op.kind == TND_OP_MOE_SUM_NORM || op.kind == TND_OP_MOE_ROUTE_PAIR ? 2 : 1);
         }
     }
     if (c->trace) {
@@ -740,7 +744,8 @@ static tnd_status run_node(tnd_ctx *c, const tnd_node *nd, int *prom_seen) {
         }
     }
     /* the next layer's predicted routing (model/forward.c) is not this layer's */
-    const bool route = nd->op.kind == TND_OP_MOE_ROUTE && nd->layer >= 0 && nd->op.out[1].data == c->side[0].act[A_RI];
+    const bool route = (nd->op.kind == TND_OP_MOE_ROUTE || nd->op.kind == TND_OP_MOE_ROUTE_PAIR) && nd->layer >= 0 &&
+                       nd->op.out[1].data == c->side[0].act[A_RI];
     if (c->expert_hits && route) { /* calibration: count routings */
         const tnd_tensor *ids = &nd->op.out[1];
         const tnd_region *r = find_region(c, ids->data);
@@ -820,6 +825,33 @@ static bool fuse_rope_kv(tnd_ctx *c, int i, tnd_node *out) {
         if (c->rope_kv_ok < 0) tnd_clear_error(); /* a refusal is an answer here, not an error */
     }
     return c->rope_kv_ok > 0;
+}
+
+/* Nodes i and i+1 as one MOE_SUM_NORM or MOE_ROUTE_PAIR (out) where that
+ * saves the GPU a launch on a decode step's critical path: an MoE layer's
+ * expert sum and the residual add + norm after it, or its routing and the
+ * next layer's predicted one (model/forward.c); both nodes of one layer on
+ * the GPU, and the GPU backend takes the op (asked once a kind: the shapes
+ * are a model's). TND_FUSE=0 keeps the two launches. */
+static bool fuse_two(tnd_ctx *c, int i, tnd_node *out) {
+    if (!c->gpu || i + 1 >= c->g.n || !tnd_config_get()->fuse) return false;
+    const tnd_node *n = &c->g.nodes[i];
+    const tnd_op_kind k0 = n[0].op.kind, k1 = n[1].op.kind;
+    const bool sum = k0 == TND_OP_MOE_SUM && k1 == TND_OP_RMS_NORM;
+    if (!sum && !(k0 == TND_OP_MOE_ROUTE && k1 == TND_OP_MOE_ROUTE)) return false;
+    int8_t *ok = &c->two_ok[sum ? 0 : 1];
+    if (*ok < 0 || n[0].layer != n[1].layer || n[0].sid >= 0 || n[1].sid >= 0 ||
+        tnd_exec_node_side(c, &n[0], c->cur, false, NULL) != TND_SIDE_GPU ||
+        tnd_exec_node_side(c, &n[1], TND_SIDE_GPU, false, NULL) != TND_SIDE_GPU)
+        return false;
+    const tnd_op part[2] = {n[0].op, n[1].op};
+    if (!(sum ? tnd_op_sum_norm_fuse(part, &out->op) : tnd_op_route_pair_fuse(part, &out->op))) return false;
+    out->sid = -1, out->layer = n[0].layer, out->pin = n[0].pin;
+    if (!*ok) {
+        *ok = tnd_backend_op_supported(c->side[1].be, &out->op) == TND_OK ? 1 : -1;
+        if (*ok < 0) tnd_clear_error(); /* a refusal is an answer here, not an error */
+    }
+    return *ok > 0;
 }
 
 /* Nodes i..i+2 as one MOE_GLU (out) where their side takes it: an MoE
@@ -999,6 +1031,8 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits) {
             st = run_node(c, &pair, &prom_seen), i++, c->n_pairs++;
         else if (fuse_rope_kv(c, i, &pair))
             st = run_node(c, &pair, &prom_seen), i += 3, c->n_rope_kv++;
+        else if (fuse_two(c, i, &pair))
+            st = run_node(c, &pair, &prom_seen), i++, c->n_two++;
         else if (fuse_glu(c, i, &pair)) {
             const bool ffn = fuse_ffn(c, i, &pair);
             st = run_node(c, &pair, &prom_seen), i += ffn ? 3 : 2, c->n_glu++, c->n_ffn += ffn;

@@ -433,6 +433,7 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
     free(c->pair_ok);
     c->pair_ok = NULL;
     c->rope_kv_ok = 0;
+    c->two_ok[0] = c->two_ok[1] = 0;
     c->glu_ok[0] = c->glu_ok[1] = 0;
     free(c->round_prom);
     c->round_prom = NULL;
@@ -460,6 +461,7 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .w_copy_bytes = c->w_copy_bytes,
                            .n_pairs = c->n_pairs,
                            .n_rope_kv = c->n_rope_kv,
+                           .n_two = c->n_two,
                            .n_glu = c->n_glu,
                            .n_ffn = c->n_ffn,
                            .n_route_dec = c->n_route_dec,

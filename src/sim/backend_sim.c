@@ -757,6 +757,18 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
             ARG_FAIL("sim rope_kv: k's heads and the cache rows differ in width");
         return TND_OK;
     }
+    case TND_OP_MOE_SUM_NORM:
+    case TND_OP_MOE_ROUTE_PAIR: { /* as their two ops (backend.h), which the CPU backend runs */
+        tnd_op part[2];
+        if (op->kind == TND_OP_MOE_SUM_NORM) tnd_op_sum_norm_split(op, part);
+        else tnd_op_route_pair_split(op, part);
+        for (int i = 0; i < 2; i++) {
+            tnd_status st = sim_op_supported(b, &part[i]);
+            if (st) return st;
+        }
+        if (op->kind == TND_OP_MOE_SUM_NORM && !op->out[1].data) ARG_FAIL("sim moe_sum_norm: x's sum out[1]");
+        return TND_OK;
+    }
     case TND_OP_MOE_GLU: { /* as its three ops (backend.h), which the CPU backend runs as one */
         tnd_op part[3];
         tnd_op_moe_glu_split(op, part);
@@ -789,6 +801,8 @@ static bool slot_used(const tnd_op *op, int slot) {
     case TND_OP_ROPE: return slot <= 2 || slot == OUT(0); /* in[2] optional: a fused norm */
     case TND_OP_ROPE_KV: return true;                     /* in[2], in[4] optional: the fused norms */
     case TND_OP_MOE_GLU: return slot <= 3 || slot == OUT(0) || slot == OUT(1);
+    case TND_OP_MOE_SUM_NORM: return slot <= 3 || (slot >= OUT(0) && slot <= OUT(2)); /* in[1] optional */
+    case TND_OP_MOE_ROUTE_PAIR: return slot <= 1 || slot >= OUT(0);
     case TND_OP_SOFTMAX:
     case TND_OP_SCALE: return slot == 0 || slot == OUT(0);
     case TND_OP_CPY: return slot <= 1 || slot == OUT(0); /* in[1] optional: positions */
@@ -816,6 +830,7 @@ static tnd_status sim_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         if (!t->data) {
             /* optional: RMS_NORM's weight and fused add, ROPE's fused norm, positions */
             if ((op->kind == TND_OP_RMS_NORM && j != 0 && j != OUT(0)) || (op->kind == TND_OP_ROPE && j == 2) ||
+                (op->kind == TND_OP_MOE_SUM_NORM && j == 1) ||
                 (op->kind == TND_OP_ROPE_KV && (j == 2 || j == 4)) || (op->kind == TND_OP_ATTN && j == 3) ||
                 (op->kind == TND_OP_CPY && j == 1))
                 continue;
