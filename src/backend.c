@@ -30,7 +30,6 @@ const char *tnd_op_name(tnd_op_kind k) {
     case TND_OP_MOE_FFN: return "moe_ffn";
     case TND_OP_MOE_SUM_NORM: return "moe_sum_norm";
     case TND_OP_MOE_ROUTE_PAIR: return "moe_route_pair";
-    case TND_OP_MATMUL_SILU: return "matmul_silu";
     case TND_OP_COUNT: break;
     }
     return "?";
@@ -261,37 +260,6 @@ bool tnd_op_route_pair_fuse(const tnd_op part[2], tnd_op *f) {
     return true;
 }
 
-void tnd_op_matmul_silu_split(const tnd_op *f, tnd_op part[2]) {
-    tnd_op *a = &part[0], *m = &part[1];
-    const tnd_tensor *g = &f->in[1];
-    *a = (tnd_op){.kind = TND_OP_SILU_MUL};
-    a->in[0] = a->out[0] = (tnd_tensor){.data = g->data, .type = TND_TYPE_F32, .ne = {tnd_tensor_nelem(g), 1, 1, 1}};
-    a->in[1] = (tnd_tensor){.data = f->in[2].data, .type = TND_TYPE_F32, .ne = {tnd_tensor_nelem(g), 1, 1, 1}};
-    *m = (tnd_op){.kind = TND_OP_MATMUL};
-    m->in[0] = f->in[0];
-    m->in[1] = *g;
-    m->out[0] = f->out[0];
-}
-
-bool tnd_op_matmul_silu_fuse(const tnd_op part[2], tnd_op *f) {
-    const tnd_op *a = &part[0], *m = &part[1];
-    if (a->kind != TND_OP_SILU_MUL || m->kind != TND_OP_MATMUL) return false;
-    const tnd_tensor *g = &a->in[0], *u = &a->in[1], *x = &m->in[1], *W = &m->in[0], *y = &m->out[0];
-    const int64_t n = tnd_tensor_nelem(g);
-    if (!g->data || !u->data || !W->data || !y->data || g->data != a->out[0].data || g->type != TND_TYPE_F32 ||
-        u->type != TND_TYPE_F32 || a->out[0].type != TND_TYPE_F32 || tnd_tensor_nelem(u) != n ||
-        tnd_tensor_nelem(&a->out[0]) != n || x->data != g->data || x->type != TND_TYPE_F32 ||
-        tnd_tensor_nelem(x) != n || x->ne[0] != W->ne[0] || tnd_tensors_overlap(g, u) ||
-        tnd_tensors_overlap(y, g) || tnd_tensors_overlap(y, u) || tnd_tensors_overlap(y, W))
-        return false;
-    *f = (tnd_op){.kind = TND_OP_MATMUL_SILU};
-    f->in[0] = *W;
-    f->in[1] = *x;
-    f->in[2] = (tnd_tensor){.data = u->data, .type = TND_TYPE_F32, .ne = {x->ne[0], x->ne[1], x->ne[2], x->ne[3]}};
-    f->out[0] = *y;
-    return true;
-}
-
 void tnd_backend_free(tnd_backend *b) {
     if (b && b->iface && b->iface->free) b->iface->free(b);
 }
@@ -386,7 +354,7 @@ tnd_status tnd_backend_copy_mapped(tnd_backend *b, void *dst, const void *src, s
 tnd_status tnd_backend_op_supported(tnd_backend *b, const tnd_op *op) {
     if (b->iface->op_supported) return b->iface->op_supported(b, op);
     if (op->kind == TND_OP_MATMUL_PAIR || op->kind == TND_OP_ROPE_KV || op->kind == TND_OP_MOE_SUM_NORM ||
-        op->kind == TND_OP_MOE_ROUTE_PAIR || op->kind == TND_OP_MATMUL_SILU) /* the optional ones */
+        op->kind == TND_OP_MOE_ROUTE_PAIR) /* the optional ones */
         return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend runs no %s", b->iface->name, tnd_op_name(op->kind));
     return TND_OK;
 }

@@ -217,15 +217,6 @@ typedef enum tnd_op_kind {
      * out[3] the second's (tnd_op_route_pair_split gives the two ops).
      * Optional, like MATMUL_PAIR. */
     TND_OP_MOE_ROUTE_PAIR,
-    /* A dense FFN's SILU_MUL and the down MATMUL that reads its output, as
-     * one op (the GPU stages silu(g) * u as the matvec's x: one launch
-     * instead of two): in[0] W {n_in, n_out}; in[1] g, in[2] u f32 {n_in,
-     * n_tok}; out[0] y f32 {n_out, n_tok} = W (silu(g) * u). g's buffer is
-     * left holding g or silu(g) * u: a backend may run the two ops
-     * (tnd_op_matmul_silu_split gives them: SILU_MUL in place over g, then
-     * MATMUL), so the executor fuses them only where nothing reads g before
-     * it is written again. Optional, like MATMUL_PAIR. */
-    TND_OP_MATMUL_SILU,
     TND_OP_COUNT
 } tnd_op_kind;
 
@@ -308,13 +299,6 @@ void tnd_op_route_pair_split(const tnd_op *f, tnd_op part[2]);
  * that form (one p.route, logits and outputs of one shape, and no output
  * of either overlapping the other's logits or another output). */
 bool tnd_op_route_pair_fuse(const tnd_op part[2], tnd_op *f);
-/* MATMUL_SILU (f) as SILU_MUL in place over g, then the MATMUL of it. */
-void tnd_op_matmul_silu_split(const tnd_op *f, tnd_op part[2]);
-/* A SILU_MUL in place and the MATMUL that reads exactly its output as one
- * MATMUL_SILU in *f; false when they do not have that form (g and u of one
- * size, the matmul's x the SILU_MUL's output with W's n_in columns, y
- * overlapping none of g, u and W). */
-bool tnd_op_matmul_silu_fuse(const tnd_op part[2], tnd_op *f);
 
 /* The positions of an ATTN (in[3] and kv_cap, or p.attn.pos0, against its
  * cache's rows) or a CPY by position (in[1]), checked for a backend whose

@@ -6,8 +6,7 @@
  *   - MATMUL_PAIR of two f32 matrices (a MoE layer's router and the next's);
  *   - MOE_SUM_NORM (an MoE layer's expert sum, then the residual add + norm)
  *     and MOE_ROUTE_PAIR (its routing and the next layer's predicted one),
- *     the executor's fusions of those pairs of ops; MATMUL_SILU (a dense
- *     FFN's SILU_MUL folded into the down matvec's staging of x).
+ *     the executor's fusions of those pairs of ops.
  * Each against a double-precision reference (tolerances stated where they
  * are checked, as test_cuda_ops.c states its own), against the unfused pair
  * of ops on the GPU, and collected into a CUDA graph (graph_defer: captured,
@@ -20,7 +19,6 @@
 
 #include "backend.h"
 #include "check.h"
-#include "quant/quant.h"
 #include "util.h"
 
 #ifndef TND_HAVE_CUDA
@@ -502,83 +500,6 @@ static void test_route_pair(int n_expert, int n_used, int64_t n_tok, int mode, b
     free(l);
 }
 
-/* ---- a dense FFN's SiLU gate and down projection: MATMUL_SILU ---------------------- */
-
-static void put_f16(uint8_t *p, float v) {
-    uint16_t h = tnd_fp32_to_fp16(v);
-    memcpy(p, &h, 2);
-}
-
-/* Random Q4_K, Q6_K or Q8_0 rows: random quant bits, sane scales. */
-static uint8_t *make_weights(tnd_type t, int64_t n_in, int64_t rows, size_t *bytes) {
-    const size_t n = tnd_row_size(t, n_in) * (size_t)rows, ts = tnd_type_traits_get(t)->type_size;
-    uint8_t *w = (uint8_t *)tc_xmalloc(n);
-    for (size_t i = 0; i < n; i++) w[i] = (uint8_t)(tc_xorshift() >> 24);
-    for (size_t b = 0; b < n / ts; b++) {
-        uint8_t *p = w + b * ts;
-        const float d = tc_unif(0.002f, 0.02f);
-        if (t == TND_TYPE_Q4_K) put_f16(p, d * 0.1f), put_f16(p + 2, d * 0.05f);
-        else if (t == TND_TYPE_Q6_K) put_f16(p + 208, d * 0.05f);
-        else put_f16(p, d);
-    }
-    *bytes = n;
-    return w;
-}
-
-/* MATMUL_SILU against SILU_MUL in place, then MATMUL, on the GPU: y bit
- * for bit, whether the fused kernel runs (the f16 family's types, g and u
- * 16-byte aligned) or the op runs the two (u_off: u one float off its
- * alignment). */
-static void test_matmul_silu(tnd_type t, int64_t n_in, int64_t n_out, int n_tok, int u_off) {
-    size_t wb;
-    uint8_t *w = make_weights(t, n_in, n_out, &wb);
-    const int64_t nx = n_in * n_tok;
-    float *g = (float *)tc_xmalloc((size_t)nx * 4), *u = (float *)tc_xmalloc((size_t)nx * 4);
-    tc_fill_unif(g, (size_t)nx, -6, 6);
-    tc_fill_unif(u, (size_t)nx, -2, 2);
-    void *dw = dev_upload(w, wb);
-    float *du = (float *)dev_alloc((size_t)(nx + 4) * 4);
-    CHECK_ST(B->iface->copy_h2d(B, du + u_off, u, (size_t)nx * 4, S));
-    float *dy = (float *)dev_alloc((size_t)(2 * n_out * n_tok) * 4);
-    dev_poison(dy, (size_t)(2 * n_out * n_tok) * 4);
-    char what[160];
-    snprintf(what, sizeof what, "matmul_silu %s %lld x %lld, %d tokens%s", tnd_type_name(t), (long long)n_in,
-             (long long)n_out, n_tok, u_off ? ", u unaligned (the two ops)" : "");
-    tnd_op op;
-    memset(&op, 0, sizeof op);
-    op.kind = TND_OP_MATMUL_SILU;
-    op.in[0] = tens(dw, t, n_in, n_out, 1);
-    op.in[2] = tens(du + u_off, TND_TYPE_F32, n_in, n_tok, 1);
-    bool ok = true;
-    for (int f = 0; f < 2 && ok; f++) { /* 0: the two ops, 1: fused; each on a fresh g */
-        float *dg = (float *)dev_upload(g, (size_t)nx * 4);
-        op.in[1] = tens(dg, TND_TYPE_F32, n_in, n_tok, 1);
-        op.out[0] = tens(dy + f * n_out * n_tok, TND_TYPE_F32, n_out, n_tok, 1);
-        if (f) {
-            const bool offered = B->iface->op_supported(B, &op) == TND_OK;
-            tnd_clear_error();
-            tc_report(offered, "%s: offered", what);
-            ok = offered && run_op(&op, what);
-        } else {
-            tnd_op part[2];
-            tnd_op_matmul_silu_split(&op, part);
-            ok = run_op(&part[0], what) && run_op(&part[1], what);
-        }
-        dev_free(dg);
-    }
-    if (ok) {
-        float *y = fetch(dy, 2 * n_out * n_tok);
-        int64_t finite = 0;
-        for (int64_t i = 0; i < n_out * n_tok; i++) finite += isfinite(y[i]) != 0;
-        tc_report(finite == n_out * n_tok && memcmp(y, y + n_out * n_tok, (size_t)(n_out * n_tok) * 4) == 0,
-                  "%s: y as SILU_MUL then MATMUL give it, bit for bit (%lld of %lld finite)", what, (long long)finite,
-                  (long long)(n_out * n_tok));
-        free(y);
-    }
-    dev_free(dw), dev_free(du), dev_free(dy);
-    free(w), free(g), free(u);
-}
-
 /* ---- in a CUDA graph --------------------------------------------------------------- */
 
 /* A decode layer's fused ops (rope+norm of q, add+norm of x), twice over,
@@ -696,13 +617,6 @@ int main(void) {
     test_route_pair(128, 8, 2, TND_ROUTE_SOFTMAX_TOPK, false);
     test_route_pair(60, 4, 17, TND_ROUTE_TOPK_SOFTMAX, false);
     test_route_pair(512, 32, 5, TND_ROUTE_SOFTMAX_TOPK, true);
-    static const int mtok[] = {1, 2, 8};
-    for (size_t k = 0; k < TND_ARRAY_LEN(mtok); k++) {
-        test_matmul_silu(TND_TYPE_Q6_K, 12288, 4096, mtok[k], 0); /* qwen3-8b's down */
-        test_matmul_silu(TND_TYPE_Q4_K, 1536, 576, mtok[k], 0);
-    }
-    test_matmul_silu(TND_TYPE_Q8_0, 2048, 512, 1, 0); /* not the f16 family by default: the two ops */
-    test_matmul_silu(TND_TYPE_Q6_K, 1024, 256, 2, 1);
     test_f32_pair(2048, 128); /* qwen3-30b-a3b's routers */
     test_f32_pair(576, 32);   /* a narrow one: a single block a matrix */
 

@@ -719,12 +719,10 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         return TND_OK;
     }
     case TND_OP_MOE_SUM_NORM:
-    case TND_OP_MOE_ROUTE_PAIR:
-    case TND_OP_MATMUL_SILU: { /* their two ops (the simulated GPU runs them here) */
+    case TND_OP_MOE_ROUTE_PAIR: { /* their two ops (the simulated GPU runs them here) */
         tnd_op part[2];
         if (op->kind == TND_OP_MOE_SUM_NORM) tnd_op_sum_norm_split(op, part);
-        else if (op->kind == TND_OP_MOE_ROUTE_PAIR) tnd_op_route_pair_split(op, part);
-        else tnd_op_matmul_silu_split(op, part);
+        else tnd_op_route_pair_split(op, part);
         for (int i = 0; i < 2; i++) {
             tnd_status st = cpu_op_run(b, &part[i], s);
             if (st) return st;

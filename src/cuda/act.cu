@@ -11,7 +11,12 @@ static unsigned ew_grid(int64_t n) {
 #define GRID_STRIDE(i, n) for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 __global__ void k_silu_mul(const float *g, const float *u, float *y, int64_t n) {
-    GRID_STRIDE(i, n) y[i] = tnd_silu_mul1(g[i], u[i]);
+    /* silu(v) = v / (1 + e^-v); expf(-v) overflows to inf for v < -88 and
+     * v / inf = -0, the right limit */
+    GRID_STRIDE(i, n) {
+        float v = g[i];
+        y[i] = v / (1.0f + expf(-v)) * u[i];
+    }
 }
 __global__ void k_gelu_mul(const float *g, const float *u, float *y, int64_t n) {
     GRID_STRIDE(i, n) {

@@ -742,12 +742,10 @@ static tnd_status op_check(const tnd_op *op) {
         return TND_OK;
     }
     case TND_OP_MOE_SUM_NORM:
-    case TND_OP_MOE_ROUTE_PAIR:
-    case TND_OP_MATMUL_SILU: { /* as their two ops (MATMUL_SILU runs them where its kernel does not) */
+    case TND_OP_MOE_ROUTE_PAIR: { /* as their two ops */
         tnd_op part[2];
         if (op->kind == TND_OP_MOE_SUM_NORM) tnd_op_sum_norm_split(op, part);
-        else if (op->kind == TND_OP_MOE_ROUTE_PAIR) tnd_op_route_pair_split(op, part);
-        else tnd_op_matmul_silu_split(op, part);
+        else tnd_op_route_pair_split(op, part);
         for (int i = 0; i < 2; i++) {
             tnd_status st = op_check(&part[i]);
             if (st) return st;
@@ -897,8 +895,7 @@ static tnd_status tiled_check(cu_ctx *c, const tnd_op *op, int *w_tiled) {
         long i = tiled_find(c, lo, hi);
         if (i < 0) continue;
         const struct cu_tiled r = c->tiled[i];
-        const bool weight = ((op->kind == TND_OP_MATMUL || op->kind == TND_OP_MATMUL_SILU) && k == 0) ||
-                            (op->kind == TND_OP_MATMUL_PAIR && (k == 0 || k == 2));
+        const bool weight = (op->kind == TND_OP_MATMUL && k == 0) || (op->kind == TND_OP_MATMUL_PAIR && (k == 0 || k == 2));
         if (weight && lo == r.base && t->type == TND_TYPE_Q4_K && t->ne[0] == r.n_in && ne(t, 1) == r.n_out &&
             ne(t, 2) == 1 && ne(t, 3) == 1) {
             *w_tiled |= 1 << k;
@@ -1017,20 +1014,6 @@ static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int
                                         s->scratch, s->scratch_size, 0, cs);
         }
         break;
-    }
-    case TND_OP_MATMUL_SILU: {
-        const int64_t n_tok = rows_of(&op->in[1]);
-        if (!w_tiled && n_tok <= CU_MATVEC_MAX_TOK) {
-            e = tnd_cu_matvec_silu(a->type, a->data, a->ne[0], ne(a, 1), (const float *)op->in[1].data,
-                                   (const float *)op->in[2].data, (int)n_tok, (float *)o->data, cs);
-            if (e != cudaErrorNotSupported) break;
-            cudaGetLastError();
-        }
-        /* the kernel's family is not the one this matmul gets: the two ops */
-        tnd_op part[2];
-        tnd_op_matmul_silu_split(op, part);
-        if ((st = op_exec(b, &part[0], s))) return st;
-        return op_exec(b, &part[1], s);
     }
     case TND_OP_MATMUL_PAIR: {
         const tnd_tensor *w2 = &op->in[2], *o2 = &op->out[1];
@@ -1223,8 +1206,7 @@ static tnd_status cu_reserve(tnd_backend *b, const tnd_op *op, tnd_stream *s);
  * matmuls (cuBLAS, the grouped expert matmul's host-side grouping) are not. */
 static bool graph_capturable(const tnd_op *op) {
     switch (op->kind) {
-    case TND_OP_MATMUL:
-    case TND_OP_MATMUL_SILU: return rows_of(&op->in[1]) <= CU_MATVEC_MAX_TOK;
+    case TND_OP_MATMUL: return rows_of(&op->in[1]) <= CU_MATVEC_MAX_TOK;
     case TND_OP_MATMUL_ID: return rows_of(&op->in[2]) <= CU_MATVEC_MAX_TOK;
     default: return true;
     }

@@ -525,11 +525,6 @@ TND_HD uint32_t hsub2u(uint32_t a, uint32_t b) {
     return d2hbits(hbits2d(a) - hbits2d(b)) | (d2hbits(hbits2d(a >> 16) - hbits2d(b >> 16)) << 16);
 #endif
 }
-/* SILU_MUL's element: silu(g) * u, silu(v) = v / (1 + e^-v); expf(-v)
- * overflows to inf for v < -88 and v / inf = -0, the right limit. One
- * expression for k_silu_mul and the matvecs that gate their x with it
- * (MATMUL_SILU): the same bits. */
-__device__ __forceinline__ float tnd_silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 /* two floats as a half2 word (round to nearest even), a in the low half */
 TND_HD uint32_t f2h2u(float a, float b) {
 #ifdef __CUDA_ARCH__

@@ -70,14 +70,6 @@ size_t tnd_cu_row_size(int type, int64_t n);
 /* n_tok 1..8 (rows of W are read once for all tokens). */
 int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,
                   float *y, tnd_cu_stream stream);
-/* tnd_cu_matvec over x = silu(g) * u (MATMUL_SILU: SILU_MUL folded into
- * the matvec's staging of x, as k_silu_mul computes it: the bits of
- * tnd_cu_silu_mul then tnd_cu_matvec). cudaErrorNotSupported where
- * tnd_cu_matvec would not run its f16 tensor-core kernel (the type's
- * default family, TND_CUDA_MV), or g or u is not 16-byte aligned; g and u
- * are left as they are. */
-int tnd_cu_matvec_silu(int type, const void *W, int64_t n_in, int64_t n_out, const float *g, const float *u,
-                       int n_tok, float *y, tnd_cu_stream stream);
 /* One token, two matrices of one type and shape over one x (a MoE layer's
  * router and the next layer's, in one launch): y1 = W1 x, y2 = W2 x, each
  * the same bits as tnd_cu_matvec's. cudaErrorNotSupported where the type

@@ -491,16 +491,6 @@ extern "C" int tnd_cu_matvec(int type, const void *W, int64_t n_in, int64_t n_ou
     return (int)cudaGetLastError();
 }
 
-extern "C" int tnd_cu_matvec_silu(int type, const void *W, int64_t n_in, int64_t n_out, const float *g, const float *u,
-                                  int n_tok, float *y, tnd_cu_stream stream) {
-    int e = check_w(type, W, n_in, n_out);
-    if (e) return e;
-    if (!g || !u || !y || n_tok < 1 || n_tok > 8) return cudaErrorInvalidValue;
-    /* only where tnd_cu_matvec would run the f16 kernel over g: its bits */
-    if (tnd_cu_matvec_kind(type, n_in, n_tok) != TND_CU_MV_F16MMA) return cudaErrorNotSupported;
-    return launch_mvh_silu(type, W, n_in, n_out, g, u, n_tok, y, (cudaStream_t)stream);
-}
-
 extern "C" int tnd_cu_matvec_cfg(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, float *y,
                                  int kernel, int rows_per_warp, int threads, tnd_cu_stream stream) {
     int e = check_w(type, W, n_in, n_out);

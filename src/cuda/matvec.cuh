@@ -36,32 +36,18 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1,
 
 /* x (n_tok rows of n_in f32) into shared f16 pairs: token k's super-block
  * sb at xs + k * xstride + sb * 64, slot mvh_q4k_slot / mvh_q6k_slot within. */
-/* SILU: x is silu(x) * u (MATMUL_SILU: the gate's output gated by the up's,
- * as k_silu_mul makes it; u as x, 16-byte aligned). */
-template <int TY, bool SILU>
-__device__ __forceinline__ void mvh_stage_xu(uint2 *xs, const float *x, const float *u, int64_t n_in, int n_tok,
-                                             int xstride) {
+template <int TY>
+__device__ __forceinline__ void mvh_stage_x(uint2 *xs, const float *x, int64_t n_in, int n_tok, int xstride) {
     const int nq = (int)(n_in / 4);
     for (int k = 0; k < n_tok; k++) {
         const float4 *xr = (const float4 *)(x + (int64_t)k * n_in);
-        const float4 *ur = SILU ? (const float4 *)(u + (int64_t)k * n_in) : NULL;
         for (int q = threadIdx.x; q < nq; q += blockDim.x) {
-            float4 v = __ldcg(xr + q); /* not ld.global.nc: under PDL x was written during this kernel's life */
-            if (SILU) {
-                const float4 w = __ldcg(ur + q);
-                v = make_float4(tnd_silu_mul1(v.x, w.x), tnd_silu_mul1(v.y, w.y), tnd_silu_mul1(v.z, w.z),
-                                tnd_silu_mul1(v.w, w.w));
-            }
+            const float4 v = __ldcg(xr + q); /* not ld.global.nc: under PDL x was written during this kernel's life */
             const int sb = q >> 6, o = (q & 63) * 4;
             const int slot = TY == TND_TYPE_Q4_K ? mvh_q4k_slot(o) : TY == TND_TYPE_Q6_K ? mvh_q6k_slot(o) : mvh_q8_slot(o);
             xs[k * xstride + sb * 64 + slot] = make_uint2(f2h2u(v.x, v.z), f2h2u(v.y, v.w));
         }
     }
-}
-
-template <int TY>
-__device__ __forceinline__ void mvh_stage_x(uint2 *xs, const float *x, int64_t n_in, int n_tok, int xstride) {
-    mvh_stage_xu<TY, false>(xs, x, NULL, n_in, n_tok, xstride);
 }
 
 /* Sums the KW partials of each tile in shared memory (red: MB*KW*32 float4),
@@ -205,10 +191,5 @@ void mvh_shape_k(mvh_kernel k, int fam, int64_t n_in, int64_t n_out, int n_tok, 
                  int *KW);
 int launch_mvh(int fam, int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                int MB, int KW, cudaStream_t st);
-/* The f16 family's kernel for type over x = silu(g) * u (MATMUL_SILU):
- * cudaErrorNotSupported where launch_mvh(TND_CU_MV_F16MMA, ...) would not
- * run, or u is not 16-byte aligned. */
-int launch_mvh_silu(int type, const void *W, int64_t n_in, int64_t n_out, const float *g, const float *u, int n_tok,
-                    float *y, cudaStream_t st);
 
 #endif

@@ -30,13 +30,10 @@
  * current one. The launch picks MB, KW so that the grid fits the device in
  * one wave when it can (mvh_shape). */
 
-/* Q4_K, n_tok 1..8; blockDim.x = 32 * MB * KW. Each family's body is
- * compiled twice: over x (k_mvh_*), and over silu(g) * u (k_mvh_*_silu,
- * MATMUL_SILU: SILU_MUL's launch folded into the staging of x). */
-template <bool SILU>
-__device__ __forceinline__ void mvh_q4k_body(const uint8_t *__restrict__ W, size_t rb, int64_t n_in, int64_t n_out,
-                                             const float *__restrict__ x, const float *__restrict__ u, int n_tok,
-                                             float *__restrict__ y, int MB, int KW) {
+/* Q4_K, n_tok 1..8; blockDim.x = 32 * MB * KW. */
+__global__ void __launch_bounds__(256) k_mvh_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                 float *__restrict__ y, int MB, int KW) {
     extern __shared__ uint4 mvh_dyn[];
     const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4; /* +4 pairs: tokens' slots in other banks */
     uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64; /* xz: zeros, read by lanes that feed no token */
@@ -70,7 +67,7 @@ __device__ __forceinline__ void mvh_q4k_body(const uint8_t *__restrict__ W, size
     buf A, B;
     int sb = kw;
     if (sb < nsb) load(A); /* in flight while x is staged */
-    mvh_stage_xu<TND_TYPE_Q4_K, SILU>(xs, x, u, n_in, n_tok, xstride);
+    mvh_stage_x<TND_TYPE_Q4_K>(xs, x, n_in, n_tok, xstride);
     for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
     __syncthreads();
     /* two super-blocks per trip, so the buffers swap roles without copies */
@@ -84,17 +81,6 @@ __device__ __forceinline__ void mvh_q4k_body(const uint8_t *__restrict__ W, size
     const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
                                  acc[0][3] + acc[1][3]);
     mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
-}
-__global__ void __launch_bounds__(256) k_mvh_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
-                                                 float *__restrict__ y, int MB, int KW) {
-    mvh_q4k_body<false>(W, rb, n_in, n_out, x, NULL, n_tok, y, MB, KW);
-}
-__global__ void __launch_bounds__(256) k_mvh_q4k_silu(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                      int64_t n_out, const float *__restrict__ g,
-                                                      const float *__restrict__ u, int n_tok, float *__restrict__ y,
-                                                      int MB, int KW) {
-    mvh_q4k_body<true>(W, rb, n_in, n_out, g, u, n_tok, y, MB, KW);
 }
 
 /* Lane t's words of one Q6_K super-block at b (2-byte aligned): aligned
@@ -135,10 +121,9 @@ __device__ __forceinline__ void mvh_q6k_load(const uint8_t *b, int t, uint32_t (
  * super-blocks), so a lane reads its words with aligned 32-bit loads and
  * funnel shifts (ld_words_a2), one super-block at a time: 2 x 23 loads in
  * flight per lane, no second buffer (it would cost ~48 registers). */
-template <bool SILU>
-__device__ __forceinline__ void mvh_q6k_body(const uint8_t *__restrict__ W, size_t rb, int64_t n_in, int64_t n_out,
-                                             const float *__restrict__ x, const float *__restrict__ u, int n_tok,
-                                             float *__restrict__ y, int MB, int KW) {
+__global__ void __launch_bounds__(256) k_mvh_q6k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                 float *__restrict__ y, int MB, int KW) {
     extern __shared__ uint4 mvh_dyn[];
     const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
     uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64;
@@ -154,7 +139,7 @@ __device__ __forceinline__ void mvh_q6k_body(const uint8_t *__restrict__ W, size
     const bool feeds = g < n_tok;
     const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
     const int xsb = feeds ? 64 : 0;
-    mvh_stage_xu<TND_TYPE_Q6_K, SILU>(xs, x, u, n_in, n_tok, xstride);
+    mvh_stage_x<TND_TYPE_Q6_K>(xs, x, n_in, n_tok, xstride);
     for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
     __syncthreads();
     for (int sb = kw; sb < nsb; sb += KW, b0 += step, b1 += step) {
@@ -170,17 +155,6 @@ __device__ __forceinline__ void mvh_q6k_body(const uint8_t *__restrict__ W, size
     const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
                                  acc[0][3] + acc[1][3]);
     mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
-}
-__global__ void __launch_bounds__(256) k_mvh_q6k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
-                                                 float *__restrict__ y, int MB, int KW) {
-    mvh_q6k_body<false>(W, rb, n_in, n_out, x, NULL, n_tok, y, MB, KW);
-}
-__global__ void __launch_bounds__(256) k_mvh_q6k_silu(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                      int64_t n_out, const float *__restrict__ g,
-                                                      const float *__restrict__ u, int n_tok, float *__restrict__ y,
-                                                      int MB, int KW) {
-    mvh_q6k_body<true>(W, rb, n_in, n_out, g, u, n_tok, y, MB, KW);
 }
 
 /* Lane t's part of one Q8_0 group of 8 blocks at b (2-byte aligned): the
@@ -209,10 +183,9 @@ __device__ __forceinline__ void mvh_q8_load(const uint8_t *b, int t, uint32_t (&
 
 /* Q8_0 in groups of 8 blocks, n_tok 1..8, as k_mvh_q6k (one group at a
  * time per warp; n_in a multiple of 256). */
-template <bool SILU>
-__device__ __forceinline__ void mvh_q8_body(const uint8_t *__restrict__ W, size_t rb, int64_t n_in, int64_t n_out,
-                                             const float *__restrict__ x, const float *__restrict__ u, int n_tok,
-                                             float *__restrict__ y, int MB, int KW) {
+__global__ void __launch_bounds__(256) k_mvh_q8(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                int64_t n_out, const float *__restrict__ x, int n_tok,
+                                                float *__restrict__ y, int MB, int KW) {
     extern __shared__ uint4 mvh_dyn[];
     const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
     uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64;
@@ -228,7 +201,7 @@ __device__ __forceinline__ void mvh_q8_body(const uint8_t *__restrict__ W, size_
     const bool feeds = g < n_tok;
     const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
     const int xsb = feeds ? 64 : 0;
-    mvh_stage_xu<TND_TYPE_Q8_0, SILU>(xs, x, u, n_in, n_tok, xstride);
+    mvh_stage_x<TND_TYPE_Q8_0>(xs, x, n_in, n_tok, xstride);
     for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
     __syncthreads();
     for (int sb = kw; sb < nsb; sb += KW, b0 += step, b1 += step) {
@@ -244,17 +217,6 @@ __device__ __forceinline__ void mvh_q8_body(const uint8_t *__restrict__ W, size_
     const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
                                  acc[0][3] + acc[1][3]);
     mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
-}
-__global__ void __launch_bounds__(256) k_mvh_q8(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
-                                                 float *__restrict__ y, int MB, int KW) {
-    mvh_q8_body<false>(W, rb, n_in, n_out, x, NULL, n_tok, y, MB, KW);
-}
-__global__ void __launch_bounds__(256) k_mvh_q8_silu(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                      int64_t n_out, const float *__restrict__ g,
-                                                      const float *__restrict__ u, int n_tok, float *__restrict__ y,
-                                                      int MB, int KW) {
-    mvh_q8_body<true>(W, rb, n_in, n_out, g, u, n_tok, y, MB, KW);
 }
 
 /* ---- int8 tensor-core path for Q4_K (TND_CUDA_MV=i8mma) -------------------
@@ -488,33 +450,6 @@ int launch_mvh(int fam, int type, const void *W, int64_t n_in, int64_t n_out, co
     const unsigned grid = (unsigned)((tiles + MB - 1) / MB);
     mvh_kernel_of(fam, type)<<<grid, 32 * MB * KW, smem, st>>>((const uint8_t *)W, tnd_cu_row_bytes(type, n_in), n_in,
                                                                n_out, x, n_tok, y, MB, KW);
-    return (int)cudaGetLastError();
-}
-
-/* launch_mvh's f16 launch over silu(g) * u: the plain kernel's shape (the
- * same shared memory; __launch_bounds__ holds the block size). */
-int launch_mvh_silu(int type, const void *W, int64_t n_in, int64_t n_out, const float *g, const float *u, int n_tok,
-                    float *y, cudaStream_t st) {
-    if (!mvh_supported(TND_CU_MV_F16MMA, type, n_in, n_tok) || ((uintptr_t)g & 15) || ((uintptr_t)u & 15))
-        return cudaErrorNotSupported;
-    typedef void (*silu_kernel)(const uint8_t *, size_t, int64_t, int64_t, const float *, const float *, int, float *,
-                                int, int);
-    const int ki = type == TND_TYPE_Q6_K ? 1 : type == TND_TYPE_Q8_0 ? 2 : 0;
-    const silu_kernel k = ki == 1 ? k_mvh_q6k_silu : ki == 2 ? k_mvh_q8_silu : k_mvh_q4k_silu;
-    static bool attr_set[3][64]; /* as launch_mvh's */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-    if (!attr_set[ki][dev]) {
-        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, mvh_attr_smem());
-        if (e != cudaSuccess) return (int)e;
-        attr_set[ki][dev] = true;
-    }
-    int MB, KW;
-    mvh_shape(TND_CU_MV_F16MMA, type, n_in, n_out, n_tok, &MB, &KW);
-    const size_t smem = mvh_smem(TND_CU_MV_F16MMA, n_in, n_tok, MB * KW);
-    const unsigned grid = (unsigned)(((n_out + 15) / 16 + MB - 1) / MB);
-    k<<<grid, 32 * MB * KW, smem, st>>>((const uint8_t *)W, tnd_cu_row_bytes(type, n_in), n_in, n_out, g, u, n_tok, y,
-                                        MB, KW);
     return (int)cudaGetLastError();
 }
 

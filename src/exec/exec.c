@@ -36,8 +36,7 @@
  * takes that (fuse_glu; the CPU: one pool region instead of three). On the
  * GPU an MoE layer's expert sum and the residual add + norm after it, and
  * its routing and the next layer's predicted one, run as one launch each
- * (fuse_two: MOE_SUM_NORM, MOE_ROUTE_PAIR), and a dense FFN's SILU_MUL
- * goes into the down matmul's launch (fuse_silu: MATMUL_SILU). */
+ * (fuse_two: MOE_SUM_NORM, MOE_ROUTE_PAIR). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -855,44 +854,6 @@ static bool fuse_two(tnd_ctx *c, int i, tnd_node *out) {
     return *ok > 0;
 }
 
-/* Nodes i and i+1 as one MATMUL_SILU (out) where that saves the GPU a
- * launch: a dense FFN's SILU_MUL in place over G and the down MATMUL
- * reading it (model/forward.c), in a decode-sized round, both on the GPU,
- * the matmul not promoted (its weight the GPU's own copy), the GPU backend
- * taking the op (asked once), and no later node reading G before one
- * writes it again: the op may leave G holding the gate's output
- * (backend.h). TND_FUSE=0 keeps the two launches. */
-static bool fuse_silu(tnd_ctx *c, int i, tnd_node *out) {
-    if (!c->gpu || i + 1 >= c->g.n || c->two_ok[2] < 0 || !tnd_config_get()->fuse) return false;
-    const tnd_node *n = &c->g.nodes[i];
-    if (n[0].op.kind != TND_OP_SILU_MUL || n[1].op.kind != TND_OP_MATMUL || n[1].sid < 0 ||
-        n[0].layer != n[1].layer)
-        return false;
-    const tnd_tensor *x = &n[1].op.in[1];
-    if (x->ne[1] * TND_MAX(x->ne[2], 1) * TND_MAX(x->ne[3], 1) > TND_GRAPH_MAX_TOK) return false;
-    bool prom;
-    if (tnd_exec_node_side(c, &n[0], c->cur, false, NULL) != TND_SIDE_GPU ||
-        tnd_exec_node_side(c, &n[1], TND_SIDE_GPU, false, &prom) != TND_SIDE_GPU || prom)
-        return false;
-    const tnd_op part[2] = {n[0].op, n[1].op};
-    if (!tnd_op_matmul_silu_fuse(part, &out->op)) return false;
-    const tnd_tensor *g = &out->op.in[1];
-    for (int j = i + 2; j < c->g.n; j++) { /* the next node to touch G must only write it */
-        const tnd_op *op = &c->g.nodes[j].op;
-        bool writes = false;
-        for (int k = 0; k < TND_OP_MAX_IN; k++)
-            if (op->in[k].data && tnd_tensors_overlap(&op->in[k], g)) return false;
-        for (int k = 0; k < TND_OP_MAX_OUT; k++) writes = writes || (op->out[k].data && tnd_tensors_overlap(&op->out[k], g));
-        if (writes) break;
-    }
-    out->sid = n[1].sid, out->layer = n[1].layer, out->pin = n[1].pin;
-    if (!c->two_ok[2]) {
-        c->two_ok[2] = tnd_backend_op_supported(c->side[1].be, &out->op) == TND_OK ? 1 : -1;
-        if (c->two_ok[2] < 0) tnd_clear_error(); /* a refusal is an answer here, not an error */
-    }
-    return c->two_ok[2] > 0;
-}
-
 /* Nodes i..i+2 as one MOE_GLU (out) where their side takes it: an MoE
  * FFN's gate and up MATMUL_IDs and their SILU_MUL (backend.h), the three
  * on one side (the SILU_MUL follows the up's), neither matmul promoted (a
@@ -1070,7 +1031,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits) {
             st = run_node(c, &pair, &prom_seen), i++, c->n_pairs++;
         else if (fuse_rope_kv(c, i, &pair))
             st = run_node(c, &pair, &prom_seen), i += 3, c->n_rope_kv++;
-        else if (fuse_two(c, i, &pair) || fuse_silu(c, i, &pair))
+        else if (fuse_two(c, i, &pair))
             st = run_node(c, &pair, &prom_seen), i++, c->n_two++;
         else if (fuse_glu(c, i, &pair)) {
             const bool ffn = fuse_ffn(c, i, &pair);

@@ -179,10 +179,8 @@ struct tnd_ctx {
     uint64_t n_pairs; /* MATMUL pairs handed to the GPU as one MATMUL_PAIR (fuse_pair) */
     uint64_t n_rope_kv; /* ROPE, ROPE, CPY, CPY runs handed to the GPU as one ROPE_KV (fuse_rope_kv) */
     int8_t rope_kv_ok;  /* whether the GPU backend takes ROPE_KV: 0 not asked yet, 1 yes, -1 no */
-    uint64_t n_two;     /* MOE_SUM + RMS_NORM, MOE_ROUTE and SILU_MUL + MATMUL pairs handed to the GPU as one op
-                         * (fuse_two, fuse_silu) */
-    int8_t two_ok[3];   /* whether the GPU backend takes MOE_SUM_NORM [0], MOE_ROUTE_PAIR [1], MATMUL_SILU [2],
-                         * as rope_kv_ok */
+    uint64_t n_two;     /* MOE_SUM + RMS_NORM and MOE_ROUTE pairs handed to the GPU as one op (fuse_two) */
+    int8_t two_ok[2];   /* whether the GPU backend takes MOE_SUM_NORM [0], MOE_ROUTE_PAIR [1], as rope_kv_ok */
     uint64_t n_glu;     /* gate, up, SILU_MUL runs handed to their side as one MOE_GLU (fuse_glu) */
     int8_t glu_ok[2];   /* whether side s's backend takes MOE_GLU: 0 not asked yet, 1 yes, -1 no */
     uint64_t n_ffn;     /* ... of which with their down MATMUL_ID as one MOE_FFN (fuse_ffn) */

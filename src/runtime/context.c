@@ -433,7 +433,7 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
     free(c->pair_ok);
     c->pair_ok = NULL;
     c->rope_kv_ok = 0;
-    memset(c->two_ok, 0, sizeof c->two_ok);
+    c->two_ok[0] = c->two_ok[1] = 0;
     c->glu_ok[0] = c->glu_ok[1] = 0;
     free(c->round_prom);
     c->round_prom = NULL;

@@ -54,7 +54,7 @@ const tnd_plan *tnd_ctx_plan(const tnd_ctx *c);
 typedef struct tnd_ctx_stats {
     uint64_t n_switch, n_act_copies, act_copy_bytes, n_w_copies, w_copy_bytes, n_pairs;
     uint64_t n_rope_kv; /* decode steps' RoPE and K/V stores run as one ROPE_KV (backend.h) */
-    uint64_t n_two;     /* MoE sums + norms, routing pairs, SiLU + down: MOE_SUM_NORM, MOE_ROUTE_PAIR, MATMUL_SILU */
+    uint64_t n_two;     /* MoE sums + norms and routing pairs run as one MOE_SUM_NORM or MOE_ROUTE_PAIR */
     uint64_t n_ffn;     /* MOE_GLUs run with their down projection as one MOE_FFN (backend.h) */
     uint64_t n_glu;     /* MoE FFNs' gate, up and SILU_MUL run as one MOE_GLU (backend.h) */
     /* split layers' routings of decode steps: all, and those to GPU experts */

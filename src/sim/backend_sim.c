@@ -758,12 +758,10 @@ static tnd_status sim_op_supported(tnd_backend *b, const tnd_op *op) {
         return TND_OK;
     }
     case TND_OP_MOE_SUM_NORM:
-    case TND_OP_MOE_ROUTE_PAIR:
-    case TND_OP_MATMUL_SILU: { /* as their two ops (backend.h), which the CPU backend runs */
+    case TND_OP_MOE_ROUTE_PAIR: { /* as their two ops (backend.h), which the CPU backend runs */
         tnd_op part[2];
         if (op->kind == TND_OP_MOE_SUM_NORM) tnd_op_sum_norm_split(op, part);
-        else if (op->kind == TND_OP_MOE_ROUTE_PAIR) tnd_op_route_pair_split(op, part);
-        else tnd_op_matmul_silu_split(op, part);
+        else tnd_op_route_pair_split(op, part);
         for (int i = 0; i < 2; i++) {
             tnd_status st = sim_op_supported(b, &part[i]);
             if (st) return st;
@@ -805,7 +803,6 @@ static bool slot_used(const tnd_op *op, int slot) {
     case TND_OP_MOE_GLU: return slot <= 3 || slot == OUT(0) || slot == OUT(1);
     case TND_OP_MOE_SUM_NORM: return slot <= 3 || (slot >= OUT(0) && slot <= OUT(2)); /* in[1] optional */
     case TND_OP_MOE_ROUTE_PAIR: return slot <= 1 || slot >= OUT(0);
-    case TND_OP_MATMUL_SILU: return slot <= 2 || slot == OUT(0);
     case TND_OP_SOFTMAX:
     case TND_OP_SCALE: return slot == 0 || slot == OUT(0);
     case TND_OP_CPY: return slot <= 1 || slot == OUT(0); /* in[1] optional: positions */

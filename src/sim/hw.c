@@ -384,15 +384,13 @@ static op_cost cost_of(const tnd_op *op) {
     case TND_OP_MOE_GLU:  /* its three */
     case TND_OP_MOE_FFN:        /* its MOE_GLU and down */
     case TND_OP_MOE_SUM_NORM:   /* its MOE_SUM and RMS_NORM */
-    case TND_OP_MOE_ROUTE_PAIR: /* its two MOE_ROUTEs */
-    case TND_OP_MATMUL_SILU: {  /* its SILU_MUL and MATMUL */
+    case TND_OP_MOE_ROUTE_PAIR: { /* its two MOE_ROUTEs */
         tnd_op part[4];
         int n = 3;
         if (op->kind == TND_OP_ROPE_KV) tnd_op_rope_kv_split(op, part), n = 4;
         else if (op->kind == TND_OP_MOE_FFN) tnd_op_moe_ffn_split(op, part), n = 2;
         else if (op->kind == TND_OP_MOE_SUM_NORM) tnd_op_sum_norm_split(op, part), n = 2;
         else if (op->kind == TND_OP_MOE_ROUTE_PAIR) tnd_op_route_pair_split(op, part), n = 2;
-        else if (op->kind == TND_OP_MATMUL_SILU) tnd_op_matmul_silu_split(op, part), n = 2;
         else tnd_op_moe_glu_split(op, part);
         for (int i = 0; i < n; i++) {
             op_cost p = cost_of(&part[i]);

@@ -63,8 +63,8 @@ const char *tnd_hw_names(void);
  * min(n_used * n_tok, n_expert) are assumed distinct. Bytes counted:
  *   MATMUL     whole weight + x + y;       flops 2 * n_in * n_out * n_tok
  *   MATMUL_ID  used experts' slices + x + y + ids; flops 2 * n_in * n_out * n_used * n_tok
- *   MOE_GLU, MOE_FFN, ROPE_KV, MOE_SUM_NORM, MOE_ROUTE_PAIR, MATMUL_SILU
- *              the sums of the ops they stand for (backend.h), in one launch
+ *   MOE_GLU, MOE_FFN, ROPE_KV, MOE_SUM_NORM, MOE_ROUTE_PAIR  the sums of the
+ *              ops they stand for (backend.h), in one launch
  *   GET_ROWS   the n_ids rows read + ids + out
  *   ATTN       q + out + the K and V rows seen (pos0 + n_tok, or the window);
  *              flops 4 * n_head * head_dim * (rows seen) * n_tok
