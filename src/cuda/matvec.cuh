@@ -191,12 +191,5 @@ void mvh_shape_k(mvh_kernel k, int fam, int64_t n_in, int64_t n_out, int n_tok, 
                  int *KW);
 int launch_mvh(int fam, int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                int MB, int KW, cudaStream_t st);
-/* matvec_tile.cu: the launch configuration of a decode kernel k (grid
- * blocks of threads, smem bytes, on st) with programmatic dependent launch
- * where it is on (TND_CUDA_PDL), the code of k's unit is sm_90's
- * (code_major, that unit's cu_code_major) and k was built with
- * griddepcontrol.wait; the attribute lives in *at. */
-cudaLaunchConfig_t mv_launch_cfg(const void *k, int64_t grid, int threads, size_t smem, cudaStream_t st,
-                                 cudaLaunchAttribute *at, int code_major);
 
 #endif

@@ -30,27 +30,11 @@
  * current one. The launch picks MB, KW so that the grid fits the device in
  * one wave when it can (mvh_shape). */
 
-/* Programmatic dependent launch (launch_mvh, as the tiled kernels'
- * mv_launch_cfg): a kernel launched with the attribute may start while its
- * predecessor in the stream runs, so these kernels wait for it before they
- * read anything at all (x, and the weights, which a promoted slice's copy
- * may still be writing), and let their own successor launch at once. The
- * overlap is the launch gap and block dispatch; without the attribute both
- * instructions are no-ops. */
-__device__ __forceinline__ void mvh_pdl_enter(void) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#else /* no trap: no launch asks for PDL unless this file runs sm_90 code (launch_mvh) */
-#endif
-}
-
 /* Q4_K, n_tok 1..8; blockDim.x = 32 * MB * KW. */
 __global__ void __launch_bounds__(256) k_mvh_q4k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
                                                  int64_t n_out, const float *__restrict__ x, int n_tok,
                                                  float *__restrict__ y, int MB, int KW) {
     extern __shared__ uint4 mvh_dyn[];
-    mvh_pdl_enter();
     const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4; /* +4 pairs: tokens' slots in other banks */
     uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64; /* xz: zeros, read by lanes that feed no token */
     float4 *red = (float4 *)(xs + n_tok * xstride);
@@ -141,7 +125,6 @@ __global__ void __launch_bounds__(256) k_mvh_q6k(const uint8_t *__restrict__ W, 
                                                  int64_t n_out, const float *__restrict__ x, int n_tok,
                                                  float *__restrict__ y, int MB, int KW) {
     extern __shared__ uint4 mvh_dyn[];
-    mvh_pdl_enter();
     const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
     uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64;
     float4 *red = (float4 *)(xs + n_tok * xstride);
@@ -204,7 +187,6 @@ __global__ void __launch_bounds__(256) k_mvh_q8(const uint8_t *__restrict__ W, s
                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
                                                 float *__restrict__ y, int MB, int KW) {
     extern __shared__ uint4 mvh_dyn[];
-    mvh_pdl_enter();
     const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
     uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64;
     float4 *red = (float4 *)(xs + n_tok * xstride);
@@ -257,7 +239,6 @@ __global__ void __launch_bounds__(256) k_mvi_q4k(const uint8_t *__restrict__ W, 
                                                  int64_t n_out, const float *__restrict__ x, int n_tok,
                                                  float *__restrict__ y, int MB, int KW) {
     extern __shared__ uint4 mvh_dyn[];
-    mvh_pdl_enter();
     const int nsb = (int)(n_in / 256), pstride = nsb * 32 + 4;
     uint2 *const xz = (uint2 *)mvh_dyn, *const xq = xz + 32;
     int *const xsm = (int *)(xq + 2 * n_tok * pstride);
@@ -466,14 +447,10 @@ int launch_mvh(int fam, int type, const void *W, int64_t n_in, int64_t n_out, co
     if (MB * KW > 8) return cudaErrorInvalidValue;
     const size_t smem = mvh_smem(fam, n_in, n_tok, MB * KW);
     const int64_t tiles = (n_out + 15) / 16;
-    const mvh_kernel k = mvh_kernel_of(fam, type);
-    cudaLaunchAttribute at;
-    cudaLaunchConfig_t cfg = mv_launch_cfg((const void *)k, (tiles + MB - 1) / MB, 32 * MB * KW, smem, st, &at,
-                                           cu_code_major());
-    const cudaError_t le = cudaLaunchKernelEx(&cfg, k, (const uint8_t *)W, tnd_cu_row_bytes(type, n_in), n_in, n_out,
-                                              x, n_tok, y, MB, KW);
-    const cudaError_t last = cudaGetLastError();
-    return (int)(le != cudaSuccess ? le : last);
+    const unsigned grid = (unsigned)((tiles + MB - 1) / MB);
+    mvh_kernel_of(fam, type)<<<grid, 32 * MB * KW, smem, st>>>((const uint8_t *)W, tnd_cu_row_bytes(type, n_in), n_in,
+                                                               n_out, x, n_tok, y, MB, KW);
+    return (int)cudaGetLastError();
 }
 
 extern "C" int tnd_cu_matvec_f16mma(int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok,

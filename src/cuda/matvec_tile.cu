@@ -912,8 +912,8 @@ extern "C" int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_s
  * is on and k waits for its predecessor (sm_90); the attribute lives in
  * *at. And a launch's result: its error, or the one it left (cleared, not
  * left for a later launch to report). */
-cudaLaunchConfig_t mv_launch_cfg(const void *k, int64_t grid, int threads, size_t smem, cudaStream_t st,
-                                 cudaLaunchAttribute *at, int code_major) {
+static cudaLaunchConfig_t tile_launch_cfg(const void *k, int64_t grid, int threads, size_t smem, cudaStream_t st,
+                                          cudaLaunchAttribute *at) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)grid);
     cfg.blockDim = dim3((unsigned)threads);
@@ -922,12 +922,8 @@ cudaLaunchConfig_t mv_launch_cfg(const void *k, int64_t grid, int threads, size_
     *at = cudaLaunchAttribute{};
     at->id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at->val.programmaticStreamSerializationAllowed = 1;
-    if (mvt_pdl() && code_major >= 9 && mvt_has_wait(k)) cfg.attrs = at, cfg.numAttrs = 1;
+    if (mvt_pdl() && cu_code_major() >= 9 && mvt_has_wait(k)) cfg.attrs = at, cfg.numAttrs = 1;
     return cfg;
-}
-static cudaLaunchConfig_t tile_launch_cfg(const void *k, int64_t grid, int threads, size_t smem, cudaStream_t st,
-                                          cudaLaunchAttribute *at) {
-    return mv_launch_cfg(k, grid, threads, smem, st, at, cu_code_major());
 }
 static int launch_result(cudaError_t le) {
     const cudaError_t last = cudaGetLastError();
