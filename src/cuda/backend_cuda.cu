@@ -751,8 +751,7 @@ static tnd_status op_check(const tnd_op *op) {
             if (st) return st;
         }
         if (op->kind == TND_OP_MOE_SUM_NORM &&
-            (!op->out[1].data || !tnd_cu_moe_sum_norm_supported(a->ne[0], (int)ne(&op->in[2], 1)) ||
-             rows_of(&op->in[3]) != rows_of(a)))
+            (!tnd_cu_moe_sum_norm_supported(a->ne[0], (int)ne(&op->in[2], 1)) || rows_of(&op->in[3]) != rows_of(a)))
             return tnd_fail(TND_ERR_UNSUPPORTED, "cuda moe_sum_norm: rows of %lld, %lld experts, %lld tokens",
                             (long long)a->ne[0], (long long)ne(&op->in[2], 1), (long long)rows_of(a));
         return TND_OK;

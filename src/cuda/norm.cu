@@ -2,7 +2,8 @@
  * q/k is the same kernel on rows of head_dim (or fused into RoPE, rope.cu).
  * One block per row; the sum of squares is reduced in f32 (rows are at most
  * a few thousand values). The fused form first adds a residual into x (the
- * recipe's `x += o; h = norm(x)`), saving the ADD's launch. */
+ * recipe's `x += o; h = norm(x)`), saving the ADD's launch; the residual
+ * may be an MoE layer's expert sum, made in the same launch (MOE_SUM_NORM). */
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
 
@@ -102,7 +103,8 @@ extern "C" bool tnd_cu_moe_sum_norm_supported(int64_t n, int n_used) {
 extern "C" int tnd_cu_moe_sum_norm(const float *x, const float *ey, const float *wt, const float *w, float *y,
                                    float *sum, float *o, int64_t n, int n_used, int64_t rows, float eps,
                                    tnd_cu_stream stream) {
-    if (!x || !ey || !wt || !y || !sum || !o || rows < 1 || rows > 0x7fffffff || !tnd_cu_moe_sum_norm_supported(n, n_used))
+    if (!x || !ey || !wt || !y || !sum || !o || rows < 1 || rows > 0x7fffffff ||
+        !tnd_cu_moe_sum_norm_supported(n, n_used))
         return cudaErrorInvalidValue;
     const int th = tnd_cu_norm_threads(n);
     const dim3 grid((unsigned)rows);
