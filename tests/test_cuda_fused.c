@@ -357,6 +357,21 @@ static void test_f32_pair(int64_t n_in, int64_t n_out) {
 
 /* ---- an MoE layer's expert sum with the residual add + norm: MOE_SUM_NORM ----------- */
 
+/* Runs a fused op of two parts: itself (fused; op_supported must offer
+ * it) or the two ops split gives. False after a failure (reported). */
+static bool run_fused_or_parts(const tnd_op *op, bool fused, void (*split)(const tnd_op *, tnd_op[2]),
+                               const char *what) {
+    if (!fused) {
+        tnd_op part[2];
+        split(op, part);
+        return run_op(&part[0], what) && run_op(&part[1], what);
+    }
+    const bool offered = B->iface->op_supported(B, op) == TND_OK;
+    tnd_clear_error();
+    tc_report(offered, "%s: offered", what);
+    return offered && run_op(op, what);
+}
+
 /* MOE_SUM_NORM against its two ops (tnd_op_sum_norm_split) on the GPU,
  * which test_cuda_ops and test_add_norm above hold to references: h, x
  * (the residual sum, in place) and the expert sum, bit for bit. Rows past
@@ -391,16 +406,7 @@ static void test_sum_norm(int64_t n, int n_used, int64_t rows, bool weight) {
         op.in[3] = tens(dwt, TND_TYPE_F32, n_used, rows, 1);
         op.out[0] = tens(dh, TND_TYPE_F32, n, rows, 1);
         op.out[2] = tens(ds, TND_TYPE_F32, n, rows, 1);
-        if (f) {
-            const bool offered = B->iface->op_supported(B, &op) == TND_OK;
-            tnd_clear_error();
-            tc_report(offered, "%s: offered", what);
-            ok = ok && offered && run_op(&op, what);
-        } else {
-            tnd_op part[2];
-            tnd_op_sum_norm_split(&op, part);
-            for (int i = 0; i < 2; i++) ok = ok && run_op(&part[i], what);
-        }
+        ok = run_fused_or_parts(&op, f, tnd_op_sum_norm_split, what) && ok;
         got[f][0] = fetch(dh, m), got[f][1] = fetch(dx, m), got[f][2] = fetch(ds, m);
         dev_free(dx), dev_free(dh), dev_free(ds);
     }
@@ -471,16 +477,7 @@ static void test_route_pair(int n_expert, int n_used, int64_t n_tok, int mode, b
             op.out[2 * k] = tens(d + (2 * k) * no, TND_TYPE_F32, n_used, n_tok, 1);
             op.out[2 * k + 1] = tens(d + (2 * k + 1) * no, TND_TYPE_I32, n_used, n_tok, 1);
         }
-        if (f) {
-            const bool offered = B->iface->op_supported(B, &op) == TND_OK;
-            tnd_clear_error();
-            tc_report(offered, "%s: offered", what);
-            ok = ok && offered && run_op(&op, what);
-        } else {
-            tnd_op part[2];
-            tnd_op_route_pair_split(&op, part);
-            for (int i = 0; i < 2; i++) ok = ok && run_op(&part[i], what);
-        }
+        ok = run_fused_or_parts(&op, f, tnd_op_route_pair_split, what) && ok;
         out[f] = fetch(d, 4 * no);
         dev_free(d);
     }
