@@ -323,6 +323,12 @@ tnd_status tnd_backend_event_done(tnd_backend *b, tnd_event *e, bool *done) {
     return b->iface->event_done(b, e, done);
 }
 
+tnd_status tnd_backend_ping(tnd_backend *b, tnd_stream *s, double *secs) {
+    if (!b->iface->ping) return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend has no ping", b->iface->name);
+    b->cnt.host_syncs++;
+    return b->iface->ping(b, s, secs);
+}
+
 tnd_status tnd_backend_event_elapsed(tnd_backend *b, tnd_event *start, tnd_event *end, float *ms) {
     if (!b->iface->event_elapsed)
         return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend does not time events", b->iface->name);

@@ -432,6 +432,15 @@ typedef struct tnd_backend_iface {
     /* OPTIONAL (events, continued). *done: e's point is passed, without
      * waiting (an event never recorded counts as passed). */
     tnd_status (*event_done)(tnd_backend *b, tnd_event *e, bool *done);
+
+    /* OPTIONAL. Queues a kernel that does nothing on s (which must have
+     * nothing queued: call it after a sync) and waits for it; *secs is how
+     * long that took: how soon the device takes new work now. Another
+     * process's kernels time-share a GPU, and each of ours then waits for
+     * a time slice (milliseconds) where it waited microseconds. A real
+     * device reports the host's wall time; SimGPU its timing model's
+     * (tnd_sim_set_gpu_slowdown), so tests are deterministic. */
+    tnd_status (*ping)(tnd_backend *b, tnd_stream *s, double *secs);
 } tnd_backend_iface;
 
 /* What a backend was asked to do and did, summed from its creation
@@ -537,6 +546,8 @@ tnd_status tnd_backend_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_s
 tnd_status tnd_backend_graph_defer(tnd_backend *b, tnd_stream *s, bool on);
 /* Without graph_flush: TND_OK. */
 tnd_status tnd_backend_graph_flush(tnd_backend *b, tnd_stream *s);
+/* The backend's ping (TND_ERR_UNSUPPORTED where it has none). */
+tnd_status tnd_backend_ping(tnd_backend *b, tnd_stream *s, double *secs);
 /* b's counters so far (b NULL: zeros). */
 tnd_backend_counters tnd_backend_counters_get(const tnd_backend *b);
 /* Bytes of a contiguous tensor (ne[0] a multiple of the block size);

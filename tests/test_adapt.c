@@ -15,6 +15,7 @@
 #include "check.h"
 #include "exec/exec.h"
 #include "model_fixture.h"
+#include "runtime/internal.h"
 #include "sched/adapt.h"
 #include "sched/transfer.h"
 #include "sim/sim.h"
@@ -68,6 +69,208 @@ static void test_rule(void) {
     tnd_adapt z;
     tnd_adapt_init(&z);
     for (int i = 0; i < 100; i++) CHECK(!tnd_adapt_observe(&z, i * tpot, tpot, 0, 0, 0, 0), "empty round re-planned");
+}
+
+/* Pings of lat * f(k) (noise ±amp) every TND_ADAPT_PING_S from ping k0 to
+ * k1, each after a round of tpot; returns the first ping that moved
+ * (its sign in *dir), or -1. */
+static int pings(tnd_adapt_gpu *g, int k0, int k1, double tpot, double lat, double f, double amp, int *dir) {
+    int first = -1;
+    for (int k = k0; k < k1; k++) {
+        double now = k * TND_ADAPT_PING_S * 2.5; /* the shared state's interval: a ping is due either way */
+        CHECK(tnd_adapt_gpu_round(g, now, tpot), "ping %d not due", k);
+        int d = tnd_adapt_gpu_observe(g, now, lat * f * noise(amp), lat);
+        if (d && first < 0) {
+            first = k;
+            *dir = d;
+        }
+    }
+    return first;
+}
+
+static void test_gpu_rule(void) {
+    const double lat = 30e-6, tpot = 0.05;
+    const double step = TND_ADAPT_PING_S * 2.5;
+    tnd_adapt_gpu g;
+    tnd_adapt_gpu_init(&g);
+    int dir = 0;
+    /* an idle GPU's pings, ±10%, and up to 2x: never */
+    CHECK(pings(&g, 0, 500, tpot, lat, 1.0, 0.10, &dir) < 0 && pings(&g, 500, 600, tpot, lat, 1.5, 0.33, &dir) < 0 &&
+          g.n_moves == 0 && !g.shared, "an idle GPU moved %d times", g.n_moves);
+    /* one ping the host was descheduled in: nothing */
+    pings(&g, 600, 601, tpot, lat, 300, 0, &dir);
+    CHECK(pings(&g, 601, 700, tpot, lat, 1.0, 0.10, &dir) < 0 && g.n_moves == 0, "a lone slow ping moved");
+    /* another process's kernels: pings 150x */
+    int k = pings(&g, 700, 800, tpot, lat, 150, 0.2, &dir);
+    CHECK(k >= 700 && dir == 1 && g.shared, "no move for a shared GPU (%d)", k);
+    CHECK(k >= 700 && (k - 700) * step <= 1.0, "placed for a shared GPU %.2f s after it began", (k - 700) * step);
+    CHECK(fabs(g.lat / (150 * lat) - 1) < 0.2, "placed with a switch latency of %.0f us (pings ~%.0f us)", 1e6 * g.lat,
+          150e6 * lat);
+    CHECK(g.n_moves == 1, "one move (%d)", g.n_moves);
+    /* still shared, one fast ping between slow ones: nothing */
+    pings(&g, 800, 801, tpot, lat, 1.0, 0, &dir);
+    CHECK(pings(&g, 801, 900, tpot, lat, 150, 0.2, &dir) < 0 && g.n_moves == 1 && g.shared, "a lone fast ping moved");
+    /* the other process ends: back within the bound */
+    k = pings(&g, 900, 1000, tpot, lat, 1.0, 0.1, &dir);
+    CHECK(k >= 900 && dir == -1 && !g.shared && (k - 900) * step <= 1.0, "back: ping %d", k);
+    CHECK(g.n_moves == 2 && g.lat == 0, "two moves in all (%d)", g.n_moves);
+    /* pings between the thresholds (3x-8x) keep whichever placement is in */
+    CHECK(pings(&g, 1000, 1200, tpot, lat, 5, 0.1, &dir) < 0 && g.n_moves == 2, "5x moved an idle placement");
+    /* pings that cannot be measured say nothing */
+    CHECK(!tnd_adapt_gpu_observe(&g, 1e4, NAN, lat) && !tnd_adapt_gpu_observe(&g, 1e4, 1, 0), "bad ping moved");
+}
+
+/* The switches a decode step pays under c's static placement, as
+ * Algorithm 1 counted them (its description ends "..., N switches"). */
+static int switches(const tnd_ctx *c) {
+    const char *e = strstr(c->pl.desc, " switches"), *b = e;
+    while (b && b > c->pl.desc && b[-1] >= '0' && b[-1] <= '9') b--;
+    return e && b < e ? atoi(b) : -1;
+}
+
+static int decode(tnd_ctx *c, int32_t *tok, int n, uint64_t until, float *lg);
+
+/* Greedy decode on c after the prompt, held to the CPU's tokens want[0..n):
+ * when the n are done the context goes back to the prompt (its last token
+ * evaluated again) and starts over. Runs until c has re-placed its weights
+ * `until` times (then returns true) or for secs seconds of wall time (the
+ * rule's pings and tau are wall time). *bad counts tokens off the CPU's. */
+typedef struct cycle {
+    const int32_t *prompt, *want;
+    int np, n, at;
+    float *lg;
+    long tokens, bad;
+} cycle;
+
+static bool cycle_until(tnd_ctx *c, cycle *y, uint64_t until, double secs) {
+    const int nv = tnd_model_n_vocab(c->m);
+    const double end = tnd_time_s() + secs;
+    while (c->n_replace < until && tnd_time_s() < end) {
+        if (y->at == y->n) {
+            if (tnd_ctx_truncate(c, y->np - 1) || tnd_ctx_eval(c, &y->prompt[y->np - 1], 1, y->lg)) {
+                CHECK(0, "back to the prompt: %s", tnd_last_error());
+                return false;
+            }
+            y->at = 0;
+        }
+        int32_t t = tc_argmax(y->lg, nv);
+        y->bad += t != y->want[y->at];
+        y->tokens++;
+        y->at++;
+        if (tnd_ctx_eval(c, &t, 1, y->lg)) {
+            CHECK(0, "eval: %s", tnd_last_error());
+            return false;
+        }
+    }
+    return c->n_replace >= until;
+}
+
+/* SimGPU, the default static placement: the GPU's pings slowed 200x (another
+ * process's kernels) and restored. */
+static void test_sim_shared(void) {
+    char path[64];
+    int rc = fx_synth("tiny-llama", "", path, sizeof path);
+    if (rc == 77) return;
+    CHECK(rc == 0, "synth");
+    if (rc) return;
+    tnd_model *m = fx_load(path, 2);
+    unlink(path);
+    if (!m) {
+        CHECK(0, "load");
+        return;
+    }
+    const int32_t prompt[] = {1, 17, 42, 99, 7, 300, 12};
+    const int np = sizeof prompt / sizeof *prompt, n_gen = 200, nv = tnd_model_n_vocab(m);
+    tnd_ctx_params cp = tnd_ctx_default_params();
+    cp.cpu_exact = true;
+    cp.n_ctx = 2048;
+    tnd_ctx *ref;
+    float *lg = malloc(sizeof(float) * nv);
+    int32_t *want = calloc(n_gen, sizeof *want);
+    CHECK_ST(tnd_ctx_new(m, &cp, &ref));
+    CHECK_ST(tnd_ctx_eval(ref, prompt, np, lg));
+    decode(ref, want, n_gen, UINT64_MAX, lg);
+    tnd_ctx_free(ref);
+    /* a GPU far faster than the CPU */
+    char hw[] = "/tmp/tnd_adapt_hw_XXXXXX";
+    int fd = mkstemp(hw);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    CHECK(f != NULL, "hw profile file");
+    if (!f) return;
+    fputs("base = rtx3060-laptop\ncpu_bw = 0.5 GB/s\n", f);
+    fclose(f);
+    char cache[] = "/tmp/tnd_adapt_cache_XXXXXX";
+    CHECK(mkdtemp(cache) != NULL, "cache dir");
+    setenv("TANDEM_CACHE", cache, 1);
+    cp.device = TND_DEVICE_SIM;
+    cp.hw = hw;
+    cp.promote = "none";
+    /* the smallest budget that holds the weights: the KV caches stay on
+     * the CPU, and so does attention, two switches a layer more */
+    cp.vram_budget = 0;
+    tnd_plan *probe;
+    CHECK_ST(tnd_plan_build(m, &cp, &probe));
+    const tnd_layout *l0 = tnd_plan_layout(probe);
+    const uint64_t fixed = l0->act_gpu + l0->small_gpu + l0->scratch_gpu, w = l0->w_gpu;
+    tnd_plan_free(probe);
+    for (uint64_t b = fixed + (4u << 20); b < fixed + w + (8u << 20); b += 64u << 10) {
+        cp.vram_budget = b;
+        CHECK_ST(tnd_plan_build(m, &cp, &probe));
+        bool all = tnd_plan_layout(probe)->w_gpu == w;
+        tnd_plan_free(probe);
+        if (all) break;
+    }
+    tnd_ctx *c;
+    tnd_status st = tnd_ctx_new(m, &cp, &c);
+    unlink(hw);
+    CHECK_ST(st);
+    if (st) return;
+    c->adapt_cpu = false;
+    const int sw0 = switches(c);
+    const double lat0 = c->perf->lat;
+    tnd_placement idle;
+    CHECK_ST(tnd_placement_copy(m, &c->pl, &idle));
+    CHECK(c->gpu && c->plan->stat && sw0 >= 4, "a static placement with switches (%d: %s)", sw0, c->pl.desc);
+    CHECK_ST(tnd_ctx_eval(c, prompt, np, lg));
+    cycle y = {prompt, want, np, n_gen, 0, lg, 0, 0};
+    /* ±10% and a 2x bump, 0.4 s each: the placement stays */
+    const double wobble[] = {1.1, 0.9, 2.0, 1.0};
+    for (int i = 0; i < 4; i++) {
+        tnd_sim_set_gpu_slowdown(c->side[1].be, wobble[i]);
+        cycle_until(c, &y, 1, 0.4);
+    }
+    CHECK(c->n_replace == 0 && tnd_ctx_n_replans(c) == 0, "an idle GPU re-placed (%llu)",
+          (unsigned long long)c->n_replace);
+    /* another process's kernels: every move to the GPU waits */
+    tnd_sim_set_gpu_slowdown(c->side[1].be, 200);
+    CHECK(cycle_until(c, &y, 1, 10) && c->plan_idle, "re-placed for a shared GPU (%llu)",
+          (unsigned long long)c->n_replace);
+    const int pins1 = c->n_pins;
+    CHECK(pins1 == 2, "the move pinned only the slices new to the CPU, as a second piece (%d pieces)", pins1);
+    const int sw1 = switches(c);
+    CHECK(sw1 < sw0, "fewer switches on a shared GPU: %d, before %d (%s)", sw1, sw0, c->pl.desc);
+    CHECK(c->perf->lat > 100 * tnd_plan_perf(c->plan_idle)->lat, "placed with the measured latency (%.0f us)",
+          1e6 * c->perf->lat);
+    printf("sim: %d switches a step on an idle GPU, %d on a shared one (%s)\n", sw0, sw1, c->pl.desc);
+    /* the GPU is ours again: the first placement comes back */
+    tnd_sim_set_gpu_slowdown(c->side[1].be, 1);
+    CHECK(cycle_until(c, &y, 2, 10) && !c->plan_idle, "back to the idle placement (%llu)",
+          (unsigned long long)c->n_replace);
+    CHECK(!memcmp(idle.where, c->pl.where, m->n_slices) && !memcmp(idle.kv, c->pl.kv, m->hp.n_layer) &&
+          c->perf->lat == lat0, "the idle placement is back");
+    CHECK(c->n_pins == pins1, "the way back pinned nothing (%d pieces)", c->n_pins);
+    cycle_until(c, &y, 3, 0.4);
+    CHECK(c->n_replace == 2, "no further move (%llu)", (unsigned long long)c->n_replace);
+    CHECK(y.bad == 0, "%ld of %ld tokens off the CPU's through the moves", y.bad, y.tokens);
+    printf("sim: %ld tokens as the CPU's through two moves\n", y.tokens);
+    tnd_placement_free(&idle);
+    tnd_ctx_free(c);
+    free(want);
+    free(lg);
+    tnd_model_free(m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+    CHECK(system(cmd) == 0, "rm cache");
 }
 
 /* The slices promoted this decode step. */
@@ -182,6 +385,8 @@ static void test_sim(void) {
 
 int main(void) {
     test_rule();
+    test_gpu_rule();
     test_sim();
+    test_sim_shared();
     return tc_summary();
 }

@@ -26,7 +26,7 @@ static tnd_status generate(tnd_model *m, const tnd_ctx_params *p, const int32_t 
     tnd_ctx *c;
     tnd_status st = tnd_ctx_new(m, p, &c);
     if (st) return st;
-    *pageable = c->gpu && !c->act_dev[A_X] && !c->pinned;
+    *pageable = c->gpu && !c->act_dev[A_X] && !c->n_pins;
     st = fx_greedy(c, ids, n, N_GEN, out, lg);
     tnd_ctx_free(c);
     return st;

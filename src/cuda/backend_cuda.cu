@@ -1361,6 +1361,29 @@ static tnd_status cu_graph_defer(tnd_backend *b, tnd_stream *s, bool on) {
 
 static tnd_status cu_graph_flush(tnd_backend *b, tnd_stream *s) { return s->defer ? flush(b, s) : TND_OK; }
 
+/* ---- ping ---------------------------------------------------------------------------- */
+
+__global__ void k_ping(void) {}
+
+/* A kernel that does nothing, and the host's wait for it: launched on an
+ * idle stream it measures how soon the GPU takes our work (another
+ * process's kernels time-share it). The spin on the event, not a blocking
+ * sync, keeps the figure free of the driver's wake-up. */
+static tnd_status cu_ping(tnd_backend *b, tnd_stream *s, double *secs) {
+    tnd_status st = s->defer ? flush(b, s) : TND_OK;
+    if (st) return st;
+    set_device(ctx_of(b));
+    double t0 = tnd_time_s();
+    k_ping<<<1, 1, 0, s->s>>>();
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return cu_err(e, "launching the ping kernel");
+    while ((e = cudaStreamQuery(s->s)) == cudaErrorNotReady) {
+    }
+    *secs = tnd_time_s() - t0;
+    if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError(); /* no trace for a later launch check */
+    return e == cudaSuccess ? TND_OK : cu_err(e, "the ping kernel failed");
+}
+
 /* ---- lifetime --------------------------------------------------------------------- */
 
 static void cu_free(tnd_backend *b) {
@@ -1442,6 +1465,7 @@ static const tnd_backend_iface cu_iface = {
     cu_graph_defer,
     cu_graph_flush,
     cu_event_done,
+    cu_ping,
 };
 
 extern "C" void *tnd_cuda_stream_handle(tnd_stream *s) { return s ? (void *)s->s : NULL; }

@@ -1063,7 +1063,8 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits) {
     double cm = 0, cp = 0, cb = 0;
     if (!st && c->n_prom) measure_copies(c, &cm, &cp, &cb);
     /* busy times: the copies measured stand for all of the round's weight bytes */
-    c->busy_wall += tnd_time_s() - t0;
+    c->round_s = tnd_time_s() - t0;
+    c->busy_wall += c->round_s;
     if (cb > 0) c->busy_pcie += cm * (double)(c->w_copy_bytes - w0) / cb;
     if (c->perf && c->perf->b_pcie > 0) c->busy_pcie += (double)(c->act_copy_bytes - a0) / c->perf->b_pcie;
     if (!st && c->adapt && c->perf && c->pl.promote_auto && c->lay.n_slots) st = record_round(c, nt, t0, cm, cp);

@@ -31,6 +31,7 @@
 #include "sched/placement.h"
 
 #define TND_PF_EV 4 /* prefetch events, a ring over layers (a copy waits one layer at most) */
+#define TND_MAX_PINS 8 /* pieces of the pinned host store kept across plan swaps */
 
 typedef struct tnd_side {
     tnd_backend *be;
@@ -78,8 +79,14 @@ struct tnd_ctx {
     /* weights */
     const void **w[2];       /* [side][n_slices] address of each slice on that side, or NULL */
     void *w_arena;           /* GPU: every resident slice, 256-byte aligned, in slice order */
-    void *pinned;            /* the pinned host store (host address), or NULL */
-    void *pinned_dev;        /* its device-mapped address */
+    /* the pinned host store: CPU slices' copies, for copies to the GPU at
+     * full speed. Pieces are kept across plan swaps (keep_pins), so a
+     * swap pins only slices no earlier plan had on the CPU: pinning GBs
+     * takes seconds. pin_of[i]: slice i's pinned copy, or NULL. */
+    void *pins[TND_MAX_PINS];
+    int n_pins;
+    void **pin_of;
+    bool keep_pins;
     /* KV cache: canonical reservation [2][n_layer][n_seq_max][n_ctx][kv_dim] f16
      * (sequence s's slot at rows s * n_ctx), and per layer the address of K and
      * V (all slots) on the layer's side */
@@ -109,9 +116,13 @@ struct tnd_ctx {
     bool adapt;              /* correct promote=auto's times by measured ones (not no_adapt) */
     bool adapt_cpu;          /* ... the CPU's too (tests on a shared machine watch the link alone) */
     tnd_adapt ad[2];         /* the recorder and rule, for decode steps and prefill chunks */
+    tnd_adapt_gpu adg;       /* ... and for the GPU shared with another process (runtime/shared_gpu.c) */
+    struct tnd_plan *plan_idle; /* while placed for a shared GPU: the plan for an idle one (owned) */
+    uint64_t n_replace;      /* placements changed for a shared GPU and back */
     /* this round's measurements: CPU weight ops (wall) and their prediction,
      * and each copy's start event and prediction (copy j: index j % TND_RING_EV) */
     int round_nt;
+    double round_s;          /* the last round's wall time */
     bool round_decode;       /* every token of the round wants logits: decode steps (the trace's name) */
     double r_cpu_meas, r_cpu_pred, copy_pred[TND_RING_EV];
     size_t copy_bytes[TND_RING_EV];
@@ -213,8 +224,12 @@ struct tnd_ctx {
 tnd_status tnd_layout_alloc(tnd_ctx *c);
 /* Frees what tnd_layout_alloc allocated. */
 void tnd_layout_free(tnd_ctx *c);
-/* The same, leaving c as before tnd_layout_alloc (a new plan is laid out next). */
+/* The same, leaving c as before tnd_layout_alloc (a new plan is laid out
+ * next); with c->keep_pins set the pinned store's pieces stay, for the next
+ * layout to reuse. */
 void tnd_layout_release(tnd_ctx *c);
+/* Frees the pinned store's pieces (tnd_layout_free does, unless keep_pins). */
+void tnd_layout_free_pins(tnd_ctx *c);
 /* Weight bytes one decode token reads on the CPU, on the GPU (resident),
  * and copies over PCIe (promoted); MoE experts count n_used / n_expert. */
 void tnd_layout_token_bytes(const tnd_ctx *c, uint64_t *cpu, uint64_t *gpu, uint64_t *pcie);
@@ -267,5 +282,7 @@ void tnd_tl_round_end(tnd_ctx *c, int nt, int pos0);
 void tnd_tl_node_begin(tnd_ctx *c, const tnd_node *nd, int s, bool prom);
 void tnd_tl_op_begin(tnd_ctx *c, int s, uint64_t copied);
 void tnd_tl_op_end(tnd_ctx *c, int s);
+/* A span of the host's between rounds (a re-placement), args: JSON members. */
+void tnd_tl_span(tnd_ctx *c, const char *name, double t0, double t1, const char *args);
 
 #endif

@@ -266,23 +266,31 @@ static tnd_status alloc_weights(tnd_ctx *c) {
     for (int i = 0; i < n; i++) c->w[0][i] = m->slices[i]->data;
     if (!c->gpu) return TND_OK;
     tnd_backend *g = c->side[1].be;
-    /* the pinned host store: every slice the GPU does not hold */
+    /* the pinned host store: every slice the GPU does not hold; those an
+     * earlier plan pinned keep their copies (plan swaps), the rest get a
+     * new piece */
+    if (!c->pin_of && !(c->pin_of = tnd_calloc((size_t)n, sizeof(void *)))) return TND_ERR_NOMEM;
+    if (c->n_pins == TND_MAX_PINS) tnd_layout_free_pins(c);
     uint64_t store = 0;
-    for (int i = 0; i < n; i++)
-        if (!tnd_slice_small(m->slices[i]) && c->pl.where[i] == TND_SIDE_CPU) store += ALIGN256(m->slices[i]->t->nbytes);
+    for (int i = 0; i < n; i++) {
+        if (tnd_slice_small(m->slices[i]) || c->pl.where[i] != TND_SIDE_CPU) continue;
+        if (c->pin_of[i]) c->w[0][i] = c->pin_of[i];
+        else store += ALIGN256(m->slices[i]->t->nbytes);
+    }
     if (store) {
-        tnd_status st = tnd_backend_host_alloc(g, store, &c->pinned, &c->pinned_dev);
+        void *host, *dev;
+        tnd_status st = tnd_backend_host_alloc(g, store, &host, &dev);
         if (st) {
             pin_failed(c, "weight store", store);
-            c->pinned = NULL;
         } else {
             double t0 = tnd_time_s();
+            c->pins[c->n_pins++] = host;
             uint64_t off = 0;
             for (int i = 0; i < n; i++) {
                 const tnd_weight *w = m->slices[i];
-                if (tnd_slice_small(w) || c->pl.where[i] != TND_SIDE_CPU) continue;
-                memcpy((char *)c->pinned + off, w->data, w->t->nbytes);
-                c->w[0][i] = (char *)c->pinned + off;
+                if (tnd_slice_small(w) || c->pl.where[i] != TND_SIDE_CPU || c->pin_of[i]) continue;
+                memcpy((char *)host + off, w->data, w->t->nbytes);
+                c->w[0][i] = c->pin_of[i] = (char *)host + off;
                 off += ALIGN256(w->t->nbytes);
             }
             TND_DEBUG("pinned store: %.1f MiB in %.2f s", store / MIB, tnd_time_s() - t0);
@@ -312,7 +320,9 @@ static tnd_status alloc_weights(tnd_ctx *c) {
             continue;
         }
         if (!tnd_slice_small(w) && c->pl.where[i] != TND_SIDE_GPU) continue;
-        if ((st = tnd_backend_copy_h2d(g, next, w->data, w->t->nbytes, c->side[1].st))) return st;
+        /* from a pinned copy where an earlier plan made one: the copy engine reads it at full speed */
+        const void *src = c->pin_of[i] ? c->pin_of[i] : w->data;
+        if ((st = tnd_backend_copy_h2d(g, next, src, w->t->nbytes, c->side[1].st))) return st;
         /* the backend may re-lay a weight that only dense matmuls read (CUDA: Q4_K tiles) */
         if (g->iface->weight_prepare && slice_matmul_only(m, i)) {
             tnd_tensor t = {next, w->type, {w->n_in, w->n_out, 1, 1}};
@@ -419,6 +429,13 @@ tnd_status tnd_layout_alloc(tnd_ctx *c) {
     return build_regions(c);
 }
 
+void tnd_layout_free_pins(tnd_ctx *c) {
+    for (int i = 0; i < c->n_pins; i++) tnd_backend_host_free(c->side[1].be, c->pins[i]);
+    c->n_pins = 0;
+    free(c->pin_of);
+    c->pin_of = NULL;
+}
+
 void tnd_layout_free(tnd_ctx *c) {
     tnd_backend *g = c->gpu ? c->side[1].be : NULL;
     for (int s = 0; s < 2; s++) {
@@ -433,7 +450,7 @@ void tnd_layout_free(tnd_ctx *c) {
     if (g) {
         tnd_backend_buf_free(g, c->kv_arena);
         tnd_backend_buf_free(g, c->w_arena);
-        if (c->pinned) tnd_backend_host_free(g, c->pinned);
+        if (!c->keep_pins) tnd_layout_free_pins(c);
         if (c->ring) tnd_backend_buf_free(g, c->ring);
         for (int i = 0; i < TND_RING_EV; i++) {
             if (c->slot_ready[i]) tnd_backend_event_free(g, c->slot_ready[i]);
@@ -465,7 +482,7 @@ void tnd_layout_release(tnd_ctx *c) {
     memset(c->host_read_pending, 0, sizeof c->host_read_pending);
     memset(c->mapped_pending, 0, sizeof c->mapped_pending);
     c->w[0] = c->w[1] = NULL;
-    c->w_arena = c->pinned = c->pinned_dev = c->kv_arena = NULL;
+    c->w_arena = c->kv_arena = NULL;
     c->kv_canon = NULL;
     c->kv_canon_bytes = 0;
     c->kv_addr = NULL;

@@ -191,6 +191,10 @@ static bool gpu_time(tnd_ctx *c, int k, double *out) {
     return true;
 }
 
+void tnd_tl_span(tnd_ctx *c, const char *name, double t0, double t1, const char *args) {
+    if (c->tl) put(c->tl, name, NULL, PID_RUN, TID_ROUND, us(c->tl, t0), 1e6 * (t1 - t0), args);
+}
+
 void tnd_tl_round_end(tnd_ctx *c, int nt, int pos0) {
     struct tnd_tl *t = c->tl;
     const double end = tnd_time_s();

@@ -159,7 +159,9 @@ tnd_status tnd_ctx_step(tnd_ctx *c) {
         }
     }
     c->seq_rr = (c->seq_rr + 1) % n;
-    st = tnd_hot_after_round(c); /* between rounds: may move experts (fails only if the context cannot go on) */
+    /* between rounds: may move experts, or the weights (fail only if the context cannot go on) */
+    st = tnd_hot_after_round(c);
+    if (!st) st = tnd_shared_after_round(c);
 done:
     free(take);
     free(sg);

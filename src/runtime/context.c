@@ -43,6 +43,7 @@ void tnd_ctx_free(tnd_ctx *c) {
         tnd_backend_free(c->side[0].be);
     }
     tnd_plan_free(c->plan); /* owns c->pl's arrays and c->perf */
+    tnd_plan_free(c->plan_idle);
     tnd_graph_free(&c->g);
     free(c->prom);
     free(c->prom_off);
@@ -157,6 +158,7 @@ static tnd_status ctx_alloc(tnd_model *m, int n_ctx, int n_batch, int n_seq_max,
     c->trace_mode = tnd_config_get()->trace;
     tnd_adapt_init(&c->ad[0]);
     tnd_adapt_init(&c->ad[1]);
+    tnd_adapt_gpu_init(&c->adg);
     tnd_status st = tnd_backend_cpu_new(m->pool, 0, &c->side[0].be);
     if (!st) tnd_backend_cpu_set_int8(c->side[0].be, !cpu_exact); /* either way: the params win over the env */
     if (!st) st = tnd_backend_stream_new(c->side[0].be, &c->side[0].st);
@@ -393,6 +395,16 @@ static tnd_status kv_move(tnd_ctx *c, uint16_t *save, bool restore) {
 }
 
 tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
+    tnd_status st = tnd_ctx_swap_plan(c, plan);
+    if (!st) { /* the caller's plan: placed for an idle or a shared GPU, it is the one to keep */
+        tnd_plan_free(c->plan_idle);
+        c->plan_idle = NULL;
+        tnd_adapt_gpu_init(&c->adg);
+    }
+    return st;
+}
+
+tnd_status tnd_ctx_swap_plan(tnd_ctx *c, const tnd_plan *plan) {
     if (plan->m != c->m || plan->n_ctx != c->n_ctx || plan->n_batch != c->n_batch || plan->n_seq_max != c->n_seq_max)
         return tnd_fail(TND_ERR_ARG,
                         "the plan is for another model or context size (%d x %d, %d sequences; the context's %d x %d, "
@@ -421,6 +433,7 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
         tnd_plan_free(own);
         return tnd_fail(TND_ERR_NOMEM, "out of memory for the KV cache's copy");
     }
+    const double t0 = tnd_time_s();
     if ((st = kv_move(c, kv, false))) {
         free(kv);
         tnd_plan_free(own);
@@ -429,7 +442,9 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
     /* Everything laid out for the old plan goes, and with it what the
      * executor learnt about it (which MATMUL pairs the GPU takes, the
      * automatic promotions' scratch). */
+    c->keep_pins = true; /* the slices pinned for the old plan need no pinning again */
     tnd_layout_release(c);
+    c->keep_pins = false;
     free(c->pair_ok);
     c->pair_ok = NULL;
     c->rope_kv_ok = 0;
@@ -442,9 +457,13 @@ tnd_status tnd_ctx_set_plan(tnd_ctx *c, const tnd_plan *plan) {
     tnd_adapt_init(&c->ad[1]);
     tnd_plan_free(c->plan);
     adopt(c, own);
+    const double t1 = tnd_time_s();
     st = ctx_lay_out(c);
+    const double t2 = tnd_time_s();
     if (!st) st = kv_move(c, kv, true);
     free(kv);
+    TND_DEBUG("plan swap: KV cache out and old layout freed %.0f ms, new layout %.0f ms, KV cache back %.0f ms",
+              1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (tnd_time_s() - t2));
     return st;
 }
 
@@ -515,7 +534,9 @@ static tnd_status round_forward(tnd_ctx *c, const int32_t *tokens, int nt, bool 
                 100.0 * (ms - pred) / pred);
     }
     c->n_past += nt;
-    return tnd_hot_after_round(c); /* between rounds: may move experts (fails only if the context cannot go on) */
+    /* between rounds: may move experts, or the weights (fail only if the context cannot go on) */
+    if ((st = tnd_hot_after_round(c))) return st;
+    return tnd_shared_after_round(c);
 }
 
 tnd_status tnd_ctx_eval(tnd_ctx *c, const int32_t *tokens, int n, float *logits) {

@@ -24,6 +24,12 @@ struct tnd_plan {
     tnd_perf *perf;          /* the perf DB the placement came from, or that automatic promotion
                                 decides by (the context's executor reads it); NULL: none */
     tnd_perf *perf_pred;     /* a perf DB fetched for the predictions alone (tnd_ctx_params.predict) */
+    /* a static placement keeps what made it, so that it can be made again
+     * with live costs (tnd_plan_replace) */
+    bool stat;               /* placed by Algorithm 1 from perf */
+    uint64_t wbudget;        /* the GPU bytes its weights and KV caches had */
+    uint64_t kv_layer;       /* a GPU layer's KV cache, bytes */
+    char promote[40];        /* the promotions asked for ("none": none) */
 };
 
 /* A round's token budget: n_batch asked (0: 512), at most what the
@@ -63,8 +69,21 @@ tnd_status tnd_hot_after_round(tnd_ctx *c);
 void tnd_hot_assume(tnd_ctx *c, const double *pop);
 double tnd_hot_assumed(const tnd_ctx *c);
 
+/* The GPU shared with another process (shared_gpu.c): consulted after each
+ * round, it may place the weights again for few switches, or back. */
+tnd_status tnd_shared_after_round(tnd_ctx *c);
+/* tnd_ctx_set_plan without forgetting the placement for an idle GPU. */
+tnd_status tnd_ctx_swap_plan(tnd_ctx *c, const tnd_plan *plan);
+
 /* A deep copy of src (placement, perf DBs), to free with tnd_plan_free. */
 tnd_status tnd_plan_copy(const tnd_plan *src, tnd_plan **out);
+/* A static plan made again with the GPU's switch latency set to lat (s):
+ * the GPU time-shared with another process makes every move to it cost
+ * lat, so Algorithm 1 places for fewer switches. Same budget, sizes and
+ * promotions; the new plan's perf DB says lat, so the executor's
+ * promotions (Algorithm 2) weigh it too. TND_ERR_ARG for a plan that was
+ * not placed by Algorithm 1 (a placement the user chose stays). */
+tnd_status tnd_plan_replace(const tnd_plan *base, double lat, tnd_plan **out);
 
 /* The perf DB for m and the GPU gpu (cached, else measured with cpu and
  * gpu, or computed from p->hw's cost model, and cached). */

@@ -65,6 +65,37 @@ tnd_status tnd_plan_copy(const tnd_plan *src, tnd_plan **out) {
     return TND_OK;
 }
 
+tnd_status tnd_plan_replace(const tnd_plan *base, double lat, tnd_plan **out) {
+    *out = NULL;
+    if (!base->stat || !base->perf || !base->gpu)
+        return tnd_fail(TND_ERR_ARG, "plan '%s' was not placed by Algorithm 1", base->pl.desc);
+    tnd_plan *pl;
+    tnd_status st = tnd_plan_copy(base, &pl);
+    if (st) return st;
+    tnd_model *m = pl->m;
+    pl->perf->lat = lat;
+    tnd_placement_free(&pl->pl);
+    const bool prom = strcmp(pl->promote, "none") != 0;
+    st = tnd_placement_make(m, "cpu", prom ? pl->promote : NULL, 0, 0, &pl->pl);
+    if (!st)
+        st = tnd_static_place(m, pl->perf, pl->wbudget, pl->kv_layer, pl->n_ctx, pl->n_batch, pl->n_seq_max, prom,
+                              &pl->pl);
+    if (!st) {
+        for (int i = 0; i < m->n_slices; i++)
+            if (pl->pl.where[i] == TND_SIDE_GPU) pl->pl.promote[i] = 0;
+        tnd_layout_compute(m, &pl->pl, pl->n_ctx, pl->n_seq_max, pl->n_batch, pl->budget, true, &pl->lay);
+        if (pl->lay.gpu_total > pl->budget)
+            st = tnd_fail(TND_ERR_NOMEM, "placement '%s' needs %.1f MiB on the GPU but the budget is %.1f MiB",
+                          pl->pl.desc, pl->lay.gpu_total / 1048576.0, pl->budget / 1048576.0);
+    }
+    if (st) {
+        tnd_plan_free(pl);
+        return st;
+    }
+    *out = pl;
+    return TND_OK;
+}
+
 /* Chooses the placement and the layout, checking it against the budget. */
 static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend *cpu, tnd_backend *gpu,
                               const tnd_placement *fixed) {
@@ -146,6 +177,10 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
             return st;
         for (int i = 0; i < m->n_slices; i++)
             if (pl->pl.where[i] == TND_SIDE_GPU) pl->pl.promote[i] = 0;
+        pl->stat = true;
+        pl->wbudget = wbudget;
+        pl->kv_layer = kv_layer;
+        snprintf(pl->promote, sizeof pl->promote, "%s", promote ? promote : "none");
     } else if ((st = tnd_placement_make(m, stat ? "cpu" : spec, promote, wbudget, kv_layer, &pl->pl))) {
         return st;
     }

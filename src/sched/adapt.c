@@ -44,3 +44,34 @@ bool tnd_adapt_observe(tnd_adapt *a, double now, double round_s, double cpu_meas
     a->n_replans++;
     return true;
 }
+
+void tnd_adapt_gpu_init(tnd_adapt_gpu *g) { *g = (tnd_adapt_gpu){0, -1, -1, 0, 0, false, 0, 0}; }
+
+bool tnd_adapt_gpu_round(tnd_adapt_gpu *g, double now, double round_s) {
+    if (round_s > 0 && isfinite(round_s)) ewma(&g->tpot, round_s);
+    return g->last < 0 || now - g->last >= (g->shared ? 2.5 : 1) * TND_ADAPT_PING_S * 0.999;
+}
+
+int tnd_adapt_gpu_observe(tnd_adapt_gpu *g, double now, double secs, double lat) {
+    g->last = now;
+    if (!(secs >= 0) || !isfinite(secs) || !(lat > 0)) return 0;
+    /* each ping must agree: one the host thread was descheduled in is noise */
+    const bool dev = g->shared ? secs < TND_ADAPT_GPU_LO * lat : secs > TND_ADAPT_GPU_HI * lat;
+    if (!dev) {
+        g->since = -1;
+        g->sum = 0;
+        g->n = 0;
+        return 0;
+    }
+    if (g->since < 0) g->since = now;
+    g->sum += secs;
+    g->n++;
+    if (now - g->since < fmin(TND_ADAPT_TAU * g->tpot, TND_ADAPT_GPU_TAU_MAX) || g->n < 2) return 0;
+    g->shared = !g->shared;
+    g->lat = g->shared ? g->sum / g->n : 0;
+    g->since = -1;
+    g->sum = 0;
+    g->n = 0;
+    g->n_moves++;
+    return g->shared ? 1 : -1;
+}

@@ -40,4 +40,42 @@ void tnd_adapt_init(tnd_adapt *a);
 bool tnd_adapt_observe(tnd_adapt *a, double now, double round_s, double cpu_meas, double cpu_pred, double copy_meas,
                        double copy_pred);
 
+/* The GPU shared with another process. Its kernels time-share the GPU with
+ * ours (no MPS), so each move of a round to the GPU waits for a time slice,
+ * milliseconds where the profile measured microseconds, and a placement of
+ * many switches collapses. Neither the CPU's nor the link's factor sees
+ * it. Between rounds the context pings the GPU (a kernel that does
+ * nothing, on the idle stream: backend.h) every TND_ADAPT_PING_S; when
+ * every ping over tau is more than TND_ADAPT_GPU_HI times the profile's
+ * switch latency, the weights are placed again (Algorithm 1) with the
+ * measured latency, which gives few switches; when every ping over tau is
+ * under TND_ADAPT_GPU_LO times it, the placement for an idle GPU comes
+ * back. The two thresholds are the hysteresis: a shared GPU's pings sit
+ * 100x and more above the profile, an idle one's within 2x of it. tau is
+ * 5 recent times per token as above, but at most TND_ADAPT_GPU_TAU_MAX:
+ * a shared GPU's times per token are long, and the signal is strong. */
+#define TND_ADAPT_GPU_HI 8.0
+#define TND_ADAPT_GPU_LO 3.0
+#define TND_ADAPT_GPU_TAU_MAX 1.0 /* s */
+#define TND_ADAPT_PING_S 0.1      /* s between pings (0.25 s while shared: each costs a time slice) */
+
+typedef struct tnd_adapt_gpu {
+    double tpot;       /* EWMA of the round's wall time, s */
+    double last;       /* when the last ping was taken, < 0: never */
+    double since;      /* when the pings began to deviate, < 0: they do not */
+    double sum;        /* the deviating pings' sum, s, and their count */
+    int n;
+    bool shared;       /* the placement is the one for a shared GPU */
+    double lat;        /* ... made with this switch latency, s */
+    int n_moves;       /* placements changed, either way */
+} tnd_adapt_gpu;
+
+void tnd_adapt_gpu_init(tnd_adapt_gpu *g);
+/* A round of round_s seconds ended at now; true when a ping is due. */
+bool tnd_adapt_gpu_round(tnd_adapt_gpu *g, double now, double round_s);
+/* A ping of secs at now, against the profile's switch latency lat (s).
+ * Returns 1: place for a shared GPU, with g->lat (the mean of the
+ * deviating pings); -1: back to the placement for an idle GPU; 0: keep. */
+int tnd_adapt_gpu_observe(tnd_adapt_gpu *g, double now, double secs, double lat);
+
 #endif

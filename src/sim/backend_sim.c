@@ -97,6 +97,7 @@ struct sim_ctx {
     int jitter_us;
     uint64_t jitter_seed;
     double copy_slow; /* host<->device copies take this many times the profile's time (0: 1) */
+    double gpu_slow;  /* a ping takes this many times the profile's switch latency (0: 1) */
 };
 
 static sim_ctx *C(tnd_backend *b) { return (sim_ctx *)b->ctx; }
@@ -511,6 +512,21 @@ static tnd_status sim_event_done(tnd_backend *b, tnd_event *e, bool *done) {
     return TND_OK;
 }
 
+/* The timing model's answer, not the wall clock's: a switch's latency
+ * (what the profile's hardware model charges one), times the slowdown a
+ * test set; without a model, the wall time of the stream's drain. */
+static tnd_status sim_ping(tnd_backend *b, tnd_stream *s, double *secs) {
+    sim_ctx *c = C(b);
+    double t0 = tnd_time_s();
+    tnd_status st = sim_stream_sync(b, s);
+    if (st) return st;
+    pthread_mutex_lock(&c->mu);
+    double slow = c->gpu_slow > 0 ? c->gpu_slow : 1;
+    *secs = c->has_hw ? slow * (c->hw.pcie_lat + c->hw.launch) : tnd_time_s() - t0;
+    pthread_mutex_unlock(&c->mu);
+    return TND_OK;
+}
+
 static tnd_status sim_event_elapsed(tnd_backend *b, tnd_event *start, tnd_event *end, float *ms) {
     sim_ctx *c = C(b);
     pthread_mutex_lock(&c->mu);
@@ -899,6 +915,7 @@ static const tnd_backend_iface sim_iface = {
     .event_sync = sim_event_sync,
     .event_elapsed = sim_event_elapsed,
     .event_done = sim_event_done,
+    .ping = sim_ping,
     .copy_h2d = sim_copy_h2d,
     .copy_d2h = sim_copy_d2h,
     .copy_d2d = sim_copy_d2d,
@@ -964,6 +981,13 @@ void tnd_sim_set_jitter(tnd_backend *b, int us, uint64_t seed) {
     c->jitter_us = us > 0 ? us : 0;
     c->jitter_seed = seed;
     for (tnd_stream *s = c->streams; s; s = s->next) s->rng = stream_seed(seed, s->index);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void tnd_sim_set_gpu_slowdown(tnd_backend *b, double factor) {
+    sim_ctx *c = C(b);
+    pthread_mutex_lock(&c->mu);
+    c->gpu_slow = factor > 0 ? factor : 1;
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -53,6 +53,11 @@ void tnd_sim_set_jitter(tnd_backend *b, int us, uint64_t seed);
  * profile's time (a link slowed by another process's copies; 1: as the
  * profile says), so tests see the load-aware executor re-plan. */
 void tnd_sim_set_copy_slowdown(tnd_backend *b, double factor);
+/* Test hook: the GPU is shared with another process's kernels from now on:
+ * the ping (backend.h) reports factor times the profile's switch latency
+ * (1: as the profile says), so tests see the context re-place its weights
+ * for few switches, and back. Ops' times are unchanged. */
+void tnd_sim_set_gpu_slowdown(tnd_backend *b, double factor);
 /* Test hook: another process holds `bytes` of the simulated device's memory
  * (the --hw profile's, else the budget) from now on, in every SimGPU: device
  * allocations beyond what is left fail as the driver's out of memory does,
