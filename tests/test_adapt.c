@@ -130,6 +130,42 @@ static int switches(const tnd_ctx *c) {
 
 static int decode(tnd_ctx *c, int32_t *tok, int n, uint64_t until, float *lg);
 
+/* tiny-llama, synthesized and loaded (NULL: skipped or failed, said). */
+static tnd_model *tiny_llama(void) {
+    char path[64];
+    int rc = fx_synth("tiny-llama", "", path, sizeof path);
+    if (rc == 77) return NULL;
+    CHECK(rc == 0, "synth");
+    if (rc) return NULL;
+    tnd_model *m = fx_load(path, 2);
+    unlink(path);
+    CHECK(m != NULL, "load");
+    return m;
+}
+
+/* The CPU's greedy tokens: n after the prompt, in a context of n_ctx. */
+static void cpu_tokens(tnd_model *m, int n_ctx, const int32_t *prompt, int np, int32_t *want, int n, float *lg) {
+    tnd_ctx_params cp = tnd_ctx_default_params();
+    cp.cpu_exact = true;
+    cp.n_ctx = n_ctx;
+    tnd_ctx *ref;
+    CHECK_ST(tnd_ctx_new(m, &cp, &ref));
+    CHECK_ST(tnd_ctx_eval(ref, prompt, np, lg));
+    decode(ref, want, n, UINT64_MAX, lg);
+    tnd_ctx_free(ref);
+}
+
+/* A SimGPU timing profile of these lines, written to a temporary file
+ * (path: its template, filled in); false if it could not be written. */
+static bool hw_file(char *path, const char *lines) {
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    CHECK(f != NULL, "hw profile file");
+    if (!f) return false;
+    fputs(lines, f);
+    return fclose(f) == 0;
+}
+
 /* Greedy decode on c after the prompt, held to the CPU's tokens want[0..n):
  * when the n are done the context goes back to the prompt (its last token
  * evaluated again) and starts over. Runs until c has re-placed its weights
@@ -168,37 +204,19 @@ static bool cycle_until(tnd_ctx *c, cycle *y, uint64_t until, double secs) {
 /* SimGPU, the default static placement: the GPU's pings slowed 200x (another
  * process's kernels) and restored. */
 static void test_sim_shared(void) {
-    char path[64];
-    int rc = fx_synth("tiny-llama", "", path, sizeof path);
-    if (rc == 77) return;
-    CHECK(rc == 0, "synth");
-    if (rc) return;
-    tnd_model *m = fx_load(path, 2);
-    unlink(path);
-    if (!m) {
-        CHECK(0, "load");
-        return;
-    }
+    tnd_model *m = tiny_llama();
+    if (!m) return;
     const int32_t prompt[] = {1, 17, 42, 99, 7, 300, 12};
     const int np = sizeof prompt / sizeof *prompt, n_gen = 200, nv = tnd_model_n_vocab(m);
+    float *lg = malloc(sizeof(float) * nv);
+    int32_t *want = calloc(n_gen, sizeof *want);
+    cpu_tokens(m, 2048, prompt, np, want, n_gen, lg);
     tnd_ctx_params cp = tnd_ctx_default_params();
     cp.cpu_exact = true;
     cp.n_ctx = 2048;
-    tnd_ctx *ref;
-    float *lg = malloc(sizeof(float) * nv);
-    int32_t *want = calloc(n_gen, sizeof *want);
-    CHECK_ST(tnd_ctx_new(m, &cp, &ref));
-    CHECK_ST(tnd_ctx_eval(ref, prompt, np, lg));
-    decode(ref, want, n_gen, UINT64_MAX, lg);
-    tnd_ctx_free(ref);
     /* a GPU far faster than the CPU */
     char hw[] = "/tmp/tnd_adapt_hw_XXXXXX";
-    int fd = mkstemp(hw);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    CHECK(f != NULL, "hw profile file");
-    if (!f) return;
-    fputs("base = rtx3060-laptop\ncpu_bw = 0.5 GB/s\n", f);
-    fclose(f);
+    if (!hw_file(hw, "base = rtx3060-laptop\ncpu_bw = 0.5 GB/s\n")) return;
     char cache[] = "/tmp/tnd_adapt_cache_XXXXXX";
     CHECK(mkdtemp(cache) != NULL, "cache dir");
     setenv("TANDEM_CACHE", cache, 1);
@@ -296,40 +314,21 @@ static int decode(tnd_ctx *c, int32_t *tok, int n, uint64_t until, float *lg) {
 }
 
 static void test_sim(void) {
-    char path[64];
-    int rc = fx_synth("tiny-llama", "", path, sizeof path);
-    if (rc == 77) return;
-    CHECK(rc == 0, "synth");
-    if (rc) return;
-    tnd_model *m = fx_load(path, 2);
-    unlink(path);
-    if (!m) {
-        CHECK(0, "load");
-        return;
-    }
+    tnd_model *m = tiny_llama();
+    if (!m) return;
     const int32_t prompt[] = {1, 17, 42, 99, 7, 300, 12};
     const int np = sizeof prompt / sizeof *prompt, n_gen = 120, nv = tnd_model_n_vocab(m);
-    /* the CPU's tokens */
+    float *lg = malloc(sizeof(float) * nv);
+    int32_t *want = calloc(n_gen, sizeof *want), *got = calloc(n_gen, sizeof *got);
+    cpu_tokens(m, 256, prompt, np, want, n_gen, lg);
     tnd_ctx_params cp = tnd_ctx_default_params();
     cp.cpu_exact = true;
     cp.n_ctx = 256;
-    tnd_ctx *ref;
-    float *lg = malloc(sizeof(float) * nv);
-    int32_t *want = calloc(n_gen, sizeof *want), *got = calloc(n_gen, sizeof *got);
-    CHECK_ST(tnd_ctx_new(m, &cp, &ref));
-    CHECK_ST(tnd_ctx_eval(ref, prompt, np, lg));
-    decode(ref, want, n_gen, UINT64_MAX, lg);
-    tnd_ctx_free(ref);
     /* SimGPU with automatic promotions; the recorder watches the link alone
      * (the CPU's real times on a shared test machine are noise) */
     /* a machine whose CPU is slow beside its link, so that decode promotes */
     char hw[] = "/tmp/tnd_adapt_hw_XXXXXX";
-    int fd = mkstemp(hw);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    CHECK(f != NULL, "hw profile file");
-    if (!f) return;
-    fputs("base = rtx3060-laptop\ncpu_bw = 0.2 GB/s\npcie_bw = 1 GB/s\n", f);
-    fclose(f);
+    if (!hw_file(hw, "base = rtx3060-laptop\ncpu_bw = 0.2 GB/s\npcie_bw = 1 GB/s\n")) return;
     cp.device = TND_DEVICE_SIM;
     cp.hw = hw;
     cp.promote = "auto";

@@ -10,7 +10,8 @@
  * asks that graphs really ran (a capture that fails on this driver falls
  * back to plain launches with a warning, which would pass unseen otherwise).
  * First the backend alone: a collected run's graph is instantiated once,
- * replayed when the run repeats, updated when a parameter changes.
+ * replayed when the run repeats, updated when a parameter changes; and the
+ * ping answers.
  *
  * Runs on synthetic models (tandem synth), so it needs no models/ folder. */
 #include <math.h>
@@ -213,6 +214,18 @@ static void test_backend(void) {
     tnd_backend_copy_h2d(g, b, hb, N * 4, s);
     CHECK(tnd_backend_stream_sync(g, s) == TND_OK, "upload: %s", tnd_last_error());
     const float scales[4] = {2, 2, 3, 2};
+    /* the ping (backend.h): a do-nothing kernel on the idle stream, and the
+     * host's wait for it; on an idle GPU microseconds, the least of a few
+     * under a millisecond (runtime/shared_gpu.c moves above 8x the
+     * profile's switch latency) */
+    double least = INFINITY;
+    for (int k = 0; k < 5; k++) {
+        double t = -1;
+        CHECK(tnd_backend_ping(g, s, &t) == TND_OK && t > 0 && t < 1, "ping: %s (%g s)", tnd_last_error(), t);
+        least = fmin(least, t);
+    }
+    CHECK(least < 1e-3, "an idle GPU's least ping %.1f us", 1e6 * least);
+    printf("backend: least of 5 pings %.1f us\n", 1e6 * least);
     const tnd_backend_counters c0 = tnd_backend_counters_get(g);
     for (int it = 0; it < 4; it++) {
         CHECK(tnd_backend_graph_defer(g, s, true) == TND_OK, "defer: %s", tnd_last_error());

@@ -279,6 +279,7 @@ static tnd_status alloc_weights(tnd_ctx *c) {
     }
     if (store) {
         void *host, *dev;
+        const double tp = tnd_time_s();
         tnd_status st = tnd_backend_host_alloc(g, store, &host, &dev);
         if (st) {
             pin_failed(c, "weight store", store);
@@ -293,13 +294,15 @@ static tnd_status alloc_weights(tnd_ctx *c) {
                 c->w[0][i] = c->pin_of[i] = (char *)host + off;
                 off += ALIGN256(w->t->nbytes);
             }
-            TND_DEBUG("pinned store: %.1f MiB in %.2f s", store / MIB, tnd_time_s() - t0);
+            TND_DEBUG("pinned store: %.1f MiB pinned in %.2f s, filled in %.2f s", store / MIB, t0 - tp,
+                      tnd_time_s() - t0);
         }
     }
     uint64_t arena = 0;
     for (int i = 0; i < n; i++)
         if (tnd_slice_small(m->slices[i]) || c->pl.where[i] == TND_SIDE_GPU) arena += ALIGN256(m->slices[i]->t->nbytes);
         else if (tnd_slice_split(m, &c->pl, i, NULL)) arena += ALIGN256(tnd_slice_gpu_bytes(m, &c->pl, i));
+    const double tu = tnd_time_s();
     tnd_status st = arena ? tnd_backend_buf_alloc(g, arena, &c->w_arena) : TND_OK;
     if (st) return tnd_fail_wrap(st, "resident weights (%.1f MiB): ", arena / MIB);
     char *next = c->w_arena;
@@ -332,7 +335,9 @@ static tnd_status alloc_weights(tnd_ctx *c) {
         c->w[1][i] = next;
         next += ALIGN256(w->t->nbytes);
     }
-    return tnd_backend_stream_sync(g, c->side[1].st);
+    st = tnd_backend_stream_sync(g, c->side[1].st);
+    TND_DEBUG("resident weights: %.1f MiB allocated and uploaded in %.2f s", arena / MIB, tnd_time_s() - tu);
+    return st;
 }
 
 tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t nbytes, int64_t n_expert,
@@ -416,7 +421,14 @@ static tnd_status build_regions(tnd_ctx *c) {
 tnd_status tnd_layout_alloc(tnd_ctx *c) {
     tnd_act_sizes(&c->m->hp, c->n_batch, c->n_seq_max, c->act_size);
     tnd_status st;
-    if ((st = alloc_acts(c)) || (st = alloc_kv(c)) || (st = alloc_weights(c))) return st;
+    const double t0 = tnd_time_s();
+    if ((st = alloc_acts(c))) return st;
+    const double t1 = tnd_time_s();
+    if ((st = alloc_kv(c))) return st;
+    const double t2 = tnd_time_s();
+    if ((st = alloc_weights(c))) return st;
+    TND_DEBUG("layout: activations %.0f ms, KV caches %.0f ms, weights %.0f ms", 1e3 * (t1 - t0), 1e3 * (t2 - t1),
+              1e3 * (tnd_time_s() - t2));
     if (c->gpu) {
         tnd_backend *g = c->side[1].be;
         if ((st = tnd_backend_event_new(g, &c->sync_ev))) return st;
