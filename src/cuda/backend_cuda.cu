@@ -1367,8 +1367,8 @@ __global__ void k_ping(void) {}
 
 /* A kernel that does nothing, and the host's wait for it: launched on an
  * idle stream it measures how soon the GPU takes our work (another
- * process's kernels time-share it). The spin on the event, not a blocking
- * sync, keeps the figure free of the driver's wake-up. */
+ * process's kernels time-share it). Spinning on the stream's state, not a
+ * blocking sync, keeps the driver's wake-up out of the figure. */
 static tnd_status cu_ping(tnd_backend *b, tnd_stream *s, double *secs) {
     tnd_status st = s->defer ? flush(b, s) : TND_OK;
     if (st) return st;

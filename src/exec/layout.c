@@ -269,8 +269,8 @@ static tnd_status alloc_weights(tnd_ctx *c) {
     /* the pinned host store: every slice the GPU does not hold; those an
      * earlier plan pinned keep their copies (plan swaps), the rest get a
      * new piece */
+    if (c->n_pins == TND_MAX_PINS) tnd_layout_free_pins(c); /* many swaps: start over */
     if (!c->pin_of && !(c->pin_of = tnd_calloc((size_t)n, sizeof(void *)))) return TND_ERR_NOMEM;
-    if (c->n_pins == TND_MAX_PINS) tnd_layout_free_pins(c);
     uint64_t store = 0;
     for (int i = 0; i < n; i++) {
         if (tnd_slice_small(m->slices[i]) || c->pl.where[i] != TND_SIDE_CPU) continue;

@@ -179,9 +179,11 @@ static void adopt(tnd_ctx *c, tnd_plan *plan) {
 /* Everything big of c's plan: buffers on both sides, then the GPU scratch. */
 static tnd_status ctx_lay_out(tnd_ctx *c) {
     tnd_status st = tnd_layout_alloc(c);
-    const double t0 = tnd_time_s();
-    if (!st && c->gpu) st = reserve_scratch(c);
-    TND_DEBUG("layout: GPU scratch %.0f ms", 1e3 * (tnd_time_s() - t0));
+    if (!st && c->gpu) {
+        const double t0 = tnd_time_s();
+        st = reserve_scratch(c);
+        TND_DEBUG("layout: GPU scratch %.0f ms", 1e3 * (tnd_time_s() - t0));
+    }
     if (!st) st = tnd_hot_init(c);
     return st;
 }

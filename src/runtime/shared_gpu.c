@@ -71,10 +71,15 @@ tnd_status tnd_shared_after_round(tnd_ctx *c) {
         /* the plan for an idle GPU is kept (a copy: the live hot-expert
          * table is in its perf DB) to come back to */
         st = tnd_plan_replace(idle, c->adg.lat, &np);
-        if (!st && !same_sides(&np->pl, &c->pl)) {
-            if (!c->plan_idle) st = tnd_plan_copy(c->plan, &c->plan_idle);
-            if (!st) st = swap(c, np, c->plan_idle);
+        const bool differ = !st && !same_sides(&np->pl, &c->pl);
+        if (differ && !c->plan_idle) st = tnd_plan_copy(c->plan, &c->plan_idle);
+        if (differ && !st) {
+            st = swap(c, np, c->plan_idle);
             moved = true;
+        }
+        if (st && !moved) { /* no plan for a shared GPU (its layout does not fit, no memory): this one stays */
+            TND_WARN("no placement for a shared GPU: %s", tnd_last_error());
+            st = TND_OK;
         }
     } else if (c->plan_idle) {
         st = tnd_plan_copy(c->plan, &keep);
@@ -87,10 +92,6 @@ tnd_status tnd_shared_after_round(tnd_ctx *c) {
     }
     tnd_plan_free(np);
     tnd_plan_free(keep);
-    if (st == TND_ERR_NOMEM && d > 0 && !moved) { /* no plan for a shared GPU: keep this one */
-        TND_WARN("no placement for a shared GPU: %s", tnd_last_error());
-        st = TND_OK;
-    }
     if (st) return st;
     const double t1 = tnd_time_s();
     if (moved) {
