@@ -10,6 +10,9 @@
  * Each stream owns its scratch and its cuBLAS handle (a handle is bound to
  * one stream at a time and its workspace must not be shared by concurrent
  * GEMMs), so ops on different streams never touch each other's memory.
+ *
+ * The state shared with pinned.cu (pinned host memory) is in
+ * backend_cuda.cuh.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -17,10 +20,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "backend.h"
 #include "config.h"
+#include "cuda/backend_cuda.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/graph.h"
 extern "C" {
@@ -29,7 +32,6 @@ extern "C" {
 
 #define CU_DEFAULT_RESERVE (512ull << 20)
 #define CU_BLAS_WORKSPACE (32ull << 20)
-#define CU_PIN_PIECE (256ull << 20) /* default piece of a region pinned in pieces */
 #define CU_MATVEC_MAX_TOK 8
 /* Expert matmuls of up to TND_MMID_PAIRS_MAX_TOK tokens run the matvec
  * kernel over (token, slot) pairs, one launch for all of them: a batched
@@ -39,40 +41,6 @@ extern "C" {
 #define CU_MATVEC_ID_MAX_TOK TND_MMID_PAIRS_MAX_TOK
 #define CU_GRAPH_MIN_ITEMS 4 /* fewer collected items launch op by op */
 #define CU_GRAPH_CHUNK 96     /* collected items launched as one graph at most */
-
-struct cu_alloc {
-    void *ptr;
-    size_t size;
-    uint64_t counted;
-};
-/* A weight re-laid by weight_prepare (the Q4_K tile layout): bytes
- * [base, base + size) of an n_out x n_in tensor. */
-struct cu_tiled {
-    uintptr_t base;
-    size_t size;
-    int64_t n_in, n_out;
-};
-struct cu_host {
-    void *host, *dev;
-    size_t size;
-    bool registered; /* mmap + cudaHostRegister pieces instead of cudaHostAlloc */
-    size_t n_pieces, piece; /* registered: its pieces of `piece` bytes */
-};
-
-typedef struct cu_ctx {
-    int device;
-    char name[64]; /* the device's model name */
-    uint64_t budget, used, peak;
-    pthread_mutex_t mu;
-    struct cu_alloc *allocs;
-    size_t n_allocs, cap_allocs;
-    struct cu_host *hosts;
-    size_t n_hosts, cap_hosts;
-    struct cu_tiled *tiled; /* sorted by base, disjoint (under mu) */
-    size_t n_tiled, cap_tiled;
-    tnd_stream *deferring[8]; /* streams collecting work (graph_defer), flushed before memory is freed */
-    bool graph_warned;        /* the one warning about a failed capture was given */
-} cu_ctx;
 
 #define CU_STAGES 4
 struct tnd_stream {
@@ -105,16 +73,10 @@ struct tnd_event {
     tnd_stream *pend; /* a collecting stream whose items record e, not yet launched */
 };
 
-static cu_ctx *ctx_of(tnd_backend *b) { return (cu_ctx *)b->ctx; }
 
 /* graph_defer: launches s's collected work (defined with the ops) */
 static tnd_status flush(tnd_backend *b, tnd_stream *s);
-static tnd_status flush_all(tnd_backend *b);
 
-static tnd_status cu_err(cudaError_t e, const char *what) {
-    cudaGetLastError(); /* clear a sticky-free error so the next call starts clean */
-    return tnd_fail(TND_ERR_BACKEND, "cuda: %s: %s (%d)", what, cudaGetErrorString(e), (int)e);
-}
 
 static uint64_t counted_size(size_t n) {
     /* the driver maps large allocations in 2 MiB pages */
@@ -122,7 +84,6 @@ static uint64_t counted_size(size_t n) {
     return ((uint64_t)n + 511) & ~(uint64_t)511;
 }
 
-static bool set_device(cu_ctx *c) { return cudaSetDevice(c->device) == cudaSuccess; }
 
 /* ---- device memory -------------------------------------------------------- */
 
@@ -211,7 +172,7 @@ static tnd_status cu_buf_alloc(tnd_backend *b, size_t size, void **out) {
     return cu_alloc_raw(ctx_of(b), size, out, "buffer allocation");
 }
 static void cu_buf_free(tnd_backend *b, void *ptr) {
-    flush_all(b); /* collected work may read the buffer */
+    cu_flush_all(b); /* collected work may read the buffer */
     cu_free_raw(ctx_of(b), ptr);
 }
 
@@ -231,122 +192,6 @@ static void cu_mem_info(tnd_backend *b, tnd_mem_info *out) {
     out->dev_free = fr;
     out->dev_total = tot;
     memcpy(out->dev_name, c->name, sizeof out->dev_name);
-}
-
-/* ---- pinned host memory ----------------------------------------------------- */
-
-static tnd_status host_push(cu_ctx *c, struct cu_host h) {
-    pthread_mutex_lock(&c->mu);
-    if (c->n_hosts == c->cap_hosts) {
-        size_t cap = c->cap_hosts ? 2 * c->cap_hosts : 16;
-        void *p = realloc(c->hosts, cap * sizeof *c->hosts);
-        if (!p) {
-            pthread_mutex_unlock(&c->mu);
-            return tnd_fail(TND_ERR_NOMEM, "cuda: out of host memory");
-        }
-        c->hosts = (struct cu_host *)p;
-        c->cap_hosts = cap;
-    }
-    c->hosts[c->n_hosts++] = h;
-    pthread_mutex_unlock(&c->mu);
-    return TND_OK;
-}
-
-static void unregister_pieces(void *host, size_t n_pieces, size_t piece) {
-    for (size_t i = 0; i < n_pieces; i++) cudaHostUnregister((char *)host + i * piece);
-}
-
-static tnd_status cu_host_alloc(tnd_backend *b, size_t size, void **host, void **dev) {
-    cu_ctx *c = ctx_of(b);
-    if (size == 0) size = 1;
-    set_device(c);
-    void *h = NULL, *d = NULL;
-    /* TND_CUDA_PIN_PIECES=MIB: pieces of MIB MiB for every region of more
-     * than one (tests the fallback; read at each call, so a test can set it
-     * with tnd_config_set) */
-    const long mib = tnd_config_get()->cuda_pin_pieces;
-    const size_t piece = mib >= 1 && mib <= 4096 ? (size_t)mib << 20 : CU_PIN_PIECE;
-    cudaError_t e = mib >= 1 && mib <= 4096 && size > piece
-                        ? cudaErrorMemoryAllocation
-                        : cudaHostAlloc(&h, size, cudaHostAllocMapped | cudaHostAllocPortable);
-    if (e == cudaSuccess) {
-        e = cudaHostGetDevicePointer(&d, h, 0);
-        if (e != cudaSuccess) {
-            cudaFreeHost(h);
-            return cu_err(e, "cudaHostGetDevicePointer");
-        }
-        struct cu_host rec = {h, d, size, false, 0, 0};
-        tnd_status st = host_push(c, rec);
-        if (st) cudaFreeHost(h);
-        else {
-            *host = h;
-            *dev = d;
-        }
-        return st;
-    }
-    cudaGetLastError();
-    /* One pinned region of this size was refused (some drivers cap a single
-     * pinning): pin a contiguous mapping in pieces. With unified addressing a
-     * registered piece's device address is its host address, so the pieces
-     * form one device range; anything else is reported. */
-    size_t n_pieces = (size + piece - 1) / piece;
-    size_t span = n_pieces * piece;
-    void *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED)
-        return tnd_fail(TND_ERR_NOMEM, "cuda: pinning %.1f MiB failed (%s) and so did mapping it in pieces",
-                        size / 1048576.0, cudaGetErrorString(e));
-    for (size_t i = 0; i < n_pieces; i++) {
-        char *p = (char *)m + i * piece;
-        void *pd = NULL;
-        cudaError_t e2 = cudaHostRegister(p, piece, cudaHostRegisterMapped | cudaHostRegisterPortable);
-        if (e2 == cudaSuccess) e2 = cudaHostGetDevicePointer(&pd, p, 0);
-        if (e2 != cudaSuccess || pd != (void *)p) {
-            cudaGetLastError();
-            unregister_pieces(m, i + (e2 == cudaSuccess ? 1 : 0), piece);
-            munmap(m, span);
-            return tnd_fail(TND_ERR_NOMEM,
-                            "cuda: pinning %.1f MiB failed (%s); pinning it in %zu pieces of %llu MiB stopped at "
-                            "piece %zu (%.1f MiB pinned): %s",
-                            size / 1048576.0, cudaGetErrorString(e), n_pieces, (unsigned long long)(piece >> 20), i,
-                            (double)(i * piece) / 1048576.0,
-                            e2 != cudaSuccess ? cudaGetErrorString(e2) : "device address differs from host address");
-        }
-    }
-    struct cu_host rec = {m, m, span, true, n_pieces, piece};
-    tnd_status st = host_push(c, rec);
-    if (st) {
-        unregister_pieces(m, n_pieces, piece);
-        munmap(m, span);
-        return st;
-    }
-    *host = m;
-    *dev = m;
-    return TND_OK;
-}
-
-static void cu_host_free(tnd_backend *b, void *host) {
-    if (!host) return;
-    cu_ctx *c = ctx_of(b);
-    flush_all(b);
-    pthread_mutex_lock(&c->mu);
-    for (size_t i = 0; i < c->n_hosts; i++) {
-        if (c->hosts[i].host == host) {
-            struct cu_host h = c->hosts[i];
-            c->hosts[i] = c->hosts[--c->n_hosts];
-            pthread_mutex_unlock(&c->mu);
-            set_device(c);
-            if (h.registered) {
-                cudaDeviceSynchronize(); /* unmapping memory the device may still read */
-                unregister_pieces(h.host, h.n_pieces, h.piece);
-                munmap(h.host, h.size);
-            } else {
-                cudaFreeHost(h.host);
-            }
-            return;
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
-    TND_WARN("cuda: host_free of a pointer this backend did not allocate (%p)", host);
 }
 
 /* ---- streams and events ------------------------------------------------------ */
@@ -1330,7 +1175,7 @@ static tnd_status flush(tnd_backend *b, tnd_stream *s) {
     return st;
 }
 
-static tnd_status flush_all(tnd_backend *b) {
+tnd_status cu_flush_all(tnd_backend *b) {
     cu_ctx *c = ctx_of(b);
     tnd_status st = TND_OK;
     for (int i = 0; i < 8; i++) {
@@ -1391,16 +1236,8 @@ static void cu_free(tnd_backend *b) {
     set_device(c);
     cudaDeviceSynchronize();
     for (size_t i = 0; i < c->n_allocs; i++) cudaFree(c->allocs[i].ptr);
-    for (size_t i = 0; i < c->n_hosts; i++) {
-        if (c->hosts[i].registered) {
-            unregister_pieces(c->hosts[i].host, c->hosts[i].n_pieces, c->hosts[i].piece);
-            munmap(c->hosts[i].host, c->hosts[i].size);
-        } else {
-            cudaFreeHost(c->hosts[i].host);
-        }
-    }
+    cu_host_free_all(c);
     free(c->allocs);
-    free(c->hosts);
     free(c->tiled);
     pthread_mutex_destroy(&c->mu);
     free(c);
