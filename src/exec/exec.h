@@ -80,13 +80,12 @@ struct tnd_ctx {
     const void **w[2];       /* [side][n_slices] address of each slice on that side, or NULL */
     void *w_arena;           /* GPU: every resident slice, 256-byte aligned, in slice order */
     /* the pinned host store: CPU slices' copies, for copies to the GPU at
-     * full speed. Pieces are kept across plan swaps (keep_pins), so a
+     * full speed. Pieces are kept across plan swaps (tnd_layout_release), so a
      * swap pins only slices no earlier plan had on the CPU: pinning GBs
      * takes seconds. pin_of[i]: slice i's pinned copy, or NULL. */
     void *pins[TND_MAX_PINS];
     int n_pins;
     void **pin_of;
-    bool keep_pins;
     /* KV cache: canonical reservation [2][n_layer][n_seq_max][n_ctx][kv_dim] f16
      * (sequence s's slot at rows s * n_ctx), and per layer the address of K and
      * V (all slots) on the layer's side */
@@ -225,10 +224,10 @@ tnd_status tnd_layout_alloc(tnd_ctx *c);
 /* Frees what tnd_layout_alloc allocated. */
 void tnd_layout_free(tnd_ctx *c);
 /* The same, leaving c as before tnd_layout_alloc (a new plan is laid out
- * next); with c->keep_pins set the pinned store's pieces stay, for the next
- * layout to reuse. */
-void tnd_layout_release(tnd_ctx *c);
-/* Frees the pinned store's pieces (tnd_layout_free does, unless keep_pins). */
+ * next); keep_pins: the pinned store's pieces stay, for the next layout to
+ * reuse. */
+void tnd_layout_release(tnd_ctx *c, bool keep_pins);
+/* Frees the pinned store's pieces (tnd_layout_free does). */
 void tnd_layout_free_pins(tnd_ctx *c);
 /* Weight bytes one decode token reads on the CPU, on the GPU (resident),
  * and copies over PCIe (promoted); MoE experts count n_used / n_expert. */

@@ -448,7 +448,7 @@ void tnd_layout_free_pins(tnd_ctx *c) {
     c->pin_of = NULL;
 }
 
-void tnd_layout_free(tnd_ctx *c) {
+static void layout_free(tnd_ctx *c, bool keep_pins) {
     tnd_backend *g = c->gpu ? c->side[1].be : NULL;
     for (int s = 0; s < 2; s++) {
         tnd_backend *b = c->side[s].be;
@@ -462,7 +462,7 @@ void tnd_layout_free(tnd_ctx *c) {
     if (g) {
         tnd_backend_buf_free(g, c->kv_arena);
         tnd_backend_buf_free(g, c->w_arena);
-        if (!c->keep_pins) tnd_layout_free_pins(c);
+        if (!keep_pins) tnd_layout_free_pins(c);
         if (c->ring) tnd_backend_buf_free(g, c->ring);
         for (int i = 0; i < TND_RING_EV; i++) {
             if (c->slot_ready[i]) tnd_backend_event_free(g, c->slot_ready[i]);
@@ -483,8 +483,10 @@ void tnd_layout_free(tnd_ctx *c) {
     free(c->reg);
 }
 
-void tnd_layout_release(tnd_ctx *c) {
-    tnd_layout_free(c);
+void tnd_layout_free(tnd_ctx *c) { layout_free(c, false); }
+
+void tnd_layout_release(tnd_ctx *c, bool keep_pins) {
+    layout_free(c, keep_pins);
     for (int s = 0; s < 2; s++) memset(c->side[s].act, 0, sizeof c->side[s].act);
     memset(c->act_size, 0, sizeof c->act_size);
     memset(c->act_dev, 0, sizeof c->act_dev);

@@ -220,7 +220,7 @@ static tnd_status replan(tnd_ctx *c, const tnd_ctx_params *p, const tnd_placemen
     tnd_mem_info mi;
     tnd_backend_mem_info(c->side[1].be, &mi);
     const double had = mi.used / 1048576.0;
-    tnd_layout_release(c);
+    tnd_layout_release(c, false);
     drop_gpu(c);
     tnd_plan_free(c->plan);
     c->plan = NULL;
@@ -446,9 +446,7 @@ tnd_status tnd_ctx_swap_plan(tnd_ctx *c, const tnd_plan *plan) {
     /* Everything laid out for the old plan goes, and with it what the
      * executor learnt about it (which MATMUL pairs the GPU takes, the
      * automatic promotions' scratch). */
-    c->keep_pins = true; /* the slices pinned for the old plan need no pinning again */
-    tnd_layout_release(c);
-    c->keep_pins = false;
+    tnd_layout_release(c, true); /* the slices pinned for the old plan need no pinning again */
     free(c->pair_ok);
     c->pair_ok = NULL;
     c->rope_kv_ok = 0;

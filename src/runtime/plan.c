@@ -65,6 +65,38 @@ tnd_status tnd_plan_copy(const tnd_plan *src, tnd_plan **out) {
     return TND_OK;
 }
 
+/* Algorithm 1 for pl from its perf DB, within pl->wbudget (pl->stat and
+ * what made it set): the placement and the promotions it leaves. */
+static tnd_status place_static(tnd_plan *pl) {
+    tnd_model *m = pl->m;
+    const bool prom = strcmp(pl->promote, "none") != 0;
+    tnd_status st = tnd_placement_make(m, "cpu", prom ? pl->promote : NULL, 0, 0, &pl->pl);
+    if (!st)
+        st = tnd_static_place(m, pl->perf, pl->wbudget, pl->kv_layer, pl->n_ctx, pl->n_batch, pl->n_seq_max, prom,
+                              &pl->pl);
+    for (int i = 0; !st && i < m->n_slices; i++)
+        if (pl->pl.where[i] == TND_SIDE_GPU) pl->pl.promote[i] = 0;
+    return st;
+}
+
+/* pl's layout for its placement, checked against pl->budget (verbose: printed). */
+static tnd_status lay_out(tnd_plan *pl, bool verbose) {
+    tnd_layout_compute(pl->m, &pl->pl, pl->n_ctx, pl->n_seq_max, pl->n_batch, pl->budget, pl->gpu, &pl->lay);
+    if (verbose) {
+        fprintf(stderr, "placement: %s\n", pl->pl.desc);
+        tnd_layout_print(&pl->lay, stderr);
+    }
+    const tnd_layout *l = &pl->lay;
+    if (pl->gpu && l->gpu_total > pl->budget)
+        return tnd_fail(TND_ERR_NOMEM,
+                        "placement '%s' needs %.1f MiB on the GPU (weights %.1f, KV cache %.1f, activations %.1f, "
+                        "slots %.1f, scratch %.1f, norms %.1f) but the budget is %.1f MiB",
+                        pl->pl.desc, l->gpu_total / 1048576.0, l->w_gpu / 1048576.0, l->kv_gpu / 1048576.0,
+                        l->act_gpu / 1048576.0, l->slots_gpu / 1048576.0, l->scratch_gpu / 1048576.0,
+                        l->small_gpu / 1048576.0, pl->budget / 1048576.0);
+    return TND_OK;
+}
+
 tnd_status tnd_plan_replace(const tnd_plan *base, double lat, tnd_plan **out) {
     *out = NULL;
     if (!base->stat || !base->perf || !base->gpu)
@@ -72,22 +104,9 @@ tnd_status tnd_plan_replace(const tnd_plan *base, double lat, tnd_plan **out) {
     tnd_plan *pl;
     tnd_status st = tnd_plan_copy(base, &pl);
     if (st) return st;
-    tnd_model *m = pl->m;
     pl->perf->lat = lat;
     tnd_placement_free(&pl->pl);
-    const bool prom = strcmp(pl->promote, "none") != 0;
-    st = tnd_placement_make(m, "cpu", prom ? pl->promote : NULL, 0, 0, &pl->pl);
-    if (!st)
-        st = tnd_static_place(m, pl->perf, pl->wbudget, pl->kv_layer, pl->n_ctx, pl->n_batch, pl->n_seq_max, prom,
-                              &pl->pl);
-    if (!st) {
-        for (int i = 0; i < m->n_slices; i++)
-            if (pl->pl.where[i] == TND_SIDE_GPU) pl->pl.promote[i] = 0;
-        tnd_layout_compute(m, &pl->pl, pl->n_ctx, pl->n_seq_max, pl->n_batch, pl->budget, true, &pl->lay);
-        if (pl->lay.gpu_total > pl->budget)
-            st = tnd_fail(TND_ERR_NOMEM, "placement '%s' needs %.1f MiB on the GPU but the budget is %.1f MiB",
-                          pl->pl.desc, pl->lay.gpu_total / 1048576.0, pl->budget / 1048576.0);
-    }
+    if (!(st = place_static(pl))) st = lay_out(pl, false);
     if (st) {
         tnd_plan_free(pl);
         return st;
@@ -171,16 +190,11 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
         if ((st = tnd_placement_copy(m, fixed, &pl->pl))) return st;
     } else if (stat && pl->gpu) {
         /* promotions apply to what static placement leaves on the CPU */
-        if ((st = tnd_perf_get(m, p, cpu, gpu, &pl->perf)) || (st = tnd_placement_make(m, "cpu", promote, 0, 0, &pl->pl)) ||
-            (st = tnd_static_place(m, pl->perf, wbudget, kv_layer, pl->n_ctx, pl->n_batch, pl->n_seq_max,
-                                   promote && strcmp(promote, "none"), &pl->pl)))
-            return st;
-        for (int i = 0; i < m->n_slices; i++)
-            if (pl->pl.where[i] == TND_SIDE_GPU) pl->pl.promote[i] = 0;
         pl->stat = true;
         pl->wbudget = wbudget;
         pl->kv_layer = kv_layer;
         snprintf(pl->promote, sizeof pl->promote, "%s", promote ? promote : "none");
+        if ((st = tnd_perf_get(m, p, cpu, gpu, &pl->perf)) || (st = place_static(pl))) return st;
     } else if ((st = tnd_placement_make(m, stat ? "cpu" : spec, promote, wbudget, kv_layer, &pl->pl))) {
         return st;
     }
@@ -191,20 +205,8 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
         memset(pl->pl.promote, 0, (size_t)m->n_slices);
         memset(pl->pl.split, 0, (size_t)m->hp.n_layer);
     }
-    tnd_layout_compute(m, &pl->pl, pl->n_ctx, pl->n_seq_max, pl->n_batch, budget, pl->gpu, &pl->lay);
     pl->budget = budget;
-    if (p->verbose) {
-        fprintf(stderr, "placement: %s\n", pl->pl.desc);
-        tnd_layout_print(&pl->lay, stderr);
-    }
-    const tnd_layout *l = &pl->lay;
-    if (pl->gpu && l->gpu_total > budget)
-        return tnd_fail(TND_ERR_NOMEM,
-                        "placement '%s' needs %.1f MiB on the GPU (weights %.1f, KV cache %.1f, activations %.1f, "
-                        "slots %.1f, scratch %.1f, norms %.1f) but the budget is %.1f MiB",
-                        pl->pl.desc, l->gpu_total / 1048576.0, l->w_gpu / 1048576.0, l->kv_gpu / 1048576.0,
-                        l->act_gpu / 1048576.0, l->slots_gpu / 1048576.0, l->scratch_gpu / 1048576.0,
-                        l->small_gpu / 1048576.0, budget / 1048576.0);
+    if ((st = lay_out(pl, p->verbose))) return st;
     /* predictions asked for where the placement needed no DB: one more
      * look-up (or profile), whose failure only leaves the plan without them */
     if (p->predict && pl->gpu && !pl->perf) {
