@@ -288,6 +288,23 @@ void tnd_backend_host_free(tnd_backend *b, void *host) {
     if (b->iface->host_free) b->iface->host_free(b, host);
 }
 
+static _Atomic bool register_fault;
+
+void tnd_backend_set_register_fault(bool on) { register_fault = on; }
+
+tnd_status tnd_backend_host_register(tnd_backend *b, void *p, size_t size) {
+    if (!b->iface->host_register)
+        return tnd_fail(TND_ERR_UNSUPPORTED, "the %s backend cannot pin memory in place", b->iface->name);
+    if (pin_fault || register_fault)
+        return tnd_fail(TND_ERR_NOMEM, "%s: pinning %.1f MiB in place refused (injected fault)", b->iface->name,
+                        size / 1048576.0);
+    return b->iface->host_register(b, p, size);
+}
+
+void tnd_backend_host_unregister(tnd_backend *b, void *p) {
+    if (b->iface->host_unregister) b->iface->host_unregister(b, p);
+}
+
 tnd_status tnd_backend_stream_new(tnd_backend *b, tnd_stream **out) { return b->iface->stream_new(b, out); }
 
 void tnd_backend_stream_free(tnd_backend *b, tnd_stream *s) {

@@ -343,6 +343,14 @@ typedef struct tnd_backend_iface {
     tnd_status (*host_alloc)(tnd_backend *b, size_t size, void **host, void **dev);
     /* OPTIONAL with host_alloc. Frees a host_alloc region by its host pointer. */
     void (*host_free)(tnd_backend *b, void *host);
+    /* OPTIONAL. Page-locks [p, p + size), memory the caller owns and keeps
+     * (page-aligned; read-only allowed: a model file's mapping), so that
+     * copies from it run at the pinned rate; no device address is needed.
+     * Registering the same range again only counts it. host_unregister
+     * undoes one registration (after the work that may read it), given the
+     * p registered. */
+    tnd_status (*host_register)(tnd_backend *b, void *p, size_t size);
+    void (*host_unregister)(tnd_backend *b, void *p);
 
     /* -- streams -- */
     /* Creates an in-order queue of work (non-blocking w.r.t. other streams). */
@@ -515,6 +523,12 @@ tnd_status tnd_backend_host_alloc(tnd_backend *b, size_t size, void **host, void
  * (as a driver refusing to pin), for the fallback to pageable memory. */
 void tnd_backend_set_pin_fault(bool on);
 void tnd_backend_host_free(tnd_backend *b, void *host);
+/* TND_ERR_UNSUPPORTED when the backend cannot register host memory. */
+tnd_status tnd_backend_host_register(tnd_backend *b, void *p, size_t size);
+/* Test hook: while on, every tnd_backend_host_register fails with
+ * TND_ERR_NOMEM (pin_fault above refuses it too). */
+void tnd_backend_set_register_fault(bool on);
+void tnd_backend_host_unregister(tnd_backend *b, void *p);
 tnd_status tnd_backend_stream_new(tnd_backend *b, tnd_stream **out);
 void tnd_backend_stream_free(tnd_backend *b, tnd_stream *s); /* s NULL: no-op */
 tnd_status tnd_backend_stream_sync(tnd_backend *b, tnd_stream *s);

@@ -116,6 +116,11 @@ static void test_gpu_rule(void) {
     CHECK(g.n_moves == 2 && g.lat == 0, "two moves in all (%d)", g.n_moves);
     /* pings between the thresholds (3x-8x) keep whichever placement is in */
     CHECK(pings(&g, 1000, 1200, tpot, lat, 5, 0.1, &dir) < 0 && g.n_moves == 2, "5x moved an idle placement");
+    /* a shared GPU stretches the rounds tenfold: tau still counts the idle
+     * times per token (5 x 50 ms), not the stretched ones (1 s at most) */
+    k = pings(&g, 1200, 1300, 10 * tpot, lat, 150, 0.2, &dir);
+    CHECK(k >= 1200 && dir == 1 && (k - 1200) * step <= TND_ADAPT_TAU * tpot + step,
+          "placed for a shared GPU %.2f s after it began, with rounds of %.0f ms", (k - 1200) * step, 1e3 * 10 * tpot);
     /* pings that cannot be measured say nothing */
     CHECK(!tnd_adapt_gpu_observe(&g, 1e4, NAN, lat) && !tnd_adapt_gpu_observe(&g, 1e4, 1, 0), "bad ping moved");
 }
@@ -202,10 +207,13 @@ static bool cycle_until(tnd_ctx *c, cycle *y, uint64_t until, double secs) {
 }
 
 /* SimGPU, the default static placement: the GPU's pings slowed 200x (another
- * process's kernels) and restored. */
-static void test_sim_shared(void) {
+ * process's kernels) and restored. in_place: the weights pinned where they
+ * are (the default); else refused, so that a pinned store holds the CPU's
+ * slices. */
+static void test_sim_shared(bool in_place) {
     tnd_model *m = tiny_llama();
     if (!m) return;
+    const char *how = in_place ? "weights pinned in place" : "a pinned store";
     const int32_t prompt[] = {1, 17, 42, 99, 7, 300, 12};
     const int np = sizeof prompt / sizeof *prompt, n_gen = 200, nv = tnd_model_n_vocab(m);
     float *lg = malloc(sizeof(float) * nv);
@@ -239,6 +247,7 @@ static void test_sim_shared(void) {
         if (all) break;
     }
     tnd_ctx *c;
+    tnd_backend_set_register_fault(!in_place); /* for the whole test: every layout may ask (main clears it) */
     tnd_status st = tnd_ctx_new(m, &cp, &c);
     unlink(hw);
     CHECK_ST(st);
@@ -264,7 +273,10 @@ static void test_sim_shared(void) {
     CHECK(cycle_until(c, &y, 1, 10) && c->plan_idle, "re-placed for a shared GPU (%llu)",
           (unsigned long long)c->n_replace);
     const int pins1 = c->n_pins;
-    CHECK(pins1 == 2, "the move pinned only the slices new to the CPU, as a second piece (%d pieces)", pins1);
+    CHECK(in_place == (c->w_locked != NULL), "%s: weights pinned in place %s", how, c->w_locked ? "yes" : "no");
+    if (in_place) CHECK(pins1 == 0, "%s: the move pinned %d pieces", how, pins1);
+    else CHECK(pins1 == 2, "%s: the move pinned only the slices new to the CPU, as a second piece (%d pieces)", how,
+               pins1);
     const int sw1 = switches(c);
     CHECK(sw1 < sw0, "fewer switches on a shared GPU: %d, before %d (%s)", sw1, sw0, c->pl.desc);
     CHECK(c->perf->lat > 100 * tnd_plan_perf(c->plan_idle)->lat, "placed with the measured latency (%.0f us)",
@@ -276,11 +288,12 @@ static void test_sim_shared(void) {
           (unsigned long long)c->n_replace);
     CHECK(!memcmp(idle.where, c->pl.where, m->n_slices) && !memcmp(idle.kv, c->pl.kv, m->hp.n_layer) &&
           c->perf->lat == lat0, "the idle placement is back");
-    CHECK(c->n_pins == pins1, "the way back pinned nothing (%d pieces)", c->n_pins);
+    CHECK(c->n_pins == pins1 && in_place == (c->w_locked != NULL), "%s: the way back pinned nothing (%d pieces)", how,
+          c->n_pins);
     cycle_until(c, &y, 3, 0.4);
     CHECK(c->n_replace == 2, "no further move (%llu)", (unsigned long long)c->n_replace);
     CHECK(y.bad == 0, "%ld of %ld tokens off the CPU's through the moves", y.bad, y.tokens);
-    printf("sim: %ld tokens as the CPU's through two moves\n", y.tokens);
+    printf("sim, %s: %ld tokens as the CPU's through two moves\n", how, y.tokens);
     tnd_placement_free(&idle);
     tnd_ctx_free(c);
     free(want);
@@ -386,6 +399,8 @@ int main(void) {
     test_rule();
     test_gpu_rule();
     test_sim();
-    test_sim_shared();
+    test_sim_shared(true);
+    test_sim_shared(false);
+    tnd_backend_set_register_fault(false);
     return tc_summary();
 }

@@ -382,15 +382,7 @@ static tnd_status cu_copy_host(cu_ctx *c, char *dst, const char *src, size_t n, 
     const uintptr_t h = (uintptr_t)(k == cudaMemcpyHostToDevice ? src : dst);
     uintptr_t base = 0;
     size_t piece = CU_PIN_PIECE;
-    pthread_mutex_lock(&c->mu); /* (a few regions; nothing beside a copy's launch) */
-    for (size_t i = 0; i < c->n_hosts && !base; i++) {
-        const uintptr_t b0 = (uintptr_t)c->hosts[i].host;
-        if (c->hosts[i].registered && h >= b0 && h < b0 + c->hosts[i].size) {
-            base = b0;
-            piece = c->hosts[i].piece;
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
+    if (!cu_host_piece(c, h, &base, &piece)) base = 0;
     size_t done = 0;
     while (done < n) {
         const size_t left = piece - (h + done - base) % piece;
@@ -1281,6 +1273,8 @@ static const tnd_backend_iface cu_iface = {
     cu_mem_info,
     cu_host_alloc,
     cu_host_free,
+    cu_host_register,
+    cu_host_unregister,
     cu_stream_new,
     cu_stream_free,
     cu_stream_sync,

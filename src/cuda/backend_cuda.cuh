@@ -62,10 +62,17 @@ static inline bool set_device(cu_ctx *c) { return cudaSetDevice(c->device) == cu
  * work may read is freed (backend_cuda.cu). */
 tnd_status cu_flush_all(tnd_backend *b);
 
-/* pinned.cu: the backend's host_alloc and host_free (backend.h), and at
- * the backend's end every region still pinned released. */
+/* pinned.cu: the backend's host_alloc, host_free, host_register and
+ * host_unregister (backend.h), and at the backend's end every region still
+ * pinned released. */
 tnd_status cu_host_alloc(tnd_backend *b, size_t size, void **host, void **dev);
 void cu_host_free(tnd_backend *b, void *host);
 void cu_host_free_all(cu_ctx *c);
+tnd_status cu_host_register(tnd_backend *b, void *p, size_t size);
+void cu_host_unregister(tnd_backend *b, void *p);
+/* The registration holding host address h, if any (host_alloc's pieces or
+ * host_register's): its base and the size of its pieces. One copy may not
+ * span two pieces (backend_cuda.cu: cu_copy_host). */
+bool cu_host_piece(cu_ctx *c, uintptr_t h, uintptr_t *base, size_t *piece);
 
 #endif

@@ -86,6 +86,12 @@ struct tnd_ctx {
     void *pins[TND_MAX_PINS];
     int n_pins;
     void **pin_of;
+    /* Or the model's weights pinned where they are (host_register), and no
+     * store: w_locked is that range's start (NULL: not pinned), kept across
+     * plan swaps like the pieces; lock_refused: the backend refused, not
+     * asked again (exec/layout.c: lock_weights). */
+    void *w_locked;
+    bool lock_refused;
     /* KV cache: canonical reservation [2][n_layer][n_seq_max][n_ctx][kv_dim] f16
      * (sequence s's slot at rows s * n_ctx), and per layer the address of K and
      * V (all slots) on the layer's side */

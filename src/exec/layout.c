@@ -3,13 +3,15 @@
  * can print it), then allocated in one go.
  *
  * GPU: resident slices, replicated small slices, KV cache of GPU layers,
- * activation buffers, promotion slots, op scratch. Host: a pinned store
- * holding every non-resident slice (the CPU computes from it and promoted
- * slices are copied out of it at the copy engine's pinned rate), pinned
+ * activation buffers, promotion slots, op scratch. Host: the non-resident
+ * slices pinned (the CPU computes from them and promoted slices are copied
+ * out at the copy engine's pinned rate), either where the model's file is
+ * mapped or copied into a pinned store (weights_in_place decides), pinned
  * activation buffers mapped into the GPU, the KV cache of CPU layers. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "exec/exec.h"
 #include "sched/perf.h"
@@ -76,6 +78,16 @@ static uint64_t skip_scratch(const tnd_weight *w, int nb, int n_used) {
     return nb <= TND_MMID_PAIRS_MAX_TOK ? ALIGN256((uint64_t)nb * (uint64_t)n_used * (uint64_t)w->n_out * 4) : matmul_scratch(w, nb, n_used);
 }
 
+/* The weights pinned where they are rather than in a store (lock_weights
+ * below): for a CPU share (cpu bytes) of at least half of them (all
+ * bytes), as pinning runs at 1.7-2.8 GB/s either way (the H200's host); and
+ * not where they would take over half the machine's memory (locked pages
+ * cannot be reclaimed). */
+static bool weights_in_place(uint64_t cpu, uint64_t all) {
+    const uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    return cpu && 2 * cpu >= all && all <= ram / 2;
+}
+
 void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, int n_seq, int nb,
                         uint64_t budget, bool gpu, tnd_layout *l) {
     const tnd_hparams *hp = &m->hp;
@@ -86,13 +98,14 @@ void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, i
     uint64_t kv_layer = 2ull * (uint64_t)n_seq * n_ctx * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
     size_t sz[A_COUNT];
     tnd_act_sizes(hp, nb, n_seq, sz);
-    uint64_t act = 0, store = 0, scratch = 0;
+    uint64_t act = 0, store = 0, scratch = 0, all = 0;
     for (int i = 0; i < A_COUNT; i++) act += dev_cost(sz[i]);
     for (int il = 0; il < hp->n_layer; il++) *(p->kv[il] ? &l->kv_gpu : &l->kv_cpu) += kv_layer;
     int n_used = hp->n_expert ? hp->n_expert_used : 1;
     for (int i = 0; i < m->n_slices; i++) {
         const tnd_weight *w = m->slices[i];
         uint64_t b = ALIGN256(w->t->nbytes);
+        all += w->t->nbytes;
         if (tnd_slice_small(w)) {
             l->small_gpu += gpu ? b : 0;
             continue;
@@ -122,7 +135,8 @@ void tnd_layout_compute(const tnd_model *m, const tnd_placement *p, int n_ctx, i
     /* + the cuBLAS workspace and the handle's own memory (64 MiB measured on
      * the H200; the CUDA backend charges what the driver reports) */
     l->scratch_gpu = dev_cost(scratch) + dev_cost(32u << 20) + (64u << 20);
-    l->pinned_host = store + act;
+    l->in_place = weights_in_place(store, all);
+    l->pinned_host = (l->in_place ? all : store) + act;
     /* the arenas' page rounding is counted with the weights and the caches */
     l->w_gpu = dev_cost(l->w_gpu + l->small_gpu) - l->small_gpu;
     l->kv_gpu = dev_cost(l->kv_gpu);
@@ -151,7 +165,8 @@ void tnd_layout_print(const tnd_layout *l, FILE *f) {
         if (l->budget >= UINT64_MAX / 4) fprintf(f, "    total             %10.1f MiB\n", l->gpu_total / MIB);
         else fprintf(f, "    total             %10.1f MiB (%.1f%% of the budget)\n", l->gpu_total / MIB,
                      l->budget ? 100.0 * (double)l->gpu_total / (double)l->budget : 0.0);
-        fprintf(f, "  host pinned store   %10.1f MiB\n", l->pinned_host / MIB);
+        fprintf(f, "  host pinned         %10.1f MiB (%s, activations)\n", l->pinned_host / MIB,
+                l->in_place ? "the weights where they are" : "a store of the CPU's weights");
     }
     fprintf(f, "  host KV cache       %10.1f MiB\n", l->kv_cpu / MIB);
 }
@@ -257,6 +272,39 @@ static bool slice_matmul_only(const tnd_model *m, int sid) {
     return !tnd_slice_small(w) && w->n_expert <= 1 && w != &m->tok_embd && sid != m->tok_embd.id;
 }
 
+/* The model's weights pinned where they are (host_register; exec.h:
+ * w_locked) where weights_in_place says so for cpu bytes on the CPU: the CPU
+ * computes from them as without a GPU, copies to the GPU read them at the
+ * pinned rate, no store is filled, and a plan swap pins nothing. Pieces of
+ * a store an earlier plan pinned go. A backend that refuses is not asked
+ * again. */
+static void lock_weights(tnd_ctx *c, uint64_t cpu) {
+    const tnd_model *m = c->m;
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < m->n_slices; i++) {
+        const uintptr_t a = (uintptr_t)m->slices[i]->data;
+        lo = TND_MIN(lo, a);
+        hi = TND_MAX(hi, a + m->slices[i]->t->nbytes);
+    }
+    if (hi <= lo) return;
+    lo &= ~(pg - 1);
+    hi = (hi + pg - 1) & ~(pg - 1);
+    if (!weights_in_place(cpu, hi - lo)) return;
+    const double t0 = tnd_time_s();
+    if (tnd_backend_host_register(c->side[1].be, (void *)lo, hi - lo)) {
+        TND_DEBUG("weights not pinned in place (%s): a pinned store", tnd_last_error());
+        tnd_clear_error();
+        c->lock_refused = true;
+        return;
+    }
+    c->w_locked = (void *)lo;
+    TND_DEBUG("weights: %.1f MiB pinned in place in %.2f s", (hi - lo) / MIB, tnd_time_s() - t0);
+    for (int i = 0; i < c->n_pins; i++) tnd_backend_host_free(c->side[1].be, c->pins[i]);
+    c->n_pins = 0;
+    memset(c->pin_of, 0, sizeof(void *) * (size_t)m->n_slices);
+}
+
 static tnd_status alloc_weights(tnd_ctx *c) {
     const tnd_model *m = c->m;
     int n = m->n_slices;
@@ -266,13 +314,16 @@ static tnd_status alloc_weights(tnd_ctx *c) {
     for (int i = 0; i < n; i++) c->w[0][i] = m->slices[i]->data;
     if (!c->gpu) return TND_OK;
     tnd_backend *g = c->side[1].be;
-    /* the pinned host store: every slice the GPU does not hold; those an
-     * earlier plan pinned keep their copies (plan swaps), the rest get a
-     * new piece */
+    /* the CPU's slices pinned in place (lock_weights), or else the pinned
+     * host store: every slice the GPU does not hold; those an earlier plan
+     * pinned keep their copies (plan swaps), the rest get a new piece */
     if (c->n_pins == TND_MAX_PINS) tnd_layout_free_pins(c); /* many swaps: start over */
     if (!c->pin_of && !(c->pin_of = tnd_calloc((size_t)n, sizeof(void *)))) return TND_ERR_NOMEM;
-    uint64_t store = 0;
-    for (int i = 0; i < n; i++) {
+    uint64_t cpu = 0, store = 0;
+    for (int i = 0; i < n; i++)
+        if (!tnd_slice_small(m->slices[i]) && c->pl.where[i] == TND_SIDE_CPU) cpu += m->slices[i]->t->nbytes;
+    if (cpu && !c->w_locked && !c->lock_refused) lock_weights(c, cpu); /* or the weights pinned in place */
+    for (int i = 0; i < n && !c->w_locked; i++) {
         if (tnd_slice_small(m->slices[i]) || c->pl.where[i] != TND_SIDE_CPU) continue;
         if (c->pin_of[i]) c->w[0][i] = c->pin_of[i];
         else store += ALIGN256(m->slices[i]->t->nbytes);
@@ -444,6 +495,9 @@ tnd_status tnd_layout_alloc(tnd_ctx *c) {
 void tnd_layout_free_pins(tnd_ctx *c) {
     for (int i = 0; i < c->n_pins; i++) tnd_backend_host_free(c->side[1].be, c->pins[i]);
     c->n_pins = 0;
+    if (c->w_locked) tnd_backend_host_unregister(c->side[1].be, c->w_locked);
+    c->w_locked = NULL;
+    c->lock_refused = false;
     free(c->pin_of);
     c->pin_of = NULL;
 }

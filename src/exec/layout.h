@@ -23,7 +23,9 @@ typedef struct tnd_layout {
     uint64_t slots_gpu;     /* temporary slots for promoted slices */
     uint64_t scratch_gpu;   /* op scratch (prefill GEMM tiles, attention splits) */
     uint64_t gpu_total;     /* sum of the above */
-    uint64_t pinned_host;   /* pinned store (non-resident slices) + host activations */
+    uint64_t pinned_host;   /* the weights pinned (a store of the non-resident slices, or all of them in
+                             * place: in_place) + host activations */
+    bool in_place;          /* the weights are to be pinned where they are, not copied to a store */
     uint64_t kv_cpu;        /* KV cache of CPU layers */
     uint64_t slot_bytes;    /* size of one slot */
     int n_slots;

@@ -45,7 +45,7 @@ bool tnd_adapt_observe(tnd_adapt *a, double now, double round_s, double cpu_meas
     return true;
 }
 
-void tnd_adapt_gpu_init(tnd_adapt_gpu *g) { *g = (tnd_adapt_gpu){0, -1, -1, 0, 0, false, 0, 0}; }
+void tnd_adapt_gpu_init(tnd_adapt_gpu *g) { *g = (tnd_adapt_gpu){0, 0, -1, -1, 0, 0, false, 0, 0}; }
 
 bool tnd_adapt_gpu_round(tnd_adapt_gpu *g, double now, double round_s) {
     if (round_s > 0 && isfinite(round_s)) ewma(&g->tpot, round_s);
@@ -61,12 +61,16 @@ int tnd_adapt_gpu_observe(tnd_adapt_gpu *g, double now, double secs, double lat)
         g->since = -1;
         g->sum = 0;
         g->n = 0;
+        g->tpot_calm = g->tpot;
         return 0;
     }
     if (g->since < 0) g->since = now;
     g->sum += secs;
     g->n++;
-    if (now - g->since < fmin(TND_ADAPT_TAU * g->tpot, TND_ADAPT_GPU_TAU_MAX) || g->n < 2) return 0;
+    /* tau counts in the times per token from before the deviation: a shared
+     * GPU stretches them several times, which would only delay the move */
+    const double tpot = g->tpot_calm > 0 ? g->tpot_calm : g->tpot;
+    if (now - g->since < fmin(TND_ADAPT_TAU * tpot, TND_ADAPT_GPU_TAU_MAX) || g->n < 2) return 0;
     g->shared = !g->shared;
     g->lat = g->shared ? g->sum / g->n : 0;
     g->since = -1;

@@ -52,8 +52,9 @@ bool tnd_adapt_observe(tnd_adapt *a, double now, double round_s, double cpu_meas
  * under TND_ADAPT_GPU_LO times it, the placement for an idle GPU comes
  * back. The two thresholds are the hysteresis: a shared GPU's pings sit
  * 100x and more above the profile, an idle one's within 2x of it. tau is
- * 5 recent times per token as above, but at most TND_ADAPT_GPU_TAU_MAX:
- * a shared GPU's times per token are long, and the signal is strong. */
+ * 5 recent times per token as above, those from before the pings began to
+ * deviate, and at most TND_ADAPT_GPU_TAU_MAX: a shared GPU's times per
+ * token are long, and the signal is strong. */
 #define TND_ADAPT_GPU_HI 8.0
 #define TND_ADAPT_GPU_LO 3.0
 #define TND_ADAPT_GPU_TAU_MAX 1.0 /* s */
@@ -61,6 +62,7 @@ bool tnd_adapt_observe(tnd_adapt *a, double now, double round_s, double cpu_meas
 
 typedef struct tnd_adapt_gpu {
     double tpot;       /* EWMA of the round's wall time, s */
+    double tpot_calm;  /* ... as of the last ping that did not deviate (0: none yet) */
     double last;       /* when the last ping was taken, < 0: never */
     double since;      /* when the pings began to deviate, < 0: they do not */
     double sum;        /* the deviating pings' sum, s, and their count */

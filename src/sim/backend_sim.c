@@ -77,6 +77,7 @@ typedef struct region {
     uintptr_t lo;
     size_t size; /* requested bytes */
     bool host;   /* host_alloc (mapped pinned) rather than device memory */
+    int refs;    /* host_register: the caller's memory, registered this many times (0: not registered) */
 } region;
 
 struct sim_ctx {
@@ -147,15 +148,17 @@ static tnd_status region_add(sim_ctx *c, void *p, size_t size, bool host) {
     }
     ptrdiff_t i = region_at_or_before(c, (uintptr_t)p) + 1;
     memmove(c->regs + i + 1, c->regs + i, (c->n_regs - (size_t)i) * sizeof *c->regs);
-    c->regs[i] = (region){(uintptr_t)p, size, host};
+    c->regs[i] = (region){(uintptr_t)p, size, host, 0};
     c->n_regs++;
     return TND_OK;
 }
 
-/* Removes the region starting exactly at p of the given kind; false if none. */
-static bool region_remove(sim_ctx *c, void *p, bool host, size_t *size) {
+/* Removes the region starting exactly at p of the given kind (registered
+ * host memory or not); false if none. */
+static bool region_remove(sim_ctx *c, void *p, bool host, bool registered, size_t *size) {
     ptrdiff_t i = region_at_or_before(c, (uintptr_t)p);
-    if (i < 0 || c->regs[i].lo != (uintptr_t)p || c->regs[i].host != host) return false;
+    if (i < 0 || c->regs[i].lo != (uintptr_t)p || c->regs[i].host != host || (c->regs[i].refs > 0) != registered)
+        return false;
     *size = c->regs[i].size;
     memmove(c->regs + i, c->regs + i + 1, (c->n_regs - (size_t)i - 1) * sizeof *c->regs);
     c->n_regs--;
@@ -325,7 +328,7 @@ static void sim_buf_free(tnd_backend *b, void *ptr) {
     pthread_mutex_lock(&c->mu);
     drain_all(c); /* as cudaFree: queued work may still use it */
     size_t size = 0;
-    bool ok = region_remove(c, ptr, false, &size);
+    bool ok = region_remove(c, ptr, false, false, &size);
     if (ok) c->used -= size;
     pthread_mutex_unlock(&c->mu);
     if (ok) free(ptr);
@@ -370,10 +373,43 @@ static void sim_host_free(tnd_backend *b, void *host) {
     pthread_mutex_lock(&c->mu);
     drain_all(c); /* as cudaFreeHost */
     size_t size = 0;
-    bool ok = region_remove(c, host, true, &size);
+    bool ok = region_remove(c, host, true, false, &size);
     pthread_mutex_unlock(&c->mu);
     if (ok) free(host);
     else TND_WARN("sim: host_free of a pointer this backend did not allocate (%p)", host);
+}
+
+/* The caller's memory as pinned host memory: a host region the backend
+ * does not free, counted per registration. */
+static tnd_status sim_host_register(tnd_backend *b, void *p, size_t size) {
+    sim_ctx *c = C(b);
+    if (!p || !size) return tnd_fail(TND_ERR_ARG, "sim: registering %zu bytes at %p", size, p);
+    pthread_mutex_lock(&c->mu);
+    ptrdiff_t i = region_at_or_before(c, (uintptr_t)p);
+    tnd_status st = TND_OK;
+    if (i >= 0 && c->regs[i].lo == (uintptr_t)p && c->regs[i].size == size && c->regs[i].refs > 0) c->regs[i].refs++;
+    else if ((i = region_at_or_before(c, (uintptr_t)p + size - 1)) >= 0 &&
+             c->regs[i].lo + (c->regs[i].size ? c->regs[i].size : 1) > (uintptr_t)p)
+        st = tnd_fail(TND_ERR_ARG, "sim: registering %p (%zu bytes): it overlaps memory the backend holds", p, size);
+    else if (!(st = region_add(c, p, size, true)))
+        c->regs[region_at_or_before(c, (uintptr_t)p)].refs = 1;
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+static void sim_host_unregister(tnd_backend *b, void *p) {
+    sim_ctx *c = C(b);
+    pthread_mutex_lock(&c->mu);
+    drain_all(c); /* copies may still read it */
+    ptrdiff_t i = region_at_or_before(c, (uintptr_t)p);
+    size_t size;
+    if (i < 0 || c->regs[i].lo != (uintptr_t)p || c->regs[i].refs <= 0)
+        TND_WARN("sim: host_unregister of memory this backend did not register (%p)", p);
+    else if (c->regs[i].refs > 1)
+        c->regs[i].refs--;
+    else
+        region_remove(c, p, true, true, &size);
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- streams and events ------------------------------------------------------------- */
@@ -881,7 +917,8 @@ static void sim_free(tnd_backend *b) {
     if (!b) return;
     sim_ctx *c = C(b);
     while (c->streams) sim_stream_free(b, c->streams);
-    for (size_t i = 0; i < c->n_regs; i++) free((void *)c->regs[i].lo);
+    for (size_t i = 0; i < c->n_regs; i++)
+        if (!c->regs[i].refs) free((void *)c->regs[i].lo); /* registered memory is the caller's */
     free(c->regs);
     while (c->events) {
         tnd_event *e = c->events;
@@ -905,6 +942,8 @@ static const tnd_backend_iface sim_iface = {
     .mem_info = sim_mem_info,
     .host_alloc = sim_host_alloc,
     .host_free = sim_host_free,
+    .host_register = sim_host_register,
+    .host_unregister = sim_host_unregister,
     .stream_new = sim_stream_new,
     .stream_free = sim_stream_free,
     .stream_sync = sim_stream_sync,
