@@ -3,8 +3,9 @@ placement, issue: profiler and static placement): for every model at hand
 (the default model, Gemma 3, tiny synth models of three architectures
 including MoE) and budgets from 1 MiB to three times the weights, the JSON
 has budget_bytes, gpu_bytes and slices (name, bytes, backend), gpu_bytes
-never exceeds the budget, the GPU slices' bytes fit in gpu_bytes, and the
-SVG picture is well-formed XML. Both hardware profiles of the paper."""
+never exceeds the budget, the GPU slices' bytes fit in gpu_bytes, the host
+pins the weights in place only when the CPU holds about half of them, and
+the SVG picture is well-formed XML. Both hardware profiles of the paper."""
 import json
 import os
 import subprocess
@@ -60,6 +61,19 @@ for model in models:
                     split_seen += 1
                     ok = ok and len(ex) > 1 and len({e["bytes"] for e in ex}) == 1
                     ok = ok and {e["backend"] for e in ex} >= {"gpu"} and len({e["backend"] for e in ex}) == 2
+                # the host's pinning: the weights in place (all of them pinned) only when the
+                # CPU's share (a split expert tensor's whole: the store keeps it whole) is about
+                # half of them or more, else a store of that share
+                host = j.get("host", {})
+                total = sum(s["bytes"] for s in j["slices"])
+                cpu = sum(s["bytes"] for s in j["slices"] if s["backend"] in ("cpu", "promote") and
+                          not s["name"].endswith("]"))
+                cpu += sum(sum(e["bytes"] for e in ex) for ex in per.values())
+                ok = ok and isinstance(host.get("weights_in_place"), bool)
+                if host.get("weights_in_place"):
+                    ok = ok and host["pinned"] >= total and 2 * cpu >= 0.9 * total
+                elif j["gpu_bytes"] > 0:
+                    ok = ok and host.get("pinned", -1) >= cpu and 2 * cpu <= 1.1 * total
                 for e in j.get("experts", []):
                     ok = ok and 0 <= e["gpu"] <= e["n_expert"] and 0 <= e["gpu_routing_share"] <= 1
                 try:

@@ -71,8 +71,8 @@ void tnd_plan_print_json(const tnd_plan *pl, const char *model, FILE *f) {
            (unsigned long long)l->w_gpu, (unsigned long long)l->small_gpu, (unsigned long long)l->kv_gpu,
            (unsigned long long)l->act_gpu, (unsigned long long)l->slots_gpu, l->n_slots,
            (unsigned long long)l->scratch_gpu);
-    fprintf(f, ", \"host\": {\"pinned\": %llu, \"kv_cache\": %llu}", (unsigned long long)l->pinned_host,
-           (unsigned long long)l->kv_cpu);
+    fprintf(f, ", \"host\": {\"pinned\": %llu, \"weights_in_place\": %s, \"kv_cache\": %llu}",
+            (unsigned long long)l->pinned_host, l->in_place ? "true" : "false", (unsigned long long)l->kv_cpu);
     if (pf) {
         fprintf(f, ", \"predicted\": {\"source\": ");
         tnd_json_str(f, pf->source, strlen(pf->source));
