@@ -1,7 +1,8 @@
-/* Pinning that fails (docs/ARCHITECTURE.md: Memory layout). By default a
- * SimGPU context pins the model's weights where they are. With that refused
- * (tnd_backend_set_register_fault) it fills a pinned store instead, without
- * a warning. With every pinning refused (tnd_backend_set_pin_fault) it falls
+/* Pinning that fails (docs/ARCHITECTURE.md: Memory layout). A SimGPU
+ * context pins the model's weights where they are when the CPU holds at
+ * least half of them (the MoE cases here), else it fills a pinned store of
+ * the CPU's share (the dense ones). With pinning in place refused
+ * (tnd_backend_set_register_fault) it fills the store, without a warning. With every pinning refused (tnd_backend_set_pin_fault) it falls
  * back to pageable memory for the weights and the activations and warns
  * exactly once. All three give the same logits and tokens: dense (the
  * default model, promotions from the mapped file) and split MoE layers
