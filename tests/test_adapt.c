@@ -207,9 +207,10 @@ static bool cycle_until(tnd_ctx *c, cycle *y, uint64_t until, double secs) {
 }
 
 /* SimGPU, the default static placement: the GPU's pings slowed 200x (another
- * process's kernels) and restored. in_place: the weights pinned where they
- * are (the default); else refused, so that a pinned store holds the CPU's
- * slices. */
+ * process's kernels) and restored. in_place: pinning in place allowed (the
+ * idle plan's small CPU share takes a store piece, the shared plan's whole
+ * model on the CPU pins in place and frees it); else refused, so that the
+ * store's pieces hold the CPU's slices throughout. */
 static void test_sim_shared(bool in_place) {
     tnd_model *m = tiny_llama();
     if (!m) return;
