@@ -78,8 +78,8 @@ static uint64_t skip_scratch(const tnd_weight *w, int nb, int n_used) {
     return nb <= TND_MMID_PAIRS_MAX_TOK ? ALIGN256((uint64_t)nb * (uint64_t)n_used * (uint64_t)w->n_out * 4) : matmul_scratch(w, nb, n_used);
 }
 
-/* The weights pinned where they are rather than in a store (lock_weights
- * below): for a CPU share (cpu bytes) of at least half of them (all
+/* The weights pinned where they are rather than in a store (the layout's
+ * in_place, which lock_weights below follows): for a CPU share (cpu bytes) of at least half of them (all
  * bytes), as pinning runs at 1.7-2.8 GB/s either way (the H200's host); and
  * not where they would take over half the machine's memory (locked pages
  * cannot be reclaimed). */
@@ -279,13 +279,19 @@ static void pin_notice(uint64_t bytes, const char *how) {
         fprintf(stderr, "tandem: pinning %.1f GiB of weights %s for copies to the GPU\n", bytes / (MIB * 1024), how);
 }
 
+/* The pinned store's pieces freed (pin_of cleared with them). */
+static void free_pieces(tnd_ctx *c) {
+    for (int i = 0; i < c->n_pins; i++) tnd_backend_host_free(c->side[1].be, c->pins[i]);
+    c->n_pins = 0;
+    if (c->pin_of) memset(c->pin_of, 0, sizeof(void *) * (size_t)c->m->n_slices);
+}
+
 /* The model's weights pinned where they are (host_register; exec.h:
- * w_locked) where weights_in_place says so for cpu bytes on the CPU: the CPU
- * computes from them as without a GPU, copies to the GPU read them at the
- * pinned rate, no store is filled, and a plan swap pins nothing. Pieces of
- * a store an earlier plan pinned go. A backend that refuses is not asked
- * again. */
-static void lock_weights(tnd_ctx *c, uint64_t cpu) {
+ * w_locked), as the layout chose (weights_in_place): the CPU computes from
+ * them as without a GPU, copies to the GPU read them at the pinned rate, no
+ * store is filled, and a plan swap pins nothing. Pieces of a store an
+ * earlier plan pinned go. A backend that refuses is not asked again. */
+static void lock_weights(tnd_ctx *c) {
     const tnd_model *m = c->m;
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = UINTPTR_MAX, hi = 0;
@@ -297,7 +303,6 @@ static void lock_weights(tnd_ctx *c, uint64_t cpu) {
     if (hi <= lo) return;
     lo &= ~(pg - 1);
     hi = (hi + pg - 1) & ~(pg - 1);
-    if (!weights_in_place(cpu, hi - lo)) return;
     pin_notice(hi - lo, "where they are");
     const double t0 = tnd_time_s();
     if (tnd_backend_host_register(c->side[1].be, (void *)lo, hi - lo)) {
@@ -308,9 +313,7 @@ static void lock_weights(tnd_ctx *c, uint64_t cpu) {
     }
     c->w_locked = (void *)lo;
     TND_DEBUG("weights: %.1f MiB pinned in place in %.2f s", (hi - lo) / MIB, tnd_time_s() - t0);
-    for (int i = 0; i < c->n_pins; i++) tnd_backend_host_free(c->side[1].be, c->pins[i]);
-    c->n_pins = 0;
-    memset(c->pin_of, 0, sizeof(void *) * (size_t)m->n_slices);
+    free_pieces(c);
 }
 
 static tnd_status alloc_weights(tnd_ctx *c) {
@@ -327,10 +330,8 @@ static tnd_status alloc_weights(tnd_ctx *c) {
      * pinned keep their copies (plan swaps), the rest get a new piece */
     if (c->n_pins == TND_MAX_PINS) tnd_layout_free_pins(c); /* many swaps: start over */
     if (!c->pin_of && !(c->pin_of = tnd_calloc((size_t)n, sizeof(void *)))) return TND_ERR_NOMEM;
-    uint64_t cpu = 0, store = 0;
-    for (int i = 0; i < n; i++)
-        if (!tnd_slice_small(m->slices[i]) && c->pl.where[i] == TND_SIDE_CPU) cpu += m->slices[i]->t->nbytes;
-    if (cpu && !c->w_locked && !c->lock_refused) lock_weights(c, cpu); /* or the weights pinned in place */
+    uint64_t store = 0;
+    if (c->lay.in_place && !c->w_locked && !c->lock_refused) lock_weights(c);
     for (int i = 0; i < n && !c->w_locked; i++) {
         if (tnd_slice_small(m->slices[i]) || c->pl.where[i] != TND_SIDE_CPU) continue;
         if (c->pin_of[i]) c->w[0][i] = c->pin_of[i];
@@ -502,8 +503,7 @@ tnd_status tnd_layout_alloc(tnd_ctx *c) {
 }
 
 void tnd_layout_free_pins(tnd_ctx *c) {
-    for (int i = 0; i < c->n_pins; i++) tnd_backend_host_free(c->side[1].be, c->pins[i]);
-    c->n_pins = 0;
+    free_pieces(c);
     if (c->w_locked) tnd_backend_host_unregister(c->side[1].be, c->w_locked);
     c->w_locked = NULL;
     c->lock_refused = false;
