@@ -8,7 +8,7 @@
  * shapes instead (any NINxNOUT, at most 16), for the listed types (default:
  * the four main types);
  * --tiled: of the variants, only the default launch and the tiled rows
- * (Q4_K); --i8: as --tiled, but of the f16 tiled rows only the default
+ * (Q4_K, and Q6_K's "tiled6" rows); --i8: as --tiled, but of the f16 tiled rows only the default
  * depth and prefetch, next to the int8
  * rows ("tiled i8 MBm KWk Dd [PDL]": tnd_cu_matvec_q4kt_i8) and the
  * even-share int8 rows ("i8b Gg Ww Dd|NSn Pp [PDL]": tnd_cu_matvec_q4kt_i8b,
@@ -366,6 +366,13 @@ static int launch_two(const row_ctx *r, size_t c, const void *arg) {
     return e ? e
              : tnd_cu_matvec_q4kt(r->dw[(2 * c + 1) % r->ncopies], r->n_in, r->n_out, (const float *)r->dx, 1,
                                   (float *)r->dy2, 0, 0, 0, -1, r->cs);
+}
+
+/* the Q6_K tiles (tnd_cu_matvec_q6kt): arg = {tiles per block, warps per tile, depth} */
+static int launch_q6kt(const row_ctx *r, size_t c, const void *arg) {
+    const int *a = (const int *)arg;
+    return tnd_cu_matvec_q6kt(r->dw[c], r->n_in, r->n_out, (const float *)r->dx, 1, (float *)r->dy, a[0], a[1], a[2],
+                              r->cs);
 }
 
 int main(int argc, char **argv) {
@@ -753,6 +760,53 @@ int main(int argc, char **argv) {
                                  pdl ? " PDL" : "", pair_var[pdl], pair_gbs[pdl], 100 * pair_gbs[pdl] / bw,
                                  two_gbs[pdl], 100 * two_gbs[pdl] / bw);
                     }
+                }
+            }
+            /* The Q6_K tile layout: the copies re-laid in place, then "tiled6
+             * MBm KWk Dd [PDL]" (tnd_cu_matvec_q6kt: m tiles x k warps per
+             * tile, depth d; 0: the defaults), then batched decode with the
+             * default shape. */
+            if (t == TND_TYPE_Q6_K && tnd_cu_q6kt_supported(n_in, n_out)) {
+                for (size_t c = 0; c < ncopies; c++) {
+                    int e = tnd_cu_q6kt_repack(dw[c], n_in, n_out, cs);
+                    if (e) {
+                        printf("repack failed: %s\n", tnd_cu_error_string(e));
+                        return 1;
+                    }
+                }
+                CK(B->iface->stream_sync(B, S));
+                double best = 0;
+                char best_var[64] = "";
+                static const int tw[][2] = {{0, 0}, {1, 8}, {2, 4}, {4, 2}, {8, 1}};
+                const bool pdl_default = tnd_cu_matvec_q4kt_pdl();
+                for (int pdl = 0; pdl < 2; pdl++)
+                    for (int v = 0; v <= 2; v++)
+                        for (size_t i = 0; i < sizeof tw / sizeof tw[0]; i++) {
+                            tnd_cu_matvec_q4kt_set_pdl(pdl);
+                            char var[64];
+                            snprintf(var, sizeof var, "tiled6 MB%d KW%d D%d%s", tw[i][0], tw[i][1], v, pdl ? " PDL" : "");
+                            const int arg[3] = {tw[i][0], tw[i][1], v};
+                            const double gbs = time_row(&rc, var, launch_q6kt, arg, &failures);
+                            if (gbs > best) best = gbs, snprintf(best_var, sizeof best_var, "%s", var);
+                        }
+                tnd_cu_matvec_q4kt_set_pdl(pdl_default);
+                for (int nt = 2; nt <= 8; nt *= 2) {
+                    for (int i = 0; i < 3; i++) tnd_cu_matvec_q6kt(dw[i % ncopies], n_in, n_out, dx, nt, dy, 0, 0, 0, cs);
+                    CK(B->iface->event_record(B, E0, S));
+                    for (int i = 0; i < reps; i++)
+                        tnd_cu_matvec_q6kt(dw[i % ncopies], n_in, n_out, dx, nt, dy, 0, 0, 0, cs);
+                    CK(B->iface->event_record(B, E1, S));
+                    double us = time_ms() * 1e3 / reps;
+                    double gbs = ((double)wb + nt * (n_in + n_out) * 4.0) / (us * 1e-6) / 1e9;
+                    printf("| %s | %lldx%lld | %.1f | n_tok=%d tiled6 default | %.1f | %.0f | %.0f%% |\n",
+                           tnd_type_name(t), (long long)n_in, (long long)n_out, wb / 1048576.0, nt, us, gbs,
+                           100.0 * gbs / bw);
+                }
+                if (n_summary > 0) {
+                    char *sm = summary[n_summary - 1];
+                    size_t n = strlen(sm);
+                    snprintf(sm + n, sizeof summary[0] - n, "\n        best tiled6: %s %5.0f (%3.0f%%)", best_var, best,
+                             100 * best / bw);
                 }
             }
             for (size_t c = 0; c < ncopies; c++) B->iface->buf_free(B, dw[c]);

@@ -46,76 +46,9 @@ int main(void) {
 
 #include "cuda_check.h"
 
-/* ---- random weights in any block format -------------------------------------- */
-
-static void put_f16(uint8_t *p, float v) {
-    uint16_t h = tnd_fp32_to_fp16(v);
-    memcpy(p, &h, 2);
-}
-
-/* Random blocks: random quant bits, then sane scales (so values stay within
- * f16 range for the cuBLAS path and no scale is a NaN pattern). */
-static void *make_weights(tnd_type t, int64_t n_in, int64_t rows, size_t *bytes) {
-    size_t rs = tnd_row_size(t, n_in);
-    size_t n = rs * (size_t)rows;
-    uint8_t *w = (uint8_t *)tc_xmalloc(n);
-    *bytes = n;
-    if (t == TND_TYPE_F32 || t == TND_TYPE_F16 || t == TND_TYPE_BF16) {
-        for (int64_t i = 0; i < n_in * rows; i++) {
-            float v = tc_unif(-1, 1);
-            if (t == TND_TYPE_F32) memcpy(w + 4 * i, &v, 4);
-            else {
-                uint16_t h = t == TND_TYPE_F16 ? tnd_fp32_to_fp16(v) : tnd_fp32_to_bf16(v);
-                memcpy(w + 2 * i, &h, 2);
-            }
-        }
-        return w;
-    }
-    for (size_t i = 0; i < n; i++) w[i] = (uint8_t)(tc_xorshift() >> 24);
-    const tnd_type_traits *tr = tnd_type_traits_get(t);
-    size_t ts = tr->type_size, nb = n / ts;
-    for (size_t b = 0; b < nb; b++) {
-        uint8_t *p = w + b * ts;
-        float d = tc_unif(0.002f, 0.02f), m = tc_unif(0.0005f, 0.01f);
-        switch (t) {
-        case TND_TYPE_Q4_0: case TND_TYPE_Q5_0: case TND_TYPE_Q8_0: put_f16(p, tc_xorshift() & 1 ? d : -d); break;
-        case TND_TYPE_Q4_1: case TND_TYPE_Q5_1: put_f16(p, d); put_f16(p + 2, tc_xorshift() & 1 ? m : -m); break;
-        case TND_TYPE_Q2_K: put_f16(p + 80, d); put_f16(p + 82, m); break;
-        case TND_TYPE_Q3_K: put_f16(p + 108, d * 0.1f); break;
-        case TND_TYPE_Q4_K: case TND_TYPE_Q5_K: put_f16(p, d * 0.1f); put_f16(p + 2, m * 0.1f); break;
-        case TND_TYPE_Q6_K: put_f16(p + 208, d * 0.05f); break;
-        case TND_TYPE_MXFP4: p[0] = (uint8_t)(119 + tc_xorshift() % 6); break;
-        default: break;
-        }
-    }
-    return w;
-}
-
 static const tnd_type ALL_TYPES[] = {TND_TYPE_F32, TND_TYPE_F16, TND_TYPE_BF16, TND_TYPE_Q4_0, TND_TYPE_Q4_1,
                                      TND_TYPE_Q5_0, TND_TYPE_Q5_1, TND_TYPE_Q8_0, TND_TYPE_Q2_K, TND_TYPE_Q3_K,
                                      TND_TYPE_Q4_K, TND_TYPE_Q5_K, TND_TYPE_Q6_K, TND_TYPE_MXFP4};
-
-/* Reference y[t][r] and the error scale sum_k |w_rk x_tk| (doubles). */
-static void ref_matmul(tnd_type t, const void *W, int64_t n_in, int64_t n_out, const float *x, int64_t n_tok,
-                       double *y, double *scale, double *xmax) {
-    const tnd_type_traits *tr = tnd_type_traits_get(t);
-    size_t rs = tnd_row_size(t, n_in);
-    float *wf = (float *)tc_xmalloc((size_t)n_in * sizeof(float));
-    *xmax = 0;
-    for (int64_t i = 0; i < n_in * n_tok; i++) *xmax = fmax(*xmax, fabs(x[i]));
-    for (int64_t r = 0; r < n_out; r++) {
-        const uint8_t *row = (const uint8_t *)W + rs * r;
-        tr->to_float(row, wf, n_in);
-        for (int64_t k = 0; k < n_tok; k++) {
-            const float *xt = x + k * n_in;
-            double s = 0;
-            for (int64_t i = 0; i < n_in; i++) s += fabs((double)wf[i] * xt[i]);
-            y[k * n_out + r] = tnd_ref_dot_f32(t, n_in, row, xt);
-            scale[k * n_out + r] = s;
-        }
-    }
-    free(wf);
-}
 
 /* One matmul case: random weights of type t, x uniform in (-1, 1), the
  * reference and its error scale (ref_matmul), both inputs uploaded. */

@@ -1,10 +1,10 @@
-/* Resident Q4_K weights re-laid at upload (the Q4_K tile layout, CUDA
- * weight_prepare) in a whole model run (device machine; skips with 77
+/* Resident Q4_K and Q6_K weights re-laid at upload (their tile layouts,
+ * CUDA weight_prepare) in a whole model run (device machine; skips with 77
  * elsewhere). A tiny random-weight qwen3 (tandem synth: Q4_K and Q6_K
  * matrices, n_embd 256) runs all on the GPU and on the CPU:
- *   - every resident dense Q4_K matrix of 16-row multiples was re-laid (the
- *     backend refuses a GET_ROWS over it, naming the layout) and nothing
- *     else was (the embedding table, Q6_K matrices);
+ *   - every resident dense Q4_K and Q6_K matrix of 16-row multiples was
+ *     re-laid (the backend refuses a GET_ROWS over it, naming the layout)
+ *     and nothing else was (the embedding table);
  *   - logits of a prefill chunk (12 tokens: the tiled dequant + cuBLAS), a
  *     5-token chunk (the tiled matvec with 5 tokens), a 2-token chunk and
  *     6 decode steps (1 token) agree with the CPU's;
@@ -103,19 +103,20 @@ int main(void) {
         tnd_backend *g = c->side[1].be;
         void *ids = NULL, *out = NULL;
         CHECK(!g->iface->buf_alloc(g, 16, &ids) && !g->iface->buf_alloc(g, 4096 * 4, &out), "buffers");
-        int n_relaid = 0, n_q4k = 0;
+        int n_relaid = 0, n_kq = 0;
         for (int i = 0; ids && out && i < m->n_slices; i++) {
             const tnd_weight *w = m->slices[i];
             if (!c->w[1][i] || w->n_in > 4096) continue;
-            const bool want = !off && w->type == TND_TYPE_Q4_K && w->n_expert <= 1 && w->n_out > 1 &&
-                              w->n_out % 16 == 0 && w->n_in % 256 == 0 && w != &m->tok_embd;
+            const bool kq = w->type == TND_TYPE_Q4_K || w->type == TND_TYPE_Q6_K;
+            const bool want = !off && kq && w->n_expert <= 1 && w->n_out > 1 && w->n_out % 16 == 0 &&
+                              w->n_in % 256 == 0 && w != &m->tok_embd;
             const bool got = relaid(g, w, c->w[1][i], ids, out);
-            n_q4k += w->type == TND_TYPE_Q4_K;
+            n_kq += kq;
             n_relaid += got;
             CHECK(got == want, "slice %.*s (%s, %lld x %lld): re-laid %d, expected %d", (int)w->t->name.len,
                   w->t->name.ptr, tnd_type_name(w->type), (long long)w->n_out, (long long)w->n_in, got, want);
         }
-        printf("%d of %d Q4_K slices re-laid on the GPU%s\n", n_relaid, n_q4k, off ? " (TND_CUDA_REPACK=0)" : "");
+        printf("%d of %d Q4_K and Q6_K slices re-laid on the GPU%s\n", n_relaid, n_kq, off ? " (TND_CUDA_REPACK=0)" : "");
         CHECK(off ? n_relaid == 0 : n_relaid > 0, "re-laid %d slices", n_relaid);
         /* two pairs per layer (q k, gate up) in the 2-token chunk and each decode step */
         const uint64_t want_pairs = no_pair ? 0 : 2ull * (uint64_t)m->hp.n_layer * (N_DEC + 1);

@@ -732,18 +732,19 @@ static tnd_status tiled_check(cu_ctx *c, const tnd_op *op, int *w_tiled) {
         if (i < 0) continue;
         const struct cu_tiled r = c->tiled[i];
         const bool weight = (op->kind == TND_OP_MATMUL && k == 0) || (op->kind == TND_OP_MATMUL_PAIR && (k == 0 || k == 2));
-        if (weight && lo == r.base && t->type == TND_TYPE_Q4_K && t->ne[0] == r.n_in && ne(t, 1) == r.n_out &&
+        if (weight && lo == r.base && t->type == r.type && t->ne[0] == r.n_in && ne(t, 1) == r.n_out &&
             ne(t, 2) == 1 && ne(t, 3) == 1) {
             *w_tiled |= 1 << k;
             continue;
         }
         pthread_mutex_unlock(&c->mu);
         return tnd_fail(TND_ERR_UNSUPPORTED,
-                        "cuda %s: %s %d (%p, %zu bytes) lies in a Q4_K weight re-laid in place at upload "
+                        "cuda %s: %s %d (%p, %zu bytes) lies in a %s weight re-laid in place at upload "
                         "(%lld x %lld at %p); only a matmul over that whole tensor can read it (TND_CUDA_REPACK=0 "
                         "keeps weights as uploaded)",
                         nm, k < TND_OP_MAX_IN ? "input" : "output", k < TND_OP_MAX_IN ? k : k - TND_OP_MAX_IN,
-                        t->data, (size_t)(hi - lo), (long long)r.n_out, (long long)r.n_in, (void *)r.base);
+                        t->data, (size_t)(hi - lo), tnd_type_name((tnd_type)r.type), (long long)r.n_out,
+                        (long long)r.n_in, (void *)r.base);
     }
     pthread_mutex_unlock(&c->mu);
     return TND_OK;
@@ -754,13 +755,15 @@ static bool repack_enabled(void) { return tnd_config_get()->cuda_repack; }
 static tnd_status cu_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_stream *s) {
     cu_ctx *c = ctx_of(b);
     FLUSH_FIRST(b, s);
-    if (!w || !w->data || !repack_enabled() || w->type != TND_TYPE_Q4_K || ne(w, 2) != 1 || ne(w, 3) != 1)
+    const bool q6 = w && w->type == TND_TYPE_Q6_K;
+    if (!w || !w->data || !repack_enabled() || (w->type != TND_TYPE_Q4_K && !q6) || ne(w, 2) != 1 || ne(w, 3) != 1)
         return TND_OK;
     const int64_t n_in = w->ne[0], n_out = ne(w, 1);
     set_device(c);
-    if (((uintptr_t)w->data & 15) || !tnd_cu_q4kt_supported(n_in, n_out)) return TND_OK; /* stays as uploaded */
+    if (((uintptr_t)w->data & 15) || !(q6 ? tnd_cu_q6kt_supported(n_in, n_out) : tnd_cu_q4kt_supported(n_in, n_out)))
+        return TND_OK; /* stays as uploaded */
     const uintptr_t lo = (uintptr_t)w->data;
-    const size_t size = tnd_cu_row_size(TND_TYPE_Q4_K, n_in) * (size_t)n_out;
+    const size_t size = tnd_cu_row_size(w->type, n_in) * (size_t)n_out;
     pthread_mutex_lock(&c->mu);
     long i = tiled_find(c, lo, lo + size);
     if (i >= 0) {
@@ -782,18 +785,18 @@ static tnd_status cu_weight_prepare(tnd_backend *b, const tnd_tensor *w, tnd_str
     }
     /* queued before the range is recorded, under the lock: an op that sees
      * the range is queued after the repack on s's order */
-    int e = tnd_cu_q4kt_repack(w->data, n_in, n_out, s->s);
+    int e = q6 ? tnd_cu_q6kt_repack(w->data, n_in, n_out, s->s) : tnd_cu_q4kt_repack(w->data, n_in, n_out, s->s);
     if (e) {
         pthread_mutex_unlock(&c->mu);
         if (e == cudaErrorNotSupported) return TND_OK; /* refused before launching: stays as uploaded */
-        return cu_err((cudaError_t)e, "re-laying a Q4_K weight");
+        return cu_err((cudaError_t)e, q6 ? "re-laying a Q6_K weight" : "re-laying a Q4_K weight");
     }
     size_t at = c->n_tiled;
     while (at > 0 && c->tiled[at - 1].base > lo) {
         c->tiled[at] = c->tiled[at - 1];
         at--;
     }
-    c->tiled[at] = {lo, size, n_in, n_out};
+    c->tiled[at] = {lo, size, n_in, n_out, (int)w->type};
     c->n_tiled++;
     pthread_mutex_unlock(&c->mu);
     return TND_OK;
@@ -838,16 +841,20 @@ static tnd_status op_launch(tnd_backend *b, const tnd_op *op, tnd_stream *s, int
         int64_t n_in = a->ne[0], n_out = ne(a, 1), n_tok = rows_of(&op->in[1]);
         const float *x = (const float *)op->in[1].data;
         if (n_tok <= CU_MATVEC_MAX_TOK) {
-            /* a re-laid W: only the tiled kernel reads it, whatever TND_CUDA_MV says */
-            e = w_tiled ? tnd_cu_matvec_q4kt(a->data, n_in, n_out, x, (int)n_tok, (float *)o->data, 0, 0, 0, -1, cs)
-                        : tnd_cu_matvec(a->type, a->data, n_in, n_out, x, (int)n_tok, (float *)o->data, cs);
+            /* a re-laid W: only its layout's tiled kernel reads it, whatever TND_CUDA_MV says */
+            e = !w_tiled ? tnd_cu_matvec(a->type, a->data, n_in, n_out, x, (int)n_tok, (float *)o->data, cs)
+                : a->type == TND_TYPE_Q6_K
+                    ? tnd_cu_matvec_q6kt(a->data, n_in, n_out, x, (int)n_tok, (float *)o->data, 0, 0, 0, cs)
+                    : tnd_cu_matvec_q4kt(a->data, n_in, n_out, x, (int)n_tok, (float *)o->data, 0, 0, 0, -1, cs);
         } else {
             size_t need = tnd_cu_matmul_scratch(n_in, n_out, n_tok, 0);
             if ((st = ensure_scratch(c, s, need)) || (st = ensure_blas(c, s))) return st;
-            e = w_tiled ? tnd_cu_matmul_q4kt(s->blas, a->data, n_in, n_out, x, n_tok, (float *)o->data, s->scratch,
-                                             s->scratch_size, 0, cs)
-                        : tnd_cu_matmul(s->blas, a->type, a->data, n_in, n_out, x, n_tok, (float *)o->data,
-                                        s->scratch, s->scratch_size, 0, cs);
+            e = !w_tiled ? tnd_cu_matmul(s->blas, a->type, a->data, n_in, n_out, x, n_tok, (float *)o->data,
+                                         s->scratch, s->scratch_size, 0, cs)
+                : a->type == TND_TYPE_Q6_K ? tnd_cu_matmul_q6kt(s->blas, a->data, n_in, n_out, x, n_tok, (float *)o->data,
+                                                                s->scratch, s->scratch_size, 0, cs)
+                                           : tnd_cu_matmul_q4kt(s->blas, a->data, n_in, n_out, x, n_tok, (float *)o->data,
+                                                                s->scratch, s->scratch_size, 0, cs);
         }
         break;
     }

@@ -20,12 +20,13 @@ struct cu_alloc {
     size_t size;
     uint64_t counted;
 };
-/* A weight re-laid by weight_prepare (the Q4_K tile layout): bytes
+/* A weight re-laid by weight_prepare (a Q4_K or Q6_K tile layout): bytes
  * [base, base + size) of an n_out x n_in tensor. */
 struct cu_tiled {
     uintptr_t base;
     size_t size;
     int64_t n_in, n_out;
+    int type; /* Q4_K or Q6_K: which tile layout */
 };
 struct cu_host {
     void *host, *dev;

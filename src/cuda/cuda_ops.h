@@ -210,6 +210,26 @@ int tnd_cu_matvec_q4kt_depth(void);
 int tnd_cu_matvec_q4kt_prefetch(void);
 bool tnd_cu_matvec_q4kt_pdl(void);
 void tnd_cu_matvec_q4kt_set_pdl(bool on);
+
+/* Q6_K tile layout (q6k_tile.cuh), as the Q4_K one: resident Q6_K weights
+ * re-laid in place so the f16 tensor-core decoder streams each 16-row tile
+ * as one contiguous run. Only the functions below (and tnd_cu_matmul_q6kt)
+ * can read a tensor once it is re-laid. */
+/* True if an n_out x n_in Q6_K tensor can be re-laid on the current device
+ * (n_in % 256 == 0, n_out % 16 == 0, a 16-row group fits the opt-in shared
+ * memory: n_in up to ~17k on the H200; sm_80+). */
+bool tnd_cu_q6kt_supported(int64_t n_in, int64_t n_out);
+/* Re-lays W (16-byte aligned) in place, queued on stream; 801 if
+ * !tnd_cu_q6kt_supported. Repacking twice scrambles the tensor. */
+int tnd_cu_q6kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_stream stream);
+/* y = W x for a re-laid W, n_tok 1..8 (x any 4-byte alignment; tokens run
+ * in groups when x is too wide for shared memory): the f16 tensor-core
+ * math of tnd_cu_matvec_f16mma (same bits for the same shape), blocks of
+ * tiles_per_block tiles x ksplit warps per tile (at most 8 warps; 0, 0: the
+ * default shape), depth chunks in flight per lane (1..2; 0: the default),
+ * launched with programmatic dependent launch as tnd_cu_matvec_q4kt. */
+int tnd_cu_matvec_q6kt(const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
+                       int tiles_per_block, int ksplit, int depth, tnd_cu_stream stream);
 /* Expert matvec: W [n_expert][n_out][n_in]; ids int32 [n_tok][n_used];
  * y[t][u][r] = sum_k W[ids[t][u]][r][k] * xs[k], xs = x[t] (x [n_tok][n_in])
  * or, if x_per_slot, x[t][u] (x [n_tok][n_used][n_in], the down projection).
@@ -241,6 +261,10 @@ int tnd_cu_matmul_q4kt(tnd_cu_blas blas, const void *W, int64_t n_in, int64_t n_
                        float *y, void *scratch, size_t scratch_size, int64_t chunk_rows, tnd_cu_stream stream);
 /* tnd_cu_dequant_f16 for a re-laid Q4_K W; r0 and r1 multiples of 16. */
 int tnd_cu_dequant_f16_q4kt(const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out, tnd_cu_stream stream);
+/* The same two for a Q6_K W in its tile layout (tnd_cu_q6kt_repack). */
+int tnd_cu_matmul_q6kt(tnd_cu_blas blas, const void *W, int64_t n_in, int64_t n_out, const float *x, int64_t n_tok,
+                       float *y, void *scratch, size_t scratch_size, int64_t chunk_rows, tnd_cu_stream stream);
+int tnd_cu_dequant_f16_q6kt(const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out, tnd_cu_stream stream);
 /* Expert matmul for larger batches: groups the (token, slot) pairs by expert
  * on the host (ids_host: the routing result, already on the host), then
  * dequantizes the used experts to f16 in runs of up to n_run consecutive

@@ -13,6 +13,7 @@
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/q4k_tile.cuh"
+#include "cuda/q6k_tile.cuh"
 extern "C" {
 #include "util.h"
 }
@@ -108,6 +109,56 @@ extern "C" int tnd_cu_dequant_f16_q4kt(const void *W, int64_t n_in, int64_t r0, 
     return (int)cudaGetLastError();
 }
 
+/* The same for a Q6_K W in its tile layout (q6k_tile.cuh). A block takes
+ * Q6KT_DQ_SB consecutive chunks of one group (contiguous bytes) into
+ * shared memory with coalesced 16-byte loads, puts them back in the
+ * original layout beside them (2-byte units), and decodes from there as
+ * k_dequant_f16 does: a thread per (row, 32 values), consecutive threads
+ * writing consecutive values. (A thread per block, gathering its pieces
+ * from global memory, ran qwen3-8b's pp512 10% slower than the original
+ * layout; staged but still a thread per block, 5% slower at pp2048.) */
+#define Q6KT_DQ_SB 4
+__global__ void __launch_bounds__(256) k_dequant_f16_q6kt(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
+                                                          int64_t r0, __half *__restrict__ out) {
+    __shared__ uint4 ch[Q6KT_DQ_SB * Q6KT_CHUNK / 16];
+    __shared__ uint16_t rows[16 * Q6KT_DQ_SB * Q6KT_BLOCK / 2];
+    const int64_t nsb = n_in / 256, grp = r0 / 16 + blockIdx.x, sb0 = (int64_t)blockIdx.y * Q6KT_DQ_SB;
+    const int nc = (int)(nsb - sb0 < Q6KT_DQ_SB ? nsb - sb0 : Q6KT_DQ_SB);
+    const uint4 *src = (const uint4 *)(W + (size_t)grp * 16 * rb + (size_t)sb0 * Q6KT_CHUNK);
+    for (int i = threadIdx.x; i < nc * (Q6KT_CHUNK / 16); i += blockDim.x) ch[i] = __ldg(src + i);
+    __syncthreads();
+    const uint16_t *const tiled = (const uint16_t *)ch;
+    const int per_row = nc * (Q6KT_BLOCK / 2); /* 2-byte units of a row's nc blocks */
+    for (int i = threadIdx.x; i < 16 * per_row; i += blockDim.x) {
+        const int r = i / per_row, j = i - r * per_row, s = j / (Q6KT_BLOCK / 2), o = 2 * (j - s * (Q6KT_BLOCK / 2));
+        rows[i] = tiled[(s * Q6KT_CHUNK + q6k_tile_dst(r, o)) >> 1];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 16 * nc * 8; i += blockDim.x) {
+        const int r = i / (nc * 8), k = i - r * (nc * 8); /* k: the 32-value sub within the row's nc blocks */
+        sub32 w;
+        load_sub<TND_TYPE_Q6_K>((const uint8_t *)(rows + r * per_row), k, (int64_t)nc * 256, w);
+        __half2 *o = (__half2 *)(out + (grp * 16 + r - r0) * n_in + sb0 * 256 + k * 32);
+#pragma unroll
+        for (int q = 0; q < 16; q += 2) {
+            o[q / 2] = __floats2half2_rn(w.a0 * w.q[q] + w.b0, w.a0 * w.q[q + 1] + w.b0);
+            o[8 + q / 2] = __floats2half2_rn(w.a1 * w.q[16 + q] + w.b1, w.a1 * w.q[17 + q] + w.b1);
+        }
+    }
+}
+
+extern "C" int tnd_cu_dequant_f16_q6kt(const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out,
+                                       tnd_cu_stream stream) {
+    if (!W || !out || n_in <= 0 || n_in % 256 || r0 < 0 || r1 <= r0 || r0 % 16 || r1 % 16) return cudaErrorInvalidValue;
+    if ((uintptr_t)W & 15) return cudaErrorMisalignedAddress;
+    const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q6_K, n_in);
+    const int64_t sbb = (n_in / 256 + Q6KT_DQ_SB - 1) / Q6KT_DQ_SB;
+    if ((r1 - r0) / 16 > 0x7fffffff || sbb > 65535) return cudaErrorInvalidValue;
+    k_dequant_f16_q6kt<<<dim3((unsigned)((r1 - r0) / 16), (unsigned)sbb), 256, 0, (cudaStream_t)stream>>>(
+        (const uint8_t *)W, rb, n_in, r0, (__half *)out);
+    return (int)cudaGetLastError();
+}
+
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 extern "C" size_t tnd_cu_matmul_scratch(int64_t n_in, int64_t n_out, int64_t n_tok, int64_t chunk_rows) {
@@ -139,7 +190,7 @@ static int gemm_f16(cublasHandle_t h, const __half *Wh, int64_t rows, int64_t n_
     return cs == CUBLAS_STATUS_SUCCESS ? 0 : 1000 + (int)cs;
 }
 
-/* tiled: W is a Q4_K tensor in the tile layout (chunks of whole groups) */
+/* tiled: W is a Q4_K or Q6_K tensor in its tile layout (chunks of whole groups) */
 static int matmul(tnd_cu_blas blas, int type, bool tiled, const void *W, int64_t n_in, int64_t n_out, const float *x,
                   int64_t n_tok, float *y, void *scratch, size_t scratch_size, int64_t chunk_rows,
                   tnd_cu_stream stream) {
@@ -161,8 +212,9 @@ static int matmul(tnd_cu_blas blas, int type, bool tiled, const void *W, int64_t
     if (e) return e;
     for (int64_t r0 = 0; r0 < n_out; r0 += chunk_rows) {
         int64_t r1 = r0 + chunk_rows < n_out ? r0 + chunk_rows : n_out;
-        e = tiled ? tnd_cu_dequant_f16_q4kt(W, n_in, r0, r1, (uint16_t *)wh, stream)
-                  : tnd_cu_dequant_f16(type, W, n_in, r0, r1, (uint16_t *)wh, stream);
+        e = !tiled                     ? tnd_cu_dequant_f16(type, W, n_in, r0, r1, (uint16_t *)wh, stream)
+            : type == TND_TYPE_Q6_K ? tnd_cu_dequant_f16_q6kt(W, n_in, r0, r1, (uint16_t *)wh, stream)
+                                       : tnd_cu_dequant_f16_q4kt(W, n_in, r0, r1, (uint16_t *)wh, stream);
         if (e) return e;
         e = gemm_f16(h, wh, r1 - r0, n_in, xh, n_tok, y + r0, n_out);
         if (e) return e;
@@ -181,6 +233,13 @@ extern "C" int tnd_cu_matmul_q4kt(tnd_cu_blas blas, const void *W, int64_t n_in,
                                   tnd_cu_stream stream) {
     if (!q4k_tile_ok(n_in, n_out)) return cudaErrorInvalidValue;
     return matmul(blas, TND_TYPE_Q4_K, true, W, n_in, n_out, x, n_tok, y, scratch, scratch_size, chunk_rows, stream);
+}
+
+extern "C" int tnd_cu_matmul_q6kt(tnd_cu_blas blas, const void *W, int64_t n_in, int64_t n_out, const float *x,
+                                  int64_t n_tok, float *y, void *scratch, size_t scratch_size, int64_t chunk_rows,
+                                  tnd_cu_stream stream) {
+    if (!q6k_tile_ok(n_in, n_out)) return cudaErrorInvalidValue;
+    return matmul(blas, TND_TYPE_Q6_K, true, W, n_in, n_out, x, n_tok, y, scratch, scratch_size, chunk_rows, stream);
 }
 
 /* ---- expert matmul, grouped by expert ----------------------------------- */

@@ -6,13 +6,16 @@
  *   matvec_mma.cu   the f16 and int8 tensor-core kernels (f16mma, i8mma);
  *   matvec_tile.cu  the kernels of the Q4_K tile layout (q4k_tile.cuh):
  *                   f16 tiles, int8 tiles, the even share and its pair,
- *                   the repack, and programmatic dependent launch. */
+ *                   the repack, and programmatic dependent launch;
+ *   matvec_tile_q6k.cu  the Q6_K tile layout's (q6k_tile.cuh): its f16
+ *                   tiles and repack, launched as matvec_tile.cu's. */
 #ifndef TND_CUDA_MATVEC_CUH
 #define TND_CUDA_MATVEC_CUH
 
 #include "cuda/common.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/q4k_tile.cuh"
+#include "cuda/q6k_tile.cuh"
 
 #define MVH_XS_MAX (96 * 1024) /* shared bytes for x (f16) per block; wider x falls back */
 
@@ -48,6 +51,27 @@ __device__ __forceinline__ void mvh_stage_x(uint2 *xs, const float *x, int64_t n
             xs[k * xstride + sb * 64 + slot] = make_uint2(f2h2u(v.x, v.z), f2h2u(v.y, v.w));
         }
     }
+}
+
+/* x into shared f16 as mvh_stage_x (any 4-byte alignment of x), and the
+ * 64 zero pairs xz that lanes feeding no token read: the tiled decoders'
+ * staging (k_mvt_q4k, k_mvt_q6k). */
+template <int TY>
+__device__ __forceinline__ void mvt_stage_x(uint2 *xz, uint2 *xs, const float *x, int64_t n_in, int n_tok,
+                                            int xstride) {
+    if (((uintptr_t)x & 15) == 0) {
+        mvh_stage_x<TY>(xs, x, n_in, n_tok, xstride);
+    } else { /* x not 16-byte aligned: the same staging from single floats */
+        const int nq = (int)(n_in / 4);
+        for (int k = 0; k < n_tok; k++)
+            for (int q = threadIdx.x; q < nq; q += blockDim.x) {
+                const float *v = x + (int64_t)k * n_in + 4 * q;
+                const int o = (q & 63) * 4, slot = TY == TND_TYPE_Q4_K ? mvh_q4k_slot(o) : mvh_q6k_slot(o);
+                xs[k * xstride + (q >> 6) * 64 + slot] =
+                    make_uint2(f2h2u(__ldcg(v), __ldcg(v + 2)), f2h2u(__ldcg(v + 1), __ldcg(v + 3)));
+            }
+    }
+    for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
 }
 
 /* Sums the KW partials of each tile in shared memory (red: MB*KW*32 float4),
@@ -191,5 +215,16 @@ void mvh_shape_k(mvh_kernel k, int fam, int64_t n_in, int64_t n_out, int n_tok, 
                  int *KW);
 int launch_mvh(int fam, int type, const void *W, int64_t n_in, int64_t n_out, const float *x, int n_tok, float *y,
                int MB, int KW, cudaStream_t st);
+
+/* matvec_tile.cu: what the tiled decoders of both layouts share. The most
+ * tokens one f16 tiled launch takes for this row length (0: none); a tiled
+ * kernel k's launch configuration, with programmatic dependent launch where
+ * it is on (TND_CUDA_PDL) and k's code waits for its predecessor (sm_90;
+ * the attribute lives in *at); and a launch's result (its error, or the one
+ * it left, cleared). */
+int mvt_max_tok(int64_t n_in);
+cudaLaunchConfig_t tile_launch_cfg(const void *k, int64_t grid, int threads, size_t smem, cudaStream_t st,
+                                   cudaLaunchAttribute *at);
+int launch_result(cudaError_t le);
 
 #endif

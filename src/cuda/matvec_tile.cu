@@ -105,24 +105,6 @@ __device__ __forceinline__ void q4kt_load(q4k_pieces &b, const uint8_t *qp, cons
  * tile is all in or all out; the tiles of the last block past n_out load
  * the last tile (so every warp reaches the reduction's barrier) and write
  * nothing. */
-/* x into shared f16 as mvh_stage_x (any 4-byte alignment of x), and the
- * 64 zero pairs xz that lanes feeding no token read. */
-__device__ __forceinline__ void mvt_stage_x(uint2 *xz, uint2 *xs, const float *x, int64_t n_in, int n_tok,
-                                            int xstride) {
-    if (((uintptr_t)x & 15) == 0) {
-        mvh_stage_x<TND_TYPE_Q4_K>(xs, x, n_in, n_tok, xstride);
-    } else { /* x not 16-byte aligned: the same staging from single floats */
-        const int nq = (int)(n_in / 4);
-        for (int k = 0; k < n_tok; k++)
-            for (int q = threadIdx.x; q < nq; q += blockDim.x) {
-                const float *v = x + (int64_t)k * n_in + 4 * q;
-                xs[k * xstride + (q >> 6) * 64 + mvh_q4k_slot((q & 63) * 4)] =
-                    make_uint2(f2h2u(__ldcg(v), __ldcg(v + 2)), f2h2u(__ldcg(v + 1), __ldcg(v + 3)));
-            }
-    }
-    for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
-}
-
 #define MVT_PF_AHEAD 4
 #define MVT_PRE 8
 template <int DEPTH, int PF>
@@ -167,7 +149,7 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #else /* no trap: no launch asks for PDL unless this file runs sm_90 code (tile_launch_cfg) */
 #endif
-    mvt_stage_x(xz, xs, x, n_in, n_tok, xstride);
+    mvt_stage_x<TND_TYPE_Q4_K>(xz, xs, x, n_in, n_tok, xstride);
     __syncthreads();
     /* step i decodes ring[i % (DEPTH + 1)] after queuing the load of step
      * i + DEPTH into the buffer step i - 1 used; unrolled by the ring's
@@ -874,7 +856,7 @@ static int mvt_prepare(void) {
 
 /* Most tokens one launch of k_mvt_q4k takes for this row length (x staged
  * in shared memory, as f16mma); more tokens run in groups. 0: none. */
-static int mvt_max_tok(int64_t n_in) {
+int mvt_max_tok(int64_t n_in) {
     int n = 0;
     while (n < 8 && mvh_smem(TND_CU_MV_F16MMA, n_in, n + 1, 0) <= MVH_XS_MAX &&
            mvh_smem(TND_CU_MV_F16MMA, n_in, n + 1, 8) <= (size_t)mvh_attr_smem())
@@ -912,8 +894,8 @@ extern "C" int tnd_cu_q4kt_repack(void *W, int64_t n_in, int64_t n_out, tnd_cu_s
  * is on and k waits for its predecessor (sm_90); the attribute lives in
  * *at. And a launch's result: its error, or the one it left (cleared, not
  * left for a later launch to report). */
-static cudaLaunchConfig_t tile_launch_cfg(const void *k, int64_t grid, int threads, size_t smem, cudaStream_t st,
-                                          cudaLaunchAttribute *at) {
+cudaLaunchConfig_t tile_launch_cfg(const void *k, int64_t grid, int threads, size_t smem, cudaStream_t st,
+                                   cudaLaunchAttribute *at) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)grid);
     cfg.blockDim = dim3((unsigned)threads);
@@ -925,7 +907,7 @@ static cudaLaunchConfig_t tile_launch_cfg(const void *k, int64_t grid, int threa
     if (mvt_pdl() && cu_code_major() >= 9 && mvt_has_wait(k)) cfg.attrs = at, cfg.numAttrs = 1;
     return cfg;
 }
-static int launch_result(cudaError_t le) {
+int launch_result(cudaError_t le) {
     const cudaError_t last = cudaGetLastError();
     return (int)(le != cudaSuccess ? le : last);
 }

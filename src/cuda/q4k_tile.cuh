@@ -2,7 +2,7 @@
  * the order the f16 tensor-core decoder reads them (matvec_tile.cu,
  * k_mvt_q4k), so a warp's loads of one super-block are one contiguous
  * 2304-byte run instead of 16 pieces a row apart (docs/ARCHITECTURE.md,
- * CUDA: "Q4_K tile layout").
+ * "CUDA: the Q4_K and Q6_K tile layouts").
  *
  * Only for tensors of n_out % 16 == 0 rows of n_in % 256 == 0 values
  * (q4k_tile_ok). A group of 16 consecutive rows keeps its 16 * row_bytes

@@ -560,11 +560,13 @@ tnd_status tnd_perf_save(const tnd_perf *pf, const char *path) {
     /* format 6: decode CPU times are medians, CPU attention is timed at
      * 2048 tokens (4), decode attention with cold caches and every CPU
      * decode time calibrated against real steps (5, the "cal" line), the
-     * per-switch host cost fitted to hybrid steps (6); older caches are
-     * measured anew. Numbers as %.17g, which reads back to the same double:
+     * per-switch host cost fitted to hybrid steps (6), resident Q6_K
+     * matrices timed in their CUDA tile layout (7: their decode matvec is
+     * up to twice as fast, so a placement from older times is off); older
+     * caches are measured anew. Numbers as %.17g, which reads back to the same double:
      * the knapsack breaks near-ties between alike layers by the last digits,
      * so a rounded cache planned differently from the fresh measurement. */
-    fprintf(f, "tandem-perf 6\nslices %d\nlayers %d\nexperts %d\nsource %s\n", pf->n_slices, pf->n_layer,
+    fprintf(f, "tandem-perf 7\nslices %d\nlayers %d\nexperts %d\nsource %s\n", pf->n_slices, pf->n_layer,
             pf->pop ? pf->n_expert : 0, pf->source);
     fprintf(f, "bw %.17g %.17g %.17g\nlat %.17g %.17g\n", pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch);
     fprintf(f, "attn %.17g %.17g %.17g %.17g %.17g %.17g\n", pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0],
@@ -595,7 +597,7 @@ tnd_status tnd_perf_load(const tnd_model *m, const char *path, tnd_perf *pf) {
     int ns = -1, nl = -1, ok = 1;
     char line[512];
     int ne = -1;
-    ok &= fgets(line, sizeof line, f) && !strncmp(line, "tandem-perf 6", 13);
+    ok &= fgets(line, sizeof line, f) && !strncmp(line, "tandem-perf 7", 13);
     ok &= fscanf(f, "slices %d\nlayers %d\nexperts %d\n", &ns, &nl, &ne) == 3 && ns == m->n_slices &&
           nl == m->hp.n_layer && (ne == 0 || ne == m->hp.n_expert);
     if (ok) {
