@@ -74,6 +74,37 @@ __device__ __forceinline__ void mvt_stage_x(uint2 *xz, uint2 *xs, const float *x
     for (int i = threadIdx.x; i < 64; i += blockDim.x) xz[i] = make_uint2(0u, 0u);
 }
 
+/* The tiled decoders' register ring (k_mvt_q4k, k_mvq_q4k, k_mvt_q6k):
+ * warp kw takes super-blocks kw, kw + KW, ... below nsb. mvt_ring_fill
+ * queues the first DEPTH loads (load(buf, sb)), before the caller's
+ * grid-dependency wait; mvt_ring_run then decodes step i from ring[i %
+ * (DEPTH + 1)] (step(buf, sb)) after queuing the load of step i + DEPTH
+ * into the buffer step i - 1 used, unrolled by the ring's length so every
+ * buffer index is a constant (registers). */
+template <int DEPTH, class Buf, class Load>
+__device__ __forceinline__ void mvt_ring_fill(Buf (&ring)[DEPTH + 1], int kw, int KW, int nsb, Load &&load) {
+#pragma unroll
+    for (int i = 0; i < DEPTH; i++)
+        if (kw + i * KW < nsb) load(ring[i], kw + i * KW);
+}
+template <int DEPTH, class Buf, class Load, class Step>
+__device__ __forceinline__ void mvt_ring_run(Buf (&ring)[DEPTH + 1], int kw, int KW, int nsb, Load &&load,
+                                             Step &&step) {
+    bool more = true;
+    for (int i0 = 0; more; i0 += DEPTH + 1) {
+#pragma unroll
+        for (int u = 0; u <= DEPTH; u++) {
+            const int sb = kw + (i0 + u) * KW;
+            if (sb >= nsb) {
+                more = false;
+                break;
+            }
+            if (sb + DEPTH * KW < nsb) load(ring[(u + DEPTH) % (DEPTH + 1)], sb + DEPTH * KW);
+            step(ring[u], sb);
+        }
+    }
+}
+
 /* Sums the KW partials of each tile in shared memory (red: MB*KW*32 float4),
  * warp kw == 0 of a tile writes y: lane (g, t) holds rows g, g+8 of tokens
  * 2t, 2t+1. */
@@ -117,6 +148,20 @@ __device__ __forceinline__ void q4k_step(const q4k_pieces &b, const uint2 *xb, i
     const uint32_t q0[8] = {b.q00.x, b.q00.y, b.q00.z, b.q00.w, b.q01.x, b.q01.y, b.q01.z, b.q01.w};
     const uint32_t q1[8] = {b.q10.x, b.q10.y, b.q10.z, b.q10.w, b.q11.x, b.q11.y, b.q11.z, b.q11.w};
     mvh_q4k_sb(h0, h1, q0, q1, t, [&](int m) { return xb[m * 4]; },
+               [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
+                   mma_f16(acc[chain], a0, a1, a2, a3, bx);
+               });
+}
+
+/* One super-block step of the f16 tensor-core Q6_K decode (rows g, g + 8:
+ * ql, qh, scale words and d of each): x pairs at xb, sums into acc's two
+ * chains. Shared by k_mvh_q6k and k_mvt_q6k so the two layouts give the
+ * same bits. */
+__device__ __forceinline__ void q6k_step(const uint32_t (&ql0)[8], const uint32_t (&qh0)[4], const uint32_t (&sc0)[4],
+                                         uint32_t d0, const uint32_t (&ql1)[8], const uint32_t (&qh1)[4],
+                                         const uint32_t (&sc1)[4], uint32_t d1, const uint2 *xb, int t,
+                                         float (&acc)[2][4]) {
+    mvh_q6k_sb(ql0, qh0, sc0, d0, ql1, qh1, sc1, d1, t, [&](int m) { return xb[m * 4]; },
                [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
                    mma_f16(acc[chain], a0, a1, a2, a3, bx);
                });

@@ -146,11 +146,7 @@ __global__ void __launch_bounds__(256) k_mvh_q6k(const uint8_t *__restrict__ W, 
         uint32_t ql0[8], qh0[4], sc0[4], ql1[8], qh1[4], sc1[4], d0, d1;
         mvh_q6k_load(b0, t, ql0, qh0, sc0, d0);
         mvh_q6k_load(b1, t, ql1, qh1, sc1, d1);
-        const uint2 *xb = xl + sb * xsb;
-        mvh_q6k_sb(ql0, qh0, sc0, d0, ql1, qh1, sc1, d1, t, [&](int m) { return xb[m * 4]; },
-                   [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
-                       mma_f16(acc[chain], a0, a1, a2, a3, bx);
-                   });
+        q6k_step(ql0, qh0, sc0, d0, ql1, qh1, sc1, d1, xl + sb * xsb, t, acc);
     }
     const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
                                  acc[0][3] + acc[1][3]);

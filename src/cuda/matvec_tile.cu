@@ -136,9 +136,7 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
 #else /* no trap: no launch asks for PDL unless this file runs sm_90 code (tile_launch_cfg) */
 #endif
     /* the first DEPTH chunks in flight while x is staged */
-#pragma unroll
-    for (int i = 0; i < DEPTH; i++)
-        if (kw + i * KW < nsb) load(ring[i], kw + i * KW);
+    mvt_ring_fill<DEPTH>(ring, kw, KW, nsb, load);
     if (PF == 2 && lane < Q4KT_CHUNK / 128)
         for (int i = DEPTH; i < DEPTH + MVT_PRE && kw + i * KW < nsb; i++)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t)(kw + i * KW) * Q4KT_CHUNK + 128 * lane));
@@ -151,25 +149,12 @@ __global__ void __launch_bounds__(256) k_mvt_q4k(const uint8_t *__restrict__ W, 
 #endif
     mvt_stage_x<TND_TYPE_Q4_K>(xz, xs, x, n_in, n_tok, xstride);
     __syncthreads();
-    /* step i decodes ring[i % (DEPTH + 1)] after queuing the load of step
-     * i + DEPTH into the buffer step i - 1 used; unrolled by the ring's
-     * length so every buffer index is a constant (registers) */
-    bool more = true;
-    for (int i0 = 0; more; i0 += DEPTH + 1) {
-#pragma unroll
-        for (int u = 0; u <= DEPTH; u++) {
-            const int sb = kw + (i0 + u) * KW;
-            if (sb >= nsb) {
-                more = false;
-                break;
-            }
-            if (sb + DEPTH * KW < nsb) load(ring[(u + DEPTH) % (DEPTH + 1)], sb + DEPTH * KW);
-            if (PF == 1 && lane < Q4KT_CHUNK / 128 && sb + (DEPTH + MVT_PF_AHEAD) * KW < nsb)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t)(sb + (DEPTH + MVT_PF_AHEAD) * KW) *
-                                                                        Q4KT_CHUNK + 128 * lane));
-            compute(ring[u], sb);
-        }
-    }
+    mvt_ring_run<DEPTH>(ring, kw, KW, nsb, load, [&](const buf &b, int sb) {
+        if (PF == 1 && lane < Q4KT_CHUNK / 128 && sb + (DEPTH + MVT_PF_AHEAD) * KW < nsb)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t)(sb + (DEPTH + MVT_PF_AHEAD) * KW) *
+                                                                Q4KT_CHUNK + 128 * lane));
+        compute(b, sb);
+    });
     const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
                                  acc[0][3] + acc[1][3]);
     mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
@@ -347,33 +332,20 @@ __global__ void __launch_bounds__(32 * (NS ? MVQ_MAX_WARPS_RING : MVQ_MAX_WARPS)
 #endif
     if constexpr (NS == 0) {
         buf ring[DEPTH + 1];
-#pragma unroll
-        for (int i = 0; i < DEPTH; i++)
-            if (kw + i * KW < nsb) load(ring[i], kw + i * KW);
+        mvt_ring_fill<DEPTH>(ring, kw, KW, nsb, load);
 #if __CUDA_ARCH__ >= 900
         asm volatile("griddepcontrol.wait;" ::: "memory"); /* x (and y) only past here, as k_mvt_q4k */
 #else /* no trap: no launch asks for PDL unless this file runs sm_90 code (tile_launch_cfg) */
 #endif
         mvi_stage_x(xz, xq, xsm, dl, x, n_in, n_tok, pstride);
         __syncthreads();
-        bool more = true;
-        for (int i0 = 0; more; i0 += DEPTH + 1) {
-#pragma unroll
-            for (int u = 0; u <= DEPTH; u++) {
-                const int sb = kw + (i0 + u) * KW;
-                if (sb >= nsb) {
-                    more = false;
-                    break;
-                }
-                if (sb + DEPTH * KW < nsb) load(ring[(u + DEPTH) % (DEPTH + 1)], sb + DEPTH * KW);
-                const buf &b = ring[u];
-                compute(
-                    [&](int i) {
-                        return i == 0 ? b.q00 : i == 1 ? b.q01 : i == 2 ? b.q10 : i == 3 ? b.q11 : i == 4 ? b.h0 : b.h1;
-                    },
-                    sb);
-            }
-        }
+        mvt_ring_run<DEPTH>(ring, kw, KW, nsb, load, [&](const buf &b, int sb) {
+            compute(
+                [&](int i) {
+                    return i == 0 ? b.q00 : i == 1 ? b.q01 : i == 2 ? b.q10 : i == 3 ? b.q11 : i == 4 ? b.h0 : b.h1;
+                },
+                sb);
+        });
     } else {
 #if __CUDA_ARCH__ >= 900
         const int warps = MB * KW;

@@ -56,15 +56,12 @@ __device__ __forceinline__ void q6kt_load(q6k_pieces &b, const uint8_t *qp, cons
 }
 
 /* One super-block step: k_mvh_q6k's, from the pieces. */
-__device__ __forceinline__ void q6k_step(const q6k_pieces &b, const uint2 *xb, int t, float (&acc)[2][4]) {
+__device__ __forceinline__ void q6kt_step(const q6k_pieces &b, const uint2 *xb, int t, float (&acc)[2][4]) {
     const uint32_t ql0[8] = {b.a0.x, b.a0.y, b.a0.z, b.a0.w, b.b0.x, b.b0.y, b.b0.z, b.b0.w};
     const uint32_t ql1[8] = {b.a1.x, b.a1.y, b.a1.z, b.a1.w, b.b1.x, b.b1.y, b.b1.z, b.b1.w};
     const uint32_t qh0[4] = {b.c0.x, b.c0.y, b.c0.z, b.c0.w}, qh1[4] = {b.c1.x, b.c1.y, b.c1.z, b.c1.w};
     const uint32_t sc0[4] = {b.s0.x, b.s0.y, b.s0.z, b.s0.w}, sc1[4] = {b.s1.x, b.s1.y, b.s1.z, b.s1.w};
-    mvh_q6k_sb(ql0, qh0, sc0, b.d & 0xffffu, ql1, qh1, sc1, b.d >> 16, t, [&](int m) { return xb[m * 4]; },
-               [&](int chain, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 bx) {
-                   mma_f16(acc[chain], a0, a1, a2, a3, bx);
-               });
+    q6k_step(ql0, qh0, sc0, b.d & 0xffffu, ql1, qh1, sc1, b.d >> 16, xb, t, acc);
 }
 
 /* k_mvt_q4k's structure on this layout: MB tiles x KW warps per block, warp
@@ -74,9 +71,9 @@ __device__ __forceinline__ void q6k_step(const q6k_pieces &b, const uint2 *xb, i
  * block past n_out load the last tile (every warp reaches the reduction's
  * barrier) and write nothing. */
 template <int DEPTH>
-__global__ void __launch_bounds__(256, DEPTH == 1 ? 2 : 1) k_mvt_q6k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                 int64_t n_out, const float *__restrict__ x, int n_tok,
-                                                 float *__restrict__ y, int MB, int KW) {
+__global__ void __launch_bounds__(256, DEPTH == 1 ? 2 : 1)
+    k_mvt_q6k(const uint8_t *__restrict__ W, size_t rb, int64_t n_in, int64_t n_out, const float *__restrict__ x,
+              int n_tok, float *__restrict__ y, int MB, int KW) {
     extern __shared__ uint4 mvh_dyn[];
     const int nsb = (int)(n_in / 256), xstride = nsb * 64 + 4;
     uint2 *const xz = (uint2 *)mvh_dyn, *const xs = xz + 64;
@@ -93,35 +90,20 @@ __global__ void __launch_bounds__(256, DEPTH == 1 ? 2 : 1) k_mvt_q6k(const uint8
     const uint2 *xl = (feeds ? xs + g * xstride : xz) + t;
     const int xsb = feeds ? 64 : 0;
     q6k_pieces ring[DEPTH + 1];
+    auto load = [&](q6k_pieces &b, int sb) { q6kt_load(b, qp, sp, dp, sb); };
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
 #else /* no trap: no launch asks for PDL unless this file runs sm_90 code (launch_q6kt1) */
 #endif
-#pragma unroll
-    for (int i = 0; i < DEPTH; i++)
-        if (kw + i * KW < nsb) q6kt_load(ring[i], qp, sp, dp, kw + i * KW);
+    mvt_ring_fill<DEPTH>(ring, kw, KW, nsb, load);
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory"); /* x (and y) only past here */
 #else /* no trap: no launch asks for PDL unless this file runs sm_90 code (launch_q6kt1) */
 #endif
     mvt_stage_x<TND_TYPE_Q6_K>(xz, xs, x, n_in, n_tok, xstride);
     __syncthreads();
-    /* step i decodes ring[i % (DEPTH + 1)] after queuing the load of step
-     * i + DEPTH into the buffer step i - 1 used; unrolled by the ring's
-     * length so every buffer index is a constant (registers) */
-    bool more = true;
-    for (int i0 = 0; more; i0 += DEPTH + 1) {
-#pragma unroll
-        for (int u = 0; u <= DEPTH; u++) {
-            const int sb = kw + (i0 + u) * KW;
-            if (sb >= nsb) {
-                more = false;
-                break;
-            }
-            if (sb + DEPTH * KW < nsb) q6kt_load(ring[(u + DEPTH) % (DEPTH + 1)], qp, sp, dp, sb + DEPTH * KW);
-            q6k_step(ring[u], xl + sb * xsb, t, acc);
-        }
-    }
+    mvt_ring_run<DEPTH>(ring, kw, KW, nsb, load,
+                        [&](const q6k_pieces &b, int sb) { q6kt_step(b, xl + sb * xsb, t, acc); });
     const float4 a = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1], acc[0][2] + acc[1][2],
                                  acc[0][3] + acc[1][3]);
     mvh_finish(a, red, KW, kw, wid, lane, r0, n_out, n_tok, y);
