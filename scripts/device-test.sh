@@ -8,8 +8,8 @@
 # default model on the GPU and in hybrid placements against the CPU; needs
 # models/, see README), the rest of ctest, the matvec bench (the default
 # launch of every type, validated, and the tiled Q4_K rows), and (time
-# permitting) test_cuda_ops under compute-sanitizer memcheck: the Q4_K tile
-# kernels first (--only-q4kt), then all. Full logs go
+# permitting) compute-sanitizer memcheck over the tile layouts' kernels
+# (test_cuda_q4kt, test_cuda_q6kt), then test_cuda_ops. Full logs go
 # to $OUT (or build-device/logs); the output ends with a summary.
 # TND_NO_SANITIZER=1 skips the memcheck pass. Exit status: 0 if the CUDA
 # tests passed (test_cuda_hybrid may skip, without models/) and the bench's
@@ -75,12 +75,13 @@ echo "== rest of ctest (python oracles need the gguf package and models/, absent
 rc_ctest=$?
 grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|Skipped" "$logs/ctest.log" | head -20
 
-# memcheck: first the kernels over the Q4_K tile layout (their rings' bulk
-# copies and mbarriers; the decode default), then everything, time permitting
-san() { # name, seconds, test_cuda_ops arguments...
-  local name=$1 secs=$2; shift 2
-  echo "== compute-sanitizer memcheck on test_cuda_ops $* (up to $secs s)"
-  timeout "$secs" compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 build-device/test_cuda_ops "$@" \
+# memcheck: first the kernels over the tile layouts (the Q4_K rings' bulk
+# copies and mbarriers; the decode default), then the other kernels, time
+# permitting
+san() { # name, seconds, test binary
+  local name=$1 secs=$2 bin=$3
+  echo "== compute-sanitizer memcheck on $bin (up to $secs s)"
+  timeout "$secs" compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "build-device/$bin" \
     >"$logs/sanitizer-$name.log" 2>&1
   local rc=$?
   grep -E "ERROR SUMMARY|Invalid|out of bounds|passed, " "$logs/sanitizer-$name.log" | head -30
@@ -90,9 +91,11 @@ san() { # name, seconds, test_cuda_ops arguments...
 rc_san=
 left=$(( 480 - $(elapsed) ))
 if [ -z "${TND_NO_SANITIZER:-}" ] && command -v compute-sanitizer >/dev/null && [ $left -gt 90 ]; then
-  san q4kt $((left - 30)) --only-q4kt
+  san q4kt $((left - 30)) test_cuda_q4kt
   left=$(( 480 - $(elapsed) ))
-  [ $left -gt 90 ] && san all $((left - 30))
+  [ $left -gt 90 ] && san q6kt $((left - 30)) test_cuda_q6kt
+  left=$(( 480 - $(elapsed) ))
+  [ $left -gt 90 ] && san ops $((left - 30)) test_cuda_ops
 fi
 rc_san=${rc_san:-skipped}
 
