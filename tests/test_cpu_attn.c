@@ -198,6 +198,25 @@ int main(void) {
         /* values in [-1, 1], scores summed over <= 256 products: a few ulps of 1 */
         CHECK(worst <= 2e-5f, "case %zu (hd %d, heads %d/%d, %d tokens at %d): max diff %g", c, hd, nh, nkv, nt, p0,
               worst);
+        /* the same rows as three attentions in one region (a batched
+         * round's runs: tokens 0, 1..nt/2, the rest, each at its own
+         * position over the same cache) give each one's bits alone */
+        float *o3 = malloc(qn * 4);
+        const int cut[4] = {0, 1, nt / 2 > 1 ? nt / 2 : 1, nt};
+        tnd_attn_args runs[3];
+        int nr = 0;
+        for (int r = 0; r < 3; r++) {
+            if (cut[r + 1] <= cut[r]) continue;
+            runs[nr] = a;
+            runs[nr].q = q + (size_t)cut[r] * nh * hd;
+            runs[nr].out = o3 + (size_t)cut[r] * nh * hd;
+            runs[nr].n_tok = cut[r + 1] - cut[r];
+            runs[nr].pos0 = p0 + cut[r];
+            nr++;
+        }
+        tnd_cpu_attn_many(pool, runs, nr);
+        CHECK(memcmp(o2, o3, qn * 4) == 0, "case %zu: %d runs in one region differ from one attention", c, nr);
+        free(o3);
         tnd_pool_free(pool);
         free(q), free(o1), free(o2), free(k), free(v);
     }

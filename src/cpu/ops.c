@@ -387,12 +387,54 @@ void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
 }
 
 typedef struct {
-    const tnd_attn_args *a;
+    const tnd_attn_args *a; /* n attentions of one op's shape */
+    int n;
 } attn_task;
 
+/* Job j of attention a: query token j / n_head, head j % n_head. */
+static void attn_one(const tnd_attn_args *a, int job, float *scores, float *acc,
+                     float (*dot)(const float *, const uint16_t *, int),
+                     void (*axpy)(float *, float, const uint16_t *, int), tnd_cpu_isa_id eisa) {
+    (void)eisa; /* x86 only */
+    const int hd = a->head_dim, group = a->n_head / a->n_kv_head;
+    const int64_t kv_stride = (int64_t)a->n_kv_head * hd;
+    int t = job / a->n_head, h = job % a->n_head, kvh = h / group;
+    int pos = a->pos0 + t;
+    int lo = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    const float *q = a->q + (int64_t)t * a->n_head * hd + (int64_t)h * hd;
+    float mx = -INFINITY;
+    for (int p = lo; p <= pos; p++) {
+        float s = dot(q, a->k + (int64_t)p * kv_stride + (int64_t)kvh * hd, hd) * a->scale;
+        if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
+        scores[p] = s;
+        if (s > mx) mx = s;
+    }
+    double sum = 0;
+#if defined(__x86_64__)
+    if (eisa == TND_ISA_AVX512) exp_sub_avx512(scores + lo, mx, pos - lo + 1);
+    else if (eisa == TND_ISA_AVX2) exp_sub_avx2(scores + lo, mx, pos - lo + 1);
+    else
+#endif
+        for (int p = lo; p <= pos; p++) scores[p] = expf(scores[p] - mx);
+    for (int p = lo; p <= pos; p++) sum += scores[p];
+#if defined(__x86_64__)
+    if (axpy == axpy_f16_avx2) axpy_rows_f16_avx2(acc, scores, a->v + (int64_t)kvh * hd, kv_stride, lo, pos, hd);
+    else
+#endif
+    {
+        memset(acc, 0, sizeof(float) * (size_t)hd);
+        for (int p = lo; p <= pos; p++) axpy(acc, scores[p], a->v + (int64_t)p * kv_stride + (int64_t)kvh * hd, hd);
+    }
+    float inv = (float)(1.0 / sum);
+    float *o = a->out + (int64_t)t * a->n_head * hd + (int64_t)h * hd;
+    for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+}
+
+/* The (token, head) jobs of all n attentions dealt round-robin over the
+ * threads, as one region. */
 static void attn_worker(void *arg, int ith, int nth) {
-    const tnd_attn_args *a = ((attn_task *)arg)->a;
-    int hd = a->head_dim, n_kv = a->n_kv_head, group = a->n_head / a->n_kv_head;
+    const attn_task *tk = (const attn_task *)arg;
+    const int hd = tk->a[0].head_dim;
     float (*dot)(const float *, const uint16_t *, int) = dot_f16_scalar;
     void (*axpy)(float *, float, const uint16_t *, int) = axpy_f16_scalar;
 #if defined(__x86_64__)
@@ -402,53 +444,29 @@ static void attn_worker(void *arg, int ith, int nth) {
     }
 #endif
     const tnd_cpu_isa_id eisa = exp_isa();
-    (void)eisa; /* x86 only */
-    int64_t kv_stride = (int64_t)n_kv * hd;
-    int n_pos_max = a->pos0 + a->n_tok;
+    int n_pos_max = 0;
+    for (int r = 0; r < tk->n; r++) n_pos_max = TND_MAX(n_pos_max, tk->a[r].pos0 + tk->a[r].n_tok);
     /* the thread's reusable scratch (a malloc per call, freed at once, can
      * make glibc trim and re-fault a thread's arena every decode step) */
     float *scores = tnd_cpu_tls_buf(1, sizeof(float) * (size_t)n_pos_max + sizeof(float) * (size_t)hd);
     if (!scores) return; /* cannot happen in practice; output stays unwritten */
     float *acc = scores + n_pos_max;
-    int total = a->n_tok * a->n_head;
-    for (int job = ith; job < total; job += nth) {
-        int t = job / a->n_head, h = job % a->n_head, kvh = h / group;
-        int pos = a->pos0 + t;
-        int lo = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-        const float *q = a->q + (int64_t)t * a->n_head * hd + (int64_t)h * hd;
-        float mx = -INFINITY;
-        for (int p = lo; p <= pos; p++) {
-            float s = dot(q, a->k + (int64_t)p * kv_stride + (int64_t)kvh * hd, hd) * a->scale;
-            if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
-            scores[p] = s;
-            if (s > mx) mx = s;
-        }
-        double sum = 0;
-#if defined(__x86_64__)
-        if (eisa == TND_ISA_AVX512) exp_sub_avx512(scores + lo, mx, pos - lo + 1);
-        else if (eisa == TND_ISA_AVX2) exp_sub_avx2(scores + lo, mx, pos - lo + 1);
-        else
-#endif
-            for (int p = lo; p <= pos; p++) scores[p] = expf(scores[p] - mx);
-        for (int p = lo; p <= pos; p++) sum += scores[p];
-#if defined(__x86_64__)
-        if (axpy == axpy_f16_avx2) axpy_rows_f16_avx2(acc, scores, a->v + (int64_t)kvh * hd, kv_stride, lo, pos, hd);
-        else
-#endif
-        {
-            memset(acc, 0, sizeof(float) * (size_t)hd);
-            for (int p = lo; p <= pos; p++) axpy(acc, scores[p], a->v + (int64_t)p * kv_stride + (int64_t)kvh * hd, hd);
-        }
-        float inv = (float)(1.0 / sum);
-        float *o = a->out + (int64_t)t * a->n_head * hd + (int64_t)h * hd;
-        for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+    for (int r = 0, base = 0; r < tk->n; r++) {
+        const tnd_attn_args *a = &tk->a[r];
+        const int total = a->n_tok * a->n_head;
+        for (int job = ((ith - base) % nth + nth) % nth; job < total; job += nth)
+            attn_one(a, job, scores, acc, dot, axpy, eisa);
+        base += total;
     }
 }
 
-void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a) {
-    attn_task t = {a};
+void tnd_cpu_attn_many(tnd_pool *pool, const tnd_attn_args *a, int n) {
+    if (n < 1) return;
+    attn_task t = {a, n};
     tnd_pool_run(pool, attn_worker, &t);
 }
+
+void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a) { tnd_cpu_attn_many(pool, a, 1); }
 
 void tnd_cpu_silu_mul(const float *g, const float *u, float *out, int64_t n) {
 #if defined(__x86_64__)

@@ -44,6 +44,10 @@ extern bool tnd_cpu_ops_scalar;
  * n_kv_head)); the cache must already hold rows up to pos0 + n_tok - 1.
  * Parallel over (token, head) pairs. */
 void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a);
+/* n attentions of one shape (n_head, n_kv_head, head_dim; a batched
+ * round's sequences) as one parallel region: each gives the bits
+ * tnd_cpu_attn gives it alone. */
+void tnd_cpu_attn_many(tnd_pool *pool, const tnd_attn_args *a, int n);
 
 /* expf(x) with glibc's algorithm (the same bits as its expf on x86-64 with
  * FMA), as the AVX-512 silu and softmax compute it: their reference. */
