@@ -4,7 +4,10 @@
  * Chunking bounds the scratch to chunk_rows x n_in halves whatever the size
  * of W; each chunk's GEMM writes its own rows of y directly (ldc = n_out), so
  * no gather pass is needed. The decode kernel is the matvec's decoder
- * (common.cuh), one thread per 32-value sub.
+ * (common.cuh), one thread per 32-value sub, a warp's 2 KB of f16 written
+ * as one piece through shared memory: written a thread at a time, the
+ * dequant took two thirds of an 8B prefill (docs/DECISIONS.md, "The
+ * prefill's dequant writes whole pieces").
  */
 #include <cublas_v2.h>
 #include <stdlib.h>
@@ -20,28 +23,72 @@ extern "C" {
 
 #define MM_DEFAULT_CHUNK 4096
 
-template <int TY>
-__global__ void k_dequant_f16(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n_in, int64_t r0,
-                              int64_t nrows, __half *__restrict__ out) {
-    const int64_t nsub = (n_in + 31) / 32;
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= nrows * nsub) return;
-    int64_t r = idx / nsub, s = idx % nsub;
-    sub32 w;
-    load_sub<TY>(W + (size_t)(r0 + r) * row_bytes, s, n_in, w);
-    __half *o = out + r * n_in + s * 32;
-    int64_t left = n_in - s * 32;
-    if (left >= 32 && (((uintptr_t)o) & 3) == 0) {
+/* One sub's 32 values as f16, in four 16-byte pieces. */
+__device__ __forceinline__ void sub32_f16(const sub32 &w, uint4 v[4]) {
+    __half2 h[16];
 #pragma unroll
-        for (int i = 0; i < 16; i += 2) {
-            ((__half2 *)o)[i / 2] = __floats2half2_rn(w.a0 * w.q[i] + w.b0, w.a0 * w.q[i + 1] + w.b0);
-            ((__half2 *)o)[8 + i / 2] = __floats2half2_rn(w.a1 * w.q[16 + i] + w.b1, w.a1 * w.q[17 + i] + w.b1);
-        }
+    for (int i = 0; i < 16; i += 2) {
+        h[i / 2] = __floats2half2_rn(w.a0 * w.q[i] + w.b0, w.a0 * w.q[i + 1] + w.b0);
+        h[8 + i / 2] = __floats2half2_rn(w.a1 * w.q[16 + i] + w.b1, w.a1 * w.q[17 + i] + w.b1);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) v[j] = *(const uint4 *)&h[4 * j];
+}
+
+/* A thread's sub straight to o, `left` values of it: four 16-byte pieces
+ * where o is aligned for them, else value by value. */
+__device__ __forceinline__ void sub32_store(const sub32 &w, __half *o, int64_t left) {
+    if (left >= 32 && (((uintptr_t)o) & 15) == 0) {
+        uint4 v[4];
+        sub32_f16(w, v);
+#pragma unroll
+        for (int j = 0; j < 4; j++) ((uint4 *)o)[j] = v[j];
     } else {
 #pragma unroll
         for (int i = 0; i < 32; i++)
             if (i < left) o[i] = __float2half_rn(i < 16 ? w.a0 * w.q[i] + w.b0 : w.a1 * w.q[i] + w.b1);
     }
+}
+
+/* A warp's 32 subs, lane i's the i-th 64 bytes of the 2 KB at dst (16-byte
+ * aligned), through buf (128 pieces of this warp's): stored a thread per
+ * sub, each warp store would touch 32 rows' worth of sectors; through
+ * shared memory it writes 512 contiguous bytes. The pieces are swizzled so
+ * that neither side has bank conflicts. */
+__device__ __forceinline__ void sub32_store_warp(const sub32 &w, uint4 *buf, uint4 *dst, int lane) {
+    uint4 v[4];
+    sub32_f16(w, v);
+#pragma unroll
+    for (int j = 0; j < 4; j++) buf[4 * lane + (j ^ ((lane >> 1) & 3))] = v[j];
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int s = lane + 32 * k, t = s >> 2;
+        dst[4 * t + ((s & 3) ^ ((t >> 1) & 3))] = buf[s];
+    }
+    __syncwarp();
+}
+
+#define DQ_THREADS 256
+template <int TY>
+__global__ void __launch_bounds__(DQ_THREADS) k_dequant_f16(const uint8_t *__restrict__ W, size_t row_bytes,
+                                                            int64_t n_in, int64_t r0, int64_t nrows,
+                                                            __half *__restrict__ out) {
+    __shared__ uint4 buf[DQ_THREADS / 32][128];
+    const int64_t nsub = (n_in + 31) / 32, total = nrows * nsub;
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int lane = threadIdx.x & 31;
+    /* rows of whole subs are back to back in out: a full warp's 32 subs are
+     * 2 KB in one piece */
+    const bool whole = n_in % 32 == 0 && idx - lane + 32 <= total && ((uintptr_t)out & 15) == 0;
+    if (!whole && idx >= total) return;
+    const int64_t r = idx / nsub, s = idx % nsub;
+    sub32 w;
+    load_sub<TY>(W + (size_t)(r0 + r) * row_bytes, s, n_in, w);
+    if (whole)
+        sub32_store_warp(w, buf[threadIdx.x / 32], (uint4 *)(out + (idx - lane) * 32), lane);
+    else
+        sub32_store(w, out + r * n_in + s * 32, n_in - s * 32);
 }
 
 __global__ void k_f32_to_f16_rows(const float *__restrict__ x, __half *__restrict__ y, int64_t n) {
@@ -56,12 +103,12 @@ extern "C" int tnd_cu_dequant_f16(int type, const void *W, int64_t n_in, int64_t
     if (!rb) return cudaErrorInvalidValue;
     if ((uintptr_t)W % tnd_cu_type_align(type)) return cudaErrorMisalignedAddress;
     int64_t nsub = (n_in + 31) / 32, total = (r1 - r0) * nsub;
-    unsigned grid = tnd_cu_blocks(total, 256);
+    unsigned grid = tnd_cu_blocks(total, DQ_THREADS);
     cudaStream_t st = (cudaStream_t)stream;
     const uint8_t *w8 = (const uint8_t *)W;
     __half *o = (__half *)out;
     switch (type) {
-#define X(t) case t: k_dequant_f16<t><<<grid, 256, 0, st>>>(w8, rb, n_in, r0, r1 - r0, o); break;
+#define X(t) case t: k_dequant_f16<t><<<grid, DQ_THREADS, 0, st>>>(w8, rb, n_in, r0, r1 - r0, o); break;
         TND_CU_TYPE_CASES(X)
 #undef X
     default: return cudaErrorInvalidValue;
@@ -69,94 +116,83 @@ extern "C" int tnd_cu_dequant_f16(int type, const void *W, int64_t n_in, int64_t
     return (int)cudaGetLastError();
 }
 
-/* Rows [r0, r0 + nrows) of a Q4_K W in the tile layout (q4k_tile.cuh; r0
- * and nrows multiples of 16): one thread per (row, super-block) gathers
- * the block's 9 16-byte units, then decodes it as k_dequant_f16 does.
- * Threads run row-fastest within a group, so a warp's unit loads fall in
- * the same chunks. */
-__global__ void k_dequant_f16_q4kt(const uint8_t *__restrict__ W, size_t rb, int64_t n_in, int64_t r0,
-                                   int64_t nrows, __half *__restrict__ out) {
-    const int64_t nsb = n_in / 256;
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= nrows * nsb) return;
-    const int r = (int)(idx & 15);
-    const int64_t rest = idx >> 4, sb = rest % nsb, grp = rest / nsb;
-    const int64_t row = r0 + grp * 16 + r;
-    uint4 blk[Q4KT_BLOCK / 16];
-#pragma unroll
-    for (int u = 0; u < Q4KT_BLOCK / 16; u++) blk[u] = __ldg((const uint4 *)(W + q4k_tile_offset(rb, row, sb, 16 * u)));
-    __half2 *o = (__half2 *)(out + (row - r0) * n_in + sb * 256);
-#pragma unroll
-    for (int s = 0; s < 8; s++) {
-        sub32 w;
-        load_sub<TND_TYPE_Q4_K>((const uint8_t *)blk, s, 256, w);
-#pragma unroll
-        for (int i = 0; i < 16; i += 2) {
-            o[s * 16 + i / 2] = __floats2half2_rn(w.a0 * w.q[i] + w.b0, w.a0 * w.q[i + 1] + w.b0);
-            o[s * 16 + 8 + i / 2] = __floats2half2_rn(w.a1 * w.q[16 + i] + w.b1, w.a1 * w.q[17 + i] + w.b1);
-        }
+/* Rows [r0, r1) of a Q4_K or Q6_K W in its tile layout (q4k_tile.cuh,
+ * q6k_tile.cuh; r0 and r1 multiples of 16). A block takes DQT_SB
+ * consecutive chunks of one group (contiguous bytes) into shared memory
+ * with coalesced 16-byte loads, puts them back in the original layout
+ * beside them (in the layout's units: 16 bytes for Q4_K, 2 for Q6_K), and
+ * decodes from there as k_dequant_f16 does, a thread per 32 values, a
+ * warp per row's DQT_SB blocks. (A thread per block gathering its pieces
+ * from global memory ran qwen3-8b's pp512 10% slower than the original
+ * layout with Q6_K; staged but still a thread per block, 5% slower at
+ * pp2048.) */
+#define DQT_SB 4
+template <int TY> struct tile_fmt;
+template <> struct tile_fmt<TND_TYPE_Q4_K> {
+    typedef uint4 unit;
+    static constexpr int chunk = Q4KT_CHUNK, block = Q4KT_BLOCK;
+    static __device__ __forceinline__ int dst(int r, int o) { return q4k_tile_dst(r, o); }
+};
+template <> struct tile_fmt<TND_TYPE_Q6_K> {
+    typedef uint16_t unit;
+    static constexpr int chunk = Q6KT_CHUNK, block = Q6KT_BLOCK;
+    static __device__ __forceinline__ int dst(int r, int o) { return q6k_tile_dst(r, o); }
+};
+
+template <int TY>
+__global__ void __launch_bounds__(DQ_THREADS) k_dequant_f16_tiled(const uint8_t *__restrict__ W, size_t rb,
+                                                                  int64_t n_in, int64_t r0, __half *__restrict__ out) {
+    typedef tile_fmt<TY> F;
+    typedef typename F::unit U;
+    constexpr int UB = sizeof(U), BU = F::block / UB; /* a block's units */
+    __shared__ uint4 ch[DQT_SB * F::chunk / 16];
+    __shared__ U rows[16 * DQT_SB * BU];
+    __shared__ uint4 buf[DQ_THREADS / 32][128];
+    const int64_t nsb = n_in / 256, grp = r0 / 16 + blockIdx.x, sb0 = (int64_t)blockIdx.y * DQT_SB;
+    const int nc = (int)(nsb - sb0 < DQT_SB ? nsb - sb0 : DQT_SB);
+    const uint4 *src = (const uint4 *)(W + (size_t)grp * 16 * rb + (size_t)sb0 * F::chunk);
+    for (int i = threadIdx.x; i < nc * (F::chunk / 16); i += blockDim.x) ch[i] = __ldg(src + i);
+    __syncthreads();
+    const U *const tiled = (const U *)ch;
+    const int per_row = nc * BU; /* units of a row's nc blocks */
+    for (int i = threadIdx.x; i < 16 * per_row; i += blockDim.x) {
+        const int r = i / per_row, j = i - r * per_row, s = j / BU, o = UB * (j - s * BU);
+        rows[i] = tiled[(s * F::chunk + F::dst(r, o)) / UB];
     }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    for (int i = threadIdx.x; i < 16 * nc * 8; i += blockDim.x) {
+        const int r = i / (nc * 8), k = i - r * (nc * 8); /* k: the 32-value sub within the row's nc blocks */
+        sub32 w;
+        load_sub<TY>((const uint8_t *)(rows + r * per_row), k, (int64_t)nc * 256, w);
+        __half *o = out + (grp * 16 + r - r0) * n_in + sb0 * 256;
+        if (nc == DQT_SB && ((uintptr_t)out & 15) == 0) /* a warp: one row's 32 subs */
+            sub32_store_warp(w, buf[threadIdx.x / 32], (uint4 *)o, lane);
+        else
+            sub32_store(w, o + k * 32, 32);
+    }
+}
+
+template <int TY>
+static int dequant_tiled(const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out, tnd_cu_stream stream) {
+    if (!W || !out || n_in <= 0 || n_in % 256 || r0 < 0 || r1 <= r0 || r0 % 16 || r1 % 16) return cudaErrorInvalidValue;
+    if ((uintptr_t)W & 15) return cudaErrorMisalignedAddress;
+    const size_t rb = tnd_cu_row_bytes(TY, n_in);
+    const int64_t sbb = (n_in / 256 + DQT_SB - 1) / DQT_SB;
+    if ((r1 - r0) / 16 > 0x7fffffff || sbb > 65535) return cudaErrorInvalidValue;
+    k_dequant_f16_tiled<TY><<<dim3((unsigned)((r1 - r0) / 16), (unsigned)sbb), DQ_THREADS, 0, (cudaStream_t)stream>>>(
+        (const uint8_t *)W, rb, n_in, r0, (__half *)out);
+    return (int)cudaGetLastError();
 }
 
 extern "C" int tnd_cu_dequant_f16_q4kt(const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out,
                                        tnd_cu_stream stream) {
-    if (!W || !out || n_in <= 0 || n_in % 256 || r0 < 0 || r1 <= r0 || r0 % 16 || r1 % 16) return cudaErrorInvalidValue;
-    if ((uintptr_t)W & 15) return cudaErrorMisalignedAddress;
-    const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q4_K, n_in);
-    const int64_t total = (r1 - r0) * (n_in / 256);
-    k_dequant_f16_q4kt<<<tnd_cu_blocks(total, 256), 256, 0, (cudaStream_t)stream>>>(
-        (const uint8_t *)W, rb, n_in, r0, r1 - r0, (__half *)out);
-    return (int)cudaGetLastError();
-}
-
-/* The same for a Q6_K W in its tile layout (q6k_tile.cuh). A block takes
- * Q6KT_DQ_SB consecutive chunks of one group (contiguous bytes) into
- * shared memory with coalesced 16-byte loads, puts them back in the
- * original layout beside them (2-byte units), and decodes from there as
- * k_dequant_f16 does: a thread per (row, 32 values), consecutive threads
- * writing consecutive values. (A thread per block, gathering its pieces
- * from global memory, ran qwen3-8b's pp512 10% slower than the original
- * layout; staged but still a thread per block, 5% slower at pp2048.) */
-#define Q6KT_DQ_SB 4
-__global__ void __launch_bounds__(256) k_dequant_f16_q6kt(const uint8_t *__restrict__ W, size_t rb, int64_t n_in,
-                                                          int64_t r0, __half *__restrict__ out) {
-    __shared__ uint4 ch[Q6KT_DQ_SB * Q6KT_CHUNK / 16];
-    __shared__ uint16_t rows[16 * Q6KT_DQ_SB * Q6KT_BLOCK / 2];
-    const int64_t nsb = n_in / 256, grp = r0 / 16 + blockIdx.x, sb0 = (int64_t)blockIdx.y * Q6KT_DQ_SB;
-    const int nc = (int)(nsb - sb0 < Q6KT_DQ_SB ? nsb - sb0 : Q6KT_DQ_SB);
-    const uint4 *src = (const uint4 *)(W + (size_t)grp * 16 * rb + (size_t)sb0 * Q6KT_CHUNK);
-    for (int i = threadIdx.x; i < nc * (Q6KT_CHUNK / 16); i += blockDim.x) ch[i] = __ldg(src + i);
-    __syncthreads();
-    const uint16_t *const tiled = (const uint16_t *)ch;
-    const int per_row = nc * (Q6KT_BLOCK / 2); /* 2-byte units of a row's nc blocks */
-    for (int i = threadIdx.x; i < 16 * per_row; i += blockDim.x) {
-        const int r = i / per_row, j = i - r * per_row, s = j / (Q6KT_BLOCK / 2), o = 2 * (j - s * (Q6KT_BLOCK / 2));
-        rows[i] = tiled[(s * Q6KT_CHUNK + q6k_tile_dst(r, o)) >> 1];
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < 16 * nc * 8; i += blockDim.x) {
-        const int r = i / (nc * 8), k = i - r * (nc * 8); /* k: the 32-value sub within the row's nc blocks */
-        sub32 w;
-        load_sub<TND_TYPE_Q6_K>((const uint8_t *)(rows + r * per_row), k, (int64_t)nc * 256, w);
-        __half2 *o = (__half2 *)(out + (grp * 16 + r - r0) * n_in + sb0 * 256 + k * 32);
-#pragma unroll
-        for (int q = 0; q < 16; q += 2) {
-            o[q / 2] = __floats2half2_rn(w.a0 * w.q[q] + w.b0, w.a0 * w.q[q + 1] + w.b0);
-            o[8 + q / 2] = __floats2half2_rn(w.a1 * w.q[16 + q] + w.b1, w.a1 * w.q[17 + q] + w.b1);
-        }
-    }
+    return dequant_tiled<TND_TYPE_Q4_K>(W, n_in, r0, r1, out, stream);
 }
 
 extern "C" int tnd_cu_dequant_f16_q6kt(const void *W, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out,
                                        tnd_cu_stream stream) {
-    if (!W || !out || n_in <= 0 || n_in % 256 || r0 < 0 || r1 <= r0 || r0 % 16 || r1 % 16) return cudaErrorInvalidValue;
-    if ((uintptr_t)W & 15) return cudaErrorMisalignedAddress;
-    const size_t rb = tnd_cu_row_bytes(TND_TYPE_Q6_K, n_in);
-    const int64_t sbb = (n_in / 256 + Q6KT_DQ_SB - 1) / Q6KT_DQ_SB;
-    if ((r1 - r0) / 16 > 0x7fffffff || sbb > 65535) return cudaErrorInvalidValue;
-    k_dequant_f16_q6kt<<<dim3((unsigned)((r1 - r0) / 16), (unsigned)sbb), 256, 0, (cudaStream_t)stream>>>(
-        (const uint8_t *)W, rb, n_in, r0, (__half *)out);
-    return (int)cudaGetLastError();
+    return dequant_tiled<TND_TYPE_Q6_K>(W, n_in, r0, r1, out, stream);
 }
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
