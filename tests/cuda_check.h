@@ -1,9 +1,9 @@
-/* The CUDA op tests' shared helpers (tests/test_cuda_ops.c,
- * tests/test_cuda_fused.c): the backend and stream under test, device
+/* The CUDA op tests' shared helpers (tests/test_cuda_ops.c, _fused.c,
+ * _q4kt.c, _q6kt.c, _dequant.c): the backend and stream under test, device
  * buffers, a tensor over them, running one op, and comparing against a
  * double-precision reference with a stated tolerance; random weights in
- * any block format and their reference product. Include once, after
- * check.h, in a file built with TND_HAVE_CUDA. */
+ * any block format and their reference product; a test main's start and
+ * end. Include once, after check.h, in a file built with TND_HAVE_CUDA. */
 #ifndef TND_TEST_CUDA_CHECK_H
 #define TND_TEST_CUDA_CHECK_H
 
@@ -14,11 +14,43 @@
 
 #include "backend.h"
 #include "check.h"
+#include "cuda/cuda_ops.h"
 #include "quant/quant.h"
 #include "util.h"
 
 static tnd_backend *B;
 static tnd_stream *S;
+
+/* A CUDA test's start: 77 (skipped, for the caller to return) without a
+ * device, else 0 with B and S made. */
+static inline int cuda_test_open(const char *name) {
+    if (tnd_cuda_device_count() <= 0) {
+        printf("%s: skipped (no CUDA device)\n", name);
+        return 77;
+    }
+    tnd_cuda_params p = {0, 0};
+    CHECK_ST(tnd_backend_cuda_new(&p, &B));
+    CHECK_ST(B->iface->stream_new(B, &S));
+    return 0;
+}
+
+/* Its end: B and S freed; rc if not 0, else tc_summary()'s. */
+static inline int cuda_test_close(int rc) {
+    B->iface->stream_free(B, S);
+    tnd_backend_free(B);
+    return rc ? rc : tc_summary();
+}
+
+/* Waits for S after a kernel launch that returned e (a cudaError_t):
+ * false, reported against `what`, if either failed. */
+static inline bool sync_ok(int e, const char *what) {
+    tnd_status st = B->iface->stream_sync(B, S);
+    if (e || st) {
+        tc_report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
+        return false;
+    }
+    return true;
+}
 
 static inline void *dev_alloc(size_t n) {
     void *p = NULL;

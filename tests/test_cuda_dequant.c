@@ -28,15 +28,6 @@ int main(void) {
 #include "cuda/cuda_ops.h"
 #include "cuda_check.h"
 
-static bool sync_ok(int e, const char *what) {
-    tnd_status st = B->iface->stream_sync(B, S);
-    if (e || st) {
-        tc_report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
-        return false;
-    }
-    return true;
-}
-
 /* Rows [r0, r1) of a random rows x n_in W of type t against the host. */
 static void test_plain(tnd_type t, int64_t n_in, int64_t rows, int64_t r0, int64_t r1) {
     char what[160];
@@ -118,13 +109,8 @@ static void test_tiled(tnd_type t, int64_t n_in, int64_t rows, int64_t r0, int64
 
 int main(void) {
     tc_rng = 0x3c6ef372fe94f82bull;
-    if (tnd_cuda_device_count() <= 0) {
-        printf("test_cuda_dequant: skipped (no CUDA device)\n");
-        return 77;
-    }
-    tnd_cuda_params p = {0, 0};
-    CHECK_ST(tnd_backend_cuda_new(&p, &B));
-    CHECK_ST(B->iface->stream_new(B, &S));
+    const int rc = cuda_test_open("test_cuda_dequant");
+    if (rc) return rc;
     for (int t = 0; t < TND_TYPE_COUNT; t++) {
         if (!tnd_cu_type_supported(t)) continue;
         const int64_t blk = tnd_type_traits_get(t)->block_size;
@@ -140,8 +126,6 @@ int main(void) {
         test_tiled(t, 256 * 4, 64, 16, 48);
         test_tiled(t, 256 * 20, 4112, 16, 4112);
     }
-    B->iface->stream_free(B, S);
-    tnd_backend_free(B);
-    return tc_summary();
+    return cuda_test_close(0);
 }
 #endif

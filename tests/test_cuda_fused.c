@@ -572,13 +572,8 @@ static void test_graph(void) {
 
 int main(void) {
     tc_rng = 0x243f6a8885a308d3ull;
-    if (tnd_cuda_device_count() <= 0) {
-        printf("test_cuda_fused: skipped (no CUDA device)\n");
-        return 77;
-    }
-    tnd_cuda_params p = {0, 0};
-    CHECK_ST(tnd_backend_cuda_new(&p, &B));
-    CHECK_ST(B->iface->stream_new(B, &S));
+    const int rc = cuda_test_open("test_cuda_fused");
+    if (rc) return rc;
 
     static const int64_t toks[] = {1, 3, 17, 64};
     for (size_t k = 0; k < TND_ARRAY_LEN(toks); k++) {
@@ -619,8 +614,6 @@ int main(void) {
 
     test_graph();
 
-    B->iface->stream_free(B, S);
-    tnd_backend_free(B);
-    return tc_summary();
+    return cuda_test_close(0);
 }
 #endif

@@ -1181,14 +1181,8 @@ static void test_arch_refusals(void) {
 
 int main(void) {
     tc_rng = 0x9e3779b97f4a7c15ull;
-    int ndev = tnd_cuda_device_count();
-    if (ndev <= 0) {
-        printf("test_cuda_ops: skipped (no CUDA device)\n");
-        return 77;
-    }
-    tnd_cuda_params p = {0, 0};
-    CHECK_ST(tnd_backend_cuda_new(&p, &B));
-    CHECK_ST(B->iface->stream_new(B, &S));
+    const int rc = cuda_test_open("test_cuda_ops");
+    if (rc) return rc;
     const bool sm80 = test_arch_fallback();
     if (!sm80) test_arch_refusals();
 
@@ -1336,8 +1330,6 @@ int main(void) {
     test_events();
     test_budget();
 
-    B->iface->stream_free(B, S);
-    tnd_backend_free(B);
-    return tc_summary();
+    return cuda_test_close(0);
 }
 #endif

@@ -758,26 +758,17 @@ static void test_q4kt_all(void) {
 
 int main(void) {
     tc_rng = 0x9e3779b97f4a7c15ull;
-    if (tnd_cuda_device_count() <= 0) {
-        printf("test_cuda_q4kt: skipped (no CUDA device)\n");
-        return 77;
-    }
-    tnd_cuda_params p = {0, 0};
-    CHECK_ST(tnd_backend_cuda_new(&p, &B));
-    CHECK_ST(B->iface->stream_new(B, &S));
+    const int rc = cuda_test_open("test_cuda_q4kt");
+    if (rc) return rc;
     if (!tnd_cu_q4kt_supported(256, 16)) { /* test_cuda_ops checks the refusals */
         printf("test_cuda_q4kt: skipped (the tile layout needs sm_80 code and a device to run it)\n");
-        B->iface->stream_free(B, S);
-        tnd_backend_free(B);
-        return 77;
+        return cuda_test_close(77);
     }
     test_q4kt_all();
     test_weight_prepare(256 * 3, 4112); /* prefill: two row chunks of the tiled dequant */
     test_weight_prepare(256 * 20, 48);
     test_weight_prepare(256 * 68, 32);
     test_weight_prepare(256 * 3, 40);   /* n_out % 16 != 0: stays as uploaded */
-    B->iface->stream_free(B, S);
-    tnd_backend_free(B);
-    return tc_summary();
+    return cuda_test_close(0);
 }
 #endif

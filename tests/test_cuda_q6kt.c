@@ -43,15 +43,6 @@ static void *host_q6kt(const void *W, int64_t n_in, int64_t n_out) {
     return t;
 }
 
-static bool sync_ok(int e, const char *what) {
-    tnd_status st = B->iface->stream_sync(B, S);
-    if (e || st) {
-        tc_report(false, "%s: launch %s / %s", what, e ? tnd_cu_error_string(e) : "ok", st ? tnd_last_error() : "ok");
-        return false;
-    }
-    return true;
-}
-
 static void test_shape(int64_t n_in, int64_t n_out) {
     const tnd_type t = TND_TYPE_Q6_K;
     const int max_tok = 8;
@@ -179,23 +170,14 @@ out:
 
 int main(void) {
     tc_rng = 0x6a09e667f3bcc909ull;
-    if (tnd_cuda_device_count() <= 0) {
-        printf("test_cuda_q6kt: skipped (no CUDA device)\n");
-        return 77;
-    }
-    tnd_cuda_params p = {0, 0};
-    CHECK_ST(tnd_backend_cuda_new(&p, &B));
-    CHECK_ST(B->iface->stream_new(B, &S));
+    const int rc = cuda_test_open("test_cuda_q6kt");
+    if (rc) return rc;
     if (!tnd_cu_q6kt_supported(256, 16)) {
         printf("test_cuda_q6kt: skipped (the tile layout needs sm_80 code and a device to run it)\n");
-        B->iface->stream_free(B, S);
-        tnd_backend_free(B);
-        return 77;
+        return cuda_test_close(77);
     }
     static const int64_t shapes[][2] = {{256, 16}, {768, 48}, {4096, 1024}, {2048, 272}, {12288, 4096}, {4096, 2064}};
     for (size_t i = 0; i < TND_ARRAY_LEN(shapes); i++) test_shape(shapes[i][0], shapes[i][1]);
-    B->iface->stream_free(B, S);
-    tnd_backend_free(B);
-    return tc_summary();
+    return cuda_test_close(0);
 }
 #endif
