@@ -9,7 +9,8 @@
 # models/, see README), the rest of ctest, the matvec bench (the default
 # launch of every type, validated, and the tiled Q4_K rows), and (time
 # permitting) compute-sanitizer memcheck over the tile layouts' kernels
-# (test_cuda_q4kt, test_cuda_q6kt), then test_cuda_ops. Full logs go
+# (test_cuda_q4kt), the prefill's dequant (test_cuda_dequant),
+# test_cuda_q6kt, then test_cuda_ops. Full logs go
 # to $OUT (or build-device/logs); the output ends with a summary.
 # TND_NO_SANITIZER=1 skips the memcheck pass. Exit status: 0 if the CUDA
 # tests passed (test_cuda_hybrid may skip, without models/) and the bench's
@@ -76,8 +77,8 @@ rc_ctest=$?
 grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|Skipped" "$logs/ctest.log" | head -20
 
 # memcheck: first the kernels over the tile layouts (the Q4_K rings' bulk
-# copies and mbarriers; the decode default), then the other kernels, time
-# permitting
+# copies and mbarriers; the decode default) and the dequant's shared-memory
+# staging, then the other kernels, time permitting
 san() { # name, seconds, test binary
   local name=$1 secs=$2 bin=$3
   echo "== compute-sanitizer memcheck on $bin (up to $secs s)"
@@ -92,6 +93,8 @@ rc_san=
 left=$(( 480 - $(elapsed) ))
 if [ -z "${TND_NO_SANITIZER:-}" ] && command -v compute-sanitizer >/dev/null && [ $left -gt 90 ]; then
   san q4kt $((left - 30)) test_cuda_q4kt
+  left=$(( 480 - $(elapsed) ))
+  [ $left -gt 90 ] && san dequant $((left - 30)) test_cuda_dequant
   left=$(( 480 - $(elapsed) ))
   [ $left -gt 90 ] && san q6kt $((left - 30)) test_cuda_q6kt
   left=$(( 480 - $(elapsed) ))
