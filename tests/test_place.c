@@ -557,6 +557,21 @@ static uint64_t placed_bytes(const tnd_model *m, const tnd_placement *p, uint64_
  * (GPU 10x faster, free switches): experts are placed one by one, the
  * budget is never exceeded, and with a hot-expert table no CPU expert is
  * more popular than a GPU one. */
+/* The decode calibration's factor (tnd_perf_decode_factor): used as
+ * measured in the usual range; slower steps clamped; faster ones (the ops
+ * timed alone were slowed) used down to a floor; NaN as the range's low
+ * end. */
+static void test_decode_factor(void) {
+    static const double in[] = {1.1, 0.9, 2.0, 3.5, 0.3, 0.05, NAN}, want[] = {1.1, 0.9, 2.0, 2.0, 0.3, 0.2, 0.9};
+    static const bool dist[] = {false, false, false, true, true, true, true};
+    for (size_t i = 0; i < sizeof in / sizeof *in; i++) {
+        bool d = !dist[i];
+        const double got = tnd_perf_decode_factor(in[i], &d);
+        CHECK(got == want[i] && d == dist[i], "decode factor %g: %g (disturbed %d), want %g (%d)", in[i], got, d,
+              want[i], dist[i]);
+    }
+}
+
 static void test_static_experts(void) {
     const char *bin = getenv("TND_BIN");
     char path[] = "/tmp/tnd_place_moe_XXXXXX", cmd[4096];
@@ -838,6 +853,7 @@ int main(void) {
     test_moe_cases();
     test_layers();
     test_round_time();
+    test_decode_factor();
     test_errors();
     test_svg();
     return tc_summary();

@@ -95,6 +95,14 @@ void tnd_perf_free(tnd_perf *pf);
  * ops) by f, and records it in cal_decode (the profile's calibration
  * against real decode steps). */
 void tnd_perf_scale_cpu_decode(tnd_perf *pf, double f);
+/* The factor to scale by, given f = real CPU decode steps' time / the sum
+ * of their ops timed alone: f itself within 0.9-2.0 (undisturbed
+ * profiles gave 1.05-1.32); *disturbed set outside it. Something else on
+ * the machine only slows what it overlaps, and the steps run after the
+ * ops: steps slower than usual may be the disturbed ones (clamped to
+ * 2.0), steps faster than their ops mean the ops were (f stands, down to
+ * 0.2). NaN gives 0.9. */
+double tnd_perf_decode_factor(double f, bool *disturbed);
 /* The largest sw_host a fit may set: five switch latencies and launches
  * (the copies, queuing and wake-ups it stands for), at most 1 ms. */
 double tnd_perf_sw_host_max(const tnd_perf *pf);
