@@ -553,10 +553,6 @@ static uint64_t placed_bytes(const tnd_model *m, const tnd_placement *p, uint64_
     return b;
 }
 
-/* tnd_static_place on a synthesized tiny qwen3moe with a hand-made perf DB
- * (GPU 10x faster, free switches): experts are placed one by one, the
- * budget is never exceeded, and with a hot-expert table no CPU expert is
- * more popular than a GPU one. */
 /* The decode calibration's factor (tnd_perf_decode_factor): used as
  * measured in the usual range; slower steps clamped; faster ones (the ops
  * timed alone were slowed) used down to a floor; NaN as the range's low
@@ -572,6 +568,10 @@ static void test_decode_factor(void) {
     }
 }
 
+/* tnd_static_place on a synthesized tiny qwen3moe with a hand-made perf DB
+ * (GPU 10x faster, free switches): experts are placed one by one, the
+ * budget is never exceeded, and with a hot-expert table no CPU expert is
+ * more popular than a GPU one. */
 static void test_static_experts(void) {
     const char *bin = getenv("TND_BIN");
     char path[] = "/tmp/tnd_place_moe_XXXXXX", cmd[4096];
