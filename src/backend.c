@@ -301,6 +301,10 @@ tnd_status tnd_backend_host_register(tnd_backend *b, void *p, size_t size) {
     return b->iface->host_register(b, p, size);
 }
 
+bool tnd_backend_host_registered(tnd_backend *b, const void *p, size_t size) {
+    return b->iface->host_registered && b->iface->host_registered(b, p, size);
+}
+
 void tnd_backend_host_unregister(tnd_backend *b, void *p) {
     if (b->iface->host_unregister) b->iface->host_unregister(b, p);
 }

@@ -351,6 +351,10 @@ typedef struct tnd_backend_iface {
      * p registered. */
     tnd_status (*host_register)(tnd_backend *b, void *p, size_t size);
     void (*host_unregister)(tnd_backend *b, void *p);
+    /* OPTIONAL with host_register. True if [p, p + size) is registered
+     * already, so that registering it again only counts it (nothing to
+     * wait for). */
+    bool (*host_registered)(tnd_backend *b, const void *p, size_t size);
 
     /* -- streams -- */
     /* Creates an in-order queue of work (non-blocking w.r.t. other streams). */
@@ -529,6 +533,8 @@ tnd_status tnd_backend_host_register(tnd_backend *b, void *p, size_t size);
  * TND_ERR_NOMEM (pin_fault above refuses it too). */
 void tnd_backend_set_register_fault(bool on);
 void tnd_backend_host_unregister(tnd_backend *b, void *p);
+/* False when the backend cannot tell. */
+bool tnd_backend_host_registered(tnd_backend *b, const void *p, size_t size);
 tnd_status tnd_backend_stream_new(tnd_backend *b, tnd_stream **out);
 void tnd_backend_stream_free(tnd_backend *b, tnd_stream *s); /* s NULL: no-op */
 tnd_status tnd_backend_stream_sync(tnd_backend *b, tnd_stream *s);

@@ -619,6 +619,20 @@ static void test_budget(void) {
     tc_report(st == TND_ERR_NOMEM, "one byte more is refused");
     b->iface->buf_free(b, x);
     b->iface->host_free(b, h);
+    /* the caller's memory registered in place: counted, and asked about */
+    const size_t pg = 4096, rn = 4 * pg;
+    void *r = tnd_aligned_alloc(rn);
+    CHECK(r != NULL, "alloc");
+    const bool before_reg = tnd_backend_host_registered(b, r, rn);
+    CHECK_ST(tnd_backend_host_register(b, r, rn));
+    const bool once = tnd_backend_host_registered(b, r, rn), other = tnd_backend_host_registered(b, r, rn - pg);
+    CHECK_ST(tnd_backend_host_register(b, r, rn));
+    tnd_backend_host_unregister(b, r);
+    const bool still = tnd_backend_host_registered(b, r, rn);
+    tnd_backend_host_unregister(b, r);
+    tc_report(!before_reg && once && !other && still && !tnd_backend_host_registered(b, r, rn),
+              "host_registered: no, yes, not another size, yes while counted twice and unregistered once, then no");
+    tnd_aligned_free(r);
     tnd_backend_free(b);
 }
 

@@ -1282,6 +1282,7 @@ static const tnd_backend_iface cu_iface = {
     cu_host_free,
     cu_host_register,
     cu_host_unregister,
+    cu_host_registered,
     cu_stream_new,
     cu_stream_free,
     cu_stream_sync,

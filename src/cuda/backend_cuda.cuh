@@ -71,6 +71,7 @@ void cu_host_free(tnd_backend *b, void *host);
 void cu_host_free_all(cu_ctx *c);
 tnd_status cu_host_register(tnd_backend *b, void *p, size_t size);
 void cu_host_unregister(tnd_backend *b, void *p);
+bool cu_host_registered(tnd_backend *b, const void *p, size_t size);
 /* The registration holding host address h, if any (host_alloc's pieces or
  * host_register's): its base and the size of its pieces. One copy may not
  * span two pieces (backend_cuda.cu: cu_copy_host). */

@@ -199,6 +199,15 @@ tnd_status cu_host_register(tnd_backend *b, void *p, size_t size) {
     return TND_OK;
 }
 
+bool cu_host_registered(tnd_backend *b, const void *p, size_t size) {
+    (void)b;
+    bool found = false;
+    pthread_mutex_lock(&reg_mu);
+    for (int i = 0; i < n_regs && !found; i++) found = regs[i].base == (uintptr_t)p && regs[i].size == size;
+    pthread_mutex_unlock(&reg_mu);
+    return found;
+}
+
 void cu_host_unregister(tnd_backend *b, void *p) {
     cu_ctx *c = ctx_of(b);
     cu_flush_all(b);

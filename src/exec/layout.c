@@ -8,7 +8,6 @@
  * out at the copy engine's pinned rate), either where the model's file is
  * mapped or copied into a pinned store (weights_in_place decides), pinned
  * activation buffers mapped into the GPU, the KV cache of CPU layers. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -287,29 +286,6 @@ static void free_pieces(tnd_ctx *c) {
     if (c->pin_of) memset(c->pin_of, 0, sizeof(void *) * (size_t)c->m->n_slices);
 }
 
-/* The ranges this process's contexts hold pinned in place, with how many
- * hold each: a second context of a model only counts the registration (the
- * backend does), which takes no time and wants no notice. */
-static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    uintptr_t lo;
-    int refs;
-} held[16];
-
-/* d = +1: one more context holds lo, -1: one less; 0: asks. Returns the
- * holders before the change. */
-static int held_count(uintptr_t lo, int d) {
-    pthread_mutex_lock(&held_mu);
-    int i = 0, free_at = -1, before = 0;
-    for (; i < 16 && !(held[i].refs && held[i].lo == lo); i++)
-        if (!held[i].refs && free_at < 0) free_at = i;
-    if (i < 16) before = held[i].refs;
-    else if (d > 0 && free_at >= 0) i = free_at, held[i].lo = lo; /* else untracked: a notice too many at worst */
-    if (i < 16 && (d > 0 || before > 0)) held[i].refs += d;
-    pthread_mutex_unlock(&held_mu);
-    return before;
-}
-
 /* The model's weights pinned where they are (host_register; exec.h:
  * w_locked), as the layout chose (weights_in_place): the CPU computes from
  * them as without a GPU, copies to the GPU read them at the pinned rate, no
@@ -327,7 +303,8 @@ static void lock_weights(tnd_ctx *c) {
     if (hi <= lo) return;
     lo &= ~(pg - 1);
     hi = (hi + pg - 1) & ~(pg - 1);
-    if (!held_count(lo, 0)) pin_notice(hi - lo, "where they are");
+    /* a second context of the model only counts the registration: no notice */
+    if (!tnd_backend_host_registered(c->side[1].be, (void *)lo, hi - lo)) pin_notice(hi - lo, "where they are");
     const double t0 = tnd_time_s();
     if (tnd_backend_host_register(c->side[1].be, (void *)lo, hi - lo)) {
         TND_DEBUG("weights not pinned in place (%s): a pinned store", tnd_last_error());
@@ -336,7 +313,6 @@ static void lock_weights(tnd_ctx *c) {
         return;
     }
     c->w_locked = (void *)lo;
-    held_count(lo, +1);
     TND_DEBUG("weights: %.1f MiB pinned in place in %.2f s", (hi - lo) / MIB, tnd_time_s() - t0);
     free_pieces(c);
 }
@@ -529,10 +505,7 @@ tnd_status tnd_layout_alloc(tnd_ctx *c) {
 
 void tnd_layout_free_pins(tnd_ctx *c) {
     free_pieces(c);
-    if (c->w_locked) {
-        held_count((uintptr_t)c->w_locked, -1);
-        tnd_backend_host_unregister(c->side[1].be, c->w_locked);
-    }
+    if (c->w_locked) tnd_backend_host_unregister(c->side[1].be, c->w_locked);
     c->w_locked = NULL;
     c->lock_refused = false;
     free(c->pin_of);

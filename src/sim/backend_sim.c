@@ -397,6 +397,15 @@ static tnd_status sim_host_register(tnd_backend *b, void *p, size_t size) {
     return st;
 }
 
+static bool sim_host_registered(tnd_backend *b, const void *p, size_t size) {
+    sim_ctx *c = C(b);
+    pthread_mutex_lock(&c->mu);
+    const ptrdiff_t i = region_at_or_before(c, (uintptr_t)p);
+    const bool found = i >= 0 && c->regs[i].lo == (uintptr_t)p && c->regs[i].size == size && c->regs[i].refs > 0;
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
 static void sim_host_unregister(tnd_backend *b, void *p) {
     sim_ctx *c = C(b);
     pthread_mutex_lock(&c->mu);
@@ -944,6 +953,7 @@ static const tnd_backend_iface sim_iface = {
     .host_free = sim_host_free,
     .host_register = sim_host_register,
     .host_unregister = sim_host_unregister,
+    .host_registered = sim_host_registered,
     .stream_new = sim_stream_new,
     .stream_free = sim_stream_free,
     .stream_sync = sim_stream_sync,
