@@ -4,14 +4,16 @@
  * Build (CMake builds it as build/dev_matvec_bw), or by hand:
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude dev/matvec_bw.c build/libtandem.a -lpthread -lm -o matvec_bw
  * Run:
- *   build/dev_matvec_bw [-t 1,2] [-f Q4_0,Q8_0,...] [-s 4096x4096,...] [-r REPS] [-m MB] [--isa avx2]
+ *   build/dev_matvec_bw [-t 1,2] [-f Q4_0,Q8_0,...] [-s 4096x4096,...] [-n TOKENS] [-r REPS] [-m MB] [--isa avx2]
+ *
+ * -n: tokens per call (default 1; 4 is a batched round of four sequences).
  *
  * Shapes are n_in x n_out (ne0 x ne1 of the GGUF tensor): 4096x14336 is an
  * FFN up projection of an 8B model, 14336x4096 its down projection.
  *
  * Method: the read bandwidth is a streaming sum over a buffer much larger
  * than the last-level cache (-m MB, default 1024), with 1 thread and with the
- * pool, timed per 16 MiB piece. Each matvec (one token, activation quantization included) runs over a
+ * pool, timed per 16 MiB piece. Each matvec (-n tokens, activation quantization included) runs over a
  * rotation of copies of the weight matrix totalling >= that size too, so
  * every call reads its weights from DRAM, as in a real decode step where the
  * other layers evicted them. GB/s and the fraction use the best call and the
@@ -114,20 +116,21 @@ static double cpu_time_s(void) {
 
 int main(int argc, char **argv) {
     const char *threads_arg = NULL, *types_arg = "Q4_0,Q4_1,Q8_0,Q4_K,Q6_K", *shapes_arg = "4096x4096,4096x14336,5120x17408,14336x4096";
-    int reps = 50;
+    int reps = 50, ntok = 1;
     double mb = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads_arg = argv[++i];
         else if (!strcmp(argv[i], "-f") && i + 1 < argc) types_arg = argv[++i];
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) shapes_arg = argv[++i];
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc) ntok = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-m") && i + 1 < argc) mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *s = argv[++i];
             tnd_cpu_isa_id id = !strcmp(s, "scalar") ? TND_ISA_SCALAR : !strcmp(s, "avx2") ? TND_ISA_AVX2 : TND_ISA_AVX512;
             if (!tnd_cpu_isa_force(id)) fprintf(stderr, "ISA %s not available here\n", s);
         } else {
-            fprintf(stderr, "usage: %s [-t 1,N] [-f TYPES] [-s NINxNOUT,...] [-r REPS] [-m MB] [--isa scalar|avx2|avx512]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t 1,N] [-f TYPES] [-s NINxNOUT,...] [-n TOKENS] [-r REPS] [-m MB] [--isa scalar|avx2|avx512]\n", argv[0]);
             return 2;
         }
     }
@@ -165,8 +168,12 @@ int main(int argc, char **argv) {
     uint8_t *bwbuf = tnd_aligned_alloc(bw_bytes);
     if (!bwbuf) return 1;
     memset(bwbuf, 1, bw_bytes);
-    printf("# ISA %s; read-bandwidth buffer %.0f MiB; %d reps\n", tnd_cpu_isa(), mb, reps);
-    printf("| format | shape (n_in x n_out) | threads | MiB | us/token (mean) | us (best) | cpu us/thread | GB/s (best) | read BW GB/s | fraction | max err/S |\n");
+    if (ntok < 1 || ntok > 64) {
+        fprintf(stderr, "-n: 1 to 64 tokens\n");
+        return 2;
+    }
+    printf("# ISA %s; read-bandwidth buffer %.0f MiB; %d reps; %d token(s) a call\n", tnd_cpu_isa(), mb, reps, ntok);
+    printf("| format | shape (n_in x n_out) | threads | MiB | us/call (mean) | us (best) | cpu us/thread | GB/s (best) | read BW GB/s | fraction | max err/S |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int ti = 0; ti < n_nt; ti++) {
         tnd_pool *pool = tnd_pool_new(nthreads[ti]);
@@ -184,22 +191,22 @@ int main(int argc, char **argv) {
                 int copies = (int)((double)bw_bytes / (double)wbytes) + 1;
                 if (copies < 2) copies = 2;
                 uint8_t *W = tnd_aligned_alloc(wbytes * (size_t)copies);
-                float *x = malloc((size_t)n_in * sizeof(float)), *y = malloc((size_t)n_out * sizeof(float));
+                float *x = malloc((size_t)(n_in * ntok) * sizeof(float)), *y = malloc((size_t)(n_out * ntok) * sizeof(float));
                 if (!W || !x || !y) {
                     fprintf(stderr, "out of memory\n");
                     return 1;
                 }
                 fill_weights(wt, W, n_in, n_out);
                 for (int c = 1; c < copies; c++) memcpy(W + (size_t)c * wbytes, W, wbytes);
-                for (int64_t i = 0; i < n_in; i++) x[i] = frand();
+                for (int64_t i = 0; i < n_in * ntok; i++) x[i] = frand();
                 double err = validate(pool, wt, W, n_in, n_out, x);
                 /* warm-up pass over every copy (page faults, pool wake) */
-                for (int c = 0; c < copies; c++) tnd_cpu_matmul(pool, wt, W + (size_t)c * wbytes, n_in, n_out, x, 1, y);
+                for (int c = 0; c < copies; c++) tnd_cpu_matmul(pool, wt, W + (size_t)c * wbytes, n_in, n_out, x, ntok, y);
                 int calls = reps;
                 double t0 = tnd_time_s(), c0 = cpu_time_s(), best = 1e30;
                 for (int k = 0; k < calls; k++) {
                     double tk = tnd_time_s();
-                    tnd_cpu_matmul(pool, wt, W + (size_t)(k % copies) * wbytes, n_in, n_out, x, 1, y);
+                    tnd_cpu_matmul(pool, wt, W + (size_t)(k % copies) * wbytes, n_in, n_out, x, ntok, y);
                     best = fmin(best, tnd_time_s() - tk);
                 }
                 double dt = (tnd_time_s() - t0) / calls, ct = (cpu_time_s() - c0) / calls / nthreads[ti];

@@ -305,70 +305,79 @@ TGTI void quad_prep(const char *xq, size_t x_row, int64_t nt, int64_t nb, char *
     }
 }
 
-/* R rows x NT tokens. */
-TGTI void quad_tile(int64_t nb, const char *w, size_t w_row, const char *buf, const int R, const int NT, float *y,
-                    int64_t ys) { /* buf: quad_prep's layout */
-    const int64_t nq = (nb + 3) / 4;
-    const size_t tb = QUAD_TOK_BYTES(nq), bs = sizeof(block_q4_1), rowb = (size_t)nb * bs;
+/* Quad q (its n blocks, 1-4) of R rows x NT tokens into acc. */
+TGTI void quad_step(int64_t q, const int n, int64_t nq, const char *w, size_t w_row, size_t rowb, const char *buf,
+                    size_t tb, const int R, const int NT, __m512 acc[4][4], __m256i mh[4]) {
+    const size_t bs = sizeof(block_q4_1);
     /* words of 4 headers (20 bytes apart): d_k at 10 k, m_k at 10 k + 1 */
     const __m512i d_idx = _mm512_castsi256_si512(
         _mm256_setr_epi16(0, 0, 0, 0, 10, 10, 10, 10, 20, 20, 20, 20, 30, 30, 30, 30));
     const __m512i m_idx = _mm512_castsi256_si512(
         _mm256_setr_epi16(1, 11, 21, 31, 1, 11, 21, 31, 1, 11, 21, 31, 1, 11, 21, 31));
     const __m512i m4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const char *b = w + r * w_row + (size_t)(4 * q) * bs;
+        const char *pf = b + PF_DIST; /* R interleaved streams, as pair_tile */
+        if (pf >= w + r * w_row + rowb) pf += (size_t)(R - 1) * w_row;
+        _mm_prefetch(pf, _MM_HINT_T0);
+        _mm_prefetch(pf + 64, _MM_HINT_T0);
+        __m512i v, h;
+        if (n == 4) {
+            v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + 4)));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 24)), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 44)), 2);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 64)), 3);
+            h = _mm512_loadu_si512(b);
+        } else { /* the row's last 1-3 blocks; nothing read past them */
+            v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + 4)));
+            if (n > 1) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 24)), 1);
+            if (n > 2) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 44)), 2);
+            v = _mm512_maskz_mov_epi32((__mmask16)((1u << (4 * n)) - 1), v);
+            h = _mm512_maskz_loadu_epi16((1u << (10 * n)) - 1, b);
+        }
+        const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_idx, h)));
+        /* m_0..m_3 into words 4 (q % 4) .. + 3 */
+        mh[r] = _mm256_mask_mov_epi16(mh[r], (__mmask16)(0xfu << (4 * (q & 3))),
+                                      _mm512_castsi512_si256(_mm512_permutexvar_epi16(m_idx, h)));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const char *tp = buf + (size_t)t * tb;
+            __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(tp + 128 * q));
+            s = _mm512_dpbusd_epi32(s, hi, _mm512_loadu_si512(tp + 128 * q + 64));
+            const __m512 S = _mm512_loadu_ps((const float *)(tp + 128 * nq) + 16 * q);
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, S), acc[r][t]);
+        }
+        if ((q & 3) == 3 || q == nq - 1) { /* 16 blocks' m part */
+            const __m512 m16 = _mm512_cvtph_ps(mh[r]);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const float *sa = (const float *)(buf + (size_t)t * tb + 192 * nq) + 16 * (q / 4);
+                acc[r][t] = _mm512_fmadd_ps(m16, _mm512_loadu_ps(sa), acc[r][t]);
+            }
+            mh[r] = _mm256_setzero_si256();
+        }
+    }
+}
+
+/* R rows x NT tokens: the whole quads with n a constant 4, then the row's
+ * last 1-3 blocks. With the branch on n inside one loop, gcc kept the
+ * loop's state on the stack: four-token rounds over 8B-sized matrices ran
+ * up to 18% slower (docs/BENCHMARKS.md). The same operations in the same
+ * order: the same bits. */
+TGTI void quad_tile(int64_t nb, const char *w, size_t w_row, const char *buf, const int R, const int NT, float *y,
+                    int64_t ys) { /* buf: quad_prep's layout */
+    const int64_t nq = (nb + 3) / 4;
+    const size_t tb = QUAD_TOK_BYTES(nq), rowb = (size_t)nb * sizeof(block_q4_1);
     __m512 acc[4][4];
     __m256i mh[4]; /* the m (half floats) of up to 16 blocks, block order */
     for (int r = 0; r < R; r++) {
         mh[r] = _mm256_setzero_si256();
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
     }
-    for (int64_t q = 0; q < nq; q++) {
-        const int n = nb - 4 * q < 4 ? (int)(nb - 4 * q) : 4;
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const char *b = w + r * w_row + (size_t)(4 * q) * bs;
-            const char *pf = b + PF_DIST; /* R interleaved streams, as pair_tile */
-            if (pf >= w + r * w_row + rowb) pf += (size_t)(R - 1) * w_row;
-            _mm_prefetch(pf, _MM_HINT_T0);
-            _mm_prefetch(pf + 64, _MM_HINT_T0);
-            __m512i v, h;
-            if (n == 4) {
-                v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + 4)));
-                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 24)), 1);
-                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 44)), 2);
-                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 64)), 3);
-                h = _mm512_loadu_si512(b);
-            } else { /* the row's last 1-3 blocks; nothing read past them */
-                v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + 4)));
-                if (n > 1) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 24)), 1);
-                if (n > 2) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 44)), 2);
-                v = _mm512_maskz_mov_epi32((__mmask16)((1u << (4 * n)) - 1), v);
-                h = _mm512_maskz_loadu_epi16((1u << (10 * n)) - 1, b);
-            }
-            const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_idx, h)));
-            /* m_0..m_3 into words 4 (q % 4) .. + 3 */
-            mh[r] = _mm256_mask_mov_epi16(mh[r], (__mmask16)(0xfu << (4 * (q & 3))),
-                                          _mm512_castsi512_si256(_mm512_permutexvar_epi16(m_idx, h)));
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) {
-                const char *tp = buf + (size_t)t * tb;
-                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(tp + 128 * q));
-                s = _mm512_dpbusd_epi32(s, hi, _mm512_loadu_si512(tp + 128 * q + 64));
-                const __m512 S = _mm512_loadu_ps((const float *)(tp + 128 * nq) + 16 * q);
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, S), acc[r][t]);
-            }
-            if ((q & 3) == 3 || q == nq - 1) { /* 16 blocks' m part */
-                const __m512 m16 = _mm512_cvtph_ps(mh[r]);
-#pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) {
-                    const float *sa = (const float *)(buf + (size_t)t * tb + 192 * nq) + 16 * (q / 4);
-                    acc[r][t] = _mm512_fmadd_ps(m16, _mm512_loadu_ps(sa), acc[r][t]);
-                }
-                mh[r] = _mm256_setzero_si256();
-            }
-        }
-    }
+    for (int64_t q = 0; q < nb / 4; q++) quad_step(q, 4, nq, w, w_row, rowb, buf, tb, R, NT, acc, mh);
+    if (nb % 4) quad_step(nb / 4, (int)(nb % 4), nq, w, w_row, rowb, buf, tb, R, NT, acc, mh);
     for (int r = 0; r < R; r++)
         for (int t = 0; t < NT; t++) y[t * ys + r] = hsum512_ps(acc[r][t]);
 }
