@@ -167,7 +167,21 @@ typedef struct tnd_ctx_params {
                                 a Chrome/Perfetto trace (JSON: CPU ops, GPU ops, copies, syncs,
                                 the plan's predicted round times), completed by tnd_ctx_free;
                                 NULL = none */
+    unsigned moe_ablate;     /* MoE mechanisms switched off, for ablation studies (TND_ABLATE_*,
+                                or'ed; bench --ablate); 0 = all on */
 } tnd_ctx_params;
+
+/* tnd_ctx_params.moe_ablate: what an MoE context runs without. */
+enum {
+    TND_ABLATE_HOT = 1u << 0,      /* no hot-expert table: the placement takes every expert as equally
+                                      popular, and the live table does not re-place them */
+    TND_ABLATE_PREFETCH = 1u << 1, /* no experts copied a layer ahead: what is not resident runs
+                                      on the CPU (greedy, layer by layer) */
+    TND_ABLATE_FIXED2 = 1u << 2,   /* a layer ahead, the two most chosen predicted experts, whatever
+                                      the link and the CPU take (HybriMoE-like), not the balance */
+    TND_ABLATE_SYNC = 1u << 3,     /* weight copies synchronous: the host waits for each as it is
+                                      queued, so none overlaps compute */
+};
 
 tnd_model_params tnd_model_default_params(void);
 tnd_ctx_params tnd_ctx_default_params(void);

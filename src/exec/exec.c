@@ -303,6 +303,8 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
         return st;
     }
     if ((st = tnd_backend_event_record(g, c->slot_ready[j % TND_RING_EV], c->xfer))) return st;
+    /* the ablation without asynchronous copies: the host waits for each */
+    if ((c->ablate & TND_ABLATE_SYNC) && (st = tnd_backend_stream_sync(g, c->xfer))) return st;
     c->copy_pred[j % TND_RING_EV] = c->perf ? c->perf->lat + (double)n / c->perf->b_pcie : 0;
     c->copy_bytes[j % TND_RING_EV] = n;
     c->n_w_copies++;

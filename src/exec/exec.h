@@ -120,6 +120,7 @@ struct tnd_ctx {
     uint64_t n_replans;      /* promotions re-decided on measured speeds (Algorithm 3) */
     bool adapt;              /* correct promote=auto's times by measured ones (not no_adapt) */
     bool adapt_cpu;          /* ... the CPU's too (tests on a shared machine watch the link alone) */
+    unsigned ablate;         /* TND_ABLATE_*: MoE mechanisms switched off (tnd_ctx_params.moe_ablate) */
     tnd_adapt ad[2];         /* the recorder and rule, for decode steps and prefill chunks */
     tnd_adapt_gpu adg;       /* ... and for the GPU shared with another process (runtime/shared_gpu.c) */
     struct tnd_plan *plan_idle; /* while placed for a shared GPU: the plan for an idle one (owned) */

@@ -47,7 +47,7 @@ tnd_status tnd_pf_init(tnd_ctx *c) {
     for (int l = 0; l < L; l++)
         for (int e = 0; e < E; e++) c->n_compact[l] += c->exp_gpu[(size_t)l * E + e] >= 0;
     const int want = tnd_config_get()->expert_prefetch;
-    const int P = want < 0 ? c->m->hp.n_expert_used : want;
+    const int P = c->ablate & TND_ABLATE_PREFETCH ? 0 : want < 0 ? c->m->hp.n_expert_used : want;
     if (P <= 0) return TND_OK;
     c->pf_max = P;
     const size_t LP = (size_t)L * (size_t)P;
@@ -214,7 +214,9 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
      * layer without waits, its overhead H plus the n - k experts left to
      * the CPU: k t_copy <= H + (n - k) t_cpu (all of them until measured) */
     const double tc = copy_time(c, l), te = c->pf_t_exp, H = c->pf_t_over;
-    if (k > 0 && tc > 0 && te > 0 && H > 0) {
+    if (c->ablate & TND_ABLATE_FIXED2) {
+        k = TND_MIN(k, 2); /* the ablation: a fixed count, what HybriMoE-like prefetch does */
+    } else if (k > 0 && tc > 0 && te > 0 && H > 0) {
         /* rounded down: taking the fractions as they add up (error
          * diffusion) copied more and ran slower (docs/DECISIONS.md) */
         const double x = (H + nc * te) / (tc + te);
@@ -234,5 +236,8 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
         c->n_pf_copies++;
         c->pf_queued = true;
     }
-    return k > 0 ? tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer) : TND_OK;
+    if (k <= 0) return TND_OK;
+    tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
+    if (!st && (c->ablate & TND_ABLATE_SYNC)) st = tnd_backend_stream_sync(c->side[1].be, c->xfer);
+    return st;
 }

@@ -174,6 +174,7 @@ static void adopt(tnd_ctx *c, tnd_plan *plan) {
     c->lay = plan->lay;
     c->perf = plan->perf;
     c->budget_asked = plan->budget_asked;
+    c->ablate = plan->ablate;
 }
 
 /* Everything big of c's plan: buffers on both sides, then the GPU scratch. */

@@ -168,7 +168,7 @@ static tnd_status swap_layer(tnd_ctx *c, int l, int *idx, int *n_swaps) {
 }
 
 tnd_status tnd_hot_after_round(tnd_ctx *c) {
-    if (!c->hot_pop || !c->adapt) return TND_OK;
+    if (!c->hot_pop || !c->adapt || (c->ablate & TND_ABLATE_HOT)) return TND_OK;
     const int L = c->pl.n_layer, E = c->pl.n_expert;
     int64_t tok = 0;
     for (int l = 0; l < L; l++) tok = TND_MAX(tok, c->hot_tok[l]);

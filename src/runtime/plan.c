@@ -115,6 +115,19 @@ tnd_status tnd_plan_replace(const tnd_plan *base, double lat, tnd_plan **out) {
     return TND_OK;
 }
 
+/* The perf DB for pl (tnd_perf_get); without the hot-expert table
+ * (TND_ABLATE_HOT) it forgets the routing it measured, so every expert
+ * counts as equally popular. */
+static tnd_status perf_for(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend *cpu, tnd_backend *gpu,
+                           tnd_perf **out) {
+    tnd_status st = tnd_perf_get(pl->m, p, cpu, gpu, out);
+    if (!st && (pl->ablate & TND_ABLATE_HOT) && (*out)->pop) {
+        free((*out)->pop);
+        (*out)->pop = NULL;
+    }
+    return st;
+}
+
 /* Chooses the placement and the layout, checking it against the budget. */
 static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend *cpu, tnd_backend *gpu,
                               const tnd_placement *fixed) {
@@ -194,11 +207,11 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
         pl->wbudget = wbudget;
         pl->kv_layer = kv_layer;
         snprintf(pl->promote, sizeof pl->promote, "%s", promote ? promote : "none");
-        if ((st = tnd_perf_get(m, p, cpu, gpu, &pl->perf)) || (st = place_static(pl))) return st;
+        if ((st = perf_for(pl, p, cpu, gpu, &pl->perf)) || (st = place_static(pl))) return st;
     } else if ((st = tnd_placement_make(m, stat ? "cpu" : spec, promote, wbudget, kv_layer, &pl->pl))) {
         return st;
     }
-    if (pl->gpu && pl->pl.promote_auto && !pl->perf && (st = tnd_perf_get(m, p, cpu, gpu, &pl->perf))) return st;
+    if (pl->gpu && pl->pl.promote_auto && !pl->perf && (st = perf_for(pl, p, cpu, gpu, &pl->perf))) return st;
     if (!pl->gpu) {
         memset(pl->pl.where, 0, (size_t)m->n_slices);
         memset(pl->pl.kv, 0, (size_t)m->hp.n_layer);
@@ -210,7 +223,7 @@ static tnd_status plan_memory(tnd_plan *pl, const tnd_ctx_params *p, tnd_backend
     /* predictions asked for where the placement needed no DB: one more
      * look-up (or profile), whose failure only leaves the plan without them */
     if (p->predict && pl->gpu && !pl->perf) {
-        if (tnd_perf_get(m, p, cpu, gpu, &pl->perf_pred)) tnd_clear_error();
+        if (perf_for(pl, p, cpu, gpu, &pl->perf_pred)) tnd_clear_error();
     }
     return TND_OK;
 }
@@ -243,6 +256,7 @@ tnd_status tnd_plan_make(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu
     pl->n_batch = tnd_round_cap(p->n_batch, pl->n_ctx, pl->n_seq_max);
     pl->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
     pl->gpu = gpu != NULL;
+    pl->ablate = p->moe_ablate;
     tnd_status st = TND_OK;
     if (p->hw && !(pl->hw = strdup(p->hw))) st = tnd_fail(TND_ERR_NOMEM, "out of memory");
     if (!st) st = plan_memory(pl, p, cpu, gpu, fixed);

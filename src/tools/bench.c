@@ -49,6 +49,11 @@ static void usage(FILE *f) {
                "      --tokens text|random  what the tests read (default text: a fixed English\n"
                "                         passage, repeated; random: fixed pseudo-random ids, as\n"
                "                         llama-bench). MoE speed depends on the routing it causes.\n"
+               "      --ablate LIST      MoE: after each placement, the same without one mechanism\n"
+               "                         at a time (comma list, or all): hot (the hot-expert\n"
+               "                         table), prefetch (experts copied a layer ahead), fixed2\n"
+               "                         (always two copied a layer ahead, not the balance), sync\n"
+               "                         (weight copies synchronous)\n"
                "      --predictor N      MoE: train the next-layer expert predictor on the routing\n"
                "                         of N pseudo-random tokens (CPU) and report its top-k hit\n"
                "                         rate on the first N/2 test tokens against the baselines\n"
@@ -92,6 +97,7 @@ static void stats(result *r) {
 typedef struct config {
     char placement[512];
     const char *promote;
+    unsigned ablate;                /* TND_ABLATE_*: the mechanism this row runs without (0: none) */
     result res[2];
     int nres;
     double gpu_mib, lim_tg, lim_pp; /* limits in tokens/s (0: unknown) */
@@ -107,6 +113,54 @@ typedef struct config {
 } config;
 
 static bool g_verbose; /* -v */
+
+/* --ablate's names, one flag each, and how a row says it */
+static const struct {
+    const char *name;
+    unsigned flag;
+    const char *label;
+} k_ablations[] = {
+    {"hot", TND_ABLATE_HOT, "no hot-expert table"},
+    {"prefetch", TND_ABLATE_PREFETCH, "no prefetch"},
+    {"fixed2", TND_ABLATE_FIXED2, "fixed 2-expert prefetch"},
+    {"sync", TND_ABLATE_SYNC, "synchronous copies"},
+};
+#define N_ABLATIONS ((int)(sizeof k_ablations / sizeof *k_ablations))
+
+/* --ablate's comma list (or "all") into flags, in the order given. */
+static bool parse_ablations(const char *v, unsigned *out, int *n) {
+    *n = 0;
+    if (!v || !*v) return false;
+    if (!strcmp(v, "all")) {
+        for (int i = 0; i < N_ABLATIONS; i++) out[(*n)++] = k_ablations[i].flag;
+        return true;
+    }
+    for (const char *p = v; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        int i = 0;
+        while (i < N_ABLATIONS && (strlen(k_ablations[i].name) != len || strncmp(p, k_ablations[i].name, len))) i++;
+        if (i == N_ABLATIONS) return false;
+        for (int j = 0; j < *n; j++)
+            if (out[j] == k_ablations[i].flag) return false; /* named twice */
+        out[(*n)++] = k_ablations[i].flag;
+        p += len + (e != NULL);
+        if (e && !*p) return false; /* a trailing comma */
+    }
+    return *n > 0;
+}
+
+/* A row's placement as printed: the placement, and what it runs without
+ * (buf: at least LABEL_MAX bytes). */
+#define LABEL_MAX 560
+static const char *cfg_label(const config *k, char *buf) {
+    const char *pl = k->placement[0] ? k->placement : "default";
+    const char *ab = NULL;
+    for (int i = 0; i < N_ABLATIONS; i++)
+        if (k->ablate == k_ablations[i].flag) ab = k_ablations[i].label;
+    snprintf(buf, LABEL_MAX, "%.511s%s%.30s", pl, ab ? ", " : "", ab ? ab : "");
+    return buf;
+}
 
 #define CNT_DIFF(d, a, b, f) ((d)->f += (b)->f - (a)->f)
 /* d += b - a, field by field */
@@ -133,6 +187,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     tnd_ctx_params cp = *base;
     if (k->placement[0]) cp.placement = k->placement;
     cp.promote = k->promote;
+    cp.moe_ablate = k->ablate;
     tnd_ctx *c;
     k->route_gpu = k->route_pred = k->route_pf = -1;
     k->pf_copies = 0;
@@ -230,7 +285,8 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         stats(r);
     }
     rc = 0;
-    if (g_verbose) print_counters(k->placement[0] ? k->placement : "default", "decode token", &k->dec, k->dec_tok);
+    char lab[LABEL_MAX];
+    if (g_verbose) print_counters(cfg_label(k, lab), "decode token", &k->dec, k->dec_tok);
     /* how much of the split layers' decode routing the GPU's experts took,
      * against the hot-expert table the placement was made from */
     tnd_ctx_stats cs;
@@ -478,7 +534,8 @@ int cmd_bench(int argc, char **argv) {
     long n_prompt = 512, n_gen = 128, depth = 0, threads = 0, reps = 3, batch = 0, n_pred = 1024;
     bool text_tokens = true;
     static config cfg[MAX_CONFIGS];
-    int n_cfg = 0;
+    int n_cfg = 0, n_abl = 0;
+    unsigned abl[N_ABLATIONS];
     bool want_limits = true, cpu_exact = false, no_adapt = false;
     static bres br[MAX_BATCHES];
     int batches[MAX_BATCHES], n_batches = 0;
@@ -513,6 +570,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) ok = tools_parse_int(v, 1, 64, &reps);
         else if (!strcmp(a, "--batch")) ok = parse_batches(v, batches, &n_batches);
         else if (!strcmp(a, "--predictor")) ok = tools_parse_int(v, 0, 1 << 16, &n_pred);
+        else if (!strcmp(a, "--ablate")) ok = parse_ablations(v, abl, &n_abl);
         else if (!strcmp(a, "--tokens")) ok = v && ((text_tokens = !strcmp(v, "text")) || !strcmp(v, "random"));
         else if (!strcmp(a, "--device")) {
             ok = v && (!strcmp(v, "cpu") || !strcmp(v, "cuda") || !strcmp(v, "sim"));
@@ -538,6 +596,23 @@ int cmd_bench(int argc, char **argv) {
         if (!ok) return tools_bad_option("bench", a, false, usage);
     }
     if (!n_cfg) n_cfg = 1; /* the default placement */
+    if (n_abl && n_batches) {
+        fprintf(stderr, "tandem: error: --batch takes no --ablate\n");
+        return 2;
+    }
+    if (n_abl) { /* each placement, then the same without each mechanism */
+        if (n_cfg * (1 + n_abl) > MAX_CONFIGS) {
+            fprintf(stderr, "tandem: error: %d placements, each in full and without %d mechanisms, are more than the "
+                    "%d configurations bench runs\n", n_cfg, n_abl, MAX_CONFIGS);
+            return 2;
+        }
+        for (int k = n_cfg - 1; k >= 0; k--) /* from the last, so none is overwritten before it is read */
+            for (int a = n_abl; a >= 0; a--) {
+                cfg[k * (1 + n_abl) + a] = cfg[k];
+                cfg[k * (1 + n_abl) + a].ablate = a ? abl[a - 1] : 0;
+            }
+        n_cfg *= 1 + n_abl;
+    }
     if (n_batches && (n_cfg > 1 || depth)) {
         fprintf(stderr, "tandem: error: --batch takes one placement and no --depth\n");
         return 2;
@@ -557,6 +632,11 @@ int cmd_bench(int argc, char **argv) {
     }
     tnd_model *m;
     if (!tools_load_model(&model, threads, &m)) return 1;
+    if (n_abl && !m->arch->moe) {
+        fprintf(stderr, "tandem: error: --ablate: %s has no experts (its mechanisms are MoE ones)\n", model);
+        tnd_model_free(m);
+        return 2;
+    }
     int n_threads = threads ? (int)threads : tnd_physical_cores();
     tnd_ctx_params cp = tnd_ctx_default_params();
     long need = TND_MAX(n_prompt, depth + n_gen);
@@ -648,7 +728,8 @@ int cmd_bench(int argc, char **argv) {
         cp.trace = trace_name(trace, k, n_cfg, trace_k, sizeof trace_k);
         if (run_config(m, &cp, &cfg[k], toks, n_prompt, n_gen, depth, reps, have_limits ? &L : NULL, pf, name_pp,
                        name_tg)) {
-            fprintf(stderr, "tandem: error: bench (placement %s): %s\n", cfg[k].placement[0] ? cfg[k].placement : "default",
+            char lab[LABEL_MAX];
+            fprintf(stderr, "tandem: error: bench (placement %s): %s\n", cfg_label(&cfg[k], lab),
                     tnd_last_error());
             cfg[k].nres = 0; /* no rows for a placement that failed */
             if (!cfg[k].desc[0]) snprintf(cfg[k].desc, sizeof cfg[k].desc, "failed");
@@ -682,6 +763,12 @@ int cmd_bench(int argc, char **argv) {
                 tnd_json_str(stdout, pl, strlen(pl));
                 printf(", \"promote\": ");
                 tnd_json_str(stdout, pr, strlen(pr));
+                printf(", \"ablate\": ");
+                const char *ab = NULL;
+                for (int a = 0; a < N_ABLATIONS; a++)
+                    if (cfg[k].ablate == k_ablations[a].flag) ab = k_ablations[a].name;
+                if (ab) tnd_json_str(stdout, ab, strlen(ab));
+                else printf("null");
                 printf(", \"built\": ");
                 tnd_json_str(stdout, cfg[k].desc, strlen(cfg[k].desc));
                 printf(", \"gpu_mib\": %.1f, \"test\": ", cfg[k].gpu_mib);
@@ -747,7 +834,8 @@ int cmd_bench(int argc, char **argv) {
             for (int i = 0; i < cfg[k].nres; i++) {
                 const result *r = &cfg[k].res[i];
                 double lim = i == 0 && n_prompt ? cfg[k].lim_pp : cfg[k].lim_tg;
-                printf("| %s | %s | %.0f | %s | %.2f ± %.2f |", cfg[k].placement[0] ? cfg[k].placement : "default",
+                char lab[LABEL_MAX];
+                printf("| %s | %s | %.0f | %s | %.2f ± %.2f |", cfg_label(&cfg[k], lab),
                        cfg[k].promote ? cfg[k].promote : "-", cfg[k].gpu_mib, r->name, r->mean, r->sd);
                 if (lim > 0) printf(" %.1f | %.0f%% |", lim, 100.0 * r->mean / lim);
                 else printf(" - | - |");

@@ -1,0 +1,121 @@
+/* The MoE ablations (tnd_ctx_params.moe_ablate; bench --ablate) on SimGPU,
+ * a tiny synthetic MoE model, the static placement at a budget that splits
+ * layers expert by expert:
+ *   - with each mechanism off, the logits stay bit for bit the CPU's
+ *     (exact mode): an ablation moves work, it never changes it;
+ *   - without the hot-expert table the plan's perf DB holds no routing, and
+ *     the live table swaps nothing; with it, the DB holds the profile's;
+ *   - without prefetch nothing is copied a layer ahead; the full system
+ *     copies, and a fixed two copy at most two experts a split layer and
+ *     step (and some);
+ *   - synchronous copies copy as much as the full system's rule allows.
+ * Skips (77) without the tandem binary (for synth). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "exec/exec.h"
+#include "model_fixture.h"
+#include "runtime/internal.h"
+#include "tandem.h"
+
+#define N_PROMPT 40
+#define N_GEN 24
+
+/* The prompt, then N_GEN decode steps fed tok; each step's logits into lg. */
+static tnd_status run(tnd_ctx *c, const int32_t *prompt, int nv, int32_t *tok, bool greedy, float *lg) {
+    tnd_status st = tnd_ctx_eval(c, prompt, N_PROMPT, lg);
+    for (int i = 0; !st && i < N_GEN; i++) {
+        const float *last = i ? lg + (size_t)(i - 1) * nv : lg;
+        if (greedy) tok[i] = tc_argmax(last, nv);
+        st = tnd_ctx_eval(c, &tok[i], 1, lg + (size_t)i * nv);
+    }
+    return st;
+}
+
+static int split_layers(const tnd_ctx *c) {
+    int n = 0;
+    for (int l = 0; l < c->pl.n_layer; l++) n += c->pl.split[l] != 0;
+    return n;
+}
+
+int main(void) {
+    tnd_model *m;
+    int rc = fx_synth_load("tiny-qwen3moe", 2, &m);
+    if (rc) return rc;
+    char cache[] = "/tmp/tnd_ablate_cache_XXXXXX";
+    CHECK(mkdtemp(cache) != NULL, "cache dir");
+    setenv("TANDEM_CACHE", cache, 1);
+    const int nv = tnd_model_n_vocab(m);
+    int32_t prompt[N_PROMPT], tok[N_GEN];
+    fx_random_tokens(m, 11, prompt, N_PROMPT);
+    tnd_ctx_params p = tnd_ctx_default_params();
+    p.cpu_exact = true;
+    p.n_ctx = N_PROMPT + N_GEN + 8;
+    p.n_batch = 64;
+    const size_t nl = (size_t)N_GEN * (size_t)nv;
+    float *ref = tc_xmalloc(sizeof(float) * nl), *lg = tc_xmalloc(sizeof(float) * nl);
+    tnd_ctx *c = NULL;
+    CHECK_ST(tnd_ctx_new(m, &p, &c));
+    if (c) CHECK_ST(run(c, prompt, nv, tok, true, ref));
+    tnd_ctx_free(c);
+
+    p.device = TND_DEVICE_SIM;
+    p.hw = "rtx3060-laptop";
+    /* the GPU's fixed needs, then room for about half the weights */
+    tnd_plan *probe = NULL;
+    p.vram_budget = 0;
+    CHECK_ST(tnd_plan_build(m, &p, &probe));
+    if (!probe) return tc_summary();
+    const tnd_layout *l0 = tnd_plan_layout(probe);
+    p.vram_budget = l0->act_gpu + l0->small_gpu + l0->scratch_gpu + l0->w_gpu / 2;
+    tnd_plan_free(probe);
+
+    static const unsigned ablations[] = {0, TND_ABLATE_HOT, TND_ABLATE_PREFETCH, TND_ABLATE_FIXED2, TND_ABLATE_SYNC};
+    static const char *const names[] = {"none", "hot", "prefetch", "fixed2", "sync"};
+    uint64_t copies_full = 0;
+    for (int a = 0; a < 5; a++) {
+        p.moe_ablate = ablations[a];
+        c = NULL;
+        CHECK_ST(tnd_ctx_new(m, &p, &c));
+        if (!c) continue;
+        const int ns = split_layers(c);
+        CHECK(ns > 0, "ablate %s: the budget split no layer: nothing to test", names[a]);
+        CHECK_ST(run(c, prompt, nv, tok, false, lg));
+        CHECK(!memcmp(lg, ref, sizeof(float) * nl), "ablate %s: logits differ from the CPU's", names[a]);
+        tnd_ctx_stats s;
+        tnd_ctx_get_stats(c, &s);
+        const bool pop = c->perf && c->perf->pop;
+        printf("ablate %s: %d split layers; %llu decode routings, %llu on the GPU, %llu from slots; %llu experts "
+               "copied a layer ahead; %llu moved by the live table; routing in the perf DB: %s\n",
+               names[a], ns, (unsigned long long)s.n_route_dec, (unsigned long long)s.n_route_dec_gpu,
+               (unsigned long long)s.n_route_dec_pf, (unsigned long long)s.n_pf_copies,
+               (unsigned long long)s.n_expert_moves, pop ? "yes" : "no");
+        if (ablations[a] == TND_ABLATE_HOT) {
+            CHECK(!pop, "ablate hot: the plan's perf DB still holds the profile's routing");
+            CHECK(s.n_expert_moves == 0, "ablate hot: the live table moved %llu experts",
+                  (unsigned long long)s.n_expert_moves);
+        } else {
+            CHECK(pop, "ablate %s: no routing in the plan's perf DB", names[a]);
+        }
+        if (ablations[a] == 0) {
+            copies_full = s.n_pf_copies;
+            CHECK(s.n_pf_copies > 0, "the full system copied no expert a layer ahead");
+        }
+        if (ablations[a] == TND_ABLATE_PREFETCH)
+            CHECK(s.n_pf_copies == 0 && s.n_route_dec_pf == 0, "ablate prefetch: %llu experts copied",
+                  (unsigned long long)s.n_pf_copies);
+        if (ablations[a] == TND_ABLATE_FIXED2)
+            CHECK(s.n_pf_copies > 0 && s.n_pf_copies <= 2ull * (uint64_t)ns * (N_GEN + 1),
+                  "ablate fixed2: %llu experts copied over %d split layers and %d steps",
+                  (unsigned long long)s.n_pf_copies, ns, N_GEN + 1);
+        if (ablations[a] == TND_ABLATE_SYNC)
+            CHECK(s.n_pf_copies > 0, "ablate sync: no expert copied (full system: %llu)",
+                  (unsigned long long)copies_full);
+        tnd_ctx_free(c);
+    }
+    free(ref), free(lg);
+    tnd_model_free(m);
+    return tc_summary();
+}
