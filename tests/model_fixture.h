@@ -121,4 +121,20 @@ static inline tnd_status fx_greedy(tnd_ctx *c, const int32_t *ids, int n, int n_
     return st;
 }
 
+/* Prefill ids on c (its logits into lg), then n_gen steps: step i feeds
+ * tok[i] (greedy: the argmax of the logits before it, written there) and
+ * writes its logits over lg[i] (lg: n_gen x n_vocab floats), so teacher-
+ * forced runs of other placements compare step by step with a greedy one. */
+static inline tnd_status fx_steps(tnd_ctx *c, const int32_t *ids, int n, int n_gen, int32_t *tok, bool greedy,
+                                  float *lg) {
+    const int nv = tnd_model_n_vocab(tnd_ctx_model(c));
+    tnd_status st = tnd_ctx_eval(c, ids, n, lg);
+    for (int i = 0; !st && i < n_gen; i++) {
+        const float *last = i ? lg + (size_t)(i - 1) * nv : lg;
+        if (greedy) tok[i] = tc_argmax(last, nv);
+        st = tnd_ctx_eval(c, &tok[i], 1, lg + (size_t)i * nv);
+    }
+    return st;
+}
+
 #endif

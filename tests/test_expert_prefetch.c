@@ -27,18 +27,6 @@
 #define N_PROMPT 40
 #define N_GEN 32
 
-/* The prompt, then N_GEN decode steps: greedy (ref: tok written) or fed
- * tok (teacher forcing); each step's logits into lg[N_GEN][nv]. */
-static tnd_status run(tnd_ctx *c, const int32_t *prompt, int nv, int32_t *tok, bool greedy, float *lg) {
-    tnd_status st = tnd_ctx_eval(c, prompt, N_PROMPT, lg);
-    for (int i = 0; !st && i < N_GEN; i++) {
-        const float *last = i ? lg + (size_t)(i - 1) * nv : lg;
-        if (greedy) tok[i] = tc_argmax(last, nv);
-        st = tnd_ctx_eval(c, &tok[i], 1, lg + (size_t)i * nv);
-    }
-    return st;
-}
-
 static double max_diff(const float *a, const float *b, size_t n) {
     double d = 0;
     for (size_t i = 0; i < n; i++) d = fabs((double)a[i] - b[i]) > d ? fabs((double)a[i] - b[i]) : d;
@@ -79,7 +67,7 @@ int main(void) {
     float *ref = tc_xmalloc(sizeof(float) * nl), *lg = tc_xmalloc(sizeof(float) * nl);
     tnd_ctx *c = NULL;
     CHECK_ST(tnd_ctx_new(m, &p, &c));
-    if (c) CHECK_ST(run(c, prompt, nv, tok, true, ref));
+    if (c) CHECK_ST(fx_steps(c, prompt, N_PROMPT, N_GEN, tok, true, ref));
     tnd_ctx_free(c);
 
     for (int dev = 0; dev < 2; dev++) {
@@ -103,7 +91,7 @@ int main(void) {
                 if (!c) continue;
                 int slots, res = gpu_experts(c, &slots);
                 if (seed == 5) total[on] = c->lay.gpu_total;
-                CHECK_ST(run(c, prompt, nv, tok, false, lg));
+                CHECK_ST(fx_steps(c, prompt, N_PROMPT, N_GEN, tok, false, lg));
                 tnd_ctx_stats s;
                 tnd_ctx_get_stats(c, &s);
                 diff[on][seed - 5] = max_diff(lg, ref, nl);
@@ -127,7 +115,7 @@ int main(void) {
                           "%s %s: after a plan swap %d resident + %d slots, before %d + %d", dn, pl, res2, slots2, res,
                           slots);
                     CHECK_ST(tnd_ctx_truncate(c, 0));
-                    CHECK_ST(run(c, prompt, nv, tok, false, lg));
+                    CHECK_ST(fx_steps(c, prompt, N_PROMPT, N_GEN, tok, false, lg));
                     if (!dev) CHECK(!memcmp(lg, ref, sizeof(float) * nl), "%s %s: logits differ after the plan swap", dn, pl);
                 }
                 if (!on) CHECK(s.n_pf_copies == 0 && s.n_route_dec_pf == 0, "%s %s: prefetch off copied experts", dn, pl);

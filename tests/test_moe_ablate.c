@@ -23,17 +23,6 @@
 #define N_PROMPT 40
 #define N_GEN 24
 
-/* The prompt, then N_GEN decode steps fed tok; each step's logits into lg. */
-static tnd_status run(tnd_ctx *c, const int32_t *prompt, int nv, int32_t *tok, bool greedy, float *lg) {
-    tnd_status st = tnd_ctx_eval(c, prompt, N_PROMPT, lg);
-    for (int i = 0; !st && i < N_GEN; i++) {
-        const float *last = i ? lg + (size_t)(i - 1) * nv : lg;
-        if (greedy) tok[i] = tc_argmax(last, nv);
-        st = tnd_ctx_eval(c, &tok[i], 1, lg + (size_t)i * nv);
-    }
-    return st;
-}
-
 static int split_layers(const tnd_ctx *c) {
     int n = 0;
     for (int l = 0; l < c->pl.n_layer; l++) n += c->pl.split[l] != 0;
@@ -58,7 +47,7 @@ int main(void) {
     float *ref = tc_xmalloc(sizeof(float) * nl), *lg = tc_xmalloc(sizeof(float) * nl);
     tnd_ctx *c = NULL;
     CHECK_ST(tnd_ctx_new(m, &p, &c));
-    if (c) CHECK_ST(run(c, prompt, nv, tok, true, ref));
+    if (c) CHECK_ST(fx_steps(c, prompt, N_PROMPT, N_GEN, tok, true, ref));
     tnd_ctx_free(c);
 
     p.device = TND_DEVICE_SIM;
@@ -82,7 +71,7 @@ int main(void) {
         if (!c) continue;
         const int ns = split_layers(c);
         CHECK(ns > 0, "ablate %s: the budget split no layer: nothing to test", names[a]);
-        CHECK_ST(run(c, prompt, nv, tok, false, lg));
+        CHECK_ST(fx_steps(c, prompt, N_PROMPT, N_GEN, tok, false, lg));
         CHECK(!memcmp(lg, ref, sizeof(float) * nl), "ablate %s: logits differ from the CPU's", names[a]);
         tnd_ctx_stats s;
         tnd_ctx_get_stats(c, &s);
