@@ -180,7 +180,8 @@ enum {
     TND_ABLATE_FIXED2 = 1u << 2,   /* a layer ahead, the two most chosen predicted experts, whatever
                                       the link and the CPU take (HybriMoE-like), not the balance */
     TND_ABLATE_SYNC = 1u << 3,     /* weight copies synchronous: the host waits for each as it is
-                                      queued, so none overlaps compute */
+                                      queued, before the CPU's work goes on (GPU kernels queued
+                                      before it still run beside it) */
 };
 
 tnd_model_params tnd_model_default_params(void);

@@ -4,7 +4,10 @@
  *   - with each mechanism off, the logits stay bit for bit the CPU's
  *     (exact mode): an ablation moves work, it never changes it;
  *   - without the hot-expert table the plan's perf DB holds no routing, and
- *     the live table swaps nothing; with it, the DB holds the profile's;
+ *     the live table swaps nothing even when told its GPU experts take
+ *     every routing (the full system then swaps, as in test_hot_experts),
+ *     though it still measures the share; with it, the DB holds the
+ *     profile's;
  *   - without prefetch nothing is copied a layer ahead; the full system
  *     copies, and a fixed two copy at most two experts a split layer and
  *     step (and some);
@@ -22,6 +25,7 @@
 
 #define N_PROMPT 40
 #define N_GEN 24
+#define N_HOT 192 /* tokens after the table is told a wrong share: three of its 64-token windows */
 
 static int split_layers(const tnd_ctx *c) {
     int n = 0;
@@ -37,11 +41,12 @@ int main(void) {
     CHECK(mkdtemp(cache) != NULL, "cache dir");
     setenv("TANDEM_CACHE", cache, 1);
     const int nv = tnd_model_n_vocab(m);
-    int32_t prompt[N_PROMPT], tok[N_GEN];
+    int32_t prompt[N_PROMPT], tok[N_GEN], more[N_HOT];
     fx_random_tokens(m, 11, prompt, N_PROMPT);
+    fx_random_tokens(m, 12, more, N_HOT);
     tnd_ctx_params p = tnd_ctx_default_params();
     p.cpu_exact = true;
-    p.n_ctx = N_PROMPT + N_GEN + 8;
+    p.n_ctx = N_HOT + 8;
     p.n_batch = 64;
     const size_t nl = (size_t)N_GEN * (size_t)nv;
     float *ref = tc_xmalloc(sizeof(float) * nl), *lg = tc_xmalloc(sizeof(float) * nl);
@@ -81,13 +86,8 @@ int main(void) {
                names[a], ns, (unsigned long long)s.n_route_dec, (unsigned long long)s.n_route_dec_gpu,
                (unsigned long long)s.n_route_dec_pf, (unsigned long long)s.n_pf_copies,
                (unsigned long long)s.n_expert_moves, pop ? "yes" : "no");
-        if (ablations[a] == TND_ABLATE_HOT) {
-            CHECK(!pop, "ablate hot: the plan's perf DB still holds the profile's routing");
-            CHECK(s.n_expert_moves == 0, "ablate hot: the live table moved %llu experts",
-                  (unsigned long long)s.n_expert_moves);
-        } else {
-            CHECK(pop, "ablate %s: no routing in the plan's perf DB", names[a]);
-        }
+        if (ablations[a] == TND_ABLATE_HOT) CHECK(!pop, "ablate hot: the plan's perf DB still holds the profile's routing");
+        else CHECK(pop, "ablate %s: no routing in the plan's perf DB", names[a]);
         if (ablations[a] == 0) {
             copies_full = s.n_pf_copies;
             CHECK(s.n_pf_copies > 0, "the full system copied no expert a layer ahead");
@@ -102,6 +102,31 @@ int main(void) {
         if (ablations[a] == TND_ABLATE_SYNC)
             CHECK(s.n_pf_copies > 0, "ablate sync: no expert copied (full system: %llu)",
                   (unsigned long long)copies_full);
+        tnd_ctx_free(c);
+    }
+    /* Told that its GPU experts take every routing, the live table measures
+     * less and swaps experts in (a random placement, whose residents are not
+     * the popular ones: test_hot_experts), unless it is switched off. */
+    p.placement = "random:5";
+    for (int a = 0; a < 2; a++) {
+        p.moe_ablate = a ? TND_ABLATE_HOT : 0;
+        c = NULL;
+        CHECK_ST(tnd_ctx_new(m, &p, &c));
+        if (!c) continue;
+        const int L = c->pl.n_layer, E = c->pl.n_expert;
+        double *gpu_all = tc_xmalloc(sizeof(double) * (size_t)L * E);
+        for (size_t i = 0; i < (size_t)L * E; i++) gpu_all[i] = c->pl.exp[i] == TND_SIDE_GPU;
+        tnd_hot_assume(c, gpu_all);
+        free(gpu_all);
+        for (int i = 0; i < N_HOT; i += 64) CHECK_ST(tnd_ctx_eval(c, more + i, 64, NULL));
+        tnd_ctx_stats h;
+        tnd_ctx_get_stats(c, &h);
+        printf("random:5, ablate %s, told a wrong share: %llu experts moved, measured share %.2f\n",
+               a ? "hot" : "none", (unsigned long long)h.n_expert_moves, h.hot_measured);
+        CHECK(a ? h.n_expert_moves == 0 : h.n_expert_moves > 0, "random:5, ablate %s: %llu experts moved",
+              a ? "hot" : "none", (unsigned long long)h.n_expert_moves);
+        CHECK(h.hot_measured > 0 && h.hot_measured < 1, "random:5, ablate %s: measured share %.3f", a ? "hot" : "none",
+              h.hot_measured);
         tnd_ctx_free(c);
     }
     free(ref), free(lg);

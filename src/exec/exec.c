@@ -554,7 +554,9 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
             c->pfq_l = l + 1;
             c->pfq_n = tnd_tensor_nelem(&nd->op.in[1]);
             c->pfq_pending = true;
-            if (n_cpu > 0) tnd_pool_errand(c->m->pool, layer_errand, c);
+            /* (without asynchronous copies, before them: the host's wait for
+             * the copies then keeps the CPU experts waiting too) */
+            if (n_cpu > 0 && !(c->ablate & TND_ABLATE_SYNC)) tnd_pool_errand(c->m->pool, layer_errand, c);
             else layer_errand(c);
             if (!c->pfq_pending && c->pfq_st) return pf_settle(c);
         }

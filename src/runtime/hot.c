@@ -168,7 +168,7 @@ static tnd_status swap_layer(tnd_ctx *c, int l, int *idx, int *n_swaps) {
 }
 
 tnd_status tnd_hot_after_round(tnd_ctx *c) {
-    if (!c->hot_pop || !c->adapt || (c->ablate & TND_ABLATE_HOT)) return TND_OK;
+    if (!c->hot_pop || !c->adapt) return TND_OK;
     const int L = c->pl.n_layer, E = c->pl.n_expert;
     int64_t tok = 0;
     for (int l = 0; l < L; l++) tok = TND_MAX(tok, c->hot_tok[l]);
@@ -185,7 +185,8 @@ tnd_status tnd_hot_after_round(tnd_ctx *c) {
     memset(c->hot_tok, 0, sizeof *c->hot_tok * (size_t)L);
     c->hot_win_route = c->hot_win_gpu = 0;
     c->hot_measured = measured;
-    if (measured >= c->hot_assumed - HOT_DRIFT) return TND_OK;
+    /* without the table (an ablation) the share is measured, never acted on */
+    if ((c->ablate & TND_ABLATE_HOT) || measured >= c->hot_assumed - HOT_DRIFT) return TND_OK;
     /* what holding each layer's top k would give under the live table */
     const double now = share_of(c, c->hot_pop);
     int *idx = malloc(sizeof(int) * (size_t)E);
