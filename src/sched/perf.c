@@ -443,8 +443,8 @@ bool tnd_perf_fit_switch(const tnd_model *m, tnd_perf *pf, const tnd_placement *
 double tnd_perf_decode_factor(double f, bool *disturbed) {
     *disturbed = !(f >= CAL_MIN && f <= CAL_MAX);
     if (!*disturbed) return f;
-    if (f > CAL_MAX) return CAL_MAX;
-    return f >= CAL_FLOOR ? f : f < CAL_FLOOR ? CAL_FLOOR : CAL_MIN; /* (NaN: the last) */
+    if (isnan(f)) return CAL_MIN;
+    return f > CAL_MAX ? CAL_MAX : f < CAL_FLOOR ? CAL_FLOOR : f;
 }
 
 void tnd_perf_scale_cpu_decode(tnd_perf *pf, double f) {
