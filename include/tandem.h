@@ -169,6 +169,11 @@ typedef struct tnd_ctx_params {
                                 NULL = none */
     unsigned moe_ablate;     /* MoE mechanisms switched off, for ablation studies (TND_ABLATE_*,
                                 or'ed; bench --ablate); 0 = all on */
+    bool moe_presched;       /* MoE: LayerScope's PreSched decides, at each split layer's routing,
+                                which CPU-side experts load to the GPU on demand and how many of
+                                the next layer's are copied ahead; false (default): nothing loads
+                                on demand and the balance (Algorithm 2 a layer ahead) sets the
+                                count. Not yet measured on a GPU (docs/DECISIONS.md, PreSched) */
 } tnd_ctx_params;
 
 /* tnd_ctx_params.moe_ablate: what an MoE context runs without. */

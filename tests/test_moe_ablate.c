@@ -11,7 +11,12 @@
  *   - without prefetch nothing is copied a layer ahead; the full system
  *     copies, and a fixed two copy at most two experts a split layer and
  *     step (and some);
- *   - synchronous copies copy as much as the full system's rule allows.
+ *   - synchronous copies copy as much as the full system's rule allows;
+ *   - nothing loads on demand unless PreSched is asked for
+ *     (tnd_ctx_params.moe_presched); with it, experts load on demand (the
+ *     tiny experts copy far faster than the CPU runs them), the logits stay
+ *     the CPU's, also with synchronous copies, and the fixed count replaces
+ *     it (no on-demand loads, at most two copies a layer and step).
  * Skips (77) without the tandem binary (for synth). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,8 +107,37 @@ int main(void) {
         if (ablations[a] == TND_ABLATE_SYNC)
             CHECK(s.n_pf_copies > 0, "ablate sync: no expert copied (full system: %llu)",
                   (unsigned long long)copies_full);
+        CHECK(s.n_od_copies == 0, "ablate %s: %llu experts loaded on demand without PreSched", names[a],
+              (unsigned long long)s.n_od_copies);
         tnd_ctx_free(c);
     }
+    /* PreSched (exec/prefetch.c, moe/presched.c) */
+    static const unsigned ps_ablations[] = {0, TND_ABLATE_SYNC, TND_ABLATE_FIXED2};
+    static const char *const ps_names[] = {"none", "sync", "fixed2"};
+    p.moe_presched = true;
+    for (int a = 0; a < 3; a++) {
+        p.moe_ablate = ps_ablations[a];
+        c = NULL;
+        CHECK_ST(tnd_ctx_new(m, &p, &c));
+        if (!c) continue;
+        const int ns = split_layers(c);
+        CHECK_ST(fx_steps(c, prompt, N_PROMPT, N_GEN, tok, false, lg));
+        CHECK(!memcmp(lg, ref, sizeof(float) * nl), "presched, ablate %s: logits differ from the CPU's", ps_names[a]);
+        tnd_ctx_stats s;
+        tnd_ctx_get_stats(c, &s);
+        printf("presched, ablate %s: %llu decode routings, %llu on the GPU, %llu from slots; %llu experts copied a "
+               "layer ahead, %llu loaded on demand\n",
+               ps_names[a], (unsigned long long)s.n_route_dec, (unsigned long long)s.n_route_dec_gpu,
+               (unsigned long long)s.n_route_dec_pf, (unsigned long long)s.n_pf_copies,
+               (unsigned long long)s.n_od_copies);
+        if (ps_ablations[a] == TND_ABLATE_FIXED2)
+            CHECK(s.n_od_copies == 0 && s.n_pf_copies > 0 && s.n_pf_copies <= 2ull * (uint64_t)ns * (N_GEN + 1),
+                  "presched, ablate fixed2: %llu loaded on demand, %llu copied ahead over %d split layers",
+                  (unsigned long long)s.n_od_copies, (unsigned long long)s.n_pf_copies, ns);
+        else CHECK(s.n_od_copies > 0, "presched, ablate %s: nothing loaded on demand", ps_names[a]);
+        tnd_ctx_free(c);
+    }
+    p.moe_presched = false;
     /* Told that its GPU experts take every routing, the live table measures
      * less and swaps experts in (a random placement, whose residents are not
      * the popular ones: test_hot_experts), unless it is switched off. */

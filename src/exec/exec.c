@@ -544,13 +544,21 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
     }
     if (c->trace) trace_add(c, TND_SIDE_CPU, TR_RWAIT, TR_PLAIN, tnd_time_s() - t0);
     if (c->pf_max) {
-        if ((st = tnd_pf_layer_begin(c, l, n_cpu))) return st;
         /* the next layer's predicted experts start their way to the GPU now
          * (not when the round copies its CPU experts whole: promoted); with
          * CPU experts to run, as their pool's errand: queuing takes ~4 us a
          * copy, three an expert, which would delay their start */
-        if (nd->op.in[1].data && !promoted(c, c->m->layers[l + 1].gate_exps.id)) {
-            if ((st = host_act(c, &nd->op.in[1], true, &bi, (void **)&c->pfq_pred))) return st;
+        const bool ahead = nd->op.in[1].data && !promoted(c, c->m->layers[l + 1].gate_exps.id);
+        const int32_t *pred = NULL;
+        if (ahead && (st = host_act(c, &nd->op.in[1], true, &bi, (void **)&pred))) return st;
+        /* PreSched: some of this layer's CPU experts may load on demand */
+        c->pf_cap = -1;
+        if (!ci && (st = tnd_pf_presched(c, l, ids, n, ric, rig, &n_cpu, pred,
+                                         pred ? tnd_tensor_nelem(&nd->op.in[1]) : 0)))
+            return st;
+        if ((st = tnd_pf_layer_begin(c, l, n_cpu))) return st;
+        if (ahead) {
+            c->pfq_pred = pred;
             c->pfq_l = l + 1;
             c->pfq_n = tnd_tensor_nelem(&nd->op.in[1]);
             c->pfq_pending = true;

@@ -173,6 +173,21 @@ struct tnd_ctx {
     int64_t pfq_n;
     tnd_status pfq_st;       /* the errand's status, for the next routing or the round's end */
     uint64_t n_pf_copies, n_route_dec_pf; /* experts copied; decode routings served from a slot */
+    /* PreSched (moe/presched.c; prefetch.c carries its decisions out) */
+    bool presched_want;      /* tnd_ctx_params.moe_presched */
+    bool presched;           /* on: a split layer's routing may load CPU-side experts on demand, and the
+                                count copied a layer ahead is PreSched's, not the balance's */
+    uint64_t *pf_read;       /* [n_layer][pf_max] the round a slot was last read */
+    int pf_cap;              /* copies a layer ahead PreSched chose at the last routing (-1: none chosen) */
+    double pf_link_free;     /* when the copies queued so far end, by the link's modelled speed (s) */
+    double ps_fit[5];        /* decayed sums over split layers' CPU parts (experts n, routings m, time T):
+                                n n, n m, m m, n T, m T: the fit T = c0 n + beta m (eq. 2) */
+    double ps_rhit;          /* EWMA: the share of experts copied a layer ahead that their layer used */
+    int ps_cpu_e;            /* the CPU-side experts of the layer whose time pf_cpu_s sums */
+    int ps_next_e;           /* ... of the layer whose routing came last (tnd_pf_layer_begin moves it up) */
+    int ps_behind;           /* at on-demand loads: 1 the copies a layer ahead were not done, 0 they were,
+                                -1 no loads (tnd_pf_layer_begin asks the event) */
+    uint64_t n_od_copies;    /* experts loaded on demand */
     tnd_event *mapped_ev;    /* the GPU's last write into a host buffer (split layers' A_EY rows) */
     bool mapped_pending[A_COUNT]; /* a GPU write into the host buffer may still be running */
     int64_t *expert_hits;    /* [n_layer][n_expert] routing counts (calibration), or NULL */
@@ -261,6 +276,13 @@ tnd_status tnd_pf_layer_begin(tnd_ctx *c, int l, int n_cpu);
 /* Queues copies into layer l's slots of the experts pred names ([nt][k],
  * the next-layer prediction) that are neither resident nor in a slot. */
 tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n);
+/* PreSched at split layer l's routing (ids [n], partitioned into ric / rig
+ * with *n_cpu routings left to the CPU): loads on demand the CPU-side
+ * experts it chooses into free slots of l (their routings move to the GPU,
+ * *n_cpu shrinks) and sets how many of pred's ([n_pred], layer l + 1; NULL:
+ * none) tnd_pf_issue copies. Before tnd_pf_layer_begin. */
+tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int32_t *ric, int32_t *rig, int *n_cpu,
+                           const int32_t *pred, int64_t n_pred);
 
 /* ---- exec.c ---- */
 /* The side node nd runs on after a node on side cur (the rule of the file

@@ -35,10 +35,12 @@
 
 #include "config.h"
 #include "exec/exec.h"
+#include "moe/moe.h"
 #include "sched/perf.h"
 #include "util.h"
 
 #define PF_ALPHA 0.2 /* EWMA weight of the newest sample */
+#define PS_DECAY 0.98 /* PreSched's cost fit: the weight left to a split layer's sample per newer one */
 
 tnd_status tnd_pf_init(tnd_ctx *c) {
     const int L = c->pl.n_layer, E = c->pl.n_expert;
@@ -57,8 +59,9 @@ tnd_status tnd_pf_init(tnd_ctx *c) {
     c->pf_used = tnd_calloc(LP, sizeof *c->pf_used);
     c->pf_fill = tnd_calloc(LP, sizeof *c->pf_fill);
     c->pf_fresh = tnd_calloc((size_t)L, 1);
+    c->pf_read = tnd_calloc(LP, sizeof *c->pf_read);
     int *idx = tnd_calloc((size_t)E, sizeof *idx);
-    if (!c->pf_n || !c->pf_idx || !c->pf_exp || !c->pf_used || !c->pf_fill || !c->pf_fresh || !idx) {
+    if (!c->pf_n || !c->pf_idx || !c->pf_exp || !c->pf_used || !c->pf_fill || !c->pf_fresh || !c->pf_read || !idx) {
         free(idx);
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     }
@@ -90,6 +93,12 @@ tnd_status tnd_pf_init(tnd_ctx *c) {
         c->pf_n[l] = n;
     }
     free(idx);
+    /* asked for (tnd_ctx_params.moe_presched), and not replaced by the
+     * fixed count (the paper's ablation of PreSched) */
+    c->presched = c->presched_want && !(c->ablate & TND_ABLATE_FIXED2);
+    c->pf_cap = -1;
+    c->ps_behind = -1;
+    c->ps_rhit = 0.9; /* until measured: the next layer's router names ~all of its experts */
     for (int i = 0; i < TND_PF_EV; i++) {
         tnd_status st = tnd_backend_event_new(c->side[1].be, &c->pf_ev[i]);
         if (st) return st;
@@ -107,6 +116,8 @@ void tnd_pf_free(tnd_ctx *c) {
     free(c->pf_used);
     free(c->pf_fill);
     free(c->pf_fresh);
+    free(c->pf_read);
+    c->pf_read = NULL;
     c->n_compact = NULL;
     c->pf_n = NULL;
     c->pf_idx = c->pf_exp = NULL;
@@ -120,7 +131,7 @@ int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e) {
     const size_t b = (size_t)l * (size_t)c->pf_max;
     for (int s = 0; c->pf_max && s < c->pf_n[l]; s++)
         if (c->pf_exp[b + s] == e) {
-            c->pf_used[b + s] = c->pf_round;
+            c->pf_used[b + s] = c->pf_read[b + s] = c->pf_round;
             if (c->pf_fill[b + s] == c->pf_round) c->pf_fresh[l] = 1; /* a copy of this round is read */
             return c->pf_idx[b + s];
         }
@@ -137,16 +148,26 @@ tnd_status tnd_pf_layer_begin(tnd_ctx *c, int l, int n_cpu) {
     if (c->pf_cpu_n > 0 && c->pf_cpu_s > 0) {
         const double t = c->pf_cpu_s / c->pf_cpu_n;
         c->pf_t_exp = c->pf_t_exp > 0 ? (1 - PF_ALPHA) * c->pf_t_exp + PF_ALPHA * t : t;
+        if (c->ps_cpu_e > 0) { /* PreSched's eq. 2 fit: T = c0 n + beta m, older layers fading */
+            const double n = c->ps_cpu_e, m = c->pf_cpu_n, T = c->pf_cpu_s, x[5] = {n * n, n * m, m * m, n * T, m * T};
+            for (int i = 0; i < 5; i++) c->ps_fit[i] = PS_DECAY * c->ps_fit[i] + x[i];
+        }
     }
+    c->ps_cpu_e = c->ps_next_e; /* this layer's, for the next sample */
+    c->ps_next_e = 0;
     c->pf_cpu_s = c->pf_wait_s = 0;
     c->pf_cpu_n = n_cpu;
     tnd_status st = TND_OK;
     c->pf_behind = false;
     if (c->pf_fresh && c->pf_fresh[l]) { /* the GPU part reads experts perhaps still on their way */
         bool done;
-        c->pf_behind = tnd_backend_event_done(c->side[1].be, c->pf_ev[l % TND_PF_EV], &done) || !done;
+        /* after on-demand loads, whether the copies a layer ahead were done
+         * before them (tnd_pf_presched): the loads are waited for by design */
+        if (c->ps_behind >= 0) c->pf_behind = c->ps_behind;
+        else c->pf_behind = tnd_backend_event_done(c->side[1].be, c->pf_ev[l % TND_PF_EV], &done) || !done;
         st = tnd_backend_stream_wait(c->side[1].be, c->side[1].st, c->pf_ev[l % TND_PF_EV]);
     }
+    c->ps_behind = -1;
     if (c->pf_fresh) c->pf_fresh[l] = 0;
     return st;
 }
@@ -174,6 +195,27 @@ static tnd_status copy_expert(tnd_ctx *c, int l, int e, int32_t at) {
                                              (const char *)c->w[0][w[j]->id] + (size_t)e * per, per, c->xfer);
         if (st) return st;
     }
+    return TND_OK;
+}
+
+/* The least recently used slot of split layer l not wanted this round, or -1. */
+static int free_slot(const tnd_ctx *c, int l) {
+    const size_t b = (size_t)l * (size_t)c->pf_max;
+    int v = -1;
+    for (int s = 0; s < c->pf_n[l]; s++)
+        if (c->pf_used[b + s] != c->pf_round && (v < 0 || c->pf_used[b + s] < c->pf_used[b + v])) v = s;
+    return v;
+}
+
+/* Queues expert e's copy into slot v of split layer l, which holds it from now. */
+static tnd_status fill_slot(tnd_ctx *c, int l, int v, int e) {
+    const size_t b = (size_t)l * (size_t)c->pf_max;
+    c->pf_exp[b + v] = -1; /* no reader may take it for what it held */
+    tnd_status st = copy_expert(c, l, e, c->pf_idx[b + v]);
+    if (st) return st;
+    c->pf_exp[b + v] = e;
+    c->pf_used[b + v] = c->pf_fill[b + v] = c->pf_round;
+    c->pf_queued = true;
     return TND_OK;
 }
 
@@ -216,6 +258,8 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
     const double tc = copy_time(c, l), te = c->pf_t_exp, H = c->pf_t_over;
     if (c->ablate & TND_ABLATE_FIXED2) {
         k = TND_MIN(k, 2); /* the ablation: a fixed count, what HybriMoE-like prefetch does */
+    } else if (c->presched && c->pf_cap >= 0) {
+        k = TND_MIN(k, c->pf_cap); /* PreSched chose at the routing (tnd_pf_presched) */
     } else if (k > 0 && tc > 0 && te > 0 && H > 0) {
         /* rounded down: taking the fractions as they add up (error
          * diffusion) copied more and ran slower (docs/DECISIONS.md) */
@@ -223,20 +267,123 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
         k = TND_MIN(k, (int)x);
         c->pf_sum[0] += nc, c->pf_sum[1] += x, c->pf_sum[2] += k, c->pf_sum[3] += tc, c->pf_sum[4] += 1;
     }
-    for (int i = 0; i < k; i++) {
-        int v = -1; /* the least recently used slot not wanted this round */
-        for (int s = 0; s < c->pf_n[l]; s++)
-            if (c->pf_used[b + s] != c->pf_round && (v < 0 || c->pf_used[b + s] < c->pf_used[b + v])) v = s;
+    int done = 0;
+    for (; done < k; done++) {
+        const int v = free_slot(c, l);
         if (v < 0) break;
-        c->pf_exp[b + v] = -1; /* no reader may take it for what it held */
-        tnd_status st = copy_expert(c, l, cand[i], c->pf_idx[b + v]);
+        tnd_status st = fill_slot(c, l, v, cand[done]);
         if (st) return st;
-        c->pf_exp[b + v] = cand[i];
-        c->pf_used[b + v] = c->pf_fill[b + v] = c->pf_round;
         c->n_pf_copies++;
-        c->pf_queued = true;
     }
-    if (k <= 0) return TND_OK;
+    if (done <= 0) return TND_OK;
+    c->pf_link_free = TND_MAX(c->pf_link_free, tnd_time_s()) + done * tc;
+    tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
+    if (!st && (c->ablate & TND_ABLATE_SYNC)) st = tnd_backend_stream_sync(c->side[1].be, c->xfer);
+    return st;
+}
+
+/* ---- PreSched ------------------------------------------------------------------ */
+
+typedef struct ps_exp {
+    int e, m; /* an expert, its routings this round */
+} ps_exp;
+
+/* The experts counted in cnt[E], ascending by routings, then by id: the
+ * order of PreSched's lists. */
+static int ps_list(const int *cnt, int E, ps_exp *v) {
+    int n = 0;
+    for (int e = 0; e < E; e++) {
+        if (!cnt[e]) continue;
+        int j = n++;
+        while (j > 0 && v[j - 1].m > cnt[e]) v[j] = v[j - 1], j--;
+        v[j] = (ps_exp){e, cnt[e]};
+    }
+    return n;
+}
+
+/* Eq. 2's beta and c0 from the fit's sums (least squares of T = c0 n +
+ * beta m over the split layers' CPU parts). Where every sample has as many
+ * routings as experts (decode: one token each) the two cannot be told
+ * apart: beta 0, c0 the time an expert. false: nothing measured yet. */
+static bool ps_costs(const tnd_ctx *c, double *beta, double *c0) {
+    const double *f = c->ps_fit, det = f[0] * f[2] - f[1] * f[1];
+    *beta = 0;
+    *c0 = 0;
+    if (!(f[0] > 0)) return false;
+    if (det > 1e-6 * f[0] * f[2]) {
+        *c0 = (f[3] * f[2] - f[1] * f[4]) / det;
+        *beta = (f[0] * f[4] - f[1] * f[3]) / det;
+    }
+    if (!(*c0 >= 0 && *beta >= 0) || !(det > 1e-6 * f[0] * f[2])) *beta = 0, *c0 = f[3] / f[0];
+    return *c0 > 0 || *beta > 0;
+}
+
+tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int32_t *ric, int32_t *rig, int *n_cpu,
+                           const int32_t *pred, int64_t n_pred) {
+    c->pf_cap = -1;
+    const int E = c->pl.n_expert, L = c->pl.n_layer, P = c->pf_max;
+    if (!c->presched || !P || !c->pf_n[l] || E > TND_PRESCHED_MAX) return TND_OK;
+    const size_t b = (size_t)l * P;
+    /* R_hit: of this layer's slots filled this round (a layer ahead), the share its routing read */
+    int tot = 0, hit = 0;
+    for (int s = 0; s < c->pf_n[l]; s++)
+        if (c->pf_fill[b + s] == c->pf_round) tot++, hit += c->pf_read[b + s] == c->pf_round;
+    if (tot) c->ps_rhit = (1 - PF_ALPHA) * c->ps_rhit + PF_ALPHA * (double)hit / tot;
+    int cnt[TND_PRESCHED_MAX] = {0};
+    for (int64_t i = 0; i < n; i++)
+        if (rig[i] < 0) cnt[ids[i]]++;
+    ps_exp cur[TND_PRESCHED_MAX], nxt[TND_PRESCHED_MAX];
+    const int nc = ps_list(cnt, E, cur);
+    c->ps_next_e = nc;
+    int nn = 0;
+    if (pred && l + 1 < L && c->pf_n[l + 1]) { /* the next layer's predicted, neither resident nor in a slot */
+        const int32_t *g1 = c->exp_gpu + (size_t)(l + 1) * E;
+        const size_t b1 = (size_t)(l + 1) * P;
+        memset(cnt, 0, sizeof cnt);
+        for (int64_t i = 0; i < n_pred; i++) {
+            const int e = pred[i];
+            if (e < 0 || e >= E || g1[e] >= 0) continue;
+            int s = 0;
+            while (s < c->pf_n[l + 1] && c->pf_exp[b1 + s] != e) s++;
+            if (s == c->pf_n[l + 1]) cnt[e]++;
+        }
+        nn = ps_list(cnt, E, nxt);
+    }
+    tnd_presched_in in = {.n_cur = nc, .n_next = nn, .t_io = copy_time(c, l), .t_attn = c->pf_t_over,
+                          .r_hit = c->ps_rhit};
+    const double now = tnd_time_s();
+    in.alpha = TND_MAX(c->pf_link_free - now, 0.0);
+    if (!ps_costs(c, &in.beta, &in.c0) || !(in.t_io > 0)) return TND_OK; /* the balance decides */
+    int mc[TND_PRESCHED_MAX], mn[TND_PRESCHED_MAX];
+    for (int i = 0; i < nc; i++) mc[i] = cur[i].m;
+    for (int i = 0; i < nn; i++) mn[i] = nxt[i].m;
+    in.m_cur = mc, in.m_next = mn;
+    tnd_presched_out out;
+    tnd_presched(&in, &out);
+    c->pf_cap = out.n_prefetch;
+    /* on demand: the most loaded, into free slots of this layer */
+    int loaded = 0;
+    bool was_done = true;
+    if (out.n_load > 0 && c->pf_fresh[l]) { /* copies a layer ahead read here: were they done already */
+        bool d;
+        was_done = !tnd_backend_event_done(c->side[1].be, c->pf_ev[l % TND_PF_EV], &d) && d;
+    }
+    for (; loaded < out.n_load; loaded++) {
+        const int v = free_slot(c, l);
+        if (v < 0) break;
+        const ps_exp x = cur[nc - 1 - loaded];
+        tnd_status st = fill_slot(c, l, v, x.e);
+        if (st) return st;
+        c->pf_read[b + v] = c->pf_round;
+        for (int64_t i = 0; i < n; i++)
+            if (ids[i] == x.e && rig[i] < 0) rig[i] = c->pf_idx[b + v], ric[i] = -1, (*n_cpu)--;
+        c->n_od_copies++;
+    }
+    c->ps_next_e = nc - loaded;
+    if (!loaded) return TND_OK;
+    c->pf_link_free = TND_MAX(c->pf_link_free, now) + loaded * in.t_io;
+    c->ps_behind = c->pf_fresh[l] ? !was_done : 0;
+    c->pf_fresh[l] = 1; /* the GPU part waits for the event (tnd_pf_layer_begin) */
     tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
     if (!st && (c->ablate & TND_ABLATE_SYNC)) st = tnd_backend_stream_sync(c->side[1].be, c->xfer);
     return st;

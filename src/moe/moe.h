@@ -11,6 +11,9 @@
  *                online fine-tuning, the predictor file (.tndp), and the
  *                held-out evaluation against popularity, same_as_current
  *                and next_router
+ *   presched.c   PreSched (§4.3): at a split layer's routing, which of its
+ *                CPU-side experts load on demand and how many of the next
+ *                layer's to copy ahead
  */
 #ifndef TND_MOE_H
 #define TND_MOE_H
@@ -168,5 +171,31 @@ double tnd_predictor_grad_check(int group, uint64_t seed);
 void tnd_pred_eval_json(const tnd_pred_eval *e, FILE *f);
 /* The same as a Markdown table. */
 void tnd_pred_eval_print(const tnd_pred_eval *e, FILE *f);
+
+/* ---- PreSched -------------------------------------------------------------- */
+
+#define TND_PRESCHED_MAX 256 /* experts a list may hold */
+
+/* One split layer's lists and costs (presched.c: the paper's names). */
+typedef struct tnd_presched_in {
+    const int *m_cur; /* pending tokens of the current layer's experts not on the GPU, ascending */
+    int n_cur;
+    const int *m_next; /* the same of the next layer's predicted experts not on the GPU */
+    int n_next;
+    double beta, c0;   /* an expert's CPU time for m tokens: beta m + c0 (s; eq. 2) */
+    double t_io;       /* an expert's copy to the GPU (s; > 0, else nothing is decided) */
+    double t_g;        /* an expert's GPU compute (s) */
+    double t_attn;     /* the layer's time besides its experts, the link's to use (s) */
+    double alpha;      /* how long copies already queued hold the link (s) */
+    double r_hit;      /* the share of experts copied ahead that their layer used */
+} tnd_presched_in;
+
+typedef struct tnd_presched_out {
+    int n_load;     /* the last (most loaded) n_load of m_cur: load on demand */
+    int n_prefetch; /* the last n_prefetch of m_next: copy ahead */
+    double f;       /* eq. 5's prefetch count before rounding (0: no prefetch asked) */
+} tnd_presched_out;
+
+void tnd_presched(const tnd_presched_in *in, tnd_presched_out *out);
 
 #endif

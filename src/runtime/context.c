@@ -313,6 +313,7 @@ static tnd_status ctx_new(tnd_model *m, const tnd_ctx_params *p, const tnd_place
     adopt(c, plan);
     c->adapt = !p->no_adapt;
     c->adapt_cpu = true;
+    c->presched_want = p->moe_presched;
     return ctx_finish(c, p, fixed, p->verbose, out);
 }
 
@@ -490,6 +491,7 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .n_route_dec_gpu = c->n_route_dec_gpu,
                            .n_route_dec_pf = c->n_route_dec_pf,
                            .n_pf_copies = c->n_pf_copies,
+                           .n_od_copies = c->n_od_copies,
                            .n_expert_moves = c->n_expert_moves,
                            .hot_measured = c->hot_pop ? c->hot_measured : -1,
                            .hot_assumed = tnd_hot_assumed(c),

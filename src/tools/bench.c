@@ -52,8 +52,11 @@ static void usage(FILE *f) {
                "      --ablate LIST      MoE: after each placement, the same without one mechanism\n"
                "                         at a time (comma list, or all): hot (the hot-expert\n"
                "                         table), prefetch (experts copied a layer ahead), fixed2\n"
-               "                         (always two copied a layer ahead, not the balance), sync\n"
-               "                         (weight copies synchronous)\n"
+               "                         (always two copied a layer ahead, not the balance or\n"
+               "                         PreSched), sync (weight copies synchronous)\n"
+               "      --presched         MoE: LayerScope's PreSched loads CPU-side experts on demand\n"
+               "                         where its cost model finds it pays and sets how many are\n"
+               "                         copied a layer ahead (default: the balance, no on-demand)\n"
                "      --predictor N      MoE: train the next-layer expert predictor on the routing\n"
                "                         of N pseudo-random tokens (CPU) and report its top-k hit\n"
                "                         rate on the first N/2 test tokens against the baselines\n"
@@ -107,6 +110,7 @@ typedef struct config {
     uint64_t moves;                 /* experts the live hot-expert table swapped onto the GPU */
     double route_pf;                /* decode: ... of them served by experts copied a layer ahead (-1: none) */
     double pf_copies;               /* experts copied a layer ahead per decode step */
+    double od_copies;               /* experts loaded on demand (PreSched) per decode step */
     tnd_backend_counters dec;       /* the GPU backend's counters over the decode test's steps */
     long dec_tok;                   /* ... and the steps */
     double grp_gpu[3], grp_pred[3]; /* the same per layer group (input, middle, output; moe.h) */
@@ -191,6 +195,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     tnd_ctx *c;
     k->route_gpu = k->route_pred = k->route_pf = -1;
     k->pf_copies = 0;
+    k->od_copies = 0;
     for (int g = 0; g < 3; g++) k->grp_gpu[g] = k->grp_pred[g] = -1;
     if (tnd_ctx_new(m, &cp, &c)) return 1;
     const tnd_plan *pl = tnd_ctx_plan(c);
@@ -296,6 +301,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         k->route_gpu = (double)cs.n_route_dec_gpu / (double)cs.n_route_dec;
         k->route_pf = (double)cs.n_route_dec_pf / (double)cs.n_route_dec;
         k->pf_copies = (double)cs.n_pf_copies * m->hp.n_expert_used / (double)cs.n_route_dec;
+        k->od_copies = (double)cs.n_od_copies * m->hp.n_expert_used / (double)cs.n_route_dec;
         double sum = 0;
         int n = 0;
         for (int l = 0; pf && l < m->hp.n_layer; l++)
@@ -467,7 +473,7 @@ static const char *device_name(tnd_device d) { return d == TND_DEVICE_CUDA ? "cu
 
 /* -o json: the object's opening fields, what every result was measured on */
 static void json_head(const char *model, const char *cpu, int n_threads, bool exact, tnd_device device,
-                      uint64_t budget) {
+                      uint64_t budget, bool presched) {
     printf("{\"model\": ");
     tnd_json_str(stdout, model, strlen(model));
     printf(", \"cpu\": ");
@@ -475,7 +481,8 @@ static void json_head(const char *model, const char *cpu, int n_threads, bool ex
     printf(", \"threads\": %d, \"isa\": \"%s\", \"cpu_act\": \"%s\", \"build\": ", n_threads, tnd_cpu_isa(),
            exact ? "f32" : "q8");
     tnd_json_str(stdout, TND_GIT_COMMIT, strlen(TND_GIT_COMMIT));
-    printf(", \"device\": \"%s\", \"vram_budget\": %llu", device_name(device), (unsigned long long)budget);
+    printf(", \"device\": \"%s\", \"vram_budget\": %llu, \"presched\": %s", device_name(device),
+           (unsigned long long)budget, presched ? "true" : "false");
 }
 
 /* The next-layer expert predictor (moe/, LLaPor): trained on the routing
@@ -536,7 +543,7 @@ int cmd_bench(int argc, char **argv) {
     static config cfg[MAX_CONFIGS];
     int n_cfg = 0, n_abl = 0;
     unsigned abl[N_ABLATIONS];
-    bool want_limits = true, cpu_exact = false, no_adapt = false;
+    bool want_limits = true, cpu_exact = false, no_adapt = false, presched = false;
     static bres br[MAX_BATCHES];
     int batches[MAX_BATCHES], n_batches = 0;
     for (int i = 1; i < argc; i += 2) { /* every option but the flags takes a value */
@@ -555,6 +562,10 @@ int cmd_bench(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--no-adapt")) {
             no_adapt = true;
+            i--;
+            continue;
+        } else if (!strcmp(a, "--presched")) {
+            presched = true;
             i--;
             continue;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
@@ -648,6 +659,7 @@ int cmd_bench(int argc, char **argv) {
     cp.hw = hw;
     cp.cpu_exact |= cpu_exact;
     cp.no_adapt = no_adapt;
+    cp.moe_presched = presched;
     cp.predict = trace != NULL; /* the trace's second track: the plan's predicted rounds */
     if (budget && tnd_parse_budget(budget, m, &cp.vram_budget)) {
         tools_print_error("--vram-budget");
@@ -693,7 +705,7 @@ int cmd_bench(int argc, char **argv) {
         const char *cpu = tnd_cpu_model_name();
         if (rc) {
         } else if (!strcmp(fmt, "json")) {
-            json_head(model, cpu, n_threads, cp.cpu_exact, device, cp.vram_budget);
+            json_head(model, cpu, n_threads, cp.cpu_exact, device, cp.vram_budget, presched);
             printf(", \"results\": [");
             for (int k = 0; k < n_batches; k++) {
                 const bres *b = &br[k];
@@ -705,9 +717,9 @@ int cmd_bench(int argc, char **argv) {
             }
             printf("]}\n");
         } else {
-            printf("model: %s\ncpu: %s | threads: %d | isa: %s | activations: %s | device: %s | build: %s\n",
+            printf("model: %s\ncpu: %s | threads: %d | isa: %s | activations: %s | device: %s%s | build: %s\n",
                    tnd_model_desc(m), cpu, n_threads, tnd_cpu_isa(), cp.cpu_exact ? "f32" : "q8", device_name(device),
-                   TND_GIT_COMMIT);
+                   presched ? " | experts: PreSched" : "", TND_GIT_COMMIT);
             printf("\n| batch | test | t/s (generated, prefill + decode) | prefill t/s | decode t/s | "
                    "decode ms/token per sequence |\n|---:|---|---:|---:|---:|---:|\n");
             for (int k = 0; k < n_batches; k++) {
@@ -746,7 +758,7 @@ int cmd_bench(int argc, char **argv) {
     const char *desc = tnd_model_desc(m);
     if (!fmt) {
     } else if (!strcmp(fmt, "json")) {
-        json_head(model, cpu, n_threads, cp.cpu_exact, device, cp.vram_budget);
+        json_head(model, cpu, n_threads, cp.cpu_exact, device, cp.vram_budget, presched);
         if (have_limits)
             printf(", \"bw_gbps\": {\"cpu\": %.1f, \"pcie\": %.1f, \"hbm\": %.1f, \"both_cpu\": %.1f, \"both_pcie\": %.1f}",
                    L.cpu, L.pcie, L.hbm, L.both_cpu, L.both_pcie);
@@ -820,8 +832,9 @@ int cmd_bench(int argc, char **argv) {
         }
         printf("}\n");
     } else {
-        printf("model: %s\ncpu: %s | threads: %d | isa: %s | activations: %s | device: %s | build: %s\n", desc, cpu,
-               n_threads, tnd_cpu_isa(), cp.cpu_exact ? "f32" : "q8", device_name(device), TND_GIT_COMMIT);
+        printf("model: %s\ncpu: %s | threads: %d | isa: %s | activations: %s | device: %s%s | build: %s\n", desc, cpu,
+               n_threads, tnd_cpu_isa(), cp.cpu_exact ? "f32" : "q8", device_name(device),
+               presched ? " | experts: PreSched" : "", TND_GIT_COMMIT);
         if (cp.vram_budget) printf("vram budget: %.1f MiB\n", cp.vram_budget / 1048576.0);
         if (have_limits)
             printf("bandwidth (GB/s): CPU read %.1f | pinned PCIe %.1f | HBM %.1f | at once: CPU %.1f + PCIe %.1f\n",
@@ -865,6 +878,7 @@ int cmd_bench(int argc, char **argv) {
                 if (cfg[k].route_pf > 0)
                     printf("; experts copied a layer ahead served %.0f%% (%.1f copied a layer and step)",
                            100 * cfg[k].route_pf, cfg[k].pf_copies);
+                if (cfg[k].od_copies > 0) printf("; %.1f loaded on demand a step", cfg[k].od_copies);
                 printf("\n");
             }
         if (have_pred) {

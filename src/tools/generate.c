@@ -38,6 +38,9 @@ const char *gen_opts_help =
     "      --no-adapt         choose the promotions from the profile alone, not from the\n"
     "                         speeds measured while running, and keep the placement when\n"
     "                         another process shares the GPU (ATSInfer's static policy)\n"
+    "      --presched         MoE: LayerScope's PreSched loads CPU-side experts to the GPU\n"
+    "                         on demand where its cost model finds it pays, and sets how\n"
+    "                         many are copied a layer ahead (default: no on-demand loads)\n"
     "      --promote P        CPU weights copied to the GPU for a round: auto (default\n"
     "                         with static/layer: where Algorithm 2 finds the copy pays,\n"
     "                         each round), none, all, random:SEED\n"
@@ -130,6 +133,8 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
         o->cp.cpu_exact = true;
     } else if (!strcmp(a, "--no-adapt")) {
         o->cp.no_adapt = true;
+    } else if (!strcmp(a, "--presched")) {
+        o->cp.moe_presched = true;
     } else if (!strcmp(a, "--vram-budget")) {
         if (!(o->vram_budget = VAL())) BAD("a size (6G, 4523M) or a percentage of the weights (50%)");
         if (!tools_check_budget(o->vram_budget)) return -1;

@@ -46,6 +46,7 @@ static void usage(FILE *f) {
             "      --promote P        auto, none, all, random:SEED\n"
             "      --no-adapt         promotions from the profile alone; the placement kept\n"
             "                         when another process shares the GPU\n"
+            "      --presched         MoE: PreSched's on-demand expert loads (tandem run --help)\n"
             "      --hw PROFILE       SimGPU timing profile\n"
             "      --trace FILE       write the rounds as a Chrome/Perfetto trace\n"
             "      --cpu-exact        CPU matmuls with f32 activations\n"

@@ -1,0 +1,88 @@
+/* PreSched (LayerScope §4.3, its Algorithm 1 and eq. 2-6): one split
+ * layer's decision, at its routing, of which of its CPU-side experts load
+ * to the GPU on demand and how many of the next layer's predicted experts
+ * to copy ahead. A pure function of the lists and the costs; the executor
+ * (exec/prefetch.c) measures the costs and carries the decision out.
+ *
+ * The paper's model, with its names:
+ *   E_cur[0..n]        the current layer's experts not on the GPU, by
+ *                      pending tokens, ascending (n_cur = n + 1 of them);
+ *   E_next[0..n'-1]    the next layer's predicted ones, the same way;
+ *   E_all              both merged by tokens (cross-layer sorting);
+ *   t_c(m) = beta m + C  an expert's CPU time for m tokens (eq. 2);
+ *   t_io, t_g, t_attn  an expert's copy, its GPU compute, attention;
+ *   alpha              how long copies already queued keep the link.
+ * Q1 (eq. 3): GPU_Q holds E_all[k..] from the first k where loading
+ * E_all[k..] (alpha + its copies + t_g) beats computing E_all[0..k] on the
+ * CPU (plus attention). The on-demand loop (eq. 4) takes the first expert
+ * of the current layer in GPU_Q whose index i' has T_G(i') < T_C(i'), and
+ * loads E_cur[i'..n]. The prefetch count (eq. 5) is the CPU's gap over
+ * t_io, rounded to the nearest, then one fewer when the critical copy's
+ * expected gain (eq. 6, R_hit and R_miss = 1 - R_hit) is not positive; no
+ * prefetch when GPU_Q holds nothing of the next layer (Q4; the paper then
+ * looks further ahead, which needs predictions two layers ahead that the
+ * executor does not make).
+ *
+ * Ties in E_all put the current layer's experts first: with equal tokens
+ * a copy a layer ahead overlaps this layer's work, an on-demand one the
+ * layer waits for. */
+#include <math.h>
+
+#include "moe/moe.h"
+
+/* An expert's CPU time for m tokens (eq. 2). */
+static double t_c(const tnd_presched_in *in, int m) { return in->beta * m + in->c0; }
+
+void tnd_presched(const tnd_presched_in *in, tnd_presched_out *out) {
+    out->n_load = 0;
+    out->n_prefetch = 0;
+    out->f = 0;
+    const int nc = in->n_cur, nn = in->n_next, N = nc + nn;
+    if (N <= 0 || nc > TND_PRESCHED_MAX || nn > TND_PRESCHED_MAX || !(in->t_io > 0)) return;
+    /* E_all by tokens, the current layer first at ties: k < nc_seen + nn_seen */
+    int all_m[2 * TND_PRESCHED_MAX], all_cur[2 * TND_PRESCHED_MAX]; /* cur: its index in E_cur, else -1 */
+    for (int a = 0, b = 0, k = 0; k < N; k++) {
+        const bool take_cur = a < nc && (b >= nn || in->m_cur[a] <= in->m_next[b]);
+        all_m[k] = take_cur ? in->m_cur[a] : in->m_next[b];
+        all_cur[k] = take_cur ? a++ : (b++, -1);
+    }
+    /* Q1: the first k with T^G_all(k) < T^C_all(k); GPU_Q = E_all[k..N-1] */
+    int q = N;
+    double pre = 0; /* t_c(E_all[0..k]) */
+    for (int k = 0; k < N; k++) {
+        pre += t_c(in, all_m[k]);
+        const double tg = in->alpha + (N - k) * in->t_io + in->t_g, tcpu = pre + in->t_attn;
+        if (tg < tcpu) {
+            q = k;
+            break;
+        }
+    }
+    /* prefix sums of E_cur's CPU times: T_C(i) = cum[i] */
+    double cum[TND_PRESCHED_MAX + 1];
+    cum[0] = 0;
+    for (int i = 0; i < nc; i++) cum[i + 1] = cum[i] + t_c(in, in->m_cur[i]);
+    /* the on-demand loop (eq. 4) over GPU_Q's current-layer experts */
+    int i_load = nc;
+    bool next_in_q = false;
+    for (int k = q; k < N; k++) {
+        if (all_cur[k] < 0) {
+            next_in_q = true;
+            continue;
+        }
+        const int ip = all_cur[k];
+        if (i_load == nc && in->alpha + (nc - ip) * in->t_io + in->t_g < cum[ip]) i_load = ip;
+    }
+    out->n_load = nc - i_load;
+    if (!next_in_q || nn == 0) return;
+    /* Q2 (eq. 5): the gap the CPU's share leaves the link, over t_io */
+    const double gap = cum[i_load] - in->alpha - (nc - i_load) * in->t_io;
+    double f = (gap + in->t_attn) / in->t_io;
+    if (!(f > 0)) f = 0;
+    out->f = f;
+    int F = (int)lround(f);
+    /* Q3 (eq. 6): the critical copy F stays if its expected gain is positive */
+    const double r_hit = in->r_hit < 0 ? 0 : in->r_hit > 1 ? 1 : in->r_hit;
+    const double xi = r_hit * (f - F + 1) - (1 - r_hit) * (F - f);
+    if (!(xi > 0)) F--;
+    out->n_prefetch = F < 0 ? 0 : F > nn ? nn : F;
+}

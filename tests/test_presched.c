@@ -1,0 +1,87 @@
+/* PreSched's decision (moe/presched.c) against LayerScope's eq. 2-6 worked
+ * by hand: which current-layer experts load on demand, how many of the
+ * next layer's are copied ahead, and the edges (no link speed, a long
+ * queue on the link, the eq. 6 rounding either way, the clamp to the list). */
+#include <math.h>
+
+#include "check.h"
+#include "moe/moe.h"
+
+#define US 1e-6
+
+static tnd_presched_out run(const int *mc, int nc, const int *mn, int nn, double beta, double c0, double t_io,
+                            double t_g, double t_attn, double alpha, double r_hit) {
+    const tnd_presched_in in = {.m_cur = mc, .n_cur = nc, .m_next = mn, .n_next = nn, .beta = beta * US,
+                                .c0 = c0 * US, .t_io = t_io * US, .t_g = t_g * US, .t_attn = t_attn * US,
+                                .alpha = alpha * US, .r_hit = r_hit};
+    tnd_presched_out o;
+    tnd_presched(&in, &o);
+    return o;
+}
+
+int main(void) {
+    /* A decode step: one token an expert, 4 CPU-side experts, 4 predicted
+     * ones. t_c = 30, t_io = 50, t_attn = 20 (us). E_all (ties: the current
+     * layer first) c c c c n n n n; T^G_all(k) = 50 (8 - k), T^C_all(k) =
+     * 30 (k + 1) + 20: first below at k = 5, so GPU_Q = the last 3 next-layer
+     * experts, nothing of the current layer loads. Gap 120, f = 140 / 50 =
+     * 2.8 -> 3; eq. 6 with R_hit 0.9: 0.9 * 0.2 - 0.1 * 0.2 > 0, keep 3. */
+    {
+        const int ones[4] = {1, 1, 1, 1};
+        tnd_presched_out o = run(ones, 4, ones, 4, 0, 30, 50, 0, 20, 0, 0.9);
+        CHECK(o.n_load == 0, "decode: %d loaded on demand, want 0", o.n_load);
+        CHECK(o.n_prefetch == 3, "decode: %d copied ahead, want 3", o.n_prefetch);
+        CHECK(fabs(o.f - 2.8) < 1e-9, "decode: f %.6f, want 2.8", o.f);
+    }
+    /* A batched round: current experts with 1, 2, 8, 20 tokens, two
+     * predicted with 1; t_c = 5 m + 20, t_io = 50, t_g = 10, t_attn = 20.
+     * E_all: c1 n1 n1 c2 c8 c20 (t_c 25 25 25 30 60 120); T^G_all(k) =
+     * 50 (6 - k) + 10 against the prefix + 20: first below at k = 4 (110 <
+     * 185), GPU_Q = {c8, c20}. On demand: i' = 2 has T_G = 110 >= T_C =
+     * 55, i' = 3 has 60 < 115: the 20-token expert loads. GPU_Q holds no
+     * next-layer expert: nothing copied ahead (Q4). */
+    {
+        const int mc[4] = {1, 2, 8, 20}, mn[2] = {1, 1};
+        tnd_presched_out o = run(mc, 4, mn, 2, 5, 20, 50, 10, 20, 0, 0.5);
+        CHECK(o.n_load == 1, "batch: %d loaded on demand, want 1", o.n_load);
+        CHECK(o.n_prefetch == 0 && o.f == 0, "batch: %d copied ahead (f %.3f), want none", o.n_prefetch, o.f);
+        /* the link busy for 100 us more: Q1 first below at k = 5 (160 <
+         * 305), GPU_Q = {c20}, whose T_G = 160 >= T_C = 115: none loads */
+        o = run(mc, 4, mn, 2, 5, 20, 50, 10, 20, 100, 0.5);
+        CHECK(o.n_load == 0, "busy link: %d loaded on demand, want 0", o.n_load);
+        /* twice the tokens on the heavy expert: still one (i' = 2: 110 >= 55) */
+        const int mc2[4] = {1, 2, 8, 40};
+        o = run(mc2, 4, mn, 2, 5, 20, 50, 10, 20, 0, 0.5);
+        CHECK(o.n_load == 1, "heavier: %d loaded on demand, want 1", o.n_load);
+        /* a fast link (t_io 10): Q1 below at k = 1 (10 * 5 + 10 = 60 < 70),
+         * GPU_Q = n1 n1 c2 c8 c20; on demand i' = 1: T_G = 30 + 10 = 40 >= 25;
+         * i' = 2: 20 + 10 = 30 < 55: c8 and c20 load. The gap 55 - 20 = 35,
+         * f = (35 + 20) / 10 = 5.5 -> 6 (lround), eq. 6 at R_hit 0.5:
+         * 0.5 * 0.5 - 0.5 * 0.5 = 0, not positive: 5, clamped to the 2 there */
+        o = run(mc, 4, mn, 2, 5, 20, 10, 10, 20, 0, 0.5);
+        CHECK(o.n_load == 2, "fast link: %d loaded on demand, want 2", o.n_load);
+        CHECK(fabs(o.f - 5.5) < 1e-9, "fast link: f %.6f, want 5.5", o.f);
+        CHECK(o.n_prefetch == 2, "fast link: %d copied ahead, want 2 (all there are)", o.n_prefetch);
+    }
+    /* eq. 6 rounding: one current expert (t_c 30), four predicted, t_io 50,
+     * t_attn 50: GPU_Q from k = 3 (100 < 170) holds n n; f = 80 / 50 = 1.6
+     * -> 2, gain R_hit 0.6 - 0.4 (1 - R_hit) = R_hit - 0.4: at 0.3 one copy,
+     * at 0.5 two */
+    {
+        const int one[1] = {1}, four[4] = {1, 1, 1, 1};
+        tnd_presched_out o = run(one, 1, four, 4, 0, 30, 50, 0, 50, 0, 0.3);
+        CHECK(o.n_load == 0 && o.n_prefetch == 1, "R_hit 0.3: load %d, prefetch %d; want 0, 1", o.n_load,
+              o.n_prefetch);
+        o = run(one, 1, four, 4, 0, 30, 50, 0, 50, 0, 0.5);
+        CHECK(o.n_prefetch == 2, "R_hit 0.5: prefetch %d, want 2", o.n_prefetch);
+    }
+    /* no link speed, or nothing to decide: nothing */
+    {
+        const int ones[4] = {1, 1, 1, 1};
+        tnd_presched_out o = run(ones, 4, ones, 4, 0, 30, 0, 0, 20, 0, 0.9);
+        CHECK(o.n_load == 0 && o.n_prefetch == 0, "no t_io: load %d, prefetch %d", o.n_load, o.n_prefetch);
+        o = run(ones, 0, ones, 0, 0, 30, 50, 0, 20, 0, 0.9);
+        CHECK(o.n_load == 0 && o.n_prefetch == 0, "empty lists: load %d, prefetch %d", o.n_load, o.n_prefetch);
+    }
+    return tc_summary();
+}
