@@ -137,6 +137,17 @@ int main(void) {
         else CHECK(s.n_od_copies > 0, "presched, ablate %s: nothing loaded on demand", ps_names[a]);
         tnd_ctx_free(c);
     }
+    /* the plan carries it to a context made from it */
+    p.moe_ablate = 0;
+    tnd_plan *pp = NULL;
+    CHECK_ST(tnd_plan_build(m, &p, &pp));
+    c = NULL;
+    if (pp) CHECK_ST(tnd_ctx_new_from_plan(pp, &c));
+    if (c) {
+        CHECK(c->presched, "a context made from a plan with PreSched asked for runs without it");
+        tnd_ctx_free(c);
+    }
+    tnd_plan_free(pp);
     p.moe_presched = false;
     /* Told that its GPU experts take every routing, the live table measures
      * less and swaps experts in (a random placement, whose residents are not

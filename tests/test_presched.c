@@ -9,9 +9,13 @@
 
 #define US 1e-6
 
+/* Room for every expert of the current layer to load on demand (max_load: the last case). */
+static int g_room = 1 << 20;
+
 static tnd_presched_out run(const int *mc, int nc, const int *mn, int nn, double beta, double c0, double t_io,
                             double t_g, double t_attn, double alpha, double r_hit) {
-    const tnd_presched_in in = {.m_cur = mc, .n_cur = nc, .m_next = mn, .n_next = nn, .beta = beta * US,
+    const tnd_presched_in in = {.m_cur = mc, .n_cur = nc, .m_next = mn, .n_next = nn, .max_load = g_room,
+                                .beta = beta * US,
                                 .c0 = c0 * US, .t_io = t_io * US, .t_g = t_g * US, .t_attn = t_attn * US,
                                 .alpha = alpha * US, .r_hit = r_hit};
     tnd_presched_out o;
@@ -25,7 +29,7 @@ int main(void) {
      * layer first) c c c c n n n n; T^G_all(k) = 50 (8 - k), T^C_all(k) =
      * 30 (k + 1) + 20: first below at k = 5, so GPU_Q = the last 3 next-layer
      * experts, nothing of the current layer loads. Gap 120, f = 140 / 50 =
-     * 2.8 -> 3; eq. 6 with R_hit 0.9: 0.9 * 0.2 - 0.1 * 0.2 > 0, keep 3. */
+     * 2.8 -> 3; eq. 6 with R_hit 0.9: 0.9 * 0.8 - 0.1 * 0.2 = 0.70 > 0, keep 3. */
     {
         const int ones[4] = {1, 1, 1, 1};
         tnd_presched_out o = run(ones, 4, ones, 4, 0, 30, 50, 0, 20, 0, 0.9);
@@ -62,6 +66,22 @@ int main(void) {
         CHECK(o.n_load == 2, "fast link: %d loaded on demand, want 2", o.n_load);
         CHECK(fabs(o.f - 5.5) < 1e-9, "fast link: f %.6f, want 5.5", o.f);
         CHECK(o.n_prefetch == 2, "fast link: %d copied ahead, want 2 (all there are)", o.n_prefetch);
+        /* the same with eight predicted: the tie (gain exactly 0) drops to
+         * 5. E_all c1, n1 x8, c2 c8 c20; Q1 below at k = 3 (9 * 10 + 10 =
+         * 100 < 4 * 25 + 20 = 120): GPU_Q six n1, c2 c8 c20, the same loads */
+        const int mn8[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        o = run(mc, 4, mn8, 8, 5, 20, 10, 10, 20, 0, 0.5);
+        CHECK(o.n_load == 2 && fabs(o.f - 5.5) < 1e-9, "fast link, 8 predicted: load %d, f %.6f; want 2, 5.5",
+              o.n_load, o.f);
+        CHECK(o.n_prefetch == 5, "fast link, 8 predicted: %d copied ahead, want 5 (the tie drops)", o.n_prefetch);
+        /* room for one load only: the heaviest (c20) loads, and the gap counts
+         * c2 and c8 on the CPU: 25 + 30 + 60 - 10 = 105, f = 12.5 -> 13,
+         * gain 0.5 * 0.5 - 0.5 * 0.5 = 0: 12, clamped to the 8 there are */
+        g_room = 1;
+        o = run(mc, 4, mn8, 8, 5, 20, 10, 10, 20, 0, 0.5);
+        g_room = 1 << 20;
+        CHECK(o.n_load == 1 && fabs(o.f - 12.5) < 1e-9 && o.n_prefetch == 8,
+              "room for one: load %d, f %.6f, prefetch %d; want 1, 12.5, 8", o.n_load, o.f, o.n_prefetch);
     }
     /* eq. 6 rounding: one current expert (t_c 30), four predicted, t_io 50,
      * t_attn 50: GPU_Q from k = 3 (100 < 170) holds n n; f = 80 / 50 = 1.6

@@ -303,9 +303,12 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
         return st;
     }
     if ((st = tnd_backend_event_record(g, c->slot_ready[j % TND_RING_EV], c->xfer))) return st;
+    c->copy_pred[j % TND_RING_EV] = c->perf ? c->perf->lat + (double)n / c->perf->b_pcie : 0;
+    /* PreSched's alpha: the link's queue, promotions included (prefetch.c) */
+    c->pf_link_free = TND_MAX(c->pf_link_free, tnd_time_s()) + c->copy_pred[j % TND_RING_EV];
     /* the ablation without asynchronous copies: the host waits for each */
     if ((c->ablate & TND_ABLATE_SYNC) && (st = tnd_backend_stream_sync(g, c->xfer))) return st;
-    c->copy_pred[j % TND_RING_EV] = c->perf ? c->perf->lat + (double)n / c->perf->b_pcie : 0;
+    if (c->ablate & TND_ABLATE_SYNC) c->pf_link_free = 0; /* drained */
     c->copy_bytes[j % TND_RING_EV] = n;
     c->n_w_copies++;
     c->w_copy_bytes += n;
@@ -992,6 +995,10 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits) {
     c->pf_cpu_n = 0;
     c->pf_cpu_s = c->pf_wait_s = 0;
     c->pf_queued = false;
+    c->pf_link_free = 0; /* the last round drained the transfer stream */
+    c->ps_behind = -1;
+    c->ps_cpu_e = c->ps_next_e = 0;
+    c->ps_od_s = c->ps_od_next = 0;
     tnd_status st = TND_OK;
     if (c->trace_mode && !c->trace && !(c->trace = tnd_calloc(2 * 2 * TR_OPS * TR_PARTS, sizeof *c->trace)))
         return tnd_fail(TND_ERR_NOMEM, "out of memory");

@@ -174,7 +174,7 @@ struct tnd_ctx {
     tnd_status pfq_st;       /* the errand's status, for the next routing or the round's end */
     uint64_t n_pf_copies, n_route_dec_pf; /* experts copied; decode routings served from a slot */
     /* PreSched (moe/presched.c; prefetch.c carries its decisions out) */
-    bool presched_want;      /* tnd_ctx_params.moe_presched */
+    bool presched_want;      /* tnd_ctx_params.moe_presched (the plan's) */
     bool presched;           /* on: a split layer's routing may load CPU-side experts on demand, and the
                                 count copied a layer ahead is PreSched's, not the balance's */
     uint64_t *pf_read;       /* [n_layer][pf_max] the round a slot was last read */
@@ -187,6 +187,8 @@ struct tnd_ctx {
     int ps_next_e;           /* ... of the layer whose routing came last (tnd_pf_layer_begin moves it up) */
     int ps_behind;           /* at on-demand loads: 1 the copies a layer ahead were not done, 0 they were,
                                 -1 no loads (tnd_pf_layer_begin asks the event) */
+    double ps_od_s;          /* the on-demand copies (modelled s) the layer whose time pf_last spans waited for */
+    double ps_od_next;       /* ... of the layer whose routing came last */
     uint64_t n_od_copies;    /* experts loaded on demand */
     tnd_event *mapped_ev;    /* the GPU's last write into a host buffer (split layers' A_EY rows) */
     bool mapped_pending[A_COUNT]; /* a GPU write into the host buffer may still be running */

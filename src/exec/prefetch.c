@@ -141,7 +141,11 @@ int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e) {
 tnd_status tnd_pf_layer_begin(tnd_ctx *c, int l, int n_cpu) {
     const double now = tnd_time_s();
     if (c->pf_last > 0) { /* the layer since the last routing, less its experts' CPU time (and waits) */
-        const double over = TND_MAX(now - c->pf_last - c->pf_cpu_s - (c->pf_behind ? c->pf_wait_s : 0), 0.0);
+        /* the waits for its on-demand loads are theirs, not the link's to use
+         * (PreSched counts those copies itself) */
+        const double od = TND_MIN(c->pf_wait_s, c->ps_od_s);
+        const double over =
+            TND_MAX(now - c->pf_last - c->pf_cpu_s - (c->pf_behind ? c->pf_wait_s : od), 0.0);
         c->pf_t_over = c->pf_t_over > 0 ? (1 - PF_ALPHA) * c->pf_t_over + PF_ALPHA * over : over;
     }
     c->pf_last = now;
@@ -154,7 +158,9 @@ tnd_status tnd_pf_layer_begin(tnd_ctx *c, int l, int n_cpu) {
         }
     }
     c->ps_cpu_e = c->ps_next_e; /* this layer's, for the next sample */
+    c->ps_od_s = c->ps_od_next;
     c->ps_next_e = 0;
+    c->ps_od_next = 0;
     c->pf_cpu_s = c->pf_wait_s = 0;
     c->pf_cpu_n = n_cpu;
     tnd_status st = TND_OK;
@@ -198,12 +204,20 @@ static tnd_status copy_expert(tnd_ctx *c, int l, int e, int32_t at) {
     return TND_OK;
 }
 
-/* The least recently used slot of split layer l not wanted this round, or -1. */
-static int free_slot(const tnd_ctx *c, int l) {
+/* Whether slot s of split layer l may take another expert: not wanted this
+ * round; or, once the layer's routing is known (routed), not read by it
+ * (an expert copied or kept there a layer ahead that the routing did not
+ * choose is read by nothing else this round). */
+static bool slot_free(const tnd_ctx *c, size_t s, bool routed) {
+    return routed ? c->pf_read[s] != c->pf_round : c->pf_used[s] != c->pf_round;
+}
+
+/* The least recently used free slot of split layer l (slot_free), or -1. */
+static int free_slot(const tnd_ctx *c, int l, bool routed) {
     const size_t b = (size_t)l * (size_t)c->pf_max;
     int v = -1;
     for (int s = 0; s < c->pf_n[l]; s++)
-        if (c->pf_used[b + s] != c->pf_round && (v < 0 || c->pf_used[b + s] < c->pf_used[b + v])) v = s;
+        if (slot_free(c, b + s, routed) && (v < 0 || c->pf_used[b + s] < c->pf_used[b + v])) v = s;
     return v;
 }
 
@@ -269,7 +283,7 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
     }
     int done = 0;
     for (; done < k; done++) {
-        const int v = free_slot(c, l);
+        const int v = free_slot(c, l, false);
         if (v < 0) break;
         tnd_status st = fill_slot(c, l, v, cand[done]);
         if (st) return st;
@@ -278,7 +292,8 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
     if (done <= 0) return TND_OK;
     c->pf_link_free = TND_MAX(c->pf_link_free, tnd_time_s()) + done * tc;
     tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
-    if (!st && (c->ablate & TND_ABLATE_SYNC)) st = tnd_backend_stream_sync(c->side[1].be, c->xfer);
+    if (!st && (c->ablate & TND_ABLATE_SYNC) && !(st = tnd_backend_stream_sync(c->side[1].be, c->xfer)))
+        c->pf_link_free = 0; /* drained */
     return st;
 }
 
@@ -301,20 +316,25 @@ static int ps_list(const int *cnt, int E, ps_exp *v) {
     return n;
 }
 
-/* Eq. 2's beta and c0 from the fit's sums (least squares of T = c0 n +
- * beta m over the split layers' CPU parts). Where every sample has as many
- * routings as experts (decode: one token each) the two cannot be told
- * apart: beta 0, c0 the time an expert. false: nothing measured yet. */
+/* Eq. 2's beta and c0 from the fit's sums: least squares of T = c0 n +
+ * beta m over the split layers' CPU parts, both terms kept non-negative
+ * (where the unconstrained fit makes one negative, the best fit without
+ * it). Where every sample has as many routings as experts (decode: one
+ * token each) the two cannot be told apart: beta 0, c0 the time an
+ * expert. false: nothing measured yet. */
 static bool ps_costs(const tnd_ctx *c, double *beta, double *c0) {
     const double *f = c->ps_fit, det = f[0] * f[2] - f[1] * f[1];
     *beta = 0;
     *c0 = 0;
     if (!(f[0] > 0)) return false;
-    if (det > 1e-6 * f[0] * f[2]) {
+    if (!(det > 1e-6 * f[0] * f[2])) {
+        *c0 = f[3] / f[0];
+    } else {
         *c0 = (f[3] * f[2] - f[1] * f[4]) / det;
         *beta = (f[0] * f[4] - f[1] * f[3]) / det;
+        if (!(*c0 >= 0)) *c0 = 0, *beta = f[4] / f[2];
+        else if (!(*beta >= 0)) *beta = 0, *c0 = f[3] / f[0];
     }
-    if (!(*c0 >= 0 && *beta >= 0) || !(det > 1e-6 * f[0] * f[2])) *beta = 0, *c0 = f[3] / f[0];
     return *c0 > 0 || *beta > 0;
 }
 
@@ -349,8 +369,10 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
         }
         nn = ps_list(cnt, E, nxt);
     }
-    tnd_presched_in in = {.n_cur = nc, .n_next = nn, .t_io = copy_time(c, l), .t_attn = c->pf_t_over,
-                          .r_hit = c->ps_rhit};
+    int room = 0; /* slots on-demand loads may take */
+    for (int s = 0; s < c->pf_n[l]; s++) room += slot_free(c, b + (size_t)s, true);
+    tnd_presched_in in = {.n_cur = nc, .n_next = nn, .max_load = room, .t_io = copy_time(c, l),
+                          .t_attn = c->pf_t_over, .r_hit = c->ps_rhit};
     const double now = tnd_time_s();
     in.alpha = TND_MAX(c->pf_link_free - now, 0.0);
     if (!ps_costs(c, &in.beta, &in.c0) || !(in.t_io > 0)) return TND_OK; /* the balance decides */
@@ -369,8 +391,8 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
         was_done = !tnd_backend_event_done(c->side[1].be, c->pf_ev[l % TND_PF_EV], &d) && d;
     }
     for (; loaded < out.n_load; loaded++) {
-        const int v = free_slot(c, l);
-        if (v < 0) break;
+        const int v = free_slot(c, l, true);
+        if (v < 0) break; /* not reached: n_load <= room */
         const ps_exp x = cur[nc - 1 - loaded];
         tnd_status st = fill_slot(c, l, v, x.e);
         if (st) return st;
@@ -382,9 +404,11 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
     c->ps_next_e = nc - loaded;
     if (!loaded) return TND_OK;
     c->pf_link_free = TND_MAX(c->pf_link_free, now) + loaded * in.t_io;
+    c->ps_od_next = loaded * in.t_io;
     c->ps_behind = c->pf_fresh[l] ? !was_done : 0;
     c->pf_fresh[l] = 1; /* the GPU part waits for the event (tnd_pf_layer_begin) */
     tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
-    if (!st && (c->ablate & TND_ABLATE_SYNC)) st = tnd_backend_stream_sync(c->side[1].be, c->xfer);
+    if (!st && (c->ablate & TND_ABLATE_SYNC) && !(st = tnd_backend_stream_sync(c->side[1].be, c->xfer)))
+        c->pf_link_free = 0; /* drained */
     return st;
 }

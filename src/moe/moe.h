@@ -182,6 +182,7 @@ typedef struct tnd_presched_in {
     int n_cur;
     const int *m_next; /* the same of the next layer's predicted experts not on the GPU */
     int n_next;
+    int max_load;      /* at most this many of m_cur may load on demand (the room for them) */
     double beta, c0;   /* an expert's CPU time for m tokens: beta m + c0 (s; eq. 2) */
     double t_io;       /* an expert's copy to the GPU (s; > 0, else nothing is decided) */
     double t_g;        /* an expert's GPU compute (s) */

@@ -16,9 +16,13 @@
  * E_all[k..] (alpha + its copies + t_g) beats computing E_all[0..k] on the
  * CPU (plus attention). The on-demand loop (eq. 4) takes the first expert
  * of the current layer in GPU_Q whose index i' has T_G(i') < T_C(i'), and
- * loads E_cur[i'..n]. The prefetch count (eq. 5) is the CPU's gap over
+ * loads E_cur[i'..n] (none when no i' qualifies: Algorithm 1 read
+ * literally starts at i = n and would always load E_cur[n]; eq. 4's text
+ * does not), at most as many as there is room for. The prefetch count (eq. 5) is the CPU's gap over
  * t_io, rounded to the nearest, then one fewer when the critical copy's
- * expected gain (eq. 6, R_hit and R_miss = 1 - R_hit) is not positive; no
+ * expected gain (eq. 6, R_hit and R_miss = 1 - R_hit; the caller's R_hit
+ * is the share over all copies a layer ahead, not the critical one's,
+ * which the predictor's ranking would put lower) is not positive; no
  * prefetch when GPU_Q holds nothing of the next layer (Q4; the paper then
  * looks further ahead, which needs predictions two layers ahead that the
  * executor does not make).
@@ -72,6 +76,8 @@ void tnd_presched(const tnd_presched_in *in, tnd_presched_out *out) {
         const int ip = all_cur[k];
         if (i_load == nc && in->alpha + (nc - ip) * in->t_io + in->t_g < cum[ip]) i_load = ip;
     }
+    const int room = in->max_load > 0 ? in->max_load : 0;
+    if (nc - i_load > room) i_load = nc - room; /* the heaviest that have room; the gap below counts only them */
     out->n_load = nc - i_load;
     if (!next_in_q || nn == 0) return;
     /* Q2 (eq. 5): the gap the CPU's share leaves the link, over t_io */

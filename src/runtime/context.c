@@ -175,6 +175,7 @@ static void adopt(tnd_ctx *c, tnd_plan *plan) {
     c->perf = plan->perf;
     c->budget_asked = plan->budget_asked;
     c->ablate = plan->ablate;
+    c->presched_want = plan->presched;
 }
 
 /* Everything big of c's plan: buffers on both sides, then the GPU scratch. */
@@ -313,7 +314,6 @@ static tnd_status ctx_new(tnd_model *m, const tnd_ctx_params *p, const tnd_place
     adopt(c, plan);
     c->adapt = !p->no_adapt;
     c->adapt_cpu = true;
-    c->presched_want = p->moe_presched;
     return ctx_finish(c, p, fixed, p->verbose, out);
 }
 

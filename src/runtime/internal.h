@@ -31,6 +31,7 @@ struct tnd_plan {
     uint64_t kv_layer;       /* a GPU layer's KV cache, bytes */
     char promote[40];        /* the promotions asked for ("none": none) */
     unsigned ablate;         /* TND_ABLATE_*: MoE mechanisms switched off (tnd_ctx_params.moe_ablate) */
+    bool presched;           /* MoE: PreSched asked for (tnd_ctx_params.moe_presched) */
 };
 
 /* A round's token budget: n_batch asked (0: 512), at most what the

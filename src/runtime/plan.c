@@ -257,6 +257,7 @@ tnd_status tnd_plan_make(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu
     pl->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
     pl->gpu = gpu != NULL;
     pl->ablate = p->moe_ablate;
+    pl->presched = p->moe_presched;
     tnd_status st = TND_OK;
     if (p->hw && !(pl->hw = strdup(p->hw))) st = tnd_fail(TND_ERR_NOMEM, "out of memory");
     if (!st) st = plan_memory(pl, p, cpu, gpu, fixed);
