@@ -16,10 +16,11 @@
  * E_all[k..] (alpha + its copies + t_g) beats computing E_all[0..k] on the
  * CPU (plus attention). The on-demand loop (eq. 4) takes the first expert
  * of the current layer in GPU_Q whose index i' has T_G(i') < T_C(i'), and
- * loads E_cur[i'..n] (none when no i' qualifies: Algorithm 1 read
- * literally starts at i = n and would always load E_cur[n]; eq. 4's text
- * does not), at most as many as there is room for. The prefetch count (eq. 5) is the CPU's gap over
- * t_io, rounded to the nearest, then one fewer when the critical copy's
+ * loads E_cur[i'..n], at most as many as there is room for (none when no
+ * i' qualifies: Algorithm 1 read literally starts at i = n and would
+ * always load E_cur[n]; eq. 4's text does not). The prefetch count (eq. 5)
+ * is the CPU's gap over t_io, rounded to the nearest, then one fewer when
+ * the critical copy's
  * expected gain (eq. 6, R_hit and R_miss = 1 - R_hit; the caller's R_hit
  * is the share over all copies a layer ahead, not the critical one's,
  * which the predictor's ranking would put lower) is not positive; no
@@ -43,7 +44,7 @@ void tnd_presched(const tnd_presched_in *in, tnd_presched_out *out) {
     out->f = 0;
     const int nc = in->n_cur, nn = in->n_next, N = nc + nn;
     if (N <= 0 || nc > TND_PRESCHED_MAX || nn > TND_PRESCHED_MAX || !(in->t_io > 0)) return;
-    /* E_all by tokens, the current layer first at ties: k < nc_seen + nn_seen */
+    /* E_all by tokens, the current layer first at ties */
     int all_m[2 * TND_PRESCHED_MAX], all_cur[2 * TND_PRESCHED_MAX]; /* cur: its index in E_cur, else -1 */
     for (int a = 0, b = 0, k = 0; k < N; k++) {
         const bool take_cur = a < nc && (b >= nn || in->m_cur[a] <= in->m_next[b]);
@@ -85,6 +86,7 @@ void tnd_presched(const tnd_presched_in *in, tnd_presched_out *out) {
     double f = (gap + in->t_attn) / in->t_io;
     if (!(f > 0)) f = 0;
     out->f = f;
+    if (f > nn + 1) f = nn + 1; /* more than the list holds: all of it (and no overflow below) */
     int F = (int)lround(f);
     /* Q3 (eq. 6): the critical copy F stays if its expected gain is positive */
     const double r_hit = in->r_hit < 0 ? 0 : in->r_hit > 1 ? 1 : in->r_hit;
