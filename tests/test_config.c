@@ -37,7 +37,7 @@ int main(void) {
     for (int i = 0; i < 4; i++) CHECK(seen[i] == c, "thread %d saw another config", i);
 
     /* (a) the refused value: the default stays, and loading fails clearly */
-    CHECK(c->cpu_pf_dist == 1024, "TND_CPU_PF_DIST=abc gave %d, not the default 1024", c->cpu_pf_dist);
+    CHECK(c->cpu_pf_dist == 3072, "TND_CPU_PF_DIST=abc gave %d, not the default 3072", c->cpu_pf_dist);
     CHECK(c->cuda_tile_depth == 3, "TND_CUDA_TILE_DEPTH=3 read as %d", c->cuda_tile_depth);
     CHECK(tnd_config_check() == TND_ERR_ARG, "a refused value passes the check");
     const char *e = tnd_last_error();
@@ -53,7 +53,7 @@ int main(void) {
     setenv("TND_POOL_SPIN", "7", 1);
     setenv("TND_CPU_PF_DIST", "512", 1);
     CHECK(tnd_config_get()->cuda_tile_depth == 3 && tnd_config_get()->pool_spin == 200000 &&
-              tnd_config_get()->cpu_pf_dist == 1024,
+              tnd_config_get()->cpu_pf_dist == 3072,
           "a setenv after the first read changed the config");
     CHECK(tnd_config_check() == TND_ERR_ARG, "the refused value is still reported");
 
@@ -68,7 +68,7 @@ int main(void) {
     CHECK(tnd_config_set("TND_LOG", "3") == TND_OK && tnd_config_get()->log_level == 3, "TND_LOG=3");
     tnd_config_key(key, sizeof key);
     CHECK(!strcmp(key, "TND_CPU_PF_DIST=512 TND_CUDA_TILE_DEPTH=3"), "TND_LOG entered the key: '%s'", key);
-    CHECK(tnd_config_set("TND_CPU_PF_DIST", "1024") == TND_OK && tnd_config_set("TND_CUDA_TILE_DEPTH", NULL) == TND_OK,
+    CHECK(tnd_config_set("TND_CPU_PF_DIST", "3072") == TND_OK && tnd_config_set("TND_CUDA_TILE_DEPTH", NULL) == TND_OK,
           "back to the defaults");
     tnd_config_key(key, sizeof key);
     CHECK(!strcmp(key, "default"), "a knob set to its default is the default: '%s'", key);
@@ -85,7 +85,7 @@ int main(void) {
         CHECK(strstr(tnd_last_error(), bad[i][0]) && strstr(tnd_last_error(), "accepted:"), "message: %s",
               tnd_last_error());
     }
-    CHECK(tnd_config_get()->cuda_mv == TND_CFG_MV_I8MMA && tnd_config_get()->cpu_pf_dist == 1024 &&
+    CHECK(tnd_config_get()->cuda_mv == TND_CFG_MV_I8MMA && tnd_config_get()->cpu_pf_dist == 3072 &&
               tnd_config_get()->pool_spin == 200000,
           "a refused value changes nothing");
     CHECK(tnd_config_set("TND_NO_SUCH_KNOB", "1") == TND_ERR_ARG, "an unknown name is refused");

@@ -53,7 +53,7 @@ _, dbs2 = plan({"TND_CUDA_TILE_MV": "i8"})
 check(len(dbs2) == 3, "TND_CUDA_TILE_MV=i8 caches another", str(dbs2))
 out3, dbs3 = plan({})
 check(dbs3 == dbs2 and out3 == out0, "a default run finds the default DB again", str(dbs3))
-_, dbs4 = plan({"TND_CPU_PF_DIST": "1024", "TND_LOG": "1"})
+_, dbs4 = plan({"TND_CPU_PF_DIST": "3072", "TND_LOG": "1"})
 check(dbs4 == dbs2, "a knob at its default, and TND_LOG, keep the default key", str(dbs4))
 
 r = subprocess.run([tandem, "--version"], capture_output=True, text=True, env=dict(base, TND_CUDA_PDL="0"),

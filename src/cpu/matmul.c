@@ -82,7 +82,7 @@ static void build_tables(void) {
     tnd_cpu_kernels_avx512(&g_kernels[TND_ISA_AVX512]);
 }
 
-int tnd_cpu_pf_dist = 1024;
+int tnd_cpu_pf_dist = 3072; /* until isa_init reads the config's */
 
 static void isa_init(void) {
     /* TND_CPU_PF_DIST (bytes, a multiple of 64 up to 16 KiB): for tuning

@@ -77,7 +77,7 @@ bool tnd_cpu_isa_force(tnd_cpu_isa_id isa);
 /* The ISA currently in use. */
 tnd_cpu_isa_id tnd_cpu_isa_id_current(void);
 /* Bytes ahead of its reads that a decode kernel prefetches a weight
- * stream (matmul_x86.h: pf_ahead); 1024, or TND_CPU_PF_DIST, read with the
+ * stream (matmul_x86.h: pf_ahead); 3072, or TND_CPU_PF_DIST, read with the
  * kernel tables. */
 extern int tnd_cpu_pf_dist;
 /* Kernel table of the ISA in use. */
