@@ -7,6 +7,10 @@
 #       as without; tests/test_cuda_graphs (graphs on and off bit-identical)
 #   scripts/device-moe.sh speed  # synth qwen3-30b-a3b --moe-skew 0.5 at 30%,
 #       tg128, random and text tokens, TND_EXPERT_PREFETCH=0 then the default
+#   scripts/device-moe.sh presched  # the same model and budgets: tg128,
+#       random and text tokens, the default then --presched, twice over;
+#       then --batch 4,16,64 -p 512 -n 64 both ways (docs/DECISIONS.md,
+#       "PreSched: built, opt-in")
 # Synth models go to /tmp/tnd (MOE_BUDGETS, MOE_TOKENS, MOE_N override the
 # speed step's budgets, token kinds and tokens). Logs go to
 # ${OUT:-build-device/logs}; the output ends with a summary line.
@@ -50,7 +54,27 @@ for step in "${@:-build test speed}"; do
         done
       done
       ;;
-    *) echo "unknown step $s (build, test, speed)"; fail=1 ;;
+    presched)
+      [ -f $M30 ] || build-device/tandem synth --shape qwen3-30b-a3b --moe-skew 0.5 -o $M30 >"$logs/synth.log" 2>&1
+      B="build-device/tandem bench -m $M30 --device cuda -t 16 --no-limits --predictor 0"
+      for b in ${MOE_BUDGETS:-30%}; do
+        for rep in 1 2; do
+          for tk in ${MOE_TOKENS:-random text}; do
+            for ps in "" --presched; do
+              echo "== budget $b, tokens $tk, ${ps:-the balance} (round $rep)"
+              $B --vram-budget "$b" -p 0 -n "${MOE_N:-128}" -r 3 --tokens "$tk" $ps 2>&1 |
+                grep -E "^\| |GPU experts|error|warn" | tee -a "$logs/presched.log"
+            done
+          done
+        done
+        for ps in "" --presched; do
+          echo "== budget $b, --batch 4,16,64, ${ps:-the balance}"
+          timeout 300 $B --vram-budget "$b" --batch 4,16,64 -p 512 -n 64 -r 1 $ps 2>&1 |
+            grep -E "^\| |error|warn" | tee -a "$logs/presched.log"
+        done
+      done
+      ;;
+    *) echo "unknown step $s (build, test, speed, presched)"; fail=1 ;;
     esac
   done
 done
