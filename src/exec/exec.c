@@ -306,9 +306,7 @@ static tnd_status queue_weight_copy(tnd_ctx *c, int j) {
     c->copy_pred[j % TND_RING_EV] = c->perf ? c->perf->lat + (double)n / c->perf->b_pcie : 0;
     /* PreSched's alpha: the link's queue, promotions included (prefetch.c) */
     c->pf_link_free = TND_MAX(c->pf_link_free, tnd_time_s()) + c->copy_pred[j % TND_RING_EV];
-    /* the ablation without asynchronous copies: the host waits for each */
-    if ((c->ablate & TND_ABLATE_SYNC) && (st = tnd_backend_stream_sync(g, c->xfer))) return st;
-    if (c->ablate & TND_ABLATE_SYNC) c->pf_link_free = 0; /* drained */
+    if ((st = tnd_xfer_sync_ablated(c))) return st;
     c->copy_bytes[j % TND_RING_EV] = n;
     c->n_w_copies++;
     c->w_copy_bytes += n;

@@ -270,6 +270,9 @@ tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t n
 tnd_status tnd_pf_init(tnd_ctx *c);
 /* Frees what tnd_pf_init made. */
 void tnd_pf_free(tnd_ctx *c);
+/* The ablation without asynchronous copies (TND_ABLATE_SYNC): the host
+ * waits for the transfer stream after queuing weight copies; else nothing. */
+tnd_status tnd_xfer_sync_ablated(tnd_ctx *c);
 /* Compact index of expert e of split layer l when a slot holds it, else -1. */
 int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e);
 /* Layer l's routing reached the host: its GPU part waits for its slots'

@@ -127,15 +127,28 @@ void tnd_pf_free(tnd_ctx *c) {
     c->pf_max = 0;
 }
 
-int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e) {
+/* The slot of split layer l that holds expert e, or -1. */
+static int slot_of(const tnd_ctx *c, int l, int e) {
     const size_t b = (size_t)l * (size_t)c->pf_max;
-    for (int s = 0; c->pf_max && s < c->pf_n[l]; s++)
-        if (c->pf_exp[b + s] == e) {
-            c->pf_used[b + s] = c->pf_read[b + s] = c->pf_round;
-            if (c->pf_fill[b + s] == c->pf_round) c->pf_fresh[l] = 1; /* a copy of this round is read */
-            return c->pf_idx[b + s];
-        }
+    for (int s = 0; s < c->pf_n[l]; s++)
+        if (c->pf_exp[b + s] == e) return s;
     return -1;
+}
+
+int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e) {
+    const int s = c->pf_max ? slot_of(c, l, e) : -1;
+    if (s < 0) return -1;
+    const size_t i = (size_t)l * (size_t)c->pf_max + (size_t)s;
+    c->pf_used[i] = c->pf_read[i] = c->pf_round;
+    if (c->pf_fill[i] == c->pf_round) c->pf_fresh[l] = 1; /* a copy of this round is read */
+    return c->pf_idx[i];
+}
+
+tnd_status tnd_xfer_sync_ablated(tnd_ctx *c) {
+    if (!(c->ablate & TND_ABLATE_SYNC)) return TND_OK;
+    tnd_status st = tnd_backend_stream_sync(c->side[1].be, c->xfer);
+    if (!st) c->pf_link_free = 0; /* drained */
+    return st;
 }
 
 tnd_status tnd_pf_layer_begin(tnd_ctx *c, int l, int n_cpu) {
@@ -244,9 +257,8 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const int e = pred[i];
         if (e < 0 || e >= E || gi[e] >= 0) continue;
-        int s = 0;
-        while (s < c->pf_n[l] && c->pf_exp[b + s] != e) s++;
-        if (s < c->pf_n[l]) { /* there already: keep it */
+        const int s = slot_of(c, l, e);
+        if (s >= 0) { /* there already: keep it */
             c->pf_used[b + s] = c->pf_round;
             continue;
         }
@@ -292,9 +304,7 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
     if (done <= 0) return TND_OK;
     c->pf_link_free = TND_MAX(c->pf_link_free, tnd_time_s()) + done * tc;
     tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
-    if (!st && (c->ablate & TND_ABLATE_SYNC) && !(st = tnd_backend_stream_sync(c->side[1].be, c->xfer)))
-        c->pf_link_free = 0; /* drained */
-    return st;
+    return st ? st : tnd_xfer_sync_ablated(c);
 }
 
 /* ---- PreSched ------------------------------------------------------------------ */
@@ -358,14 +368,10 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
     int nn = 0;
     if (pred && l + 1 < L && c->pf_n[l + 1]) { /* the next layer's predicted, neither resident nor in a slot */
         const int32_t *g1 = c->exp_gpu + (size_t)(l + 1) * E;
-        const size_t b1 = (size_t)(l + 1) * P;
         memset(cnt, 0, sizeof cnt);
         for (int64_t i = 0; i < n_pred; i++) {
             const int e = pred[i];
-            if (e < 0 || e >= E || g1[e] >= 0) continue;
-            int s = 0;
-            while (s < c->pf_n[l + 1] && c->pf_exp[b1 + s] != e) s++;
-            if (s == c->pf_n[l + 1]) cnt[e]++;
+            if (e >= 0 && e < E && g1[e] < 0 && slot_of(c, l + 1, e) < 0) cnt[e]++;
         }
         nn = ps_list(cnt, E, nxt);
     }
@@ -408,7 +414,5 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
     c->ps_behind = c->pf_fresh[l] ? !was_done : 0;
     c->pf_fresh[l] = 1; /* the GPU part waits for the event (tnd_pf_layer_begin) */
     tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
-    if (!st && (c->ablate & TND_ABLATE_SYNC) && !(st = tnd_backend_stream_sync(c->side[1].be, c->xfer)))
-        c->pf_link_free = 0; /* drained */
-    return st;
+    return st ? st : tnd_xfer_sync_ablated(c);
 }
