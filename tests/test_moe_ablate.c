@@ -15,17 +15,22 @@
  *   - nothing loads on demand unless PreSched is asked for
  *     (tnd_ctx_params.moe_presched); with it, experts load on demand (the
  *     tiny experts copy far faster than the CPU runs them), the logits stay
- *     the CPU's, also with synchronous copies, and the fixed count replaces
- *     it (no on-demand loads, at most two copies a layer and step).
+ *     the CPU's, also with synchronous copies and with an expert's pieces
+ *     on three streams (TND_EXPERT_STREAMS=3, the down pieces' stream
+ *     slowed: the GPU's half must wait for it), and the fixed count
+ *     replaces it (no on-demand loads, at most two copies a layer and
+ *     step).
  * Skips (77) without the tandem binary (for synth). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "config.h"
 #include "exec/exec.h"
 #include "model_fixture.h"
 #include "runtime/internal.h"
+#include "sim/sim.h"
 #include "tandem.h"
 
 #define N_PROMPT 40
@@ -112,14 +117,19 @@ int main(void) {
         tnd_ctx_free(c);
     }
     /* PreSched (exec/prefetch.c, moe/presched.c) */
-    static const unsigned ps_ablations[] = {0, TND_ABLATE_SYNC, TND_ABLATE_FIXED2};
-    static const char *const ps_names[] = {"none", "sync", "fixed2"};
+    static const unsigned ps_ablations[] = {0, TND_ABLATE_SYNC, TND_ABLATE_FIXED2, 0};
+    static const char *const ps_names[] = {"none", "sync", "fixed2", "none, three streams"};
     p.moe_presched = true;
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < 4; a++) {
         p.moe_ablate = ps_ablations[a];
+        CHECK_ST(tnd_config_set("TND_EXPERT_STREAMS", a == 3 ? "3" : NULL));
         c = NULL;
         CHECK_ST(tnd_ctx_new(m, &p, &c));
         if (!c) continue;
+        if (a == 3) {
+            CHECK(c->pf_piece[1] != NULL, "TND_EXPERT_STREAMS=3: no piece streams");
+            if (c->pf_piece[1]) tnd_sim_set_stream_delay(c->side[1].be, c->pf_piece[1], 300);
+        }
         const int ns = split_layers(c);
         CHECK_ST(fx_steps(c, prompt, N_PROMPT, N_GEN, tok, false, lg));
         CHECK(!memcmp(lg, ref, sizeof(float) * nl), "presched, ablate %s: logits differ from the CPU's", ps_names[a]);
@@ -137,6 +147,7 @@ int main(void) {
         else CHECK(s.n_od_copies > 0, "presched, ablate %s: nothing loaded on demand", ps_names[a]);
         tnd_ctx_free(c);
     }
+    CHECK_ST(tnd_config_set("TND_EXPERT_STREAMS", NULL));
     /* the plan carries it to a context made from it */
     p.moe_ablate = 0;
     tnd_plan *pp = NULL;

@@ -190,6 +190,9 @@ struct tnd_ctx {
     double ps_od_s;          /* the on-demand copies (modelled s) the layer whose time pf_last spans waited for */
     double ps_od_next;       /* ... of the layer whose routing came last */
     uint64_t n_od_copies;    /* experts loaded on demand */
+    tnd_stream *pf_piece[2]; /* TND_EXPERT_STREAMS=3: the streams of an expert's up and down copies (its gate's:
+                              * xfer), LayerScope's AsyncIO pieces; NULL: all on xfer */
+    tnd_event *pf_join[2];   /* recorded on pf_piece[i] for xfer to wait on: a batch of copies ends on xfer */
     tnd_event *mapped_ev;    /* the GPU's last write into a host buffer (split layers' A_EY rows) */
     bool mapped_pending[A_COUNT]; /* a GPU write into the host buffer may still be running */
     int64_t *expert_hits;    /* [n_layer][n_expert] routing counts (calibration), or NULL */

@@ -103,12 +103,24 @@ tnd_status tnd_pf_init(tnd_ctx *c) {
         tnd_status st = tnd_backend_event_new(c->side[1].be, &c->pf_ev[i]);
         if (st) return st;
     }
+    if (tnd_config_get()->expert_streams == 3) /* AsyncIO's pieces: up and down on streams of their own */
+        for (int i = 0; i < 2; i++) {
+            tnd_status st = tnd_backend_stream_new(c->side[1].be, &c->pf_piece[i]);
+            if (!st) st = tnd_backend_event_new(c->side[1].be, &c->pf_join[i]);
+            if (st) return st;
+        }
     return TND_OK;
 }
 
 void tnd_pf_free(tnd_ctx *c) {
     for (int i = 0; i < TND_PF_EV; i++)
         if (c->pf_ev[i]) tnd_backend_event_free(c->side[1].be, c->pf_ev[i]);
+    for (int i = 0; i < 2; i++) {
+        tnd_backend_stream_free(c->side[1].be, c->pf_piece[i]);
+        tnd_backend_event_free(c->side[1].be, c->pf_join[i]);
+        c->pf_piece[i] = NULL;
+        c->pf_join[i] = NULL;
+    }
     free(c->n_compact);
     free(c->pf_n);
     free(c->pf_idx);
@@ -204,14 +216,29 @@ static double copy_time(const tnd_ctx *c, int l) {
 }
 
 /* Copies expert e of split layer l from the host store into its compacted
- * tensors' entry at (gate, up and down, on the transfer stream). */
+ * tensors' entry at: gate, up and down on the transfer stream, or with
+ * AsyncIO's pieces each on a stream of its own (one piece type always on
+ * the same stream, so two copies into one place keep their order). A batch
+ * of copies ends with pf_join before its event is recorded on xfer. */
 static tnd_status copy_expert(tnd_ctx *c, int l, int e, int32_t at) {
     const tnd_layer *L = &c->m->layers[l];
     const tnd_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     for (int j = 0; j < 3; j++) {
         const size_t per = w[j]->t->nbytes / (size_t)w[j]->n_expert;
+        tnd_stream *s = j && c->pf_piece[j - 1] ? c->pf_piece[j - 1] : c->xfer;
         tnd_status st = tnd_backend_copy_h2d(c->side[1].be, (char *)c->w[1][w[j]->id] + (size_t)at * per,
-                                             (const char *)c->w[0][w[j]->id] + (size_t)e * per, per, c->xfer);
+                                             (const char *)c->w[0][w[j]->id] + (size_t)e * per, per, s);
+        if (st) return st;
+    }
+    return TND_OK;
+}
+
+/* xfer waits for the piece streams' copies queued so far, so that an event
+ * recorded on it next (and a sync of it) covers them. */
+static tnd_status pf_join(tnd_ctx *c) {
+    for (int i = 0; i < 2 && c->pf_piece[i]; i++) {
+        tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_join[i], c->pf_piece[i]);
+        if (!st) st = tnd_backend_stream_wait(c->side[1].be, c->xfer, c->pf_join[i]);
         if (st) return st;
     }
     return TND_OK;
@@ -303,7 +330,8 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
     }
     if (done <= 0) return TND_OK;
     c->pf_link_free = TND_MAX(c->pf_link_free, tnd_time_s()) + done * tc;
-    tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
+    tnd_status st = pf_join(c);
+    if (!st) st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
     return st ? st : tnd_xfer_sync_ablated(c);
 }
 
@@ -413,6 +441,7 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
     c->ps_od_next = loaded * in.t_io;
     c->ps_behind = c->pf_fresh[l] ? !was_done : 0;
     c->pf_fresh[l] = 1; /* the GPU part waits for the event (tnd_pf_layer_begin) */
-    tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
+    tnd_status st = pf_join(c);
+    if (!st) st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
     return st ? st : tnd_xfer_sync_ablated(c);
 }

@@ -70,6 +70,7 @@ struct tnd_stream {
     tnd_status err;      /* first asynchronous failure not yet reported */
     char errmsg[512];
     uint64_t rng;        /* jitter */
+    int delay_us;        /* tnd_sim_set_stream_delay */
     int index;
 };
 
@@ -227,7 +228,7 @@ static void *worker_main(void *arg) {
         if (!it) break; /* stopping and drained */
         s->head = it->next;
         if (!s->head) s->tail = NULL;
-        int delay_us = c->jitter_us > 0 ? (int)(xorshift(&s->rng) % (uint64_t)(c->jitter_us + 1)) : 0;
+        int delay_us = s->delay_us + (c->jitter_us > 0 ? (int)(xorshift(&s->rng) % (uint64_t)(c->jitter_us + 1)) : 0);
         pthread_mutex_unlock(&c->mu);
 
         if (delay_us) busy_wait(delay_us * 1e-6);
@@ -1022,6 +1023,13 @@ double tnd_sim_stream_clock(tnd_backend *b, tnd_stream *s) {
     double t = s->clock;
     pthread_mutex_unlock(&c->mu);
     return t;
+}
+
+void tnd_sim_set_stream_delay(tnd_backend *b, tnd_stream *s, int us) {
+    sim_ctx *c = C(b);
+    pthread_mutex_lock(&c->mu);
+    s->delay_us = us > 0 ? us : 0;
+    pthread_mutex_unlock(&c->mu);
 }
 
 void tnd_sim_set_jitter(tnd_backend *b, int us, uint64_t seed) {

@@ -49,6 +49,10 @@ double tnd_sim_stream_clock(tnd_backend *b, tnd_stream *s);
  * microseconds of random busy-wait (seeded), so tests shake out missing
  * synchronization. 0 = off. */
 void tnd_sim_set_jitter(tnd_backend *b, int us, uint64_t seed);
+/* Test hook: each item of stream s queued or run from now on waits us
+ * microseconds (busy) before it runs, so a test can make one stream the
+ * slow one and see that work on others waits for it where it must. 0 = off. */
+void tnd_sim_set_stream_delay(tnd_backend *b, tnd_stream *s, int us);
 /* Test hook: host<->device copies queued from now on take factor times the
  * profile's time (a link slowed by another process's copies; 1: as the
  * profile says), so tests see the load-aware executor re-plan. */
