@@ -267,6 +267,25 @@ static void test_large(void) {
         printf("coarsened granule: 282 items, 20000 MiB at 1 B asked: %.0f ms, %llu MiB placed\n",
                (tnd_time_s() - t0) * 1e3, (unsigned long long)(res.gpu_bytes / MiB));
     }
+    /* An unlimited budget (SimGPU without a memory size) is no constraint:
+     * the DP caps it to room for everything at the granule asked (not a
+     * granule of terabytes), and the cap must leave the same placement as
+     * a budget with that room, for the dense DP and the MoE entry alike. */
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += it[i].bytes;
+    tnd_place_result r_all, r_inf;
+    for (int moe = 0; moe < 2; moe++) {
+        tnd_status (*place)(const tnd_place_item *, int, uint64_t, uint64_t, int, int, double, uint8_t *,
+                            tnd_place_result *) = moe ? tnd_place_moe : tnd_place_dp;
+        st = place(it, n, total + 2 * (uint64_t)n * MiB, MiB, TND_B_CPU, TND_B_CPU, 1e-5, base, &r_all);
+        tnd_status s2 = place(it, n, UINT64_MAX, MiB, TND_B_CPU, TND_B_CPU, 1e-5, out, &r_inf);
+        CHECK(st == TND_OK && s2 == TND_OK, "unlimited budget (%s): %s", moe ? "moe" : "dp", tnd_last_error());
+        CHECK(!memcmp(out, base, (size_t)n) && close_to(r_all.gain, r_inf.gain) &&
+                  r_inf.gpu_bytes == total - it[0].bytes,
+              "unlimited budget (%s): gain %.9g, %llu bytes placed; with room for all %.9g", moe ? "moe" : "dp",
+              r_inf.gain, (unsigned long long)r_inf.gpu_bytes, r_all.gain);
+    }
     free(it);
     free(layer_of);
     free(out);

@@ -43,13 +43,13 @@ static tnd_status check_args(const tnd_place_item *it, int n, uint64_t granule, 
     return TND_OK;
 }
 
-/* Granule actually used: the requested one, or a coarser one so that the
- * DP stays within PLACE_MAX_PAIRS and PLACE_MAX_UNITS. */
-static tnd_status effective_granule(int n, uint64_t budget, uint64_t granule, uint64_t *out) {
+/* The granule the DP can use over budget: the requested one, or a coarser
+ * one so that it stays within PLACE_MAX_PAIRS and PLACE_MAX_UNITS; 0 when
+ * n items are too many for it. */
+static uint64_t granule_for(int n, uint64_t budget, uint64_t granule) {
     uint64_t max_units = PLACE_MAX_PAIRS / (uint64_t)(n > 0 ? n : 1);
     if (max_units < 64)
-        return tnd_fail(TND_ERR_ARG, "placement: %d items is too many for the DP (at most %llu)", n,
-                        (unsigned long long)(PLACE_MAX_PAIRS / 64));
+        return 0;
     max_units -= 64; /* rows are padded to 64 bits */
     if (max_units > PLACE_MAX_UNITS)
         max_units = PLACE_MAX_UNITS;
@@ -58,14 +58,43 @@ static tnd_status effective_granule(int n, uint64_t budget, uint64_t granule, ui
         g = budget / (max_units + 1) + 1;
         if (g < granule)
             g = granule;
+    }
+    return g;
+}
+
+/* Granule actually used (granule_for), said when coarser than asked. */
+static tnd_status effective_granule(int n, uint64_t budget, uint64_t granule, uint64_t *out) {
+    const uint64_t g = granule_for(n, budget, granule);
+    if (!g)
+        return tnd_fail(TND_ERR_ARG, "placement: %d items is too many for the DP (at most %llu)", n,
+                        (unsigned long long)(PLACE_MAX_PAIRS / 64));
+    if (g != granule)
         TND_INFO("placement: a granule of %llu B would make the DP too big; using %llu B",
                  (unsigned long long)granule, (unsigned long long)g);
-    }
     *out = g;
     return TND_OK;
 }
 
 static uint64_t units_of(uint64_t bytes, uint64_t g) { return bytes / g + (bytes % g != 0); }
+
+/* A budget with room for every item is no constraint: the least such one
+ * the DP's rounding allows, so that an unlimited budget (SimGPU without a
+ * profile's memory) does not coarsen the granule to terabytes. Else budget. */
+static uint64_t budget_for(const tnd_place_item *it, int n, uint64_t budget, uint64_t granule) {
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++)
+        if (!tnd_add_ok(sum, it[i].bytes, &sum))
+            return budget;
+    /* room for each item's rounding at the granule this cap itself gives */
+    if (sum > UINT64_MAX / 4 || (uint64_t)n > UINT64_MAX / 4 / granule)
+        return budget;
+    const uint64_t cap = 2 * sum + 2 * (uint64_t)n * granule, g = granule_for(n, cap, granule);
+    uint64_t need = 0;
+    for (int i = 0; g && i < n; i++)
+        if (!tnd_add_ok(need, units_of(it[i].bytes, g) * g, &need))
+            return budget;
+    return g && need <= cap && cap < budget ? cap : budget;
+}
 
 static double switch_cost(const tnd_place_item *p) { return p->switch_free ? 0.0 : p->c_switch; }
 
@@ -256,7 +285,7 @@ tnd_status tnd_place_dp(const tnd_place_item *it, int n, uint64_t budget, uint64
                         int last_backend, double c_last, uint8_t *out, tnd_place_result *res) {
     tnd_status st = check_args(it, n, granule, first_backend, last_backend, c_last, out);
     if (st == TND_OK)
-        st = place_dp(it, n, budget, granule, first_backend, last_backend, c_last, out);
+        st = place_dp(it, n, budget_for(it, n, budget, granule), granule, first_backend, last_backend, c_last, out);
     if (st != TND_OK)
         return st;
     tnd_place_eval(it, n, out, first_backend, last_backend, c_last, res);
@@ -273,6 +302,7 @@ tnd_status tnd_place_moe(const tnd_place_item *it, int n, uint64_t budget, uint6
         moe = it[i].expert;
     if (!moe)
         return tnd_place_dp(it, n, budget, granule, first_backend, last_backend, c_last, out, res);
+    budget = budget_for(it, n, budget, granule);
     /* Same granule as the DP will use, so "covers" means the same thing here
      * as in the knapsack (sizes rounded up to granules). */
     uint64_t g = granule;
