@@ -12,8 +12,8 @@
  *     add up to its GPU experts), across a plan swap too;
  *   - with TND_EXPERT_STREAMS=3 (an expert's gate, up and down copied on
  *     three streams, LayerScope's AsyncIO pieces), the same, on SimGPU
- *     with the down pieces' stream slowed: a GPU part that read a slot
- *     before all three pieces landed would change the logits.
+ *     with the up and down pieces' streams slowed: a GPU part that read a
+ *     slot before all three pieces landed would change the logits.
  * Skips (77) without the tandem binary (for synth). */
 #include <math.h>
 #include <stdio.h>
@@ -53,6 +53,13 @@ static int gpu_experts(const tnd_ctx *c, int *slots) {
     }
     CHECK(n + *slots == placed, "%d resident + %d slots for %d GPU experts placed", n, *slots, placed);
     return n;
+}
+
+/* The up and down pieces' streams the slow ones (SimGPU): a GPU part that
+ * did not wait for both reads a slot's old up or down weights. */
+static void slow_pieces(tnd_ctx *c) {
+    if (c->pf_piece[0]) tnd_sim_set_stream_delay(c->side[1].be, c->pf_piece[0], 200);
+    if (c->pf_piece[1]) tnd_sim_set_stream_delay(c->side[1].be, c->pf_piece[1], 300);
 }
 
 int main(void) {
@@ -101,9 +108,7 @@ int main(void) {
                 if (seed == 5) total[on] = c->lay.gpu_total;
                 if (on == 2) {
                     CHECK(!slots || (c->pf_piece[0] && c->pf_piece[1]), "%s %s: no piece streams", dn, pl);
-                    /* the down pieces' stream the slow one: a GPU part that did not wait for it reads
-                     * a slot's old down weights */
-                    if (!dev && slots) tnd_sim_set_stream_delay(c->side[1].be, c->pf_piece[1], 300);
+                    if (!dev && slots) slow_pieces(c);
                 }
                 CHECK_ST(fx_steps(c, prompt, N_PROMPT, N_GEN, tok, false, lg));
                 tnd_ctx_stats s;
@@ -124,6 +129,7 @@ int main(void) {
                           (unsigned long long)s.n_route_dec_pf, (unsigned long long)s.n_route_dec_gpu);
                     /* a plan swap lays out the same placement again */
                     CHECK_ST(tnd_ctx_set_plan(c, tnd_ctx_plan(c)));
+                    if (on == 2 && !dev) slow_pieces(c); /* the swap made the streams anew */
                     int slots2, res2 = gpu_experts(c, &slots2);
                     CHECK(res2 + slots2 == res + slots && slots2 == slots,
                           "%s %s: after a plan swap %d resident + %d slots, before %d + %d", dn, pl, res2, slots2, res,

@@ -16,8 +16,8 @@
  *     (tnd_ctx_params.moe_presched); with it, experts load on demand (the
  *     tiny experts copy far faster than the CPU runs them), the logits stay
  *     the CPU's, also with synchronous copies and with an expert's pieces
- *     on three streams (TND_EXPERT_STREAMS=3, the down pieces' stream
- *     slowed: the GPU's half must wait for it), and the fixed count
+ *     on three streams (TND_EXPERT_STREAMS=3, the up and down pieces'
+ *     streams slowed: the GPU's half must wait for them), and the fixed count
  *     replaces it (no on-demand loads, at most two copies a layer and
  *     step).
  * Skips (77) without the tandem binary (for synth). */
@@ -128,7 +128,8 @@ int main(void) {
         if (!c) continue;
         if (a == 3) {
             CHECK(c->pf_piece[1] != NULL, "TND_EXPERT_STREAMS=3: no piece streams");
-            if (c->pf_piece[1]) tnd_sim_set_stream_delay(c->side[1].be, c->pf_piece[1], 300);
+            for (int i = 0; i < 2; i++)
+                if (c->pf_piece[i]) tnd_sim_set_stream_delay(c->side[1].be, c->pf_piece[i], 200 + 100 * i);
         }
         const int ns = split_layers(c);
         CHECK_ST(fx_steps(c, prompt, N_PROMPT, N_GEN, tok, false, lg));

@@ -1070,7 +1070,7 @@ tnd_status tnd_exec_round(tnd_ctx *c, int nt, int n_logits, float *logits) {
         c->graphs_on = false;
         /* the transfer stream has work only when the round queued copies */
         tnd_status s1 = tnd_backend_stream_sync(g, c->side[1].st),
-                   s2 = c->prom_next || c->pf_queued ? tnd_backend_stream_sync(g, c->xfer) : TND_OK;
+                   s2 = c->prom_next || c->pf_queued ? tnd_xfer_drain(c) : TND_OK;
         if (!st) st = s0 ? s0 : s1 ? s1 : s2;
         memset(c->host_read_pending, 0, sizeof c->host_read_pending);
         memset(c->mapped_pending, 0, sizeof c->mapped_pending);

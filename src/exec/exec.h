@@ -273,8 +273,13 @@ tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t n
 tnd_status tnd_pf_init(tnd_ctx *c);
 /* Frees what tnd_pf_init made. */
 void tnd_pf_free(tnd_ctx *c);
+/* Waits for every weight copy queued so far: the transfer stream and the
+ * expert pieces' streams (TND_EXPERT_STREAMS=3; a batch that failed part
+ * way was not joined back on the transfer stream). */
+tnd_status tnd_xfer_drain(tnd_ctx *c);
 /* The ablation without asynchronous copies (TND_ABLATE_SYNC): the host
- * waits for the transfer stream after queuing weight copies; else nothing. */
+ * waits for the copies (tnd_xfer_drain) after queuing weight copies; else
+ * nothing. */
 tnd_status tnd_xfer_sync_ablated(tnd_ctx *c);
 /* Compact index of expert e of split layer l when a slot holds it, else -1. */
 int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e);

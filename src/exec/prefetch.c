@@ -156,9 +156,18 @@ int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e) {
     return c->pf_idx[i];
 }
 
+tnd_status tnd_xfer_drain(tnd_ctx *c) {
+    tnd_status st = c->xfer ? tnd_backend_stream_sync(c->side[1].be, c->xfer) : TND_OK;
+    for (int i = 0; i < 2; i++) {
+        tnd_status s = c->pf_piece[i] ? tnd_backend_stream_sync(c->side[1].be, c->pf_piece[i]) : TND_OK;
+        if (!st) st = s;
+    }
+    return st;
+}
+
 tnd_status tnd_xfer_sync_ablated(tnd_ctx *c) {
     if (!(c->ablate & TND_ABLATE_SYNC)) return TND_OK;
-    tnd_status st = tnd_backend_stream_sync(c->side[1].be, c->xfer);
+    tnd_status st = tnd_xfer_drain(c);
     if (!st) c->pf_link_free = 0; /* drained */
     return st;
 }
@@ -265,11 +274,11 @@ static int free_slot(const tnd_ctx *c, int l, bool routed) {
 static tnd_status fill_slot(tnd_ctx *c, int l, int v, int e) {
     const size_t b = (size_t)l * (size_t)c->pf_max;
     c->pf_exp[b + v] = -1; /* no reader may take it for what it held */
+    c->pf_queued = true;   /* the round's end drains the copies, those of a failed one too */
     tnd_status st = copy_expert(c, l, e, c->pf_idx[b + v]);
     if (st) return st;
     c->pf_exp[b + v] = e;
     c->pf_used[b + v] = c->pf_fill[b + v] = c->pf_round;
-    c->pf_queued = true;
     return TND_OK;
 }
 

@@ -215,7 +215,7 @@ tnd_status tnd_hot_after_round(tnd_ctx *c) {
     if (best - now >= HOT_GAIN) {
         /* the GPU must be done with the experts it holds before they change */
         st = tnd_backend_stream_sync(c->side[1].be, c->side[1].st);
-        if (!st && c->xfer) st = tnd_backend_stream_sync(c->side[1].be, c->xfer);
+        if (!st) st = tnd_xfer_drain(c);
         int swaps = 0;
         for (int l = 0; !st && l < L; l++) {
             int n = 0;

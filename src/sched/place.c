@@ -77,8 +77,9 @@ static tnd_status effective_granule(int n, uint64_t budget, uint64_t granule, ui
 
 static uint64_t units_of(uint64_t bytes, uint64_t g) { return bytes / g + (bytes % g != 0); }
 
-/* A budget with room for every item is no constraint: the least such one
- * the DP's rounding allows, so that an unlimited budget (SimGPU without a
+/* A budget with room for every item is no constraint: such a budget (twice
+ * the items' bytes plus two granules an item, when their rounding at the
+ * granule it gives fits), so that an unlimited one (SimGPU without a
  * profile's memory) does not coarsen the granule to terabytes. Else budget. */
 static uint64_t budget_for(const tnd_place_item *it, int n, uint64_t budget, uint64_t granule) {
     uint64_t sum = 0;
