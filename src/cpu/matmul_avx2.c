@@ -29,6 +29,7 @@
 /* Largest number of tokens one weight unpack is shared by. */
 #define NT_MAX 4
 #define X86_VNNI 0
+#define X86_ZMM 0
 #include "cpu/matmul_x86.h"
 
 /* ---- activation quantizers (bit-exact with quant/ref_legacy.c, ref_kquants.c) */

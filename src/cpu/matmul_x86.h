@@ -1,7 +1,8 @@
 /* x86 SIMD code shared by matmul_avx2.c and matmul_avx512.c: helpers, the
  * per-format row unpackers and the prefill kernels. Included once by each,
- * after it defines TGT / TGTI (its target attribute) and X86_VNNI (1: use
- * AVX512-VNNI vpdpbusd on 256-bit vectors for the int8 dots). Everything is
+ * after it defines TGT / TGTI (its target attribute), X86_VNNI (1: use
+ * AVX512-VNNI vpdpbusd for the int8 dots) and X86_ZMM (1: the prefill
+ * kernels on 512-bit vectors, 16 rows a group; needs X86_VNNI). Everything is
  * static: each file gets its own copy compiled for its own target. */
 #ifndef TND_CPU_MATMUL_X86_H
 #define TND_CPU_MATMUL_X86_H
@@ -412,6 +413,54 @@ TGT static void unpack_q6_K(const void *vw, int64_t n, uint8_t *u, float *d, flo
     }
 }
 
+#if X86_ZMM
+/* Unpacks up to 16 rows (missing rows are zero) into the 16-row group
+ * layout: per 16-chunk c, 4 steps of 64 bytes (4 elements of each row),
+ * nc*256 quant bytes in all, then nc*16 scales d, then nc*16 mins m. The
+ * rows are unpacked one after another into tmp (each: n bytes, nc d, nc
+ * m; 16 (n + 8 nc) bytes in all); then per chunk a 4x4 transpose of 32-bit
+ * words within each 128-bit lane (lane j of input i: row 4j + i's 16
+ * bytes) gives its 4 steps at once, and two gathers its 16 d and m.
+ * (Scattering 4 bytes at a time, as repack8 does, took ~30% of a 64-token
+ * matmul.) */
+TGT static void repack16(unpack_row_fn unpack, const char *W, size_t w_row, int rows, int64_t n, uint8_t *tmp,
+                         uint8_t *q, float *d, float *m) {
+    const int64_t nc = n / TND_CHUNK, rs = n + 8 * nc; /* a row's bytes in tmp */
+    for (int r = 0; r < 16; r++) {
+        uint8_t *u = tmp + r * rs;
+        float *td = (float *)(u + n), *tm = td + nc;
+        memset(tm, 0, (size_t)nc * sizeof(float));
+        if (r < rows) {
+            unpack(W + (size_t)r * w_row, n, u, td, tm);
+        } else {
+            memset(u, 0, (size_t)n);
+            memset(td, 0, (size_t)nc * sizeof(float));
+        }
+    }
+    /* word offsets of each row's d (m: + nc) from row 0's, for the gathers */
+    const __m512i di = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32((int)(rs / 4)));
+    const float *d0 = (const float *)(tmp + n);
+    for (int64_t c = 0; c < nc; c++) {
+        __m512i a[4];
+        for (int i = 0; i < 4; i++) {
+            const uint8_t *p = tmp + i * rs + TND_CHUNK * c;
+            a[i] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+            for (int j = 1; j < 4; j++)
+                a[i] = _mm512_inserti32x4(a[i], _mm_loadu_si128((const __m128i *)(p + 4 * j * rs)), j);
+        }
+        const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+        uint8_t *o = q + 256 * c;
+        _mm512_storeu_si512(o, _mm512_unpacklo_epi64(t0, t2));
+        _mm512_storeu_si512(o + 64, _mm512_unpackhi_epi64(t0, t2));
+        _mm512_storeu_si512(o + 128, _mm512_unpacklo_epi64(t1, t3));
+        _mm512_storeu_si512(o + 192, _mm512_unpackhi_epi64(t1, t3));
+        _mm512_storeu_ps(d + 16 * c, _mm512_i32gather_ps(di, d0 + c, 4));
+        _mm512_storeu_ps(m + 16 * c, _mm512_i32gather_ps(di, d0 + nc + c, 4));
+    }
+}
+#else
 /* Unpacks up to 8 rows into the interleaved group layout (missing rows are
  * zero). buf: nc*128 quant bytes, then nc*8 scales d, then nc*8 mins m. */
 TGT static void repack8(unpack_row_fn unpack, const char *W, size_t w_row, int rows, int64_t n, uint8_t *tmp,
@@ -440,6 +489,7 @@ TGT static void repack8(unpack_row_fn unpack, const char *W, size_t w_row, int r
         }
     }
 }
+#endif
 
 /* Activation chunk c of a row of act blocks: (bytes per block, header bytes,
  * chunks per block). */
@@ -618,8 +668,113 @@ TGTI void gemm_tile_pair(int64_t nc, const uint8_t *q, const float *dv, const fl
     }
 }
 
+#if X86_ZMM
+/* ---- prefill in 16-row groups (512-bit vectors, VNNI) ----------------------
+ * The same kernels over two 8-row groups at once: lane r of a 512-bit
+ * vector is row r of a 16-row group, so one vpdpbusd advances 16 rows (on
+ * Zen 5 at the rate a 256-bit one advances 8). Every lane does what the
+ * 8-row kernels' lane does, in the same order: the same bits. The group
+ * layout is repack16's (above). */
+
+/* The activation's 4 bytes at a, negated in the lanes whose weight byte in
+ * w is negative (what vpsignb does in the 8-row kernel; a zero weight
+ * makes the product 0 either way). */
+TGTI __m512i bcast_signed(const int8_t *a, __m512i w) {
+    const __m512i b = _mm512_set1_epi32(load_i32(a));
+    return _mm512_mask_sub_epi8(b, _mm512_movepi8_mask(w), _mm512_setzero_si512(), b);
+}
+
+TGTI void store_rows16(float *y, __m512 v, int rows) {
+    if (rows == 16) _mm512_storeu_ps(y, v);
+    else _mm512_mask_storeu_ps(y, (__mmask16)((1u << rows) - 1), v);
+}
+
+/* gemm_tile over 16 rows. */
+TGTI void gemm_tile16(int64_t nc, const uint8_t *q, const float *dv, const float *mv, const char *xq, size_t x_row,
+                      const tnd_act_aux *aux, int64_t naux, int nt, float *y, int64_t ys, int rows, const int AB,
+                      const int AH, const int CPB, const int OFF, const int SGN, const int MIN) {
+    __m512 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < nc; c++) {
+        const uint8_t *qc = q + 256 * c;
+        __m512i w[4], aw[4];
+        for (int k = 0; k < 4; k++) {
+            w[k] = _mm512_loadu_si512(qc + 64 * k);
+            aw[k] = SGN ? _mm512_abs_epi8(w[k]) : w[k];
+        }
+        __m512 d = _mm512_loadu_ps(dv + 16 * c);
+        __m512 m = MIN ? _mm512_loadu_ps(mv + 16 * c) : d;
+        int64_t off_a = (c / CPB) * AB + AH + (c % CPB) * TND_CHUNK;
+        for (int t = 0; t < nt; t++) {
+            const int8_t *a = (const int8_t *)(xq + t * x_row + off_a);
+            const tnd_act_aux *x = aux + t * naux + c;
+            __m512i b[4];
+            for (int k = 0; k < 4; k++) b[k] = SGN ? bcast_signed(a + 4 * k, w[k]) : _mm512_set1_epi32(load_i32(a + 4 * k));
+            __m512i s0 = OFF ? _mm512_set1_epi32(-OFF * x->sa) : _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+            s0 = _mm512_dpbusd_epi32(s0, aw[0], b[0]);
+            s1 = _mm512_dpbusd_epi32(s1, aw[1], b[1]);
+            s0 = _mm512_dpbusd_epi32(s0, aw[2], b[2]);
+            s1 = _mm512_dpbusd_epi32(s1, aw[3], b[3]);
+            const __m512i si = _mm512_add_epi32(s0, s1);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(d, _mm512_set1_ps(x->da)), acc[t]);
+            if (MIN) acc[t] = _mm512_fnmadd_ps(m, _mm512_set1_ps(x->dsa), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) store_rows16(y + t * ys, acc[t], rows);
+}
+
+/* gemm_tile_pair over 16 rows. */
+TGTI void gemm_tile16_pair(int64_t nc, const uint8_t *q, const float *dv, const float *mv, const char *xq,
+                           size_t x_row, const tnd_act_aux *aux, int64_t naux, int nt, float *y, int64_t ys,
+                           int rows, const int AB, const int AH, const int CPB, const int OFF, const int MIN) {
+    __m512 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < nc; c += 2) {
+        const uint8_t *qc = q + 256 * c;
+        __m512i w[8];
+        for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(qc + 64 * k);
+        __m512 d = _mm512_loadu_ps(dv + 16 * c);
+        __m512 m = MIN ? _mm512_loadu_ps(mv + 16 * c) : d;
+        int64_t off_a = (c / CPB) * AB + AH + (c % CPB) * TND_CHUNK; /* 32 contiguous bytes */
+        for (int t = 0; t < nt; t++) {
+            const int8_t *a = (const int8_t *)(xq + t * x_row + off_a);
+            const tnd_act_aux *x = aux + t * naux + c;
+            __m512i s0 = OFF ? _mm512_set1_epi32(-OFF * (x[0].sa + x[1].sa)) : _mm512_setzero_si512();
+            __m512i s1 = _mm512_setzero_si512();
+            for (int k = 0; k < 8; k += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(load_i32(a + 4 * k)));
+                s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(load_i32(a + 4 * k + 4)));
+            }
+            const __m512i si = _mm512_add_epi32(s0, s1);
+            /* both chunks lie in one activation block: one da */
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(d, _mm512_set1_ps(x[0].da)), acc[t]);
+            if (MIN) acc[t] = _mm512_fnmadd_ps(m, _mm512_set1_ps(x[0].dsa + x[1].dsa), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) store_rows16(y + t * ys, acc[t], rows);
+}
+#define GEMM_GROUP 16
+#define REPACK repack16
+#define REPACK_TMP(n, nc) (16 * ((size_t)(n) + 8 * (size_t)(nc)))
+#else
+#define GEMM_GROUP 8
+#define REPACK repack8
+#define REPACK_TMP(n, nc) ((size_t)(n) + 8 * (size_t)(nc))
+#endif
+
 /* One tile through the pair or the single-chunk kernel (PAIR: 0, 4 or 5);
  * the activation layout comes as three arguments (AB, AH, CPB). */
+#if X86_ZMM
+#define TILE(NT_, AB_, AH_, CPB_, OFF_, SIX_, SGN_, MIN_, PAIR_)                                                  \
+    do {                                                                                                      \
+        if (PAIR_)                                                                                            \
+            gemm_tile16_pair(nc, qg, dg, mg, (const char *)xq + t * x_row, x_row, aux + t * nc, nc, NT_,      \
+                             yg + t * ys, ys, rows, AB_, AH_, CPB_, OFF_, MIN_);                              \
+        else                                                                                                  \
+            gemm_tile16(nc, qg, dg, mg, (const char *)xq + t * x_row, x_row, aux + t * nc, nc, NT_,           \
+                        yg + t * ys, ys, rows, AB_, AH_, CPB_, OFF_, SGN_, MIN_);                             \
+    } while (0)
+#else
 #define TILE(NT_, AB_, AH_, CPB_, OFF_, SIX_, SGN_, MIN_, PAIR_)                                                                                        \
     do {                                                                                                      \
         if (PAIR_)                                                                                            \
@@ -629,8 +784,9 @@ TGTI void gemm_tile_pair(int64_t nc, const uint8_t *q, const float *dv, const fl
             gemm_tile(nc, qg, dg, mg, (const char *)xq + t * x_row, x_row, aux + t * nc, nc, NT_,             \
                       yg + t * ys, ys, rows, AB_, AH_, CPB_, OFF_, SIX_, SGN_, MIN_);                                        \
     } while (0)
+#endif
 
-/* Most 8-row groups repacked at once. */
+/* Most row groups (GEMM_GROUP rows each) repacked at once. */
 #define SG_MAX 4
 
 #define GEMM(NAME, UNPACK, ACT, OFF, SIX, SGN, MIN, PAIR)                                                         \
@@ -638,8 +794,8 @@ TGTI void gemm_tile_pair(int64_t nc, const uint8_t *q, const float *dv, const fl
                          const tnd_act_aux *aux, int64_t nt, float *y, int64_t ys) {                           \
         int64_t nc = n_in / TND_CHUNK;                                                                      \
         /* group buffer: quants, d, m; then the unpack scratch */                                           \
-        size_t gq = (size_t)nc * 128, gf = (size_t)nc * 8 * sizeof(float);                                  \
-        uint8_t *buf = tnd_cpu_tls_buf(1, SG_MAX * (gq + 2 * gf) + (size_t)n_in + 2 * (size_t)nc * sizeof(float) + 64); \
+        size_t gq = (size_t)nc * 16 * GEMM_GROUP, gf = (size_t)nc * GEMM_GROUP * sizeof(float);                               \
+        uint8_t *buf = tnd_cpu_tls_buf(1, SG_MAX * (gq + 2 * gf) + REPACK_TMP(n_in, nc) + 64);           \
         if (!buf) {                                                                                         \
             for (int64_t t = 0; t < nt; t++)                                                                \
                 for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;                                       \
@@ -662,30 +818,30 @@ TGTI void gemm_tile_pair(int64_t nc, const uint8_t *q, const float *dv, const fl
             }                                                                                               \
             return;                                                                                         \
         }                                                                                                   \
-        /* Cache blocking: sg groups (8 rows each) repacked at once, sized to \
-         * stay in L2 with a block of tb tokens' activations, so each       \
-         * activation is fetched from L3 once per 8*sg rows. */             \
+        /* Cache blocking: sg groups (GEMM_GROUP rows each) repacked at once, \
+         * sized to stay in L2 with a block of tb tokens' activations, so    \
+         * each activation is fetched from L3 once per GEMM_GROUP*sg rows. */ \
         size_t gbytes = gq + 2 * gf;                                                                        \
         int64_t sg = (int64_t)(262144 / gbytes);                                                            \
         sg = sg < 1 ? 1 : sg > SG_MAX ? SG_MAX : sg;                                                        \
         int64_t tb = (int64_t)(262144 / (x_row + (size_t)nc * sizeof(tnd_act_aux))) & ~(int64_t)3;          \
         tb = tb < 4 ? 4 : tb > 64 ? 64 : tb;                                                                \
-        for (int64_t r0 = 0; r0 < nr; r0 += 8 * sg) {                                                       \
-            int64_t ng = (nr - r0 + 7) / 8;                                                                 \
+        for (int64_t r0 = 0; r0 < nr; r0 += GEMM_GROUP * sg) {                                              \
+            int64_t ng = (nr - r0 + GEMM_GROUP - 1) / GEMM_GROUP;                                                \
             ng = ng > sg ? sg : ng;                                                                         \
             for (int64_t g = 0; g < ng; g++) {                                                              \
-                int rows = nr - r0 - 8 * g < 8 ? (int)(nr - r0 - 8 * g) : 8;                               \
+                int rows = nr - r0 - GEMM_GROUP * g < GEMM_GROUP ? (int)(nr - r0 - GEMM_GROUP * g) : GEMM_GROUP;                               \
                 uint8_t *qg = gbuf + g * gbytes;                                                            \
-                repack8(UNPACK, (const char *)W + (size_t)(r0 + 8 * g) * w_row, w_row, rows, n_in, tmp, qg, \
-                        (float *)(qg + gq), (float *)(qg + gq + gf));                                       \
+                REPACK(UNPACK, (const char *)W + (size_t)(r0 + GEMM_GROUP * g) * w_row, w_row, rows, n_in, tmp, qg, \
+                       (float *)(qg + gq), (float *)(qg + gq + gf));                                       \
             }                                                                                               \
             for (int64_t t0 = 0; t0 < nt; t0 += tb) {                                                       \
                 int64_t te = t0 + tb < nt ? t0 + tb : nt;                                                   \
                 for (int64_t g = 0; g < ng; g++) {                                                          \
-                    int rows = nr - r0 - 8 * g < 8 ? (int)(nr - r0 - 8 * g) : 8;                           \
+                    int rows = nr - r0 - GEMM_GROUP * g < GEMM_GROUP ? (int)(nr - r0 - GEMM_GROUP * g) : GEMM_GROUP;                           \
                     const uint8_t *qg = gbuf + g * gbytes;                                                  \
                     const float *dg = (const float *)(qg + gq), *mg = (const float *)(qg + gq + gf);        \
-                    float *yg = y + r0 + 8 * g;                                                             \
+                    float *yg = y + r0 + GEMM_GROUP * g;                                                         \
                     int64_t t = t0;                                                                         \
                     for (; t + 4 <= te; t += 4) TILE(4, ACT, OFF, SIX, SGN, MIN, PAIR);                                                    \
                     switch (te - t) {                                                                       \
