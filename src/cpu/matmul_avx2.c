@@ -824,11 +824,20 @@ TGTI __m128i k4_scales_x(const uint8_t *s) {
  * index 0x80 above each). */
 #define B16_BCAST(v, k) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(0x8000 + (k))))
 
-/* Q4_K x Q8_K: isum = sum_g sc_g * dot_g, msum = sum_g m_g * bsum_g. The
- * group scales reach the vpmaddwd as int16 vectors through one vpshufb each
- * from the unpacked scale bytes. */
-TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
-    const block_q4_K *w = vw;
+/* Q5_K's fifth bits of group s (bit s of each qh byte) at bit 4 of each
+ * byte: a shift of the 16-bit lanes brings them to bit 0, then to bit 4. */
+TGTI __m256i q5k_bit4(__m256i qh, int s) {
+    return _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s)), 4), _mm256_set1_epi8(0x10));
+}
+
+/* Q4_K and Q5_K x Q8_K: isum = sum_g sc_g * dot_g, msum = sum_g m_g *
+ * bsum_g. The group scales reach the vpmaddwd as int16 vectors through one
+ * vpshufb each from the unpacked scale bytes. Q5_K (Q5 1) puts each
+ * element's fifth bit, bit g of qh[i % 32] for element i of group g, above
+ * its nibble (u <= 31: vpmaddubsw's pairs stay within 2 * 31 * 127). The
+ * two blocks share d, dmin and scales' offsets. */
+TGTI void row_k45(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys, const int Q5) {
+    const size_t bs = Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     __m256 acc[NT_MAX];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -836,16 +845,23 @@ TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
     const __m256i mins_idx = _mm256_setr_epi8(8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128, 11, -128, 11, -128,
                                               12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
-        pf_ahead(&w[b], 3); /* 144 bytes */
-        __m256i sm = _mm256_broadcastsi128_si256(k4_scales_x(w[b].scales));
+        const block_q4_K *w = (const block_q4_K *)((const char *)vw + (size_t)b * bs);
+        const uint8_t *qs = Q5 ? ((const block_q5_K *)w)->qs : w->qs;
+        pf_ahead(w, 3); /* a block: 144 or 176 bytes */
+        __m256i sm = _mm256_broadcastsi128_si256(k4_scales_x(w->scales));
         __m256i m16 = _mm256_shuffle_epi8(sm, mins_idx);
-        __m256 dd = _mm256_cvtph_ps(_mm_set1_epi32((int)((uint32_t)w[b].d | (uint32_t)w[b].dmin << 16)));
+        __m256 dd = _mm256_cvtph_ps(_mm_set1_epi32((int)((uint32_t)w->d | (uint32_t)w->dmin << 16)));
+        const __m256i qh = Q5 ? _mm256_loadu_si256((const __m256i *)((const block_q5_K *)w)->qh) : _mm256_setzero_si256();
         __m256i isum[NT_MAX];
         for (int t = 0; t < nt; t++) isum[t] = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
-            __m256i qb = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * j));
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
             __m256i lo = _mm256_and_si256(qb, m4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+            if (Q5) {
+                lo = _mm256_or_si256(lo, q5k_bit4(qh, 2 * j));
+                hi = _mm256_or_si256(hi, q5k_bit4(qh, 2 * j + 1));
+            }
             __m256i s_lo = B16_BCAST(sm, 2 * j), s_hi = B16_BCAST(sm, 2 * j + 1);
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
@@ -868,7 +884,14 @@ TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
     }
     for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(acc[t]);
 }
+TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
+    row_k45(n, vw, xq, xs, nt, y, ys, 0);
+}
+TGTI void row_q5_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
+    row_k45(n, vw, xq, xs, nt, y, ys, 1);
+}
 ROW_LOOP(mm_q4_K, row_q4_K)
+ROW_LOOP(mm_q5_K, row_q5_K)
 
 /* Q6_K x Q8_K: q = u - 32 with u in [0, 63]; the -32 is folded in through the
  * activation's 16-group sums: isum = sum_g sc_g (dot(u, a)_g - 32 bsum_g).
@@ -999,6 +1022,7 @@ void tnd_cpu_kernels_avx2(tnd_cpu_kernels *k) {
     k->mm[TND_TYPE_Q4_1].prep = prep_q4_1;
     k->mm[TND_TYPE_Q8_0].fn = mm4_q8_0;
     k->mm[TND_TYPE_Q4_K].fn = mm_q4_K;
+    k->mm[TND_TYPE_Q5_K].fn = mm_q5_K;
     k->mm[TND_TYPE_Q6_K].fn = mm_q6_K;
     k->mm[TND_TYPE_F32] = (tnd_mm_entry){mm_f32, TND_TYPE_F32, NULL, NULL};
     k->mm[TND_TYPE_F16] = (tnd_mm_entry){mm_f16, TND_TYPE_F32, NULL, NULL};

@@ -40,30 +40,47 @@ TGTI __m512i w16_pair(short a, short b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(a)), _mm256_set1_epi16(b), 1);
 }
 
-/* Q4_K x Q8_K. Step j (elements 64j..64j+63): the low nibbles of bytes
- * 32j..32j+31 (group 2j) then their high nibbles (group 2j+1), with the
- * group scales in the matching 16-bit lanes; the mins go through the
- * activation's 16-sums as in the AVX2 kernel. */
-TGTI void row5_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
-    const block_q4_K *w = vw;
+/* Q4_K and Q5_K x Q8_K. Step j (elements 64j..64j+63): the low nibbles of
+ * bytes 32j..32j+31 (group 2j) then their high nibbles (group 2j+1), with
+ * the group scales in the matching 16-bit lanes; the mins go through the
+ * activation's 16-sums as in the AVX2 kernel. Q5_K (Q5 1) puts each
+ * element's fifth bit, bit g of qh[i % 32] for element i of group g, above
+ * its nibble (u <= 31: vpmaddubsw's pairs stay within 2 * 31 * 127): step
+ * j's bits 2j and 2j + 1 are brought to bit 0 of each byte by one variable
+ * shift of the 16-bit lanes (2j in the low half, 2j + 1 in the high), then
+ * to bit 4. The two blocks share d, dmin and scales' offsets. */
+TGTI void row5_k45(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys, const int Q5) {
+    const size_t bs = Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     __m512 acc[NT_MAX];
     __m256 accm[NT_MAX];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m512i b4 = _mm512_set1_epi8(0x10);
+    __m512i cnt[4];
+    for (int j = 0; j < 4; j++) cnt[j] = w16_pair((short)(2 * j), (short)(2 * j + 1));
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
-        pf_ahead(&w[b], 3); /* 144 bytes */
-        __m128i sm = k4_scales_v(w[b].scales);
-        float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
+        const block_q4_K *w = (const block_q4_K *)((const char *)vw + (size_t)b * bs);
+        const uint8_t *qs = Q5 ? ((const block_q5_K *)w)->qs : w->qs;
+        pf_ahead(w, 3); /* a block: 144 or 176 bytes */
+        __m128i sm = k4_scales_v(w->scales);
+        float d = h2f(w->d), dmin = h2f(w->dmin);
         /* mins as 16 int16 (each twice: bsums come in 16-groups) */
         __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
         /* the 8 scales as int16 in lanes 0..7 (vpermw below reads only those) */
         __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+        const __m512i qh =
+            Q5 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const block_q5_K *)w)->qh))
+               : _mm512_setzero_si512();
         __m512i isum[NT_MAX];
         for (int t = 0; t < nt; t++) isum[t] = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {
-            __m256i qb = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * j));
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
             __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(qb, m4)),
                                            _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4), 1);
+            if (Q5) {
+                const __m512i hb = _mm512_slli_epi16(_mm512_srlv_epi16(qh, cnt[j]), 4);
+                u = _mm512_ternarylogic_epi32(u, hb, b4, 0xf8); /* u | (hb & b4) */
+            }
             __m512i s = _mm512_permutexvar_epi16(w16_pair((short)(2 * j), (short)(2 * j + 1)), sc16);
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
@@ -81,7 +98,14 @@ TGTI void row5_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt
     }
     for (int t = 0; t < nt; t++) y[t * ys] = hsum512_ps(acc[t]) + hsum_ps(accm[t]);
 }
+TGTI void row5_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
+    row5_k45(n, vw, xq, xs, nt, y, ys, 0);
+}
+TGTI void row5_q5_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
+    row5_k45(n, vw, xq, xs, nt, y, ys, 1);
+}
 ROW_LOOP(mm5_q4_K, row5_q4_K)
+ROW_LOOP(mm5_q5_K, row5_q5_K)
 
 /* Q6_K x Q8_K: q = u - 32, u in [0, 63]; the -32 is folded in through the
  * activation's 16-group sums: isum = sum_g sc_g (dot(u, a)_g - 32 bsum_g).
@@ -465,5 +489,6 @@ void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k) {
     k->mm[TND_TYPE_Q4_1].fn = mm5_q4_1;
     k->mm[TND_TYPE_Q4_1].prep = prep5_q4_1;
     k->mm[TND_TYPE_Q4_K].fn = mm5_q4_K;
+    k->mm[TND_TYPE_Q5_K].fn = mm5_q5_K;
     k->mm[TND_TYPE_Q6_K].fn = mm5_q6_K;
 }
