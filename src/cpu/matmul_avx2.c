@@ -884,14 +884,80 @@ TGTI void row_k45(int64_t n, const void *vw, const char *xq, size_t xs, int nt, 
     }
     for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(acc[t]);
 }
-TGTI void row_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
-    row_k45(n, vw, xq, xs, nt, y, ys, 0);
-}
-TGTI void row_q5_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
-    row_k45(n, vw, xq, xs, nt, y, ys, 1);
-}
+ROW_VARIANT(row_q4_K, row_k45, 0)
+ROW_VARIANT(row_q5_K, row_k45, 1)
 ROW_LOOP(mm_q4_K, row_q4_K)
 ROW_LOOP(mm_q5_K, row_q5_K)
+
+/* Q2_K and Q3_K x Q8_K (matmul_avx512.c's row5_k23 on 256-bit vectors):
+ * run r of 32 elements (half r / 4, shift 2 (r % 4) of the half's 32 qs
+ * bytes; Q3_K's third bit: bit r of each hmask byte) covers groups 2r and
+ * 2r + 1, whose scales reach the vpmaddwd as int16 through one vpshufb of
+ * the 16 scales as int16 (the 128-bit half holding them, broadcast). */
+TGTI void row_k23(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys, const int Q3) {
+    const size_t bs = Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K);
+    __m256 acc[NT_MAX];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i m3 = _mm256_set1_epi8(0x03);
+    for (int64_t b = 0; b < n / TND_QK_K; b++) {
+        const char *blk = (const char *)vw + (size_t)b * bs;
+        const block_q2_K *w2 = (const block_q2_K *)blk;
+        const block_q3_K *w3 = (const block_q3_K *)blk;
+        pf_ahead(blk, 2); /* a block: 84 or 110 bytes */
+        const uint8_t *qs = Q3 ? w3->qs : w2->qs;
+        __m256i sc16, m16 = _mm256_setzero_si256(), hm = _mm256_setzero_si256();
+        if (Q3) {
+            sc16 = _mm256_cvtepi8_epi16(k3_scales_v(w3->scales));
+            hm = _mm256_loadu_si256((const __m256i *)w3->hmask);
+        } else {
+            const __m128i sb = _mm_loadu_si128((const __m128i *)w2->scales);
+            sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0f)));
+            m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0f)));
+        }
+        const __m256i sc_lo = _mm256_permute2x128_si256(sc16, sc16, 0x00); /* scales 0..7, both halves */
+        const __m256i sc_hi = _mm256_permute2x128_si256(sc16, sc16, 0x11); /* 8..15 */
+        __m256i isum[NT_MAX];
+        for (int t = 0; t < nt; t++) isum[t] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                const int r = 4 * h + k, g = 2 * r % 8; /* groups 2r, 2r + 1 */
+                __m256i u = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * k)), m3);
+                if (Q3)
+                    u = _mm256_or_si256(u, _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(r)), 2),
+                                                            _mm256_set1_epi8(0x04)));
+                /* int16 lanes 0..7: scale 2r, 8..15: scale 2r + 1 */
+                const __m256i idx = _mm256_setr_epi8(
+                    (char)(2 * g), (char)(2 * g + 1), (char)(2 * g), (char)(2 * g + 1), (char)(2 * g), (char)(2 * g + 1),
+                    (char)(2 * g), (char)(2 * g + 1), (char)(2 * g), (char)(2 * g + 1), (char)(2 * g), (char)(2 * g + 1),
+                    (char)(2 * g), (char)(2 * g + 1), (char)(2 * g), (char)(2 * g + 1), (char)(2 * g + 2), (char)(2 * g + 3),
+                    (char)(2 * g + 2), (char)(2 * g + 3), (char)(2 * g + 2), (char)(2 * g + 3), (char)(2 * g + 2),
+                    (char)(2 * g + 3), (char)(2 * g + 2), (char)(2 * g + 3), (char)(2 * g + 2), (char)(2 * g + 3),
+                    (char)(2 * g + 2), (char)(2 * g + 3), (char)(2 * g + 2), (char)(2 * g + 3));
+                const __m256i s = _mm256_shuffle_epi8(r < 4 ? sc_lo : sc_hi, idx);
+                for (int t = 0; t < nt; t++) {
+                    const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
+                    const __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * r));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, av), s));
+                }
+            }
+        }
+        const float d = h2f(Q3 ? w3->d : w2->d), dmin = Q3 ? 0.0f : h2f(w2->dmin);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *)a->bsums);
+            __m256i si = isum[t];
+            if (Q3) si = _mm256_sub_epi32(si, _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 2));
+            else acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, m16)), _mm256_set1_ps(a->d * dmin), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(a->d * d), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(acc[t]);
+}
+ROW_VARIANT(row_q2_K, row_k23, 0)
+ROW_VARIANT(row_q3_K, row_k23, 1)
+ROW_LOOP(mm_q2_K, row_q2_K)
+ROW_LOOP(mm_q3_K, row_q3_K)
 
 /* Q6_K x Q8_K: q = u - 32 with u in [0, 63]; the -32 is folded in through the
  * activation's 16-group sums: isum = sum_g sc_g (dot(u, a)_g - 32 bsum_g).
@@ -1023,6 +1089,8 @@ void tnd_cpu_kernels_avx2(tnd_cpu_kernels *k) {
     k->mm[TND_TYPE_Q8_0].fn = mm4_q8_0;
     k->mm[TND_TYPE_Q4_K].fn = mm_q4_K;
     k->mm[TND_TYPE_Q5_K].fn = mm_q5_K;
+    k->mm[TND_TYPE_Q2_K].fn = mm_q2_K;
+    k->mm[TND_TYPE_Q3_K].fn = mm_q3_K;
     k->mm[TND_TYPE_Q6_K].fn = mm_q6_K;
     k->mm[TND_TYPE_F32] = (tnd_mm_entry){mm_f32, TND_TYPE_F32, NULL, NULL};
     k->mm[TND_TYPE_F16] = (tnd_mm_entry){mm_f16, TND_TYPE_F32, NULL, NULL};

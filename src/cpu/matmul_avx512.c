@@ -98,12 +98,8 @@ TGTI void row5_k45(int64_t n, const void *vw, const char *xq, size_t xs, int nt,
     }
     for (int t = 0; t < nt; t++) y[t * ys] = hsum512_ps(acc[t]) + hsum_ps(accm[t]);
 }
-TGTI void row5_q4_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
-    row5_k45(n, vw, xq, xs, nt, y, ys, 0);
-}
-TGTI void row5_q5_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
-    row5_k45(n, vw, xq, xs, nt, y, ys, 1);
-}
+ROW_VARIANT(row5_q4_K, row5_k45, 0)
+ROW_VARIANT(row5_q5_K, row5_k45, 1)
 ROW_LOOP(mm5_q4_K, row5_q4_K)
 ROW_LOOP(mm5_q5_K, row5_q5_K)
 
@@ -159,6 +155,85 @@ TGTI void row5_q6_K(int64_t n, const void *vw, const char *xq, size_t xs, int nt
     for (int t = 0; t < nt; t++) y[t * ys] = hsum512_ps(acc[t]);
 }
 ROW_LOOP(mm5_q6_K, row5_q6_K)
+
+/* Q2_K and Q3_K x Q8_K: 2-bit quants, element i at bits 2 ((i % 128) / 32)
+ * of qs[32 (i / 128) + i % 32]; Q3_K (Q3 1) adds bit i / 32 of
+ * hmask[i % 32] as the third (u = q + 4 in 0..7). Steps of 64 elements as
+ * in row5_q6_K (the 16 groups of 16 and their scales alike): step c of half
+ * h takes its two 32-element runs at shifts 4c and 4c + 2 of the half's 32
+ * qs bytes, by one variable shift of the 16-bit lanes of the bytes in both
+ * halves of a vector (and the high bits the same way at 4h + 2c and
+ * 4h + 2c + 1). Q2_K: d sc q - dmin m, sc and m the nibbles of scales[g],
+ * the mins through the activation's 16-sums as in row5_k45; Q3_K: d sc (u -
+ * 4), sc the 6-bit signed scales, the -4 through the 16-sums as row5_q6_K
+ * folds its -32. */
+TGTI void row5_k23(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys, const int Q3) {
+    const size_t bs = Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K);
+    __m512 acc[NT_MAX];
+    __m256 accm[NT_MAX];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
+    const __m512i m3 = _mm512_set1_epi8(0x03), b2 = _mm512_set1_epi8(0x04);
+    /* vpermw indices: lanes 8g..8g+7 -> scale g (g = 0..3), then + 4 a step */
+    const __m512i gi = _mm512_srli_epi16(
+        _mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006, 0x00090008, 0x000b000a, 0x000d000c,
+                          0x000f000e, 0x00110010, 0x00130012, 0x00150014, 0x00170016, 0x00190018, 0x001b001a,
+                          0x001d001c, 0x001f001e),
+        3);
+    for (int64_t b = 0; b < n / TND_QK_K; b++) {
+        const char *blk = (const char *)vw + (size_t)b * bs;
+        const block_q2_K *w2 = (const block_q2_K *)blk;
+        const block_q3_K *w3 = (const block_q3_K *)blk;
+        pf_ahead(blk, 2); /* a block: 84 or 110 bytes */
+        const uint8_t *qs = Q3 ? w3->qs : w2->qs;
+        __m256i sc16, m16 = _mm256_setzero_si256();
+        __m512i hm = _mm512_setzero_si512();
+        if (Q3) {
+            sc16 = _mm256_cvtepi8_epi16(k3_scales_v(w3->scales));
+            hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w3->hmask));
+        } else {
+            const __m128i sb = _mm_loadu_si128((const __m128i *)w2->scales);
+            sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0f)));
+            m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0f)));
+        }
+        const __m512i sc16z = _mm512_castsi256_si512(sc16); /* vpermw reads lanes 0..15 only */
+        __m512i isum[NT_MAX];
+        for (int t = 0; t < nt; t++) isum[t] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
+            for (int c = 0; c < 2; c++) {
+                __m512i u = _mm512_and_si512(_mm512_srlv_epi16(q, w16_pair((short)(4 * c), (short)(4 * c + 2))), m3);
+                if (Q3) {
+                    const __m512i hb = _mm512_srlv_epi16(hm, w16_pair((short)(4 * h + 2 * c), (short)(4 * h + 2 * c + 1)));
+                    u = _mm512_ternarylogic_epi32(u, _mm512_slli_epi16(hb, 2), b2, 0xf8); /* u | (hb << 2 & 4) */
+                }
+                const __m512i s =
+                    _mm512_permutexvar_epi16(_mm512_add_epi16(gi, _mm512_set1_epi16((short)(8 * h + 4 * c))), sc16z);
+                for (int t = 0; t < nt; t++) {
+                    const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
+                    __m512i av = _mm512_loadu_si512((const void *)(a->qs + 128 * h + 64 * c));
+                    isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(u, av), s);
+                }
+            }
+        }
+        const float d = h2f(Q3 ? w3->d : w2->d), dmin = Q3 ? 0.0f : h2f(w2->dmin);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *)a->bsums);
+            __m512i si = isum[t];
+            if (Q3) /* sum_g sc_g (dot(u, a)_g - 4 bsum_g) */
+                si = _mm512_sub_epi32(si, _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 2)));
+            else
+                accm[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, m16)),
+                                           _mm256_set1_ps(a->d * dmin), accm[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_set1_ps(a->d * d), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) y[t * ys] = hsum512_ps(acc[t]) + hsum_ps(accm[t]);
+}
+ROW_VARIANT(row5_q2_K, row5_k23, 0)
+ROW_VARIANT(row5_q3_K, row5_k23, 1)
+ROW_LOOP(mm5_q2_K, row5_q2_K)
+ROW_LOOP(mm5_q3_K, row5_q3_K)
 
 /* ---- Q4_0 and Q8_0 x Q8_0 ------------------------------------------------------
  * Two 32-blocks per 512-bit vector. The weights enter vpdpbusd as unsigned
@@ -490,5 +565,7 @@ void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k) {
     k->mm[TND_TYPE_Q4_1].prep = prep5_q4_1;
     k->mm[TND_TYPE_Q4_K].fn = mm5_q4_K;
     k->mm[TND_TYPE_Q5_K].fn = mm5_q5_K;
+    k->mm[TND_TYPE_Q2_K].fn = mm5_q2_K;
+    k->mm[TND_TYPE_Q3_K].fn = mm5_q3_K;
     k->mm[TND_TYPE_Q6_K].fn = mm5_q6_K;
 }

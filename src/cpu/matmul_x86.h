@@ -99,6 +99,21 @@ TGTI __m128i k4_scales_v(const uint8_t *s) {
     return _mm_set_epi64x((long long)b, (long long)a);
 }
 
+/* The 16 signed 6-bit scales of a Q3_K super-block (stored - 32) as int8:
+ * low nibbles from bytes 0..7 (scales 0..7) and their high nibbles (8..15),
+ * high bits from bytes 8..11, scale i at bits 2 (i / 4) of byte 8 + i % 4
+ * (tnd_get_scales_q3_K's rule, a few vector instructions instead of a
+ * loop of 16 that bounded the matvec). */
+TGTI __m128i k3_scales_v(const uint8_t *s) {
+    int32_t w2;
+    memcpy(&w2, s + 8, 4); /* 12 bytes, read as 8 + 4 (a 16-byte copy through memory stalled the load) */
+    const __m128i v = _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)s), w2, 2), m4 = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    const __m128i h = _mm_shuffle_epi8(v, _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11));
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(h, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(0x03));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+}
+
 /* ---- decode: software prefetch ---------------------------------------------------
  * A decode matvec streams each weight row once; on the machines measured the
  * hardware prefetchers ramp up too slowly for these short streams (or for
@@ -117,6 +132,13 @@ TGTI void pf_ahead(const void *p, const int lines) {
 /* ---- decode: row and token loops ---------------------------------------------
  * Around a per-row kernel ROWFN(n_in, w, xq, x_row, nt, y, ys) for nt <= 4
  * (constant after inlining, so its accumulators stay in registers). */
+
+/* A per-row kernel ROWFN(..., V) shared by two formats (V: which), as a
+ * ROW_LOOP kernel NAME. */
+#define ROW_VARIANT(NAME, ROWFN, V)                                                                      \
+    TGTI void NAME(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) { \
+        ROWFN(n, vw, xq, xs, nt, y, ys, V);                                                              \
+    }
 
 #define ROW_LOOP(NAME, ROWFN)                                                                           \
     TGT static void NAME(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,         \
