@@ -13,8 +13,9 @@
  *   Q4_1: the same with four blocks per vector (each block's first and
  *     second halves apart), so a token's conversion and scaling is shared
  *     by 4 blocks;
- *   Q4_K, Q6_K: 512-bit kernels below, 64 weights per step: the unsigned
- *     quants u (Q4_K: nibbles, 0..15; Q6_K: 6 bits, 0..63) in element order,
+ *   Q2_K..Q6_K: 512-bit kernels below, 64 weights per step: the unsigned
+ *     quants u (Q2_K: 2 bits, 0..3; Q3_K: 3 bits, 0..7; Q4_K: nibbles, 0..15;
+ *     Q5_K: 5 bits, 0..31; Q6_K: 6 bits, 0..63) in element order,
  *     vpmaddubsw with 64 activation bytes (pairs: at most 2 * 63 * 127 =
  *     16002, no saturation), then vpdpwssd with the 16-bit group scales
  *     (one instruction for scale, widen and accumulate). Integer sums are
