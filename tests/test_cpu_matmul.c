@@ -68,22 +68,55 @@ static void reference(tnd_type wt, const void *W, int64_t n_in, int64_t n_out, c
     free(ad);
 }
 
-/* extreme: constant rows and tokens (+-1), which drive every quant to the end
- * of its range and every activation to +-127, the case where 16-bit partial
- * sums in a kernel would overflow. */
+/* A quantized block of random bytes with its float scales set to finite
+ * values of a sane size (an E8M0 exponent near 1), so that every field
+ * takes values the reference quantizer never writes (Q3_K's positive
+ * scales, all of Q4_K's 6-bit scales and mins, ...). */
+static void random_block(tnd_type t, uint8_t *b, size_t bs) {
+    for (size_t i = 0; i < bs; i++) b[i] = (uint8_t)tc_xorshift();
+    size_t f16[2] = {SIZE_MAX, SIZE_MAX}; /* offsets of the fp16 scale fields */
+    switch (t) {
+    case TND_TYPE_Q4_0: case TND_TYPE_Q5_0: case TND_TYPE_Q8_0: case TND_TYPE_Q4_K: case TND_TYPE_Q5_K:
+    case TND_TYPE_Q4_1: case TND_TYPE_Q5_1:
+        f16[0] = 0;
+        if (t == TND_TYPE_Q4_1 || t == TND_TYPE_Q5_1 || t == TND_TYPE_Q4_K || t == TND_TYPE_Q5_K) f16[1] = 2;
+        break;
+    case TND_TYPE_Q2_K: f16[0] = 80, f16[1] = 82; break;
+    case TND_TYPE_Q3_K: f16[0] = 108; break;
+    case TND_TYPE_Q6_K: f16[0] = 208; break;
+    case TND_TYPE_MXFP4: b[0] = (uint8_t)(124 + tc_xorshift() % 8); break;
+    default: break;
+    }
+    for (int k = 0; k < 2; k++)
+        if (f16[k] != SIZE_MAX) {
+            const uint16_t h = tnd_fp32_to_fp16(tc_unif(0.001f, 0.05f) * (tc_xorshift() % 2 ? 1.0f : -1.0f));
+            memcpy(b + f16[k], &h, 2);
+        }
+}
+
+/* mode: MODE_RANDOM, weights quantized from random floats; MODE_EXTREME,
+ * constant rows and tokens (+-1), which drive every quant to the end of its
+ * range and every activation to +-127, the case where 16-bit partial sums
+ * in a kernel would overflow; MODE_BYTES, quantized blocks of random bytes
+ * (random_block). */
+enum { MODE_RANDOM, MODE_EXTREME, MODE_BYTES };
 static void test_shape_x(tnd_pool *pool, tnd_cpu_isa_id isa, tnd_type wt, int64_t n_in, int64_t n_out,
-                         int64_t n_tok, bool extreme);
+                         int64_t n_tok, int mode);
 static void test_shape(tnd_pool *pool, tnd_cpu_isa_id isa, tnd_type wt, int64_t n_in, int64_t n_out,
                        int64_t n_tok) {
-    test_shape_x(pool, isa, wt, n_in, n_out, n_tok, false);
+    test_shape_x(pool, isa, wt, n_in, n_out, n_tok, MODE_RANDOM);
 }
 static void test_shape_x(tnd_pool *pool, tnd_cpu_isa_id isa, tnd_type wt, int64_t n_in, int64_t n_out,
-                         int64_t n_tok, bool extreme) {
+                         int64_t n_tok, int mode) {
     const tnd_type_traits *tr = tnd_type_traits_get(wt);
+    const bool extreme = mode == MODE_EXTREME;
     size_t wrow = tnd_row_size(wt, n_in);
     void *W = malloc(wrow * (size_t)n_out);
     float *wf = malloc((size_t)n_in * sizeof(float));
-    for (int64_t r = 0; r < n_out; r++) {
+    for (int64_t r = 0; mode == MODE_BYTES && r < n_out; r++)
+        for (int64_t i = 0; i < n_in / tr->block_size; i++)
+            random_block(wt, (uint8_t *)W + r * wrow + i * tr->type_size, tr->type_size);
+    for (int64_t r = 0; mode != MODE_BYTES && r < n_out; r++) {
         /* Row scales vary so blocks have different d. */
         float sc = 0.05f + 0.1f * (float)(r % 7);
         for (int64_t i = 0; i < n_in; i++)
@@ -253,15 +286,27 @@ int main(int argc, char **argv) {
              * tiles and several row tiles per thread. */
             test_shape(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 515 : bs * (bs == 256 ? 3 : 9), 70, 33);
             /* Extremes, through the matvec and the prefill paths. */
-            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 2 : 8), 9, 3, true);
-            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 2 : 8), 9, 12, true);
+            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 2 : 8), 9, 3, MODE_EXTREME);
+            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 2 : 8), 9, 12, MODE_EXTREME);
             /* Extremes through the one-token (decode) kernels, whose int16
              * partial sums span several blocks: rows not a multiple of the
              * rows per pass, blocks not a multiple of the blocks per step. */
-            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 3 : 19), 9, 1, true);
+            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 3 : 19), 9, 1, MODE_EXTREME);
             /* and through the several-token ones (Q4_1's shared last step,
              * four tokens and one more) */
-            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 3 : 19), 9, 5, true);
+            test_shape_x(pools[1], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 64 : bs * (bs == 256 ? 3 : 19), 9, 5, MODE_EXTREME);
+            /* Blocks of random bytes (quantized types): every field's
+             * values, through the decode kernels (1, 4 and 5 tokens) and the
+             * prefill ones (17) */
+            const int64_t ntb[] = {1, 4, 5, 17};
+            for (int c = 0; bs > 1 && c < 4; c++)
+                test_shape_x(pools[c % 3], (tnd_cpu_isa_id)isa, wt, bs * (bs == 256 ? 3 : 9), 21, ntb[c], MODE_BYTES);
+            /* the prefill's token tails of 2 and 3 (tiles of 4) */
+            test_shape(pools[2], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 96 : bs * (bs == 256 ? 2 : 4), 37, 10);
+            test_shape(pools[0], (tnd_cpu_isa_id)isa, wt, bs == 1 ? 96 : bs * (bs == 256 ? 2 : 4), 37, 11);
+            /* a wide row (fewer row groups repacked at once than the most)
+             * and more tokens than one block of the prefill's tokens */
+            if (!quick) test_shape(pools[1], (tnd_cpu_isa_id)isa, wt, 4096, 40, 70);
             /* NULL pool. */
             test_shape(NULL, (tnd_cpu_isa_id)isa, wt, bs == 1 ? 65 : bs * 2, 19, 4);
             printf("  %-5s %ld outputs checked\n", tr->name, g_checked - before);

@@ -7,6 +7,10 @@
 #ifndef TND_CPU_MATMUL_X86_H
 #define TND_CPU_MATMUL_X86_H
 
+#if X86_ZMM && !X86_VNNI
+#error "X86_ZMM (16-row prefill groups) needs X86_VNNI"
+#endif
+
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
