@@ -471,9 +471,11 @@ TGT static void repack16(unpack_row_fn unpack, const char *W, size_t w_row, int 
         __m512i a[4];
         for (int i = 0; i < 4; i++) {
             const uint8_t *p = tmp + i * rs + TND_CHUNK * c;
+            /* (the lane an immediate: spelled out, as no loop may be left unrolled at -O1) */
             a[i] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
-            for (int j = 1; j < 4; j++)
-                a[i] = _mm512_inserti32x4(a[i], _mm_loadu_si128((const __m128i *)(p + 4 * j * rs)), j);
+            a[i] = _mm512_inserti32x4(a[i], _mm_loadu_si128((const __m128i *)(p + 4 * rs)), 1);
+            a[i] = _mm512_inserti32x4(a[i], _mm_loadu_si128((const __m128i *)(p + 8 * rs)), 2);
+            a[i] = _mm512_inserti32x4(a[i], _mm_loadu_si128((const __m128i *)(p + 12 * rs)), 3);
         }
         const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
         const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
