@@ -471,7 +471,7 @@ TGT static void repack16(unpack_row_fn unpack, const char *W, size_t w_row, int 
         __m512i a[4];
         for (int i = 0; i < 4; i++) {
             const uint8_t *p = tmp + i * rs + TND_CHUNK * c;
-            /* (the lane an immediate: spelled out, as no loop may be left unrolled at -O1) */
+            /* spelled out: the lane must be an immediate, and at -O1 a loop over it stays rolled */
             a[i] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
             a[i] = _mm512_inserti32x4(a[i], _mm_loadu_si128((const __m128i *)(p + 4 * rs)), 1);
             a[i] = _mm512_inserti32x4(a[i], _mm_loadu_si128((const __m128i *)(p + 8 * rs)), 2);
