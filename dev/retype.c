@@ -24,8 +24,7 @@ typedef struct conv {
     tnd_type to; /* the source's own type: copied */
 } conv;
 
-static tnd_type g_to;
-static float g_buf[256];
+static float g_buf[256]; /* fill's scratch (the writer calls it from one thread) */
 
 /* The output tensor's bytes [off, off + n): converted block by block. */
 static bool fill(void *user, uint64_t off, void *buf, size_t n) {
@@ -58,7 +57,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s IN.gguf OUT.gguf TYPE (Q2_K, Q3_K, Q5_K, ...)\n", argv[0]);
         return 2;
     }
-    g_to = TND_TYPE_COUNT;
+    tnd_type g_to = TND_TYPE_COUNT;
     for (int t = 0; t < TND_TYPE_COUNT; t++) {
         const tnd_type_traits *tr = tnd_type_traits_get((tnd_type)t);
         if (tr && tr->name && !strcmp(tr->name, argv[3]) && tr->block_size == 256 && tr->from_float) g_to = (tnd_type)t;

@@ -899,6 +899,9 @@ TGTI void row_k23(int64_t n, const void *vw, const char *xq, size_t xs, int nt, 
     __m256 acc[NT_MAX];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m3 = _mm256_set1_epi8(0x03);
+    /* vpshufb bytes of scale 0 in the low 128-bit half, scale 1 in the high (+ 2g: scales g, g + 1) */
+    const __m256i sc_pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+                                             2, 3, 2, 3, 2, 3);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
         const char *blk = (const char *)vw + (size_t)b * bs;
         const block_q2_K *w2 = (const block_q2_K *)blk;
@@ -927,14 +930,8 @@ TGTI void row_k23(int64_t n, const void *vw, const char *xq, size_t xs, int nt, 
                     u = _mm256_or_si256(u, _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(r)), 2),
                                                             _mm256_set1_epi8(0x04)));
                 /* int16 lanes 0..7: scale 2r, 8..15: scale 2r + 1 */
-                const __m256i idx = _mm256_setr_epi8(
-                    (char)(2 * g), (char)(2 * g + 1), (char)(2 * g), (char)(2 * g + 1), (char)(2 * g), (char)(2 * g + 1),
-                    (char)(2 * g), (char)(2 * g + 1), (char)(2 * g), (char)(2 * g + 1), (char)(2 * g), (char)(2 * g + 1),
-                    (char)(2 * g), (char)(2 * g + 1), (char)(2 * g), (char)(2 * g + 1), (char)(2 * g + 2), (char)(2 * g + 3),
-                    (char)(2 * g + 2), (char)(2 * g + 3), (char)(2 * g + 2), (char)(2 * g + 3), (char)(2 * g + 2),
-                    (char)(2 * g + 3), (char)(2 * g + 2), (char)(2 * g + 3), (char)(2 * g + 2), (char)(2 * g + 3),
-                    (char)(2 * g + 2), (char)(2 * g + 3), (char)(2 * g + 2), (char)(2 * g + 3));
-                const __m256i s = _mm256_shuffle_epi8(r < 4 ? sc_lo : sc_hi, idx);
+                const __m256i s =
+                    _mm256_shuffle_epi8(r < 4 ? sc_lo : sc_hi, _mm256_add_epi8(sc_pick, _mm256_set1_epi8((char)(2 * g))));
                 for (int t = 0; t < nt; t++) {
                     const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
                     const __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * r));
@@ -948,7 +945,8 @@ TGTI void row_k23(int64_t n, const void *vw, const char *xq, size_t xs, int nt, 
             const __m256i bsums = _mm256_loadu_si256((const __m256i *)a->bsums);
             __m256i si = isum[t];
             if (Q3) si = _mm256_sub_epi32(si, _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 2));
-            else acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, m16)), _mm256_set1_ps(a->d * dmin), acc[t]);
+            else acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, m16)),
+                                           _mm256_set1_ps(a->d * dmin), acc[t]);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(a->d * d), acc[t]);
         }
     }
