@@ -1,8 +1,9 @@
 /* Expert copies over the link: LayerScope's AsyncIO question, measured.
  * Is a batch of experts copied faster, or is its first expert ready sooner,
  * when each expert's gate, up and down go on three streams (one piece type
- * a stream, as TND_EXPERT_STREAMS=3 queues them) than when all go one after
- * another on one stream (the default)?
+ * a stream) than when all go one after another on one stream, as tandem
+ * queues them? On the H200, no (docs/DECISIONS.md, "AsyncIO's pieces: not
+ * kept").
  *
  *   build/dev_expert_copy [reps] [--sim]
  *

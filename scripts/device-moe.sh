@@ -11,10 +11,9 @@
 #       random and text tokens, the default then --presched, twice over;
 #       then --batch 4,16,64 -p 512 -n 64 both ways (docs/DECISIONS.md,
 #       "PreSched: built, opt-in")
-#   scripts/device-moe.sh streams  # AsyncIO's pieces: dev_expert_copy (an
-#       expert's pieces on one stream against three), then tg128 random and
-#       text with TND_EXPERT_STREAMS=1 then 3, twice over, and --presched
-#       with 3 (docs/DECISIONS.md, "AsyncIO's pieces: built, opt-in")
+#   scripts/device-moe.sh streams  # dev_expert_copy: an expert's pieces on
+#       one stream against three (docs/DECISIONS.md, "AsyncIO's pieces: not
+#       kept")
 # Synth models go to /tmp/tnd (MOE_BUDGETS, MOE_TOKENS, MOE_N override the
 # speed step's budgets, token kinds and tokens). Logs go to
 # ${OUT:-build-device/logs}; the output ends with a summary line.
@@ -80,24 +79,6 @@ for step in "${@:-build test speed}"; do
       ;;
     streams)
       timeout 120 build-device/dev_expert_copy 50 2>&1 | tee "$logs/expert_copy.log"
-      [ -f $M30 ] || build-device/tandem synth --shape qwen3-30b-a3b --moe-skew 0.5 -o $M30 >"$logs/synth.log" 2>&1
-      B="build-device/tandem bench -m $M30 --device cuda -t 16 --no-limits --predictor 0"
-      for b in ${MOE_BUDGETS:-30%}; do
-        for rep in 1 2; do
-          for tk in ${MOE_TOKENS:-random text}; do
-            for ns in 1 3; do
-              echo "== budget $b, tokens $tk, TND_EXPERT_STREAMS=$ns (round $rep)"
-              TND_EXPERT_STREAMS=$ns $B --vram-budget "$b" -p 0 -n "${MOE_N:-128}" -r 3 --tokens "$tk" 2>&1 |
-                grep -E "^\| |GPU experts|error|warn" | tee -a "$logs/streams.log"
-            done
-          done
-        done
-        for tk in ${MOE_TOKENS:-random text}; do
-          echo "== budget $b, tokens $tk, TND_EXPERT_STREAMS=3 --presched"
-          TND_EXPERT_STREAMS=3 $B --vram-budget "$b" -p 0 -n "${MOE_N:-128}" -r 3 --tokens "$tk" --presched 2>&1 |
-            grep -E "^\| |GPU experts|error|warn" | tee -a "$logs/streams.log"
-        done
-      done
       ;;
     *) echo "unknown step $s (build, test, speed, presched, streams)"; fail=1 ;;
     esac

@@ -53,7 +53,6 @@ enum {
     K_CUDA_PDL,
     K_CUDA_GRAPHS,
     K_EXPERT_PREFETCH,
-    K_EXPERT_STREAMS,
     K_FUSE,
     K_N
 };
@@ -96,9 +95,6 @@ static const knob KNOBS[K_N] = {
     [K_CUDA_GRAPHS] = {"TND_CUDA_GRAPHS", true, 0, 0, 0, 3, {"auto", "0", "1"},
                         {TND_CFG_GRAPHS_AUTO, TND_CFG_GRAPHS_OFF, TND_CFG_GRAPHS_ON}, "auto, 0 or 1"},
     [K_EXPERT_PREFETCH] = {"TND_EXPERT_PREFETCH", true, 0, 64, 1, 1, {"auto"}, {-1}, "auto or 0 .. 64"},
-    /* not in the key: the profile times no copy on a second stream, so one perf DB serves both (and an A/B
-     * of the two runs the same placement) */
-    [K_EXPERT_STREAMS] = {"TND_EXPERT_STREAMS", false, 0, 0, 0, 2, {"1", "3"}, {1, 3}, "1 or 3"},
     [K_FUSE] = {"TND_FUSE", true, 0, 0, 0, 2, {"0", "1"}, {0, 1}, "0 or 1"},
 };
 
@@ -122,7 +118,6 @@ static const tnd_config DEFAULTS = {
     .cuda_pdl = -1,
     .cuda_graphs = TND_CFG_GRAPHS_AUTO,
     .expert_prefetch = -1,
-    .expert_streams = 1, /* docs/DECISIONS.md, "AsyncIO's pieces: built, opt-in" */
     .fuse = true,
 };
 
@@ -147,7 +142,6 @@ static int get(const tnd_config *c, int k) {
     case K_CUDA_PAIR: return c->cuda_pair;
     case K_CUDA_GRAPHS: return c->cuda_graphs;
     case K_EXPERT_PREFETCH: return c->expert_prefetch;
-    case K_EXPERT_STREAMS: return c->expert_streams;
     case K_CUDA_TILE_MV: return c->cuda_tile_mv;
     case K_CUDA_TILE_DEPTH: return c->cuda_tile_depth;
     case K_CUDA_TILE_PF: return c->cuda_tile_pf;
@@ -174,7 +168,6 @@ static void put(tnd_config *c, int k, int v) {
     case K_CUDA_PAIR: c->cuda_pair = v != 0; break;
     case K_CUDA_GRAPHS: c->cuda_graphs = v; break;
     case K_EXPERT_PREFETCH: c->expert_prefetch = v; break;
-    case K_EXPERT_STREAMS: c->expert_streams = v; break;
     case K_CUDA_TILE_MV: c->cuda_tile_mv = v; break;
     case K_CUDA_TILE_DEPTH: c->cuda_tile_depth = v; break;
     case K_CUDA_TILE_PF: c->cuda_tile_pf = v; break;

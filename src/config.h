@@ -56,8 +56,6 @@ typedef struct tnd_config {
     /* hybrid execution */
     int expert_prefetch; /* TND_EXPERT_PREFETCH: slots per split MoE layer for experts copied a layer ahead
                           * (exec/prefetch.c); -1 (auto): the model's experts per token; 0: off */
-    int expert_streams;  /* TND_EXPERT_STREAMS: 1, or 3: an expert's gate, up and down copied on three
-                          * transfer streams (LayerScope's AsyncIO pieces, exec/prefetch.c) */
     /* recipe */
     bool fuse;           /* TND_FUSE: the recipe's fused ops (norm + RoPE, residual add + norm) and the
                           * executor's ROPE_KV and MOE_GLU; 0: the unfused ops, the same results (A/B of

@@ -79,7 +79,7 @@ int main(void) {
     /* refused values and names through tnd_config_set keep the field */
     static const char *bad[][2] = {{"TND_CUDA_MV", "bogus"},  {"TND_CPU_PF_DIST", "100"}, {"TND_CPU_PF_DIST", "1024x"},
                                    {"TND_CUDA_TILE_I8_NS", "3"}, {"TND_CPU_ISA", "sse"},    {"TND_POOL_SPIN", "-1"},
-                                   {"TND_TRACE", "yes"},        {"TND_CUDA_PDL", "2"},      {"TND_EXPERT_STREAMS", "2"}};
+                                   {"TND_TRACE", "yes"},        {"TND_CUDA_PDL", "2"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(tnd_config_set(bad[i][0], bad[i][1]) == TND_ERR_ARG, "%s=%s accepted", bad[i][0], bad[i][1]);
         CHECK(strstr(tnd_last_error(), bad[i][0]) && strstr(tnd_last_error(), "accepted:"), "message: %s",
@@ -88,12 +88,6 @@ int main(void) {
     CHECK(tnd_config_get()->cuda_mv == TND_CFG_MV_I8MMA && tnd_config_get()->cpu_pf_dist == 3072 &&
               tnd_config_get()->pool_spin == 200000,
           "a refused value changes nothing");
-    CHECK(tnd_config_get()->expert_streams == 1, "expert copies on one stream by default");
-    CHECK(tnd_config_set("TND_EXPERT_STREAMS", "3") == TND_OK && tnd_config_get()->expert_streams == 3,
-          "TND_EXPERT_STREAMS=3: %s", tnd_last_error());
-    tnd_config_key(key, sizeof key);
-    CHECK(!strstr(key, "TND_EXPERT_STREAMS"), "key '%s': the expert streams change no profiled time", key);
-    CHECK(tnd_config_set("TND_EXPERT_STREAMS", NULL) == TND_OK, "unset");
     CHECK(tnd_config_set("TND_NO_SUCH_KNOB", "1") == TND_ERR_ARG, "an unknown name is refused");
     CHECK(tnd_config_set("TND_CUDA_MV", "") == TND_OK && tnd_config_get()->cuda_mv == TND_CFG_MV_AUTO,
           "empty: the default");

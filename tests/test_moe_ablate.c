@@ -15,9 +15,8 @@
  *   - nothing loads on demand unless PreSched is asked for
  *     (tnd_ctx_params.moe_presched); with it, experts load on demand (the
  *     tiny experts copy far faster than the CPU runs them), the logits stay
- *     the CPU's, also with synchronous copies and with an expert's pieces
- *     on three streams (TND_EXPERT_STREAMS=3, the up and down pieces'
- *     streams slowed: the GPU's half must wait for them), and the fixed count
+ *     the CPU's, also with synchronous copies and with the transfer stream
+ *     slowed (the GPU's half must wait for the loads), and the fixed count
  *     replaces it (no on-demand loads, at most two copies a layer and
  *     step).
  * Skips (77) without the tandem binary (for synth). */
@@ -26,7 +25,6 @@
 #include <string.h>
 
 #include "check.h"
-#include "config.h"
 #include "exec/exec.h"
 #include "model_fixture.h"
 #include "runtime/internal.h"
@@ -118,18 +116,16 @@ int main(void) {
     }
     /* PreSched (exec/prefetch.c, moe/presched.c) */
     static const unsigned ps_ablations[] = {0, TND_ABLATE_SYNC, TND_ABLATE_FIXED2, 0};
-    static const char *const ps_names[] = {"none", "sync", "fixed2", "none, three streams"};
+    static const char *const ps_names[] = {"none", "sync", "fixed2", "none, the transfer stream slowed"};
     p.moe_presched = true;
     for (int a = 0; a < 4; a++) {
         p.moe_ablate = ps_ablations[a];
-        CHECK_ST(tnd_config_set("TND_EXPERT_STREAMS", a == 3 ? "3" : NULL));
         c = NULL;
         CHECK_ST(tnd_ctx_new(m, &p, &c));
         if (!c) continue;
         if (a == 3) {
-            CHECK(c->pf_piece[1] != NULL, "TND_EXPERT_STREAMS=3: no piece streams");
-            for (int i = 0; i < 2; i++)
-                if (c->pf_piece[i]) tnd_sim_set_stream_delay(c->side[1].be, c->pf_piece[i], 200 + 100 * i);
+            CHECK(c->xfer != NULL, "no transfer stream");
+            if (c->xfer) tnd_sim_set_stream_delay(c->side[1].be, c->xfer, 300);
         }
         const int ns = split_layers(c);
         CHECK_ST(fx_steps(c, prompt, N_PROMPT, N_GEN, tok, false, lg));
@@ -148,7 +144,6 @@ int main(void) {
         else CHECK(s.n_od_copies > 0, "presched, ablate %s: nothing loaded on demand", ps_names[a]);
         tnd_ctx_free(c);
     }
-    CHECK_ST(tnd_config_set("TND_EXPERT_STREAMS", NULL));
     /* the plan carries it to a context made from it */
     p.moe_ablate = 0;
     tnd_plan *pp = NULL;

@@ -190,9 +190,6 @@ struct tnd_ctx {
     double ps_od_s;          /* the on-demand copies (modelled s) the layer whose time pf_last spans waited for */
     double ps_od_next;       /* ... of the layer whose routing came last */
     uint64_t n_od_copies;    /* experts loaded on demand */
-    tnd_stream *pf_piece[2]; /* TND_EXPERT_STREAMS=3: the streams of an expert's up and down copies (its gate's:
-                              * xfer), LayerScope's AsyncIO pieces; NULL: all on xfer */
-    tnd_event *pf_join[2];   /* recorded on pf_piece[i] for xfer to wait on: a batch of copies ends on xfer */
     tnd_event *mapped_ev;    /* the GPU's last write into a host buffer (split layers' A_EY rows) */
     bool mapped_pending[A_COUNT]; /* a GPU write into the host buffer may still be running */
     int64_t *expert_hits;    /* [n_layer][n_expert] routing counts (calibration), or NULL */
@@ -273,9 +270,8 @@ tnd_status tnd_copy_experts(tnd_backend *g, void *dst, const void *src, size_t n
 tnd_status tnd_pf_init(tnd_ctx *c);
 /* Frees what tnd_pf_init made. */
 void tnd_pf_free(tnd_ctx *c);
-/* Waits for every weight copy queued so far: the transfer stream and the
- * expert pieces' streams (TND_EXPERT_STREAMS=3; a batch that failed part
- * way was not joined back on the transfer stream). */
+/* Waits for every weight copy queued so far (the transfer stream; none
+ * without a GPU side). */
 tnd_status tnd_xfer_drain(tnd_ctx *c);
 /* The ablation without asynchronous copies (TND_ABLATE_SYNC): the host
  * waits for the copies (tnd_xfer_drain) after queuing weight copies; else

@@ -103,24 +103,12 @@ tnd_status tnd_pf_init(tnd_ctx *c) {
         tnd_status st = tnd_backend_event_new(c->side[1].be, &c->pf_ev[i]);
         if (st) return st;
     }
-    if (tnd_config_get()->expert_streams == 3) /* AsyncIO's pieces: up and down on streams of their own */
-        for (int i = 0; i < 2; i++) {
-            tnd_status st = tnd_backend_stream_new(c->side[1].be, &c->pf_piece[i]);
-            if (!st) st = tnd_backend_event_new(c->side[1].be, &c->pf_join[i]);
-            if (st) return st;
-        }
     return TND_OK;
 }
 
 void tnd_pf_free(tnd_ctx *c) {
     for (int i = 0; i < TND_PF_EV; i++)
         if (c->pf_ev[i]) tnd_backend_event_free(c->side[1].be, c->pf_ev[i]);
-    for (int i = 0; i < 2; i++) {
-        tnd_backend_stream_free(c->side[1].be, c->pf_piece[i]);
-        tnd_backend_event_free(c->side[1].be, c->pf_join[i]);
-        c->pf_piece[i] = NULL;
-        c->pf_join[i] = NULL;
-    }
     free(c->n_compact);
     free(c->pf_n);
     free(c->pf_idx);
@@ -157,12 +145,7 @@ int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e) {
 }
 
 tnd_status tnd_xfer_drain(tnd_ctx *c) {
-    tnd_status st = c->xfer ? tnd_backend_stream_sync(c->side[1].be, c->xfer) : TND_OK;
-    for (int i = 0; i < 2; i++) {
-        tnd_status s = c->pf_piece[i] ? tnd_backend_stream_sync(c->side[1].be, c->pf_piece[i]) : TND_OK;
-        if (!st) st = s;
-    }
-    return st;
+    return c->xfer ? tnd_backend_stream_sync(c->side[1].be, c->xfer) : TND_OK;
 }
 
 tnd_status tnd_xfer_sync_ablated(tnd_ctx *c) {
@@ -225,29 +208,16 @@ static double copy_time(const tnd_ctx *c, int l) {
 }
 
 /* Copies expert e of split layer l from the host store into its compacted
- * tensors' entry at: gate, up and down on the transfer stream, or with
- * AsyncIO's pieces each on a stream of its own (one piece type always on
- * the same stream, so two copies into one place keep their order). A batch
- * of copies ends with pf_join before its event is recorded on xfer. */
+ * tensors' entry at (gate, up and down, on the transfer stream; the three
+ * on streams of their own were slower: docs/DECISIONS.md, "AsyncIO's
+ * pieces: not kept"). */
 static tnd_status copy_expert(tnd_ctx *c, int l, int e, int32_t at) {
     const tnd_layer *L = &c->m->layers[l];
     const tnd_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     for (int j = 0; j < 3; j++) {
         const size_t per = w[j]->t->nbytes / (size_t)w[j]->n_expert;
-        tnd_stream *s = j && c->pf_piece[j - 1] ? c->pf_piece[j - 1] : c->xfer;
         tnd_status st = tnd_backend_copy_h2d(c->side[1].be, (char *)c->w[1][w[j]->id] + (size_t)at * per,
-                                             (const char *)c->w[0][w[j]->id] + (size_t)e * per, per, s);
-        if (st) return st;
-    }
-    return TND_OK;
-}
-
-/* xfer waits for the piece streams' copies queued so far, so that an event
- * recorded on it next (and a sync of it) covers them. */
-static tnd_status pf_join(tnd_ctx *c) {
-    for (int i = 0; i < 2 && c->pf_piece[i]; i++) {
-        tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_join[i], c->pf_piece[i]);
-        if (!st) st = tnd_backend_stream_wait(c->side[1].be, c->xfer, c->pf_join[i]);
+                                             (const char *)c->w[0][w[j]->id] + (size_t)e * per, per, c->xfer);
         if (st) return st;
     }
     return TND_OK;
@@ -339,8 +309,7 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
     }
     if (done <= 0) return TND_OK;
     c->pf_link_free = TND_MAX(c->pf_link_free, tnd_time_s()) + done * tc;
-    tnd_status st = pf_join(c);
-    if (!st) st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
+    tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
     return st ? st : tnd_xfer_sync_ablated(c);
 }
 
@@ -450,7 +419,6 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
     c->ps_od_next = loaded * in.t_io;
     c->ps_behind = c->pf_fresh[l] ? !was_done : 0;
     c->pf_fresh[l] = 1; /* the GPU part waits for the event (tnd_pf_layer_begin) */
-    tnd_status st = pf_join(c);
-    if (!st) st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
+    tnd_status st = tnd_backend_event_record(c->side[1].be, c->pf_ev[l % TND_PF_EV], c->xfer);
     return st ? st : tnd_xfer_sync_ablated(c);
 }
