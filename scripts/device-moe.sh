@@ -10,7 +10,7 @@
 #   scripts/device-moe.sh presched  # the same model and budgets: tg128,
 #       random and text tokens, the default then --presched, twice over;
 #       then --batch 4,16,64 -p 512 -n 64 both ways (docs/DECISIONS.md,
-#       "PreSched: built, opt-in")
+#       "PreSched: measured, opt-in")
 #   scripts/device-moe.sh streams  # dev_expert_copy: an expert's pieces on
 #       one stream against three (docs/DECISIONS.md, "AsyncIO's pieces: not
 #       kept")

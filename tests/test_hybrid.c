@@ -61,16 +61,21 @@ static void auto_hw(tnd_ctx_params *p) {
  * promoted expert tensors ahead of the routing (tnd_perf_experts_ahead):
  * each whole, or a split layer's CPU experts, all of them; a decode step
  * still copies only what routing chose. The bytes copied say which, and
- * the tokens and logits are the CPU's bit for bit. */
-static void moe_ahead(tnd_model *m, const tnd_ctx_params *cp0) {
-    enum { N = 72 };
+ * the tokens and logits are the CPU's bit for bit. N: the round's tokens,
+ * past the GPU's pair kernels (TND_MMID_PAIRS_MAX_TOK) or within them. */
+static void moe_ahead(tnd_model *m, const tnd_ctx_params *cp0, const int N) {
     tnd_ctx_params cpv = *cp0, *cp = &cpv;
     cpv.n_ctx = 96;
     const int nv = tnd_model_n_vocab(m), E = m->hp.n_expert;
-    int32_t ids[N], ref_tok[N_GEN], tok[N_GEN];
+    int32_t ids[96], ref_tok[N_GEN], tok[N_GEN];
+    if (N + N_GEN > cpv.n_ctx) {
+        CHECK(0, "moe ahead: %d tokens do not fit", N);
+        return;
+    }
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 37 + 5) % nv);
-    CHECK(tnd_perf_experts_ahead(m, N) && !tnd_perf_experts_ahead(m, 1) && !tnd_perf_experts_ahead(m, 64),
-          "rounds of %d tokens copy experts ahead, of 1 and 64 not", N);
+    CHECK(tnd_perf_experts_ahead(m, N) && !tnd_perf_experts_ahead(m, 1) &&
+              !tnd_perf_experts_ahead(m, TND_PREDICT_MAX_TOK),
+          "rounds of %d tokens copy experts ahead, of 1 and %d (the slots' rounds) not", N, TND_PREDICT_MAX_TOK);
     size_t nl = (size_t)(N_GEN + 1) * nv;
     float *ref = malloc(sizeof(float) * nl), *got = malloc(sizeof(float) * nl);
     CHECK(generate(m, cp, ids, N, ref_tok, ref, 0) == TND_OK, "moe cpu, %d-token prompt: %s", N, tnd_last_error());
@@ -285,7 +290,8 @@ static void test_moe(int n_place) {
     fclose(f);
     CHECK(tnd_ctx_new(m, &fp, &c) == TND_ERR_ARG && strstr(tnd_last_error(), "matches no"), "no such expert");
     unlink(fpath);
-    moe_ahead(m, &cp);
+    moe_ahead(m, &cp, 72);
+    moe_ahead(m, &cp, 32); /* a batched decode round's size: the GPU's pair kernels */
     free(ref);
     free(got);
     tnd_model_free(m);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cpu/membw.h"
+#include "model/forward.h"
 #include "sched/perf.h"
 #include "sched/transfer.h"
 #include "util.h"
@@ -719,7 +720,7 @@ double tnd_perf_gpu_time(const tnd_model *m, const tnd_perf *pf, int sid, int nt
 
 bool tnd_perf_experts_ahead(const tnd_model *m, int nt) {
     const double E = m->hp.n_expert, k = m->hp.n_expert_used;
-    return E > 1 && k > 0 && nt > TND_MMID_PAIRS_MAX_TOK && pow(1.0 - fmin(k / E, 1.0), nt) <= 0.05;
+    return E > 1 && k > 0 && nt > TND_PREDICT_MAX_TOK && pow(1.0 - fmin(k / E, 1.0), nt) <= 0.05;
 }
 
 /* Bytes a promotion of slice sid copies in a round of nt tokens: an expert

@@ -155,9 +155,11 @@ double tnd_perf_promoted_bytes(const tnd_model *m, const tnd_perf *pf, int sid, 
  * choice), waiting for it only exposes each layer's copy, where copying
  * ahead overlaps it with the layers before (exec.c, the executor and this
  * model both follow it). Uniform, not the hot-expert table, so the executor
- * decides the same without a perf DB. Only past TND_MMID_PAIRS_MAX_TOK
- * tokens (prefill-sized rounds): a batch-64 decode round copying ahead
- * measured slower on the H200 (docs/DECISIONS.md). */
+ * decides the same without a perf DB. Only past TND_PREDICT_MAX_TOK tokens:
+ * shorter rounds copy the predicted experts a layer ahead into the slots
+ * instead (exec/prefetch.c). On the 30B-A3B shape (8 of 128) that is from
+ * 47 tokens: a batch-64 decode round at 30% ran 170 -> 212 tok/s on the
+ * H200 (docs/DECISIONS.md, "Long rounds copy their experts ahead"). */
 bool tnd_perf_experts_ahead(const tnd_model *m, int nt);
 
 /* Share of split layer l's routings that go to its GPU experts: their
