@@ -904,19 +904,12 @@ TGTI void row_k23(int64_t n, const void *vw, const char *xq, size_t xs, int nt, 
                                              2, 3, 2, 3, 2, 3);
     for (int64_t b = 0; b < n / TND_QK_K; b++) {
         const char *blk = (const char *)vw + (size_t)b * bs;
-        const block_q2_K *w2 = (const block_q2_K *)blk;
-        const block_q3_K *w3 = (const block_q3_K *)blk;
         pf_ahead(blk, 2); /* a block: 84 or 110 bytes */
-        const uint8_t *qs = Q3 ? w3->qs : w2->qs;
-        __m256i sc16, m16 = _mm256_setzero_si256(), hm = _mm256_setzero_si256();
-        if (Q3) {
-            sc16 = _mm256_cvtepi8_epi16(k3_scales_v(w3->scales));
-            hm = _mm256_loadu_si256((const __m256i *)w3->hmask);
-        } else {
-            const __m128i sb = _mm_loadu_si128((const __m128i *)w2->scales);
-            sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0f)));
-            m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0f)));
-        }
+        __m256i sc16, m16;
+        float d, dmin;
+        const uint8_t *qs = k23_block(blk, Q3, &sc16, &m16, &d, &dmin);
+        const __m256i hm = Q3 ? _mm256_loadu_si256((const __m256i *)((const block_q3_K *)blk)->hmask)
+                              : _mm256_setzero_si256();
         const __m256i sc_lo = _mm256_permute2x128_si256(sc16, sc16, 0x00); /* scales 0..7, both halves */
         const __m256i sc_hi = _mm256_permute2x128_si256(sc16, sc16, 0x11); /* 8..15 */
         __m256i isum[NT_MAX];
@@ -939,7 +932,6 @@ TGTI void row_k23(int64_t n, const void *vw, const char *xq, size_t xs, int nt, 
                 }
             }
         }
-        const float d = h2f(Q3 ? w3->d : w2->d), dmin = Q3 ? 0.0f : h2f(w2->dmin);
         for (int t = 0; t < nt; t++) {
             const block_q8_K *a = (const block_q8_K *)(xq + t * xs) + b;
             const __m256i bsums = _mm256_loadu_si256((const __m256i *)a->bsums);

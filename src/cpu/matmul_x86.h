@@ -118,6 +118,26 @@ TGTI __m128i k3_scales_v(const uint8_t *s) {
     return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
 }
 
+/* A Q2_K (Q3 0) or Q3_K (Q3 1) super-block for the row kernels: its 2-bit
+ * quants; its 16 scales as words in sc16 and its d; for Q2_K its 16 mins in
+ * m16 and its dmin (Q3_K: zeros; its high bits, hmask, are the caller's,
+ * as their vector width is). */
+TGTI const uint8_t *k23_block(const char *blk, const int Q3, __m256i *sc16, __m256i *m16, float *d, float *dmin) {
+    if (Q3) {
+        const block_q3_K *w = (const block_q3_K *)blk;
+        *sc16 = _mm256_cvtepi8_epi16(k3_scales_v(w->scales));
+        *m16 = _mm256_setzero_si256();
+        *d = h2f(w->d), *dmin = 0.0f;
+        return w->qs;
+    }
+    const block_q2_K *w = (const block_q2_K *)blk;
+    const __m128i sb = _mm_loadu_si128((const __m128i *)w->scales);
+    *sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0f)));
+    *m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0f)));
+    *d = h2f(w->d), *dmin = h2f(w->dmin);
+    return w->qs;
+}
+
 /* ---- decode: software prefetch ---------------------------------------------------
  * A decode matvec streams each weight row once; on the machines measured the
  * hardware prefetchers ramp up too slowly for these short streams (or for
