@@ -206,6 +206,34 @@ static bool cycle_until(tnd_ctx *c, cycle *y, uint64_t until, double secs) {
     return c->n_replace >= until;
 }
 
+/* The last round of the trace at path: its predicted time is the live
+ * plan's for its tokens and position (not the swapped-out plan's), and
+ * every measured round has its prediction. */
+static void check_trace_pred(tnd_ctx *c, const char *path) {
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "trace %s", path);
+    if (!f) return;
+    char line[1024];
+    int measured = 0, predicted = 0, nt = 0, pos0 = -1;
+    double dur = -1;
+    while (fgets(line, sizeof line, f)) {
+        const bool pred = strstr(line, "\"pid\":2,\"tid\":6,\"args\":{\"round\"") != NULL;
+        measured += strstr(line, "\"pid\":1,\"tid\":6,\"args\":{\"round\"") != NULL;
+        predicted += pred;
+        const char *d = strstr(line, "\"dur\":"), *a = strstr(line, "\"tokens\":");
+        if (pred && d && a) {
+            dur = strtod(d + 6, NULL);
+            if (sscanf(a, "\"tokens\":%d,\"pos0\":%d", &nt, &pos0) != 2) pos0 = -1;
+        }
+    }
+    fclose(f);
+    CHECK(measured > 0 && predicted == measured, "trace: %d rounds, %d predicted", measured, predicted);
+    const double want = 1e6 * tnd_plan_predict(c->plan, NULL, nt, pos0);
+    CHECK(pos0 >= 0 && fabs(dur - want) <= 1e-3 + 1e-6 * want,
+          "trace: the last round's prediction %.3f us is the shared plan's %.3f us (%d tokens at %d)", dur, want, nt,
+          pos0);
+}
+
 /* SimGPU, the default static placement: the GPU's pings slowed 200x (another
  * process's kernels) and restored. in_place: pinning in place allowed (the
  * idle plan's small CPU share takes a store piece, the shared plan's whole
@@ -247,6 +275,13 @@ static void test_sim_shared(bool in_place) {
         tnd_plan_free(probe);
         if (all) break;
     }
+    /* traced (one of the two runs): the trace's predictions follow the plan swapped in */
+    char trace[] = "/tmp/tnd_adapt_trace_XXXXXX";
+    const int tfd = in_place ? mkstemp(trace) : -1;
+    if (tfd >= 0) {
+        close(tfd);
+        cp.trace = trace;
+    }
     tnd_ctx *c;
     tnd_backend_set_register_fault(!in_place); /* for the whole test: every layout may ask (main clears it) */
     tnd_status st = tnd_ctx_new(m, &cp, &c);
@@ -283,6 +318,12 @@ static void test_sim_shared(bool in_place) {
     CHECK(c->perf->lat > 100 * tnd_plan_perf(c->plan_idle)->lat, "placed with the measured latency (%.0f us)",
           1e6 * c->perf->lat);
     printf("sim: %d switches a step on an idle GPU, %d on a shared one (%s)\n", sw0, sw1, c->pl.desc);
+    if (tfd >= 0) { /* a few rounds on the shared plan, then the trace ends */
+        cycle_until(c, &y, 2, 0.05);
+        CHECK_ST(tnd_tl_close(c));
+        check_trace_pred(c, trace);
+        unlink(trace);
+    }
     /* the GPU is ours again: the first placement comes back */
     tnd_sim_set_gpu_slowdown(c->side[1].be, 1);
     CHECK(cycle_until(c, &y, 2, 10) && !c->plan_idle, "back to the idle placement (%llu)",

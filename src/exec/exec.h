@@ -308,6 +308,9 @@ void tnd_exec_trace_print(const tnd_ctx *c, FILE *f);
 /* Starts writing path; c->tl set. perf: the DB of the predicted round
  * times (kept, not owned), or NULL. TND_ERR_IO when it cannot be written. */
 tnd_status tnd_tl_open(tnd_ctx *c, const char *path, const struct tnd_perf *perf);
+/* The DB of the predicted round times from now on (a plan swapped in: the
+ * old plan's DB goes with it); nothing when c has no trace. */
+void tnd_tl_set_perf(tnd_ctx *c, const struct tnd_perf *perf);
 /* Ends the file and frees c->tl (before c's GPU backend goes). */
 tnd_status tnd_tl_close(tnd_ctx *c);
 /* The executor's hooks (c->tl set): a round's start and end (after the

@@ -44,7 +44,7 @@ struct tnd_tl {
     int n, cap;
     tnd_event **ev;    /* the pool */
     int n_ev, used_ev;
-    const tnd_perf *perf; /* the predictions' DB, or NULL */
+    const tnd_perf *perf; /* the predictions' DB, or NULL: the live plan's (tnd_tl_set_perf) */
     tnd_event *round_ev;
     tl_node *cur;      /* the node being run, NULL when it went unrecorded */
     double round_h;
@@ -94,6 +94,10 @@ tnd_status tnd_tl_open(tnd_ctx *c, const char *path, const tnd_perf *perf) {
     }
     c->tl = t;
     return TND_OK;
+}
+
+void tnd_tl_set_perf(tnd_ctx *c, const tnd_perf *perf) {
+    if (c->tl) c->tl->perf = perf;
 }
 
 tnd_status tnd_tl_close(tnd_ctx *c) {

@@ -176,6 +176,7 @@ static void adopt(tnd_ctx *c, tnd_plan *plan) {
     c->budget_asked = plan->budget_asked;
     c->ablate = plan->ablate;
     c->presched_want = plan->presched;
+    tnd_tl_set_perf(c, tnd_plan_perf(plan)); /* a swapped-out plan's DB is freed with it */
 }
 
 /* Everything big of c's plan: buffers on both sides, then the GPU scratch. */
