@@ -146,7 +146,12 @@ TGT static void quant_q8_K(const float *x, void *vy, int64_t k) {
         if (i < nb) blk_##fmt(w, i, xq, xs, nt, acc0, da, nb_);                                             \
         for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));                  \
     }
+/* Q5_0: its 5 bits u (nibble | fifth bit) less 16 */
+TGTI __m256i q32_q5_0(const block_q5_0 *w) {
+    return _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(w->qs), q5_high(w->qh)), _mm256_set1_epi8(16));
+}
 ROW_SS(q8_0, block_q8_0)
+ROW_SS(q5_0, block_q5_0)
 #undef ROW_SS
 
 /* Q4_0 x Q8_0, 4 rows at a time. Per block and row the nibbles u = q + 8
@@ -735,66 +740,104 @@ TGTI void store4(__m256 acc, float *y, int64_t ys) {
 
 TGTI __m256i ld32(const int8_t *q) { return _mm256_loadu_si256((const __m256i *)q); }
 
-/* One block of Q8_0 against 4 tokens' Q8_0 blocks, through the sign transfer. */
-TGTI void blk4_q8_0(const block_q8_0 *w, const block_q8_0 *const *a, int64_t i, const float *da4, __m256 *acc) {
-    __m256i q = ld32(w->qs), aq = _mm256_sign_epi8(q, q);
-    __m256i h = fold4(dot_ss(aq, _mm256_sign_epi8(ld32(a[0][i].qs), q)), dot_ss(aq, _mm256_sign_epi8(ld32(a[1][i].qs), q)),
-                      dot_ss(aq, _mm256_sign_epi8(ld32(a[2][i].qs), q)), dot_ss(aq, _mm256_sign_epi8(ld32(a[3][i].qs), q)));
-    __m256 sc = _mm256_mul_ps(_mm256_broadcast_ps((const __m128 *)(da4 + 4 * i)), _mm256_set1_ps(h2f(w->d)));
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), sc, *acc);
-}
+/* Q8_0 and Q5_0 (the weights as signed int8: q32_fmt) x Q8_0: one block
+ * against 4 tokens' blocks through the sign transfer (blk4), a row of them
+ * (row4), and the row and token loops (mm4): the activations' half float
+ * scales converted once per call, for groups of four tokens
+ * (da4[(g nb + i) 4 + t]) and for the 1-3 tokens left over (da[t nb + i]),
+ * which take row_fmt. */
+#define MM4_SS(fmt, BT)                                                                                          \
+    TGTI void blk4_##fmt(const BT *w, const block_q8_0 *const *a, int64_t i, const float *da4, __m256 *acc) {   \
+        __m256i q = q32_##fmt(w), aq = _mm256_sign_epi8(q, q);                                                   \
+        __m256i h = fold4(dot_ss(aq, _mm256_sign_epi8(ld32(a[0][i].qs), q)),                                     \
+                          dot_ss(aq, _mm256_sign_epi8(ld32(a[1][i].qs), q)),                                     \
+                          dot_ss(aq, _mm256_sign_epi8(ld32(a[2][i].qs), q)),                                     \
+                          dot_ss(aq, _mm256_sign_epi8(ld32(a[3][i].qs), q)));                                    \
+        __m256 sc = _mm256_mul_ps(_mm256_broadcast_ps((const __m128 *)(da4 + 4 * i)), _mm256_set1_ps(h2f(w->d))); \
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), sc, *acc);                                                 \
+    }                                                                                                            \
+    TGTI void row4_##fmt(int64_t nb, const void *vw, const block_q8_0 *const *a, const float *da4, float *y,     \
+                         int64_t ys) {                                                                           \
+        const BT *w = vw;                                                                                        \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                           \
+        int64_t i = 0;                                                                                           \
+        for (; i + 2 <= nb; i += 2) {                                                                            \
+            pf_ahead(&w[i], (2 * (int)sizeof(BT) + 63) / 64);                                                    \
+            blk4_##fmt(&w[i], a, i, da4, &acc0);                                                                 \
+            blk4_##fmt(&w[i + 1], a, i + 1, da4, &acc1);                                                         \
+        }                                                                                                        \
+        if (i < nb) blk4_##fmt(&w[i], a, i, da4, &acc0);                                                         \
+        store4(_mm256_add_ps(acc0, acc1), y, ys);                                                                \
+    }                                                                                                            \
+    TGT static void mm4_##fmt(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq,             \
+                              size_t x_row, int64_t nt, float *y, int64_t ys) {                                  \
+        const int64_t nb = n_in / 32, ng = nt / 4, t4 = 4 * ng;                                                  \
+        float *da4 = tnd_cpu_tls_buf(1, (size_t)(nt * nb + 1) * sizeof(float));                                  \
+        if (!da4) {                                                                                              \
+            for (int64_t t = 0; t < nt; t++)                                                                     \
+                for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;                                            \
+            return;                                                                                              \
+        }                                                                                                        \
+        float *da = da4 + t4 * nb;                                                                               \
+        for (int64_t t = 0; t < nt; t++) {                                                                       \
+            const block_q8_0 *a = (const block_q8_0 *)((const char *)xq + t * x_row);                            \
+            if (t >= t4) {                                                                                       \
+                for (int64_t i = 0; i < nb; i++) da[(t - t4) * nb + i] = h2f(a[i].d);                           \
+                continue;                                                                                        \
+            }                                                                                                    \
+            float *d4 = da4 + (t / 4) * 4 * nb + t % 4;                                                          \
+            for (int64_t i = 0; i < nb; i++) d4[4 * i] = h2f(a[i].d);                                            \
+        }                                                                                                        \
+        for (int64_t r = 0; r < nr; r++) {                                                                       \
+            const void *w = (const char *)W + (size_t)r * w_row;                                                 \
+            for (int64_t g = 0; g < ng; g++) {                                                                   \
+                const block_q8_0 *a[4];                                                                          \
+                for (int k = 0; k < 4; k++) a[k] = (const block_q8_0 *)((const char *)xq + (4 * g + k) * x_row); \
+                row4_##fmt(nb, w, a, da4 + 4 * g * nb, y + 4 * g * ys + r, ys);                                  \
+            }                                                                                                    \
+            const char *x = (const char *)xq + t4 * x_row;                                                       \
+            switch (nt - t4) {                                                                                   \
+            case 3: row_##fmt(n_in, w, x, x_row, 3, y + t4 * ys + r, ys, da, nb); break;                         \
+            case 2: row_##fmt(n_in, w, x, x_row, 2, y + t4 * ys + r, ys, da, nb); break;                         \
+            case 1: row_##fmt(n_in, w, x, x_row, 1, y + t4 * ys + r, ys, da, nb); break;                         \
+            default: break;                                                                                      \
+            }                                                                                                    \
+        }                                                                                                        \
+    }
+MM4_SS(q8_0, block_q8_0)
+MM4_SS(q5_0, block_q5_0)
+#undef MM4_SS
 
-TGTI void row4_q8_0(int64_t nb, const void *vw, const block_q8_0 *const *a, const float *da4, float *y, int64_t ys) {
-    const block_q8_0 *w = vw;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
+/* Q5_1 x Q8_1, a row against up to 4 tokens: the 5 bits u (0..31) as they
+ * are, vpmaddubsw with the token's int8 (pairs at most 2 * 31 * 128, no
+ * saturation), d da per block by FMA in 8 lanes, the m part m s (s = da
+ * sum(a), the activation block's own) in a float per token. Blocks
+ * alternate between two accumulator sets, as ROW_SS's. */
+TGTI void blk_q5_1(const block_q5_1 *w, int64_t i, const char *xq, size_t xs, int nt, __m256 *acc, float *accm) {
+    const __m256i u = _mm256_or_si256(unpack_nibbles(w[i].qs), q5_high(w[i].qh));
+    const float dw = h2f(w[i].d), mw = h2f(w[i].m);
+    for (int t = 0; t < nt; t++) {
+        const block_q8_1 *a = (const block_q8_1 *)(xq + t * xs) + i;
+        __m256i p = dot_us(u, _mm256_loadu_si256((const __m256i *)a->qs));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(a->d)), acc[t]);
+        accm[t] += mw * h2f(a->s);
+    }
+}
+TGTI void row_q5_1(int64_t n, const void *vw, const char *xq, size_t xs, int nt, float *y, int64_t ys) {
+    const block_q5_1 *w = vw;
+    __m256 acc0[NT_MAX], acc1[NT_MAX];
+    float accm[NT_MAX];
+    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps(), accm[t] = 0;
+    int64_t i = 0, nb = n / 32;
     for (; i + 2 <= nb; i += 2) {
-        pf_ahead(&w[i], 2); /* 68 bytes */
-        blk4_q8_0(&w[i], a, i, da4, &acc0);
-        blk4_q8_0(&w[i + 1], a, i + 1, da4, &acc1);
+        pf_ahead(&w[i], 1); /* 48 bytes */
+        blk_q5_1(w, i, xq, xs, nt, acc0, accm);
+        blk_q5_1(w, i + 1, xq, xs, nt, acc1, accm);
     }
-    if (i < nb) blk4_q8_0(&w[i], a, i, da4, &acc0);
-    store4(_mm256_add_ps(acc0, acc1), y, ys);
+    if (i < nb) blk_q5_1(w, i, xq, xs, nt, acc0, accm);
+    for (int t = 0; t < nt; t++) y[t * ys] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t])) + accm[t];
 }
-
-/* Q8_0's row and token loops: the activations' half float scales
- * converted once per call, for groups of four tokens (da4[(g nb + i) 4 + t])
- * and for the 1-3 tokens left over (da[t nb + i]), which take row_q8_0. */
-TGT static void mm4_q8_0(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
-                         int64_t nt, float *y, int64_t ys) {
-    const int64_t nb = n_in / 32, ng = nt / 4, t4 = 4 * ng;
-    float *da4 = tnd_cpu_tls_buf(1, (size_t)(nt * nb + 1) * sizeof(float));
-    if (!da4) {
-        for (int64_t t = 0; t < nt; t++)
-            for (int64_t r = 0; r < nr; r++) y[t * ys + r] = NAN;
-        return;
-    }
-    float *da = da4 + t4 * nb;
-    for (int64_t t = 0; t < nt; t++) {
-        const block_q8_0 *a = (const block_q8_0 *)((const char *)xq + t * x_row);
-        if (t >= t4) {
-            for (int64_t i = 0; i < nb; i++) da[(t - t4) * nb + i] = h2f(a[i].d);
-            continue;
-        }
-        float *d4 = da4 + (t / 4) * 4 * nb + t % 4;
-        for (int64_t i = 0; i < nb; i++) d4[4 * i] = h2f(a[i].d);
-    }
-    for (int64_t r = 0; r < nr; r++) {
-        const void *w = (const char *)W + (size_t)r * w_row;
-        for (int64_t g = 0; g < ng; g++) {
-            const block_q8_0 *a[4];
-            for (int k = 0; k < 4; k++) a[k] = (const block_q8_0 *)((const char *)xq + (4 * g + k) * x_row);
-            row4_q8_0(nb, w, a, da4 + 4 * g * nb, y + 4 * g * ys + r, ys);
-        }
-        const char *x = (const char *)xq + t4 * x_row;
-        switch (nt - t4) {
-        case 3: row_q8_0(n_in, w, x, x_row, 3, y + t4 * ys + r, ys, da, nb); break;
-        case 2: row_q8_0(n_in, w, x, x_row, 2, y + t4 * ys + r, ys, da, nb); break;
-        case 1: row_q8_0(n_in, w, x, x_row, 1, y + t4 * ys + r, ys, da, nb); break;
-        default: break;
-        }
-    }
-}
+ROW_LOOP(mm_q5_1, row_q5_1)
 
 /* Vector of 16 int16 whose every word is word k of v (within each 128-bit
  * half): one vpshufb with a constant index. */
@@ -1077,6 +1120,8 @@ void tnd_cpu_kernels_avx2(tnd_cpu_kernels *k) {
     k->mm[TND_TYPE_Q4_1].fn = mm_q4_1;
     k->mm[TND_TYPE_Q4_1].prep = prep_q4_1;
     k->mm[TND_TYPE_Q8_0].fn = mm4_q8_0;
+    k->mm[TND_TYPE_Q5_0].fn = mm4_q5_0;
+    k->mm[TND_TYPE_Q5_1].fn = mm_q5_1;
     k->mm[TND_TYPE_Q4_K].fn = mm_q4_K;
     k->mm[TND_TYPE_Q5_K].fn = mm_q5_K;
     k->mm[TND_TYPE_Q2_K].fn = mm_q2_K;

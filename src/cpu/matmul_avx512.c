@@ -6,13 +6,16 @@
  * (X86_ZMM), which on Zen 5 run at the rate 256-bit ones over 8 do.
  *
  * Decode (matvec, n_tok < TND_GEMM_MIN_TOK):
- *   Q4_0, Q8_0: 512-bit kernels below, two 32-blocks per vector,
+ *   Q4_0, Q5_0, Q8_0: 512-bit kernels below, two 32-blocks per vector,
  *     vpdpbusd on unsigned weights (the offset taken out through the
  *     activation block sums), each token's part prepared once per call so
  *     that extra tokens (batched rounds) cost little;
- *   Q4_1: the same with four blocks per vector (each block's first and
- *     second halves apart), so a token's conversion and scaling is shared
- *     by 4 blocks;
+ *   Q4_1, Q5_1: the same with four blocks per vector (each block's first
+ *     and second halves apart), so a token's conversion and scaling is
+ *     shared by 4 blocks;
+ *   Q5_0 and Q5_1 are their 4-bit siblings with each element's fifth bit
+ *     (the block's 32-bit qh, bit j for element j) or-ed in as 0x10 by one
+ *     masked move: the bits are a byte mask already;
  *   Q2_K..Q6_K: 512-bit kernels below, 64 weights per step: the unsigned
  *     quants u (Q2_K: 2 bits, 0..3; Q3_K: 3 bits, 0..7; Q4_K: nibbles, 0..15;
  *     Q5_K: 5 bits, 0..31; Q6_K: 6 bits, 0..63) in element order,
@@ -228,24 +231,38 @@ ROW_VARIANT(row5_q3_K, row5_k23, 1)
 ROW_LOOP(mm5_q2_K, row5_q2_K)
 ROW_LOOP(mm5_q3_K, row5_q3_K)
 
-/* ---- Q4_0 and Q8_0 x Q8_0 ------------------------------------------------------
+/* ---- Q4_0, Q5_0 and Q8_0 x Q8_0 -------------------------------------------------
  * Two 32-blocks per 512-bit vector. The weights enter vpdpbusd as unsigned
- * bytes u: Q4_0 its nibbles (q + 8), Q8_0 q + 128 (q xor 0x80). The offset
- * comes back out through the activation block sums (pair_prep, once per
- * call): dot(q, a) = dot(u, a) - OFF sum(a), spread over the block's 8 int32
- * lanes as vpdpbusd's start value (OFF / 8 sum(a) each: Q4_0 sum(a), Q8_0
- * 16 sum(a)).
+ * bytes u: Q4_0 its nibbles (q + 8), Q5_0 its 5 bits (q + 16), Q8_0 q + 128
+ * (q xor 0x80). The offset comes back out through the activation block sums
+ * (pair_prep, once per call): dot(q, a) = dot(u, a) - OFF sum(a), spread
+ * over the block's 8 int32 lanes as vpdpbusd's start value (OFF / 8 sum(a)
+ * each: Q4_0 sum(a), Q5_0 2 sum(a), Q8_0 16 sum(a)).
  * Integer sums are exact per block (at most 4 * 255 * 128 per lane); the
  * float sum over blocks runs in 16 lanes. An odd last block goes alone in
  * the lower half (the upper half all zeros). */
 
-/* u for blocks b[0] (lower half) and b[1] (upper half), element order. */
-TGTI __m512i u64_q4_0(const block_q4_0 *b) {
+/* The nibbles of two blocks' 16 quant bytes, element order: qs0's in the
+ * lower half, qs1's in the upper. */
+TGTI __m512i nib64(const uint8_t *qs0, const uint8_t *qs1) {
     __m512i v = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs))),
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[1].qs)), 1);
+        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs0))),
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs1)), 1);
     /* per 16 bytes: low nibbles (elements 0..15), then high (16..31) */
     return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0f));
+}
+/* 0x10 in the bytes whose bit of mask is set: Q5's fifth bits. */
+TGTI __m512i hb64(uint64_t mask) { return _mm512_maskz_mov_epi8((__mmask64)mask, _mm512_set1_epi8(0x10)); }
+TGTI uint32_t qh32(const uint8_t *qh) {
+    uint32_t v;
+    memcpy(&v, qh, 4);
+    return v;
+}
+
+/* u for blocks b[0] (lower half) and b[1] (upper half), element order. */
+TGTI __m512i u64_q4_0(const block_q4_0 *b) { return nib64(b[0].qs, b[1].qs); }
+TGTI __m512i u64_q5_0(const block_q5_0 *b) {
+    return _mm512_or_si512(nib64(b[0].qs, b[1].qs), hb64((uint64_t)qh32(b[1].qh) << 32 | qh32(b[0].qh)));
 }
 TGTI __m512i u64_q8_0(const block_q8_0 *b) {
     __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs)),
@@ -254,17 +271,24 @@ TGTI __m512i u64_q8_0(const block_q8_0 *b) {
 }
 /* u of one block, upper half zero. */
 TGTI __m512i u32_q4_0(const block_q4_0 *b) { return _mm512_zextsi256_si512(nib32(b->qs)); }
+TGTI __m512i u32_q5_0(const block_q5_0 *b) {
+    return _mm512_zextsi256_si512(_mm256_or_si256(nib32(b->qs), _mm256_maskz_mov_epi8(qh32(b->qh), _mm256_set1_epi8(0x10))));
+}
 TGTI __m512i u32_q8_0(const block_q8_0 *b) {
     return _mm512_zextsi256_si512(
         _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs), _mm256_set1_epi8((char)0x80)));
 }
 /* The scales of b[0] (lanes 0..7) and b[1] (lanes 8..15): one load holding
  * both half floats and one vpermw. Q4_0: d at 16-bit words 0 and 9 of 32
- * bytes; Q8_0: words 0 and 17 of 64 bytes (both within the pair). */
-TGTI __m512 d16_q4_0(const block_q4_0 *b) {
+ * bytes; Q5_0: words 0 and 11 of 32; Q8_0: words 0 and 17 of 64 bytes (all
+ * within the pair). */
+TGTI __m512 d16_w(const void *b, const short w1) {
     __m256i v = _mm256_loadu_si256((const __m256i *)b);
-    return _mm512_cvtph_ps(_mm256_permutexvar_epi16(_mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9), v));
+    return _mm512_cvtph_ps(
+        _mm256_permutexvar_epi16(_mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, w1, w1, w1, w1, w1, w1, w1, w1), v));
 }
+TGTI __m512 d16_q4_0(const block_q4_0 *b) { return d16_w(b, 9); }
+TGTI __m512 d16_q5_0(const block_q5_0 *b) { return d16_w(b, 11); }
 TGTI __m512 d16_q8_0(const block_q8_0 *b) {
     __m512i v = _mm512_loadu_si512((const void *)b);
     __m512i idx = _mm512_zextsi256_si512(_mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17, 17));
@@ -283,7 +307,7 @@ TGTI __m512 d16_q8_0(const block_q8_0 *b) {
  * accumulators), tokens in groups of up to 4. Each (row, token) sum is
  * computed in the same order whatever the group sizes, so a sequence's
  * results do not depend on what it is batched with. */
-enum { PF_Q4_0, PF_Q8_0, PF_Q4_1 }; /* PF_Q4_1: the quad kernel below */
+enum { PF_Q4_0, PF_Q8_0, PF_Q5_0, PF_Q4_1, PF_Q5_1 }; /* PF_Q4_1, PF_Q5_1: the quad kernel below */
 
 /* Per token: np = ceil(nb / 2) pairs of 64 quant bytes, np x 16 floats S,
  * np x 16 words X; an odd last block's pair padded with zeros. */
@@ -309,7 +333,8 @@ TGTI void pair_prep(const int F, const char *xq, size_t x_row, int64_t nt, int64
                 _mm256_storeu_si256((__m256i *)(aq + 32 * i), q);
                 _mm256_storeu_ps(S + 8 * i, _mm256_set1_ps(h2f(a->d)));
                 int32_t nsa = -hsum_epi32(dot_us(ones8, q));
-                _mm256_storeu_si256((__m256i *)(X + 32 * i), _mm256_set1_epi32(nsa * (F == PF_Q8_0 ? 16 : 1)));
+                _mm256_storeu_si256((__m256i *)(X + 32 * i),
+                                    _mm256_set1_epi32(nsa * (F == PF_Q8_0 ? 16 : F == PF_Q5_0 ? 2 : 1)));
             }
         }
     }
@@ -320,7 +345,7 @@ TGTI void pair_tile(const int F, int64_t nb, const char *w, size_t w_row, const 
                     float *y, int64_t ys) {
     const int64_t np = (nb + 1) / 2;
     const size_t tb = PAIR_TOK_BYTES(np);
-    const size_t bs = F == PF_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const size_t bs = F == PF_Q4_0 ? sizeof(block_q4_0) : F == PF_Q5_0 ? sizeof(block_q5_0) : sizeof(block_q8_0);
     const size_t rowb = (size_t)nb * bs;
     __m512 acc[4][4];
     for (int r = 0; r < R; r++)
@@ -338,12 +363,14 @@ TGTI void pair_tile(const int F, int64_t nb, const char *w, size_t w_row, const 
             __m512 dw;
             if (two) {
                 if (F == PF_Q4_0) u = u64_q4_0((const block_q4_0 *)b), dw = d16_q4_0((const block_q4_0 *)b);
+                else if (F == PF_Q5_0) u = u64_q5_0((const block_q5_0 *)b), dw = d16_q5_0((const block_q5_0 *)b);
                 else u = u64_q8_0((const block_q8_0 *)b), dw = d16_q8_0((const block_q8_0 *)b);
             } else { /* an odd last block, alone in the lower half */
                 uint16_t d;
                 memcpy(&d, b, 2); /* every format starts with d */
                 dw = _mm512_set1_ps(h2f(d));
                 if (F == PF_Q4_0) u = u32_q4_0((const block_q4_0 *)b);
+                else if (F == PF_Q5_0) u = u32_q5_0((const block_q5_0 *)b);
                 else u = u32_q8_0((const block_q8_0 *)b);
             }
             for (int t = 0; t < NT; t++) {
@@ -358,7 +385,7 @@ TGTI void pair_tile(const int F, int64_t nb, const char *w, size_t w_row, const 
         for (int t = 0; t < NT; t++) y[t * ys + r] = hsum512_ps(acc[r][t]);
 }
 
-/* ---- Q4_1 x Q8_1: four blocks per vector -----------------------------------
+/* ---- Q4_1 and Q5_1 x Q8_1: four blocks per vector ------------------------------
  * Q4_1 keeps its quants as 16 bytes a block, low nibbles the first 16
  * elements, high nibbles the last 16: the low nibbles of 4 blocks are one
  * 64-byte vector (4 loads, an and), the high nibbles another. Two vpdpbusd
@@ -370,7 +397,10 @@ TGTI void pair_tile(const int F, int64_t nb, const char *w, size_t w_row, const 
  * (80 bytes, all within the first 64) and one vpermw; the m part as in
  * the pair kernels, gathered per 16 blocks. Each (row, token) sum runs in
  * the same order whatever the row and token grouping. (Q8_0, the head,
- * the same way measured no faster: at 30 MB it is bound by memory.) */
+ * the same way measured no faster: at 30 MB it is bound by memory.)
+ * Q5_1 (24-byte blocks: d, m, qh, qs) the same, its headers reaching past
+ * the first 64 bytes (two loads, one vpermt2w) and the fifth bits of the
+ * 4 blocks' first and second halves or-ed in as two 64-bit masks. */
 
 /* Per token: nq quads of 64 + 64 quant bytes (elements 0..15, then 16..31
  * of each block), nq x 16 floats S (d, 4 lanes a block), then the blocks'
@@ -399,15 +429,19 @@ TGTI void quad_prep(const char *xq, size_t x_row, int64_t nt, int64_t nb, char *
     }
 }
 
-/* Quad q (its n blocks, 1-4) of R rows x NT tokens into acc. */
-TGTI void quad_step(int64_t q, const int n, int64_t nq, const char *w, size_t w_row, size_t rowb, const char *buf,
-                    size_t tb, const int R, const int NT, __m512 acc[4][4], __m256i mh[4]) {
-    const size_t bs = sizeof(block_q4_1);
-    /* words of 4 headers (20 bytes apart): d_k at 10 k, m_k at 10 k + 1 */
-    const __m512i d_idx = _mm512_castsi256_si512(
-        _mm256_setr_epi16(0, 0, 0, 0, 10, 10, 10, 10, 20, 20, 20, 20, 30, 30, 30, 30));
-    const __m512i m_idx = _mm512_castsi256_si512(
-        _mm256_setr_epi16(1, 11, 21, 31, 1, 11, 21, 31, 1, 11, 21, 31, 1, 11, 21, 31));
+/* Quad q (its n blocks, 1-4) of R rows x NT tokens into acc; F: PF_Q4_1
+ * or PF_Q5_1. */
+TGTI void quad_step(const int F, int64_t q, const int n, int64_t nq, const char *w, size_t w_row, size_t rowb,
+                    const char *buf, size_t tb, const int R, const int NT, __m512 acc[4][4], __m256i mh[4]) {
+    const bool q5 = F == PF_Q5_1;
+    const size_t bs = q5 ? sizeof(block_q5_1) : sizeof(block_q4_1), qs = q5 ? 8 : 4;
+    /* words of 4 headers (bs bytes apart): d_k at bs/2 k, m_k at bs/2 k + 1 */
+    const short hw = (short)(bs / 2);
+    const __m512i d_idx = _mm512_castsi256_si512(_mm256_setr_epi16(0, 0, 0, 0, hw, hw, hw, hw, 2 * hw, 2 * hw, 2 * hw,
+                                                                    2 * hw, 3 * hw, 3 * hw, 3 * hw, 3 * hw));
+    const __m512i m_idx = _mm512_castsi256_si512(_mm256_setr_epi16(1, hw + 1, 2 * hw + 1, 3 * hw + 1, 1, hw + 1,
+                                                                    2 * hw + 1, 3 * hw + 1, 1, hw + 1, 2 * hw + 1,
+                                                                    3 * hw + 1, 1, hw + 1, 2 * hw + 1, 3 * hw + 1));
     const __m512i m4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
@@ -416,25 +450,44 @@ TGTI void quad_step(int64_t q, const int n, int64_t nq, const char *w, size_t w_
         if (pf >= w + r * w_row + rowb) pf += (size_t)(R - 1) * w_row;
         _mm_prefetch(pf, _MM_HINT_T0);
         _mm_prefetch(pf + 64, _MM_HINT_T0);
-        __m512i v, h;
+        __m512i v, h, h2 = _mm512_setzero_si512();
         if (n == 4) {
-            v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + 4)));
-            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 24)), 1);
-            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 44)), 2);
-            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 64)), 3);
+            v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + qs)));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + bs + qs)), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 2 * bs + qs)), 2);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 3 * bs + qs)), 3);
             h = _mm512_loadu_si512(b);
+            if (q5) h2 = _mm512_maskz_loadu_epi16(0xffff, b + 64); /* bytes 64..95 */
         } else { /* the row's last 1-3 blocks; nothing read past them */
-            v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + 4)));
-            if (n > 1) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 24)), 1);
-            if (n > 2) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 44)), 2);
+            v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + qs)));
+            if (n > 1) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + bs + qs)), 1);
+            if (n > 2) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b + 2 * bs + qs)), 2);
             v = _mm512_maskz_mov_epi32((__mmask16)((1u << (4 * n)) - 1), v);
-            h = _mm512_maskz_loadu_epi16((1u << (10 * n)) - 1, b);
+            const int words = (int)(bs / 2) * n; /* the n blocks' 16-bit words */
+            h = _mm512_maskz_loadu_epi16(words >= 32 ? ~0u : (1u << words) - 1, b);
+            if (words > 32) h2 = _mm512_maskz_loadu_epi16((1u << (words - 32)) - 1, b + 64);
         }
-        const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_idx, h)));
-        /* m_0..m_3 into words 4 (q % 4) .. + 3 */
-        mh[r] = _mm256_mask_mov_epi16(mh[r], (__mmask16)(0xfu << (4 * (q & 3))),
-                                      _mm512_castsi512_si256(_mm512_permutexvar_epi16(m_idx, h)));
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        __m512 dw;
+        if (q5) {
+            /* block k's qh: bits 0..15 its first half (bytes 16k.. of lo), 16..31 its second */
+            uint64_t ml = 0, mhi = 0;
+            for (int k = 0; k < n; k++) {
+                const uint64_t x = qh32((const uint8_t *)b + k * bs + 4);
+                ml |= (x & 0xffff) << (16 * k);
+                mhi |= (x >> 16) << (16 * k);
+            }
+            lo = _mm512_or_si512(lo, hb64(ml));
+            hi = _mm512_or_si512(hi, hb64(mhi));
+            dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(h, d_idx, h2)));
+            mh[r] = _mm256_mask_mov_epi16(mh[r], (__mmask16)(0xfu << (4 * (q & 3))),
+                                          _mm512_castsi512_si256(_mm512_permutex2var_epi16(h, m_idx, h2)));
+        } else {
+            dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_idx, h)));
+            /* m_0..m_3 into words 4 (q % 4) .. + 3 */
+            mh[r] = _mm256_mask_mov_epi16(mh[r], (__mmask16)(0xfu << (4 * (q & 3))),
+                                          _mm512_castsi512_si256(_mm512_permutexvar_epi16(m_idx, h)));
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const char *tp = buf + (size_t)t * tb;
@@ -460,34 +513,35 @@ TGTI void quad_step(int64_t q, const int n, int64_t nq, const char *w, size_t w_
  * loop's state on the stack: four-token rounds over 8B-sized matrices ran
  * up to 18% slower (docs/BENCHMARKS.md). The same operations in the same
  * order: the same bits. */
-TGTI void quad_tile(int64_t nb, const char *w, size_t w_row, const char *buf, const int R, const int NT, float *y,
-                    int64_t ys) { /* buf: quad_prep's layout */
+TGTI void quad_tile(const int F, int64_t nb, const char *w, size_t w_row, const char *buf, const int R, const int NT,
+                    float *y, int64_t ys) { /* buf: quad_prep's layout */
     const int64_t nq = (nb + 3) / 4;
-    const size_t tb = QUAD_TOK_BYTES(nq), rowb = (size_t)nb * sizeof(block_q4_1);
+    const size_t tb = QUAD_TOK_BYTES(nq), rowb = (size_t)nb * (F == PF_Q5_1 ? sizeof(block_q5_1) : sizeof(block_q4_1));
     __m512 acc[4][4];
     __m256i mh[4]; /* the m (half floats) of up to 16 blocks, block order */
     for (int r = 0; r < R; r++) {
         mh[r] = _mm256_setzero_si256();
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
     }
-    for (int64_t q = 0; q < nb / 4; q++) quad_step(q, 4, nq, w, w_row, rowb, buf, tb, R, NT, acc, mh);
-    if (nb % 4) quad_step(nb / 4, (int)(nb % 4), nq, w, w_row, rowb, buf, tb, R, NT, acc, mh);
+    for (int64_t q = 0; q < nb / 4; q++) quad_step(F, q, 4, nq, w, w_row, rowb, buf, tb, R, NT, acc, mh);
+    if (nb % 4) quad_step(F, nb / 4, (int)(nb % 4), nq, w, w_row, rowb, buf, tb, R, NT, acc, mh);
     for (int r = 0; r < R; r++)
         for (int t = 0; t < NT; t++) y[t * ys + r] = hsum512_ps(acc[r][t]);
 }
 
-/* prep: the driver lays out a call's tokens once (matmul_impl.h) */
+/* prep: the driver lays out a call's tokens once (matmul_impl.h); Q4_1's
+ * and Q5_1's alike */
 TGT static size_t prep5_q4_1(int64_t n_in, const void *xq, size_t x_row, int64_t nt, void *out) {
     const int64_t nb = n_in / 32;
     if (out) quad_prep(xq, x_row, nt, nb, out);
     return QUAD_TOK_BYTES((nb + 3) / 4);
 }
 
-/* One R x NT tile of format F: the pair kernel (Q4_0, Q8_0) or the quad
- * one (Q4_1). F, R and NT are constants at every call. */
+/* One R x NT tile of format F: the pair kernel (Q4_0, Q5_0, Q8_0) or the
+ * quad one (Q4_1, Q5_1). F, R and NT are constants at every call. */
 TGTI void fmt_tile(const int F, int64_t nb, const char *w, size_t w_row, const char *buf, const int R, const int NT,
                    float *y, int64_t ys) {
-    if (F == PF_Q4_1) quad_tile(nb, w, w_row, buf, R, NT, y, ys);
+    if (F == PF_Q4_1 || F == PF_Q5_1) quad_tile(F, nb, w, w_row, buf, R, NT, y, ys);
     else pair_tile(F, nb, w, w_row, buf, R, NT, y, ys);
 }
 
@@ -526,6 +580,10 @@ TGT static void mm5_q4_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, 
                          int64_t nt, float *y, int64_t ys) {
     tiles_mm(PF_Q4_1, n_in / 32, W, w_row, nr, xq, x_row, nt, y, ys);
 }
+TGT static void mm5_q5_1(int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
+                         int64_t nt, float *y, int64_t ys) {
+    tiles_mm(PF_Q5_1, n_in / 32, W, w_row, nr, xq, x_row, nt, y, ys);
+}
 
 TGTI void pair_mm(const int F, int64_t n_in, const void *W, size_t w_row, int64_t nr, const void *xq, size_t x_row,
                   int64_t nt, float *y, int64_t ys) {
@@ -547,6 +605,7 @@ TGTI void pair_mm(const int F, int64_t n_in, const void *W, size_t w_row, int64_
         pair_mm(F, n_in, W, w_row, nr, xq, x_row, nt, y, ys);                                                \
     }
 PAIR_KERNEL(q4_0, PF_Q4_0)
+PAIR_KERNEL(q5_0, PF_Q5_0)
 PAIR_KERNEL(q8_0, PF_Q8_0)
 #undef PAIR_KERNEL
 
@@ -556,6 +615,9 @@ void tnd_cpu_kernels_avx512(tnd_cpu_kernels *k) {
     k->mm[TND_TYPE_Q8_0].fn = mm5_q8_0;
     k->mm[TND_TYPE_Q4_1].fn = mm5_q4_1;
     k->mm[TND_TYPE_Q4_1].prep = prep5_q4_1;
+    k->mm[TND_TYPE_Q5_0].fn = mm5_q5_0;
+    k->mm[TND_TYPE_Q5_1].fn = mm5_q5_1;
+    k->mm[TND_TYPE_Q5_1].prep = prep5_q4_1;
     k->mm[TND_TYPE_Q4_K].fn = mm5_q4_K;
     k->mm[TND_TYPE_Q5_K].fn = mm5_q5_K;
     k->mm[TND_TYPE_Q2_K].fn = mm5_q2_K;
