@@ -84,20 +84,51 @@ r = subprocess.run(run_args, capture_output=True, text=True, errors="replace", e
 check(r.returncode == 0 and "profiling this model" not in r.stderr and len(os.listdir(cache)) == len(dbs) + 1,
       "TND_CPU_INT8=0 reuses the exact mode's DB", r.stderr[-400:])
 
-# a DB marked disturbed warns once per process, however many contexts load it
-for f in dbs:
-    path = os.path.join(cache, f)
-    with open(path) as fh:
-        lines = fh.read().split("\n")
-    lines = [ln + ", disturbed" if ln.startswith("source ") and "disturbed" not in ln else ln for ln in lines]
-    with open(path, "w") as fh:
-        fh.write("\n".join(lines))
-r = subprocess.run([tandem, "bench", "-m", model, "--device", "sim", "-t", "2", "-p", "8", "-n", "2", "-r", "2",
-                    "--placement", "static", "--placement", "layer"], capture_output=True, text=True,
-                   errors="replace", env=env, timeout=900)
-n_warn = r.stderr.count("measured while the machine was busy")
-check(r.returncode == 0 and n_warn == 1, "a disturbed perf DB warns once per bench (got %d)" % n_warn,
-      r.stderr[-600:])
+measured = [f for f in dbs if any(ln.startswith("source measured") for ln in open(os.path.join(cache, f)))]
+check(len(measured) == 1, "one measured DB of the default mode", str(dbs))
+
+
+def mark(suffix):
+    """Appends suffix to the measured DB's source line (past any marks)."""
+    for f in measured:
+        path = os.path.join(cache, f)
+        with open(path) as fh:
+            lines = fh.read().split("\n")
+        lines = [ln.split(", ")[0] + suffix if ln.startswith("source ") else ln for ln in lines]
+        with open(path, "w") as fh:
+            fh.write("\n".join(lines))
+
+
+def sources():
+    out = []
+    for f in measured:
+        with open(os.path.join(cache, f)) as fh:
+            out += [ln for ln in fh.read().split("\n") if ln.startswith("source ")]
+    return out
+
+
+bench = [tandem, "bench", "-m", model, "--device", "sim", "-t", "2", "-p", "8", "-n", "2", "-r", "2",
+         "--placement", "static", "--placement", "layer"]
+# a DB measured while another process used the GPU is measured again by the
+# next run, once: the new one replaces it (SimGPU is never shared)
+mark(", disturbed, GPU shared")
+r = subprocess.run(bench, capture_output=True, text=True, errors="replace", env=env, timeout=900)
+n_again = r.stderr.count("measuring it again, once")
+src = sources()
+check(r.returncode == 0 and n_again == 1 and len(src) == 1 and "GPU shared" not in src[0],
+      "a DB measured on a shared GPU is measured again once (%d times; %s)" % (n_again, src), r.stderr[-600:])
+r = subprocess.run(run_args, capture_output=True, text=True, errors="replace", env=env, timeout=900)
+check(r.returncode == 0 and "measuring it again" not in r.stderr and "profiling this model" not in r.stderr,
+      "the DB measured again is reused", r.stderr[-400:])
+
+# one found shared twice is kept; a disturbed DB warns once per process,
+# however many contexts load it
+for suffix in (", disturbed, GPU shared again", ", disturbed"):
+    mark(suffix)
+    r = subprocess.run(bench, capture_output=True, text=True, errors="replace", env=env, timeout=900)
+    n_warn = r.stderr.count("measured while the machine was busy")
+    check(r.returncode == 0 and n_warn == 1 and "measuring it again" not in r.stderr and "profiling" not in r.stderr,
+          "a perf DB marked '%s' is kept and warns once per bench (got %d)" % (suffix, n_warn), r.stderr[-600:])
 
 for args, want in ((["--bogus"], "unknown option"), (["-t", "0"], "bad or missing value"),
                    (["--device", "tpu"], "bad or missing value")):

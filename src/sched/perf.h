@@ -16,6 +16,12 @@
 #include "sim/hw.h"
 
 #define TND_PERF_NK 3
+/* A switch latency above this (seconds) was measured on a GPU another
+ * process was using (perf.c): the DB is marked disturbed, and its source
+ * ends with TND_PERF_GPU_SHARED (the next run measures it again, once:
+ * runtime/perfdb.c). */
+#define TND_PERF_LAT_BUSY_S 200e-6
+#define TND_PERF_GPU_SHARED ", GPU shared"
 /* weightless ops per layer (norms, adds, rope, act, KV stores): with the
  * recipe's fused ops (model/forward.c; TND_FUSE=1, the default) a dense
  * layer has 7: two ropes (q/k norms inside), two KV stores, two residual
