@@ -244,9 +244,6 @@ static bool first_warning(const char *path) {
     return first;
 }
 
-/* What the source line of a DB measured on a shared GPU twice holds. */
-#define PERF_AGAIN TND_PERF_GPU_SHARED " again"
-
 /* The perf DB for this model and machine: from the cache, else measured (or
  * computed from the SimGPU profile) and cached. */
 tnd_status tnd_perf_get(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu, tnd_backend *gpu, tnd_perf **out) {
@@ -277,13 +274,13 @@ tnd_status tnd_perf_get(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu,
              tnd_config_key(knobs, sizeof knobs), tnd_build_id());
     const bool cached = !st && tnd_perf_cache_path(m, key, path, sizeof path);
     bool loaded = cached && !p->reprofile && tnd_perf_load(m, path, pf) == TND_OK, again = false;
-    if (loaded && strstr(pf->source, TND_PERF_GPU_SHARED) && !strstr(pf->source, PERF_AGAIN)) {
+    if (loaded && strstr(pf->source, TND_PERF_GPU_SHARED) && !strstr(pf->source, TND_PERF_TWICE)) {
         /* A DB measured while another process used the GPU (a game, a
          * second model) places the weights for a shared GPU on every later
          * run, and the shared-GPU rule, which compares its pings with the
          * DB's switch latency, never finds the GPU idle. So the first run
          * that finds one measures once more; one found shared the second
-         * time too is kept (PERF_AGAIN), not measured at every start. (A
+         * time too is kept (TND_PERF_TWICE), not measured at every start. (A
          * busy CPU's DB is kept: its decode factor is clamped, and
          * Algorithm 3 follows the CPU's speed live.) */
         fprintf(stderr, "tandem: the perf DB %s was measured while another process used the GPU: measuring it "
@@ -295,7 +292,7 @@ tnd_status tnd_perf_get(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu,
     }
     if (loaded) {
         TND_INFO("perf DB: %s (%s)", path, pf->source);
-        if (strstr(pf->source, ", disturbed") && first_warning(path))
+        if (strstr(pf->source, TND_PERF_DISTURBED) && first_warning(path))
             TND_WARN("the perf DB %s was measured while the machine was busy: the placement and the predictions "
                      "may be off (tandem profile measures again)", path);
     } else if (!st) {
@@ -306,10 +303,7 @@ tnd_status tnd_perf_get(tnd_model *m, const tnd_ctx_params *p, tnd_backend *cpu,
         st = perf_build(m, cpu, gpu, use_hw ? &hw : NULL,
                             p->device == TND_DEVICE_CUDA ? TND_DEVICE_CUDA : TND_DEVICE_CPU,
                             use_hw ? NULL : progress_bar, pf);
-        if (!st && again && strstr(pf->source, TND_PERF_GPU_SHARED) && !strstr(pf->source, PERF_AGAIN)) {
-            const size_t k = strlen(pf->source);
-            snprintf(pf->source + k, sizeof pf->source - k, " again");
-        }
+        if (!st && again && strstr(pf->source, TND_PERF_GPU_SHARED)) tnd_perf_mark(pf, TND_PERF_TWICE);
         if (!st && cached && !pf->estimated && tnd_perf_save(pf, path)) {
             TND_WARN("could not cache the perf DB: %s", tnd_last_error());
             tnd_clear_error();

@@ -179,10 +179,13 @@ static double cpu_read_bw(const tnd_model *m, size_t *n_used) {
 void tnd_perf_disturbed(tnd_perf *pf, const char *why) {
     TND_WARN("%s: something else is using the machine, and the times may not be its own; profile again when it "
              "is quiet (tandem profile)", why);
-    if (!strstr(pf->source, ", disturbed")) {
-        size_t k = strlen(pf->source);
-        snprintf(pf->source + k, sizeof pf->source - k, ", disturbed");
-    }
+    tnd_perf_mark(pf, TND_PERF_DISTURBED);
+}
+
+void tnd_perf_mark(tnd_perf *pf, const char *mark) {
+    if (strstr(pf->source, mark)) return;
+    const size_t k = strlen(pf->source);
+    snprintf(pf->source + k, sizeof pf->source - k, "%s", mark);
 }
 
 void tnd_perf_note(tnd_perf *pf, const char *line) {
@@ -280,8 +283,7 @@ static tnd_status build_measured(const tnd_model *m, meas *M, tnd_progress_fn pr
             snprintf(why, sizeof why, "a pair of switches to the GPU and back took %.0f us (an idle GPU: 5-20)",
                      2e6 * pf->lat);
             tnd_perf_disturbed(pf, why);
-            const size_t k = strlen(pf->source);
-            snprintf(pf->source + k, sizeof pf->source - k, TND_PERF_GPU_SHARED);
+            tnd_perf_mark(pf, TND_PERF_GPU_SHARED);
         }
         /* queuing GPU ops costs the host a few microseconds each, whatever the GPU does */
         double q0 = tnd_time_s();

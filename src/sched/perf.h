@@ -17,11 +17,14 @@
 
 #define TND_PERF_NK 3
 /* A switch latency above this (seconds) was measured on a GPU another
- * process was using (perf.c): the DB is marked disturbed, and its source
- * ends with TND_PERF_GPU_SHARED (the next run measures it again, once:
- * runtime/perfdb.c). */
+ * process was using (perf.c): the DB is marked disturbed and
+ * TND_PERF_GPU_SHARED (the next run measures it again, once, and marks the
+ * new DB TND_PERF_TWICE if it is shared too: runtime/perfdb.c). */
 #define TND_PERF_LAT_BUSY_S 200e-6
+/* Marks in a DB's source (tnd_perf_mark). */
+#define TND_PERF_DISTURBED ", disturbed"
 #define TND_PERF_GPU_SHARED ", GPU shared"
+#define TND_PERF_TWICE ", measured twice"
 /* weightless ops per layer (norms, adds, rope, act, KV stores): with the
  * recipe's fused ops (model/forward.c; TND_FUSE=1, the default) a dense
  * layer has 7: two ropes (q/k norms inside), two KV stores, two residual
@@ -94,6 +97,8 @@ void tnd_perf_check_quiet(const tnd_model *m, tnd_perf *pf, const tnd_perf_run *
  * now, and ", disturbed" in the DB's source, which a later run loading the
  * DB warns about. */
 void tnd_perf_disturbed(tnd_perf *pf, const char *why);
+/* Appends mark (TND_PERF_*) to pf->source unless it is there. */
+void tnd_perf_mark(tnd_perf *pf, const char *mark);
 /* Appends a line to pf->note (what tandem profile reports beside the numbers). */
 void tnd_perf_note(tnd_perf *pf, const char *line);
 void tnd_perf_free(tnd_perf *pf);

@@ -232,7 +232,7 @@ int cmd_profile(int argc, char **argv) {
                "\"tokens\": [%d, %d, %d], "
                "\"attn_cpu_s\": [%.4e, %.4e, %.4e], \"attn_gpu_s\": [%.4e, %.4e, %.4e], \"slices\": [",
                took, pf->b_pcie, pf->b_cpu, pf->b_hbm, pf->lat, pf->launch, pf->cal_decode, pf->sw_host,
-               strstr(pf->source, ", disturbed") ? "true" : "false",
+               strstr(pf->source, TND_PERF_DISTURBED) ? "true" : "false",
                tnd_perf_nt[0], tnd_perf_nt[1],
                tnd_perf_nt[2], pf->attn_cpu[0], pf->attn_cpu[1], pf->attn_cpu[2], pf->attn_gpu[0], pf->attn_gpu[1],
                pf->attn_gpu[2]);
