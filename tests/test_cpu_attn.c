@@ -175,8 +175,13 @@ int main(void) {
     struct { int hd, n_head, n_kv, n_tok, pos0, window; float softcap; int threads; } cases[] = {
         {64, 9, 3, 7, 0, 0, 0, 1},   {128, 8, 2, 1, 300, 0, 0, 3}, {16, 4, 4, 33, 5, 0, 0, 2},
         {256, 2, 1, 5, 17, 0, 0, 2}, {128, 6, 1, 19, 40, 16, 0, 4}, {64, 4, 2, 9, 3, 0, 30.0f, 2},
-        {48, 3, 3, 4, 2, 0, 0, 1},   /* 48 is not a multiple of 16: the scalar path for both */
+        {48, 3, 3, 4, 2, 0, 0, 1},   {40, 3, 3, 4, 2, 0, 0, 1}, /* 40 is not a multiple of 16: scalar for all */
+        {192, 3, 1, 3, 21, 0, 0, 2}, {64, 9, 3, 2, 61, 0, 0, 2}, /* column blocks of 128 + 64; odd positions */
+        /* long contexts: AVX-512's chunks of 256 positions, split over the
+         * threads (few query tokens) or not, combined */
+        {64, 9, 3, 1, 700, 0, 0, 2}, {128, 4, 2, 3, 600, 300, 0, 3}, {64, 4, 1, 2, 513, 0, 20.0f, 4},
     };
+    tnd_pool *others[] = {NULL, tnd_pool_new(2), tnd_pool_new(7)};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         int hd = cases[c].hd, nh = cases[c].n_head, nkv = cases[c].n_kv, nt = cases[c].n_tok, p0 = cases[c].pos0;
         int rows = p0 + nt;
@@ -192,33 +197,49 @@ int main(void) {
         tnd_cpu_ops_scalar = true;
         tnd_cpu_attn(pool, &a);
         tnd_cpu_ops_scalar = false;
-        a.out = o2;
-        tnd_cpu_attn(pool, &a);
-        float worst = tc_max_abs_diff(o1, o2, (int)qn); /* (a NaN difference counts as one) */
-        /* values in [-1, 1], scores summed over <= 256 products: a few ulps of 1 */
-        CHECK(worst <= 2e-5f, "case %zu (hd %d, heads %d/%d, %d tokens at %d): max diff %g", c, hd, nh, nkv, nt, p0,
-              worst);
-        /* the same rows as three attentions in one region (a batched
-         * round's runs: tokens 0, 1..nt/2, the rest, each at its own
-         * position over the same cache) give each one's bits alone */
-        float *o3 = malloc(qn * 4);
-        const int cut[4] = {0, 1, nt / 2 > 1 ? nt / 2 : 1, nt};
-        tnd_attn_args runs[3];
-        int nr = 0;
-        for (int r = 0; r < 3; r++) {
-            if (cut[r + 1] <= cut[r]) continue;
-            runs[nr] = a;
-            runs[nr].q = q + (size_t)cut[r] * nh * hd;
-            runs[nr].out = o3 + (size_t)cut[r] * nh * hd;
-            runs[nr].n_tok = cut[r + 1] - cut[r];
-            runs[nr].pos0 = p0 + cut[r];
-            nr++;
+        /* each vector ISA here in turn (AVX2's 8-lane dots; AVX-512's 8
+         * positions a step, reduced by a transposing tree) */
+        for (int isa = TND_ISA_AVX2; isa <= (int)tnd_cpu_isa_best(); isa++) {
+            tnd_cpu_isa_force((tnd_cpu_isa_id)isa);
+            a.out = o2;
+            tnd_cpu_attn(pool, &a);
+            float worst = tc_max_abs_diff(o1, o2, (int)qn); /* (a NaN difference counts as one) */
+            /* values in [-1, 1], scores summed over <= 256 products: a few ulps of 1 */
+            CHECK(worst <= 2e-5f, "case %zu (hd %d, heads %d/%d, %d tokens at %d, isa %d): max diff %g", c, hd, nh,
+                  nkv, nt, p0, isa, worst);
+            /* the same rows as three attentions in one region (a batched
+             * round's runs: tokens 0, 1..nt/2, the rest, each at its own
+             * position over the same cache) give each one's bits alone */
+            float *o3 = malloc(qn * 4);
+            const int cut[4] = {0, 1, nt / 2 > 1 ? nt / 2 : 1, nt};
+            tnd_attn_args runs[3];
+            int nr = 0;
+            for (int r = 0; r < 3; r++) {
+                if (cut[r + 1] <= cut[r]) continue;
+                runs[nr] = a;
+                runs[nr].q = q + (size_t)cut[r] * nh * hd;
+                runs[nr].out = o3 + (size_t)cut[r] * nh * hd;
+                runs[nr].n_tok = cut[r + 1] - cut[r];
+                runs[nr].pos0 = p0 + cut[r];
+                nr++;
+            }
+            tnd_cpu_attn_many(pool, runs, nr);
+            CHECK(memcmp(o2, o3, qn * 4) == 0, "case %zu isa %d: %d runs in one region differ from one attention", c,
+                  isa, nr);
+            /* and on other pool sizes, which split the work otherwise
+             * (AVX-512: units, heads or chunks an item) */
+            for (size_t k = 0; k < sizeof others / sizeof *others; k++) {
+                a.out = o3;
+                tnd_cpu_attn(others[k], &a);
+                CHECK(memcmp(o2, o3, qn * 4) == 0, "case %zu isa %d: %d threads differ from %d", c, isa,
+                      others[k] ? tnd_pool_size(others[k]) : 1, cases[c].threads);
+            }
+            free(o3);
         }
-        tnd_cpu_attn_many(pool, runs, nr);
-        CHECK(memcmp(o2, o3, qn * 4) == 0, "case %zu: %d runs in one region differ from one attention", c, nr);
-        free(o3);
+        tnd_cpu_isa_force(tnd_cpu_isa_best());
         tnd_pool_free(pool);
         free(q), free(o1), free(o2), free(k), free(v);
     }
+    for (size_t k = 0; k < sizeof others / sizeof *others; k++) tnd_pool_free(others[k]);
     return tc_summary();
 }
