@@ -180,6 +180,7 @@ int main(void) {
         /* long contexts: AVX-512's chunks of 256 positions, split over the
          * threads (few query tokens) or not, combined */
         {64, 9, 3, 1, 700, 0, 0, 2}, {128, 4, 2, 3, 600, 300, 0, 3}, {64, 4, 1, 2, 513, 0, 20.0f, 4},
+        {128, 8, 2, 5, 600, 0, 0, 2}, /* units on 1-2 threads, chunks on 7 */
     };
     tnd_pool *others[] = {NULL, tnd_pool_new(2), tnd_pool_new(7)};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
@@ -202,6 +203,7 @@ int main(void) {
         for (int isa = TND_ISA_AVX2; isa <= (int)tnd_cpu_isa_best(); isa++) {
             tnd_cpu_isa_force((tnd_cpu_isa_id)isa);
             a.out = o2;
+            for (size_t i = 0; i < qn; i++) o2[i] = NAN; /* what is not written shows */
             tnd_cpu_attn(pool, &a);
             float worst = tc_max_abs_diff(o1, o2, (int)qn); /* (a NaN difference counts as one) */
             /* values in [-1, 1], scores summed over <= 256 products: a few ulps of 1 */
@@ -211,6 +213,7 @@ int main(void) {
              * round's runs: tokens 0, 1..nt/2, the rest, each at its own
              * position over the same cache) give each one's bits alone */
             float *o3 = malloc(qn * 4);
+            for (size_t i = 0; i < qn; i++) o3[i] = NAN;
             const int cut[4] = {0, 1, nt / 2 > 1 ? nt / 2 : 1, nt};
             tnd_attn_args runs[3];
             int nr = 0;
@@ -230,6 +233,7 @@ int main(void) {
              * (AVX-512: units, heads or chunks an item) */
             for (size_t k = 0; k < sizeof others / sizeof *others; k++) {
                 a.out = o3;
+                for (size_t i = 0; i < qn; i++) o3[i] = NAN;
                 tnd_cpu_attn(others[k], &a);
                 CHECK(memcmp(o2, o3, qn * 4) == 0, "case %zu isa %d: %d threads differ from %d", c, isa,
                       others[k] ? tnd_pool_size(others[k]) : 1, cases[c].threads);
