@@ -166,21 +166,96 @@ static void test_rmsnorm(void) {
     }
 }
 
+/* A chunk of positions whose scores all overflow to -inf weighs 0, as in
+ * the one-pass scalar loop (its own numerators exp(-inf - -inf) are NaN):
+ * head_dim 16, 3 chunks of 256, the middle one's keys huge against a huge
+ * query, the others' zero. */
+static void test_attn_inf_chunk(void) {
+    enum { HD = 16, POS = 700 };
+    float q[HD], o1[HD], o2[HD];
+    uint16_t *k = malloc((POS + 1) * HD * 2), *v = malloc((POS + 1) * HD * 2);
+    for (int d = 0; d < HD; d++) q[d] = 1e36f;
+    for (int p = 0; p <= POS; p++)
+        for (int d = 0; d < HD; d++) {
+            k[p * HD + d] = tnd_fp32_to_fp16(p >= 256 && p < 512 ? -65504.0f : 0.0f);
+            v[p * HD + d] = tnd_fp32_to_fp16(tc_frand());
+        }
+    tnd_attn_args a = {.q = q, .k = k, .v = v, .out = o1, .n_tok = 1, .pos0 = POS, .n_head = 1, .n_kv_head = 1,
+                       .head_dim = HD, .scale = 0.25f};
+    tnd_cpu_ops_scalar = true;
+    tnd_cpu_attn(NULL, &a);
+    tnd_cpu_ops_scalar = false;
+    a.out = o2;
+    tnd_cpu_attn(NULL, &a);
+    CHECK(tc_max_abs_diff(o1, o2, HD) <= 2e-5f, "a chunk of -inf scores: %g from scalar (%g, %g)",
+          tc_max_abs_diff(o1, o2, HD), (double)o1[0], (double)o2[0]);
+    free(k), free(v);
+}
+
+/* A batched round's sequences, each with its own cache and length (one
+ * long among short ones), in one call: each one's bits alone, on pools
+ * that split the call by units and by chunks, and the scalar result. */
+static void test_attn_batched_caches(void) {
+    enum { NS = 6, HD = 64, NH = 9, NKV = 3 };
+    const int pos[NS] = {900, 3, 20, 7, 300, 1};
+    tnd_attn_args runs[NS];
+    float *ref[NS], *out[NS];
+    uint16_t *kv[NS];
+    for (int s = 0; s < NS; s++) {
+        const size_t kn = (size_t)(pos[s] + 1) * NKV * HD;
+        kv[s] = malloc(kn * 4);
+        for (size_t i = 0; i < 2 * kn; i++) kv[s][i] = tnd_fp32_to_fp16(tc_frand());
+        float *q = malloc(NH * HD * 4);
+        tc_fill_frand(q, NH * HD);
+        for (int i = 0; i < NH * HD; i++) q[i] *= 4.0f;
+        ref[s] = malloc(NH * HD * 4), out[s] = malloc(NH * HD * 4);
+        runs[s] = (tnd_attn_args){.q = q, .k = kv[s], .v = kv[s] + kn, .out = ref[s], .n_tok = 1, .pos0 = pos[s],
+                                  .n_head = NH, .n_kv_head = NKV, .head_dim = HD, .scale = 0.125f};
+        tnd_cpu_ops_scalar = true;
+        tnd_cpu_attn(NULL, &runs[s]);
+        tnd_cpu_ops_scalar = false;
+        runs[s].out = out[s];
+    }
+    const int threads[] = {2, 7};
+    for (int k = 0; k < 2; k++) {
+        tnd_pool *pool = tnd_pool_new(threads[k]);
+        float alone[NH * HD];
+        for (int s = 0; s < NS; s++) for (int i = 0; i < NH * HD; i++) out[s][i] = NAN;
+        tnd_cpu_attn_many(pool, runs, NS);
+        for (int s = 0; s < NS; s++) {
+            tnd_attn_args one = runs[s];
+            one.out = alone;
+            tnd_cpu_attn(pool, &one);
+            CHECK(!memcmp(alone, out[s], sizeof alone), "%d threads: sequence %d batched differs from alone",
+                  threads[k], s);
+            CHECK(tc_max_abs_diff(ref[s], out[s], NH * HD) <= 2e-5f, "%d threads: sequence %d: %g from scalar",
+                  threads[k], s, tc_max_abs_diff(ref[s], out[s], NH * HD));
+        }
+        tnd_pool_free(pool);
+    }
+    for (int s = 0; s < NS; s++) free((void *)runs[s].q), free(ref[s]), free(out[s]), free(kv[s]);
+}
+
 int main(void) {
     tc_rng = 0x1234567;
     test_f32_to_f16();
     test_rope_cache();
     test_expf_silu();
     test_rmsnorm();
-    struct { int hd, n_head, n_kv, n_tok, pos0, window; float softcap; int threads; } cases[] = {
-        {64, 9, 3, 7, 0, 0, 0, 1},   {128, 8, 2, 1, 300, 0, 0, 3}, {16, 4, 4, 33, 5, 0, 0, 2},
-        {256, 2, 1, 5, 17, 0, 0, 2}, {128, 6, 1, 19, 40, 16, 0, 4}, {64, 4, 2, 9, 3, 0, 30.0f, 2},
-        {48, 3, 3, 4, 2, 0, 0, 1},   {40, 3, 3, 4, 2, 0, 0, 1}, /* 40 is not a multiple of 16: scalar for all */
-        {192, 3, 1, 3, 21, 0, 0, 2}, {64, 9, 3, 2, 61, 0, 0, 2}, /* column blocks of 128 + 64; odd positions */
+    test_attn_inf_chunk();
+    test_attn_batched_caches();
+    struct { int hd, n_head, n_kv, n_tok, pos0, window; float softcap; int threads; float qmul; } cases[] = {
+        {64, 9, 3, 7, 0, 0, 0, 1, 1},   {128, 8, 2, 1, 300, 0, 0, 3, 1}, {16, 4, 4, 33, 5, 0, 0, 2, 1},
+        {256, 2, 1, 5, 17, 0, 0, 2, 1}, {128, 6, 1, 19, 40, 16, 0, 4, 1}, {64, 4, 2, 9, 3, 0, 30.0f, 2, 1},
+        {48, 3, 3, 4, 2, 0, 0, 1, 1},   {40, 3, 3, 4, 2, 0, 0, 1, 1}, /* 40 is not a multiple of 16: scalar for all */
+        {192, 3, 1, 3, 21, 0, 0, 2, 1}, {64, 9, 3, 2, 61, 0, 0, 2, 1}, /* column blocks of 128 + 64; odd positions */
         /* long contexts: AVX-512's chunks of 256 positions, split over the
          * threads (few query tokens) or not, combined */
-        {64, 9, 3, 1, 700, 0, 0, 2}, {128, 4, 2, 3, 600, 300, 0, 3}, {64, 4, 1, 2, 513, 0, 20.0f, 4},
-        {128, 8, 2, 5, 600, 0, 0, 2}, /* units on 1-2 threads, chunks on 7 */
+        {64, 9, 3, 1, 700, 0, 0, 2, 1}, {128, 4, 2, 3, 600, 300, 0, 3, 1}, {64, 4, 1, 2, 513, 0, 20.0f, 4, 1},
+        {128, 8, 2, 5, 600, 0, 0, 2, 1}, /* units on 1-2 threads, chunks on 7 */
+        /* peaked scores (q x 6): chunk maxima far apart, so the combine's
+         * rescaling counts; one head a kv head */
+        {16, 2, 2, 1, 800, 0, 0, 7, 6.0f}, {64, 9, 3, 1, 1100, 0, 0, 2, 6.0f},
     };
     tnd_pool *others[] = {NULL, tnd_pool_new(2), tnd_pool_new(7)};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
@@ -190,6 +265,7 @@ int main(void) {
         float *q = malloc(qn * 4), *o1 = malloc(qn * 4), *o2 = malloc(qn * 4);
         uint16_t *k = malloc(kn * 2), *v = malloc(kn * 2);
         tc_fill_frand(q, qn);
+        for (size_t i = 0; i < qn; i++) q[i] *= cases[c].qmul;
         for (size_t i = 0; i < kn; i++) k[i] = tnd_fp32_to_fp16(tc_frand()), v[i] = tnd_fp32_to_fp16(tc_frand());
         tnd_pool *pool = tnd_pool_new(cases[c].threads);
         tnd_attn_args a = {.q = q, .k = k, .v = v, .out = o1, .n_tok = nt, .pos0 = p0, .n_head = nh, .n_kv_head = nkv,

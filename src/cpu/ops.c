@@ -619,6 +619,7 @@ static void attn_combine(int C, int hd, const float *m, const double *s, const f
     double S = 0;
     for (int d = 0; d < hd; d++) out[d] = 0;
     for (int c = 0; c < C; c++) {
+        if (m[c] == -INFINITY && M != -INFINITY) continue; /* weight 0 (its own numerators are NaN) */
         const float f = tnd_cpu_expf(m[c] - M);
         S += (double)f * s[c];
         for (int d = 0; d < hd; d++) out[d] += f * acc[(int64_t)c * hd + d];
@@ -629,6 +630,7 @@ static void attn_combine(int C, int hd, const float *m, const double *s, const f
 
 enum { WIDE_UNIT, WIDE_HEAD, WIDE_CHUNK, WIDE_COMBINE };
 #define WIDE_ITEMS (1 << 18) /* items a pool run: its limit is 2^20 - 1 */
+#define WIDE_SHARED_MAX ((size_t)16 << 20) /* bytes of chunk partials shared by a call's items */
 
 typedef struct {
     const tnd_attn_args *a;
@@ -685,11 +687,10 @@ static void wide_item(void *arg, int i, int n) {
     c1 = w->kind == WIDE_CHUNK ? c0 + 1 : C;
     /* scratch: the scores of a chunk; the partials of this item's heads */
     const int rows = w->kind == WIDE_CHUNK ? 0 : (g1 - g0) * C;
-    float *sc = tnd_cpu_tls_buf(1, sizeof(float) * ((size_t)ATTN_CHUNK + (size_t)rows * (hd + 1)) +
-                                       sizeof(double) * (size_t)rows);
-    if (!sc) return; /* cannot happen in practice; output stays unwritten */
-    float *lacc = sc + ATTN_CHUNK, *lm = lacc + (size_t)rows * hd;
-    double *ls = (double *)(lm + rows);
+    double *ls = tnd_cpu_tls_buf(1, sizeof(double) * (size_t)rows +
+                                        sizeof(float) * ((size_t)ATTN_CHUNK + (size_t)rows * (hd + 1)));
+    if (!ls) return; /* cannot happen in practice; output stays unwritten */
+    float *sc = (float *)(ls + rows), *lacc = sc + ATTN_CHUNK, *lm = lacc + (size_t)rows * hd; /* doubles first: aligned */
     for (int c = c0; c < c1; c++) {
         const int p0 = lo + c * ATTN_CHUNK, pn = TND_MIN(ATTN_CHUNK, np - c * ATTN_CHUNK);
         for (int g = g0; g < g1; g++) {
@@ -721,39 +722,49 @@ static void wide_runs(tnd_pool *pool, wide_task *w, int64_t n_items) {
 /* The AVX-512 attention of n attentions of one shape (see above). */
 static void attn_wide(tnd_pool *pool, const tnd_attn_args *a, int n) {
     wide_task w = {.a = a, .n = n, .G = a[0].n_head / a[0].n_kv_head};
+    int64_t n_items = 0; /* chunks of all units */
     for (int r = 0; r < n; r++) {
         w.n_unit += a[r].n_tok * a[r].n_kv_head;
         for (int t = 0; t < a[r].n_tok; t++) {
             const int pos = a[r].pos0 + t, lo = a[r].window > 0 && pos - a[r].window + 1 > 0 ? pos - a[r].window + 1 : 0;
-            w.c_max = TND_MAX(w.c_max, (pos - lo + ATTN_CHUNK) / ATTN_CHUNK);
+            const int C = (pos - lo + ATTN_CHUNK) / ATTN_CHUNK;
+            w.c_max = TND_MAX(w.c_max, C);
+            n_items += (int64_t)C * a[r].n_kv_head;
         }
     }
     if (w.n_unit < 1) return;
     const int nth = pool ? tnd_pool_size(pool) : 1;
-    w.kind = w.n_unit >= 2 * nth ? WIDE_UNIT : w.c_max == 1 ? WIDE_HEAD : WIDE_CHUNK;
+    /* units an item where there are 2 a thread and none longer than half a
+     * thread's share of the chunks (one long sequence among short ones
+     * would hold its thread while the others wait) */
+    w.kind = w.n_unit >= 2 * nth && (int64_t)w.c_max * 2 * nth <= n_items ? WIDE_UNIT
+             : w.c_max == 1                                                 ? WIDE_HEAD
+                                                                            : WIDE_CHUNK;
     if (w.kind == WIDE_CHUNK) {
-        /* few units (< 2 per thread): their chunks' partials in the
-         * caller's scratch, shared with the workers for this call */
-        int n_items = 0;
-        const size_t first_b = sizeof(int) * (size_t)(w.n_unit + 1);
-        int *first = NULL;
-        size_t rows = (size_t)w.n_unit * w.c_max * w.G, hd = (size_t)a[0].head_dim;
-        char *buf = tnd_cpu_tls_buf(0, first_b + rows * (sizeof(double) + sizeof(float) * (hd + 1)) + 64);
-        if (!buf) { /* cannot happen in practice: unit items need no shared memory */
+        /* the chunks' partials in the caller's scratch, shared with the
+         * workers for this call */
+        const size_t rows = (size_t)n_items * w.G, hd = (size_t)a[0].head_dim;
+        const size_t bytes = rows * (sizeof(double) + sizeof(float) * (hd + 1)) + sizeof(int) * (size_t)(w.n_unit + 1);
+        /* kept by the thread for its next calls; beyond WIDE_SHARED_MAX
+         * (one sequence of qwen3-14b's shape past ~200K positions), units
+         * an item, each with partials of its own */
+        char *buf = bytes <= WIDE_SHARED_MAX ? tnd_cpu_tls_buf(0, bytes) : NULL;
+        if (!buf) {
             w.kind = WIDE_UNIT;
-        } else {
-            first = (int *)buf;
+        } else { /* doubles first (aligned), then the floats, then first[] */
+            w.ps = (double *)buf;
+            w.pm = (float *)(w.ps + rows);
+            w.pacc = w.pm + rows;
+            int *first = (int *)(w.pacc + rows * hd);
+            n_items = 0;
             for (int u = 0; u < w.n_unit; u++) {
                 int t, kvh, lo, np;
                 wide_unit(&w, u, &t, &kvh, &lo, &np);
-                first[u] = n_items;
+                first[u] = (int)n_items;
                 n_items += (np + ATTN_CHUNK - 1) / ATTN_CHUNK;
             }
-            first[w.n_unit] = n_items;
+            first[w.n_unit] = (int)n_items;
             w.first = first;
-            w.ps = (double *)(buf + ((first_b + 7) & ~(size_t)7));
-            w.pm = (float *)(w.ps + rows);
-            w.pacc = w.pm + rows;
             wide_runs(pool, &w, n_items);
             w.kind = WIDE_COMBINE;
             wide_runs(pool, &w, w.n_unit * w.G);
