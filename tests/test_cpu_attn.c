@@ -1,10 +1,12 @@
-/* CPU attention: the SIMD path (AVX2/F16C) against the scalar reference on
- * odd shapes — head_dim 16..256, GQA ratios, windows, soft-capping, chunk
- * and decode positions, odd thread counts. Products are summed in another
- * order, so the outputs agree to float rounding (bound stated below). Also
- * the KV store's f16 conversion, RoPE (its angle cache and AVX-512 pairs)
- * and the vector expf of silu and softmax, bit for bit, and RMSNorm's
- * vector sum to float rounding. */
+/* CPU attention: the vector paths (AVX2, AVX-512: the heads of a kv head
+ * over chunks of positions, split by units, heads or chunks) against the
+ * scalar reference on odd shapes — head_dim 16..256, GQA ratios, windows,
+ * soft-capping, chunk and decode positions, long contexts, odd thread
+ * counts — and their bits against themselves however the work is split.
+ * Products are summed in another order, so the outputs agree to float
+ * rounding (bound stated below). Also the KV store's f16 conversion, RoPE
+ * (its angle cache and AVX-512 pairs) and the vector expf of silu, bit for
+ * bit, and RMSNorm's vector sum to float rounding. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,26 +171,33 @@ static void test_rmsnorm(void) {
 /* A chunk of positions whose scores all overflow to -inf weighs 0, as in
  * the one-pass scalar loop (its own numerators exp(-inf - -inf) are NaN):
  * head_dim 16, 3 chunks of 256, the middle one's keys huge against a huge
- * query, the others' zero. */
+ * query, the others' zero. Then every score far below zero (~-300: the max
+ * must be taken over the real positions only, or every numerator is 0). */
 static void test_attn_inf_chunk(void) {
     enum { HD = 16, POS = 700 };
     float q[HD], o1[HD], o2[HD];
     uint16_t *k = malloc((POS + 1) * HD * 2), *v = malloc((POS + 1) * HD * 2);
-    for (int d = 0; d < HD; d++) q[d] = 1e36f;
-    for (int p = 0; p <= POS; p++)
-        for (int d = 0; d < HD; d++) {
-            k[p * HD + d] = tnd_fp32_to_fp16(p >= 256 && p < 512 ? -65504.0f : 0.0f);
-            v[p * HD + d] = tnd_fp32_to_fp16(tc_frand());
+    for (int variant = 0; variant < 2; variant++) {
+        for (int d = 0; d < HD; d++) q[d] = variant ? 75.0f : 1e36f;
+        for (int p = 0; p <= POS; p++)
+            for (int d = 0; d < HD; d++) {
+                const float kv = variant ? -1.0f - 0.001f * (float)(p % 7) : p >= 256 && p < 512 ? -65504.0f : 0.0f;
+                k[p * HD + d] = tnd_fp32_to_fp16(kv);
+                v[p * HD + d] = tnd_fp32_to_fp16(tc_frand());
+            }
+        for (int pos = POS - 4; pos <= POS; pos++) { /* 1-5 positions in the last 8 */
+            tnd_attn_args a = {.q = q, .k = k, .v = v, .out = o1, .n_tok = 1, .pos0 = pos, .n_head = 1,
+                               .n_kv_head = 1, .head_dim = HD, .scale = 0.25f};
+            tnd_cpu_ops_scalar = true;
+            tnd_cpu_attn(NULL, &a);
+            tnd_cpu_ops_scalar = false;
+            a.out = o2;
+            tnd_cpu_attn(NULL, &a);
+            CHECK(tc_max_abs_diff(o1, o2, HD) <= 2e-5f, "%s, position %d: %g from scalar (%g, %g)",
+                  variant ? "scores near -300" : "a chunk of -inf scores", pos, tc_max_abs_diff(o1, o2, HD),
+                  (double)o1[0], (double)o2[0]);
         }
-    tnd_attn_args a = {.q = q, .k = k, .v = v, .out = o1, .n_tok = 1, .pos0 = POS, .n_head = 1, .n_kv_head = 1,
-                       .head_dim = HD, .scale = 0.25f};
-    tnd_cpu_ops_scalar = true;
-    tnd_cpu_attn(NULL, &a);
-    tnd_cpu_ops_scalar = false;
-    a.out = o2;
-    tnd_cpu_attn(NULL, &a);
-    CHECK(tc_max_abs_diff(o1, o2, HD) <= 2e-5f, "a chunk of -inf scores: %g from scalar (%g, %g)",
-          tc_max_abs_diff(o1, o2, HD), (double)o1[0], (double)o2[0]);
+    }
     free(k), free(v);
 }
 
@@ -242,12 +251,17 @@ int main(void) {
     test_rope_cache();
     test_expf_silu();
     test_rmsnorm();
-    test_attn_inf_chunk();
-    test_attn_batched_caches();
+    for (int isa = TND_ISA_AVX2; isa <= (int)tnd_cpu_isa_best(); isa++) {
+        tnd_cpu_isa_force((tnd_cpu_isa_id)isa);
+        test_attn_inf_chunk();
+        test_attn_batched_caches();
+    }
+    tnd_cpu_isa_force(tnd_cpu_isa_best());
     struct { int hd, n_head, n_kv, n_tok, pos0, window; float softcap; int threads; float qmul; } cases[] = {
         {64, 9, 3, 7, 0, 0, 0, 1, 1},   {128, 8, 2, 1, 300, 0, 0, 3, 1}, {16, 4, 4, 33, 5, 0, 0, 2, 1},
         {256, 2, 1, 5, 17, 0, 0, 2, 1}, {128, 6, 1, 19, 40, 16, 0, 4, 1}, {64, 4, 2, 9, 3, 0, 30.0f, 2, 1},
-        {48, 3, 3, 4, 2, 0, 0, 1, 1},   {40, 3, 3, 4, 2, 0, 0, 1, 1}, /* 40 is not a multiple of 16: scalar for all */
+        {48, 3, 3, 4, 2, 0, 0, 1, 1},   {40, 3, 3, 4, 2, 0, 0, 1, 1}, /* 40: AVX2's 8 lanes on both */
+        {36, 2, 1, 3, 9, 0, 0, 2, 1}, /* 36 is not a multiple of 8: the scalar loop for all */
         {192, 3, 1, 3, 21, 0, 0, 2, 1}, {64, 9, 3, 2, 61, 0, 0, 2, 1}, /* column blocks of 128 + 64; odd positions */
         /* long contexts: AVX-512's chunks of 256 positions, split over the
          * threads (few query tokens) or not, combined */
@@ -274,8 +288,7 @@ int main(void) {
         tnd_cpu_ops_scalar = true;
         tnd_cpu_attn(pool, &a);
         tnd_cpu_ops_scalar = false;
-        /* each vector ISA here in turn (AVX2's 8-lane dots; AVX-512's 8
-         * positions a step, reduced by a transposing tree) */
+        /* each vector ISA here in turn (AVX2: 8 lanes, AVX-512: 16) */
         for (int isa = TND_ISA_AVX2; isa <= (int)tnd_cpu_isa_best(); isa++) {
             tnd_cpu_isa_force((tnd_cpu_isa_id)isa);
             a.out = o2;
