@@ -192,7 +192,9 @@ TGT static double softmax_avx512(float *x, int64_t n, float scale, float softcap
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), m), tab));
+        /* lanes past n: m - m, so expf(0) (from 0 - m, one < -88 sent libm
+         * an overflow: errno, the FP flags) */
+        const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(m, k, x + i), m), tab));
         _mm512_mask_storeu_ps(x + i, k, e);
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
@@ -268,21 +270,32 @@ TGT static void scores_avx2(const float *q, const uint16_t *k, int64_t stride, i
 }
 
 /* acc[0..hd) = sum over p < n of w[p] v[p * stride ..], 64 columns at a
- * time in registers */
+ * time in registers; up to 32 columns, even and odd positions in two sets
+ * of accumulators, as axpy_rows_f16_avx512 */
 TGT static void axpy_rows_avx2(float *acc, const float *w, const uint16_t *v, int64_t stride, int n, int hd) {
+#define VV(p, i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + (int64_t)(p) * stride + d0 + 8 * (i))))
     for (int d0 = 0; d0 < hd; d0 += 64) {
         const int k = hd - d0 < 64 ? (hd - d0) / 8 : 8;
-        __m256 a[8];
+        __m256 a[8], b[4];
         for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-        for (int p = 0; p < n; p++) {
+        for (int i = 0; i < 4; i++) b[i] = _mm256_setzero_ps();
+        int p = 0;
+        if (k <= 4)
+            for (; p + 1 < n; p += 2) {
+                const __m256 wa = _mm256_set1_ps(w[p]), wb = _mm256_set1_ps(w[p + 1]);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+                    if (i < k) a[i] = _mm256_fmadd_ps(wa, VV(p, i), a[i]), b[i] = _mm256_fmadd_ps(wb, VV(p + 1, i), b[i]);
+            }
+        for (; p < n; p++) {
             const __m256 wv = _mm256_set1_ps(w[p]);
-            const uint16_t *vp = v + (int64_t)p * stride + d0;
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++)
-                if (i < k) a[i] = _mm256_fmadd_ps(wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vp + 8 * i))), a[i]);
+                if (i < k) a[i] = _mm256_fmadd_ps(wv, VV(p, i), a[i]);
         }
-        for (int i = 0; i < k; i++) _mm256_storeu_ps(acc + d0 + 8 * i, a[i]);
+        for (int i = 0; i < k; i++) _mm256_storeu_ps(acc + d0 + 8 * i, i < 4 ? _mm256_add_ps(a[i], b[i]) : a[i]);
     }
+#undef VV
 }
 
 /* softmax_avx512's work, 8 lanes a vector */
@@ -311,7 +324,8 @@ TGT static double softmax_avx2(float *x, int64_t n, float scale, float softcap, 
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     for (int64_t i = 0; i < n; i += 8) {
         const __m256i k = mask8((int)TND_MIN(8, n - i));
-        const __m256 e = _mm256_and_ps(exp8_avx2(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), mv)), _mm256_castsi256_ps(k));
+        const __m256 xv = _mm256_blendv_ps(mv, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k)); /* as above */
+        const __m256 e = _mm256_and_ps(exp8_avx2(_mm256_sub_ps(xv, mv)), _mm256_castsi256_ps(k));
         _mm256_maskstore_ps(x + i, k, e);
         s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
         s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));

@@ -42,9 +42,9 @@ extern bool tnd_cpu_ops_scalar;
 
 /* Causal multi-head attention with GQA (head h reads kv head h / (n_head /
  * n_kv_head)); the cache must already hold rows up to pos0 + n_tok - 1.
- * Parallel over (token, head) pairs; on AVX-512 over (token, kv head)
- * units, their heads or their chunks of positions (ops.c), with the same
- * bits however the work is split. */
+ * Parallel over (token, head) pairs; on AVX2 and AVX-512 over (token, kv
+ * head) units, their heads or their chunks of positions (attn.c), with the
+ * same bits however the work is split. */
 void tnd_cpu_attn(tnd_pool *pool, const tnd_attn_args *a);
 /* n attentions of one shape (n_head, n_kv_head, head_dim; a batched
  * round's sequences) as one parallel region: each gives the bits
