@@ -91,8 +91,8 @@ static bool same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0 || (isna
 
 /* tnd_cpu_expf (glibc's algorithm) against libm: the same bits on glibc
  * 2.27+ with FMA (an AVX2 or AVX-512 machine has it), within 1 ulp
- * elsewhere. Then silu_mul, vector (AVX-512, or AVX2 where that is the best
- * ISA) and libm's scalar loop, against the formula with tnd_cpu_expf, bit
+ * elsewhere. Then silu_mul, vector (the ISA main forces: AVX-512, AVX2 or
+ * none) and libm's scalar loop, against the formula with tnd_cpu_expf, bit
  * for bit: every range of the exponent, the libm lanes (|x| >= 88, inf,
  * NaN), lengths not a multiple of 16 or 8. */
 static void test_expf_silu(void) {
@@ -253,10 +253,14 @@ static void test_attn_batched_caches(void) {
 int main(void) {
     tc_rng = 0x1234567;
     test_f32_to_f16();
-    test_rope_cache();
-    test_expf_silu();
-    test_rmsnorm();
     const tnd_cpu_isa_id isa0 = tnd_cpu_isa_id_current(); /* TND_CPU_ISA's, restored after each loop */
+    for (int isa = TND_ISA_SCALAR; isa <= (int)tnd_cpu_isa_best(); isa++) { /* silu, RMSNorm, RoPE of each */
+        tnd_cpu_isa_force((tnd_cpu_isa_id)isa);
+        test_rope_cache();
+        test_expf_silu();
+        test_rmsnorm();
+    }
+    tnd_cpu_isa_force(isa0);
     for (int isa = TND_ISA_AVX2; isa <= (int)tnd_cpu_isa_best(); isa++) {
         tnd_cpu_isa_force((tnd_cpu_isa_id)isa);
         test_attn_inf_chunk();

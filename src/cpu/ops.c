@@ -98,8 +98,9 @@ TGT static void silu_mul_avx2(const float *g, const float *u, float *out, int64_
 
 #if defined(__x86_64__)
 /* The ISA of the vector expf (AVX-512 or AVX2) and of AVX-512's RMSNorm
- * and RoPE: the best here, scalar when tests force it (tnd_cpu_ops_scalar). */
-static tnd_cpu_isa_id exp_isa(void) { return tnd_cpu_ops_scalar ? TND_ISA_SCALAR : tnd_cpu_isa_best(); }
+ * and RoPE: the one in use, as the matmuls' and attention's (TND_CPU_ISA,
+ * tests' tnd_cpu_isa_force), scalar when tests force it (tnd_cpu_ops_scalar). */
+static tnd_cpu_isa_id exp_isa(void) { return tnd_cpu_ops_scalar ? TND_ISA_SCALAR : tnd_cpu_isa_id_current(); }
 #endif
 
 void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
