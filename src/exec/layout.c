@@ -233,6 +233,15 @@ static tnd_status alloc_kv(tnd_ctx *c) {
     void *r = mmap(NULL, c->kv_canon_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED)
         return tnd_fail(TND_ERR_NOMEM, "cannot reserve %.1f MiB for the KV cache", c->kv_canon_bytes / MIB);
+#ifdef MADV_HUGEPAGE
+    /* 2 MiB pages where the kernel has them (THP "madvise" or "always"):
+     * attention reads a kv head's rows n_kv_head * head_dim * 2 bytes
+     * apart, which on 4 KiB pages costs a TLB miss every few rows
+     * (decode at depth 4096 of the default model, 2-core Zen 5: 108-119 ->
+     * 124-131 tok/s). Pages are still committed only when written, and a
+     * region's first write commits at most 2 MiB more than before. */
+    madvise(r, c->kv_canon_bytes, MADV_HUGEPAGE); /* advice: a kernel without it keeps 4 KiB pages */
+#endif
     c->kv_canon = r;
     c->kv_addr = tnd_calloc(2 * (size_t)hp->n_layer, sizeof *c->kv_addr);
     if (!c->kv_addr) return TND_ERR_NOMEM;
