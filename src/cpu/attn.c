@@ -79,8 +79,6 @@ static void attn_worker(void *arg, int ith, int nth) {
 }
 
 #if defined(__x86_64__)
-#define TGT __attribute__((target("avx2,fma,avx512f,avx512dq")))
-#define TGTI static inline __attribute__((target("avx2,fma,avx512f,avx512dq"), always_inline))
 /* ---- AVX-512 ----------------------------------------------------------------
  * Decode and prefill attention over the f16 cache, 16 lanes a vector.
  * Scores of 8 positions at a time: one accumulator a position, summed over
@@ -88,6 +86,8 @@ static void attn_worker(void *arg, int ith, int nth) {
  * tree (lanes i + 8, i + 4, i + 2, i + 1 at each step, ~3 instructions a
  * score instead of a horizontal sum each). s[j] = dot(q, k + j * stride),
  * j < N <= 8 (a constant at each call); hd a multiple of 16. */
+#define TGT __attribute__((target("avx2,fma,avx512f,avx512dq")))
+#define TGTI static inline __attribute__((target("avx2,fma,avx512f,avx512dq"), always_inline))
 TGTI void dot8_f16(const float *q, const uint16_t *k, int64_t stride, const int N, int hd, float *s) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (int d = 0; d < hd; d += 16) {
@@ -192,8 +192,8 @@ TGT static double softmax_avx512(float *x, int64_t n, float scale, float softcap
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        /* lanes past n: m - m, so expf(0) (from 0 - m, one < -88 sent libm
-         * an overflow: errno, the FP flags) */
+        /* lanes past n load m, so expf(0): loading 0 there, a max below -88
+         * sent libm an overflowing expf (errno, the FP flags) */
         const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(m, k, x + i), m), tab));
         _mm512_mask_storeu_ps(x + i, k, e);
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));

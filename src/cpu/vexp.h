@@ -1,5 +1,6 @@
-/* glibc's expf, scalar and in vectors of 16 (AVX-512) and 8 (AVX2), for
- * the weightless ops (ops.c) and attention's softmax (attn.c). */
+/* glibc's expf: its table and constants (the scalar tnd_cpu_expf is in
+ * ops.c), and the same in vectors of 16 (AVX-512) and 8 (AVX2), for silu
+ * (ops.c) and attention's softmax (attn.c). */
 #ifndef TND_CPU_VEXP_H
 #define TND_CPU_VEXP_H
 
@@ -42,7 +43,6 @@ static inline double exp_d(uint64_t u) {
     memcpy(&d, &u, sizeof d);
     return d;
 }
-
 
 #if defined(__x86_64__)
 #define TGTI static inline __attribute__((target("avx2,fma,avx512f,avx512dq"), always_inline))
