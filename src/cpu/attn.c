@@ -79,6 +79,24 @@ static void attn_worker(void *arg, int ith, int nth) {
 }
 
 #if defined(__x86_64__)
+/* s[p] = dot(q, k + p * stride) for p < n: 8 positions a step, then the
+ * last 1-7 (DOT8 takes their count as a constant); in each ISA's section */
+#define SCORES_FN(name, DOT8)                                                                                  \
+    TGT static void name(const float *q, const uint16_t *k, int64_t stride, int n, int hd, float *s) {         \
+        int p = 0;                                                                                             \
+        for (; p + 8 <= n; p += 8) DOT8(q, k + p * stride, stride, 8, hd, s + p);                              \
+        switch (n - p) {                                                                                       \
+        case 7: DOT8(q, k + p * stride, stride, 7, hd, s + p); break;                                          \
+        case 6: DOT8(q, k + p * stride, stride, 6, hd, s + p); break;                                          \
+        case 5: DOT8(q, k + p * stride, stride, 5, hd, s + p); break;                                          \
+        case 4: DOT8(q, k + p * stride, stride, 4, hd, s + p); break;                                          \
+        case 3: DOT8(q, k + p * stride, stride, 3, hd, s + p); break;                                          \
+        case 2: DOT8(q, k + p * stride, stride, 2, hd, s + p); break;                                          \
+        case 1: DOT8(q, k + p * stride, stride, 1, hd, s + p); break;                                          \
+        default: break;                                                                                        \
+        }                                                                                                      \
+    }
+
 /* ---- AVX-512 ----------------------------------------------------------------
  * Decode and prefill attention over the f16 cache, 16 lanes a vector.
  * Scores of 8 positions at a time: one accumulator a position, summed over
@@ -118,21 +136,7 @@ TGTI void dot8_f16(const float *q, const uint16_t *k, int64_t stride, const int 
     _mm512_mask_storeu_ps(s, (__mmask16)((1u << N) - 1), _mm512_permutexvar_ps(order, z));
 }
 
-/* s[p] = dot(q, k + p * stride) for p < n */
-TGT static void scores_f16_avx512(const float *q, const uint16_t *k, int64_t stride, int n, int hd, float *s) {
-    int p = 0;
-    for (; p + 8 <= n; p += 8) dot8_f16(q, k + p * stride, stride, 8, hd, s + p);
-    switch (n - p) {
-    case 7: dot8_f16(q, k + p * stride, stride, 7, hd, s + p); break;
-    case 6: dot8_f16(q, k + p * stride, stride, 6, hd, s + p); break;
-    case 5: dot8_f16(q, k + p * stride, stride, 5, hd, s + p); break;
-    case 4: dot8_f16(q, k + p * stride, stride, 4, hd, s + p); break;
-    case 3: dot8_f16(q, k + p * stride, stride, 3, hd, s + p); break;
-    case 2: dot8_f16(q, k + p * stride, stride, 2, hd, s + p); break;
-    case 1: dot8_f16(q, k + p * stride, stride, 1, hd, s + p); break;
-    default: break;
-    }
-}
+SCORES_FN(scores_f16_avx512, dot8_f16)
 
 /* acc[0..hd) = sum over p < n of w[p] v[p * stride ..], the columns in
  * registers, hd a multiple of 16. Up to 64 columns (4 vectors), even and
@@ -254,20 +258,7 @@ TGTI void dot8_avx2(const float *q, const uint16_t *k, int64_t stride, const int
     else _mm256_maskstore_ps(s, mask8(N), o);
 }
 
-TGT static void scores_avx2(const float *q, const uint16_t *k, int64_t stride, int n, int hd, float *s) {
-    int p = 0;
-    for (; p + 8 <= n; p += 8) dot8_avx2(q, k + p * stride, stride, 8, hd, s + p);
-    switch (n - p) {
-    case 7: dot8_avx2(q, k + p * stride, stride, 7, hd, s + p); break;
-    case 6: dot8_avx2(q, k + p * stride, stride, 6, hd, s + p); break;
-    case 5: dot8_avx2(q, k + p * stride, stride, 5, hd, s + p); break;
-    case 4: dot8_avx2(q, k + p * stride, stride, 4, hd, s + p); break;
-    case 3: dot8_avx2(q, k + p * stride, stride, 3, hd, s + p); break;
-    case 2: dot8_avx2(q, k + p * stride, stride, 2, hd, s + p); break;
-    case 1: dot8_avx2(q, k + p * stride, stride, 1, hd, s + p); break;
-    default: break;
-    }
-}
+SCORES_FN(scores_avx2, dot8_avx2)
 
 /* acc[0..hd) = sum over p < n of w[p] v[p * stride ..], 64 columns at a
  * time in registers; up to 32 columns, even and odd positions in two sets
