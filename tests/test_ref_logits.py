@@ -56,7 +56,9 @@ keeps the tight bounds above.
 A sixth prompt of 822 ids (added 2026-12-05: the vector attention's four
 chunks of 256 positions and their combine) measured max|diff|/std 0.0079
 per row (mean 0.0024) in the exact mode and 0.44 (0.21) in the default
-mode, both continuations identical to the reference's.
+mode, both continuations identical to the reference's; on Gemma 3 (823
+ids, past its 512-position sliding window, head_dim 256) 0.0023 (0.0014)
+and 0.49 (0.34), identical too.
 
 What the bounds catch (reference perturbed, one prompt x 32 rows; rel_max
 max/mean, corr min): last layer dropped 9.2/5.0, 0.67; NeoX instead of
@@ -89,21 +91,24 @@ MODES = [
 ]
 N_GEN = 64
 
+# ~800 ids: attention over more than two chunks of 256 positions (the
+# vector paths' partial softmaxes and their combine, attn.c); for Gemma 3,
+# past its 512-position sliding window too
+LONG_PROMPT = " ".join(f"Step {i}: add {i} apples to the basket." for i in range(1, 61))
+
 PROMPTS = [
     "1, 2, 3, 4, 5,",                       # counting: no near-ties over 64 steps
     "10, 20, 30, 40,",
     "The capital of France is",
     "Once upon a time, there was a little",
     "def fibonacci(n):\n",
-    # ~600 ids: attention over more than two chunks of 256 positions (the
-    # vector paths' partial softmaxes and their combine, attn.c)
-    " ".join(f"Step {i}: add {i} apples to the basket." for i in range(1, 61)),
+    LONG_PROMPT,
 ]
 
 # Other architectures, checked when their files are there (gitignored).
 EXTRA_MODELS = [
     (os.path.join(SRC, "models", "gemma-3-270m-q4_k_m.gguf"),
-     ["The capital of France is", "Question: What is the capital of France?\nAnswer:"], 16),
+     ["The capital of France is", "Question: What is the capital of France?\nAnswer:", LONG_PROMPT], 16),
 ]
 
 
@@ -213,7 +218,9 @@ def main():
     near_ties = []
     n_cases = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for path, prompts, n_gen in [(model, prompts, N_GEN)] + EXTRA_MODELS:
+        extra = [(p, [t for t in ps if t != LONG_PROMPT] if os.environ.get("TND_SANITIZED") else ps, n)
+                 for p, ps, n in EXTRA_MODELS]  # the long prompt runs in the release build only
+        for path, prompts, n_gen in [(model, prompts, N_GEN)] + extra:
             if not os.path.exists(path):
                 print(f"{path} not found: skipped (scripts/fetch-gemma3.sh fetches Gemma 3 270M)")
                 continue
