@@ -127,12 +127,15 @@ typedef struct {
     const float *g, *u;
     float *y;
     int64_t n;
+    bool gelu; /* GELU_MUL, else SILU_MUL */
 } silu_job;
 
 static void silu_task(void *arg, int ith, int nth) {
     const silu_job *j = arg;
     int64_t a = j->n * ith / nth / 16 * 16, b = ith + 1 == nth ? j->n : j->n * (ith + 1) / nth / 16 * 16;
-    if (a < b) tnd_cpu_silu_mul(j->g + a, j->u + a, j->y + a, b - a);
+    if (a >= b) return;
+    if (j->gelu) tnd_cpu_gelu_mul(j->g + a, j->u + a, j->y + a, b - a);
+    else tnd_cpu_silu_mul(j->g + a, j->u + a, j->y + a, b - a);
 }
 
 /* Row-wise ops of a prefill chunk (norms, rope, KV stores, adds, embedding
@@ -636,14 +639,17 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     case TND_OP_SILU_MUL: {
         /* expf bound: a decode step's MoE activations (n_used x n_ff) cost
          * tens of microseconds on one thread */
-        silu_job j = {in[0].data, in[1].data, out[0].data, tnd_tensor_nelem(&in[0])};
+        silu_job j = {in[0].data, in[1].data, out[0].data, tnd_tensor_nelem(&in[0]), false};
         if (j.n >= 4096) tnd_pool_run(c->pool, silu_task, &j);
         else tnd_cpu_silu_mul(j.g, j.u, j.y, j.n);
         return TND_OK;
     }
-    case TND_OP_GELU_MUL:
-        tnd_cpu_gelu_mul(in[0].data, in[1].data, out[0].data, tnd_tensor_nelem(&in[0]));
+    case TND_OP_GELU_MUL: { /* libm's tanhf a value: over the pool as silu (element-wise, the same bits) */
+        silu_job j = {in[0].data, in[1].data, out[0].data, tnd_tensor_nelem(&in[0]), true};
+        if (j.n >= 4096) tnd_pool_run(c->pool, silu_task, &j);
+        else tnd_cpu_gelu_mul(j.g, j.u, j.y, j.n);
         return TND_OK;
+    }
     case TND_OP_ADD: {
         int64_t n = tnd_tensor_nelem(&in[0]);
         return run_rows(c, op, (n + 255) / 256, n);
