@@ -218,6 +218,8 @@ static void busy_wait(double seconds) {
     }
 }
 
+#define SIM_COPY_LOCKED 65536 /* bytes */
+
 static void *worker_main(void *arg) {
     tnd_stream *s = arg;
     sim_ctx *c = s->c;
@@ -242,7 +244,14 @@ static void *worker_main(void *arg) {
             if (st) snprintf(msg, sizeof msg, "%s", tnd_last_error());
             pthread_mutex_unlock(&c->compute_mu);
             break;
-        case IT_COPY: memmove(it->dst, it->src, it->n); break;
+        case IT_COPY:
+            /* small copies (positions, slot rows, ids) under mu: the timing
+             * model reads ATTN's positions in device memory when the op is
+             * queued, under mu (TSan saw that read race this memmove) */
+            if (it->n <= SIM_COPY_LOCKED) pthread_mutex_lock(&c->mu);
+            memmove(it->dst, it->src, it->n);
+            if (it->n <= SIM_COPY_LOCKED) pthread_mutex_unlock(&c->mu);
+            break;
         case IT_MEMSET: memset(it->dst, it->v, it->n); break;
         case IT_RECORD:
         case IT_WAIT: break;
