@@ -97,6 +97,52 @@ static void attn_worker(void *arg, int ith, int nth) {
         }                                                                                                      \
     }
 
+/* The N <= 8 positions' accumulators a0..a7 of a DOT8, one step: qv times
+ * each position's vector KV(j) */
+#define FMA8(FMA, KV)                                                                                          \
+    do {                                                                                                       \
+        a0 = FMA(qv, KV(0), a0);                                                                               \
+        if (N > 1) a1 = FMA(qv, KV(1), a1);                                                                    \
+        if (N > 2) a2 = FMA(qv, KV(2), a2);                                                                    \
+        if (N > 3) a3 = FMA(qv, KV(3), a3);                                                                    \
+        if (N > 4) a4 = FMA(qv, KV(4), a4);                                                                    \
+        if (N > 5) a5 = FMA(qv, KV(5), a5);                                                                    \
+        if (N > 6) a6 = FMA(qv, KV(6), a6);                                                                    \
+        if (N > 7) a7 = FMA(qv, KV(7), a7);                                                                    \
+    } while (0)
+
+/* acc[0..hd) = sum over p < n of w[p] v[p * stride ..], 8 vectors of columns
+ * at a time in registers. Up to 4 vectors, even and odd positions go to two
+ * sets of accumulators, added at the end: with one, each position waited on
+ * the last's FMAs. In each ISA's section, over its vector type V of L lanes
+ * (LDH: L f16 values to a V); hd a multiple of L. */
+#define AXPY_FN(name, V, L, ZERO, SET1, FMA, ADD, STORE, LDH)                                                   \
+    TGT static void name(float *acc, const float *w, const uint16_t *v, int64_t stride, int n, int hd) {         \
+        for (int d0 = 0; d0 < hd; d0 += 8 * (L)) {                                                             \
+            const int k = hd - d0 < 8 * (L) ? (hd - d0) / (L) : 8;                                             \
+            const uint16_t *col = v + d0;                                                                      \
+            V a[8], b[4];                                                                                      \
+            for (int i = 0; i < 8; i++) a[i] = ZERO();                                                         \
+            for (int i = 0; i < 4; i++) b[i] = ZERO();                                                         \
+            int p = 0;                                                                                         \
+            if (k <= 4)                                                                                        \
+                for (; p + 1 < n; p += 2) {                                                                    \
+                    const V wa = SET1(w[p]), wb = SET1(w[p + 1]);                                              \
+                    const uint16_t *ra = col + (int64_t)p * stride, *rb = ra + stride;                         \
+                    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) if (i < k) {                           \
+                        a[i] = FMA(wa, LDH(ra + (L) * i), a[i]);                                               \
+                        b[i] = FMA(wb, LDH(rb + (L) * i), b[i]);                                               \
+                    }                                                                                          \
+                }                                                                                              \
+            for (; p < n; p++) {                                                                               \
+                const V wv = SET1(w[p]);                                                                       \
+                const uint16_t *r = col + (int64_t)p * stride;                                                 \
+                _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) if (i < k) a[i] = FMA(wv, LDH(r + (L) * i), a[i]); \
+            }                                                                                                  \
+            for (int i = 0; i < k; i++) STORE(acc + d0 + (L) * i, i < 4 ? ADD(a[i], b[i]) : a[i]);             \
+        }                                                                                                      \
+    }
+
 /* ---- AVX-512 ----------------------------------------------------------------
  * Decode and prefill attention over the f16 cache, 16 lanes a vector.
  * Scores of 8 positions at a time: one accumulator a position, summed over
@@ -111,14 +157,7 @@ TGTI void dot8_f16(const float *q, const uint16_t *k, int64_t stride, const int 
     for (int d = 0; d < hd; d += 16) {
         const __m512 qv = _mm512_loadu_ps(q + d);
 #define KV(j) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + (j) * stride + d)))
-        a0 = _mm512_fmadd_ps(qv, KV(0), a0);
-        if (N > 1) a1 = _mm512_fmadd_ps(qv, KV(1), a1);
-        if (N > 2) a2 = _mm512_fmadd_ps(qv, KV(2), a2);
-        if (N > 3) a3 = _mm512_fmadd_ps(qv, KV(3), a3);
-        if (N > 4) a4 = _mm512_fmadd_ps(qv, KV(4), a4);
-        if (N > 5) a5 = _mm512_fmadd_ps(qv, KV(5), a5);
-        if (N > 6) a6 = _mm512_fmadd_ps(qv, KV(6), a6);
-        if (N > 7) a7 = _mm512_fmadd_ps(qv, KV(7), a7);
+        FMA8(_mm512_fmadd_ps, KV);
 #undef KV
     }
     /* lanes i + 8: chunks 0,1 of one, then of the other */
@@ -138,35 +177,9 @@ TGTI void dot8_f16(const float *q, const uint16_t *k, int64_t stride, const int 
 
 SCORES_FN(scores_f16_avx512, dot8_f16)
 
-/* acc[0..hd) = sum over p < n of w[p] v[p * stride ..], the columns in
- * registers, hd a multiple of 16. Up to 64 columns (4 vectors), even and
- * odd positions go to two sets of accumulators, added at the end: with one,
- * each position waited on the last's FMAs. */
-TGT static void axpy_rows_f16_avx512(float *acc, const float *w, const uint16_t *v, int64_t stride, int n, int hd) {
-#define VV(p, i) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + (int64_t)(p) * stride + d0 + 16 * (i))))
-    for (int d0 = 0; d0 < hd; d0 += 128) {
-        const int k = hd - d0 < 128 ? (hd - d0) / 16 : 8;
-        __m512 a[8], b[4];
-        for (int i = 0; i < 8; i++) a[i] = _mm512_setzero_ps();
-        for (int i = 0; i < 4; i++) b[i] = _mm512_setzero_ps();
-        int p = 0;
-        if (k <= 4)
-            for (; p + 1 < n; p += 2) {
-                const __m512 wa = _mm512_set1_ps(w[p]), wb = _mm512_set1_ps(w[p + 1]);
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++)
-                    if (i < k) a[i] = _mm512_fmadd_ps(wa, VV(p, i), a[i]), b[i] = _mm512_fmadd_ps(wb, VV(p + 1, i), b[i]);
-            }
-        for (; p < n; p++) {
-            const __m512 wv = _mm512_set1_ps(w[p]);
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++)
-                if (i < k) a[i] = _mm512_fmadd_ps(wv, VV(p, i), a[i]);
-        }
-        for (int i = 0; i < k; i++) _mm512_storeu_ps(acc + d0 + 16 * i, i < 4 ? _mm512_add_ps(a[i], b[i]) : a[i]);
-    }
-#undef VV
-}
+TGTI __m512 ldh16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+AXPY_FN(axpy_rows_f16_avx512, __m512, 16, _mm512_setzero_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps,
+        _mm512_storeu_ps, ldh16)
 
 /* Softmax numerators of n raw scores in place (scaled, soft-capped where
  * softcap > 0, their max *mx subtracted, expf), as the scalar loop computes
@@ -234,14 +247,7 @@ TGTI void dot8_avx2(const float *q, const uint16_t *k, int64_t stride, const int
     for (int d = 0; d < hd; d += 8) {
         const __m256 qv = _mm256_loadu_ps(q + d);
 #define KV(j) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + (j) * stride + d)))
-        a0 = _mm256_fmadd_ps(qv, KV(0), a0);
-        if (N > 1) a1 = _mm256_fmadd_ps(qv, KV(1), a1);
-        if (N > 2) a2 = _mm256_fmadd_ps(qv, KV(2), a2);
-        if (N > 3) a3 = _mm256_fmadd_ps(qv, KV(3), a3);
-        if (N > 4) a4 = _mm256_fmadd_ps(qv, KV(4), a4);
-        if (N > 5) a5 = _mm256_fmadd_ps(qv, KV(5), a5);
-        if (N > 6) a6 = _mm256_fmadd_ps(qv, KV(6), a6);
-        if (N > 7) a7 = _mm256_fmadd_ps(qv, KV(7), a7);
+        FMA8(_mm256_fmadd_ps, KV);
 #undef KV
     }
     /* lanes i + 4: the low half holds one, the high half the other */
@@ -260,34 +266,9 @@ TGTI void dot8_avx2(const float *q, const uint16_t *k, int64_t stride, const int
 
 SCORES_FN(scores_avx2, dot8_avx2)
 
-/* acc[0..hd) = sum over p < n of w[p] v[p * stride ..], 64 columns at a
- * time in registers; up to 32 columns, even and odd positions in two sets
- * of accumulators, as axpy_rows_f16_avx512 */
-TGT static void axpy_rows_avx2(float *acc, const float *w, const uint16_t *v, int64_t stride, int n, int hd) {
-#define VV(p, i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + (int64_t)(p) * stride + d0 + 8 * (i))))
-    for (int d0 = 0; d0 < hd; d0 += 64) {
-        const int k = hd - d0 < 64 ? (hd - d0) / 8 : 8;
-        __m256 a[8], b[4];
-        for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-        for (int i = 0; i < 4; i++) b[i] = _mm256_setzero_ps();
-        int p = 0;
-        if (k <= 4)
-            for (; p + 1 < n; p += 2) {
-                const __m256 wa = _mm256_set1_ps(w[p]), wb = _mm256_set1_ps(w[p + 1]);
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++)
-                    if (i < k) a[i] = _mm256_fmadd_ps(wa, VV(p, i), a[i]), b[i] = _mm256_fmadd_ps(wb, VV(p + 1, i), b[i]);
-            }
-        for (; p < n; p++) {
-            const __m256 wv = _mm256_set1_ps(w[p]);
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++)
-                if (i < k) a[i] = _mm256_fmadd_ps(wv, VV(p, i), a[i]);
-        }
-        for (int i = 0; i < k; i++) _mm256_storeu_ps(acc + d0 + 8 * i, i < 4 ? _mm256_add_ps(a[i], b[i]) : a[i]);
-    }
-#undef VV
-}
+TGTI __m256 ldh8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+AXPY_FN(axpy_rows_avx2, __m256, 8, _mm256_setzero_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps,
+        ldh8)
 
 /* softmax_avx512's work, 8 lanes a vector */
 TGT static double softmax_avx2(float *x, int64_t n, float scale, float softcap, float *mx) {
