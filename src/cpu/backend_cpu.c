@@ -128,10 +128,11 @@ typedef struct {
     float *y;
     int64_t n;
     bool gelu; /* GELU_MUL, else SILU_MUL */
-} silu_job;
+} actmul_job;
 
-static void silu_task(void *arg, int ith, int nth) {
-    const silu_job *j = arg;
+/* SILU_MUL or GELU_MUL over thread ith's share of nth (cut at multiples of 16) */
+static void actmul_task(void *arg, int ith, int nth) {
+    const actmul_job *j = arg;
     int64_t a = j->n * ith / nth / 16 * 16, b = ith + 1 == nth ? j->n : j->n * (ith + 1) / nth / 16 * 16;
     if (a >= b) return;
     if (j->gelu) tnd_cpu_gelu_mul(j->g + a, j->u + a, j->y + a, b - a);
@@ -636,18 +637,14 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         }
         return TND_OK;
     }
-    case TND_OP_SILU_MUL: {
-        /* expf bound: a decode step's MoE activations (n_used x n_ff) cost
-         * tens of microseconds on one thread */
-        silu_job j = {in[0].data, in[1].data, out[0].data, tnd_tensor_nelem(&in[0]), false};
-        if (j.n >= 4096) tnd_pool_run(c->pool, silu_task, &j);
-        else tnd_cpu_silu_mul(j.g, j.u, j.y, j.n);
-        return TND_OK;
-    }
-    case TND_OP_GELU_MUL: { /* libm's tanhf a value: over the pool as silu (element-wise, the same bits) */
-        silu_job j = {in[0].data, in[1].data, out[0].data, tnd_tensor_nelem(&in[0]), true};
-        if (j.n >= 4096) tnd_pool_run(c->pool, silu_task, &j);
-        else tnd_cpu_gelu_mul(j.g, j.u, j.y, j.n);
+    case TND_OP_SILU_MUL:
+    case TND_OP_GELU_MUL: {
+        /* expf (silu) or libm's tanhf (gelu) bound: a decode step's MoE
+         * activations (n_used x n_ff) cost tens of microseconds on one
+         * thread, a prefill's more; element-wise, so the same bits */
+        actmul_job j = {in[0].data, in[1].data, out[0].data, tnd_tensor_nelem(&in[0]), op->kind == TND_OP_GELU_MUL};
+        if (j.n >= 4096) tnd_pool_run(c->pool, actmul_task, &j);
+        else actmul_task(&j, 0, 1);
         return TND_OK;
     }
     case TND_OP_ADD: {
