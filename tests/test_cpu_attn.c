@@ -8,6 +8,7 @@
  * (its angle cache and AVX-512 pairs) and the vector expf of silu, bit for
  * bit, and RMSNorm's vector sum to float rounding. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,22 +51,29 @@ static void test_f32_to_f16(void) {
     free(x), free(y);
 }
 
-/* RoPE keeps each position's angles per thread: the same rotation as
- * computed in place, over more positions and parameters than it keeps. */
-static void test_rope_cache(void) {
+/* RoPE's table of angles: the same rotation as computed in place (cs
+ * NULL), for rows grown over several calls and parameter sets, past the
+ * sets it keeps (NULL then), and NULL for an odd n_rot. */
+static void test_rope_table(void) {
     const int hd = 64, nh = 3;
-    float x[3 * 64], y[3 * 64];
+    float x[3 * 64], y[3 * 64], z[3 * 64];
+    tnd_rope_tabs tabs = {0};
     for (int round = 0; round < 3; round++)
-        for (int pos = 0; pos < 20; pos++)
+        for (int pos = round * 50; pos < round * 50 + 70; pos++)
             for (int pv = 0; pv < 3; pv++) {
                 const int n_rot = pv == 2 ? 32 : 64;
-                const float base = pv == 1 ? 1e6f : 1e4f;
+                const float base = pv == 1 ? 1e6f : 1e4f, scale = pv == 2 ? 0.25f : 1.0f;
                 const bool neox = pv == 1;
                 tc_fill_frand(x, hd * nh);
                 memcpy(y, x, sizeof x);
-                tnd_cpu_rope(y, nh, hd, n_rot, pos, base, 1.0f, neox);
+                memcpy(z, x, sizeof x);
+                const float *cs = tnd_rope_rows(&tabs, n_rot, base, scale, pos);
+                CHECK(cs != NULL, "rope table: no rows for variant %d to position %d", pv, pos);
+                if (!cs) continue;
+                tnd_cpu_rope(y, nh, hd, n_rot, pos, base, scale, neox, cs + (int64_t)pos * n_rot);
+                tnd_cpu_rope(z, nh, hd, n_rot, pos, base, scale, neox, NULL);
                 for (int i = 0; i < n_rot / 2; i++) {
-                    double theta = (double)pos * 1.0f * pow((double)base, -2.0 * i / n_rot);
+                    double theta = (double)pos * scale * pow((double)base, -2.0 * i / n_rot);
                     float c = (float)cos(theta), s = (float)sin(theta);
                     for (int h = 0; h < nh; h++) {
                         float *v = x + h * hd;
@@ -75,8 +83,16 @@ static void test_rope_cache(void) {
                         v[b] = x0 * s + x1 * c;
                     }
                 }
-                CHECK(!memcmp(x, y, sizeof x), "rope pos %d variant %d differs", pos, pv);
+                CHECK(!memcmp(x, y, sizeof x), "rope pos %d variant %d: the table's rotation differs", pos, pv);
+                CHECK(!memcmp(x, z, sizeof x), "rope pos %d variant %d: computed in place differs", pos, pv);
             }
+    CHECK(tabs.t[0].n_pos == 170 && tabs.t[2].n_pos == 170, "rope table: %lld positions kept, want 170",
+          (long long)tabs.t[0].n_pos);
+    CHECK(tnd_rope_rows(&tabs, 16, 1e4f, 1.0f, 3) != NULL, "rope table: a fourth set refused");
+    CHECK(tnd_rope_rows(&tabs, 16, 2e4f, 1.0f, 3) == NULL, "rope table: a fifth set kept");
+    CHECK(tnd_rope_rows(&tabs, 15, 1e4f, 1.0f, 3) == NULL, "rope table: odd n_rot accepted");
+    CHECK(tnd_rope_rows(&tabs, 64, 1e4f, 1.0f, -1) == NULL, "rope table: a negative position accepted");
+    tnd_rope_tabs_free(&tabs);
 }
 
 /* ulps between two finite floats of one sign (large when they differ in sign) */
@@ -91,10 +107,12 @@ static bool same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0 || (isna
 
 /* tnd_cpu_expf (glibc's algorithm) against libm: the same bits on glibc
  * 2.27+ with FMA (an AVX2 or AVX-512 machine has it), within 1 ulp
- * elsewhere. Then silu_mul, vector (the ISA main forces: AVX-512, AVX2 or
- * none) and libm's scalar loop, against the formula with tnd_cpu_expf, bit
- * for bit: every range of the exponent, the libm lanes (|x| >= 88, inf,
- * NaN), lengths not a multiple of 16 or 8. */
+ * elsewhere. Then silu_mul and gelu_mul, vector (the ISA main forces:
+ * AVX-512, AVX2 or none) and libm's scalar loop, against the formula with
+ * tnd_cpu_expf, bit for bit: every range of the exponent, the libm lanes
+ * (|x| >= 88, inf, NaN; gelu's from g < -10.9), lengths not a multiple of
+ * 16 or 8. gelu_mul also against the tanh form in double: its sigmoid form
+ * is the same function. */
 static void test_expf_silu(void) {
 #if defined(__GLIBC__) && defined(__x86_64__)
     const bool exact = tnd_cpu_isa_best() >= TND_ISA_AVX2; /* FMA: glibc's __expf_fma */
@@ -129,25 +147,41 @@ static void test_expf_silu(void) {
     }
     g[3] = INFINITY, g[4] = -INFINITY, g[6] = NAN, g[7] = 88.0f, g[8] = -88.0f, g[9] = 87.99f, g[11] = -0.0f;
     g[12] = 1e-40f, g[13] = -103.5f, g[14] = 103.5f, g[16] = 88.72f, g[17] = -88.73f;
-    for (int i = 0; i < N; i++) ref[i] = g[i] / (1.0f + tnd_cpu_expf(-g[i])) * u[i];
     const int lens[] = {N, 16, 15, 1, 33};
-    for (int sc = 0; sc < 2; sc++) {
-        tnd_cpu_ops_scalar = sc; /* 1: libm's expf, equal to tnd_cpu_expf only where exact */
-        if (sc && !exact) break;
-        for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
-            for (int i = 0; i < N; i++) y[i] = 12345.0f;
-            tnd_cpu_silu_mul(g, u, y, lens[l]);
-            int bad = 0;
-            for (int i = 0; i < lens[l] && bad < 3; i++)
-                if (!same_bits(y[i], ref[i])) {
-                    CHECK(0, "silu_mul (scalar %d) n=%d [%d] g %a: got %a want %a", sc, lens[l], i, (double)g[i],
-                          (double)y[i], (double)ref[i]);
-                    bad++;
-                }
-            CHECK(lens[l] == N || y[lens[l]] == 12345.0f, "silu_mul n=%d wrote past the end", lens[l]);
+    for (int gelu = 0; gelu < 2; gelu++) {
+        const char *name = gelu ? "gelu_mul" : "silu_mul";
+        for (int i = 0; i < N; i++)
+            ref[i] = g[i] / (1.0f + tnd_cpu_expf(gelu ? tnd_cpu_gelu_arg(g[i]) : -g[i])) * u[i];
+        for (int sc = 0; sc < 2; sc++) {
+            tnd_cpu_ops_scalar = sc; /* 1: libm's expf, equal to tnd_cpu_expf only where exact */
+            if (sc && !exact) break;
+            for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+                for (int i = 0; i < N; i++) y[i] = 12345.0f;
+                (gelu ? tnd_cpu_gelu_mul : tnd_cpu_silu_mul)(g, u, y, lens[l]);
+                int bad = 0;
+                for (int i = 0; i < lens[l] && bad < 3; i++)
+                    if (!same_bits(y[i], ref[i])) {
+                        CHECK(0, "%s (scalar %d) n=%d [%d] g %a: got %a want %a", name, sc, lens[l], i, (double)g[i],
+                              (double)y[i], (double)ref[i]);
+                        bad++;
+                    }
+                CHECK(lens[l] == N || y[lens[l]] == 12345.0f, "%s n=%d wrote past the end", name, lens[l]);
+            }
         }
+        tnd_cpu_ops_scalar = false;
     }
-    tnd_cpu_ops_scalar = false;
+    /* the sigmoid form against 0.5 x (1 + tanh z) in double: within a few
+     * float roundings of |x u|, where that is a normal float (not 0, inf or
+     * denormal) */
+    double worst_g = 0;
+    for (int i = 0; i < N; i++) {
+        const double x = g[i], z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+        const double want = 0.5 * x * (1.0 + tanh(z)) * u[i], scale = fabs(x * u[i]);
+        if (!isfinite(want) || !isfinite(ref[i]) || scale < FLT_MIN || fabs(x) > 1e12) continue;
+        const double err = fabs(ref[i] - want) / scale;
+        worst_g = err > worst_g ? err : worst_g;
+    }
+    CHECK(worst_g < 4e-7, "gelu_mul vs the tanh form in double: error %.3g of |g u|", worst_g);
     free(g), free(u), free(y), free(ref);
 }
 
@@ -256,7 +290,7 @@ int main(void) {
     const tnd_cpu_isa_id isa0 = tnd_cpu_isa_id_current(); /* TND_CPU_ISA's, restored after each loop */
     for (int isa = TND_ISA_SCALAR; isa <= (int)tnd_cpu_isa_best(); isa++) { /* silu, RMSNorm, RoPE of each */
         tnd_cpu_isa_force((tnd_cpu_isa_id)isa);
-        test_rope_cache();
+        test_rope_table();
         test_expf_silu();
         test_rmsnorm();
     }

@@ -28,6 +28,7 @@ typedef struct cpu_ctx {
     int64_t *goff;
     _Atomic int64_t *gready; /* MOE_FFN: each used expert's G rows done */
     size_t g_cap_x, g_cap_y, g_cap_u, g_cap_dy, g_cap_i, g_cap_act, g_cap_off, g_cap_ready;
+    tnd_rope_tabs rope; /* RoPE's cos and sin by position, for every layer */
 } cpu_ctx;
 
 struct tnd_stream { int unused; };
@@ -149,10 +150,11 @@ static void actmul_task(void *arg, int ith, int nth) {
 typedef struct {
     const tnd_op *op;
     int64_t rows; /* units split over threads: rows, tokens or 256-element blocks */
+    const float *rope; /* ROPE: tnd_rope_rows' table, or NULL (computed in place) */
     _Atomic int err; /* a bad embedding id, seen by any thread */
 } rows_job;
 
-static void rows_range(const tnd_op *op, int64_t r0, int64_t r1, tnd_status *err) {
+static void rows_range(const tnd_op *op, int64_t r0, int64_t r1, const float *rope, tnd_status *err) {
     const tnd_tensor *in = op->in, *out = op->out;
     switch (op->kind) {
     case TND_OP_RMS_NORM: {
@@ -180,7 +182,7 @@ static void rows_range(const tnd_op *op, int64_t r0, int64_t r1, tnd_status *err
                     tnd_cpu_rmsnorm(x + (int64_t)h * hd, in[2].data, y + (int64_t)h * hd, hd, op->p.rope.eps);
             else if (y != x) memcpy(y, x, sizeof(float) * hd * nh);
             tnd_cpu_rope(y, nh, hd, op->p.rope.n_rot, pos[t], op->p.rope.freq_base, op->p.rope.freq_scale,
-                         op->p.rope.mode == TND_ROPE_NEOX);
+                         op->p.rope.mode == TND_ROPE_NEOX, rope ? rope + (int64_t)pos[t] * op->p.rope.n_rot : NULL);
         }
         break;
     }
@@ -216,7 +218,7 @@ static void rows_range(const tnd_op *op, int64_t r0, int64_t r1, tnd_status *err
 static void rows_task(void *arg, int ith, int nth) {
     rows_job *j = arg;
     tnd_status err = TND_OK;
-    rows_range(j->op, j->rows * ith / nth, j->rows * (ith + 1) / nth, &err);
+    rows_range(j->op, j->rows * ith / nth, j->rows * (ith + 1) / nth, j->rope, &err);
     if (err) atomic_store(&j->err, (int)err);
 }
 
@@ -257,11 +259,11 @@ static tnd_status attn_slots(cpu_ctx *c, const tnd_op *op, const tnd_attn_args *
 }
 
 /* Runs a row-wise op, over the pool when it is large. */
-static tnd_status run_rows(cpu_ctx *c, const tnd_op *op, int64_t rows, int64_t elems) {
-    rows_job j = {op, rows, TND_OK};
+static tnd_status run_rows(cpu_ctx *c, const tnd_op *op, int64_t rows, int64_t elems, const float *rope) {
+    rows_job j = {op, rows, rope, TND_OK};
     tnd_status err = TND_OK;
     if (elems >= ROWS_PAR_MIN && rows > 1) tnd_pool_run(c->pool, rows_task, &j);
-    else rows_range(op, 0, rows, &err);
+    else rows_range(op, 0, rows, rope, &err);
     return err ? err : (tnd_status)atomic_load(&j.err);
 }
 
@@ -599,7 +601,7 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
         return run_matmul_id(c, op);
     case TND_OP_GET_ROWS: {
         int64_t k = tnd_tensor_nelem(&in[1]);
-        if (run_rows(c, op, k, k * in[0].ne[0])) {
+        if (run_rows(c, op, k, k * in[0].ne[0], NULL)) {
             const int32_t *ids = in[1].data;
             for (int64_t i = 0; i < k; i++)
                 if (ids[i] < 0 || ids[i] >= in[0].ne[1])
@@ -609,10 +611,18 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     }
     case TND_OP_RMS_NORM: {
         int64_t n = tnd_tensor_nelem(&in[0]);
-        return run_rows(c, op, n / in[0].ne[0], n);
+        return run_rows(c, op, n / in[0].ne[0], n, NULL);
     }
-    case TND_OP_ROPE:
-        return run_rows(c, op, in[0].ne[2], tnd_tensor_nelem(&in[0]));
+    case TND_OP_ROPE: {
+        const int32_t *pos = in[1].data;
+        int max_pos = 0;
+        for (int64_t t = 0; t < in[0].ne[2]; t++) max_pos = pos[t] > max_pos ? pos[t] : max_pos;
+        const float *rope = tnd_rope_rows(&c->rope, op->p.rope.n_rot, op->p.rope.freq_base, op->p.rope.freq_scale,
+                                          max_pos);
+        for (int64_t t = 0; t < in[0].ne[2] && rope; t++) /* a negative position: computed in place */
+            if (pos[t] < 0) rope = NULL;
+        return run_rows(c, op, in[0].ne[2], tnd_tensor_nelem(&in[0]), rope);
+    }
     case TND_OP_ATTN: {
         tnd_attn_args a = {
             .q = in[0].data, .k = in[1].data, .v = in[2].data, .out = out[0].data,
@@ -649,7 +659,7 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     }
     case TND_OP_ADD: {
         int64_t n = tnd_tensor_nelem(&in[0]);
-        return run_rows(c, op, (n + 255) / 256, n);
+        return run_rows(c, op, (n + 255) / 256, n, NULL);
     }
     case TND_OP_SCALE: {
         int64_t n = tnd_tensor_nelem(&in[0]);
@@ -671,7 +681,7 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
             return TND_OK;
         }
         if (in[0].type == out[0].type) memmove(out[0].data, in[0].data, tnd_tensor_nbytes(&in[0]));
-        else if (in[0].type == TND_TYPE_F32 && out[0].type == TND_TYPE_F16) return run_rows(c, op, (n + 255) / 256, n);
+        else if (in[0].type == TND_TYPE_F32 && out[0].type == TND_TYPE_F16) return run_rows(c, op, (n + 255) / 256, n, NULL);
         else if (in[0].type == TND_TYPE_F16 && out[0].type == TND_TYPE_F32)
             for (int64_t i = 0; i < n; i++) ((float *)out[0].data)[i] = tnd_fp16_to_fp32(((const uint16_t *)in[0].data)[i]);
         else return tnd_fail(TND_ERR_UNSUPPORTED, "cpy: %s -> %s", tnd_type_name(in[0].type), tnd_type_name(out[0].type));
@@ -758,6 +768,7 @@ static void cpu_free(tnd_backend *b) {
     tnd_aligned_free(c->gdy);
     tnd_aligned_free((void *)c->gready);
     tnd_aligned_free(c->gidx);
+    tnd_rope_tabs_free(&c->rope);
     tnd_aligned_free(c->gact);
     tnd_aligned_free(c->goff);
     free(c);

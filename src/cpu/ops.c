@@ -1,7 +1,7 @@
 /* Scalar CPU versions of the weightless ops (see ops.h) but attention
  * (attn.c). These are both the reference and the engine's implementation,
- * vectorized by the compiler where it can, except the expf of silu on AVX2
- * and AVX-512 (vexp.h), and on AVX-512 RMSNorm's sum of squares and
+ * vectorized by the compiler where it can, except the expf of silu and
+ * gelu on AVX2 and AVX-512 (vexp.h), and on AVX-512 RMSNorm's sum of squares and
  * adjacent-pair RoPE (per-token work that batched rounds do not share; the
  * scalar code stays their reference, tnd_cpu_ops_scalar). */
 #include "cpu/ops.h"
@@ -37,17 +37,31 @@ float tnd_cpu_expf(float x) {
 }
 
 
+/* gelu_tanh's z = sqrt(2/pi) (x + 0.044715 x^3), as exp's argument -2z */
+#define GELU_C 0.7978845608028654f
+#define GELU_A 0.044715f
+float tnd_cpu_gelu_arg(float x) {
+    const float c = GELU_A * (x * x * x); /* its own statement: never contracted to an FMA */
+    return -2.0f * (GELU_C * (x + c));
+}
+
 #if defined(__x86_64__)
 #define TGT __attribute__((target("avx2,fma,avx512f,avx512dq")))
-/* out = g / (1 + expf(-g)) * u, the scalar loop's operations */
-TGT static void silu_mul_avx512(const float *g, const float *u, float *out, int64_t n) {
+/* out = g / (1 + expf(a)) * u with a = -g (silu) or gelu_arg(g), the
+ * scalar loop's operations */
+TGT static void act_mul_avx512(const float *g, const float *u, float *out, int64_t n, bool gelu) {
     __m512i tab[4];
     exp_tab(tab);
     const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
         const __m512 gv = _mm512_maskz_loadu_ps(k, g + i);
-        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv), tab);
+        __m512 a = _mm512_sub_ps(_mm512_setzero_ps(), gv);
+        if (gelu) {
+            a = _mm512_mul_ps(_mm512_set1_ps(GELU_A), _mm512_mul_ps(_mm512_mul_ps(gv, gv), gv));
+            a = _mm512_mul_ps(_mm512_set1_ps(-2.0f), _mm512_mul_ps(_mm512_set1_ps(GELU_C), _mm512_add_ps(gv, a)));
+        }
+        const __m512 e = exp16(a, tab);
         _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)),
                                                         _mm512_maskz_loadu_ps(k, u + i)));
     }
@@ -85,11 +99,16 @@ TGT static void rope_pairs_avx512(float *v, const float *cs, int n) {
 #undef TGT
 
 #define TGT __attribute__((target("avx2,fma")))
-TGT static void silu_mul_avx2(const float *g, const float *u, float *out, int64_t n) {
+TGT static void act_mul_avx2(const float *g, const float *u, float *out, int64_t n, bool gelu) {
     const __m256 one = _mm256_set1_ps(1.0f);
     for (int64_t i = 0; i < n; i += 8) {
         const __m256 gv = load8_k(g + i, n - i);
-        const __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+        __m256 a = _mm256_sub_ps(_mm256_setzero_ps(), gv);
+        if (gelu) {
+            a = _mm256_mul_ps(_mm256_set1_ps(GELU_A), _mm256_mul_ps(_mm256_mul_ps(gv, gv), gv));
+            a = _mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_mul_ps(_mm256_set1_ps(GELU_C), _mm256_add_ps(gv, a)));
+        }
+        const __m256 e = exp8_avx2(a);
         store8_k(out + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), load8_k(u + i, n - i)), n - i);
     }
 }
@@ -119,51 +138,61 @@ void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float 
         for (int64_t i = 0; i < n; i++) y[i] = x[i] * inv;
 }
 
-/* The cos and sin of one position's angles, kept per thread: every layer
- * rotates q and k at the same positions with the same parameters, so a
- * round computes each table once instead of 2 x n_layer times (pow, cos and
- * sin per pair were a per-token cost that batched rounds do not share). A
- * few entries, as a batched round holds several sequences' positions: 16,
- * so that a batched prompt of up to 16 positions a sequence (4 sequences'
- * are 64 tokens at positions 0..15 four times) computes each once; with 8
- * every token of it recomputed its table. The values are the same as
- * computed in place. */
-#define ROPE_SLOTS 16
-#define ROPE_MAX_HALF 256
-typedef struct rope_slot {
-    int pos, n_rot;
-    float base, scale;
-    float cs[2 * ROPE_MAX_HALF];
-} rope_slot;
-static _Thread_local rope_slot g_rope[ROPE_SLOTS];
-static _Thread_local int g_rope_init, g_rope_next;
+/* Every layer rotates q and k at the same positions with the same
+ * parameters, so the cos and sin of each position's angles are computed
+ * once and kept (pow, cos and sin per pair were a per-token cost that
+ * batched rounds do not share, and per-thread slots of single positions
+ * recomputed a prefill's every position in every layer, 8% of a Gemma 3
+ * prefill's op time on a 2-core machine). The values are those computed
+ * in place: theta = ((double)pos * scale) * pow(base, -2i / n_rot). */
+#define ROPE_TAB_MAX_BYTES ((int64_t)256 << 20)
 
-static const float *rope_table(int pos, int n_rot, float freq_base, float freq_scale) {
-    const int half = n_rot / 2;
-    if (half > ROPE_MAX_HALF) return NULL;
-    if (!g_rope_init) {
-        for (int k = 0; k < ROPE_SLOTS; k++) g_rope[k].n_rot = -1;
-        g_rope_init = 1;
+const float *tnd_rope_rows(tnd_rope_tabs *ts, int n_rot, float base, float scale, int max_pos) {
+    if (n_rot <= 0 || n_rot % 2 || max_pos < 0) return NULL;
+    tnd_rope_tab *t = NULL;
+    for (int k = 0; k < TND_ROPE_TABS && !t; k++) {
+        tnd_rope_tab *e = &ts->t[k];
+        if (e->n_rot == n_rot && e->base == base && e->scale == scale) t = e;
+        else if (e->n_rot == 0) { /* the first free one: claim it */
+            double *pw = malloc(sizeof(double) * (size_t)(n_rot / 2));
+            if (!pw) return NULL;
+            for (int i = 0; i < n_rot / 2; i++) pw[i] = pow((double)base, -2.0 * i / n_rot);
+            *e = (tnd_rope_tab){.n_rot = n_rot, .base = base, .scale = scale, .pw = pw};
+            t = e;
+        }
     }
-    for (int k = 0; k < ROPE_SLOTS; k++) {
-        const rope_slot *e = &g_rope[k];
-        if (e->pos == pos && e->n_rot == n_rot && e->base == freq_base && e->scale == freq_scale) return e->cs;
+    if (!t) return NULL; /* more parameter sets than kept: the caller computes in place */
+    if (max_pos < t->n_pos) return t->cs;
+    const int64_t need = (int64_t)max_pos + 1, row = (int64_t)n_rot * (int64_t)sizeof(float);
+    if (need * row > ROPE_TAB_MAX_BYTES) return NULL;
+    if (need > t->cap) {
+        int64_t cap = TND_MAX(need, TND_MAX(2 * t->cap, 64));
+        if (cap * row > ROPE_TAB_MAX_BYTES) cap = need;
+        float *cs = realloc(t->cs, (size_t)(cap * row));
+        if (!cs) return NULL;
+        t->cs = cs, t->cap = cap;
     }
-    rope_slot *e = &g_rope[g_rope_next];
-    g_rope_next = (g_rope_next + 1) % ROPE_SLOTS;
-    e->pos = pos, e->n_rot = n_rot, e->base = freq_base, e->scale = freq_scale;
-    for (int i = 0; i < half; i++) {
-        double theta = (double)pos * freq_scale * pow((double)freq_base, -2.0 * i / n_rot);
-        e->cs[2 * i] = (float)cos(theta);
-        e->cs[2 * i + 1] = (float)sin(theta);
-    }
-    return e->cs;
+    for (int64_t p = t->n_pos; p < need; p++)
+        for (int i = 0; i < n_rot / 2; i++) {
+            const double theta = (double)(int)p * scale * t->pw[i];
+            t->cs[p * n_rot + 2 * i] = (float)cos(theta);
+            t->cs[p * n_rot + 2 * i + 1] = (float)sin(theta);
+        }
+    t->n_pos = need;
+    return t->cs;
 }
 
-void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
-                  float freq_base, float freq_scale, bool neox) {
+void tnd_rope_tabs_free(tnd_rope_tabs *ts) {
+    for (int k = 0; k < TND_ROPE_TABS; k++) {
+        free(ts->t[k].cs);
+        free(ts->t[k].pw);
+    }
+    memset(ts, 0, sizeof *ts);
+}
+
+void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float freq_base, float freq_scale,
+                  bool neox, const float *cs) {
     int half = n_rot / 2;
-    const float *cs = rope_table(pos, n_rot, freq_base, freq_scale);
 #if defined(__x86_64__)
     if (cs && !neox && n_rot % 16 == 0 && exp_isa() == TND_ISA_AVX512) {
         for (int h = 0; h < n_heads; h++) rope_pairs_avx512(x + (int64_t)h * head_dim, cs, n_rot);
@@ -191,28 +220,28 @@ void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
 }
 
 
-void tnd_cpu_silu_mul(const float *g, const float *u, float *out, int64_t n) {
+/* Both are g / (1 + expf(a)) * u: silu with a = -g, and gelu's tanh form
+ * as a sigmoid, 0.5 x (1 + tanh(z)) = x / (1 + exp(-2z)), so that it shares
+ * silu's vector expf. (libm's tanhf, one at a time, made GELU_MUL as long
+ * as all the matmuls of a Gemma 3 prefill on a 2-core AVX-512 machine.) */
+static void act_mul(const float *g, const float *u, float *out, int64_t n, bool gelu) {
 #if defined(__x86_64__)
     const tnd_cpu_isa_id eisa = exp_isa();
     if (eisa == TND_ISA_AVX512) {
-        silu_mul_avx512(g, u, out, n);
+        act_mul_avx512(g, u, out, n, gelu);
         return;
     }
     if (eisa == TND_ISA_AVX2) {
-        silu_mul_avx2(g, u, out, n);
+        act_mul_avx2(g, u, out, n, gelu);
         return;
     }
 #endif
-    for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(gelu ? tnd_cpu_gelu_arg(g[i]) : -g[i])) * u[i];
 }
 
-void tnd_cpu_gelu_mul(const float *g, const float *u, float *out, int64_t n) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (int64_t i = 0; i < n; i++) {
-        float x = g[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
-    }
-}
+void tnd_cpu_silu_mul(const float *g, const float *u, float *out, int64_t n) { act_mul(g, u, out, n, false); }
+
+void tnd_cpu_gelu_mul(const float *g, const float *u, float *out, int64_t n) { act_mul(g, u, out, n, true); }
 
 void tnd_cpu_add(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];

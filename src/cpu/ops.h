@@ -19,9 +19,31 @@ void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float 
 /* Applies rotary embedding in place to n_heads heads of head_dim floats (one
  * token) at position pos; only the first n_rot dims of each head rotate.
  * neox: pairs (i, i + n_rot/2) (qwen2/3, gemma); else adjacent pairs (2i, 2i+1)
- * (llama as stored in GGUF). theta_i = pos * freq_scale * base^(-2i/n_rot). */
-void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
-                  float freq_base, float freq_scale, bool neox);
+ * (llama as stored in GGUF). theta_i = pos * freq_scale * base^(-2i/n_rot).
+ * cs: this position's row of tnd_rope_rows (cos and sin of each pair), or
+ * NULL to compute them here; the same values either way. */
+void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float freq_base, float freq_scale,
+                  bool neox, const float *cs);
+
+/* The cos and sin of RoPE's angles at positions 0..n_pos-1, for a few
+ * parameter sets (Gemma 3 has two), grown on demand; zero-initialized. */
+#define TND_ROPE_TABS 4
+typedef struct tnd_rope_tab {
+    int n_rot; /* 0: free */
+    float base, scale;
+    int64_t n_pos, cap;
+    double *pw; /* [n_rot / 2] base^(-2i/n_rot) */
+    float *cs;  /* [cap][n_rot]: cos, sin of pair i at 2i, 2i+1 */
+} tnd_rope_tab;
+typedef struct tnd_rope_tabs {
+    tnd_rope_tab t[TND_ROPE_TABS];
+} tnd_rope_tabs;
+/* The rows of positions 0..max_pos for these parameters (row pos at
+ * pos * n_rot), computing the missing ones; NULL (compute in place) when
+ * memory runs out, the table would pass 256 MiB, or TND_ROPE_TABS other
+ * sets are kept. Not thread-safe: call before splitting the op. */
+const float *tnd_rope_rows(tnd_rope_tabs *ts, int n_rot, float base, float scale, int max_pos);
+void tnd_rope_tabs_free(tnd_rope_tabs *ts);
 
 typedef struct tnd_attn_args {
     const float *q;        /* [n_tok][n_head * head_dim] */
@@ -57,8 +79,11 @@ float tnd_cpu_expf(float x);
 
 /* out[i] = silu(g[i]) * u[i];  out may alias g. */
 void tnd_cpu_silu_mul(const float *g, const float *u, float *out, int64_t n);
-/* out[i] = gelu_tanh(g[i]) * u[i];  out may alias g. */
+/* out[i] = gelu_tanh(g[i]) * u[i], computed as g / (1 + expf(tnd_cpu_gelu_arg(g))) * u;
+ * out may alias g. */
 void tnd_cpu_gelu_mul(const float *g, const float *u, float *out, int64_t n);
+/* -2 sqrt(2/pi) (x + 0.044715 x^3): gelu_tanh(x) = x / (1 + exp(this)) */
+float tnd_cpu_gelu_arg(float x);
 /* y[i] += x[i] */
 void tnd_cpu_add(float *y, const float *x, int64_t n);
 /* y[i] += b[i] for each of n_rows rows of n (bias add). */
