@@ -1,6 +1,6 @@
 /* glibc's expf: its table and constants (the scalar tnd_cpu_expf is in
  * ops.c), and the same in vectors of 16 (AVX-512) and 8 (AVX2), for silu
- * (ops.c) and attention's softmax (attn.c). */
+ * and gelu (ops.c) and attention's softmax (attn.c). */
 #ifndef TND_CPU_VEXP_H
 #define TND_CPU_VEXP_H
 
