@@ -1,8 +1,8 @@
 /* Scalar CPU versions of the weightless ops (see ops.h) but attention
  * (attn.c). These are both the reference and the engine's implementation,
  * vectorized by the compiler where it can, except the expf of silu and
- * gelu on AVX2 and AVX-512 (vexp.h), and on AVX-512 RMSNorm's sum of squares and
- * adjacent-pair RoPE (per-token work that batched rounds do not share; the
+ * gelu on AVX2 and AVX-512 (vexp.h), and on AVX-512 RMSNorm's sum of
+ * squares and RoPE (per-token work that batched rounds do not share; the
  * scalar code stays their reference, tnd_cpu_ops_scalar). */
 #include "cpu/ops.h"
 
@@ -94,6 +94,20 @@ TGT static void rope_pairs_avx512(float *v, const float *cs, int n) {
         const __m512 a = _mm512_mul_ps(x, _mm512_permutexvar_ps(ev, t));                              /* x0 c, x1 c */
         const __m512 b = _mm512_mul_ps(_mm512_permutexvar_ps(swap, x), _mm512_permutexvar_ps(od, t)); /* x1 s, x0 s */
         _mm512_storeu_ps(v + d, _mm512_mask_add_ps(_mm512_sub_ps(a, b), 0xaaaa, a, b));
+    }
+}
+
+/* NEOX RoPE of one head: pairs (i, i + half), half a multiple of 16, the
+ * scalar loop's operations, 16 pairs at a time. cs as above. */
+TGT static void rope_neox_avx512(float *v, const float *cs, int half) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int i = 0; i < half; i += 16) {
+        const __m512 t0 = _mm512_loadu_ps(cs + 2 * i), t1 = _mm512_loadu_ps(cs + 2 * i + 16);
+        const __m512 c = _mm512_permutex2var_ps(t0, ev, t1), s = _mm512_permutex2var_ps(t0, od, t1);
+        const __m512 x0 = _mm512_loadu_ps(v + i), x1 = _mm512_loadu_ps(v + half + i);
+        _mm512_storeu_ps(v + i, _mm512_sub_ps(_mm512_mul_ps(x0, c), _mm512_mul_ps(x1, s)));
+        _mm512_storeu_ps(v + half + i, _mm512_add_ps(_mm512_mul_ps(x0, s), _mm512_mul_ps(x1, c)));
     }
 }
 #undef TGT
@@ -196,6 +210,10 @@ void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float
 #if defined(__x86_64__)
     if (cs && !neox && n_rot % 16 == 0 && exp_isa() == TND_ISA_AVX512) {
         for (int h = 0; h < n_heads; h++) rope_pairs_avx512(x + (int64_t)h * head_dim, cs, n_rot);
+        return;
+    }
+    if (cs && neox && half % 16 == 0 && exp_isa() == TND_ISA_AVX512) {
+        for (int h = 0; h < n_heads; h++) rope_neox_avx512(x + (int64_t)h * head_dim, cs, half);
         return;
     }
 #endif
