@@ -1,7 +1,8 @@
 /* Sampler: greedy argmax and ties, top-k=1 == greedy, top-p/min-p never leave
  * the nucleus (computed here independently), chi-square goodness of fit at
- * temperature 1 and 2 against the softmax, seed reproducibility, repetition
- * penalty and its window, parameter validation. */
+ * temperature 1 and 2 against the softmax, the same over a large vocabulary
+ * with top-k off (ranked in growing prefixes), seed reproducibility,
+ * repetition penalty and its window, parameter validation. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +187,80 @@ static void test_chi_square(float temp) {
     tnd_sampler_free(s);
 }
 
+/* A large vocabulary with top-k off, where the sampler ranks only a
+ * growing prefix (64, 512, all): over the kept set the test computes
+ * itself (a full sort), no draw outside it, and a chi-square over 8
+ * buckets of ids (id % 8) against the kept set's renormalized softmax. The
+ * logits are flat (uniform over 2 nats), so the cuts and draws fall past
+ * the first prefixes. */
+static int cmp_desc(const void *a, const void *b) {
+    const float *x = a, *y = b; /* {logit, id} pairs */
+    return x[0] != y[0] ? (x[0] < y[0]) - (x[0] > y[0]) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+static void test_large_vocab(float top_p, float min_p) {
+    enum { N = 2000, DRAWS = 5000, B = 8 };
+    float *l = tc_xmalloc(sizeof(float) * N), *buf = tc_xmalloc(sizeof(float) * N);
+    float(*pair)[2] = tc_xmalloc(sizeof(float[2]) * N);
+    double *pr = tc_xmalloc(sizeof(double) * N);
+    bool *in = tc_xmalloc(sizeof(bool) * N);
+    for (int i = 0; i < N; i++) {
+        l[i] = (float)(rnd() * 2);
+        pair[i][0] = l[i], pair[i][1] = (float)i;
+    }
+    qsort(pair, N, sizeof *pair, cmp_desc);
+    float *ls = tc_xmalloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++)
+        ls[i] = pair[i][0];
+    softmax(ls, N, 1.0, pr);
+    int n = N;
+    double cum = 0;
+    for (int i = 0; i < N; i++)
+        if ((cum += pr[i]) >= top_p) {
+            n = i + 1;
+            break;
+        }
+    int m = 1;
+    while (m < n && pr[m] >= min_p * pr[0])
+        m++;
+    n = m;
+    double want[B] = {0}, mass = 0;
+    memset(in, 0, sizeof(bool) * N);
+    for (int i = 0; i < n; i++) {
+        int id = (int)pair[i][1];
+        in[id] = true;
+        want[id % B] += pr[i];
+        mass += pr[i];
+    }
+    tnd_sampler_params p = plain(1.0f, 77);
+    p.top_p = top_p;
+    p.min_p = min_p;
+    tnd_sampler *s = make(&p);
+    long count[B] = {0};
+    int outside = 0;
+    for (int d = 0; d < DRAWS; d++) {
+        memcpy(buf, l, sizeof(float) * N);
+        int32_t t = tnd_sampler_sample(s, buf, N);
+        if (t < 0 || t >= N || !in[t])
+            outside++;
+        else
+            count[t % B]++;
+    }
+    double chi2 = 0;
+    for (int b = 0; b < B; b++) {
+        double e = want[b] / mass * DRAWS;
+        chi2 += (count[b] - e) * (count[b] - e) / e;
+    }
+    CHECK(outside == 0, "top_p %g min_p %g, %d tokens: %d draws outside the kept %d", (double)top_p, (double)min_p, N,
+          outside, n);
+    CHECK(chi2 < 29.88, "top_p %g min_p %g, %d tokens (kept %d): chi-square %.2f over 29.88", (double)top_p,
+          (double)min_p, N, n, chi2);
+    printf("top-k off, %d tokens, top_p %g min_p %g: kept %d, chi-square %.2f\n", N, (double)top_p, (double)min_p, n,
+           chi2);
+    tnd_sampler_free(s);
+    free(l), free(buf), free(pair), free(pr), free(in), free(ls);
+}
+
 static void test_seed(void) {
     enum { N = 40, STEPS = 300 };
     float l[N];
@@ -296,6 +371,10 @@ int main(void) {
     check_nucleus(0.3f, 0.3f, 2.0f, 10);
     test_chi_square(1.0f);
     test_chi_square(2.0f);
+    test_large_vocab(1.0f, 0.0f);
+    test_large_vocab(0.5f, 0.0f);
+    test_large_vocab(1.0f, 0.7f);
+    test_large_vocab(0.02f, 0.0f);
     test_seed();
     test_penalty();
     test_params();
