@@ -571,13 +571,11 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
         }
     }
     if (c->hot_cnt) { /* the live hot-expert table's counts (runtime/hot.c) */
-        /* routings to the experts the placement gives the GPU, as the
-         * assumed share counts them (hot.c): counting those that prefetch
-         * slots or on-demand loads served would hide the routing's drift */
-        const uint8_t *side = c->pl.exp + (size_t)l * E;
+        /* hits: every routing the GPU served, the slots' too (counting only
+         * the placement's experts swapped more and ran slower: DECISIONS) */
         for (int64_t i = 0; i < n; i++) {
             c->hot_cnt[(size_t)l * E + ids[i]]++;
-            c->hot_win_gpu += side[ids[i]] == TND_SIDE_GPU;
+            c->hot_win_gpu += rig[i] >= 0;
         }
         c->hot_win_route += (uint64_t)n;
         c->hot_tok[l] += n / TND_MAX(c->m->hp.n_expert_used, 1);

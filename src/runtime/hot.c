@@ -5,18 +5,17 @@
  * The executor counts every routing of a split layer (remap_ids in
  * exec.c: the ids are on the host there anyway). Every HOT_WINDOW tokens
  * the counts fold into an EWMA of each expert's uses per token, and the
- * window's measured GPU-hit share (routings to the experts the placement
- * gives the GPU; not those that prefetch slots or PreSched's loads served,
- * which would hide a drift) is set against the share the plan assumed.
- * When the measured share has drifted HOT_DRIFT below it, and holding each
- * layer's k most used experts (by the live table) promises HOT_GAIN more
- * share than the experts held now, the experts swap in place: an expert
- * leaving the GPU gives its slot in the layer's compacted arena to one
- * arriving, whose gate, up and down are copied there from the host store.
- * The layer keeps k experts, so the layout and its memory do not change,
- * and a swap costs three copies of one expert (a full re-plan would upload
- * every resident weight). The plan's popularity table takes the live one,
- * so predictions and the promotions' choice see it. */
+ * window's measured GPU-hit share (routings that found their expert on the
+ * GPU) is set against the share the plan assumed. When the measured share
+ * has drifted HOT_DRIFT below it, and holding each layer's k most used
+ * experts (by the live table) promises HOT_GAIN more share than the experts
+ * held now, the experts swap in place: an expert leaving the GPU gives its
+ * slot in the layer's compacted arena to one arriving, whose gate, up and
+ * down are copied there from the host store. The layer keeps k experts, so
+ * the layout and its memory do not change, and a swap costs three copies
+ * of one expert (a full re-plan would upload every resident weight). The
+ * plan's popularity table takes the live one, so predictions and the
+ * promotions' choice see it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
