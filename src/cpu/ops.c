@@ -1,9 +1,9 @@
 /* Scalar CPU versions of the weightless ops (see ops.h) but attention
  * (attn.c). These are both the reference and the engine's implementation,
- * vectorized by the compiler where it can, except the expf of silu and
- * gelu on AVX2 and AVX-512 (vexp.h), and on AVX-512 RMSNorm's sum of
- * squares and RoPE (per-token work that batched rounds do not share; the
- * scalar code stays their reference, tnd_cpu_ops_scalar). */
+ * vectorized by the compiler where it can, except, on AVX2 and AVX-512,
+ * the expf of silu and gelu (vexp.h), RMSNorm's sum of squares and RoPE
+ * (per-token work that batched rounds do not share; the scalar code stays
+ * their reference, tnd_cpu_ops_scalar). */
 #include "cpu/ops.h"
 
 #include <math.h>
@@ -126,12 +126,51 @@ TGT static void act_mul_avx2(const float *g, const float *u, float *out, int64_t
         store8_k(out + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), load8_k(u + i, n - i)), n - i);
     }
 }
+
+/* The AVX-512 paths' AVX2 twins: the sum of squares in 4 + 4 double lanes,
+ * and RoPE (n, half multiples of 8), the same operations. */
+TGT static double sumsq_avx2(const float *x, int64_t n) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        a0 = _mm256_fmadd_pd(lo, lo, a0);
+        a1 = _mm256_fmadd_pd(hi, hi, a1);
+    }
+    const __m256d a = _mm256_add_pd(a0, a1);
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+    double ss = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    return ss;
+}
+
+TGT static void rope_pairs_avx2(float *v, const float *cs, int n) {
+    for (int d = 0; d < n; d += 8) {
+        const __m256 x = _mm256_loadu_ps(v + d), t = _mm256_loadu_ps(cs + d);
+        const __m256 a = _mm256_mul_ps(x, _mm256_moveldup_ps(t));                                /* x0 c, x1 c */
+        const __m256 b = _mm256_mul_ps(_mm256_permute_ps(x, 0xb1), _mm256_movehdup_ps(t));      /* x1 s, x0 s */
+        _mm256_storeu_ps(v + d, _mm256_blend_ps(_mm256_sub_ps(a, b), _mm256_add_ps(a, b), 0xaa));
+    }
+}
+
+TGT static void rope_neox_avx2(float *v, const float *cs, int half) {
+    const __m256i perm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    for (int i = 0; i < half; i += 8) {
+        /* c0 s0 .. c3 s3 | c4 s4 .. c7 s7 -> c0..c3 s0..s3 | c4..c7 s4..s7 */
+        const __m256 t0 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(cs + 2 * i), perm);
+        const __m256 t1 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(cs + 2 * i + 8), perm);
+        const __m256 c = _mm256_permute2f128_ps(t0, t1, 0x20), s = _mm256_permute2f128_ps(t0, t1, 0x31);
+        const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + half + i);
+        _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(x0, c), _mm256_mul_ps(x1, s)));
+        _mm256_storeu_ps(v + half + i, _mm256_add_ps(_mm256_mul_ps(x0, s), _mm256_mul_ps(x1, c)));
+    }
+}
 #undef TGT
 #endif
 
 #if defined(__x86_64__)
-/* The ISA of the vector expf (AVX-512 or AVX2) and of AVX-512's RMSNorm
- * and RoPE: the one in use, as the matmuls' and attention's (TND_CPU_ISA,
+/* The ISA of the vector expf, RMSNorm's sum and RoPE (AVX-512 or AVX2):
+ * the one in use, as the matmuls' and attention's (TND_CPU_ISA,
  * tests' tnd_cpu_isa_force), scalar when tests force it (tnd_cpu_ops_scalar). */
 static tnd_cpu_isa_id exp_isa(void) { return tnd_cpu_ops_scalar ? TND_ISA_SCALAR : tnd_cpu_isa_id_current(); }
 #endif
@@ -142,6 +181,7 @@ void tnd_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float 
     /* the scalar sum is one chain of dependent additions: a batched
      * round's per-token serial work */
     if (exp_isa() == TND_ISA_AVX512) ss = sumsq_avx512(x, n);
+    else if (exp_isa() == TND_ISA_AVX2) ss = sumsq_avx2(x, n);
     else
 #endif
         for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
@@ -214,6 +254,14 @@ void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float
     }
     if (cs && neox && half % 16 == 0 && exp_isa() == TND_ISA_AVX512) {
         for (int h = 0; h < n_heads; h++) rope_neox_avx512(x + (int64_t)h * head_dim, cs, half);
+        return;
+    }
+    if (cs && !neox && n_rot % 8 == 0 && exp_isa() == TND_ISA_AVX2) {
+        for (int h = 0; h < n_heads; h++) rope_pairs_avx2(x + (int64_t)h * head_dim, cs, n_rot);
+        return;
+    }
+    if (cs && neox && half % 8 == 0 && exp_isa() == TND_ISA_AVX2) {
+        for (int h = 0; h < n_heads; h++) rope_neox_avx2(x + (int64_t)h * head_dim, cs, half);
         return;
     }
 #endif
