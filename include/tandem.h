@@ -300,6 +300,11 @@ tnd_status tnd_ctx_step(tnd_ctx *c);
 int tnd_seq_n_queued(const tnd_ctx *c, int seq);
 /* Tokens in seq's KV cache (-1: no such sequence). */
 int tnd_seq_n_past(const tnd_ctx *c, int seq);
+/* Drops seq's KV cache past its first n tokens (0 <= n <= n_past), so the
+ * tokens fed next continue at position n: a prompt that begins with what
+ * seq holds evaluates only the rest. Its logits are no longer readable.
+ * TND_ERR_ARG for an unknown sequence, n out of range, or tokens queued. */
+tnd_status tnd_seq_truncate(tnd_ctx *c, int seq, int n);
 /* The n_vocab logits after seq's last fed token, once a step has
  * evaluated it; NULL before that, or for no such sequence. Valid until the
  * next step or feed of seq. */
@@ -341,6 +346,14 @@ void tnd_sampler_accept(tnd_sampler *s, int32_t tok);
  * (prefill chunks and decode tokens together, under the context's n_batch
  * tokens: tnd_ctx_step), samples each sequence that got logits, and retires
  * the ones that finished, freeing their slot and KV rows for the queue.
+ * A finished request's slot keeps its KV rows until a request needs the
+ * slot: a prompt that begins with the tokens a kept slot holds (a chat's
+ * next turn) takes that slot and evaluates only the rest, its last 16
+ * tokens at least (prompt caching; tnd_batcher_set_prompt_cache turns it
+ * off). The logits are a fresh evaluation's up to float rounding: the same
+ * in the CPU's exact mode, and on the CPU for a request sent again; with
+ * Q8 activations or a GPU, near-ties may sample differently, as they may
+ * when other requests share the rounds.
  * A request waits in the queue while every slot is taken; a full queue
  * refuses more (TND_ERR_LIMIT): back-pressure, never a failure inside.
  * Submit, cancel, wait and stats may be called from any thread; step from
@@ -377,6 +390,7 @@ typedef struct tnd_batcher_stats {
     int64_t kv_rows_total;      /* n_seq_max * n_ctx */
     uint64_t n_done;            /* requests finished, any reason */
     uint64_t n_prompt_tokens;   /* prompt tokens evaluated */
+    uint64_t n_prompt_reused;   /* prompt tokens not evaluated: a kept slot held them */
     uint64_t n_gen_tokens;      /* tokens generated */
     uint64_t n_rounds;
     double round_s;             /* time inside rounds */
@@ -410,6 +424,10 @@ bool tnd_batcher_wait(tnd_batcher *b, double timeout_s);
 /* Wakes every tnd_batcher_wait now (a server shutting down). */
 void tnd_batcher_wake(tnd_batcher *b);
 void tnd_batcher_stats_get(tnd_batcher *b, tnd_batcher_stats *s);
+/* Prompt caching on (the default) or off: off, a finished request's slot
+ * is freed at once and every prompt is evaluated whole. Call before the
+ * first step. */
+void tnd_batcher_set_prompt_cache(tnd_batcher *b, bool on);
 
 /* ---- generation ---------------------------------------------------------- */
 

@@ -9,6 +9,9 @@
  *     undisturbed; on_token returning false stops one; the finish reasons;
  *   - bad requests fail with TND_ERR_ARG and queue nothing;
  *   - a thread submits while another steps (TSan's case);
+ *   - prompt caching: a next turn reuses the slot holding the conversation
+ *     so far and evaluates only the rest, with the same tokens; off, the
+ *     same tokens with nothing reused;
  *   - the counters add up, and freeing the batcher ends what is left.
  * Skips (77) without the default model.
  * TND_TSAN (scripts/test.sh: under ThreadSanitizer, where the threads are the
@@ -187,7 +190,8 @@ int main(void) {
         prompt_tok += (uint64_t)p[i].n;
     }
     tnd_batcher_stats_get(b, &s);
-    CHECK(s.n_done == (uint64_t)nreq && s.n_gen_tokens >= gen && s.n_prompt_tokens == prompt_tok && s.running == 0 &&
+    CHECK(s.n_done == (uint64_t)nreq && s.n_gen_tokens >= gen && s.n_prompt_tokens + s.n_prompt_reused == prompt_tok &&
+              s.running == 0 &&
               s.queued == 0 && s.kv_rows_used == 0 && s.n_gen_rounds <= s.n_rounds && s.decode_s <= s.round_s,
           "counters: done %llu gen %llu/%llu prompt %llu running %d queued %d kv %lld",
           (unsigned long long)s.n_done, (unsigned long long)s.n_gen_tokens, (unsigned long long)gen,
@@ -265,7 +269,52 @@ int main(void) {
     CHECK_ST(pr.st);
     for (int i = 0; i < nreq; i++) check_same("from a thread", i, m, &o[i], ref[i], MAX_GEN);
 
-    /* free ends what is queued and running */
+    /* prompt caching: a next turn (request 0's prompt, the tokens it
+     * generated, 20 more) takes the slot that holds request 0's tokens and
+     * evaluates only the rest (its last 16 tokens at least: tandem.h), with
+     * the tokens it gives alone; with caching off, the same tokens, nothing
+     * reused */
+    {
+        out o1 = {0}, o2 = {0}, o3 = {0};
+        tnd_request r = request(&p[0], &o1, MAX_GEN);
+        CHECK_ST(tnd_batcher_submit(b, &r, NULL));
+        drain(b, &o1, 1);
+        check_same("before a next turn", 0, m, &o1, ref[0], MAX_GEN);
+        prompt nx = p[0];
+        for (int i = 0; i < o1.n && i < MAX_GEN; i++) nx.ids[nx.n++] = o1.tok[i];
+        for (int i = 0; i < 20; i++) nx.ids[nx.n++] = (int32_t)(tc_xorshift() % (uint64_t)nv);
+        int32_t ref_nx[MAX_GEN];
+        CHECK_ST(alone(m, &cp, &nx, ref_nx));
+        /* its rows: the prompt and every generated token but a LENGTH finish's last (sampled, never fed) */
+        const int held = p[0].n + o1.n - (o1.why == TND_FINISH_LENGTH);
+        CHECK(held <= nx.n - 16, "the next turn re-evaluates more than its last 16 tokens: %d held of %d", held, nx.n);
+        tnd_batcher_stats s0, s1, s2;
+        tnd_batcher_stats_get(b, &s0);
+        r = request(&nx, &o2, MAX_GEN);
+        CHECK_ST(tnd_batcher_submit(b, &r, NULL));
+        drain(b, &o2, 1);
+        tnd_batcher_stats_get(b, &s1);
+        check_same("next turn", 0, m, &o2, ref_nx, MAX_GEN);
+        CHECK(s1.n_prompt_reused - s0.n_prompt_reused == (uint64_t)held &&
+                  s1.n_prompt_tokens - s0.n_prompt_tokens == (uint64_t)(nx.n - held),
+              "next turn of %d tokens: %llu reused, %llu evaluated; want %d reused", nx.n,
+              (unsigned long long)(s1.n_prompt_reused - s0.n_prompt_reused),
+              (unsigned long long)(s1.n_prompt_tokens - s0.n_prompt_tokens), held);
+        tnd_batcher_set_prompt_cache(b, false);
+        r = request(&nx, &o3, MAX_GEN);
+        CHECK_ST(tnd_batcher_submit(b, &r, NULL));
+        drain(b, &o3, 1);
+        tnd_batcher_stats_get(b, &s2);
+        check_same("caching off", 0, m, &o3, ref_nx, MAX_GEN);
+        CHECK(s2.n_prompt_reused == s1.n_prompt_reused && s2.n_prompt_tokens - s1.n_prompt_tokens == (uint64_t)nx.n,
+              "caching off: %llu reused, %llu evaluated of %d", (unsigned long long)(s2.n_prompt_reused -
+              s1.n_prompt_reused), (unsigned long long)(s2.n_prompt_tokens - s1.n_prompt_tokens), nx.n);
+        for (int s3 = 0; s3 < cp.n_seq_max; s3++)
+            CHECK(tnd_seq_n_past(c, s3) < 0, "caching off: sequence %d still live with no request", s3);
+        tnd_batcher_set_prompt_cache(b, true);
+    }
+
+    /* free ends what is queued and running, and frees the kept slots */
     memset(o, 0, sizeof o);
     for (int i = 0; i < nreq; i++) {
         tnd_request r = request(&p[i], &o[i], MAX_GEN);

@@ -1,7 +1,8 @@
 """`tandem serve` against the official `openai` Python client (PyPI): chat
 streamed and not, completions, stop strings, seed + temperature
 reproducible, max_tokens honoured, usage right (prompt_tokens against
-`tandem tokenize`, greedy text against `tandem run`); then bad requests,
+`tandem tokenize`, greedy text against `tandem run`), a chat's next turn
+reusing the slot that holds the conversation; then bad requests,
 each with its status and OpenAI's error body; a full queue (503); and
 SIGTERM with a stream running (the stream ends, exit 0)."""
 import http.client
@@ -36,6 +37,7 @@ def cli(args, rc, has):
 h = subprocess.run([tandem, "serve", "--help"], capture_output=True, text=True, timeout=60).stdout
 check("serve --help lists the options", all(o in h for o in (
     "--host", "--port", "--api-key", "--parallel", "--queue", "--max-body", "--name", "--shutdown-grace",
+    "--no-prompt-cache",
     "--device", "--vram-budget", "--ctx-size", "--temp")), h)
 cli(["--port", "70000"], 2, "--port")
 cli(["--parallel", "0"], 2, "--parallel")
@@ -104,6 +106,21 @@ try:
     check("chat stream: include_usage ends with a usage-only chunk",
           chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4,
           chunks[-1])
+
+    # -- prompt caching: a chat's next turn re-sends the conversation; the slot
+    # that holds it is reused (the metrics count the tokens not evaluated), and
+    # the same request again gives the same greedy text
+    m1 = srv.metrics()
+    msgs2 = msgs + [{"role": "assistant", "content": text}, {"role": "user", "content": "And of Germany?"}]
+    t2 = client.chat.completions.create(model=MODEL, messages=msgs2, max_tokens=12, temperature=0)
+    m2 = srv.metrics()
+    t3 = client.chat.completions.create(model=MODEL, messages=msgs2, max_tokens=12, temperature=0)
+    m3 = srv.metrics()
+    reused = [m["tandem_prompt_tokens_reused_total"] - m1["tandem_prompt_tokens_reused_total"] for m in (m2, m3)]
+    check("next turn: the first turn's tokens reused, not evaluated again",
+          reused[0] >= 16 and reused[1] > reused[0], (reused, t2.usage.prompt_tokens))
+    check("next turn sent again: the same text", t2.choices[0].message.content == t3.choices[0].message.content,
+          (t2.choices[0].message.content, t3.choices[0].message.content))
 
     # -- completions: greedy text equals `tandem run`'s, prompt_tokens equals `tandem tokenize --bos`
     P = "The capital of France is"

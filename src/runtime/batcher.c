@@ -4,7 +4,14 @@
  * their slot back when they finish. The lock guards only the queue, the
  * cancel marks and the counters; the context and the slots belong to the
  * stepping thread, and callbacks run without the lock held (so a callback
- * may cancel or submit). */
+ * may cancel or submit).
+ *
+ * Prompt caching: a finished request's sequence stays live, its slot
+ * "kept" with the tokens its KV rows hold. A request whose prompt begins
+ * with a kept slot's tokens takes that slot, truncated to the common part,
+ * and evaluates only the rest (a chat's next turn re-sends the whole
+ * conversation). With no kept slot worth it, a request takes a free slot,
+ * else the least recently used kept one. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +46,26 @@ struct tnd_batcher {
     uint64_t wakes; /* tnd_batcher_wake calls: a waiter returns when it changes */
     float *lg; /* a copy of one sequence's logits: the sampler changes them */
     tnd_batcher_stats st;
+    /* prompt caching (stepping thread): per slot, the tokens its KV rows
+     * hold or will once its queue is evaluated ([n_ctx], made on first use) */
+    bool cache;
+    bool *kept;         /* live sequence, no request: rows kept for a prompt that begins with held */
+    int32_t **held;
+    int *n_held;
+    uint64_t *used_at;  /* admission clock of the slot's last request: the least recent is evicted */
+    uint64_t clock;
 };
+
+/* A kept slot is taken for a common part of at least this many tokens even
+ * when a free slot waits (a shorter one, such as a lone BOS, would cost the
+ * kept rows more than it saves); with no free slot, any common part. */
+#define REUSE_MIN 16
+/* A prompt's last tokens are evaluated again even when a kept slot holds
+ * them: as a chunk of 16 or more they take the prefill's kernels, as the
+ * whole prompt evaluated at once would (on the CPU a lone token's matvec,
+ * and below 16 tokens the non-AMX kernels, round differently), so the
+ * same request sent twice gets the same logits on the CPU. */
+#define REEVAL_MIN 16
 
 static void req_free(breq *r) {
     if (!r) return;
@@ -76,10 +102,19 @@ tnd_status tnd_batcher_new(tnd_ctx *c, int max_queue, tnd_batcher **out) {
     b->queue = tnd_calloc((size_t)max_queue, sizeof *b->queue);
     b->run = tnd_calloc((size_t)b->n_seq_max, sizeof *b->run);
     b->lg = malloc(sizeof(float) * (size_t)b->n_vocab);
-    if (!b->queue || !b->run || !b->lg) {
+    b->cache = true;
+    b->kept = tnd_calloc((size_t)b->n_seq_max, sizeof *b->kept);
+    b->held = tnd_calloc((size_t)b->n_seq_max, sizeof *b->held);
+    b->n_held = tnd_calloc((size_t)b->n_seq_max, sizeof *b->n_held);
+    b->used_at = tnd_calloc((size_t)b->n_seq_max, sizeof *b->used_at);
+    if (!b->queue || !b->run || !b->lg || !b->kept || !b->held || !b->n_held || !b->used_at) {
         free(b->queue);
         free(b->run);
         free(b->lg);
+        free(b->kept);
+        free(b->held);
+        free(b->n_held);
+        free(b->used_at);
         free(b);
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     }
@@ -105,11 +140,16 @@ static void publish_running(tnd_batcher *b) {
     b->st.kv_rows_used = rows;
 }
 
-/* Takes running request in slot s out (its sequence freed); stepping thread. */
+/* Takes running request in slot s out; stepping thread. Its sequence is
+ * kept for prompt caching when its rows hold exactly the tokens recorded
+ * (nothing queued: a request cancelled mid-prompt, or a failed round,
+ * frees it). */
 static breq *retire(tnd_batcher *b, int s, tnd_finish why) {
     breq *r = b->run[s];
     r->why = why;
-    tnd_seq_free(b->c, s);
+    b->kept[s] = b->cache && why != TND_FINISH_ERROR && b->held[s] && tnd_seq_n_queued(b->c, s) == 0 &&
+                 tnd_seq_n_past(b->c, s) == b->n_held[s];
+    if (!b->kept[s]) tnd_seq_free(b->c, s);
     pthread_mutex_lock(&b->mu);
     b->run[s] = NULL;
     b->n_run--;
@@ -123,6 +163,10 @@ void tnd_batcher_free(tnd_batcher *b) {
     if (!b) return;
     for (int s = 0; s < b->n_seq_max; s++)
         if (b->run[s]) finish(retire(b, s, TND_FINISH_CANCEL));
+    for (int s = 0; s < b->n_seq_max; s++) {
+        if (b->kept[s]) tnd_seq_free(b->c, s); /* the context's sequences all free again */
+        free(b->held[s]);
+    }
     for (int i = 0; i < b->nq; i++) {
         breq *r = b->queue[(b->qh + i) % b->max_queue];
         r->why = TND_FINISH_CANCEL;
@@ -133,7 +177,58 @@ void tnd_batcher_free(tnd_batcher *b) {
     free(b->queue);
     free(b->run);
     free(b->lg);
+    free(b->kept);
+    free(b->held);
+    free(b->n_held);
+    free(b->used_at);
     free(b);
+}
+
+void tnd_batcher_set_prompt_cache(tnd_batcher *b, bool on) {
+    if (!b) return;
+    b->cache = on;
+    for (int s = 0; !on && s < b->n_seq_max; s++)
+        if (b->kept[s]) {
+            tnd_seq_free(b->c, s);
+            b->kept[s] = false;
+        }
+}
+
+/* A slot for r (stepping thread, under the lock): the kept slot whose
+ * tokens share the longest beginning with r's prompt, truncated to it
+ * (*keep: its length; at most n_prompt - REEVAL_MIN), when that is worth
+ * it (REUSE_MIN); else a free slot, else the
+ * least recently used kept slot, freed. */
+static tnd_status take_slot(tnd_batcher *b, const breq *r, int *slot, int *keep) {
+    int best = -1, lcp = 0;
+    for (int s = 0; b->cache && s < b->n_seq_max; s++) {
+        if (!b->kept[s]) continue;
+        int n = 0;
+        const int lim = TND_MIN(b->n_held[s], r->n_prompt - REEVAL_MIN);
+        while (n < lim && b->held[s][n] == r->prompt[n]) n++;
+        if (n > lcp || (n == lcp && n > 0 && b->used_at[s] > b->used_at[best])) best = s, lcp = n;
+    }
+    int n_free = b->n_seq_max - b->n_run;
+    for (int s = 0; s < b->n_seq_max; s++) n_free -= b->kept[s];
+    if (best >= 0 && (lcp >= REUSE_MIN || n_free == 0)) {
+        tnd_status st = tnd_seq_truncate(b->c, best, lcp);
+        if (st) return st;
+        b->kept[best] = false;
+        *slot = best;
+        *keep = lcp;
+        return TND_OK;
+    }
+    if (!n_free) { /* the least recently used kept slot makes room */
+        int lru = -1;
+        for (int s = 0; s < b->n_seq_max; s++)
+            if (b->kept[s] && (lru < 0 || b->used_at[s] < b->used_at[lru])) lru = s;
+        if (lru >= 0) {
+            tnd_seq_free(b->c, lru);
+            b->kept[lru] = false;
+        }
+    }
+    *keep = 0;
+    return tnd_seq_new(b->c, slot);
 }
 
 tnd_status tnd_batcher_submit(tnd_batcher *b, const tnd_request *q, uint64_t *id) {
@@ -225,19 +320,28 @@ static tnd_status admit(tnd_batcher *b) {
     drop_cancelled(b, gone, &n_gone);
     while (b->nq && b->n_run < b->n_seq_max) {
         breq *r = b->queue[b->qh];
-        int s;
-        if ((st = tnd_seq_new(b->c, &s))) break; /* a slot freed outside the batcher: cannot be, but no crash */
-        if ((st = tnd_seq_feed(b->c, s, r->prompt, r->n_prompt))) {
+        int s, keep;
+        if ((st = take_slot(b, r, &s, &keep))) break; /* a slot freed outside the batcher: cannot be, but no crash */
+        if (!b->held[s] && !(b->held[s] = malloc(sizeof(int32_t) * (size_t)b->n_ctx))) {
+            tnd_seq_free(b->c, s);
+            st = tnd_fail(TND_ERR_NOMEM, "out of memory");
+            break;
+        }
+        if ((st = tnd_seq_feed(b->c, s, r->prompt + keep, r->n_prompt - keep))) {
             tnd_seq_free(b->c, s);
             break;
         }
+        memcpy(b->held[s], r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+        b->n_held[s] = r->n_prompt;
+        b->used_at[s] = ++b->clock;
         for (int i = 0; i < r->n_prompt; i++) tnd_sampler_accept(r->smp, r->prompt[i]);
         b->qh = (b->qh + 1) % b->max_queue;
         b->nq--;
         r->seq = s;
         b->run[s] = r;
         b->n_run++;
-        b->st.n_prompt_tokens += (uint64_t)r->n_prompt;
+        b->st.n_prompt_tokens += (uint64_t)(r->n_prompt - keep);
+        b->st.n_prompt_reused += (uint64_t)keep;
     }
     b->st.queued = b->nq;
     publish_running(b);
@@ -277,7 +381,10 @@ tnd_status tnd_batcher_step(tnd_batcher *b) {
         bool go = r->on_token ? r->on_token(r->user, t) : true;
         if (!go) why = TND_FINISH_STOP;
         else if (r->n_gen < r->max_tokens && tnd_seq_n_past(b->c, s) + 1 <= b->n_ctx) {
-            if (!tnd_seq_feed(b->c, s, &t, 1)) continue; /* it goes on */
+            if (!tnd_seq_feed(b->c, s, &t, 1)) { /* it goes on */
+                b->held[s][b->n_held[s]++] = t;
+                continue;
+            }
             why = TND_FINISH_ERROR;                       /* cannot be (room was checked), but never silent */
             TND_WARN("request %llu: %s", (unsigned long long)r->id, tnd_last_error());
         }

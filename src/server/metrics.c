@@ -34,6 +34,8 @@ char *srv_metrics_text(srv *s) {
         fprintf(f, "tandem_finish_total{reason=\"%s\"} %llu\n", why[i], (unsigned long long)atomic_load(&s->n_finish[i]));
     M("prompt_tokens_total", "counter", "prompt tokens evaluated");
     fprintf(f, "tandem_prompt_tokens_total %llu\n", (unsigned long long)b.n_prompt_tokens);
+    M("prompt_tokens_reused_total", "counter", "prompt tokens not evaluated: a finished request's slot held them");
+    fprintf(f, "tandem_prompt_tokens_reused_total %llu\n", (unsigned long long)b.n_prompt_reused);
     M("generation_tokens_total", "counter", "tokens generated");
     fprintf(f, "tandem_generation_tokens_total %llu\n", (unsigned long long)b.n_gen_tokens);
     M("rounds_total", "counter", "batched engine rounds");

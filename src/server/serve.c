@@ -58,6 +58,7 @@ static bool load(srv *s) {
     s->chat_tmpl = tnd_model_chat_template(s->m);
     tnd_batcher *b;
     if (tnd_batcher_new(s->c, o->max_queue, &b)) return false;
+    tnd_batcher_set_prompt_cache(b, o->prompt_cache);
     pthread_mutex_lock(&s->bmu);
     s->b = b;
     pthread_mutex_unlock(&s->bmu);

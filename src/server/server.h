@@ -39,6 +39,7 @@ typedef struct srv_opts {
     int max_queue;                   /* requests waiting for a slot before 503 */
     size_t max_body;                 /* bytes; larger bodies get 413 */
     double shutdown_grace_s;         /* SIGTERM: seconds running requests get to finish */
+    bool prompt_cache;               /* tnd_batcher_set_prompt_cache */
     bool verbose;
 } srv_opts;
 

@@ -30,6 +30,9 @@ static void usage(FILE *f) {
             "      --name ID          the model id /v1/models lists and requests name (default: the\n"
             "                         file's name without .gguf)\n"
             "      --shutdown-grace S seconds SIGTERM lets running requests finish (default 10)\n"
+            "      --no-prompt-cache  evaluate every prompt whole (default: a prompt that begins\n"
+            "                         with what a finished request's slot holds, such as a chat's\n"
+            "                         next turn, reuses those KV rows)\n"
             "  -n, --n-predict N      max_tokens of a request that gives none (default: up to the\n"
             "                         context's end)\n"
             "  -c, --ctx-size N       context length of each slot (default: min(model, 4096))\n"
@@ -66,6 +69,7 @@ int cmd_serve(int argc, char **argv) {
     long port = 8080, parallel = 4, queue = 64;
     double grace = 10;
     uint64_t max_body = 8u << 20;
+    bool prompt_cache = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -102,6 +106,8 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--name")) {
             if (!v || !*v) return tools_bad_option("serve", a, false, usage);
             name = v, i++;
+        } else if (!strcmp(a, "--no-prompt-cache")) {
+            prompt_cache = false;
         } else if (!strcmp(a, "--shutdown-grace")) {
             if (!tools_parse_float(v, &grace) || grace < 0 || grace > 86400)
                 return tools_bad_option("serve", a, false, usage);
@@ -113,7 +119,7 @@ int cmd_serve(int argc, char **argv) {
         }
     }
 #ifndef TND_HAVE_SERVER
-    (void)host, (void)api_key, (void)name, (void)queue, (void)grace;
+    (void)host, (void)api_key, (void)name, (void)queue, (void)grace, (void)prompt_cache;
     fprintf(stderr, "tandem: error: this build has no server: " TND_NO_SERVER_WHY ";\n"
                     "        install libmicrohttpd-dev and libjansson-dev (scripts/setup.sh) and build again\n");
     return 1;
@@ -135,6 +141,7 @@ int cmd_serve(int argc, char **argv) {
         .max_queue = (int)queue,
         .max_body = (size_t)max_body,
         .shutdown_grace_s = grace,
+        .prompt_cache = prompt_cache,
         .verbose = o.verbose,
     };
     so.mp.n_threads = o.n_threads;
