@@ -10,8 +10,9 @@
  *   - bad requests fail with TND_ERR_ARG and queue nothing;
  *   - a thread submits while another steps (TSan's case);
  *   - prompt caching: a next turn reuses the slot holding the conversation
- *     so far and evaluates only the rest, with the same tokens; off, the
- *     same tokens with nothing reused;
+ *     so far and evaluates only the rest, with the same tokens (on the CPU
+ *     and on SimGPU with a random placement); off, the same tokens with
+ *     nothing reused;
  *   - the counters add up, and freeing the batcher ends what is left.
  * Skips (77) without the default model.
  * TND_TSAN (scripts/test.sh: under ThreadSanitizer, where the threads are the
@@ -312,6 +313,32 @@ int main(void) {
         for (int s3 = 0; s3 < cp.n_seq_max; s3++)
             CHECK(tnd_seq_n_past(c, s3) < 0, "caching off: sequence %d still live with no request", s3);
         tnd_batcher_set_prompt_cache(b, true);
+
+        /* the same on SimGPU, a random placement (KV rows on both sides): the CPU's tokens */
+        tnd_ctx_params sp = cp;
+        sp.device = TND_DEVICE_SIM;
+        sp.placement = "random:7";
+        sp.n_seq_max = 1; /* no free slot: the kept one is taken for a common part under 16 */
+        tnd_ctx *cs = NULL;
+        tnd_batcher *bs = NULL;
+        CHECK_ST(tnd_ctx_new(m, &sp, &cs));
+        if (cs) CHECK_ST(tnd_batcher_new(cs, 2, &bs));
+        if (bs) {
+            out q1 = {0}, q2 = {0};
+            r = request(&p[0], &q1, MAX_GEN);
+            CHECK_ST(tnd_batcher_submit(bs, &r, NULL));
+            drain(bs, &q1, 1);
+            r = request(&nx, &q2, MAX_GEN);
+            CHECK_ST(tnd_batcher_submit(bs, &r, NULL));
+            drain(bs, &q2, 1);
+            tnd_batcher_stats_get(bs, &s1);
+            check_same("SimGPU, first turn", 0, m, &q1, ref[0], MAX_GEN);
+            check_same("SimGPU, next turn", 0, m, &q2, ref_nx, MAX_GEN);
+            CHECK(s1.n_prompt_reused == (uint64_t)held, "SimGPU: %llu reused, want %d",
+                  (unsigned long long)s1.n_prompt_reused, held);
+            tnd_batcher_free(bs);
+        }
+        tnd_ctx_free(cs);
     }
 
     /* free ends what is queued and running, and frees the kept slots */
