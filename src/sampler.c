@@ -222,7 +222,7 @@ static int32_t draw_ranked(tnd_sampler *s, const float *logits, int32_t n_vocab)
             prob[i] /= sum;
         /* candidates past the m ranked: their cut or draw needs more ranked */
         const bool open = all && m < n_vocab;
-        bool more = false;
+        bool more = false, cut = false; /* cut: top-p ended the candidates inside the ranked m */
         /* top-p: the shortest prefix whose mass reaches top_p */
         int32_t n = m;
         if (p->top_p < 1.0f) {
@@ -231,7 +231,7 @@ static int32_t draw_ranked(tnd_sampler *s, const float *logits, int32_t n_vocab)
             while (i < m && (cum += prob[i]) < p->top_p)
                 i++;
             if (i < m)
-                n = i + 1;
+                n = i + 1, cut = true;
             else
                 more = open;
         }
@@ -241,12 +241,12 @@ static int32_t draw_ranked(tnd_sampler *s, const float *logits, int32_t n_vocab)
             int32_t k = 1;
             while (k < n && prob[k] >= floor_p)
                 k++;
-            more = k == m && open;
+            more = k == m && open && !cut;
             n = k;
         }
         if (!more) {
             /* the draw, from what is left (all of it: mass 1) */
-            const bool whole = n == m && open;
+            const bool whole = n == m && open && !cut;
             double mass = 0.0;
             for (int32_t i = 0; i < n && !whole; i++)
                 mass += prob[i];

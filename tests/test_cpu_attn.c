@@ -5,8 +5,9 @@
  * counts — and their bits against themselves however the work is split.
  * Products are summed in another order, so the outputs agree to float
  * rounding (bound stated below). Also the KV store's f16 conversion, RoPE
- * (its angle cache and AVX-512 pairs) and the vector expf of silu, bit for
- * bit, and RMSNorm's vector sum to float rounding. */
+ * (its table of angles, both pair layouts on each ISA) and the vector expf
+ * of silu and gelu, bit for bit, and RMSNorm's vector sum to float
+ * rounding. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>

@@ -10,7 +10,10 @@
  *     with GQA, a sliding window and soft-capping; a position past the
  *     cache is a clear error;
  *   - ATTN over slots (a batched round's decode tokens in one op) equals
- *     each query alone over its own slot; bad rows and shapes are errors.
+ *     each query alone over its own slot; bad rows and shapes are errors;
+ *   - ROPE over tokens at positions out of order, repeated, far apart and
+ *     negative (the backend's table of angles, grown per parameter set, or
+ *     computed in place) equals tnd_cpu_rope computing each in place.
  * The whole recipe with these forms is checked by the reference-logit and
  * hybrid tests (decode steps use them on every backend). */
 #include <math.h>
@@ -20,6 +23,7 @@
 
 #include "backend.h"
 #include "check.h"
+#include "cpu/ops.h"
 #include "cpu/pool.h"
 #include "quant/quant.h"
 #include "util.h"
@@ -185,6 +189,34 @@ static void test_attn_slots(int n_head, int n_kv, int hd, float softcap, int win
     free(q), free(a), free(b), free(K), free(V);
 }
 
+/* One ROPE op of n_tok tokens at pos[] (threads split the tokens when
+ * large), against each token rotated in place, bit for bit. */
+static void test_rope_positions(int n_head, int hd, int n_rot, bool neox, float base, const int32_t *pos,
+                                int n_tok) {
+    const int64_t n = (int64_t)hd * n_head * n_tok;
+    float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+    tc_fill_unif(x, (size_t)n, -2, 2);
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    tnd_op op = {.kind = TND_OP_ROPE};
+    op.p.rope.n_rot = n_rot;
+    op.p.rope.mode = neox ? TND_ROPE_NEOX : TND_ROPE_NORMAL;
+    op.p.rope.freq_base = base;
+    op.p.rope.freq_scale = 1.0f;
+    op.in[0] = tens(x, TND_TYPE_F32, hd, n_head, n_tok);
+    op.in[1] = tens((void *)pos, TND_TYPE_I32, n_tok, 1, 1);
+    op.out[0] = op.in[0];
+    CHECK_ST(CPU->iface->op_run(CPU, &op, NULL));
+    int bad = 0;
+    for (int t = 0; t < n_tok; t++) {
+        float *v = y + (int64_t)t * hd * n_head;
+        tnd_cpu_rope(v, n_head, hd, n_rot, pos[t], base, 1.0f, neox, NULL);
+        bad += memcmp(v, x + (int64_t)t * hd * n_head, sizeof(float) * (size_t)(hd * n_head)) != 0;
+    }
+    CHECK(!bad, "rope %d tokens, n_rot %d %s base %g: %d tokens differ from in place", n_tok, n_rot,
+          neox ? "neox" : "pairs", (double)base, bad);
+    free(x), free(y);
+}
+
 int main(void) {
     tnd_pool *pool = tnd_pool_new(2);
     CHECK(pool && tnd_backend_cpu_new(pool, 0, &CPU) == TND_OK, "cpu backend");
@@ -201,6 +233,18 @@ int main(void) {
     test_attn_slots(32, 4, 128, 0, 0);
     test_attn_slots(8, 2, 80, 50.0f, 0);
     test_attn_slots(8, 4, 256, 0, 7);
+    {
+        const int32_t dec[1] = {5}, far[3] = {3000, 7, 3000}, neg[2] = {4, -3};
+        int32_t many[300];
+        for (int i = 0; i < 300; i++) many[i] = (i * 37) % 450; /* out of order, past the first rows, to split */
+        test_rope_positions(4, 64, 64, false, 10000.0f, dec, 1);
+        test_rope_positions(4, 64, 64, false, 10000.0f, far, 3);
+        test_rope_positions(4, 64, 64, true, 10000.0f, many, 300);
+        test_rope_positions(2, 256, 256, true, 1e6f, many, 300);
+        test_rope_positions(3, 128, 64, true, 5e5f, neg, 2);
+        for (int k = 0; k < 5; k++) /* more parameter sets than the table keeps: in place */
+            test_rope_positions(2, 64, 32, k % 2, 100.0f * (float)(k + 1), far, 3);
+    }
     tnd_backend_free(CPU);
     tnd_pool_free(pool);
     return tc_summary();

@@ -190,15 +190,18 @@ static void test_chi_square(float temp) {
 /* A large vocabulary with top-k off, where the sampler ranks only a
  * growing prefix (64, 512, all): over the kept set the test computes
  * itself (a full sort), no draw outside it, and a chi-square over 8
- * buckets of ids (id % 8) against the kept set's renormalized softmax. The
- * logits are flat (uniform over 2 nats), so the cuts and draws fall past
- * the first prefixes. */
+ * buckets of ranks within it against its renormalized softmax. The logits
+ * are flat (uniform over 2 nats), so the cuts and draws fall past the
+ * first prefixes. cut_at >= 0: top_p put between the masses of the first
+ * cut_at and cut_at + 1 tokens, so that top-p keeps exactly cut_at + 1
+ * (the last ranked of a prefix, 63 or 511, is where the draw's mass once
+ * went wrong). */
 static int cmp_desc(const void *a, const void *b) {
     const float *x = a, *y = b; /* {logit, id} pairs */
     return x[0] != y[0] ? (x[0] < y[0]) - (x[0] > y[0]) : (x[1] > y[1]) - (x[1] < y[1]);
 }
 
-static void test_large_vocab(float top_p, float min_p) {
+static void test_large_vocab(float top_p, float min_p, int cut_at) {
     enum { N = 2000, DRAWS = 5000, B = 8 };
     float *l = tc_xmalloc(sizeof(float) * N), *buf = tc_xmalloc(sizeof(float) * N);
     float(*pair)[2] = tc_xmalloc(sizeof(float[2]) * N);
@@ -213,6 +216,12 @@ static void test_large_vocab(float top_p, float min_p) {
     for (int i = 0; i < N; i++)
         ls[i] = pair[i][0];
     softmax(ls, N, 1.0, pr);
+    if (cut_at >= 0) {
+        double below = 0;
+        for (int i = 0; i < cut_at; i++)
+            below += pr[i];
+        top_p = (float)(below + 0.5 * pr[cut_at]);
+    }
     int n = N;
     double cum = 0;
     for (int i = 0; i < N; i++)
@@ -225,11 +234,13 @@ static void test_large_vocab(float top_p, float min_p) {
         m++;
     n = m;
     double want[B] = {0}, mass = 0;
+    int *rank = tc_xmalloc(sizeof(int) * N);
     memset(in, 0, sizeof(bool) * N);
     for (int i = 0; i < n; i++) {
         int id = (int)pair[i][1];
         in[id] = true;
-        want[id % B] += pr[i];
+        rank[id] = i;
+        want[(int64_t)i * B / n] += pr[i];
         mass += pr[i];
     }
     tnd_sampler_params p = plain(1.0f, 77);
@@ -244,7 +255,7 @@ static void test_large_vocab(float top_p, float min_p) {
         if (t < 0 || t >= N || !in[t])
             outside++;
         else
-            count[t % B]++;
+            count[(int64_t)rank[t] * B / n]++;
     }
     double chi2 = 0;
     for (int b = 0; b < B; b++) {
@@ -258,7 +269,7 @@ static void test_large_vocab(float top_p, float min_p) {
     printf("top-k off, %d tokens, top_p %g min_p %g: kept %d, chi-square %.2f\n", N, (double)top_p, (double)min_p, n,
            chi2);
     tnd_sampler_free(s);
-    free(l), free(buf), free(pair), free(pr), free(in), free(ls);
+    free(l), free(buf), free(pair), free(pr), free(in), free(ls), free(rank);
 }
 
 static void test_seed(void) {
@@ -371,10 +382,14 @@ int main(void) {
     check_nucleus(0.3f, 0.3f, 2.0f, 10);
     test_chi_square(1.0f);
     test_chi_square(2.0f);
-    test_large_vocab(1.0f, 0.0f);
-    test_large_vocab(0.5f, 0.0f);
-    test_large_vocab(1.0f, 0.7f);
-    test_large_vocab(0.02f, 0.0f);
+    test_large_vocab(1.0f, 0.0f, -1);
+    test_large_vocab(0.5f, 0.0f, -1);
+    test_large_vocab(1.0f, 0.7f, -1);
+    test_large_vocab(0.02f, 0.0f, -1);
+    test_large_vocab(0, 0.0f, 63);
+    test_large_vocab(0, 0.0f, 511);
+    test_large_vocab(0, 0.0f, 64);
+    test_large_vocab(0, 0.01f, 63);
     test_seed();
     test_penalty();
     test_params();

@@ -221,7 +221,7 @@ const float *tnd_rope_rows(tnd_rope_tabs *ts, int n_rot, float base, float scale
     if (need * row > ROPE_TAB_MAX_BYTES) return NULL;
     if (need > t->cap) {
         int64_t cap = TND_MAX(need, TND_MAX(2 * t->cap, 64));
-        if (cap * row > ROPE_TAB_MAX_BYTES) cap = need;
+        if (cap * row > ROPE_TAB_MAX_BYTES) cap = ROPE_TAB_MAX_BYTES / row; /* >= need: the limit once, not a row a call */
         float *cs = realloc(t->cs, (size_t)(cap * row));
         if (!cs) return NULL;
         t->cs = cs, t->cap = cap;
