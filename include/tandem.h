@@ -345,15 +345,17 @@ void tnd_sampler_accept(tnd_sampler *s, int32_t tok);
  * requests into free slots, runs one round over every running sequence
  * (prefill chunks and decode tokens together, under the context's n_batch
  * tokens: tnd_ctx_step), samples each sequence that got logits, and retires
- * the ones that finished, freeing their slot and KV rows for the queue.
+ * the ones that finished, giving their slot to the queue.
  * A finished request's slot keeps its KV rows until a request needs the
- * slot: a prompt that begins with the tokens a kept slot holds (a chat's
- * next turn) takes that slot and evaluates only the rest, its last 16
- * tokens at least (prompt caching; tnd_batcher_set_prompt_cache turns it
- * off). The logits are a fresh evaluation's up to float rounding: the same
- * in the CPU's exact mode, and on the CPU for a request sent again; with
- * Q8 activations or a GPU, near-ties may sample differently, as they may
- * when other requests share the rounds.
+ * slot (prompt caching; tnd_batcher_set_prompt_cache turns it off): a
+ * prompt that continues what a kept slot holds (a chat's next turn) takes
+ * that slot and evaluates only the rest, its last 16 tokens at least;
+ * other prompts take a free slot, else the least recently used kept one,
+ * keeping what they share with it. The logits are a fresh evaluation's up
+ * to float rounding: the same bits in the CPU's exact mode; with Q8
+ * activations or a GPU, near-ties may sample differently, as they may when
+ * other requests share the rounds. A request cancelled while it runs is
+ * not kept.
  * A request waits in the queue while every slot is taken; a full queue
  * refuses more (TND_ERR_LIMIT): back-pressure, never a failure inside.
  * Submit, cancel, wait and stats may be called from any thread; step from
@@ -425,8 +427,8 @@ bool tnd_batcher_wait(tnd_batcher *b, double timeout_s);
 void tnd_batcher_wake(tnd_batcher *b);
 void tnd_batcher_stats_get(tnd_batcher *b, tnd_batcher_stats *s);
 /* Prompt caching on (the default) or off: off, a finished request's slot
- * is freed at once and every prompt is evaluated whole. Call before the
- * first step. */
+ * is freed at once and every prompt is evaluated whole. From the stepping
+ * thread, between steps. */
 void tnd_batcher_set_prompt_cache(tnd_batcher *b, bool on);
 
 /* ---- generation ---------------------------------------------------------- */

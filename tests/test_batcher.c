@@ -11,8 +11,11 @@
  *   - a thread submits while another steps (TSan's case);
  *   - prompt caching: a next turn reuses the slot holding the conversation
  *     so far and evaluates only the rest, with the same tokens (on the CPU
- *     and on SimGPU with a random placement); off, the same tokens with
- *     nothing reused;
+ *     and on SimGPU with a random placement); sent again, the slot is
+ *     truncated to all but the prompt's last 16 tokens, the same tokens;
+ *     a second conversation with a common beginning takes a free slot, not
+ *     the first's; off, the same tokens with nothing reused; the batcher's
+ *     free frees kept slots;
  *   - the counters add up, and freeing the batcher ends what is left.
  * Skips (77) without the default model.
  * TND_TSAN (scripts/test.sh: under ThreadSanitizer, where the threads are the
@@ -55,7 +58,7 @@ static void on_done(void *u, tnd_finish why, int n_prompt, int n_gen) {
 }
 
 typedef struct prompt {
-    int32_t ids[40];
+    int32_t ids[80];
     int n;
 } prompt;
 
@@ -314,6 +317,22 @@ int main(void) {
             CHECK(tnd_seq_n_past(c, s3) < 0, "caching off: sequence %d still live with no request", s3);
         tnd_batcher_set_prompt_cache(b, true);
 
+        /* the same next turn twice: the second takes the first's slot truncated (its rows past the
+         * prompt's last 16 tokens dropped and written again), with the same tokens */
+        out o4 = {0}, o5 = {0};
+        r = request(&nx, &o4, MAX_GEN);
+        CHECK_ST(tnd_batcher_submit(b, &r, NULL));
+        drain(b, &o4, 1);
+        tnd_batcher_stats_get(b, &s1);
+        r = request(&nx, &o5, MAX_GEN);
+        CHECK_ST(tnd_batcher_submit(b, &r, NULL));
+        drain(b, &o5, 1);
+        tnd_batcher_stats_get(b, &s2);
+        check_same("sent again", 0, m, &o5, ref_nx, MAX_GEN);
+        CHECK(s2.n_prompt_reused - s1.n_prompt_reused == (uint64_t)(nx.n - 16),
+              "sent again: %llu reused, want %d (all but the last 16)",
+              (unsigned long long)(s2.n_prompt_reused - s1.n_prompt_reused), nx.n - 16);
+
         /* the same on SimGPU, a random placement (KV rows on both sides): the CPU's tokens */
         tnd_ctx_params sp = cp;
         sp.device = TND_DEVICE_SIM;
@@ -341,7 +360,58 @@ int main(void) {
         tnd_ctx_free(cs);
     }
 
-    /* free ends what is queued and running, and frees the kept slots */
+    /* two conversations with a common beginning (a system prompt), slots
+     * free: the second takes a free slot, not the first's, so the first's
+     * next turn finds all its rows; the batcher's free then frees the
+     * kept slots too */
+    {
+        tnd_ctx *c2 = NULL;
+        tnd_batcher *b2 = NULL;
+        CHECK_ST(tnd_ctx_new(m, &cp, &c2));
+        if (c2) CHECK_ST(tnd_batcher_new(c2, 4, &b2));
+        if (b2) {
+            prompt pa, pb;
+            pa.n = pb.n = 50;
+            for (int i = 0; i < 50; i++) {
+                pa.ids[i] = (int32_t)(tc_xorshift() % (uint64_t)nv);
+                pb.ids[i] = i < 20 ? pa.ids[i] : (int32_t)(tc_xorshift() % (uint64_t)nv);
+            }
+            out oa = {0}, ob = {0}, oa2 = {0};
+            tnd_request r = request(&pa, &oa, MAX_GEN);
+            CHECK_ST(tnd_batcher_submit(b2, &r, NULL));
+            drain(b2, &oa, 1);
+            r = request(&pb, &ob, MAX_GEN);
+            CHECK_ST(tnd_batcher_submit(b2, &r, NULL));
+            drain(b2, &ob, 1);
+            prompt pa2 = pa;
+            for (int i = 0; i < oa.n && i < MAX_GEN; i++) pa2.ids[pa2.n++] = oa.tok[i];
+            for (int i = 0; i < 20; i++) pa2.ids[pa2.n++] = (int32_t)(tc_xorshift() % (uint64_t)nv);
+            int32_t ref_a2[MAX_GEN];
+            CHECK_ST(alone(m, &cp, &pa2, ref_a2));
+            tnd_batcher_stats s0, s1;
+            tnd_batcher_stats_get(b2, &s0);
+            r = request(&pa2, &oa2, MAX_GEN);
+            CHECK_ST(tnd_batcher_submit(b2, &r, NULL));
+            drain(b2, &oa2, 1);
+            tnd_batcher_stats_get(b2, &s1);
+            const int held_a = pa.n + oa.n - (oa.why == TND_FINISH_LENGTH);
+            CHECK(s0.n_prompt_reused == 0, "the second conversation reused %llu tokens of the first's slot",
+                  (unsigned long long)s0.n_prompt_reused);
+            CHECK(s1.n_prompt_reused - s0.n_prompt_reused == (uint64_t)held_a,
+                  "the first conversation's next turn reused %llu, want its %d",
+                  (unsigned long long)(s1.n_prompt_reused - s0.n_prompt_reused), held_a);
+            check_same("a conversation beside another", 0, m, &oa2, ref_a2, MAX_GEN);
+            int live = 0;
+            for (int s3 = 0; s3 < cp.n_seq_max; s3++) live += tnd_seq_n_past(c2, s3) >= 0;
+            CHECK(live == 2, "%d sequences live: want the two conversations' kept slots", live);
+            tnd_batcher_free(b2);
+            for (int s3 = 0; s3 < cp.n_seq_max; s3++)
+                CHECK(tnd_seq_n_past(c2, s3) < 0, "sequence %d still live after the batcher's free", s3);
+        }
+        tnd_ctx_free(c2);
+    }
+
+    /* free ends what is queued and running */
     memset(o, 0, sizeof o);
     for (int i = 0; i < nreq; i++) {
         tnd_request r = request(&p[i], &o[i], MAX_GEN);

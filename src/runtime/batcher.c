@@ -7,11 +7,11 @@
  * may cancel or submit).
  *
  * Prompt caching: a finished request's sequence stays live, its slot
- * "kept" with the tokens its KV rows hold. A request whose prompt begins
- * with a kept slot's tokens takes that slot, truncated to the common part,
- * and evaluates only the rest (a chat's next turn re-sends the whole
- * conversation). With no kept slot worth it, a request takes a free slot,
- * else the least recently used kept one. */
+ * "kept" with the tokens its KV rows hold. A request whose prompt continues
+ * a kept slot's tokens takes that slot, truncated to the common part, and
+ * evaluates only the rest (a chat's next turn re-sends the whole
+ * conversation); else it takes a free slot, else the least recently used
+ * kept one, truncated to what it shares (take_slot). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,15 +56,17 @@ struct tnd_batcher {
     uint64_t clock;
 };
 
-/* A kept slot is taken for a common part of at least this many tokens even
- * when a free slot waits (a shorter one, such as a lone BOS, would cost the
- * kept rows more than it saves); with no free slot, any common part. */
-#define REUSE_MIN 16
+/* Tokens a kept slot may lose and still count as continued by a prompt
+ * (take_slot): its last REEVAL_MIN evaluated again, and what a chat
+ * template writes otherwise around the reply it renders again (the end of
+ * the turn, the reply's text tokenized anew). */
+#define CONTINUE_SLACK 32
 /* A prompt's last tokens are evaluated again even when a kept slot holds
- * them: as a chunk of 16 or more they take the prefill's kernels, as the
- * whole prompt evaluated at once would (on the CPU a lone token's matvec,
- * and below 16 tokens the non-AMX kernels, round differently), so the
- * same request sent twice gets the same logits on the CPU. */
+ * them: as a chunk of 16 or more they take the prefill's kernels (on the
+ * CPU a lone token's matvec, and below 16 tokens the non-AMX kernels,
+ * round differently), so a request sent again gets the logits of its first
+ * evaluation on the CPU when that one's last round also had 16 tokens or
+ * more (a prompt of 16 to n_batch tokens run alone, say). */
 #define REEVAL_MIN 16
 
 static void req_free(breq *r) {
@@ -141,9 +143,9 @@ static void publish_running(tnd_batcher *b) {
 }
 
 /* Takes running request in slot s out; stepping thread. Its sequence is
- * kept for prompt caching when its rows hold exactly the tokens recorded
- * (nothing queued: a request cancelled mid-prompt, or a failed round,
- * frees it). */
+ * kept for prompt caching when its rows hold exactly the tokens recorded;
+ * with tokens queued (a cancelled request: mid-prompt, or with its last
+ * sampled token fed) or after a failed round it is freed. */
 static breq *retire(tnd_batcher *b, int s, tnd_finish why) {
     breq *r = b->run[s];
     r->why = why;
@@ -194,38 +196,45 @@ void tnd_batcher_set_prompt_cache(tnd_batcher *b, bool on) {
         }
 }
 
-/* A slot for r (stepping thread, under the lock): the kept slot whose
- * tokens share the longest beginning with r's prompt, truncated to it
- * (*keep: its length; at most n_prompt - REEVAL_MIN), when that is worth
- * it (REUSE_MIN); else a free slot, else the
- * least recently used kept slot, freed. */
+/* The tokens kept slot s shares with the beginning of r's prompt, at most
+ * n_prompt - REEVAL_MIN. */
+static int common(const tnd_batcher *b, int s, const breq *r) {
+    int n = 0;
+    const int lim = TND_MIN(b->n_held[s], r->n_prompt - REEVAL_MIN);
+    while (n < lim && b->held[s][n] == r->prompt[n]) n++;
+    return n;
+}
+
+/* A slot for r (stepping thread, under the lock; *keep: the rows it keeps):
+ *   1. the kept slot the prompt continues (it shares all the slot holds but
+ *      CONTINUE_SLACK tokens at most) that shares the most;
+ *   2. else a free slot, so that other conversations' rows stay;
+ *   3. else the least recently used kept slot, truncated to what it shares
+ *      (a common system prompt, say). */
 static tnd_status take_slot(tnd_batcher *b, const breq *r, int *slot, int *keep) {
-    int best = -1, lcp = 0;
-    for (int s = 0; b->cache && s < b->n_seq_max; s++) {
+    int best = -1, lcp = 0, lru = -1, n_free = b->n_seq_max - b->n_run;
+    for (int s = 0; s < b->n_seq_max; s++) {
         if (!b->kept[s]) continue;
-        int n = 0;
-        const int lim = TND_MIN(b->n_held[s], r->n_prompt - REEVAL_MIN);
-        while (n < lim && b->held[s][n] == r->prompt[n]) n++;
-        if (n > lcp || (n == lcp && n > 0 && b->used_at[s] > b->used_at[best])) best = s, lcp = n;
-    }
-    int n_free = b->n_seq_max - b->n_run;
-    for (int s = 0; s < b->n_seq_max; s++) n_free -= b->kept[s];
-    if (best >= 0 && (lcp >= REUSE_MIN || n_free == 0)) {
-        tnd_status st = tnd_seq_truncate(b->c, best, lcp);
-        if (st) return st;
-        b->kept[best] = false;
-        *slot = best;
-        *keep = lcp;
-        return TND_OK;
-    }
-    if (!n_free) { /* the least recently used kept slot makes room */
-        int lru = -1;
-        for (int s = 0; s < b->n_seq_max; s++)
-            if (b->kept[s] && (lru < 0 || b->used_at[s] < b->used_at[lru])) lru = s;
-        if (lru >= 0) {
-            tnd_seq_free(b->c, lru);
-            b->kept[lru] = false;
+        if (tnd_seq_n_past(b->c, s) != b->n_held[s]) { /* its rows changed outside the batcher: not to be trusted */
+            tnd_seq_free(b->c, s);
+            b->kept[s] = false;
+            continue;
         }
+        n_free--;
+        if (lru < 0 || b->used_at[s] < b->used_at[lru]) lru = s;
+        const int n = common(b, s, r);
+        if (n > lcp && b->n_held[s] - n <= CONTINUE_SLACK) best = s, lcp = n;
+    }
+    if (best < 0 && n_free == 0 && lru >= 0) best = lru, lcp = common(b, lru, r);
+    if (best >= 0) {
+        b->kept[best] = false;
+        if (!tnd_seq_truncate(b->c, best, lcp)) {
+            *slot = best;
+            *keep = lcp;
+            return TND_OK;
+        }
+        tnd_seq_free(b->c, best); /* cannot be (checked above), but then afresh */
+        tnd_clear_error();
     }
     *keep = 0;
     return tnd_seq_new(b->c, slot);
@@ -360,6 +369,10 @@ tnd_status tnd_batcher_step(tnd_batcher *b) {
     const double dt = tnd_time_s() - t0;
     int n_sampled = 0, n_tok = 0;
     for (int s = 0; s < b->n_seq_max; s++) {
+        if (rs && b->kept[s]) { /* a failed round (a plan swap's copies, say) leaves no rows to trust */
+            tnd_seq_free(b->c, s);
+            b->kept[s] = false;
+        }
         breq *r = b->run[s];
         if (!r) continue;
         if (rs) {
