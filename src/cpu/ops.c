@@ -67,21 +67,24 @@ TGT static void act_mul_avx512(const float *g, const float *u, float *out, int64
     }
 }
 
-/* sum of x[i]^2 in double: 16 lanes, then a fixed-order reduction (each
+/* sum of x[i]^2 in double: 2 x L lanes, then a fixed-order reduction (each
  * square is exact in double, as in the scalar loop; only the order of the
- * additions differs) */
-TGT static double sumsq_avx512(const float *x, int64_t n) {
-    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(x + i)), hi = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
-        a0 = _mm512_fmadd_pd(lo, lo, a0);
-        a1 = _mm512_fmadd_pd(hi, hi, a1);
+ * additions differs); one body for AVX-512 (L 8) and AVX2 (L 4) */
+#define SUMSQ_FN(name, VD, L, ZERO, CVT, LOADF, FMA, ADD, REDUCE)                  \
+    TGT static double name(const float *x, int64_t n) {                          \
+        VD a0 = ZERO(), a1 = ZERO();                                             \
+        int64_t i = 0;                                                           \
+        for (; i + 2 * (L) <= n; i += 2 * (L)) {                                 \
+            const VD lo = CVT(LOADF(x + i)), hi = CVT(LOADF(x + i + (L)));       \
+            a0 = FMA(lo, lo, a0);                                                \
+            a1 = FMA(hi, hi, a1);                                                \
+        }                                                                        \
+        double ss = REDUCE(ADD(a0, a1));                                         \
+        for (; i < n; i++) ss += (double)x[i] * x[i];                            \
+        return ss;                                                               \
     }
-    double ss = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
-    for (; i < n; i++) ss += (double)x[i] * x[i];
-    return ss;
-}
+SUMSQ_FN(sumsq_avx512, __m512d, 8, _mm512_setzero_pd, _mm512_cvtps_pd, _mm256_loadu_ps, _mm512_fmadd_pd, _mm512_add_pd,
+         _mm512_reduce_add_pd)
 
 /* Adjacent-pair RoPE of n (a multiple of 16) values: the scalar loop's
  * multiplies, subtract and add (no FMA), 8 pairs at a time. cs: c0 s0 c1 s1 .. */
@@ -127,22 +130,14 @@ TGT static void act_mul_avx2(const float *g, const float *u, float *out, int64_t
     }
 }
 
-/* The AVX-512 paths' AVX2 twins: the sum of squares in 4 + 4 double lanes,
- * and RoPE (n, half multiples of 8), the same operations. */
-TGT static double sumsq_avx2(const float *x, int64_t n) {
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
-        a0 = _mm256_fmadd_pd(lo, lo, a0);
-        a1 = _mm256_fmadd_pd(hi, hi, a1);
-    }
-    const __m256d a = _mm256_add_pd(a0, a1);
+/* The AVX-512 paths' AVX2 twins: the sum of squares, and RoPE (n, half
+ * multiples of 8), the same operations. */
+TGT static double hsum4d(__m256d a) {
     const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
-    double ss = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
-    for (; i < n; i++) ss += (double)x[i] * x[i];
-    return ss;
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
+SUMSQ_FN(sumsq_avx2, __m256d, 4, _mm256_setzero_pd, _mm256_cvtps_pd, _mm_loadu_ps, _mm256_fmadd_pd, _mm256_add_pd,
+         hsum4d)
 
 TGT static void rope_pairs_avx2(float *v, const float *cs, int n) {
     for (int d = 0; d < n; d += 8) {
@@ -248,20 +243,15 @@ void tnd_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float
                   bool neox, const float *cs) {
     int half = n_rot / 2;
 #if defined(__x86_64__)
-    if (cs && !neox && n_rot % 16 == 0 && exp_isa() == TND_ISA_AVX512) {
-        for (int h = 0; h < n_heads; h++) rope_pairs_avx512(x + (int64_t)h * head_dim, cs, n_rot);
-        return;
-    }
-    if (cs && neox && half % 16 == 0 && exp_isa() == TND_ISA_AVX512) {
-        for (int h = 0; h < n_heads; h++) rope_neox_avx512(x + (int64_t)h * head_dim, cs, half);
-        return;
-    }
-    if (cs && !neox && n_rot % 8 == 0 && exp_isa() == TND_ISA_AVX2) {
-        for (int h = 0; h < n_heads; h++) rope_pairs_avx2(x + (int64_t)h * head_dim, cs, n_rot);
-        return;
-    }
-    if (cs && neox && half % 8 == 0 && exp_isa() == TND_ISA_AVX2) {
-        for (int h = 0; h < n_heads; h++) rope_neox_avx2(x + (int64_t)h * head_dim, cs, half);
+    /* the vector paths take a head's pairs from the table's row: n_rot
+     * values (adjacent pairs) or half pairs (NEOX), in whole vectors */
+    const tnd_cpu_isa_id isa = cs ? exp_isa() : TND_ISA_SCALAR;
+    const int len = neox ? half : n_rot;
+    void (*fn)(float *, const float *, int) = NULL;
+    if (isa == TND_ISA_AVX512 && len % 16 == 0) fn = neox ? rope_neox_avx512 : rope_pairs_avx512;
+    else if (isa == TND_ISA_AVX2 && len % 8 == 0) fn = neox ? rope_neox_avx2 : rope_pairs_avx2;
+    if (fn) {
+        for (int h = 0; h < n_heads; h++) fn(x + (int64_t)h * head_dim, cs, len);
         return;
     }
 #endif
