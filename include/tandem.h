@@ -300,10 +300,11 @@ tnd_status tnd_ctx_step(tnd_ctx *c);
 int tnd_seq_n_queued(const tnd_ctx *c, int seq);
 /* Tokens in seq's KV cache (-1: no such sequence). */
 int tnd_seq_n_past(const tnd_ctx *c, int seq);
-/* Drops seq's KV cache past its first n tokens (0 <= n <= n_past), so the
- * tokens fed next continue at position n: a prompt that begins with what
- * seq holds evaluates only the rest. Its logits are no longer readable.
- * TND_ERR_ARG for an unknown sequence, n out of range, or tokens queued. */
+/* Drops seq's KV cache past its first n tokens (0 <= n <= n_past) and its
+ * queued tokens, so the tokens fed next continue at position n: a prompt
+ * that begins with what seq holds evaluates only the rest. Its logits are
+ * no longer readable. TND_ERR_ARG for an unknown sequence or n out of
+ * range (nothing changed). */
 tnd_status tnd_seq_truncate(tnd_ctx *c, int seq, int n);
 /* The n_vocab logits after seq's last fed token, once a step has
  * evaluated it; NULL before that, or for no such sequence. Valid until the
@@ -354,8 +355,8 @@ void tnd_sampler_accept(tnd_sampler *s, int32_t tok);
  * keeping what they share with it. The logits are a fresh evaluation's up
  * to float rounding: the same bits in the CPU's exact mode; with Q8
  * activations or a GPU, near-ties may sample differently, as they may when
- * other requests share the rounds. A request cancelled while it runs is
- * not kept.
+ * other requests share the rounds. A request cancelled while it runs keeps
+ * the rows evaluated so far (its queue dropped).
  * A request waits in the queue while every slot is taken; a full queue
  * refuses more (TND_ERR_LIMIT): back-pressure, never a failure inside.
  * Submit, cancel, wait and stats may be called from any thread; step from

@@ -14,8 +14,9 @@
  *     and on SimGPU with a random placement); sent again, the slot is
  *     truncated to all but the prompt's last 16 tokens, the same tokens;
  *     a second conversation with a common beginning takes a free slot, not
- *     the first's; off, the same tokens with nothing reused; the batcher's
- *     free frees kept slots;
+ *     the first's; one cancelled while it generates keeps the rows it
+ *     evaluated for its next turn; off, the same tokens with nothing
+ *     reused; the batcher's free frees kept slots;
  *   - the counters add up, and freeing the batcher ends what is left.
  * Skips (77) without the default model.
  * TND_TSAN (scripts/test.sh: under ThreadSanitizer, where the threads are the
@@ -404,6 +405,35 @@ int main(void) {
             int live = 0;
             for (int s3 = 0; s3 < cp.n_seq_max; s3++) live += tnd_seq_n_past(c2, s3) >= 0;
             CHECK(live == 2, "%d sequences live: want the two conversations' kept slots", live);
+            /* a third conversation cancelled after 3 tokens (a stop button) keeps the rows it
+             * evaluated: its next turn reuses them */
+            prompt pc;
+            pc.n = 30;
+            for (int i = 0; i < pc.n; i++) pc.ids[i] = (int32_t)(tc_xorshift() % (uint64_t)nv);
+            out oc = {0}, oc2 = {0};
+            uint64_t idc = 0;
+            r = request(&pc, &oc, MAX_GEN);
+            CHECK_ST(tnd_batcher_submit(b2, &r, &idc));
+            for (int k = 0; k < 100 && oc.n < 3 && !oc.n_done; k++) CHECK_ST(tnd_batcher_step(b2));
+            tnd_batcher_cancel(b2, idc);
+            CHECK_ST(tnd_batcher_step(b2));
+            CHECK(oc.n_done == 1 && oc.why == TND_FINISH_CANCEL && oc.n == 3, "cancelled after %d tokens: finish %d",
+                  oc.n, (int)oc.why);
+            prompt pc2 = pc;
+            for (int i = 0; i < oc.n; i++) pc2.ids[pc2.n++] = oc.tok[i];
+            for (int i = 0; i < 20; i++) pc2.ids[pc2.n++] = (int32_t)(tc_xorshift() % (uint64_t)nv);
+            int32_t ref_c2[MAX_GEN];
+            CHECK_ST(alone(m, &cp, &pc2, ref_c2));
+            tnd_batcher_stats_get(b2, &s0);
+            r = request(&pc2, &oc2, MAX_GEN);
+            CHECK_ST(tnd_batcher_submit(b2, &r, NULL));
+            drain(b2, &oc2, 1);
+            tnd_batcher_stats_get(b2, &s1);
+            /* its rows: the prompt and the tokens fed before the last (which was queued when cancelled) */
+            CHECK(s1.n_prompt_reused - s0.n_prompt_reused == (uint64_t)(pc.n + oc.n - 1),
+                  "after a cancel: %llu reused, want %d", (unsigned long long)(s1.n_prompt_reused - s0.n_prompt_reused),
+                  pc.n + oc.n - 1);
+            check_same("after a cancel", 0, m, &oc2, ref_c2, MAX_GEN);
             tnd_batcher_free(b2);
             for (int s3 = 0; s3 < cp.n_seq_max; s3++)
                 CHECK(tnd_seq_n_past(c2, s3) < 0, "sequence %d still live after the batcher's free", s3);

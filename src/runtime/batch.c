@@ -67,11 +67,10 @@ tnd_status tnd_seq_free(tnd_ctx *c, int seq) {
 tnd_status tnd_seq_truncate(tnd_ctx *c, int seq, int n) {
     if (!seq_ok(c, seq)) return no_seq(c, seq);
     const int past = *past_of(c, seq);
-    if (c->seq[seq].nq) return tnd_fail(TND_ERR_ARG, "sequence %d has %d tokens queued: truncate it between steps "
-                                        "with none queued", seq, c->seq[seq].nq);
     if (n < 0 || n > past) return tnd_fail(TND_ERR_ARG, "cannot truncate sequence %d from %d tokens to %d", seq, past, n);
     /* rows past n are written again by what is fed next; none is read before */
     *past_of(c, seq) = n;
+    c->seq[seq].nq = 0; /* tokens fed but not evaluated follow the rows dropped */
     c->seq[seq].has_logits = false;
     return TND_OK;
 }

@@ -143,15 +143,18 @@ static void publish_running(tnd_batcher *b) {
 }
 
 /* Takes running request in slot s out; stepping thread. Its sequence is
- * kept for prompt caching when its rows hold exactly the tokens recorded;
- * with tokens queued (a cancelled request: mid-prompt, or with its last
- * sampled token fed) or after a failed round it is freed. */
+ * kept for prompt caching with the rows evaluated so far: a cancelled
+ * request has tokens queued (the rest of its prompt, or its last sampled
+ * token), dropped here, so held keeps the first n_past. After a failed
+ * round it is freed. */
 static breq *retire(tnd_batcher *b, int s, tnd_finish why) {
     breq *r = b->run[s];
     r->why = why;
-    b->kept[s] = b->cache && why != TND_FINISH_ERROR && b->held[s] && tnd_seq_n_queued(b->c, s) == 0 &&
-                 tnd_seq_n_past(b->c, s) == b->n_held[s];
-    if (!b->kept[s]) tnd_seq_free(b->c, s);
+    const int past = tnd_seq_n_past(b->c, s);
+    b->kept[s] = b->cache && why != TND_FINISH_ERROR && b->held[s] && past > 0 && past <= b->n_held[s] &&
+                 !tnd_seq_truncate(b->c, s, past);
+    if (b->kept[s]) b->n_held[s] = past;
+    else tnd_seq_free(b->c, s);
     pthread_mutex_lock(&b->mu);
     b->run[s] = NULL;
     b->n_run--;
