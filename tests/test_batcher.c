@@ -119,6 +119,15 @@ static void drain(tnd_batcher *b, out *o, int n) {
     CHECK(false, "requests did not finish in 10000 rounds");
 }
 
+/* p through b alone, to its end (MAX_GEN tokens at most); b's counters
+ * after it into st (may be NULL). */
+static void one(tnd_batcher *b, const prompt *p, out *o, tnd_batcher_stats *st) {
+    tnd_request r = request(p, o, MAX_GEN);
+    CHECK_ST(tnd_batcher_submit(b, &r, NULL));
+    drain(b, o, 1);
+    if (st) tnd_batcher_stats_get(b, st);
+}
+
 typedef struct producer {
     tnd_batcher *b;
     const prompt *p;
@@ -281,9 +290,7 @@ int main(void) {
      * reused */
     {
         out o1 = {0}, o2 = {0}, o3 = {0};
-        tnd_request r = request(&p[0], &o1, MAX_GEN);
-        CHECK_ST(tnd_batcher_submit(b, &r, NULL));
-        drain(b, &o1, 1);
+        one(b, &p[0], &o1, NULL);
         check_same("before a next turn", 0, m, &o1, ref[0], MAX_GEN);
         prompt nx = p[0];
         for (int i = 0; i < o1.n && i < MAX_GEN; i++) nx.ids[nx.n++] = o1.tok[i];
@@ -295,10 +302,7 @@ int main(void) {
         CHECK(held <= nx.n - 16, "the next turn re-evaluates more than its last 16 tokens: %d held of %d", held, nx.n);
         tnd_batcher_stats s0, s1, s2;
         tnd_batcher_stats_get(b, &s0);
-        r = request(&nx, &o2, MAX_GEN);
-        CHECK_ST(tnd_batcher_submit(b, &r, NULL));
-        drain(b, &o2, 1);
-        tnd_batcher_stats_get(b, &s1);
+        one(b, &nx, &o2, &s1);
         check_same("next turn", 0, m, &o2, ref_nx, MAX_GEN);
         CHECK(s1.n_prompt_reused - s0.n_prompt_reused == (uint64_t)held &&
                   s1.n_prompt_tokens - s0.n_prompt_tokens == (uint64_t)(nx.n - held),
@@ -306,10 +310,7 @@ int main(void) {
               (unsigned long long)(s1.n_prompt_reused - s0.n_prompt_reused),
               (unsigned long long)(s1.n_prompt_tokens - s0.n_prompt_tokens), held);
         tnd_batcher_set_prompt_cache(b, false);
-        r = request(&nx, &o3, MAX_GEN);
-        CHECK_ST(tnd_batcher_submit(b, &r, NULL));
-        drain(b, &o3, 1);
-        tnd_batcher_stats_get(b, &s2);
+        one(b, &nx, &o3, &s2);
         check_same("caching off", 0, m, &o3, ref_nx, MAX_GEN);
         CHECK(s2.n_prompt_reused == s1.n_prompt_reused && s2.n_prompt_tokens - s1.n_prompt_tokens == (uint64_t)nx.n,
               "caching off: %llu reused, %llu evaluated of %d", (unsigned long long)(s2.n_prompt_reused -
@@ -321,14 +322,8 @@ int main(void) {
         /* the same next turn twice: the second takes the first's slot truncated (its rows past the
          * prompt's last 16 tokens dropped and written again), with the same tokens */
         out o4 = {0}, o5 = {0};
-        r = request(&nx, &o4, MAX_GEN);
-        CHECK_ST(tnd_batcher_submit(b, &r, NULL));
-        drain(b, &o4, 1);
-        tnd_batcher_stats_get(b, &s1);
-        r = request(&nx, &o5, MAX_GEN);
-        CHECK_ST(tnd_batcher_submit(b, &r, NULL));
-        drain(b, &o5, 1);
-        tnd_batcher_stats_get(b, &s2);
+        one(b, &nx, &o4, &s1);
+        one(b, &nx, &o5, &s2);
         check_same("sent again", 0, m, &o5, ref_nx, MAX_GEN);
         CHECK(s2.n_prompt_reused - s1.n_prompt_reused == (uint64_t)(nx.n - 16),
               "sent again: %llu reused, want %d (all but the last 16)",
@@ -345,13 +340,8 @@ int main(void) {
         if (cs) CHECK_ST(tnd_batcher_new(cs, 2, &bs));
         if (bs) {
             out q1 = {0}, q2 = {0};
-            r = request(&p[0], &q1, MAX_GEN);
-            CHECK_ST(tnd_batcher_submit(bs, &r, NULL));
-            drain(bs, &q1, 1);
-            r = request(&nx, &q2, MAX_GEN);
-            CHECK_ST(tnd_batcher_submit(bs, &r, NULL));
-            drain(bs, &q2, 1);
-            tnd_batcher_stats_get(bs, &s1);
+            one(bs, &p[0], &q1, NULL);
+            one(bs, &nx, &q2, &s1);
             check_same("SimGPU, first turn", 0, m, &q1, ref[0], MAX_GEN);
             check_same("SimGPU, next turn", 0, m, &q2, ref_nx, MAX_GEN);
             CHECK(s1.n_prompt_reused == (uint64_t)held, "SimGPU: %llu reused, want %d",
@@ -378,12 +368,8 @@ int main(void) {
                 pb.ids[i] = i < 20 ? pa.ids[i] : (int32_t)(tc_xorshift() % (uint64_t)nv);
             }
             out oa = {0}, ob = {0}, oa2 = {0};
-            tnd_request r = request(&pa, &oa, MAX_GEN);
-            CHECK_ST(tnd_batcher_submit(b2, &r, NULL));
-            drain(b2, &oa, 1);
-            r = request(&pb, &ob, MAX_GEN);
-            CHECK_ST(tnd_batcher_submit(b2, &r, NULL));
-            drain(b2, &ob, 1);
+            one(b2, &pa, &oa, NULL);
+            one(b2, &pb, &ob, NULL);
             prompt pa2 = pa;
             for (int i = 0; i < oa.n && i < MAX_GEN; i++) pa2.ids[pa2.n++] = oa.tok[i];
             for (int i = 0; i < 20; i++) pa2.ids[pa2.n++] = (int32_t)(tc_xorshift() % (uint64_t)nv);
@@ -391,10 +377,7 @@ int main(void) {
             CHECK_ST(alone(m, &cp, &pa2, ref_a2));
             tnd_batcher_stats s0, s1;
             tnd_batcher_stats_get(b2, &s0);
-            r = request(&pa2, &oa2, MAX_GEN);
-            CHECK_ST(tnd_batcher_submit(b2, &r, NULL));
-            drain(b2, &oa2, 1);
-            tnd_batcher_stats_get(b2, &s1);
+            one(b2, &pa2, &oa2, &s1);
             const int held_a = pa.n + oa.n - (oa.why == TND_FINISH_LENGTH);
             CHECK(s0.n_prompt_reused == 0, "the second conversation reused %llu tokens of the first's slot",
                   (unsigned long long)s0.n_prompt_reused);
@@ -412,7 +395,7 @@ int main(void) {
             for (int i = 0; i < pc.n; i++) pc.ids[i] = (int32_t)(tc_xorshift() % (uint64_t)nv);
             out oc = {0}, oc2 = {0};
             uint64_t idc = 0;
-            r = request(&pc, &oc, MAX_GEN);
+            tnd_request r = request(&pc, &oc, MAX_GEN);
             CHECK_ST(tnd_batcher_submit(b2, &r, &idc));
             for (int k = 0; k < 100 && oc.n < 3 && !oc.n_done; k++) CHECK_ST(tnd_batcher_step(b2));
             tnd_batcher_cancel(b2, idc);
@@ -425,10 +408,7 @@ int main(void) {
             int32_t ref_c2[MAX_GEN];
             CHECK_ST(alone(m, &cp, &pc2, ref_c2));
             tnd_batcher_stats_get(b2, &s0);
-            r = request(&pc2, &oc2, MAX_GEN);
-            CHECK_ST(tnd_batcher_submit(b2, &r, NULL));
-            drain(b2, &oc2, 1);
-            tnd_batcher_stats_get(b2, &s1);
+            one(b2, &pc2, &oc2, &s1);
             /* its rows: the prompt and the tokens fed before the last (which was queued when cancelled) */
             CHECK(s1.n_prompt_reused - s0.n_prompt_reused == (uint64_t)(pc.n + oc.n - 1),
                   "after a cancel: %llu reused, want %d", (unsigned long long)(s1.n_prompt_reused - s0.n_prompt_reused),

@@ -53,6 +53,22 @@ static void softmax(const float *l, int n, double temp, double *p) {
         p[i] /= sum;
 }
 
+/* The kept set's size over probabilities pr[k] sorted best first: the
+ * shortest prefix with mass >= top_p, then those >= min_p * pr[0]. */
+static int kept(const double *pr, int k, float top_p, float min_p) {
+    int n = k;
+    double cum = 0;
+    for (int i = 0; i < k; i++)
+        if ((cum += pr[i]) >= top_p) {
+            n = i + 1;
+            break;
+        }
+    int m = 1;
+    while (m < n && pr[m] >= min_p * pr[0])
+        m++;
+    return m;
+}
+
 static void test_greedy(void) {
     tnd_sampler_params p = plain(0.0f, 1);
     tnd_sampler *s = make(&p);
@@ -120,19 +136,7 @@ static void check_nucleus(float top_p, float min_p, float temp, int top_k) {
         lk[i] = l[order[i]];
     double pr[N];
     softmax(lk, k, temp, pr);
-    int n = k;
-    double cum = 0;
-    for (int i = 0; i < k; i++) {
-        cum += pr[i];
-        if (cum >= top_p) {
-            n = i + 1;
-            break;
-        }
-    }
-    int m = 1;
-    while (m < n && pr[m] >= min_p * pr[0])
-        m++;
-    n = m;
+    const int n = kept(pr, k, top_p, min_p);
     bool in[N] = {false};
     for (int i = 0; i < n; i++)
         in[order[i]] = true;
@@ -222,17 +226,7 @@ static void test_large_vocab(float top_p, float min_p, int cut_at) {
             below += pr[i];
         top_p = (float)(below + 0.5 * pr[cut_at]);
     }
-    int n = N;
-    double cum = 0;
-    for (int i = 0; i < N; i++)
-        if ((cum += pr[i]) >= top_p) {
-            n = i + 1;
-            break;
-        }
-    int m = 1;
-    while (m < n && pr[m] >= min_p * pr[0])
-        m++;
-    n = m;
+    const int n = kept(pr, N, top_p, min_p);
     double want[B] = {0}, mass = 0;
     int *rank = tc_xmalloc(sizeof(int) * N);
     memset(in, 0, sizeof(bool) * N);
