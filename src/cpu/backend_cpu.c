@@ -615,12 +615,15 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     }
     case TND_OP_ROPE: {
         const int32_t *pos = in[1].data;
-        int max_pos = 0;
-        for (int64_t t = 0; t < in[0].ne[2]; t++) max_pos = pos[t] > max_pos ? pos[t] : max_pos;
-        const float *rope = tnd_rope_rows(&c->rope, op->p.rope.n_rot, op->p.rope.freq_base, op->p.rope.freq_scale,
-                                          max_pos);
-        for (int64_t t = 0; t < in[0].ne[2] && rope; t++) /* a negative position: computed in place */
-            if (pos[t] < 0) rope = NULL;
+        int max_pos = 0, min_pos = 0;
+        for (int64_t t = 0; t < in[0].ne[2]; t++) {
+            max_pos = pos[t] > max_pos ? pos[t] : max_pos;
+            min_pos = pos[t] < min_pos ? pos[t] : min_pos;
+        }
+        /* the table's rows, filled here before the threads read them; a negative position: computed in place */
+        const float *rope = min_pos < 0 ? NULL
+                                        : tnd_rope_rows(&c->rope, op->p.rope.n_rot, op->p.rope.freq_base,
+                                                        op->p.rope.freq_scale, max_pos);
         return run_rows(c, op, in[0].ne[2], tnd_tensor_nelem(&in[0]), rope);
     }
     case TND_OP_ATTN: {
@@ -649,9 +652,9 @@ static tnd_status cpu_op_run(tnd_backend *b, const tnd_op *op, tnd_stream *s) {
     }
     case TND_OP_SILU_MUL:
     case TND_OP_GELU_MUL: {
-        /* expf (silu) or libm's tanhf (gelu) bound: a decode step's MoE
-         * activations (n_used x n_ff) cost tens of microseconds on one
-         * thread, a prefill's more; element-wise, so the same bits */
+        /* expf bound: a decode step's MoE activations (n_used x n_ff) cost
+         * tens of microseconds on one thread, a prefill's more;
+         * element-wise, so the same bits */
         actmul_job j = {in[0].data, in[1].data, out[0].data, tnd_tensor_nelem(&in[0]), op->kind == TND_OP_GELU_MUL};
         if (j.n >= 4096) tnd_pool_run(c->pool, actmul_task, &j);
         else actmul_task(&j, 0, 1);
