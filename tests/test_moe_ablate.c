@@ -16,9 +16,10 @@
  *     (tnd_ctx_params.moe_presched); with it, experts load on demand (the
  *     tiny experts copy far faster than the CPU runs them), the logits stay
  *     the CPU's, also with synchronous copies and with the transfer stream
- *     slowed (the GPU's half must wait for the loads), and the fixed count
- *     replaces it (no on-demand loads, at most two copies a layer and
- *     step).
+ *     slowed (the GPU's half must wait for the loads, and for the copies
+ *     two layers ahead that its wider window (Q4) makes: some are made),
+ *     and the fixed count replaces it (no on-demand loads, nothing two
+ *     layers ahead, at most two copies a layer and step).
  * Skips (77) without the tandem binary (for synth). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,8 +111,9 @@ int main(void) {
         if (ablations[a] == TND_ABLATE_SYNC)
             CHECK(s.n_pf_copies > 0, "ablate sync: no expert copied (full system: %llu)",
                   (unsigned long long)copies_full);
-        CHECK(s.n_od_copies == 0, "ablate %s: %llu experts loaded on demand without PreSched", names[a],
-              (unsigned long long)s.n_od_copies);
+        CHECK(s.n_od_copies == 0 && s.n_pf2_copies == 0,
+              "ablate %s: %llu experts loaded on demand, %llu copied two layers ahead without PreSched", names[a],
+              (unsigned long long)s.n_od_copies, (unsigned long long)s.n_pf2_copies);
         tnd_ctx_free(c);
     }
     /* PreSched (exec/prefetch.c, moe/presched.c) */
@@ -132,16 +134,25 @@ int main(void) {
         CHECK(!memcmp(lg, ref, sizeof(float) * nl), "presched, ablate %s: logits differ from the CPU's", ps_names[a]);
         tnd_ctx_stats s;
         tnd_ctx_get_stats(c, &s);
-        printf("presched, ablate %s: %llu decode routings, %llu on the GPU, %llu from slots; %llu experts copied a "
-               "layer ahead, %llu loaded on demand\n",
+        printf("presched, ablate %s: %llu decode routings, %llu on the GPU, %llu from slots; %llu experts copied "
+               "ahead (%llu of them two layers ahead), %llu loaded on demand\n",
                ps_names[a], (unsigned long long)s.n_route_dec, (unsigned long long)s.n_route_dec_gpu,
                (unsigned long long)s.n_route_dec_pf, (unsigned long long)s.n_pf_copies,
-               (unsigned long long)s.n_od_copies);
+               (unsigned long long)s.n_pf2_copies, (unsigned long long)s.n_od_copies);
         if (ps_ablations[a] == TND_ABLATE_FIXED2)
             CHECK(s.n_od_copies == 0 && s.n_pf_copies > 0 && s.n_pf_copies <= 2ull * (uint64_t)ns * (N_GEN + 1),
                   "presched, ablate fixed2: %llu loaded on demand, %llu copied ahead over %d split layers",
                   (unsigned long long)s.n_od_copies, (unsigned long long)s.n_pf_copies, ns);
         else CHECK(s.n_od_copies > 0, "presched, ablate %s: nothing loaded on demand", ps_names[a]);
+        /* Q4: where the next layer's predicted experts are all on the GPU
+         * already (the tiny experts' slots hold most), the link takes the
+         * layer after's; not under the fixed count */
+        if (ps_ablations[a] == TND_ABLATE_FIXED2)
+            CHECK(s.n_pf2_copies == 0, "presched, ablate fixed2: %llu copied two layers ahead",
+                  (unsigned long long)s.n_pf2_copies);
+        else CHECK(s.n_pf2_copies > 0 && s.n_pf2_copies <= s.n_pf_copies,
+                   "presched, ablate %s: %llu of %llu copies two layers ahead", ps_names[a],
+                   (unsigned long long)s.n_pf2_copies, (unsigned long long)s.n_pf_copies);
         tnd_ctx_free(c);
     }
     /* the plan carries it to a context made from it */

@@ -1,6 +1,7 @@
 /* PreSched's decision (moe/presched.c) against LayerScope's eq. 2-6 worked
  * by hand: which current-layer experts load on demand, how many of the
- * next layer's are copied ahead, and the edges (no link speed, a long
+ * next layer's are copied ahead, how many two layers ahead when none of
+ * the next layer's is worth a copy (Q4), and the edges (no link speed, a long
  * queue on the link, the eq. 6 rounding either way, the clamp to the list). */
 #include <math.h>
 
@@ -11,13 +12,16 @@
 
 /* Room for every expert of the current layer to load on demand (max_load: the last case). */
 static int g_room = 1 << 20;
+/* The list two layers ahead (Q4), none unless a case sets it. */
+static const int *g_m2;
+static int g_n2;
 
 static tnd_presched_out run(const int *mc, int nc, const int *mn, int nn, double beta, double c0, double t_io,
                             double t_g, double t_attn, double alpha, double r_hit) {
     const tnd_presched_in in = {.m_cur = mc, .n_cur = nc, .m_next = mn, .n_next = nn, .max_load = g_room,
                                 .beta = beta * US,
                                 .c0 = c0 * US, .t_io = t_io * US, .t_g = t_g * US, .t_attn = t_attn * US,
-                                .alpha = alpha * US, .r_hit = r_hit};
+                                .alpha = alpha * US, .r_hit = r_hit, .m_next2 = g_m2, .n_next2 = g_n2};
     tnd_presched_out o;
     tnd_presched(&in, &o);
     return o;
@@ -94,6 +98,47 @@ int main(void) {
               o.n_prefetch);
         o = run(one, 1, four, 4, 0, 30, 50, 0, 50, 0, 0.5);
         CHECK(o.n_prefetch == 2, "R_hit 0.5: prefetch %d, want 2", o.n_prefetch);
+    }
+    /* Q4, the window two layers ahead. Every current and next-layer
+     * expert on the GPU already, four predicted two layers ahead; c0 30,
+     * t_io 50, t_attn 120, R_hit 0.9. The first window is empty; the second:
+     * T^G_all(k) = 50 (4 - k) against 30 (k + 1) + 120, first below at k =
+     * 1 (150 < 180): GPU_Q holds three. Gap 0, f = 120 / 50 = 2.4 -> 2, eq. 6:
+     * 0.9 * 1.4 - 0.1 * -0.4 > 0: two. */
+    {
+        const int four[4] = {1, 1, 1, 1};
+        g_m2 = four, g_n2 = 4;
+        tnd_presched_out o = run(NULL, 0, NULL, 0, 0, 30, 50, 0, 120, 0, 0.9);
+        CHECK(o.n_load == 0 && o.n_prefetch == 0 && o.f == 0, "Q4, all on the GPU: load %d, prefetch %d (f %.3f)",
+              o.n_load, o.n_prefetch, o.f);
+        CHECK(o.n_prefetch2 == 2 && fabs(o.f2 - 2.4) < 1e-9, "Q4, all on the GPU: prefetch2 %d, f2 %.6f; want 2, 2.4",
+              o.n_prefetch2, o.f2);
+        /* the next layer's in GPU_Q (the first decode case): no wider window */
+        o = run(four, 4, four, 4, 0, 30, 50, 0, 20, 0, 0.9);
+        CHECK(o.n_prefetch == 3 && o.n_prefetch2 == 0, "Q4, next layer in GPU_Q: prefetch %d, prefetch2 %d; want 3, 0",
+              o.n_prefetch, o.n_prefetch2);
+        /* The batched round whose GPU_Q held nothing of the next layer (c20
+         * loads on demand; gap 25 + 30 + 60 - 50 = 65), one expert with 30
+         * tokens two layers ahead (t_c 170): E_all c1 c2 c8 c20 n30, T^G_all(k)
+         * = 50 (5 - k) + 10 against 25, 55, 115, 235, 405 + 20: first below at
+         * k = 3 (110 < 255), GPU_Q = {c20, n30}. f = (65 + 20) / 50 = 1.7 ->
+         * 2, eq. 6 at 0.5: 0.35 - 0.15 > 0, clamped to the one there is. The
+         * on-demand load stays the first window's. */
+        const int mc[4] = {1, 2, 8, 20}, mn[2] = {1, 1}, m30[1] = {30};
+        g_m2 = m30, g_n2 = 1;
+        o = run(mc, 4, mn, 2, 5, 20, 50, 10, 20, 0, 0.5);
+        CHECK(o.n_load == 1 && o.n_prefetch == 0, "Q4, batch: load %d, prefetch %d; want 1, 0", o.n_load,
+              o.n_prefetch);
+        CHECK(o.n_prefetch2 == 1 && fabs(o.f2 - 1.7) < 1e-9, "Q4, batch: prefetch2 %d, f2 %.6f; want 1, 1.7",
+              o.n_prefetch2, o.f2);
+        /* lighter two layers ahead (4 tokens each, t_c 40): E_all c1 c2 n4 n4
+         * c8 c20, first below at k = 4 (110 < 215): GPU_Q = {c8, c20}, none */
+        const int m4[2] = {4, 4};
+        g_m2 = m4, g_n2 = 2;
+        o = run(mc, 4, mn, 2, 5, 20, 50, 10, 20, 0, 0.5);
+        CHECK(o.n_load == 1 && o.n_prefetch2 == 0, "Q4, light: load %d, prefetch2 %d; want 1, 0", o.n_load,
+              o.n_prefetch2);
+        g_m2 = NULL, g_n2 = 0;
     }
     /* no link speed, or nothing to decide: nothing */
     {

@@ -483,7 +483,13 @@ static void layer_errand(void *arg) {
     if (!c->pfq_pending) return;
     const double t1 = c->trace ? tnd_time_s() : 0;
     c->pfq_pending = false;
-    if ((st = tnd_pf_issue(c, c->pfq_l, c->pfq_pred, c->pfq_n)) && !c->pfq_st) c->pfq_st = st;
+    if ((st = tnd_pf_issue(c, c->pfq_l, c->pfq_pred, c->pfq_n, c->presched ? c->pf_cap : -1)) && !c->pfq_st)
+        c->pfq_st = st;
+    if (c->pfq_pred2 && c->pf_cap2 > 0 && !c->pfq_st) { /* PreSched's Q4: two layers ahead */
+        const uint64_t n0 = c->n_pf_copies;
+        if ((st = tnd_pf_issue(c, c->pfq_l + 1, c->pfq_pred2, c->pfq_n2, c->pf_cap2))) c->pfq_st = st;
+        c->n_pf2_copies += c->n_pf_copies - n0;
+    }
     if (c->trace) trace_add(c, TND_SIDE_CPU, TR_PFISSUE, TR_PLAIN, tnd_time_s() - t1);
 }
 
@@ -513,7 +519,11 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
      * experts, queued first, and wait for them: the halves would not overlap. */
     bool queued = false, q;
     const double t0 = c->trace ? tnd_time_s() : 0;
-    if (nd->op.in[1].data && c->gpu && (st = queue_to_host(c, &nd->op.in[1], &queued))) return st;
+    for (int i = 1; i <= 2 && c->gpu; i++) { /* the predictions: the next layer's, the one after's */
+        if (!nd->op.in[i].data) continue;
+        if ((st = queue_to_host(c, &nd->op.in[i], &q))) return st;
+        queued |= q;
+    }
     if (c->gpu && !promoted(c, c->m->layers[l].gate_exps.id)) {
         const tnd_tensor h = {.data = c->side[0].act[A_H], .type = TND_TYPE_F32, .ne = {1, 1, 1, 1}};
         if ((st = queue_to_host(c, &h, &q))) return st;
@@ -550,18 +560,24 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
          * CPU experts to run, as their pool's errand: queuing takes ~4 us a
          * copy, three an expert, which would delay their start */
         const bool ahead = nd->op.in[1].data && !promoted(c, c->m->layers[l + 1].gate_exps.id);
-        const int32_t *pred = NULL;
+        /* and PreSched's Q4 two layers ahead (model/forward.c) */
+        const bool ahead2 = ahead && nd->op.in[2].data && !promoted(c, c->m->layers[l + 2].gate_exps.id);
+        const int32_t *pred = NULL, *pred2 = NULL;
         if (ahead && (st = host_act(c, &nd->op.in[1], true, &bi, (void **)&pred))) return st;
+        if (ahead2 && (st = host_act(c, &nd->op.in[2], true, &bi, (void **)&pred2))) return st;
+        const int64_t n_pred = pred ? tnd_tensor_nelem(&nd->op.in[1]) : 0,
+                      n_pred2 = pred2 ? tnd_tensor_nelem(&nd->op.in[2]) : 0;
         /* PreSched: some of this layer's CPU experts may load on demand */
         c->pf_cap = -1;
-        if (!ci && (st = tnd_pf_presched(c, l, ids, n, ric, rig, &n_cpu, pred,
-                                         pred ? tnd_tensor_nelem(&nd->op.in[1]) : 0)))
-            return st;
+        c->pf_cap2 = 0;
+        if (!ci && (st = tnd_pf_presched(c, l, ids, n, ric, rig, &n_cpu, pred, n_pred, pred2, n_pred2))) return st;
         if ((st = tnd_pf_layer_begin(c, l, n_cpu))) return st;
         if (ahead) {
             c->pfq_pred = pred;
             c->pfq_l = l + 1;
-            c->pfq_n = tnd_tensor_nelem(&nd->op.in[1]);
+            c->pfq_n = n_pred;
+            c->pfq_pred2 = pred2;
+            c->pfq_n2 = n_pred2;
             c->pfq_pending = true;
             /* (without asynchronous copies, before them: the host's wait for
              * the copies then keeps the CPU experts waiting too) */

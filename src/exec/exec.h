@@ -30,7 +30,7 @@
 #include "sched/adapt.h"
 #include "sched/placement.h"
 
-#define TND_PF_EV 4 /* prefetch events, a ring over layers (a copy waits one layer at most) */
+#define TND_PF_EV 4 /* prefetch events, a ring over layers (a copy waits two layers at most: PreSched's Q4) */
 #define TND_MAX_PINS 8 /* pieces of the pinned host store kept across plan swaps */
 
 typedef struct tnd_side {
@@ -171,6 +171,8 @@ struct tnd_ctx {
     int pfq_l;               /* ... into layer pfq_l's slots */
     const int32_t *pfq_pred; /* ... from its prediction [pfq_n] (host activations, live for the round) */
     int64_t pfq_n;
+    const int32_t *pfq_pred2; /* ... then, PreSched's Q4, into layer pfq_l + 1's from this prediction [pfq_n2] */
+    int64_t pfq_n2;
     tnd_status pfq_st;       /* the errand's status, for the next routing or the round's end */
     uint64_t n_pf_copies, n_route_dec_pf; /* experts copied; decode routings served from a slot */
     /* PreSched (moe/presched.c; prefetch.c carries its decisions out) */
@@ -179,6 +181,7 @@ struct tnd_ctx {
                                 count copied a layer ahead is PreSched's, not the balance's */
     uint64_t *pf_read;       /* [n_layer][pf_max] the round a slot was last read */
     int pf_cap;              /* copies a layer ahead PreSched chose at the last routing (-1: none chosen) */
+    int pf_cap2;             /* ... and two layers ahead (Q4: when nothing a layer ahead was worth a copy) */
     double pf_link_free;     /* when the copies queued so far end, by the link's modelled speed (s) */
     double ps_fit[5];        /* decayed sums over split layers' CPU parts (experts n, routings m, time T):
                                 n n, n m, m m, n T, m T: the fit T = c0 n + beta m (eq. 2) */
@@ -190,6 +193,7 @@ struct tnd_ctx {
     double ps_od_s;          /* the on-demand copies (modelled s) the layer whose time pf_last spans waited for */
     double ps_od_next;       /* ... of the layer whose routing came last */
     uint64_t n_od_copies;    /* experts loaded on demand */
+    uint64_t n_pf2_copies;   /* experts copied two layers ahead (Q4; also counted in n_pf_copies) */
     tnd_event *mapped_ev;    /* the GPU's last write into a host buffer (split layers' A_EY rows) */
     bool mapped_pending[A_COUNT]; /* a GPU write into the host buffer may still be running */
     int64_t *expert_hits;    /* [n_layer][n_expert] routing counts (calibration), or NULL */
@@ -283,15 +287,19 @@ int32_t tnd_pf_lookup(tnd_ctx *c, int l, int e);
  * copies when they were queued this round; n_cpu: its routings left to the CPU. */
 tnd_status tnd_pf_layer_begin(tnd_ctx *c, int l, int n_cpu);
 /* Queues copies into layer l's slots of the experts pred names ([nt][k],
- * the next-layer prediction) that are neither resident nor in a slot. */
-tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n);
+ * the next-layer prediction) that are neither resident nor in a slot: at
+ * most cap of them (PreSched's count), or with cap < 0 as many as the
+ * balance (or the fixed-two ablation) allows. */
+tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n, int cap);
 /* PreSched at split layer l's routing (ids [n], partitioned into ric / rig
  * with *n_cpu routings left to the CPU): loads on demand the CPU-side
  * experts it chooses into free slots of l (their routings move to the GPU,
  * *n_cpu shrinks) and sets how many of pred's ([n_pred], layer l + 1; NULL:
- * none) tnd_pf_issue copies. Before tnd_pf_layer_begin. */
+ * none) tnd_pf_issue copies (pf_cap), or, when none of them is worth a
+ * copy, how many of pred2's ([n_pred2], layer l + 2; NULL: none) (pf_cap2).
+ * Before tnd_pf_layer_begin. */
 tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int32_t *ric, int32_t *rig, int *n_cpu,
-                           const int32_t *pred, int64_t n_pred);
+                           const int32_t *pred, int64_t n_pred, const int32_t *pred2, int64_t n_pred2);
 
 /* ---- exec.c ---- */
 /* The side node nd runs on after a node on side cur (the rule of the file

@@ -47,6 +47,7 @@ void tnd_act_sizes(const tnd_hparams *hp, int nb, int n_seq, size_t sz[A_COUNT])
         [A_EY] = hp->n_expert ? f * nb * used * E : 0, [A_RL] = f * nb * hp->n_expert,
         [A_RW] = hp->n_expert ? f * nb * used : 0, [A_RI] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
         [A_PR] = hp->n_expert ? f * TND_PREDICT_MAX_TOK * (size_t)(hp->n_expert + 2 * used) : 0,
+        [A_PR2] = hp->n_expert ? f * TND_PREDICT_MAX_TOK * (size_t)(hp->n_expert + 2 * used) : 0,
         [A_RIC] = hp->n_expert ? sizeof(int32_t) * nb * used : 0, [A_RIG] = hp->n_expert ? sizeof(int32_t) * nb * used : 0,
         /* logits only for each sequence's last token of the round (model/forward.c) */
         [A_IDS] = sizeof(int32_t) * nb, [A_POS] = sizeof(int32_t) * nb, [A_ROW] = sizeof(int32_t) * nb,

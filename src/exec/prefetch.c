@@ -29,7 +29,10 @@
  * that layer's waits left out, so copying too much shrinks H instead of
  * feeding it. (Leaving every wait out under-copied once CUDA graphs made
  * the host's own time small: the waits are most of a layer then.) A miss
- * costs nothing extra: that expert runs on the CPU, as without prefetch. */
+ * costs nothing extra: that expert runs on the CPU, as without prefetch.
+ * With PreSched on, its count replaces the balance's, and when it finds
+ * nothing of the next layer worth a copy, the layer after next's predicted
+ * experts may be copied into that layer's slots instead (its Q4). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -252,7 +255,7 @@ static tnd_status fill_slot(tnd_ctx *c, int l, int v, int e) {
     return TND_OK;
 }
 
-tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
+tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n, int cap) {
     if (!c->pf_max || l < 0 || l >= c->pl.n_layer || !c->pf_n[l]) return TND_OK;
     const int E = c->pl.n_expert, P = c->pf_max;
     const size_t b = (size_t)l * P;
@@ -290,8 +293,8 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n) {
     const double tc = copy_time(c, l), te = c->pf_t_exp, H = c->pf_t_over;
     if (c->ablate & TND_ABLATE_FIXED2) {
         k = TND_MIN(k, 2); /* the ablation: a fixed count, what HybriMoE-like prefetch does */
-    } else if (c->presched && c->pf_cap >= 0) {
-        k = TND_MIN(k, c->pf_cap); /* PreSched chose at the routing (tnd_pf_presched) */
+    } else if (cap >= 0) {
+        k = TND_MIN(k, cap); /* PreSched chose at the routing (tnd_pf_presched) */
     } else if (k > 0 && tc > 0 && te > 0 && H > 0) {
         /* rounded down: taking the fractions as they add up (error
          * diffusion) copied more and ran slower (docs/DECISIONS.md) */
@@ -354,10 +357,25 @@ static bool ps_costs(const tnd_ctx *c, double *beta, double *c0) {
     return *c0 > 0 || *beta > 0;
 }
 
+/* Layer l's experts that pred ([n]) names, neither resident nor in a slot,
+ * as PreSched's list (ps_list) into v; 0 where l has no slots. */
+static int ps_pred_list(const tnd_ctx *c, int l, const int32_t *pred, int64_t n, ps_exp *v) {
+    const int E = c->pl.n_expert;
+    if (!pred || l >= c->pl.n_layer || !c->pf_n[l]) return 0;
+    const int32_t *g = c->exp_gpu + (size_t)l * E;
+    int cnt[TND_PRESCHED_MAX] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        const int e = pred[i];
+        if (e >= 0 && e < E && g[e] < 0 && slot_of(c, l, e) < 0) cnt[e]++;
+    }
+    return ps_list(cnt, E, v);
+}
+
 tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int32_t *ric, int32_t *rig, int *n_cpu,
-                           const int32_t *pred, int64_t n_pred) {
+                           const int32_t *pred, int64_t n_pred, const int32_t *pred2, int64_t n_pred2) {
     c->pf_cap = -1;
-    const int E = c->pl.n_expert, L = c->pl.n_layer, P = c->pf_max;
+    c->pf_cap2 = 0;
+    const int E = c->pl.n_expert, P = c->pf_max;
     if (!c->presched || !P || !c->pf_n[l] || E > TND_PRESCHED_MAX) return TND_OK;
     const size_t b = (size_t)l * P;
     /* R_hit: of this layer's slots filled this round (a layer ahead), the share its routing read */
@@ -368,19 +386,11 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
     int cnt[TND_PRESCHED_MAX] = {0};
     for (int64_t i = 0; i < n; i++)
         if (rig[i] < 0) cnt[ids[i]]++;
-    ps_exp cur[TND_PRESCHED_MAX], nxt[TND_PRESCHED_MAX];
+    ps_exp cur[TND_PRESCHED_MAX], nxt[TND_PRESCHED_MAX], nxt2[TND_PRESCHED_MAX];
     const int nc = ps_list(cnt, E, cur);
     c->ps_next_e = nc;
-    int nn = 0;
-    if (pred && l + 1 < L && c->pf_n[l + 1]) { /* the next layer's predicted, neither resident nor in a slot */
-        const int32_t *g1 = c->exp_gpu + (size_t)(l + 1) * E;
-        memset(cnt, 0, sizeof cnt);
-        for (int64_t i = 0; i < n_pred; i++) {
-            const int e = pred[i];
-            if (e >= 0 && e < E && g1[e] < 0 && slot_of(c, l + 1, e) < 0) cnt[e]++;
-        }
-        nn = ps_list(cnt, E, nxt);
-    }
+    /* the next layer's predicted, and the one after's (Q4) */
+    const int nn = ps_pred_list(c, l + 1, pred, n_pred, nxt), nn2 = ps_pred_list(c, l + 2, pred2, n_pred2, nxt2);
     int room = 0; /* slots on-demand loads may take */
     for (int s = 0; s < c->pf_n[l]; s++) room += slot_free(c, b + (size_t)s, true);
     tnd_presched_in in = {.n_cur = nc, .n_next = nn, .max_load = room, .t_io = copy_time(c, l),
@@ -388,13 +398,15 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
     const double now = tnd_time_s();
     in.alpha = TND_MAX(c->pf_link_free - now, 0.0);
     if (!ps_costs(c, &in.beta, &in.c0) || !(in.t_io > 0)) return TND_OK; /* the balance decides */
-    int mc[TND_PRESCHED_MAX], mn[TND_PRESCHED_MAX];
+    int mc[TND_PRESCHED_MAX], mn[TND_PRESCHED_MAX], mn2[TND_PRESCHED_MAX];
     for (int i = 0; i < nc; i++) mc[i] = cur[i].m;
     for (int i = 0; i < nn; i++) mn[i] = nxt[i].m;
-    in.m_cur = mc, in.m_next = mn;
+    for (int i = 0; i < nn2; i++) mn2[i] = nxt2[i].m;
+    in.m_cur = mc, in.m_next = mn, in.m_next2 = mn2, in.n_next2 = nn2;
     tnd_presched_out out;
     tnd_presched(&in, &out);
     c->pf_cap = out.n_prefetch;
+    c->pf_cap2 = out.n_prefetch2;
     /* on demand: the most loaded, into free slots of this layer */
     int loaded = 0;
     bool was_done = true;

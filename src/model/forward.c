@@ -164,6 +164,20 @@ static void op_store_rows(em *e, const void *src, uint16_t *cache, int nt) {
     emit(e, &op, -1, TND_PIN_KV);
 }
 
+/* The routing (like r) of logits pl, a predicted layer's (A_PR's layout):
+ * its ids. */
+static tnd_tensor predicted_route(em *e, const tnd_op *r, float *pl, int nt) {
+    const int64_t E = e->m->hp.n_expert, k = e->m->hp.n_expert_used;
+    float *pw = pl + (int64_t)TND_PREDICT_MAX_TOK * E;
+    int32_t *pi = (int32_t *)(pw + (int64_t)TND_PREDICT_MAX_TOK * k);
+    tnd_op pr = *r;
+    pr.in[0] = F(pl, E, nt, 1);
+    pr.out[0] = F(pw, k, nt, 1);
+    pr.out[1] = T(pi, TND_TYPE_I32, k, nt, 1);
+    run(e, &pr);
+    return pr.out[1];
+}
+
 static void moe_ffn(em *e, const tnd_layer *L, int nt) {
     const tnd_hparams *hp = &e->m->hp;
     int64_t E = hp->n_embd, F_ = hp->n_ff_exp, k = hp->n_expert_used;
@@ -187,8 +201,15 @@ static void moe_ffn(em *e, const tnd_layer *L, int nt) {
     const bool predict = split && e->r->predict && nt <= TND_PREDICT_MAX_TOK && ln < e->m->hp.n_layer &&
                          e->r->split[ln] && e->m->layers[ln].router.t;
     float *pl = predict ? e->act[A_PR] : NULL;
+    /* PreSched's wider window (LayerScope's Q4): the layer after the next
+     * too, through its router over the same x, in a buffer of its own */
+    const int ln2 = e->layer + 2;
+    const bool predict2 = predict && e->r->predict2 && ln2 < e->m->hp.n_layer && e->r->split[ln2] &&
+                          e->m->layers[ln2].router.t;
+    float *pl2 = predict2 ? e->act[A_PR2] : NULL;
     op_matmul(e, &L->router, e->act[A_H], nt, e->act[A_RL]);
     if (predict) op_matmul(e, &e->m->layers[ln].router, e->act[A_H], nt, pl);
+    if (predict2) op_matmul(e, &e->m->layers[ln2].router, e->act[A_H], nt, pl2);
     tnd_op r = {.kind = TND_OP_MOE_ROUTE};
     r.p.route.n_used = (int)k;
     r.p.route.mode = TND_ROUTE_SOFTMAX_TOPK;
@@ -201,16 +222,8 @@ static void moe_ffn(em *e, const tnd_layer *L, int nt) {
     if (split) {
         tnd_op map = {.kind = TND_OP_NONE};
         map.in[0] = r.out[1];
-        if (predict) {
-            float *pw = pl + (int64_t)TND_PREDICT_MAX_TOK * hp->n_expert;
-            int32_t *pi = (int32_t *)(pw + (int64_t)TND_PREDICT_MAX_TOK * k);
-            tnd_op pr = r;
-            pr.in[0] = F(pl, hp->n_expert, nt, 1);
-            pr.out[0] = F(pw, k, nt, 1);
-            pr.out[1] = T(pi, TND_TYPE_I32, k, nt, 1);
-            run(e, &pr);
-            map.in[1] = pr.out[1];
-        }
+        if (predict) map.in[1] = predicted_route(e, &r, pl, nt);
+        if (predict2) map.in[2] = predicted_route(e, &r, pl2, nt);
         map.out[0] = T(e->act[A_RIC], TND_TYPE_I32, k, nt, 1);
         map.out[1] = T(e->act[A_RIG], TND_TYPE_I32, k, nt, 1);
         run(e, &map);

@@ -29,6 +29,7 @@ enum {
     A_RIG,    /* [nb][n_used] i32 split layers: GPU-resident experts' compact indices, -1 for the others */
     A_PR,     /* the next layer's routing predicted (split layers, rounds of at most TND_PREDICT_MAX_TOK):
                  [TND_PREDICT_MAX_TOK][n_expert] logits, then [..][n_used] weights, then [..][n_used] i32 ids */
+    A_PR2,    /* the same for the layer after the next (PreSched's wider window, Q4) */
     A_IDS,    /* [nb] i32 token ids */
     A_POS,    /* [nb] i32 positions */
     A_ROW,    /* [nb] i32 batched rounds: each token's KV row, slot * n_ctx + position */
@@ -51,6 +52,8 @@ typedef struct tnd_recipe {
                                 through the next layer's router (rounds of at most
                                 TND_PREDICT_MAX_TOK tokens): the experts the executor copies to
                                 the GPU a layer ahead (exec/prefetch.c) */
+    bool predict2;           /* with predict, also through the router of the layer after the next,
+                                where that one is split: PreSched's wider window (LayerScope's Q4) */
 } tnd_recipe;
 
 /* The largest round whose split layers predict the next layer's experts. */

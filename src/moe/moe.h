@@ -182,6 +182,8 @@ typedef struct tnd_presched_in {
     int n_cur;
     const int *m_next; /* the same of the next layer's predicted experts not on the GPU */
     int n_next;
+    const int *m_next2; /* the same two layers ahead (Q4's wider window), or NULL */
+    int n_next2;
     int max_load;      /* at most this many of m_cur may load on demand (the room for them) */
     double beta, c0;   /* an expert's CPU time for m tokens: beta m + c0 (s; eq. 2) */
     double t_io;       /* an expert's copy to the GPU (s; > 0, else nothing is decided) */
@@ -195,6 +197,8 @@ typedef struct tnd_presched_out {
     int n_load;     /* the last (most loaded) n_load of m_cur: load on demand */
     int n_prefetch; /* the last n_prefetch of m_next: copy ahead */
     double f;       /* eq. 5's prefetch count before rounding (0: no prefetch asked) */
+    int n_prefetch2; /* Q4, when GPU_Q holds nothing of m_next: the last n_prefetch2 of m_next2 */
+    double f2;       /* ... and its eq. 5 count */
 } tnd_presched_out;
 
 void tnd_presched(const tnd_presched_in *in, tnd_presched_out *out);

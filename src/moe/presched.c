@@ -23,10 +23,13 @@
  * the critical copy's
  * expected gain (eq. 6, R_hit and R_miss = 1 - R_hit; the caller's R_hit
  * is the share over all copies a layer ahead, not the critical one's,
- * which the predictor's ranking would put lower) is not positive; no
- * prefetch when GPU_Q holds nothing of the next layer (Q4; the paper then
- * looks further ahead, which needs predictions two layers ahead that the
- * executor does not make).
+ * which the predictor's ranking would put lower) is not positive.
+ * Q4: when GPU_Q holds nothing of the next layer (nothing of it is worth a
+ * copy, or nothing of it is left to copy), the window moves one layer
+ * further: the layer after next's predicted experts (E_next2) take E_next's
+ * place in the cross-layer sorting, and the same eq. 3 and eq. 5-6, with
+ * the gap the on-demand decision left, give how many of them to copy ahead.
+ * The on-demand loads stay the first window's.
  *
  * Ties in E_all put the current layer's experts first: with equal tokens
  * a copy a layer ahead overlaps this layer's work, an on-demand one the
@@ -38,59 +41,77 @@
 /* An expert's CPU time for m tokens (eq. 2). */
 static double t_c(const tnd_presched_in *in, int m) { return in->beta * m + in->c0; }
 
-void tnd_presched(const tnd_presched_in *in, tnd_presched_out *out) {
-    out->n_load = 0;
-    out->n_prefetch = 0;
-    out->f = 0;
-    const int nc = in->n_cur, nn = in->n_next, N = nc + nn;
-    if (N <= 0 || nc > TND_PRESCHED_MAX || nn > TND_PRESCHED_MAX || !(in->t_io > 0)) return;
-    /* E_all by tokens, the current layer first at ties */
-    int all_m[2 * TND_PRESCHED_MAX], all_cur[2 * TND_PRESCHED_MAX]; /* cur: its index in E_cur, else -1 */
+/* E_all: E_cur (nc) and another layer's list m (nn) merged by tokens, the
+ * current layer first at ties; all_cur[k]: E_cur's index, -1 for the other
+ * list's. Returns Q1's (eq. 3) k: GPU_Q = E_all[k..nc + nn - 1]. */
+static int gpu_queue(const tnd_presched_in *in, const int *m, int nn, int *all_cur) {
+    const int nc = in->n_cur, N = nc + nn;
+    int all_m[2 * TND_PRESCHED_MAX];
     for (int a = 0, b = 0, k = 0; k < N; k++) {
-        const bool take_cur = a < nc && (b >= nn || in->m_cur[a] <= in->m_next[b]);
-        all_m[k] = take_cur ? in->m_cur[a] : in->m_next[b];
+        const bool take_cur = a < nc && (b >= nn || in->m_cur[a] <= m[b]);
+        all_m[k] = take_cur ? in->m_cur[a] : m[b];
         all_cur[k] = take_cur ? a++ : (b++, -1);
     }
-    /* Q1: the first k with T^G_all(k) < T^C_all(k); GPU_Q = E_all[k..N-1] */
-    int q = N;
     double pre = 0; /* t_c(E_all[0..k]) */
     for (int k = 0; k < N; k++) {
         pre += t_c(in, all_m[k]);
-        const double tg = in->alpha + (N - k) * in->t_io + in->t_g, tcpu = pre + in->t_attn;
-        if (tg < tcpu) {
-            q = k;
-            break;
-        }
+        if (in->alpha + (N - k) * in->t_io + in->t_g < pre + in->t_attn) return k;
     }
-    /* prefix sums of E_cur's CPU times: T_C(i) = cum[i] */
-    double cum[TND_PRESCHED_MAX + 1];
-    cum[0] = 0;
-    for (int i = 0; i < nc; i++) cum[i + 1] = cum[i] + t_c(in, in->m_cur[i]);
-    /* the on-demand loop (eq. 4) over GPU_Q's current-layer experts */
-    int i_load = nc;
-    bool next_in_q = false;
-    for (int k = q; k < N; k++) {
-        if (all_cur[k] < 0) {
-            next_in_q = true;
-            continue;
-        }
-        const int ip = all_cur[k];
-        if (i_load == nc && in->alpha + (nc - ip) * in->t_io + in->t_g < cum[ip]) i_load = ip;
-    }
-    const int room = in->max_load > 0 ? in->max_load : 0;
-    if (nc - i_load > room) i_load = nc - room; /* the heaviest that have room; the gap below counts only them */
-    out->n_load = nc - i_load;
-    if (!next_in_q || nn == 0) return;
-    /* Q2 (eq. 5): the gap the CPU's share leaves the link, over t_io */
-    const double gap = cum[i_load] - in->alpha - (nc - i_load) * in->t_io;
+    return N;
+}
+
+/* Whether GPU_Q (from q) holds an expert of the other list. */
+static bool other_in_queue(const int *all_cur, int q, int N) {
+    for (int k = q; k < N; k++)
+        if (all_cur[k] < 0) return true;
+    return false;
+}
+
+/* Eq. 5 and 6: of a list of nn, how many to copy ahead in the CPU's gap;
+ * *f_out: eq. 5's f. */
+static int prefetch_count(const tnd_presched_in *in, double gap, int nn, double *f_out) {
     double f = (gap + in->t_attn) / in->t_io;
     if (!(f > 0)) f = 0;
-    out->f = f;
+    *f_out = f;
     if (f > nn + 1) f = nn + 1; /* more than the list holds: all of it (and no overflow below) */
     int F = (int)lround(f);
     /* Q3 (eq. 6): the critical copy F stays if its expected gain is positive */
     const double r_hit = in->r_hit < 0 ? 0 : in->r_hit > 1 ? 1 : in->r_hit;
     const double xi = r_hit * (f - F + 1) - (1 - r_hit) * (F - f);
     if (!(xi > 0)) F--;
-    out->n_prefetch = F < 0 ? 0 : F > nn ? nn : F;
+    return F < 0 ? 0 : F > nn ? nn : F;
+}
+
+void tnd_presched(const tnd_presched_in *in, tnd_presched_out *out) {
+    *out = (tnd_presched_out){0};
+    const int nc = in->n_cur, nn = in->n_next, N = nc + nn;
+    if (N + in->n_next2 <= 0 || nc > TND_PRESCHED_MAX || nn > TND_PRESCHED_MAX || in->n_next2 > TND_PRESCHED_MAX ||
+        !(in->t_io > 0))
+        return;
+    int all_cur[2 * TND_PRESCHED_MAX]; /* E_cur's index, else -1 */
+    const int q = gpu_queue(in, in->m_next, nn, all_cur);
+    /* prefix sums of E_cur's CPU times: T_C(i) = cum[i] */
+    double cum[TND_PRESCHED_MAX + 1];
+    cum[0] = 0;
+    for (int i = 0; i < nc; i++) cum[i + 1] = cum[i] + t_c(in, in->m_cur[i]);
+    /* the on-demand loop (eq. 4) over GPU_Q's current-layer experts */
+    int i_load = nc;
+    for (int k = q; k < N && i_load == nc; k++) {
+        const int ip = all_cur[k];
+        if (ip >= 0 && in->alpha + (nc - ip) * in->t_io + in->t_g < cum[ip]) i_load = ip;
+    }
+    const int room = in->max_load > 0 ? in->max_load : 0;
+    if (nc - i_load > room) i_load = nc - room; /* the heaviest that have room; the gap below counts only them */
+    out->n_load = nc - i_load;
+    /* Q2 (eq. 5): the gap the CPU's share leaves the link */
+    const double gap = cum[i_load] - in->alpha - (nc - i_load) * in->t_io;
+    if (nn > 0 && other_in_queue(all_cur, q, N)) {
+        out->n_prefetch = prefetch_count(in, gap, nn, &out->f);
+        return;
+    }
+    /* Q4: nothing of the next layer in GPU_Q: the layer after it */
+    const int n2 = in->n_next2;
+    if (n2 <= 0 || !in->m_next2) return;
+    const int q2 = gpu_queue(in, in->m_next2, n2, all_cur);
+    if (other_in_queue(all_cur, q2, nc + n2)) out->n_prefetch2 = prefetch_count(in, gap, n2, &out->f2);
 }

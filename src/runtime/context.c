@@ -67,7 +67,8 @@ void tnd_ctx_recipe(tnd_ctx *c, tnd_recipe *r) {
                       .n_seq = c->n_seq_max,
                       .kv_dim = c->kv_dim,
                       .split = c->gpu ? c->pl.split : NULL,
-                      .predict = c->gpu && c->pf_max > 0};
+                      .predict = c->gpu && c->pf_max > 0,
+                      .predict2 = c->gpu && c->pf_max > 0 && c->presched};
 }
 
 /* The op list of a round of sequence 0 into c->g (the recipe over c's buffers). */
@@ -493,6 +494,7 @@ void tnd_ctx_get_stats(const tnd_ctx *c, tnd_ctx_stats *out) {
                            .n_route_dec_pf = c->n_route_dec_pf,
                            .n_pf_copies = c->n_pf_copies,
                            .n_od_copies = c->n_od_copies,
+                           .n_pf2_copies = c->n_pf2_copies,
                            .n_expert_moves = c->n_expert_moves,
                            .hot_measured = c->hot_pop ? c->hot_measured : -1,
                            .hot_assumed = tnd_hot_assumed(c),

@@ -63,6 +63,7 @@ typedef struct tnd_ctx_stats {
      * (exec/prefetch.c), and the experts copied so (every round) */
     uint64_t n_route_dec_pf, n_pf_copies;
     uint64_t n_od_copies; /* experts PreSched loaded on demand at their own layer's routing */
+    uint64_t n_pf2_copies; /* of n_pf_copies, those PreSched copied two layers ahead (its Q4) */
     /* experts the live hot-expert table moved onto the GPU (runtime/hot.c),
      * and the GPU-hit share of split layers' routings in its last window
      * against the share the placement assumes now (-1: no table) */

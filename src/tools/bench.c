@@ -56,7 +56,8 @@ static void usage(FILE *f) {
                "                         PreSched), sync (weight copies synchronous)\n"
                "      --presched         MoE: LayerScope's PreSched loads CPU-side experts on demand\n"
                "                         where its cost model finds it pays and sets how many are\n"
-               "                         copied a layer ahead (default: the balance, no on-demand)\n"
+               "                         copied a layer ahead, or two layers ahead when none of the\n"
+               "                         next layer's pays (default: the balance, no on-demand)\n"
                "      --predictor N      MoE: train the next-layer expert predictor on the routing\n"
                "                         of N pseudo-random tokens (CPU) and report its top-k hit\n"
                "                         rate on the first N/2 test tokens against the baselines\n"
@@ -109,8 +110,9 @@ typedef struct config {
     double route_gpu, route_pred;   /* decode: split layers' routings to GPU experts, measured and predicted (-1: none) */
     uint64_t moves;                 /* experts the live hot-expert table swapped onto the GPU */
     double route_pf;                /* decode: ... of them served by experts copied a layer ahead (-1: none) */
-    double pf_copies;               /* experts copied a layer ahead per decode step */
-    double od_copies;               /* experts loaded on demand (PreSched) per decode step */
+    double pf_copies;               /* experts copied ahead per split layer and decode step */
+    double od_copies;               /* experts loaded on demand (PreSched) per split layer and decode step */
+    double pf2_copies;              /* of pf_copies, those copied two layers ahead (PreSched's Q4) */
     tnd_backend_counters dec;       /* the GPU backend's counters over the decode test's steps */
     long dec_tok;                   /* ... and the steps */
     double grp_gpu[3], grp_pred[3]; /* the same per layer group (input, middle, output; moe.h) */
@@ -196,6 +198,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
     k->route_gpu = k->route_pred = k->route_pf = -1;
     k->pf_copies = 0;
     k->od_copies = 0;
+    k->pf2_copies = 0;
     for (int g = 0; g < 3; g++) k->grp_gpu[g] = k->grp_pred[g] = -1;
     if (tnd_ctx_new(m, &cp, &c)) return 1;
     const tnd_plan *pl = tnd_ctx_plan(c);
@@ -302,6 +305,7 @@ static int run_config(tnd_model *m, const tnd_ctx_params *base, config *k, const
         k->route_pf = (double)cs.n_route_dec_pf / (double)cs.n_route_dec;
         k->pf_copies = (double)cs.n_pf_copies * m->hp.n_expert_used / (double)cs.n_route_dec;
         k->od_copies = (double)cs.n_od_copies * m->hp.n_expert_used / (double)cs.n_route_dec;
+        k->pf2_copies = (double)cs.n_pf2_copies * m->hp.n_expert_used / (double)cs.n_route_dec;
         double sum = 0;
         int n = 0;
         for (int l = 0; pf && l < m->hp.n_layer; l++)
@@ -875,10 +879,13 @@ int cmd_bench(int argc, char **argv) {
                 }
                 if (cfg[k].moves) printf("; the live table swapped %llu experts onto the GPU",
                                          (unsigned long long)cfg[k].moves);
-                if (cfg[k].route_pf > 0)
-                    printf("; experts copied a layer ahead served %.0f%% (%.1f copied a layer and step)",
-                           100 * cfg[k].route_pf, cfg[k].pf_copies);
-                if (cfg[k].od_copies > 0) printf("; %.1f loaded on demand a step", cfg[k].od_copies);
+                if (cfg[k].route_pf > 0) {
+                    printf("; experts copied a layer ahead served %.0f%% (%.1f copied a layer and step", 100 * cfg[k].route_pf,
+                           cfg[k].pf_copies);
+                    if (cfg[k].pf2_copies > 0) printf(", %.2f of them two layers ahead", cfg[k].pf2_copies);
+                    printf(")");
+                }
+                if (cfg[k].od_copies > 0) printf("; %.1f loaded on demand a layer and step", cfg[k].od_copies);
                 printf("\n");
             }
         if (have_pred) {
