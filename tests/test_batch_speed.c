@@ -44,7 +44,10 @@
  * against 1.85-2.00 before it in the same hour, and 1.81-2.02 under load
  * averages 2-4.5, so the AVX2 floor is 1.6; 2.5 would need batch-4 rounds
  * of ~7.5 ms where they take ~9.1: docs/DECISIONS.md, "AVX2: batched Q4_1
- * rounds in transposed 8-block steps".) */
+ * rounds in transposed 8-block steps". On 2026-12-05 a 2-core EPYC whose
+ * AVX-512 the hypervisor hid measured 1.78-1.84, its four-token kernel at
+ * 95% of the prefill GEMM's rate: the same entry's ceiling, ~2.7 with
+ * every cost besides the matmuls gone.) */
 #define MIN_RATIO 2.0
 #define MIN_RATIO_AVX2 1.6
 
