@@ -171,8 +171,8 @@ typedef struct tnd_ctx_params {
                                 or'ed; bench --ablate); 0 = all on */
     bool moe_presched;       /* MoE: LayerScope's PreSched decides, at each split layer's routing,
                                 which CPU-side experts load to the GPU on demand and how many of
-                                the next layer's are copied ahead (or, when none of those pays,
-                                of the layer after's); false (default): nothing loads on demand
+                                the next layer's are copied ahead (or, when its GPU queue holds
+                                none of those, of the layer after's); false (default): nothing loads on demand
                                 and the balance (Algorithm 2 a layer ahead) sets the count
                                 (docs/DECISIONS.md, "PreSched: measured, opt-in") */
 } tnd_ctx_params;

@@ -15,13 +15,15 @@ static int g_room = 1 << 20;
 /* The list two layers ahead (Q4), none unless a case sets it. */
 static const int *g_m2;
 static int g_n2;
+static double g_rhit2 = -1; /* its copies' hit rate; < 0: r_hit's */
 
 static tnd_presched_out run(const int *mc, int nc, const int *mn, int nn, double beta, double c0, double t_io,
                             double t_g, double t_attn, double alpha, double r_hit) {
     const tnd_presched_in in = {.m_cur = mc, .n_cur = nc, .m_next = mn, .n_next = nn, .max_load = g_room,
                                 .beta = beta * US,
                                 .c0 = c0 * US, .t_io = t_io * US, .t_g = t_g * US, .t_attn = t_attn * US,
-                                .alpha = alpha * US, .r_hit = r_hit, .m_next2 = g_m2, .n_next2 = g_n2};
+                                .alpha = alpha * US, .r_hit = r_hit, .m_next2 = g_m2, .n_next2 = g_n2,
+                                .r_hit2 = g_rhit2 < 0 ? r_hit : g_rhit2};
     tnd_presched_out o;
     tnd_presched(&in, &o);
     return o;
@@ -113,6 +115,16 @@ int main(void) {
               o.n_load, o.n_prefetch, o.f);
         CHECK(o.n_prefetch2 == 2 && fabs(o.f2 - 2.4) < 1e-9, "Q4, all on the GPU: prefetch2 %d, f2 %.6f; want 2, 2.4",
               o.n_prefetch2, o.f2);
+        /* t_attn 130: f = 2.6 -> 3, eq. 6 with two layers ahead's own hit
+         * rate: R 0.6 - 0.4 (1 - R) = R - 0.4: at 0.9 three, at 0.3 two
+         * (r_hit 0.9 for the copies a layer ahead does not count) */
+        o = run(NULL, 0, NULL, 0, 0, 30, 50, 0, 130, 0, 0.9);
+        CHECK(o.n_prefetch2 == 3 && fabs(o.f2 - 2.6) < 1e-9, "Q4, R_hit2 0.9: prefetch2 %d, f2 %.6f; want 3, 2.6",
+              o.n_prefetch2, o.f2);
+        g_rhit2 = 0.3;
+        o = run(NULL, 0, NULL, 0, 0, 30, 50, 0, 130, 0, 0.9);
+        g_rhit2 = -1;
+        CHECK(o.n_prefetch2 == 2, "Q4, R_hit2 0.3: prefetch2 %d, want 2", o.n_prefetch2);
         /* the next layer's in GPU_Q (the first decode case): no wider window */
         o = run(four, 4, four, 4, 0, 30, 50, 0, 20, 0, 0.9);
         CHECK(o.n_prefetch == 3 && o.n_prefetch2 == 0, "Q4, next layer in GPU_Q: prefetch %d, prefetch2 %d; want 3, 0",

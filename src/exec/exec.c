@@ -483,11 +483,11 @@ static void layer_errand(void *arg) {
     if (!c->pfq_pending) return;
     const double t1 = c->trace ? tnd_time_s() : 0;
     c->pfq_pending = false;
-    if ((st = tnd_pf_issue(c, c->pfq_l, c->pfq_pred, c->pfq_n, c->presched ? c->pf_cap : -1)) && !c->pfq_st)
+    if ((st = tnd_pf_issue(c, c->pfq_l, c->pfq_pred, c->pfq_n, c->presched ? c->pf_cap : -1, false)) && !c->pfq_st)
         c->pfq_st = st;
     if (c->pfq_pred2 && c->pf_cap2 > 0 && !c->pfq_st) { /* PreSched's Q4: two layers ahead */
         const uint64_t n0 = c->n_pf_copies;
-        if ((st = tnd_pf_issue(c, c->pfq_l + 1, c->pfq_pred2, c->pfq_n2, c->pf_cap2))) c->pfq_st = st;
+        if ((st = tnd_pf_issue(c, c->pfq_l + 1, c->pfq_pred2, c->pfq_n2, c->pf_cap2, true))) c->pfq_st = st;
         c->n_pf2_copies += c->n_pf_copies - n0;
     }
     if (c->trace) trace_add(c, TND_SIDE_CPU, TR_PFISSUE, TR_PLAIN, tnd_time_s() - t1);
@@ -520,7 +520,7 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
     bool queued = false, q;
     const double t0 = c->trace ? tnd_time_s() : 0;
     for (int i = 1; i <= 2 && c->gpu; i++) { /* the predictions: the next layer's, the one after's */
-        if (!nd->op.in[i].data) continue;
+        if (!nd->op.in[i].data || (i == 2 && promoted(c, c->m->layers[l + 2].gate_exps.id))) continue;
         if ((st = queue_to_host(c, &nd->op.in[i], &q))) return st;
         queued |= q;
     }

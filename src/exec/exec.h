@@ -180,12 +180,14 @@ struct tnd_ctx {
     bool presched;           /* on: a split layer's routing may load CPU-side experts on demand, and the
                                 count copied a layer ahead is PreSched's, not the balance's */
     uint64_t *pf_read;       /* [n_layer][pf_max] the round a slot was last read */
+    uint8_t *pf_two;         /* [n_layer][pf_max] its last fill was two layers ahead (Q4) */
     int pf_cap;              /* copies a layer ahead PreSched chose at the last routing (-1: none chosen) */
-    int pf_cap2;             /* ... and two layers ahead (Q4: when nothing a layer ahead was worth a copy) */
+    int pf_cap2;             /* ... and two layers ahead (Q4: when its GPU queue held none of the next layer) */
     double pf_link_free;     /* when the copies queued so far end, by the link's modelled speed (s) */
     double ps_fit[5];        /* decayed sums over split layers' CPU parts (experts n, routings m, time T):
                                 n n, n m, m m, n T, m T: the fit T = c0 n + beta m (eq. 2) */
     double ps_rhit;          /* EWMA: the share of experts copied a layer ahead that their layer used */
+    double ps_rhit2;         /* ... of those copied two layers ahead (Q4's eq. 6) */
     int ps_cpu_e;            /* the CPU-side experts of the layer whose time pf_cpu_s sums */
     int ps_next_e;           /* ... of the layer whose routing came last (tnd_pf_layer_begin moves it up) */
     int ps_behind;           /* at on-demand loads: 1 the copies a layer ahead were not done, 0 they were,
@@ -289,8 +291,9 @@ tnd_status tnd_pf_layer_begin(tnd_ctx *c, int l, int n_cpu);
 /* Queues copies into layer l's slots of the experts pred names ([nt][k],
  * the next-layer prediction) that are neither resident nor in a slot: at
  * most cap of them (PreSched's count), or with cap < 0 as many as the
- * balance (or the fixed-two ablation) allows. */
-tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n, int cap);
+ * balance (or the fixed-two ablation) allows; two: pred is a prediction
+ * two layers ahead (PreSched's Q4; its copies' hit rate is kept apart). */
+tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n, int cap, bool two);
 /* PreSched at split layer l's routing (ids [n], partitioned into ric / rig
  * with *n_cpu routings left to the CPU): loads on demand the CPU-side
  * experts it chooses into free slots of l (their routings move to the GPU,

@@ -63,8 +63,9 @@ tnd_status tnd_pf_init(tnd_ctx *c) {
     c->pf_fill = tnd_calloc(LP, sizeof *c->pf_fill);
     c->pf_fresh = tnd_calloc((size_t)L, 1);
     c->pf_read = tnd_calloc(LP, sizeof *c->pf_read);
+    c->pf_two = tnd_calloc(LP, sizeof *c->pf_two);
     int *idx = tnd_calloc((size_t)E, sizeof *idx);
-    if (!c->pf_n || !c->pf_idx || !c->pf_exp || !c->pf_used || !c->pf_fill || !c->pf_fresh || !c->pf_read || !idx) {
+    if (!c->pf_n || !c->pf_idx || !c->pf_exp || !c->pf_used || !c->pf_fill || !c->pf_fresh || !c->pf_read || !c->pf_two || !idx) {
         free(idx);
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     }
@@ -102,6 +103,7 @@ tnd_status tnd_pf_init(tnd_ctx *c) {
     c->pf_cap = -1;
     c->ps_behind = -1;
     c->ps_rhit = 0.9; /* until measured: the next layer's router names ~all of its experts */
+    c->ps_rhit2 = 0.9; /* two layers ahead: as a layer ahead, until measured */
     for (int i = 0; i < TND_PF_EV; i++) {
         tnd_status st = tnd_backend_event_new(c->side[1].be, &c->pf_ev[i]);
         if (st) return st;
@@ -120,7 +122,9 @@ void tnd_pf_free(tnd_ctx *c) {
     free(c->pf_fill);
     free(c->pf_fresh);
     free(c->pf_read);
+    free(c->pf_two);
     c->pf_read = NULL;
+    c->pf_two = NULL;
     c->n_compact = NULL;
     c->pf_n = NULL;
     c->pf_idx = c->pf_exp = NULL;
@@ -244,7 +248,7 @@ static int free_slot(const tnd_ctx *c, int l, bool routed) {
 }
 
 /* Queues expert e's copy into slot v of split layer l, which holds it from now. */
-static tnd_status fill_slot(tnd_ctx *c, int l, int v, int e) {
+static tnd_status fill_slot(tnd_ctx *c, int l, int v, int e, bool two) {
     const size_t b = (size_t)l * (size_t)c->pf_max;
     c->pf_exp[b + v] = -1; /* no reader may take it for what it held */
     c->pf_queued = true;   /* the round's end drains the copies, those of a failed one too */
@@ -252,10 +256,11 @@ static tnd_status fill_slot(tnd_ctx *c, int l, int v, int e) {
     if (st) return st;
     c->pf_exp[b + v] = e;
     c->pf_used[b + v] = c->pf_fill[b + v] = c->pf_round;
+    c->pf_two[b + v] = two;
     return TND_OK;
 }
 
-tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n, int cap) {
+tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n, int cap, bool two) {
     if (!c->pf_max || l < 0 || l >= c->pl.n_layer || !c->pf_n[l]) return TND_OK;
     const int E = c->pl.n_expert, P = c->pf_max;
     const size_t b = (size_t)l * P;
@@ -306,7 +311,7 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n, int c
     for (; done < k; done++) {
         const int v = free_slot(c, l, false);
         if (v < 0) break;
-        tnd_status st = fill_slot(c, l, v, cand[done]);
+        tnd_status st = fill_slot(c, l, v, cand[done], two);
         if (st) return st;
         c->n_pf_copies++;
     }
@@ -378,11 +383,17 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
     const int E = c->pl.n_expert, P = c->pf_max;
     if (!c->presched || !P || !c->pf_n[l] || E > TND_PRESCHED_MAX) return TND_OK;
     const size_t b = (size_t)l * P;
-    /* R_hit: of this layer's slots filled this round (a layer ahead), the share its routing read */
-    int tot = 0, hit = 0;
+    /* R_hit: of this layer's slots filled this round a layer ahead, the
+     * share its routing read; the same of those filled two layers ahead */
+    int tot[2] = {0, 0}, hit[2] = {0, 0};
     for (int s = 0; s < c->pf_n[l]; s++)
-        if (c->pf_fill[b + s] == c->pf_round) tot++, hit += c->pf_read[b + s] == c->pf_round;
-    if (tot) c->ps_rhit = (1 - PF_ALPHA) * c->ps_rhit + PF_ALPHA * (double)hit / tot;
+        if (c->pf_fill[b + s] == c->pf_round) {
+            const int w = c->pf_two[b + s];
+            tot[w]++, hit[w] += c->pf_read[b + s] == c->pf_round;
+        }
+    double *rh[2] = {&c->ps_rhit, &c->ps_rhit2};
+    for (int w = 0; w < 2; w++)
+        if (tot[w]) *rh[w] = (1 - PF_ALPHA) * *rh[w] + PF_ALPHA * (double)hit[w] / tot[w];
     int cnt[TND_PRESCHED_MAX] = {0};
     for (int64_t i = 0; i < n; i++)
         if (rig[i] < 0) cnt[ids[i]]++;
@@ -394,7 +405,7 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
     int room = 0; /* slots on-demand loads may take */
     for (int s = 0; s < c->pf_n[l]; s++) room += slot_free(c, b + (size_t)s, true);
     tnd_presched_in in = {.n_cur = nc, .n_next = nn, .max_load = room, .t_io = copy_time(c, l),
-                          .t_attn = c->pf_t_over, .r_hit = c->ps_rhit};
+                          .t_attn = c->pf_t_over, .r_hit = c->ps_rhit, .r_hit2 = c->ps_rhit2};
     const double now = tnd_time_s();
     in.alpha = TND_MAX(c->pf_link_free - now, 0.0);
     if (!ps_costs(c, &in.beta, &in.c0) || !(in.t_io > 0)) return TND_OK; /* the balance decides */
@@ -418,7 +429,7 @@ tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int
         const int v = free_slot(c, l, true);
         if (v < 0) break; /* not reached: n_load <= room */
         const ps_exp x = cur[nc - 1 - loaded];
-        tnd_status st = fill_slot(c, l, v, x.e);
+        tnd_status st = fill_slot(c, l, v, x.e, false);
         if (st) return st;
         c->pf_read[b + v] = c->pf_round;
         for (int64_t i = 0; i < n; i++)

@@ -191,6 +191,7 @@ typedef struct tnd_presched_in {
     double t_attn;     /* the layer's time besides its experts, the link's to use (s) */
     double alpha;      /* how long copies already queued hold the link (s) */
     double r_hit;      /* the share of experts copied ahead that their layer used */
+    double r_hit2;     /* ... of those copied two layers ahead (Q4's eq. 6) */
 } tnd_presched_in;
 
 typedef struct tnd_presched_out {

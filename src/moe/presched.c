@@ -28,8 +28,10 @@
  * copy, or nothing of it is left to copy), the window moves one layer
  * further: the layer after next's predicted experts (E_next2) take E_next's
  * place in the cross-layer sorting, and the same eq. 3 and eq. 5-6, with
- * the gap the on-demand decision left, give how many of them to copy ahead.
- * The on-demand loads stay the first window's.
+ * the gap the on-demand decision left, give how many of them to copy ahead,
+ * eq. 6 with the hit rate of copies made two layers ahead (r_hit2: the
+ * prediction comes from further back). The on-demand loads stay the first
+ * window's.
  *
  * Ties in E_all put the current layer's experts first: with equal tokens
  * a copy a layer ahead overlaps this layer's work, an on-demand one the
@@ -67,16 +69,16 @@ static bool other_in_queue(const int *all_cur, int q, int N) {
     return false;
 }
 
-/* Eq. 5 and 6: of a list of nn, how many to copy ahead in the CPU's gap;
- * *f_out: eq. 5's f. */
-static int prefetch_count(const tnd_presched_in *in, double gap, int nn, double *f_out) {
+/* Eq. 5 and 6: of a list of nn, how many to copy ahead in the CPU's gap,
+ * the critical copy's hit rate r_hit; *f_out: eq. 5's f. */
+static int prefetch_count(const tnd_presched_in *in, double gap, int nn, double r_hit, double *f_out) {
     double f = (gap + in->t_attn) / in->t_io;
     if (!(f > 0)) f = 0;
     *f_out = f;
     if (f > nn + 1) f = nn + 1; /* more than the list holds: all of it (and no overflow below) */
     int F = (int)lround(f);
     /* Q3 (eq. 6): the critical copy F stays if its expected gain is positive */
-    const double r_hit = in->r_hit < 0 ? 0 : in->r_hit > 1 ? 1 : in->r_hit;
+    r_hit = r_hit < 0 ? 0 : r_hit > 1 ? 1 : r_hit;
     const double xi = r_hit * (f - F + 1) - (1 - r_hit) * (F - f);
     if (!(xi > 0)) F--;
     return F < 0 ? 0 : F > nn ? nn : F;
@@ -85,9 +87,8 @@ static int prefetch_count(const tnd_presched_in *in, double gap, int nn, double 
 void tnd_presched(const tnd_presched_in *in, tnd_presched_out *out) {
     *out = (tnd_presched_out){0};
     const int nc = in->n_cur, nn = in->n_next, N = nc + nn;
-    if (N + in->n_next2 <= 0 || nc > TND_PRESCHED_MAX || nn > TND_PRESCHED_MAX || in->n_next2 > TND_PRESCHED_MAX ||
-        !(in->t_io > 0))
-        return;
+    const int n2 = in->n_next2 <= TND_PRESCHED_MAX && in->m_next2 ? in->n_next2 : 0; /* Q4's list, else none */
+    if (N + n2 <= 0 || nc > TND_PRESCHED_MAX || nn > TND_PRESCHED_MAX || !(in->t_io > 0)) return;
     int all_cur[2 * TND_PRESCHED_MAX]; /* E_cur's index, else -1 */
     const int q = gpu_queue(in, in->m_next, nn, all_cur);
     /* prefix sums of E_cur's CPU times: T_C(i) = cum[i] */
@@ -106,12 +107,11 @@ void tnd_presched(const tnd_presched_in *in, tnd_presched_out *out) {
     /* Q2 (eq. 5): the gap the CPU's share leaves the link */
     const double gap = cum[i_load] - in->alpha - (nc - i_load) * in->t_io;
     if (nn > 0 && other_in_queue(all_cur, q, N)) {
-        out->n_prefetch = prefetch_count(in, gap, nn, &out->f);
+        out->n_prefetch = prefetch_count(in, gap, nn, in->r_hit, &out->f);
         return;
     }
     /* Q4: nothing of the next layer in GPU_Q: the layer after it */
-    const int n2 = in->n_next2;
-    if (n2 <= 0 || !in->m_next2) return;
+    if (n2 <= 0) return;
     const int q2 = gpu_queue(in, in->m_next2, n2, all_cur);
-    if (other_in_queue(all_cur, q2, nc + n2)) out->n_prefetch2 = prefetch_count(in, gap, n2, &out->f2);
+    if (other_in_queue(all_cur, q2, nc + n2)) out->n_prefetch2 = prefetch_count(in, gap, n2, in->r_hit2, &out->f2);
 }

@@ -59,8 +59,9 @@ typedef struct tnd_ctx_stats {
     uint64_t n_glu;     /* MoE FFNs' gate, up and SILU_MUL run as one MOE_GLU (backend.h) */
     /* split layers' routings of decode steps: all, and those to GPU experts */
     uint64_t n_route_dec, n_route_dec_gpu;
-    /* ... of those, routings served by an expert copied a layer ahead
-     * (exec/prefetch.c), and the experts copied so (every round) */
+    /* ... of those, routings served by an expert copied ahead (a layer
+     * ahead, or two with PreSched's Q4: exec/prefetch.c), and the experts
+     * copied so (every round) */
     uint64_t n_route_dec_pf, n_pf_copies;
     uint64_t n_od_copies; /* experts PreSched loaded on demand at their own layer's routing */
     uint64_t n_pf2_copies; /* of n_pf_copies, those PreSched copied two layers ahead (its Q4) */
