@@ -172,9 +172,9 @@ typedef struct tnd_ctx_params {
     bool moe_presched;       /* MoE: LayerScope's PreSched decides, at each split layer's routing,
                                 which CPU-side experts load to the GPU on demand and how many of
                                 the next layer's are copied ahead (or, when its GPU queue holds
-                                none of those, of the layer after's); false (default): nothing loads on demand
-                                and the balance (Algorithm 2 a layer ahead) sets the count
-                                (docs/DECISIONS.md, "PreSched: measured, opt-in") */
+                                none of those, of the layer after's); false (default): nothing
+                                loads on demand and the balance (Algorithm 2 a layer ahead) sets
+                                the count (docs/DECISIONS.md, "PreSched: measured, opt-in") */
 } tnd_ctx_params;
 
 /* tnd_ctx_params.moe_ablate: what an MoE context runs without. */

@@ -520,7 +520,10 @@ static tnd_status remap_ids(tnd_ctx *c, const tnd_node *nd) {
     bool queued = false, q;
     const double t0 = c->trace ? tnd_time_s() : 0;
     for (int i = 1; i <= 2 && c->gpu; i++) { /* the predictions: the next layer's, the one after's */
-        if (!nd->op.in[i].data || (i == 2 && promoted(c, c->m->layers[l + 2].gate_exps.id))) continue;
+        /* (not where the copies they would choose are not made: below) */
+        if (!nd->op.in[i].data || promoted(c, c->m->layers[l + i].gate_exps.id) ||
+            (i == 2 && promoted(c, c->m->layers[l + 1].gate_exps.id)))
+            continue;
         if ((st = queue_to_host(c, &nd->op.in[i], &q))) return st;
         queued |= q;
     }

@@ -298,8 +298,9 @@ tnd_status tnd_pf_issue(tnd_ctx *c, int l, const int32_t *pred, int64_t n, int c
  * with *n_cpu routings left to the CPU): loads on demand the CPU-side
  * experts it chooses into free slots of l (their routings move to the GPU,
  * *n_cpu shrinks) and sets how many of pred's ([n_pred], layer l + 1; NULL:
- * none) tnd_pf_issue copies (pf_cap), or, when none of them is worth a
- * copy, how many of pred2's ([n_pred2], layer l + 2; NULL: none) (pf_cap2).
+ * none) tnd_pf_issue copies (pf_cap), or, when PreSched's GPU queue holds
+ * none of them, how many of pred2's ([n_pred2], layer l + 2; NULL: none)
+ * (pf_cap2).
  * Before tnd_pf_layer_begin. */
 tnd_status tnd_pf_presched(tnd_ctx *c, int l, const int32_t *ids, int64_t n, int32_t *ric, int32_t *rig, int *n_cpu,
                            const int32_t *pred, int64_t n_pred, const int32_t *pred2, int64_t n_pred2);

@@ -65,7 +65,8 @@ tnd_status tnd_pf_init(tnd_ctx *c) {
     c->pf_read = tnd_calloc(LP, sizeof *c->pf_read);
     c->pf_two = tnd_calloc(LP, sizeof *c->pf_two);
     int *idx = tnd_calloc((size_t)E, sizeof *idx);
-    if (!c->pf_n || !c->pf_idx || !c->pf_exp || !c->pf_used || !c->pf_fill || !c->pf_fresh || !c->pf_read || !c->pf_two || !idx) {
+    if (!c->pf_n || !c->pf_idx || !c->pf_exp || !c->pf_used || !c->pf_fill || !c->pf_fresh || !c->pf_read ||
+        !c->pf_two || !idx) {
         free(idx);
         return tnd_fail(TND_ERR_NOMEM, "out of memory");
     }
