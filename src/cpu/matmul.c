@@ -296,7 +296,7 @@ static void mm_run(mm_job *j) {
      * processes on the cores) leave their share to the others; prefill
      * (gemm) keeps one item per thread: its tiles want long row ranges */
     const int64_t ng = (j->r1 - j->r0 + ROW_GRAIN - 1) / ROW_GRAIN;
-    const int64_t items = j->gemm ? tnd_pool_size(pool) : (int64_t)tnd_pool_size(pool) * TND_POOL_ITEMS_PER_THREAD;
+    const int64_t items = j->gemm ? tnd_pool_size(pool) : tnd_pool_items(pool);
     tnd_pool_run_n(pool, rows_task, j, (int)TND_MAX(1, TND_MIN(ng, items)));
 }
 

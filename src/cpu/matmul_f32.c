@@ -227,7 +227,7 @@ void tnd_cpu_matmul_f32_rows(tnd_pool *pool, tnd_type wt, const void *W, int64_t
     /* decode: more items than threads, so late threads (other processes on
      * the cores) leave their share to the others (pool.h) */
     const int64_t ng = (r1 - r0 + ROW_GRAIN - 1) / ROW_GRAIN;
-    const int64_t items = decode ? (int64_t)tnd_pool_size(pool) * TND_POOL_ITEMS_PER_THREAD : tnd_pool_size(pool);
+    const int64_t items = decode ? tnd_pool_items(pool) : tnd_pool_size(pool);
     tnd_pool_run_n(pool, task, &j, (int)TND_MAX(1, TND_MIN(ng, items)));
 }
 

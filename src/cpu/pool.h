@@ -54,5 +54,16 @@ static inline void tnd_cpu_relax(void) {
 
 /* Items per thread that tnd_pool_run_n callers use to balance late threads. */
 #define TND_POOL_ITEMS_PER_THREAD 4
+/* Items of a decode matmul's run over p's threads: TND_POOL_ITEMS_PER_THREAD
+ * a thread, 2 in a pool of two. (Each claim and completion moves a shared
+ * cache line between the cores; on the 2-core CI machine 2 a thread
+ * decoded the default model 8-12% faster in six alternated pairs, and as
+ * fast with the other core busy, while at 16 threads on the device's host
+ * 4 stayed ahead: docs/DECISIONS.md, "Decode matmul items in a pool of
+ * two".) */
+static inline int tnd_pool_items(const tnd_pool *p) {
+    const int n = tnd_pool_size(p);
+    return n * (n <= 2 ? 2 : TND_POOL_ITEMS_PER_THREAD);
+}
 
 #endif
